@@ -1,0 +1,126 @@
+"""Apply actions through a driver safely: pre-condition, execute, track, time out, retry.
+
+Decide, plan and apply are kept apart (OpenStack Watcher style). The policy says what the
+host should look like; the planner turns the difference into ordered actions; this module
+applies each one with the guarantees an operator needs on a real host:
+
+* **idempotent**: never two operations in flight for one VM; an action whose effect is
+  already the actual state is not sent;
+* **pre-conditions**: a VF is detached only when the VM's virtio backup path is confirmed
+  up — otherwise the guest would lose connectivity;
+* **bounded**: every operation has a deadline; a VM whose operations keep failing is
+  backed off exponentially instead of hammered every period;
+* **dry-run**: everything is decided and logged, nothing is submitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sova.driver.base import Driver, DriverError, OpState
+from sova.model import Action, DetachVF, Inventory
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished (or refused) operation, as the agent reports it."""
+
+    time_s: float
+    action: Action
+    result: str  # "succeeded" | "failed" | "timeout" | "blocked" | "dry-run"
+    detail: str = ""
+
+
+@dataclass
+class _InFlight:
+    op_id: str
+    action: Action
+    submitted_s: float
+
+
+@dataclass
+class Executor:
+    driver: Driver
+    op_timeout_s: float = 30.0
+    max_retries: int = 3
+    backoff_base_s: float = 20.0
+    dry_run: bool = False
+    on_outcome: Callable[[Outcome], None] | None = None
+    in_flight: dict[str, _InFlight] = field(default_factory=dict)  # vm -> op
+    _failures: dict[str, int] = field(default_factory=dict)
+    _blocked_until: dict[str, float] = field(default_factory=dict)
+
+    def busy(self, vm: str) -> bool:
+        return vm in self.in_flight
+
+    def backing_off(self, vm: str, now: float) -> bool:
+        return self._blocked_until.get(vm, -1.0) > now
+
+    def pending_actions(self) -> list[Action]:
+        return [f.action for f in self.in_flight.values()]
+
+    def _emit(self, outcome: Outcome) -> Outcome:
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+        return outcome
+
+    def precondition(self, action: Action, actual: Inventory) -> str | None:
+        """Why ``action`` must not run now, or None."""
+        state = actual.vms.get(action.vm)
+        if state is None:
+            return f"VM {action.vm!r} is not on this host"
+        if isinstance(action, DetachVF) and not (state.failover_ready and state.backup_link_up):
+            return "virtio backup path not confirmed up; keeping the VF"
+        return None
+
+    def apply(self, action: Action, actual: Inventory) -> Outcome | None:
+        now = self.driver.now()
+        if self.busy(action.vm) or self.backing_off(action.vm, now):
+            return None
+        why = self.precondition(action, actual)
+        if why is not None:
+            return self._emit(Outcome(now, action, "blocked", why))
+        if self.dry_run:
+            return self._emit(Outcome(now, action, "dry-run", "not submitted"))
+        try:
+            op_id = self.driver.submit(action)
+        except DriverError as exc:
+            self._record_failure(action.vm, now)
+            return self._emit(Outcome(now, action, "failed", f"submit refused: {exc}"))
+        self.in_flight[action.vm] = _InFlight(op_id, action, now)
+        return None
+
+    def poll(self) -> list[Outcome]:
+        """Collect finished operations; expire those past their deadline."""
+        now = self.driver.now()
+        done: list[Outcome] = []
+        for vm, f in list(self.in_flight.items()):
+            try:
+                status = self.driver.poll(f.op_id)
+            except DriverError as exc:
+                status = None
+                detail = f"poll failed: {exc}"
+            if status is not None and status.state is OpState.SUCCEEDED:
+                del self.in_flight[vm]
+                self._failures.pop(vm, None)
+                done.append(self._emit(Outcome(now, f.action, "succeeded", status.detail)))
+            elif status is not None and status.state is OpState.FAILED:
+                del self.in_flight[vm]
+                self._record_failure(vm, now)
+                done.append(self._emit(Outcome(now, f.action, "failed", status.detail)))
+            elif now - f.submitted_s > self.op_timeout_s:
+                # The operation may still complete on the host; reconciliation against the
+                # next inventory repairs whatever state it leaves.
+                del self.in_flight[vm]
+                self._record_failure(vm, now)
+                detail = f"no completion after {self.op_timeout_s:.0f} s"
+                done.append(self._emit(Outcome(now, f.action, "timeout", detail)))
+        return done
+
+    def _record_failure(self, vm: str, now: float) -> None:
+        n = self._failures.get(vm, 0) + 1
+        self._failures[vm] = n
+        if n >= self.max_retries:
+            # Exponential back-off once the retry budget is spent, capped at ~10 min.
+            self._blocked_until[vm] = now + min(600.0, self.backoff_base_s * 2 ** (n - self.max_retries))

@@ -1,0 +1,253 @@
+"""Sensing: from cumulative counters to the factors the VF scheduler ranks by.
+
+Drivers hand us cumulative counters (libvirt ``cpu.time``, tap/VF byte counters); a
+*sample* is the difference between two readings over the period Δt. Counters go
+backwards when a VM reboots, migrates or re-plugs its NIC; such a negative difference is a
+reset, and that period is dropped from the window instead of being read as a huge burst.
+
+The factors, with the papers' errors fixed as SPEC §2 decides:
+
+* ``cpu_usage = Δcpu_time_ns / (Δt·1e9·vcpus)``. DSR-IOV eq. (2) divides by the *host's*
+  cores and multiplies by 100, but its own Table 2 (a 100 %-busy VM has io_degree 7.82)
+  only fits a fraction normalised by the VM's own vCPUs.
+* ``io_degree = 100·(1 − mean cpu_usage)`` (DSR-IOV eq. 3).
+* Sova ``IF`` (eq. 1) = mean of ``blocked/gotten`` where on KVM gotten = Δcpu_time and
+  blocked = Δt·vcpus − Δcpu_time − Δsteal. Gotten is floored so an idle VM has a large,
+  finite IF.
+* DSR-IOV ``net_degree`` (eq. 4–6) = ε·data_avg + (1−ε)·traffic_freq with data_avg in
+  kB/s (1 kB = 1000 B) so it does not depend on the sampling period; its Table 2 values
+  (27,703 … 175,117) are of that order for 0.2–1.3 Gbit/s.
+* Sova ``NF`` (eq. 2–4) = ε·Traffic_freq + (1−ε)·Traffic_avg. The paper's min/max are
+  ambiguous; we min–max normalise packet counts across *all VMs of the host* over the
+  window, so NF ∈ [0, 1] and NFs of different VMs are comparable (a per-VM normalisation
+  would give every steadily busy VM the same NF).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from sova.model import HostSample, VMCounters
+
+NS = 1e9
+# An idle VM has gotten ≈ 0; flooring gotten at 0.1 % of the period's vCPU time caps its
+# IF near 1000 instead of dividing by zero, far above any I/O-bound VM's (Sova Table 1: ≤ 214).
+GOTTEN_FLOOR_FRACTION = 1e-3
+# Below this rate a period counts as "no traffic": ARP, NTP and DHCP chatter of an idle
+# guest must not make it look network-active.
+DEFAULT_TRAFFIC_THRESHOLD_BPS = 10_000.0
+
+
+@dataclass(frozen=True)
+class PeriodStats:
+    """One VM over one sampling period, derived from two cumulative readings."""
+
+    dt_s: float
+    vcpus: int
+    cpu_usage: float  # fraction of the VM's own vCPU time, [0, 1]
+    gotten_ns: float
+    blocked_ns: float
+    rx_bytes: int
+    tx_bytes: int
+    packets: int
+
+    @property
+    def bytes(self) -> int:
+        return self.rx_bytes + self.tx_bytes
+
+    @property
+    def rate_bps(self) -> float:
+        return 8.0 * self.bytes / self.dt_s if self.dt_s > 0 else 0.0
+
+    def has_traffic(self, threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS) -> bool:
+        return self.rate_bps >= threshold_bps
+
+
+def period_stats(prev: VMCounters, cur: VMCounters, dt_s: float) -> PeriodStats | None:
+    """Difference of two readings; ``None`` when any counter went backwards (a reset)."""
+    if dt_s <= 0:
+        raise ValueError(f"dt_s must be > 0, got {dt_s}")
+    d_cpu = cur.cpu_time_ns - prev.cpu_time_ns
+    d_steal = cur.steal_ns - prev.steal_ns
+    d_rx = cur.rx_bytes - prev.rx_bytes
+    d_tx = cur.tx_bytes - prev.tx_bytes
+    d_pk = (cur.rx_packets + cur.tx_packets) - (prev.rx_packets + prev.tx_packets)
+    if min(d_cpu, d_steal, d_rx, d_tx, d_pk) < 0:
+        return None
+    vcpus = max(1, cur.vcpus)
+    capacity_ns = dt_s * NS * vcpus
+    cpu_usage = min(1.0, d_cpu / capacity_ns)
+    blocked = max(0.0, capacity_ns - d_cpu - d_steal)
+    return PeriodStats(
+        dt_s=dt_s,
+        vcpus=vcpus,
+        cpu_usage=cpu_usage,
+        gotten_ns=float(d_cpu),
+        blocked_ns=blocked,
+        rx_bytes=d_rx,
+        tx_bytes=d_tx,
+        packets=d_pk,
+    )
+
+
+# --------------------------------------------------------------------------- factors
+
+
+def io_degree(window: Sequence[PeriodStats]) -> float:
+    """DSR-IOV I/O factor, 0 (always busy) … 100 (never on CPU)."""
+    if not window:
+        return 100.0
+    return 100.0 * (1.0 - sum(s.cpu_usage for s in window) / len(window))
+
+
+def io_factor(window: Sequence[PeriodStats]) -> float:
+    """Sova IF: mean blocked/gotten. Large for I/O-bound VMs, ≪ 1 for CPU-bound ones."""
+    if not window:
+        return 0.0
+    total = 0.0
+    for s in window:
+        floor = GOTTEN_FLOOR_FRACTION * s.dt_s * NS * s.vcpus
+        total += s.blocked_ns / max(s.gotten_ns, floor)
+    return total / len(window)
+
+
+def traffic_freq(
+    window: Sequence[PeriodStats], threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS
+) -> float:
+    if not window:
+        return 0.0
+    return sum(1 for s in window if s.has_traffic(threshold_bps)) / len(window)
+
+
+def net_degree(
+    window: Sequence[PeriodStats],
+    epsilon: float = 0.7,
+    threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
+) -> float:
+    """DSR-IOV network factor: ε·(mean kB/s) + (1−ε)·(share of periods with traffic)."""
+    if not window:
+        return 0.0
+    data_avg_kBps = sum(s.bytes / s.dt_s for s in window) / len(window) / 1000.0
+    return epsilon * data_avg_kBps + (1.0 - epsilon) * traffic_freq(window, threshold_bps)
+
+
+def network_factors(
+    windows: Mapping[str, Sequence[PeriodStats]],
+    epsilon: float = 0.7,
+    threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
+) -> dict[str, float]:
+    """Sova NF for every VM of one host, normalised together (see module docstring)."""
+    active = [
+        s.packets / s.dt_s for w in windows.values() for s in w if s.has_traffic(threshold_bps)
+    ]
+    lo, hi = (min(active), max(active)) if active else (0.0, 0.0)
+    span = hi - lo
+    result: dict[str, float] = {}
+    for vm, w in windows.items():
+        busy = [s.packets / s.dt_s for s in w if s.has_traffic(threshold_bps)]
+        freq = len(busy) / len(w) if w else 0.0
+        if busy:
+            # One busy level on the whole host: every active sample is the maximum.
+            avg = sum((x - lo) / span if span > 0 else 1.0 for x in busy) / len(busy)
+        else:
+            avg = 0.0
+        result[vm] = epsilon * freq + (1.0 - epsilon) * avg
+    return result
+
+
+# --------------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class VMFactors:
+    vm: str
+    cpu_usage: float  # of the latest period
+    io_degree: float
+    io_factor: float
+    net_degree: float
+    net_factor: float  # Sova NF, host-normalised
+    has_traffic: bool  # any period of the window carried traffic
+    demand_bps: float  # mean rx+tx rate over the window
+    last_rate_bps: float
+    tx_bps: float  # latest period
+    rx_bps: float
+
+
+class HostSensor:
+    """Keeps the last ``num`` periods per VM from successive host samples.
+
+    Pure state machine: feed it :class:`HostSample` objects in time order, read factors.
+    VMs that disappear from a sample (migrated away, destroyed) are forgotten; a VM that
+    appears starts with an empty window.
+    """
+
+    def __init__(
+        self,
+        num: int = 6,
+        epsilon: float = 0.7,
+        traffic_threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
+    ) -> None:
+        if num < 1:
+            raise ValueError(f"window num must be >= 1, got {num}")
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.num = num
+        self.epsilon = epsilon
+        self.threshold_bps = traffic_threshold_bps
+        self._last: HostSample | None = None
+        self._windows: dict[str, deque[PeriodStats]] = {}
+        self.resets = 0
+
+    def observe(self, sample: HostSample) -> None:
+        prev = self._last
+        self._last = sample
+        for gone in set(self._windows) - set(sample.vms):
+            del self._windows[gone]
+        if prev is None:
+            for vm in sample.vms:
+                self._windows.setdefault(vm, deque(maxlen=self.num))
+            return
+        dt = sample.time_s - prev.time_s
+        if dt <= 0:
+            return  # a repeated or out-of-order reading carries no new information
+        for vm, cur in sample.vms.items():
+            window = self._windows.setdefault(vm, deque(maxlen=self.num))
+            before = prev.vms.get(vm)
+            if before is None:
+                continue
+            stats = period_stats(before, cur, dt)
+            if stats is None:
+                self.resets += 1
+                continue
+            window.append(stats)
+
+    def windows(self) -> dict[str, Sequence[PeriodStats]]:
+        return {vm: tuple(w) for vm, w in self._windows.items()}
+
+    def factors(self) -> dict[str, VMFactors]:
+        windows = self.windows()
+        nf = network_factors(windows, self.epsilon, self.threshold_bps)
+        out: dict[str, VMFactors] = {}
+        for vm, w in windows.items():
+            last = w[-1] if w else None
+            out[vm] = VMFactors(
+                vm=vm,
+                cpu_usage=last.cpu_usage if last else 0.0,
+                io_degree=io_degree(w),
+                io_factor=io_factor(w),
+                net_degree=net_degree(w, self.epsilon, self.threshold_bps),
+                net_factor=nf[vm],
+                has_traffic=any(s.has_traffic(self.threshold_bps) for s in w),
+                demand_bps=_mean(s.rate_bps for s in w),
+                last_rate_bps=last.rate_bps if last else 0.0,
+                tx_bps=8.0 * last.tx_bytes / last.dt_s if last else 0.0,
+                rx_bps=8.0 * last.rx_bytes / last.dt_s if last else 0.0,
+            )
+        return out
+
+
+def _mean(values: Iterable[float]) -> float:
+    vals = list(values)
+    return sum(vals) / len(vals) if vals else 0.0

@@ -1,0 +1,311 @@
+"""Scenario files: the YAML an operator writes to try a policy before touching hosts.
+
+Validation is strict (unknown keys are errors) and every error names the field path and
+the offending value, e.g. ``workload[0].vms.VM1.net: must be <= 1 (got 1.4)``, because a
+typo in a scenario should never silently turn into a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sova import model
+from sova.policy.vfsched import VFSchedulerConfig
+from sova.units import parse_duration, parse_rate, parse_size
+
+Rate = Annotated[float, BeforeValidator(parse_rate), Field(ge=0)]
+Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+VF_POLICIES = ("default", "static-sriov", "dsr-iov", "sova")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message lists every bad field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NICSpec(_Strict):
+    name: str = "pf0"
+    capacity: Rate = Field(description="PF line rate")
+    vf_pool: int = Field(ge=0, description="VFs Sova may hand out")
+    tiers: list[Rate] = Field(default_factory=list, description="VF max rates, eq. 7")
+    min_rate_supported: bool = False
+
+    @model_validator(mode="after")
+    def _tiers_fit(self) -> NICSpec:
+        if self.tiers and sum(self.tiers) > self.capacity * (1 + 1e-9):
+            raise ValueError(
+                f"tiers sum to {sum(self.tiers):.0f} bit/s, above the NIC capacity "
+                f"{self.capacity:.0f} bit/s (eq. 7 requires sum <= B)"
+            )
+        return self
+
+
+class HostSpec(_Strict):
+    name: str
+    cores: int = Field(gt=0)
+    memory: Size
+    nic: NICSpec
+    vms: list[str] = Field(default_factory=list)
+
+
+class SLASpec(_Strict):
+    min: Rate = 0.0
+    default: Rate = 0.0
+    max: Rate | None = None
+    max_pps: float | None = Field(default=None, ge=0)
+    priority: int = 0
+    weight: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SLASpec:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max:.0f} bit/s) is below min ({self.min:.0f} bit/s)")
+        return self
+
+
+class VMSpec(_Strict):
+    name: str
+    vcpus: int = Field(default=1, gt=0)
+    memory: Size = 512 * 1024 * 1024
+    sla: SLASpec = Field(default_factory=SLASpec)
+    failover_ready: bool = True
+
+
+class DutyWorkload(_Strict):
+    """Duty cycles: network-bound ``net`` of the time at ``rate``, CPU-busy ``cpu`` of it."""
+
+    net: Fraction = 0.0
+    cpu: Fraction = 0.0
+    rate: Rate = 1e9
+    packet_bytes: int = Field(default=1448, gt=0, le=65536)
+    # netperf TCP_STREAM: data out, one 66-byte ACK per two 1448-byte segments in
+    rx_share: Fraction = 0.023
+
+
+class Phase(_Strict):
+    at: Duration
+    vms: dict[str, DutyWorkload]
+
+
+class SchedulerSpec(_Strict):
+    io_filter: Literal["threshold", "top-q"] = "threshold"
+    io_threshold: float = 65.0
+    top_q: int = Field(default=0, ge=0)
+    io_metric: Literal["io_degree", "if"] = "io_degree"
+    net_metric: Literal["net_degree", "nf"] = "net_degree"
+    tolerance: float = Field(default=0.10, ge=0)
+    hysteresis: float = Field(default=0.05, ge=0)
+    min_dwell: Duration = 30.0
+
+    def to_config(self) -> VFSchedulerConfig:
+        return VFSchedulerConfig(
+            io_filter=self.io_filter,
+            io_threshold=self.io_threshold,
+            top_q=self.top_q,
+            io_metric=self.io_metric,
+            net_metric=self.net_metric,
+            tolerance=self.tolerance,
+            hysteresis=self.hysteresis,
+            min_dwell_s=self.min_dwell,
+        )
+
+
+class SensingSpec(_Strict):
+    window: int = Field(default=6, ge=1, le=1000)
+    epsilon: Fraction = 0.7
+    traffic_threshold: Rate = 10_000.0
+
+
+class ControllerSpec(_Strict):
+    period: Duration = 10.0
+    vf_policy: Literal["default", "static-sriov", "dsr-iov", "sova"] = "dsr-iov"
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    sensing: SensingSpec = Field(default_factory=SensingSpec)
+    max_ops_per_period: int = Field(default=4, ge=1)
+    op_timeout: Duration = 30.0
+    max_retries: int = Field(default=3, ge=0)
+
+    @field_validator("period")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError(f"must be > 0 (got {v})")
+        return v
+
+
+class ProfileSpec(_Strict):
+    """Hardware profile of the simulated world; one per paper (SPEC §7)."""
+
+    name: str = "generic-10gbe"
+    hotplug_attach: Duration = 2.0
+    hotplug_detach: Duration = 1.0
+    hotplug_failure_rate: Fraction = 0.0
+    virtio_pps_limit: float = Field(default=1_200_000.0, gt=0)
+    virtio_latency: Duration = 50e-6
+    vf_latency: Duration = 15e-6
+    virtio_host_ns_per_packet: float = Field(default=1500.0, ge=0)
+    guest_ns_per_packet: float = Field(default=500.0, ge=0)
+    cycle_min: Duration = 4.0
+    cycle_max: Duration = 16.0
+    rate_jitter: Fraction = 0.05
+    cpu_jitter: Fraction = 0.03
+
+    @model_validator(mode="after")
+    def _cycle(self) -> ProfileSpec:
+        if self.cycle_min <= 0 or self.cycle_max < self.cycle_min:
+            raise ValueError(
+                f"need 0 < cycle_min <= cycle_max (got {self.cycle_min}, {self.cycle_max})"
+            )
+        return self
+
+
+class ExpectedHolders(_Strict):
+    """A paper's published VF holders over a time range, shown beside ours in the report."""
+
+    start: Duration
+    end: Duration
+    vms: list[str]
+    label: str = ""
+
+
+class PaperSpec(_Strict):
+    source: str = ""
+    vf_holders: list[ExpectedHolders] = Field(default_factory=list)
+    note: str = ""
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    seed: int = 0
+    duration: Duration
+    tick: Duration = 1.0
+    hosts: list[HostSpec] = Field(min_length=1)
+    vms: list[VMSpec] = Field(min_length=1)
+    workload: list[Phase] = Field(default_factory=list)
+    controller: ControllerSpec = Field(default_factory=ControllerSpec)
+    compare: list[Literal["default", "static-sriov", "dsr-iov", "sova"]] = Field(
+        default_factory=list
+    )
+    profile: ProfileSpec = Field(default_factory=ProfileSpec)
+    paper: PaperSpec = Field(default_factory=PaperSpec)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references(self) -> Scenario:
+        if self.tick <= 0:
+            raise ValueError(f"tick must be > 0 (got {self.tick})")
+        if self.duration <= 0:
+            raise ValueError(f"duration must be > 0 (got {self.duration})")
+        vm_names = [v.name for v in self.vms]
+        dup = {n for n in vm_names if vm_names.count(n) > 1}
+        if dup:
+            raise ValueError(f"vms: duplicate VM names {sorted(dup)}")
+        known = set(vm_names)
+        placed: dict[str, str] = {}
+        for i, h in enumerate(self.hosts):
+            for j, name in enumerate(h.vms):
+                if name not in known:
+                    raise ValueError(f"hosts[{i}].vms[{j}]: unknown VM {name!r}")
+                if name in placed:
+                    raise ValueError(
+                        f"hosts[{i}].vms[{j}]: VM {name!r} is already on host {placed[name]!r}"
+                    )
+                placed[name] = h.name
+        unplaced = known - set(placed)
+        if unplaced:
+            raise ValueError(f"vms: {sorted(unplaced)} are on no host (list them in hosts[].vms)")
+        for i, p in enumerate(self.workload):
+            for name in p.vms:
+                if name not in known:
+                    raise ValueError(f"workload[{i}].vms: unknown VM {name!r}")
+            if p.at > self.duration:
+                raise ValueError(
+                    f"workload[{i}].at: {p.at} s is after the scenario's end ({self.duration} s)"
+                )
+        return self
+
+    @property
+    def policies(self) -> list[str]:
+        return list(self.compare) if self.compare else [self.controller.vf_policy]
+
+    def home_of(self, vm: str) -> str:
+        for h in self.hosts:
+            if vm in h.vms:
+                return h.name
+        raise KeyError(vm)
+
+    def model_host(self, host: HostSpec) -> model.Host:
+        nic = model.NIC(
+            name=host.nic.name,
+            capacity_bps=host.nic.capacity,
+            vf_pool=host.nic.vf_pool,
+            tiers_bps=tuple(host.nic.tiers),
+            caps=model.NICCapabilities(min_rate=host.nic.min_rate_supported),
+        )
+        return model.Host(host.name, host.cores, host.memory, nic)
+
+    def model_vm(self, vm: VMSpec, seq: int) -> model.VM:
+        sla = model.SLA(
+            bandwidth=model.ResourceTuple(vm.sla.min, vm.sla.default, vm.sla.max),
+            max_pps=vm.sla.max_pps,
+            priority=vm.sla.priority,
+            weight=vm.sla.weight,
+        )
+        return model.VM(vm.name, vm.vcpus, vm.memory, sla, created_seq=seq)
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid scenario ({err.error_count()} error(s))"]
+    for e in err.errors():
+        path = ""
+        for part in e["loc"]:
+            if isinstance(part, int):
+                path += f"[{part}]"
+            else:
+                path += ("." if path else "") + str(part)
+        msg = e["msg"].removeprefix("Value error, ")
+        value = e.get("input")
+        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
+        lines.append(f"  {path or '<root>'}: {msg}{shown}")
+    return "\n".join(lines)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a YAML mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(_format_errors(err, source)) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read scenario: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+    return parse_scenario(data, str(p))

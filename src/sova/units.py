@@ -1,0 +1,74 @@
+"""Human units in config files: ``10Gbit``, ``150Mbit/s``, ``512MiB``, ``200ms``.
+
+Operators write rates the way ``tc`` and ``ip link`` print them; a bare number is taken in
+the base unit (bit/s, bytes, seconds) so that machine-written files stay unambiguous.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_RATE = {
+    "": 1.0,
+    "bit": 1.0,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "bps": 1.0,
+    "kbps": 1e3,
+    "mbps": 1e6,
+    "gbps": 1e9,
+}
+_SIZE = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0, "m": 60.0, "h": 3600.0}
+_NUM = re.compile(r"^\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)(?:/s)?\s*$")
+
+
+def _parse(value: object, table: dict[str, float], what: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a {what}, got {value!r}")
+    if isinstance(value, int | float):
+        number, unit = float(value), ""
+    elif isinstance(value, str):
+        m = _NUM.match(value)
+        if not m:
+            raise ValueError(f"expected a {what} such as {_example(what)}, got {value!r}")
+        number, unit = float(m.group(1)), m.group(2).lower()
+    else:
+        raise ValueError(f"expected a {what}, got {value!r}")
+    if unit not in table:
+        raise ValueError(f"unknown unit {unit!r} in {value!r}; use one of {sorted(k for k in table if k)}")
+    result = number * table[unit]
+    if not math.isfinite(result):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return result
+
+
+def _example(what: str) -> str:
+    return {"rate": "'10Gbit'", "size": "'512MiB'", "duration": "'200ms'"}[what]
+
+
+def parse_rate(value: object) -> float:
+    """bit/s"""
+    return _parse(value, _RATE, "rate")
+
+
+def parse_size(value: object) -> int:
+    """bytes"""
+    return int(_parse(value, {k: float(v) for k, v in _SIZE.items()}, "size"))
+
+
+def parse_duration(value: object) -> float:
+    """seconds"""
+    return _parse(value, _TIME, "duration")
