@@ -11,9 +11,9 @@ time in seconds, CPU time in nanoseconds (as libvirt reports it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Mapping
+from enum import StrEnum
 
 MBIT = 1_000_000.0
 GBIT = 1_000_000_000.0
@@ -135,7 +135,7 @@ class HostSample:
 # --------------------------------------------------------------------------- state
 
 
-class NicKind(str, Enum):
+class NicKind(StrEnum):
     VF = "vf"
     VIRTIO = "virtio"
 

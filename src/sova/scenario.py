@@ -186,9 +186,18 @@ class ExpectedHolders(_Strict):
     label: str = ""
 
 
+class ClassificationSpec(_Strict):
+    """Sova Table 1 / DSR-IOV Table 2 groups, each listed by increasing benchmark share."""
+
+    cpu: list[str] = Field(default_factory=list)
+    network: list[str] = Field(default_factory=list)
+    hybrid: list[str] = Field(default_factory=list)
+
+
 class PaperSpec(_Strict):
     source: str = ""
     vf_holders: list[ExpectedHolders] = Field(default_factory=list)
+    classification: ClassificationSpec | None = None
     note: str = ""
 
 
@@ -233,6 +242,12 @@ class Scenario(_Strict):
         unplaced = known - set(placed)
         if unplaced:
             raise ValueError(f"vms: {sorted(unplaced)} are on no host (list them in hosts[].vms)")
+        if self.paper.classification is not None:
+            c = self.paper.classification
+            for group in ("cpu", "network", "hybrid"):
+                for j, name in enumerate(getattr(c, group)):
+                    if name not in known:
+                        raise ValueError(f"paper.classification.{group}[{j}]: unknown VM {name!r}")
         for i, p in enumerate(self.workload):
             for name in p.vms:
                 if name not in known:

@@ -48,7 +48,9 @@ def _parse(value: object, table: dict[str, float], what: str) -> float:
     else:
         raise ValueError(f"expected a {what}, got {value!r}")
     if unit not in table:
-        raise ValueError(f"unknown unit {unit!r} in {value!r}; use one of {sorted(k for k in table if k)}")
+        raise ValueError(
+            f"unknown unit {unit!r} in {value!r}; use one of {sorted(k for k in table if k)}"
+        )
     result = number * table[unit]
     if not math.isfinite(result):
         raise ValueError(f"{what} must be finite, got {value!r}")

@@ -123,4 +123,6 @@ class Executor:
         self._failures[vm] = n
         if n >= self.max_retries:
             # Exponential back-off once the retry budget is spent, capped at ~10 min.
-            self._blocked_until[vm] = now + min(600.0, self.backoff_base_s * 2 ** (n - self.max_retries))
+            self._blocked_until[vm] = now + min(
+                600.0, self.backoff_base_s * 2 ** (n - self.max_retries)
+            )

@@ -16,14 +16,15 @@ whole world with a plain function (see :class:`MockDriver`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Callable, Protocol, runtime_checkable
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
 
 from sova.model import Action, HostSample, Inventory, NICCapabilities
 
 
-class OpState(str, Enum):
+class OpState(StrEnum):
     PENDING = "pending"
     SUCCEEDED = "succeeded"
     FAILED = "failed"

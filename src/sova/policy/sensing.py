@@ -148,11 +148,9 @@ def network_factors(
     for vm, w in windows.items():
         busy = [s.packets / s.dt_s for s in w if s.has_traffic(threshold_bps)]
         freq = len(busy) / len(w) if w else 0.0
-        if busy:
-            # One busy level on the whole host: every active sample is the maximum.
-            avg = sum((x - lo) / span if span > 0 else 1.0 for x in busy) / len(busy)
-        else:
-            avg = 0.0
+        # span == 0: one busy level on the whole host, every active sample is the maximum.
+        norm = [(x - lo) / span if span > 0 else 1.0 for x in busy]
+        avg = sum(norm) / len(norm) if norm else 0.0
         result[vm] = epsilon * freq + (1.0 - epsilon) * avg
     return result
 

@@ -91,7 +91,9 @@ class SimHost:
 
     # ------------------------------------------------------------------ workload
 
-    def add_vm(self, vm: model.VM, workload: DutyWorkload, rng: np.random.Generator, ready: bool) -> None:
+    def add_vm(
+        self, vm: model.VM, workload: DutyWorkload, rng: np.random.Generator, ready: bool
+    ) -> None:
         p = self.profile
         self.vms[vm.name] = SimVM(
             spec=vm,
@@ -254,7 +256,12 @@ class SimHost:
         if isinstance(a, model.DetachVF):
             if vm.nic is not model.NicKind.VF:
                 return "succeeded", "already on virtio"
-            vm.nic, vm.vf_index, vm.vf_max_bps, vm.vf_min_bps = model.NicKind.VIRTIO, None, None, None
+            vm.nic, vm.vf_index, vm.vf_max_bps, vm.vf_min_bps = (
+                model.NicKind.VIRTIO,
+                None,
+                None,
+                None,
+            )
             return "succeeded", "on virtio"
         if isinstance(a, model.SetVFRate):
             if vm.nic is not model.NicKind.VF:
@@ -270,4 +277,3 @@ class SimHost:
 
     def poll(self, op_id: str) -> _Op:
         return self.ops[op_id]
-

@@ -104,7 +104,10 @@ def run_policy(
     specs = {v.name: v for v in scn.vms}
     for hi, hspec in enumerate(scn.hosts):
         host = SimHost(
-            scn.model_host(hspec), scn.profile, env, np.random.default_rng([scn.seed, hi, 1_000_003])
+            scn.model_host(hspec),
+            scn.profile,
+            env,
+            np.random.default_rng([scn.seed, hi, 1_000_003]),
         )
         for name in hspec.vms:
             i = vm_index[name]
@@ -121,7 +124,9 @@ def run_policy(
             event = kind if o.result == "succeeded" else f"{kind}_{o.result}"
             detail = o.detail
             if isinstance(o.action, AttachVF | SetVFRate) and o.action.max_bps:
-                detail = (detail + "; " if detail else "") + f"rate {o.action.max_bps / 1e6:.0f} Mbit/s"
+                detail = (
+                    detail + "; " if detail else ""
+                ) + f"rate {o.action.max_bps / 1e6:.0f} Mbit/s"
             run.events.append(
                 EventRow(policy, round(o.time_s, 3), event, o.action.vm, host_name, "", detail)
             )
@@ -179,9 +184,7 @@ def run_policy(
     return run
 
 
-def run_scenario(
-    scn: Scenario, progress: Callable[[int], None] | None = None
-) -> list[PolicyRun]:
+def run_scenario(scn: Scenario, progress: Callable[[int], None] | None = None) -> list[PolicyRun]:
     return [run_policy(scn, p, progress) for p in scn.policies]
 
 

@@ -1,0 +1,3 @@
+from sova.cli import main
+
+main()

@@ -1,0 +1,145 @@
+"""The ``sova`` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from sova import __version__
+
+app = typer.Typer(
+    name="sova",
+    help=(
+        "Sova: autonomic SR-IOV VF and bandwidth allocation for KVM clusters. "
+        "Gives scarce VFs to the VMs that are network-intensive now, keeps everyone else "
+        "on virtio, holds SLA bandwidth, and removes hotspots by live migration."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+)
+err = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sova {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool | None,  # noqa: UP007 - typer needs Optional here
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = None,
+) -> None:
+    """Sova command line."""
+
+
+@app.command()
+def simulate(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (see scenarios/).")],
+    out: Annotated[
+        Path | None,  # noqa: UP007
+        typer.Option("--out", "-o", help="Output directory [default: out/<scenario name>]."),
+    ] = None,
+    seed: Annotated[
+        int | None,  # noqa: UP007
+        typer.Option(help="Override the scenario's seed."),
+    ] = None,
+    policy: Annotated[
+        list[str] | None,  # noqa: UP007
+        typer.Option("--policy", "-p", help="Run only these policies (repeatable)."),
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run a scenario in the built-in simulated cluster and write its report.
+
+    Writes timeline.csv, events.csv, summary.json, report.md and PNG plots into --out.
+    A scenario with a bad value is refused before anything is written.
+    """
+    from sova.output import write_outputs
+    from sova.scenario import VF_POLICIES, ScenarioError, load_scenario
+    from sova.sim.runner import run_policy
+
+    try:
+        scn = load_scenario(scenario)
+    except ScenarioError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    updates: dict[str, object] = {}
+    if seed is not None:
+        updates["seed"] = seed
+    if policy:
+        bad = [p for p in policy if p not in VF_POLICIES]
+        if bad:
+            err.print(
+                f"[red]error:[/red] --policy: unknown policy {bad[0]!r}; "
+                f"choose from {', '.join(VF_POLICIES)}",
+                highlight=False,
+            )
+            raise typer.Exit(2)
+        updates["compare"] = policy
+    if updates:
+        scn = scn.model_copy(update=updates)
+    out_dir = out or Path("out") / scn.name
+
+    runs = []
+    show = progress and sys.stderr.isatty()
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not show,
+        transient=True,
+    ) as bar:
+        ticks = int(round(scn.duration / scn.tick))
+        for p in scn.policies:
+            task = bar.add_task(f"{scn.name} [{p}]", total=ticks)
+            runs.append(run_policy(scn, p, lambda n, t=task: bar.advance(t, n)))
+    summary = write_outputs(out_dir, scn, runs)
+    for name, s in summary["policies"].items():
+        match = s.get("paper_vf_holders_match")
+        tag = (
+            ""
+            if match is None
+            else ("  paper VF holders: match" if match else "  paper VF holders: MISMATCH")
+        )
+        typer.echo(
+            f"{name:>14}: {s['throughput_mbps']:9.1f} Mbit/s, {s['vf_changes']:3d} VF changes{tag}"
+        )
+    typer.echo(f"report: {out_dir / 'report.md'}")
+
+
+@app.command()
+def validate(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+) -> None:
+    """Check a scenario file and report every bad field, without running it."""
+    from sova.scenario import ScenarioError, load_scenario
+
+    try:
+        scn = load_scenario(scenario)
+    except ScenarioError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    typer.echo(
+        f"{scenario}: ok ({len(scn.hosts)} host(s), {len(scn.vms)} VM(s), "
+        f"policies {', '.join(scn.policies)})"
+    )
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,496 @@
+"""Hotspot detection and migration planning (SPEC §6; Sova §3.3.3-3.4, Alg. 1 lines 3-9, Alg. 2).
+
+Pure functions over plain values: the manager keeps the history (Knowledge) and the agents'
+reports, this module only decides. Where the paper is wrong or silent:
+
+* **Hotness.** Sova eq. 5, ``sqrt(sum((r_i / mean(r) - 1)^2))``, is printed as "volume" and
+  described as the "sheer volume" of CPU, memory and network, but it is Xiao et al.'s
+  *skewness*: it measures how *unevenly* a host is loaded and is 0 for a host saturated on
+  every resource. We provide it under its true name (:func:`skewness`), provide Sandpiper's
+  real volume ``1 / ((1-cpu)(1-mem)(1-net))`` (:func:`volume`) and default to volume.
+
+* **What α is compared with.** Alg. 2 compares "volume" values with α, yet volume is
+  unbounded (>= 1) and skewness is scale-free, so neither can carry a load threshold. α here
+  is a *utilisation* threshold in (0, 1], applied per resource, as in Sandpiper and the
+  paper's own footnote 1 ("a hotspot occurs if the aggregate CPU or network utilization
+  exceeds a set threshold"); the hot hosts of Fig. 5 are hot in network bandwidth. The
+  hotness metric only *ranks*: the VM to move (MF) and the cold spot to move it to.
+
+* **AR(1).** ``x̂ = μ + φ(x_p - μ)`` with μ the window mean and φ the window's lag-1
+  autocorrelation; the noise term has mean 0 and is dropped. With φ in [-1, 1] the forecast
+  never extrapolates a trend: it lies between μ and x_p for φ >= 0. A load that steps onto a
+  plateau above α is therefore flagged when the window has filled with the plateau (5 reports
+  = 50 s at the 10 s period, which is exactly when Fig. 5 flags HM1), not earlier.
+
+* **Cold spot.** Alg. 2 line 8 only checks that the target is *currently* below α; the SPEC
+  requires it to stay below α *after receiving* the VM. We check both: the target must be
+  below α now on every resource and below ``ceiling`` on every resource after receiving the
+  VM, where ``ceiling`` defaults to α (the SPEC rule, which never creates a new hotspot).
+  Caution: with ceiling = α, Sova Table 3 cannot reproduce Fig. 5 stage 3. There HM2 would go
+  to 50 % + 40 % = 90 % net, above the 80 % that made HM3 hot, so any after-receiving rule
+  with ceiling below 90 % must refuse the move. The paper only made it because it checks the
+  target's current load. ``ceiling=1.0`` ("the VM fits") reproduces all three stages.
+
+* **Candidate load.** The manager only names source and target (the source's Effector picks
+  the VM), but it cannot check "stays below α after receiving" without the VM's size. Each
+  host report therefore carries its VMs' loads (:class:`HostReport`). The manager runs the
+  same deterministic :func:`choose_vm` that the Effector runs, checks the target against
+  that VM, and names it in the signal (:attr:`MigrationSignal.vm`) so that the Effector moves
+  the VM the target was checked for.
+
+* **Rescaling.** VM loads are fractions of the *source* host's capacity (what a host can
+  measure). On heterogeneous hosts pass :class:`HostCapacity` per host. A VM's share on the
+  target is then ``share_src · cap_src / cap_dst`` per resource. Without capacities, hosts
+  are taken as identical.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+RESOURCES: Final = ("cpu", "mem", "net")
+
+# Counters and the sampling clock are read at slightly different instants, so a fully busy
+# resource can measure a little above 1. Accept that; anything beyond is a bug upstream.
+UTILISATION_SLACK: Final = 0.05
+
+# Volume is 1/Π(1-u): clamping keeps a saturated resource large but finite (≤ 1e9), so hosts
+# can still be ranked and logged instead of dividing by zero.
+_VOLUME_CLAMP: Final = 1.0 - 1e-3
+
+
+def _check_utilisation(name: str, value: float) -> float:
+    if not math.isfinite(value) or value < 0.0 or value > 1.0 + UTILISATION_SLACK:
+        raise ValueError(f"{name} utilisation must be in [0, 1], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    """Utilisation vector r = (cpu, mem, net) of a host, or a VM's share of its host."""
+
+    cpu: float
+    mem: float
+    net: float
+
+    def __post_init__(self) -> None:
+        for name, value in zip(RESOURCES, self.as_tuple(), strict=True):
+            _check_utilisation(name, value)
+
+    def as_tuple(self) -> tuple[float, float, float]:
+        return (self.cpu, self.mem, self.net)
+
+
+@dataclass(frozen=True)
+class HostCapacity:
+    """Absolute capacity of a host, in any units consistent across hosts (cores, bytes, bit/s)."""
+
+    cpu: float
+    mem: float
+    net: float
+
+    def __post_init__(self) -> None:
+        for name, value in zip(RESOURCES, self.as_tuple(), strict=True):
+            if not math.isfinite(value) or value <= 0.0:
+                raise ValueError(f"{name} capacity must be > 0, got {value!r}")
+
+    def as_tuple(self) -> tuple[float, float, float]:
+        return (self.cpu, self.mem, self.net)
+
+
+@dataclass(frozen=True)
+class VMLoad:
+    """One VM as the migration policy sees it.
+
+    ``util`` is the VM's share of its *current host's* capacity per resource, and
+    ``memory_bytes`` is what a migration must copy (the MF denominator).
+    """
+
+    util: Utilisation
+    memory_bytes: int
+    migrating: bool = False
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes <= 0:
+            raise ValueError(f"memory_bytes must be > 0, got {self.memory_bytes!r}")
+
+
+# --------------------------------------------------------------------------- hotness
+
+
+def skewness(r: Sequence[float]) -> float:
+    """Xiao et al.'s skewness, ``sqrt(sum((r_i / mean(r) - 1)^2))``: Sova's eq. 5.
+
+    Sova prints this under the name "volume". It measures imbalance, not load: a uniformly
+    saturated host scores 0, like an idle one. An all-zero vector also scores 0, because
+    a host with no load has no imbalance (the formula would otherwise divide 0 by 0).
+    """
+    if not r:
+        raise ValueError("skewness needs at least one utilisation")
+    for i, value in enumerate(r):
+        if not math.isfinite(value) or value < 0.0:
+            raise ValueError(f"r[{i}] must be finite and >= 0, got {value!r}")
+    mean = sum(r) / len(r)
+    if mean == 0.0:
+        return 0.0
+    return math.sqrt(sum((value / mean - 1.0) ** 2 for value in r))
+
+
+def volume(cpu: float, mem: float, net: float) -> float:
+    """Sandpiper's volume ``1 / ((1-cpu)(1-mem)(1-net))``: 1 when idle, large when saturated."""
+    product = 1.0
+    for name, value in (("cpu", cpu), ("mem", mem), ("net", net)):
+        product *= 1.0 - min(_check_utilisation(name, value), _VOLUME_CLAMP)
+    return 1.0 / product
+
+
+class HotnessMetric(StrEnum):
+    VOLUME = "volume"
+    SKEWNESS = "skewness"
+
+
+def hotness(u: Utilisation, metric: HotnessMetric | str = HotnessMetric.VOLUME) -> float:
+    """Hotness of a host or VM under the chosen metric. An unknown name raises ValueError."""
+    if HotnessMetric(metric) is HotnessMetric.SKEWNESS:
+        return skewness(u.as_tuple())
+    return volume(u.cpu, u.mem, u.net)
+
+
+# --------------------------------------------------------------------------- forecast
+
+
+def ar1_coefficient(series: Sequence[float]) -> float:
+    """Lag-1 sample autocorrelation of the window (Box-Jenkins estimator), in [-1, 1].
+
+    A window with no variance (constant, or a single value) has no measurable dependence.
+    φ is then 0, so the forecast falls back to the mean, which equals the constant.
+    """
+    if not series:
+        raise ValueError("series must not be empty")
+    if not all(math.isfinite(x) for x in series):
+        raise ValueError("series must be finite")
+    mean = sum(series) / len(series)
+    dev = [x - mean for x in series]
+    variance = sum(d * d for d in dev)
+    # Relative cut-off: a "constant" window built from float sums has variance ~1e-33, and
+    # dividing rounding noise by rounding noise would give an arbitrary φ.
+    if variance <= 1e-24 * max(1.0, mean * mean) * len(series):
+        return 0.0
+    phi = sum(a * b for a, b in zip(dev, dev[1:], strict=False)) / variance
+    # Cauchy-Schwarz bounds this estimator by 1 in exact arithmetic. The clamp guards against
+    # rounding and keeps the SPEC's contract if the estimator is ever swapped.
+    return max(-1.0, min(1.0, phi))
+
+
+def ar1_forecast(series: Sequence[float]) -> float:
+    """AR(1) one-step forecast ``μ + φ(x_p - μ)`` of the next observation (Sova eq. 6)."""
+    phi = ar1_coefficient(series)  # validates: non-empty, finite
+    mean = sum(series) / len(series)
+    return mean + phi * (series[-1] - mean)
+
+
+# --------------------------------------------------------------------------- detection
+
+
+@dataclass(frozen=True)
+class ResourceVerdict:
+    """Why one resource is (not) hot: the k-of-n count and the forecast that were compared."""
+
+    resource: str
+    over: int  # observations above α in the window
+    window: int  # observations in the window (< n while history is short)
+    forecast: float
+    hot: bool
+
+
+@dataclass(frozen=True)
+class HotspotVerdict:
+    hot: bool
+    alpha: float
+    k: int
+    n: int
+    resources: tuple[ResourceVerdict, ...]
+
+    @property
+    def hot_resources(self) -> tuple[str, ...]:
+        return tuple(r.resource for r in self.resources if r.hot)
+
+    @property
+    def reason(self) -> str:
+        if not self.resources:
+            return "no observations"
+        parts = [
+            f"{r.resource} {r.over}/{r.window} over {self.alpha:g}, forecast {r.forecast:.3f}"
+            for r in self.resources
+        ]
+        return ("hot: " if self.hot else "not hot: ") + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class HotspotDetector:
+    """Sandpiper/Sova hotspot test, per resource.
+
+    A resource is hot when at least ``k`` of the last ``n`` observations exceed ``alpha``
+    AND the AR(1) forecast of the next one (fitted on the same window) exceeds ``alpha``.
+    A host is hot when any resource is.
+    """
+
+    k: int = 3
+    n: int = 5
+    alpha: float = 0.75
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k <= self.n:
+            raise ValueError(f"k must satisfy 1 <= k <= n, got k={self.k}, n={self.n}")
+        if not (math.isfinite(self.alpha) and 0.0 < self.alpha <= 1.0):
+            raise ValueError(f"alpha must be a utilisation in (0, 1], got {self.alpha!r}")
+
+    def assess(self, history: Sequence[Utilisation]) -> HotspotVerdict:
+        """Judge a host from its history (oldest first). Only the last ``n`` entries count.
+
+        A short history is judged as it is: missing observations count as "not over α", so a
+        host cannot be hot before ``k`` observations exist.
+        """
+        window = history[-self.n :]
+        verdicts: list[ResourceVerdict] = []
+        if window:
+            for i, name in enumerate(RESOURCES):
+                series = [u.as_tuple()[i] for u in window]
+                over = sum(1 for x in series if x > self.alpha)
+                forecast = ar1_forecast(series)
+                hot = over >= self.k and forecast > self.alpha
+                verdicts.append(ResourceVerdict(name, over, len(series), forecast, hot))
+        return HotspotVerdict(
+            hot=any(v.hot for v in verdicts),
+            alpha=self.alpha,
+            k=self.k,
+            n=self.n,
+            resources=tuple(verdicts),
+        )
+
+
+# --------------------------------------------------------------------------- VM choice
+
+
+def migration_factor(vm: VMLoad, metric: HotnessMetric | str = HotnessMetric.VOLUME) -> float:
+    """MF = hotness / memory size: load relieved per byte copied (Sova §3.3.3)."""
+    return hotness(vm.util, metric) / vm.memory_bytes
+
+
+def choose_vm(
+    vms: Mapping[str, VMLoad],
+    *,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+    resources: Collection[str] | None = None,
+) -> str | None:
+    """The VM to migrate off a hot host: largest MF, ties broken by name (Alg. 1 lines 3-9).
+
+    VMs already migrating are skipped. When ``resources`` is given (the host's hot
+    resources), only VMs with a positive share of one of them are candidates. Volume is >= 1
+    even for an idle VM, so without this filter a small idle VM can out-score a large busy one,
+    and moving it relieves nothing.
+    """
+    if resources is not None:
+        unknown = set(resources) - set(RESOURCES)
+        if unknown:
+            raise ValueError(f"unknown resources {sorted(unknown)}; expected {RESOURCES}")
+    best: tuple[float, str] | None = None
+    for name, vm in vms.items():
+        if vm.migrating:
+            continue
+        if resources is not None:
+            shares = dict(zip(RESOURCES, vm.util.as_tuple(), strict=True))
+            if not any(shares[r] > 0.0 for r in resources):
+                continue
+        key = (-migration_factor(vm, metric), name)
+        if best is None or key < best:
+            best = key
+    return None if best is None else best[1]
+
+
+# --------------------------------------------------------------------------- target choice
+
+
+def _share_on(
+    vm: VMLoad,
+    src: str,
+    dst: str,
+    capacities: Mapping[str, HostCapacity] | None,
+) -> tuple[float, float, float]:
+    if capacities is None:
+        return vm.util.as_tuple()
+    for host in (src, dst):
+        if host not in capacities:
+            raise ValueError(f"capacities has no entry for host {host!r}")
+    src_cap, dst_cap = capacities[src].as_tuple(), capacities[dst].as_tuple()
+    share = vm.util.as_tuple()
+    return (
+        share[0] * src_cap[0] / dst_cap[0],
+        share[1] * src_cap[1] / dst_cap[1],
+        share[2] * src_cap[2] / dst_cap[2],
+    )
+
+
+def _screen_targets(
+    hosts: Mapping[str, Utilisation],
+    src: str,
+    vm: VMLoad,
+    alpha: float,
+    taken: Collection[str],
+    metric: HotnessMetric | str,
+    ceiling: float | None,
+    capacities: Mapping[str, HostCapacity] | None,
+) -> tuple[str | None, list[str]]:
+    """The chosen cold spot and, for logging, why each less-hot candidate was refused."""
+    if not (math.isfinite(alpha) and 0.0 < alpha <= 1.0):
+        raise ValueError(f"alpha must be a utilisation in (0, 1], got {alpha!r}")
+    limit = alpha if ceiling is None else ceiling
+    if not (math.isfinite(limit) and limit > 0.0):
+        raise ValueError(f"ceiling must be finite and > 0, got {ceiling!r}")
+    order = sorted(
+        (hotness(u, metric), name) for name, u in hosts.items() if name != src and name not in taken
+    )
+    refused: list[str] = []
+    for _, name in order:
+        now = hosts[name].as_tuple()
+        after = [a + b for a, b in zip(now, _share_on(vm, src, name, capacities), strict=True)]
+        busy = [r for r, x in zip(RESOURCES, now, strict=True) if x >= alpha]
+        if busy:
+            refused.append(f"{name}: {', '.join(busy)} already at/over {alpha:g}")
+            continue
+        full = [
+            f"{r} {x:.3f}->{y:.3f}"
+            for r, x, y in zip(RESOURCES, now, after, strict=True)
+            if y >= limit
+        ]
+        if full:
+            refused.append(f"{name}: would reach {', '.join(full)} >= {limit:g}")
+            continue
+        return name, refused
+    return None, refused
+
+
+def choose_target(
+    hosts: Mapping[str, Utilisation],
+    src: str,
+    vm: VMLoad,
+    alpha: float,
+    taken: Collection[str] = frozenset(),
+    *,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+    ceiling: float | None = None,
+    capacities: Mapping[str, HostCapacity] | None = None,
+) -> str | None:
+    """Cold spot for ``vm`` leaving ``src`` (Alg. 2 lines 7-10), or None: no migration.
+
+    The least-hot host (by ``metric``, ties by name) that is not ``src`` and not in
+    ``taken``, whose every resource is below ``alpha`` now and below ``ceiling`` (default
+    ``alpha``) after adding the VM's share rescaled to the host's capacity. ``hosts`` maps
+    host name to its current utilisation. ``vm.util`` is the VM's share of ``src``.
+    """
+    chosen, _ = _screen_targets(hosts, src, vm, alpha, taken, metric, ceiling, capacities)
+    return chosen
+
+
+# --------------------------------------------------------------------------- Algorithm 2
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """What the manager knows about one host at the start of a round.
+
+    ``history`` is oldest first, and its last entry is the current utilisation. ``vms`` is the
+    agent's per-VM load report, from which the manager derives the candidate VM.
+    """
+
+    history: tuple[Utilisation, ...]
+    vms: Mapping[str, VMLoad] = field(default_factory=dict)
+    capacity: HostCapacity | None = None
+
+
+@dataclass(frozen=True)
+class MigrationSignal:
+    """Alg. 2's ``<flag, target>`` plus what the manager and Effector need to act and log."""
+
+    flag: bool
+    target: str | None
+    reason: str
+    vm: str | None = None  # the VM the target was checked for; the Effector should move it
+    hot_resources: tuple[str, ...] = ()
+
+
+def _refusal(verdict: HotspotVerdict, why: str, vm: str | None = None) -> MigrationSignal:
+    return MigrationSignal(False, None, f"{verdict.reason}; {why}", vm, verdict.hot_resources)
+
+
+def coordinate(
+    reports: Mapping[str, HostReport],
+    detector: HotspotDetector,
+    *,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+    ceiling: float | None = None,
+    leased: Collection[str] = frozenset(),
+) -> dict[str, MigrationSignal]:
+    """One round of Sova Alg. 2: a signal for every reported host.
+
+    Hot hosts are served hottest first (ties by name), so the worst hotspot gets the first
+    pick of the cold spots. Each gets at most one migration. A host flagged hot never
+    receives, so a target can never be a source in the same round. A target is taken for the
+    rest of the round. Leased hosts (already sending or receiving) are neither source nor
+    target. Hosts without observations cannot be targets because their load is unknown.
+    """
+    capacities: dict[str, HostCapacity] | None = {
+        name: rep.capacity for name, rep in reports.items() if rep.capacity is not None
+    }
+    if capacities and len(capacities) != len(reports):
+        missing = sorted(set(reports) - set(capacities))
+        raise ValueError(f"capacity given for some hosts but not for {missing}")
+    if not capacities:
+        capacities = None
+
+    verdicts = {name: detector.assess(rep.history) for name, rep in reports.items()}
+    current = {name: rep.history[-1] for name, rep in reports.items() if rep.history}
+    hot = {name for name, v in verdicts.items() if v.hot}
+
+    signals: dict[str, MigrationSignal] = {}
+    for name in sorted(reports):
+        if name not in hot:
+            signals[name] = MigrationSignal(False, None, verdicts[name].reason)
+
+    taken: set[str] = set(hot) | set(leased)
+    for name in sorted(hot, key=lambda h: (-hotness(current[h], metric), h)):
+        verdict = verdicts[name]
+        hot_res = verdict.hot_resources
+
+        if name in leased:
+            signals[name] = _refusal(verdict, "skipped: a migration of this host is in progress")
+            continue
+        vm_name = choose_vm(reports[name].vms, metric=metric, resources=hot_res)
+        if vm_name is None:
+            signals[name] = _refusal(
+                verdict, "no VM to move (none reported with load on a hot resource)"
+            )
+            continue
+        target, refused = _screen_targets(
+            current,
+            name,
+            reports[name].vms[vm_name],
+            detector.alpha,
+            taken,
+            metric,
+            ceiling,
+            capacities,
+        )
+        if target is None:
+            detail = "; ".join(refused) if refused else "no other host available"
+            signals[name] = _refusal(verdict, f"no cold spot for {vm_name} ({detail})", vm_name)
+            continue
+        taken.add(target)
+        signals[name] = MigrationSignal(
+            True, target, f"{verdict.reason}; move {vm_name} to {target}", vm_name, hot_res
+        )
+    return dict(sorted(signals.items()))
