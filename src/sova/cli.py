@@ -69,7 +69,7 @@ def simulate(
     try:
         scn = load_scenario(scenario)
     except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     updates: dict[str, object] = {}
     if seed is not None:
@@ -129,7 +129,7 @@ def validate(
     try:
         scn = load_scenario(scenario)
     except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     typer.echo(
         f"{scenario}: ok ({len(scn.hosts)} host(s), {len(scn.vms)} VM(s), "

@@ -147,7 +147,7 @@ class ControllerSpec(_Strict):
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:
-            raise ValueError(f"must be > 0 (got {v})")
+            raise ValueError("must be > 0")
         return v
 
 
@@ -300,7 +300,7 @@ def _format_errors(err: ValidationError, source: str) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         value = e.get("input")
         shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
-        lines.append(f"  {path or '<root>'}: {msg}{shown}")
+        lines.append(f"  {path}: {msg}{shown}" if path else f"  {msg}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,41 @@
+# Sourced by run.sh and test.sh: create or reuse the project's own virtual environment in
+# .venv and install the package with the extras named in $SOVA_EXTRAS. Installs are skipped
+# when pyproject.toml has not changed since the last successful install.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv"
+py="${PYTHON:-python3}"
+
+if ! command -v "$py" >/dev/null 2>&1; then
+  echo "error: $py not found; install Python 3.11 or newer" >&2
+  exit 1
+fi
+if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "error: Sova needs Python >= 3.11, $py is $("$py" -V 2>&1)" >&2
+  exit 1
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  if ! "$py" -m venv "$venv" 2>/dev/null; then
+    rm -rf "$venv"
+    # Debian ships venv's pip bootstrap in a separate package.
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "installing python3-venv (Debian splits venv's pip bootstrap into it)..." >&2
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      "$py" -m venv "$venv"
+    else
+      echo "error: '$py -m venv' failed; on Debian/Ubuntu run: sudo apt-get install python3-venv" >&2
+      exit 1
+    fi
+  fi
+fi
+
+extras="${SOVA_EXTRAS:-}"
+stamp="$venv/.sova-installed${extras:+-$extras}"
+want="$(cat "$root/pyproject.toml" | "$venv/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "installing Sova${extras:+ [$extras]} into .venv ..." >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$root${extras:+[$extras]}"
+  echo "$want" > "$stamp"
+fi
