@@ -19,7 +19,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sova.driver.base import Driver, DriverError, OpState
-from sova.model import Action, DetachVF, Inventory
+from sova.model import Action, DetachVF, Inventory, Migrate, SetGuestRateLimit
+
+
+def channel(action: Action) -> str:
+    """Operations on different channels of one VM may run at once.
+
+    Rate limits go through netlink or the guest agent and finish in milliseconds; they
+    must not wait behind a VF hot-plug of the same VM that can take seconds.
+    """
+    return "rate" if isinstance(action, SetGuestRateLimit) else "nic"
+
+
+Key = tuple[str, str]  # (vm, channel)
 
 
 @dataclass(frozen=True)
@@ -43,19 +55,20 @@ class _InFlight:
 class Executor:
     driver: Driver
     op_timeout_s: float = 30.0
+    migration_timeout_s: float = 600.0  # pre-copy of a busy VM legitimately takes minutes
     max_retries: int = 3
     backoff_base_s: float = 20.0
     dry_run: bool = False
     on_outcome: Callable[[Outcome], None] | None = None
-    in_flight: dict[str, _InFlight] = field(default_factory=dict)  # vm -> op
-    _failures: dict[str, int] = field(default_factory=dict)
-    _blocked_until: dict[str, float] = field(default_factory=dict)
+    in_flight: dict[Key, _InFlight] = field(default_factory=dict)
+    _failures: dict[Key, int] = field(default_factory=dict)
+    _blocked_until: dict[Key, float] = field(default_factory=dict)
 
-    def busy(self, vm: str) -> bool:
-        return vm in self.in_flight
+    def busy(self, vm: str, chan: str = "nic") -> bool:
+        return (vm, chan) in self.in_flight
 
-    def backing_off(self, vm: str, now: float) -> bool:
-        return self._blocked_until.get(vm, -1.0) > now
+    def backing_off(self, vm: str, now: float, chan: str = "nic") -> bool:
+        return self._blocked_until.get((vm, chan), -1.0) > now
 
     def pending_actions(self) -> list[Action]:
         return [f.action for f in self.in_flight.values()]
@@ -76,7 +89,8 @@ class Executor:
 
     def apply(self, action: Action, actual: Inventory) -> Outcome | None:
         now = self.driver.now()
-        if self.busy(action.vm) or self.backing_off(action.vm, now):
+        key = (action.vm, channel(action))
+        if key in self.in_flight or self.backing_off(action.vm, now, key[1]):
             return None
         why = self.precondition(action, actual)
         if why is not None:
@@ -86,43 +100,45 @@ class Executor:
         try:
             op_id = self.driver.submit(action)
         except DriverError as exc:
-            self._record_failure(action.vm, now)
+            self._record_failure(key, now)
             return self._emit(Outcome(now, action, "failed", f"submit refused: {exc}"))
-        self.in_flight[action.vm] = _InFlight(op_id, action, now)
+        self.in_flight[key] = _InFlight(op_id, action, now)
         return None
 
     def poll(self) -> list[Outcome]:
         """Collect finished operations; expire those past their deadline."""
         now = self.driver.now()
         done: list[Outcome] = []
-        for vm, f in list(self.in_flight.items()):
+        for key, f in list(self.in_flight.items()):
             try:
                 status = self.driver.poll(f.op_id)
-            except DriverError as exc:
-                status = None
-                detail = f"poll failed: {exc}"
+            except DriverError:
+                status = None  # an unreachable host: the deadline below still applies
             if status is not None and status.state is OpState.SUCCEEDED:
-                del self.in_flight[vm]
-                self._failures.pop(vm, None)
+                del self.in_flight[key]
+                self._failures.pop(key, None)
                 done.append(self._emit(Outcome(now, f.action, "succeeded", status.detail)))
             elif status is not None and status.state is OpState.FAILED:
-                del self.in_flight[vm]
-                self._record_failure(vm, now)
+                del self.in_flight[key]
+                self._record_failure(key, now)
                 done.append(self._emit(Outcome(now, f.action, "failed", status.detail)))
-            elif now - f.submitted_s > self.op_timeout_s:
+            elif now - f.submitted_s > self.timeout_for(f.action):
                 # The operation may still complete on the host; reconciliation against the
                 # next inventory repairs whatever state it leaves.
-                del self.in_flight[vm]
-                self._record_failure(vm, now)
-                detail = f"no completion after {self.op_timeout_s:.0f} s"
+                del self.in_flight[key]
+                self._record_failure(key, now)
+                detail = f"no completion after {self.timeout_for(f.action):.0f} s"
                 done.append(self._emit(Outcome(now, f.action, "timeout", detail)))
         return done
 
-    def _record_failure(self, vm: str, now: float) -> None:
-        n = self._failures.get(vm, 0) + 1
-        self._failures[vm] = n
+    def timeout_for(self, action: Action) -> float:
+        return self.migration_timeout_s if isinstance(action, Migrate) else self.op_timeout_s
+
+    def _record_failure(self, key: Key, now: float) -> None:
+        n = self._failures.get(key, 0) + 1
+        self._failures[key] = n
         if n >= self.max_retries:
             # Exponential back-off once the retry budget is spent, capped at ~10 min.
-            self._blocked_until[vm] = now + min(
+            self._blocked_until[key] = now + min(
                 600.0, self.backoff_base_s * 2 ** (n - self.max_retries)
             )

@@ -1,14 +1,24 @@
 """The host agent: Sensor + Effector of one hypervisor (Sova Fig. 3), one loop per period.
 
-    sample (driver) -> sensing windows -> factors -> VF decision + tiers   (policy core, pure)
-                    -> plan: desired vs actual inventory -> ordered actions  (planner)
-                    -> apply each through the executor                       (I/O, bounded)
+    sample (driver) -> sensing windows -> factors -> Operation Table (Alg. 1):    (pure)
+                       VF holders + tiers, or VLM for the VM the manager moves
+                    -> plan: desired vs actual inventory -> ordered actions        (planner)
+                    -> apply each through the executor                             (I/O, bounded)
 
 The agent never trusts its own memory of the host: each period it reads the actual
 inventory and plans the difference, so a crash, a restart or an operation that finished
 late is repaired by the next period instead of compounding (reconciliation). Between
 periods :meth:`HostAgent.poll` collects finished operations and, when a VF was freed,
 immediately re-plans the pending decision so the next holder does not wait a full period.
+
+Two more loops share the executor:
+
+* **bandwidth** (:meth:`HostAgent.bandwidth_step`, its own shorter period — DAQS runs at
+  200 ms): measured rates -> the configured allocator -> rate limits;
+* **migration**: the manager's ``<flag, target>`` signal (:meth:`HostAgent.signal`) makes
+  Alg. 1 label the largest-MF VM VLM; its VF is revoked first (a VM holding a plain VF
+  cannot live-migrate), then the migration is submitted. A failed or timed-out migration
+  is forgotten: the VM keeps running at the source and the normal loop re-grants its VF.
 """
 
 from __future__ import annotations
@@ -19,11 +29,33 @@ from typing import Literal
 
 from sova.agent.executor import Executor, Outcome
 from sova.driver.base import Driver
-from sova.model import Action, AttachVF, DetachVF, Inventory, NicKind, SetVFRate
-from sova.policy.sensing import DEFAULT_TRAFFIC_THRESHOLD_BPS, HostSensor, VMFactors
-from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig, schedule
+from sova.model import (
+    Action,
+    AttachVF,
+    DetachVF,
+    HostSample,
+    Inventory,
+    Migrate,
+    NicKind,
+    SetGuestRateLimit,
+    SetVFRate,
+)
+from sova.policy.bandwidth import ALLOCATORS, BandwidthAllocator, FlowDemand, StaticAllocator
+from sova.policy.hotspot import HostReport, Utilisation, VMLoad
+from sova.policy.operation import Migration, algorithm1
+from sova.policy.sensing import (
+    DEFAULT_TRAFFIC_THRESHOLD_BPS,
+    HostSensor,
+    LoadShares,
+    RateMeter,
+    VMFactors,
+    host_load,
+    vm_loads,
+)
+from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
-VFPolicy = Literal["default", "static-sriov", "dsr-iov", "sova"]
+VFPolicy = Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"]
+BandwidthPolicy = Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"]
 
 
 @dataclass(frozen=True)
@@ -36,8 +68,18 @@ class AgentConfig:
     traffic_threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS
     max_ops_per_period: int = 4
     op_timeout_s: float = 30.0
+    migration_timeout_s: float = 600.0
     max_retries: int = 3
     dry_run: bool = False
+    bandwidth_policy: BandwidthPolicy = "none"
+    bandwidth_period_s: float = 1.0
+    # A VM sending at >= (1 - probe) of its cap may want more: ask for (1 + probe) x.
+    probe: float = 0.10
+    static_caps_bps: Mapping[str, float] = field(default_factory=dict)
+    hotness_metric: str = "volume"
+    migration_bandwidth_bps: float | None = None
+    # Where limits are enforced: "guest" = tc in the guest (DAQS), "host" = VF/tap shaping.
+    history: int = 5
 
 
 @dataclass(frozen=True)
@@ -48,6 +90,8 @@ class StepReport:
     decision: VFDecision | None
     desired_rates: Mapping[str, float | None]
     planned: Sequence[Action]
+    load: LoadShares | None = None
+    migrating: Mapping[str, str] = field(default_factory=dict)
 
 
 def plan_actions(
@@ -64,7 +108,7 @@ def plan_actions(
     (a detach in flight still holds its VF), best-ranked first; rate changes last.
     """
     min_rates = min_rates or {}
-    busy = {a.vm for a in pending}
+    busy = {a.vm for a in pending if not isinstance(a, SetGuestRateLimit)}
     holders = actual.vf_holders
     pool = actual.host.nic.vf_pool
     actions: list[Action] = []
@@ -89,6 +133,14 @@ def plan_actions(
     return actions[:max_ops]
 
 
+def make_allocator(config: AgentConfig) -> BandwidthAllocator | None:
+    if config.bandwidth_policy == "none":
+        return None
+    if config.bandwidth_policy == "ip-link-static":
+        return StaticAllocator(config.static_caps_bps)
+    return ALLOCATORS[config.bandwidth_policy]()
+
+
 class HostAgent:
     def __init__(
         self,
@@ -104,28 +156,46 @@ class HostAgent:
         self.executor = Executor(
             driver,
             op_timeout_s=self.config.op_timeout_s,
+            migration_timeout_s=self.config.migration_timeout_s,
             max_retries=self.config.max_retries,
             dry_run=self.config.dry_run,
             on_outcome=self._outcome,
         )
         self._on_outcome = on_outcome
         self.vf_since: dict[str, float] = {}
-        self.marked_for_migration: set[str] = set()
+        self.migrating: dict[str, str] = {}  # vm -> target host (Operation VLM)
+        self._signal: Migration | None = None
         self._last_desired: dict[str, float | None] = {}
         self._last_ranking: tuple[str, ...] = ()
         self._ops_this_period = 0
+        self._prev_sample: HostSample | None = None
+        self.load_history: list[LoadShares] = []
+        self.last_vm_loads: dict[str, LoadShares] = {}
+        self.allocator = make_allocator(self.config)
+        self.rate_meter = RateMeter()
+        self.limits: dict[str, float | None] = {}
 
     # ----------------------------------------------------------------- events
 
     def _outcome(self, outcome: Outcome) -> None:
         a = outcome.action
-        if outcome.result == "succeeded":
-            if isinstance(a, AttachVF):
-                self.vf_since[a.vm] = outcome.time_s
-            elif isinstance(a, DetachVF):
-                self.vf_since.pop(a.vm, None)
+        ok = outcome.result == "succeeded"
+        if ok and isinstance(a, AttachVF):
+            self.vf_since[a.vm] = outcome.time_s
+        elif ok and isinstance(a, DetachVF):
+            self.vf_since.pop(a.vm, None)
+        elif isinstance(a, Migrate) and outcome.result in ("succeeded", "failed", "timeout"):
+            # Gone, or rolled back: either way this host stops treating it as leaving.
+            self.migrating.pop(a.vm, None)
+            self.vf_since.pop(a.vm, None)
+        elif ok and isinstance(a, SetGuestRateLimit):
+            self.limits[a.vm] = a.rate_bps
         if self._on_outcome is not None:
             self._on_outcome(outcome)
+
+    def signal(self, flag: bool, target: str | None = None, vm: str | None = None) -> None:
+        """The manager's migration signal for this host (Alg. 2 line 13)."""
+        self._signal = Migration(flag, target, vm) if flag and target else None
 
     # ----------------------------------------------------------------- decide
 
@@ -145,17 +215,42 @@ class HostAgent:
                     eligible=state.failover_ready
                     and state.running
                     and not state.migrating
-                    and vm not in self.marked_for_migration,
+                    and vm not in self.migrating,
                 )
             )
         return out
+
+    def _vm_load_reports(self, actual: Inventory) -> dict[str, VMLoad]:
+        return {
+            vm: VMLoad(
+                Utilisation(s.cpu, s.mem, s.net),
+                actual.vms[vm].vm.memory_bytes,
+                migrating=vm in self.migrating,
+            )
+            for vm, s in self.last_vm_loads.items()
+            if vm in actual.vms
+        }
 
     def decide(
         self, factors: Mapping[str, VMFactors], actual: Inventory, now: float
     ) -> tuple[VFDecision | None, dict[str, float | None]]:
         pool = actual.host.nic.vf_pool
         policy = self.config.vf_policy
-        if policy == "default":
+        signal, self._signal = self._signal, None
+        if signal is not None and policy in ("sova", "migration-only") and not self.migrating:
+            loads = self._vm_load_reports(actual)
+            table = algorithm1(
+                self._candidates(factors, actual),
+                loads,
+                {},
+                0,
+                now,
+                self.config.scheduler,
+                signal,
+                self.config.hotness_metric,
+            )
+            self.migrating.update(table.migrate)
+        if policy in ("default", "migration-only"):
             return None, {}
         if policy == "static-sriov":
             # VFs handed out once, in creation order, and never moved (HYVI-style).
@@ -165,10 +260,16 @@ class HostAgent:
         for vm in actual.vf_holders:
             self.vf_since.setdefault(vm, now)
         holders = {vm: self.vf_since[vm] for vm in actual.vf_holders}
-        decision = schedule(
-            self._candidates(factors, actual), holders, pool, now, self.config.scheduler
+        table = algorithm1(
+            self._candidates(factors, actual),
+            {},
+            holders,
+            pool,
+            now,
+            self.config.scheduler,
         )
-        return decision, self._with_tiers(list(decision.pq), factors, actual)
+        assert table.decision is not None
+        return table.decision, self._with_tiers(list(table.decision.pq), factors, actual)
 
     def _with_tiers(
         self, chosen: Sequence[str], factors: Mapping[str, VMFactors], actual: Inventory
@@ -184,19 +285,33 @@ class HostAgent:
 
     # ----------------------------------------------------------------- loop
 
+    def _observe(self, sample: HostSample, actual: Inventory) -> LoadShares | None:
+        self.sensor.observe(sample)
+        prev, self._prev_sample = self._prev_sample, sample
+        if prev is None:
+            return None
+        h = actual.host
+        load = host_load(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
+        self.last_vm_loads = vm_loads(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
+        if load is not None:
+            self.load_history = (self.load_history + [load])[-self.config.history :]
+        return load
+
     def step(self) -> StepReport:
         """One control period: sense, decide, plan, apply."""
         self.executor.poll()
         now = self.driver.now()
-        self.sensor.observe(self.driver.sample())
-        factors = self.sensor.factors()
         actual = self.driver.inventory()
+        load = self._observe(self.driver.sample(), actual)
+        factors = self.sensor.factors()
         decision, desired = self.decide(factors, actual, now)
         self._last_desired = desired
         self._last_ranking = decision.ranking if decision else tuple(desired)
         self._ops_this_period = 0
         planned = self._reconcile(actual)
-        return StepReport(now, factors, actual, decision, desired, planned)
+        return StepReport(
+            now, factors, actual, decision, desired, planned, load, dict(self.migrating)
+        )
 
     def poll(self) -> list[Outcome]:
         """Between periods: collect finished operations, use freed VFs at once."""
@@ -209,19 +324,89 @@ class HostAgent:
 
     def _reconcile(self, actual: Inventory) -> list[Action]:
         budget = self.config.max_ops_per_period - self._ops_this_period
-        if budget <= 0:
-            return []
-        actions = plan_actions(
-            self._last_desired,
-            self._last_ranking,
-            actual,
-            self.executor.pending_actions(),
-            budget,
-        )
+        actions: list[Action] = []
+        if budget > 0:
+            actions = plan_actions(
+                self._last_desired,
+                self._last_ranking,
+                actual,
+                self.executor.pending_actions(),
+                budget,
+            )
+        actions += self._migration_actions(actual)
         for a in actions:
             self.executor.apply(a, actual)
         self._ops_this_period += len(actions)
         return actions
 
-    def holders(self, actual: Inventory) -> list[str]:
-        return sorted(vm for vm, s in actual.vms.items() if s.nic is NicKind.VF)
+    def _migration_actions(self, actual: Inventory) -> list[Action]:
+        """Revoke the VF of a VM chosen to migrate, then migrate it once it is on virtio."""
+        out: list[Action] = []
+        for vm, target in sorted(self.migrating.items()):
+            state = actual.vms.get(vm)
+            if state is None:
+                self.migrating.pop(vm, None)  # already gone (an earlier run finished it)
+                continue
+            if self.executor.busy(vm):
+                continue
+            if state.nic is NicKind.VF:
+                out.append(DetachVF(vm))
+            elif not state.migrating:
+                out.append(Migrate(vm, target, self.config.migration_bandwidth_bps))
+        return out
+
+    # ----------------------------------------------------------------- bandwidth
+
+    def bandwidth_step(self) -> list[Action]:
+        """One period of the bandwidth controller: measured rates -> allocator -> limits."""
+        if self.allocator is None:
+            return []
+        self.executor.poll()
+        rates = self.rate_meter.observe(self.driver.sample())
+        if not rates:
+            return []
+        actual = self.driver.inventory()
+        capacity = actual.host.nic.capacity_bps
+        demands = []
+        for vm, (bps, pkt) in sorted(rates.items()):
+            state = actual.vms.get(vm)
+            if state is None:
+                continue
+            cap = self.limits.get(vm)
+            demand = bps
+            if cap is not None and bps >= (1.0 - self.config.probe) * cap:
+                demand = max(bps, cap) * (1.0 + self.config.probe)
+            demands.append(
+                FlowDemand(vm, min(demand, capacity), state.vm.sla, pkt, state.vm.created_seq)
+            )
+        alloc = self.allocator.allocate(capacity, demands)
+        actions: list[Action] = []
+        for vm, a in sorted(alloc.items()):
+            rate: float | None = a.rate_bps
+            if rate is not None and rate >= capacity * (1 - 1e-9) and a.pps_cap is None:
+                rate = None  # a cap at line rate is no cap
+            current = self.limits.get(vm)
+            if _same_limit(current, rate):
+                continue
+            actions.append(SetGuestRateLimit(vm, rate, a.pps_cap))
+        for act in actions:
+            self.executor.apply(act, actual)
+        return actions
+
+    # ----------------------------------------------------------------- report
+
+    def host_report(self) -> HostReport | None:
+        """What the manager needs from this host: load history and per-VM loads."""
+        if not self.load_history:
+            return None
+        actual = self.driver.inventory()
+        return HostReport(
+            history=tuple(Utilisation(s.cpu, s.mem, s.net) for s in self.load_history),
+            vms=self._vm_load_reports(actual),
+        )
+
+
+def _same_limit(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= 0.01 * max(a, b)

@@ -73,9 +73,12 @@ def period_stats(prev: VMCounters, cur: VMCounters, dt_s: float) -> PeriodStats 
     d_steal = cur.steal_ns - prev.steal_ns
     d_rx = cur.rx_bytes - prev.rx_bytes
     d_tx = cur.tx_bytes - prev.tx_bytes
-    d_pk = (cur.rx_packets + cur.tx_packets) - (prev.rx_packets + prev.tx_packets)
-    if min(d_cpu, d_steal, d_rx, d_tx, d_pk) < 0:
+    # Each counter separately: a reset of one packet counter can hide in a growing sum.
+    d_rxp = cur.rx_packets - prev.rx_packets
+    d_txp = cur.tx_packets - prev.tx_packets
+    if min(d_cpu, d_steal, d_rx, d_tx, d_rxp, d_txp) < 0:
         return None
+    d_pk = d_rxp + d_txp
     vcpus = max(1, cur.vcpus)
     capacity_ns = dt_s * NS * vcpus
     cpu_usage = min(1.0, d_cpu / capacity_ns)
@@ -200,6 +203,10 @@ class HostSensor:
 
     def observe(self, sample: HostSample) -> None:
         prev = self._last
+        if prev is not None and sample.time_s <= prev.time_s:
+            # A repeated or out-of-order reading carries no new information: ignore it
+            # entirely, or the next period would be measured from the wrong reading.
+            return
         self._last = sample
         for gone in set(self._windows) - set(sample.vms):
             del self._windows[gone]
@@ -208,8 +215,6 @@ class HostSensor:
                 self._windows.setdefault(vm, deque(maxlen=self.num))
             return
         dt = sample.time_s - prev.time_s
-        if dt <= 0:
-            return  # a repeated or out-of-order reading carries no new information
         for vm, cur in sample.vms.items():
             window = self._windows.setdefault(vm, deque(maxlen=self.num))
             before = prev.vms.get(vm)
@@ -249,3 +254,93 @@ class HostSensor:
 def _mean(values: Iterable[float]) -> float:
     vals = list(values)
     return sum(vals) / len(vals) if vals else 0.0
+
+
+# --------------------------------------------------------------------------- host load
+
+
+@dataclass(frozen=True)
+class LoadShares:
+    """Utilisation of a host, or one VM's share of its host, over one period; each in [0, 1]."""
+
+    cpu: float
+    mem: float
+    net: float
+
+
+def host_load(
+    prev: HostSample, cur: HostSample, cores: int, memory_bytes: int, capacity_bps: float
+) -> LoadShares | None:
+    """The host's (cpu, mem, net) utilisation vector of SPEC §6, or None on a reset.
+
+    Network utilisation is the busier direction: the link is full duplex, and a host is
+    hot when either direction saturates.
+    """
+    dt = cur.time_s - prev.time_s
+    a, b = prev.totals, cur.totals
+    d_cpu = b.cpu_busy_ns - a.cpu_busy_ns
+    d_rx = b.nic_rx_bytes - a.nic_rx_bytes
+    d_tx = b.nic_tx_bytes - a.nic_tx_bytes
+    if dt <= 0 or min(d_cpu, d_rx, d_tx) < 0:
+        return None
+    return LoadShares(
+        cpu=min(1.0, d_cpu / (dt * NS * cores)),
+        mem=min(1.0, b.memory_used_bytes / memory_bytes) if memory_bytes > 0 else 0.0,
+        net=min(1.0, 8.0 * max(d_rx, d_tx) / (dt * capacity_bps)) if capacity_bps > 0 else 0.0,
+    )
+
+
+def vm_loads(
+    prev: HostSample, cur: HostSample, cores: int, memory_bytes: int, capacity_bps: float
+) -> dict[str, LoadShares]:
+    """Each VM's share of its host's capacity over the period (what MF is computed from)."""
+    dt = cur.time_s - prev.time_s
+    out: dict[str, LoadShares] = {}
+    if dt <= 0:
+        return out
+    for vm, c in cur.vms.items():
+        p = prev.vms.get(vm)
+        if p is None:
+            continue
+        stats = period_stats(p, c, dt)
+        if stats is None:
+            continue
+        mem = c.memory_used_bytes / memory_bytes if memory_bytes > 0 else 0.0
+        out[vm] = LoadShares(
+            cpu=min(1.0, stats.gotten_ns / (dt * NS * cores)),
+            mem=min(1.0, mem),
+            net=min(1.0, 8.0 * max(stats.rx_bytes, stats.tx_bytes) / (dt * capacity_bps))
+            if capacity_bps > 0
+            else 0.0,
+        )
+    return out
+
+
+class RateMeter:
+    """Per-VM egress rate and mean packet size between the two latest samples.
+
+    The bandwidth controllers run on a shorter period than the VF scheduler (DAQS: 200 ms)
+    and need the latest rate, not a window mean.
+    """
+
+    def __init__(self) -> None:
+        self._last: HostSample | None = None
+
+    def observe(self, sample: HostSample) -> dict[str, tuple[float, float]]:
+        """vm -> (tx bit/s, mean tx packet bytes) since the previous sample."""
+        prev, self._last = self._last, sample
+        out: dict[str, tuple[float, float]] = {}
+        if prev is None:
+            return out
+        dt = sample.time_s - prev.time_s
+        if dt <= 0:
+            return out
+        for vm, c in sample.vms.items():
+            p = prev.vms.get(vm)
+            if p is None:
+                continue
+            d_tx, d_pk = c.tx_bytes - p.tx_bytes, c.tx_packets - p.tx_packets
+            if d_tx < 0 or d_pk < 0:
+                continue
+            out[vm] = (8.0 * d_tx / dt, d_tx / d_pk if d_pk > 0 else 1500.0)
+        return out

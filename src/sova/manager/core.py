@@ -1,0 +1,112 @@
+"""The manager's decision core, independent of how reports arrive (HTTP or in-process).
+
+It keeps what Algorithm 2 needs — the last ``n`` utilisation vectors per host and each
+host's latest per-VM loads — runs the hotspot detector and cold-spot planner once per
+round, and holds migration *leases*: a VM is never migrated twice at once and a target is
+reserved while it receives. Every decision is logged with the inputs that caused it, so
+an operator can answer "why did VM1 move?" from the log alone.
+
+The daemon (issue 4) persists the same records through the knowledge store; the
+simulator uses this class directly so that both run exactly the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sova.policy.hotspot import (
+    HostReport,
+    HotnessMetric,
+    HotspotDetector,
+    MigrationSignal,
+    Utilisation,
+    VMLoad,
+    coordinate,
+)
+
+
+@dataclass(frozen=True)
+class Lease:
+    vm: str
+    src: str
+    dst: str
+    since_s: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    time_s: float
+    host: str
+    signal: MigrationSignal
+    inputs: Mapping[str, Any]
+
+
+@dataclass
+class ManagerCore:
+    detector: HotspotDetector = field(default_factory=HotspotDetector)
+    metric: HotnessMetric | str = HotnessMetric.VOLUME
+    ceiling: float | None = None
+    lease_timeout_s: float = 900.0
+    history: dict[str, deque[Utilisation]] = field(default_factory=dict)
+    vms: dict[str, Mapping[str, VMLoad]] = field(default_factory=dict)
+    leases: dict[str, Lease] = field(default_factory=dict)  # vm -> lease
+    log: list[Decision] = field(default_factory=list)
+
+    def ingest(self, host: str, load: Utilisation, vms: Mapping[str, VMLoad]) -> None:
+        """One host report (Monitor)."""
+        window = self.history.setdefault(host, deque(maxlen=self.detector.n))
+        window.append(load)
+        self.vms[host] = dict(vms)
+        # A VM that shows up on its lease's target has arrived: the lease is done.
+        for vm, lease in list(self.leases.items()):
+            if lease.dst == host and vm in vms:
+                del self.leases[vm]
+
+    def forget(self, host: str) -> None:
+        self.history.pop(host, None)
+        self.vms.pop(host, None)
+
+    def release(self, vm: str) -> None:
+        """A migration ended (either way); its hosts may take part in new ones."""
+        self.leases.pop(vm, None)
+
+    def leased_hosts(self) -> set[str]:
+        return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
+
+    def plan(self, now_s: float) -> dict[str, MigrationSignal]:
+        """One round of Analyse + Plan (Alg. 2) over every host that has reported."""
+        for vm, lease in list(self.leases.items()):
+            if now_s - lease.since_s > self.lease_timeout_s:
+                del self.leases[vm]  # the agent never confirmed: do not block the hosts forever
+        reports = {
+            h: HostReport(tuple(w), self.vms.get(h, {})) for h, w in self.history.items() if w
+        }
+        signals = coordinate(
+            reports,
+            self.detector,
+            metric=self.metric,
+            ceiling=self.ceiling,
+            leased=self.leased_hosts(),
+        )
+        for host, sig in sorted(signals.items()):
+            if sig.flag and sig.target and sig.vm:
+                self.leases[sig.vm] = Lease(sig.vm, host, sig.target, now_s)
+            verdict_hot = bool(sig.hot_resources) or sig.flag
+            if verdict_hot:
+                last = reports[host].history[-1]
+                self.log.append(
+                    Decision(
+                        now_s,
+                        host,
+                        sig,
+                        {
+                            "utilisation": [last.cpu, last.mem, last.net],
+                            "history": [[u.cpu, u.mem, u.net] for u in reports[host].history],
+                            "candidates": sorted(reports),
+                        },
+                    )
+                )
+        return signals
