@@ -63,32 +63,29 @@ def simulate(
     A scenario with a bad value is refused before anything is written.
     """
     from sova.output import write_outputs
-    from sova.scenario import VF_POLICIES, ScenarioError, load_scenario
-    from sova.sim.runner import run_policy
+    from sova.scenario import Scenario, ScenarioError, load_sweep
+    from sova.sim.runner import PolicyRun, run_policy
 
     try:
-        scn = load_scenario(scenario)
+        points = load_sweep(scenario)
     except ScenarioError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    updates: dict[str, object] = {}
-    if seed is not None:
-        updates["seed"] = seed
+    known = points[0].policies
     if policy:
-        bad = [p for p in policy if p not in VF_POLICIES]
+        bad = [p for p in policy if p not in known]
         if bad:
             err.print(
                 f"[red]error:[/red] --policy: unknown policy {bad[0]!r}; "
-                f"choose from {', '.join(VF_POLICIES)}",
+                f"this scenario compares {', '.join(known)}",
                 highlight=False,
             )
             raise typer.Exit(2)
-        updates["compare"] = policy
-    if updates:
-        scn = scn.model_copy(update=updates)
-    out_dir = out or Path("out") / scn.name
+    updates: dict[str, object] = {} if seed is None else {"seed": seed}
+    points = [p.model_copy(update=updates) for p in points]
+    out_dir = out or Path("out") / points[0].name
 
-    runs = []
+    results: list[tuple[Scenario, list[PolicyRun]]] = []
     show = progress and sys.stderr.isatty()
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -101,21 +98,33 @@ def simulate(
         disable=not show,
         transient=True,
     ) as bar:
-        ticks = int(round(scn.duration / scn.tick))
-        for p in scn.policies:
-            task = bar.add_task(f"{scn.name} [{p}]", total=ticks)
-            runs.append(run_policy(scn, p, lambda n, t=task: bar.advance(t, n)))
-    summary = write_outputs(out_dir, scn, runs)
-    for name, s in summary["policies"].items():
-        match = s.get("paper_vf_holders_match")
-        tag = (
-            ""
-            if match is None
-            else ("  paper VF holders: match" if match else "  paper VF holders: MISMATCH")
-        )
-        typer.echo(
-            f"{name:>14}: {s['throughput_mbps']:9.1f} Mbit/s, {s['vf_changes']:3d} VF changes{tag}"
-        )
+        chosen = [p for p in known if not policy or p in policy]
+        total = sum(int(round(p.duration / p.tick)) for p in points) * len(chosen)
+        task = bar.add_task(points[0].name, total=total)
+        for scn in points:
+            runs = []
+            for p in chosen:
+                what = f"{scn.name} [{p}]"
+                if scn.sweep:
+                    what += f" {scn.sweep.variable}={scn.sweep_value}"
+                bar.update(task, description=what)
+                runs.append(run_policy(scn, p, lambda n: bar.advance(task, n)))
+            results.append((scn, runs))
+    summary = write_outputs(out_dir, results)
+    if "policies" in summary:
+        for name, s in summary["policies"].items():
+            match = s.get("paper_vf_holders_match")
+            tag = ""
+            if match is not None:
+                tag = "  paper VF holders: " + ("match" if match else "MISMATCH")
+            resp = s.get("mean_response_ms")
+            extra = f", mean response {resp:.2f} ms" if resp is not None else ""
+            typer.echo(
+                f"{name:>14}: {s['throughput_mbps']:9.1f} Mbit/s, {s['vf_changes']:3d} VF changes, "
+                f"{s['migrations']} migrations{extra}{tag}"
+            )
+    else:
+        typer.echo(f"{len(summary['sweep']['points'])} sweep points x {len(chosen)} policies")
     typer.echo(f"report: {out_dir / 'report.md'}")
 
 

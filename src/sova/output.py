@@ -13,13 +13,14 @@ import os
 import shutil
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sova.scenario import Scenario
-from sova.sim.runner import EventRow, PolicyRun, TimelineRow
+from sova.sim.runner import PolicyRun, TimelineRow
+from sova.sim.world import p99_from_hist
 
 TIMELINE_COLUMNS = [
     "policy",
@@ -36,6 +37,8 @@ TIMELINE_COLUMNS = [
     "net_degree",
     "io_factor",
     "offered_mbps",
+    "response_ms",
+    "limit_mbps",
 ]
 EVENT_COLUMNS = ["policy", "time_s", "event", "vm", "src_host", "dst_host", "detail"]
 
@@ -46,14 +49,6 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}".rstrip("0").rstrip(".") if value == value else "nan"
     return str(value)
-
-
-def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Any]) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(columns)
-        for r in rows:
-            w.writerow([_fmt(getattr(r, c)) for c in columns])
 
 
 def holder_sets(timeline: Sequence[TimelineRow]) -> dict[float, frozenset[str]]:
@@ -87,35 +82,54 @@ def paper_match(scn: Scenario, run: PolicyRun) -> list[dict[str, Any]]:
 
 
 def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
-    capacity = {h.name: h.nic.capacity for h in scn.hosts}
-    per_vm: dict[str, dict[str, float]] = {}
+    """Per-policy figures, from the per-tick statistics (not the 10 s timeline)."""
+    st = run.stats
+    eng = run.engine
+    assert eng is not None
+    seconds = max(st.ticks * scn.tick, 1e-9)
+    capacity_bps = float(eng.capacity.sum())
     by_vm: dict[str, list[TimelineRow]] = defaultdict(list)
     for r in run.timeline:
         by_vm[r.vm].append(r)
-    for vm, rows in sorted(by_vm.items()):
-        n = len(rows)
-        per_vm[vm] = {
-            "throughput_mbps": round(sum(r.tx_mbps + r.rx_mbps for r in rows) / n, 3),
-            "vf_share": round(sum(1 for r in rows if r.nic == "vf") / n, 4),
-            "mean_cpu_usage": round(sum(r.cpu_usage for r in rows) / n, 4),
+    per_vm: dict[str, dict[str, Any]] = {}
+    for i, vm in enumerate(eng.vm_names):
+        rows = by_vm.get(vm, [])
+        entry: dict[str, Any] = {
+            "throughput_mbps": round(float(st.tx_bits[i]) / seconds / 1e6, 3),
+            "vf_share": round(sum(1 for r in rows if r.nic == "vf") / len(rows), 4)
+            if rows
+            else 0.0,
+            "mean_cpu_usage": round(sum(r.cpu_usage for r in rows) / len(rows), 4) if rows else 0.0,
         }
-    periods = sorted({r.time_s for r in run.timeline})
-    host_tp: dict[tuple[float, str], float] = defaultdict(float)
-    for r in run.timeline:
-        host_tp[(r.time_s, r.host)] += r.tx_mbps + r.rx_mbps
-    total_mbps = sum(host_tp.values()) / max(1, len(periods))
-    total_capacity_mbps = sum(capacity.values()) / 1e6
+        if st.req_weight[i] > 0:
+            entry["mean_response_ms"] = round(float(st.req_time[i] / st.req_weight[i]) * 1000, 4)
+        if st.guar_intervals[i] > 0:
+            entry["guarantee_met_fraction"] = round(float(st.guar_met[i] / st.guar_intervals[i]), 4)
+        per_vm[vm] = entry
     changes = [e for e in run.events if e.event in ("vf_attach", "vf_detach")]
     failures = [e for e in run.events if e.event.endswith(("_failed", "_timeout", "_blocked"))]
+    total_req = float(st.req_weight.sum())
+    p99 = p99_from_hist(st.resp_hist)
+    guar = float(st.guar_intervals.sum())
+    files = [f.end_s - f.start_s for f in eng.files_done]
     summary: dict[str, Any] = {
-        "throughput_mbps": round(total_mbps, 3),
-        "link_utilization": round(total_mbps / total_capacity_mbps, 4)
-        if total_capacity_mbps
-        else 0.0,
+        "throughput_mbps": round(float(st.tx_bits.sum()) / seconds / 1e6, 3),
+        "link_utilization": round(float(st.tx_bits.sum()) / seconds / capacity_bps, 4),
+        "mean_response_ms": round(float(st.req_time.sum()) / total_req * 1000, 4)
+        if total_req
+        else None,
+        "p99_response_ms": round(p99 * 1000, 4) if p99 is not None else None,
+        "guarantee_met_fraction": round(float(st.guar_met.sum()) / guar, 4) if guar else None,
         "vf_changes": len(changes),
         "failed_actions": len(failures),
         "migrations": sum(1 for e in run.events if e.event == "migrate_end"),
-        "periods": len(periods),
+        "migration_log": [
+            {k: (round(v, 3) if isinstance(v, float) else v) for k, v in m.items()}
+            for m in eng.migration_log
+        ],
+        "files_done": len(files),
+        "mean_transfer_s": round(sum(files) / len(files), 3) if files else None,
+        "periods": len({r.time_s for r in run.timeline}),
         "per_vm": per_vm,
     }
     if scn.paper.classification is not None:
@@ -148,6 +162,24 @@ def build_summary(scn: Scenario, runs: Sequence[PolicyRun]) -> dict[str, Any]:
     }
 
 
+def build_sweep_summary(points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]) -> dict[str, Any]:
+    first = points[0][0]
+    assert first.sweep is not None
+    return {
+        "scenario": first.name,
+        "seed": first.seed,
+        "duration_s": first.duration,
+        "sweep": {
+            "variable": first.sweep.variable,
+            "label": first.sweep.label or first.sweep.variable,
+            "points": [
+                {"value": scn.sweep_value, "policies": {r.policy: summarize(scn, r) for r in runs}}
+                for scn, runs in points
+            ],
+        },
+    }
+
+
 @contextmanager
 def staged_dir(final: Path) -> Iterator[Path]:
     """Write into a temporary sibling, then move the files into ``final`` in one go.
@@ -165,15 +197,36 @@ def staged_dir(final: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_outputs(out: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> dict[str, Any]:
-    from sova.report import write_report
+def write_outputs(
+    out: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]
+) -> dict[str, Any]:
+    """All files of a run (one point, or every point of a sweep) into ``out``, atomically."""
+    from sova.report import write_report, write_sweep_report
 
-    summary = build_summary(scn, runs)
+    sweep = points[0][0].sweep is not None
+    summary = build_sweep_summary(points) if sweep else build_summary(*points[0])
     with staged_dir(out) as tmp:
-        timeline: list[TimelineRow] = [r for run in runs for r in run.timeline]
-        events: list[EventRow] = [e for run in runs for e in run.events]
-        write_csv(tmp / "timeline.csv", TIMELINE_COLUMNS, timeline)
-        write_csv(tmp / "events.csv", EVENT_COLUMNS, events)
+        with (tmp / "timeline.csv").open("w", newline="") as fh:
+            cols = (["sweep_value"] if sweep else []) + TIMELINE_COLUMNS
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(cols)
+            for scn, runs in points:
+                for run in runs:
+                    for r in run.timeline:
+                        row = [_fmt(getattr(r, c)) for c in TIMELINE_COLUMNS]
+                        w.writerow(([_fmt(scn.sweep_value)] if sweep else []) + row)
+        with (tmp / "events.csv").open("w", newline="") as fh:
+            cols = (["sweep_value"] if sweep else []) + EVENT_COLUMNS
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(cols)
+            for scn, runs in points:
+                for run in runs:
+                    for e in run.events:
+                        row = [_fmt(getattr(e, c)) for c in EVENT_COLUMNS]
+                        w.writerow(([_fmt(scn.sweep_value)] if sweep else []) + row)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        write_report(tmp, scn, runs, summary)
+        if sweep:
+            write_sweep_report(tmp, points, summary)
+        else:
+            write_report(tmp, points[0][0], points[0][1], summary)
     return summary

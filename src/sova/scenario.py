@@ -89,20 +89,58 @@ class VMSpec(_Strict):
     failover_ready: bool = True
 
 
-class DutyWorkload(_Strict):
-    """Duty cycles: network-bound ``net`` of the time at ``rate``, CPU-busy ``cpu`` of it."""
+class Workload(_Strict):
+    """What one VM runs. ``kind`` picks the generator; every kind may add CPU work.
 
-    net: Fraction = 0.0
+    * ``duty``: the papers' netperf/lookbusy duty cycles — network-bound ``net`` of the
+      time at ``rate``, CPU-busy ``cpu`` of the time (the default kind);
+    * ``bulk``: netperf/iperf3 with ``streams`` parallel TCP streams, always on;
+    * ``requests``: httperf — ``requests_per_s`` requests, each answered with ``response``
+      bytes; response times are measured;
+    * ``file``: scp of ``size`` bytes at up to ``rate``, costing ``ns_per_byte`` guest CPU
+      (encryption); transfer times are measured;
+    * ``trace``: replay the VM's demand (Mbit/s) from column ``column`` of CSV ``trace``.
+    """
+
+    kind: Literal["duty", "bulk", "requests", "file", "trace"] = "duty"
+    net: Fraction | None = None
     cpu: Fraction = 0.0
     rate: Rate = 1e9
+    streams: int = Field(default=1, ge=1, le=1024)
     packet_bytes: int = Field(default=1448, gt=0, le=65536)
     # netperf TCP_STREAM: data out, one 66-byte ACK per two 1448-byte segments in
     rx_share: Fraction = 0.023
+    requests_per_s: float = Field(default=0.0, ge=0)
+    response: Size = 10_000
+    request: Size = 200
+    size: Size = 0
+    ns_per_byte: float = Field(default=0.0, ge=0)
+    trace: str | None = None
+    column: str | None = None
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Workload:
+        if self.kind == "requests" and self.requests_per_s <= 0:
+            raise ValueError("kind 'requests' needs requests_per_s > 0")
+        if self.kind == "file" and self.size <= 0:
+            raise ValueError("kind 'file' needs size > 0")
+        if self.kind == "trace" and not (self.trace and self.column):
+            raise ValueError("kind 'trace' needs trace (a CSV path) and column")
+        return self
+
+    @property
+    def net_duty(self) -> float:
+        if self.net is not None:
+            return self.net
+        return 1.0 if self.kind in ("bulk", "file") else 0.0
+
+
+DutyWorkload = Workload  # the foundation issue's name
 
 
 class Phase(_Strict):
     at: Duration
-    vms: dict[str, DutyWorkload]
+    vms: dict[str, Workload]
 
 
 class SchedulerSpec(_Strict):
@@ -134,13 +172,39 @@ class SensingSpec(_Strict):
     traffic_threshold: Rate = 10_000.0
 
 
+class ManagerSpec(_Strict):
+    """Hotspot detection and planning (SPEC §6; Sova's implementation: 3 of 5)."""
+
+    alpha: float = Field(default=0.75, gt=0, le=1)
+    k: int = Field(default=3, ge=1)
+    n: int = Field(default=5, ge=1)
+    metric: Literal["volume", "skewness"] = "volume"
+    # Limit on the target after receiving the VM; null = alpha (SPEC §6), 1.0 = "it fits".
+    ceiling: float | None = Field(default=None, gt=0, le=1)
+    migration_bandwidth: Rate | None = None
+
+    @model_validator(mode="after")
+    def _k_le_n(self) -> ManagerSpec:
+        if self.k > self.n:
+            raise ValueError(f"k ({self.k}) must be <= n ({self.n})")
+        return self
+
+
 class ControllerSpec(_Strict):
     period: Duration = 10.0
-    vf_policy: Literal["default", "static-sriov", "dsr-iov", "sova"] = "dsr-iov"
+    vf_policy: Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"] = "dsr-iov"
+    bandwidth_policy: Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"] = (
+        "none"
+    )
+    bandwidth_period: Duration = 1.0
+    probe: float = Field(default=0.10, ge=0, le=1)
+    static_caps: dict[str, Rate] = Field(default_factory=dict)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     sensing: SensingSpec = Field(default_factory=SensingSpec)
+    manager: ManagerSpec = Field(default_factory=ManagerSpec)
     max_ops_per_period: int = Field(default=4, ge=1)
     op_timeout: Duration = 30.0
+    migration_timeout: Duration = 600.0
     max_retries: int = Field(default=3, ge=0)
 
     @field_validator("period")
@@ -149,6 +213,15 @@ class ControllerSpec(_Strict):
         if v <= 0:
             raise ValueError("must be > 0")
         return v
+
+
+class PolicySpec(_Strict):
+    """One compared policy: a VF policy and a bandwidth policy under one name."""
+
+    name: str
+    vf: Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"] = "default"
+    bandwidth: Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"] = "none"
+    static_caps: dict[str, Rate] = Field(default_factory=dict)
 
 
 class ProfileSpec(_Strict):
@@ -163,6 +236,18 @@ class ProfileSpec(_Strict):
     vf_latency: Duration = 15e-6
     virtio_host_ns_per_packet: float = Field(default=1500.0, ge=0)
     guest_ns_per_packet: float = Field(default=500.0, ge=0)
+    # VM exits and notifications a virtio guest pays per packet on top (VFs avoid them).
+    virtio_guest_ns_per_packet: float = Field(default=0.0, ge=0)
+    virtio_flow_limit: Rate = Field(default=40e9, description="one VM's vhost ceiling")
+    guest_ns_per_request: float = Field(default=0.0, ge=0)
+    sched_quantum: Duration = 3e-3  # run-queue delay scale when cores are oversubscribed
+    # pre-copy live migration (SimGrid's model; Clark et al.)
+    dirty_rate: Rate = 200e6  # bit/s of pages dirtied by an idle-ish guest
+    dirty_per_tx: float = Field(default=0.05, ge=0)  # extra dirtying per bit sent
+    max_downtime: Duration = 0.03
+    max_rounds: int = Field(default=30, ge=1)
+    migration_setup: Duration = 1.0
+    migration_failure_rate: Fraction = 0.0
     cycle_min: Duration = 4.0
     cycle_max: Duration = 16.0
     rate_jitter: Fraction = 0.05
@@ -194,11 +279,48 @@ class ClassificationSpec(_Strict):
     hybrid: list[str] = Field(default_factory=list)
 
 
+class PaperValue(_Strict):
+    """One published number (or claim) shown beside ours in the report."""
+
+    label: str
+    metric: str  # a summary key; "per_vm.VM2.throughput_mbps" reaches into per_vm
+    policy: str
+    value: float | None = None  # the paper's figure, if it printed one
+    at: float | int | str | None = None  # the sweep value it belongs to
+    claim: str = ""
+
+
 class PaperSpec(_Strict):
     source: str = ""
     vf_holders: list[ExpectedHolders] = Field(default_factory=list)
     classification: ClassificationSpec | None = None
+    values: list[PaperValue] = Field(default_factory=list)
+    # sweeps: the metric the paper's figure plots, and its curves (policy -> x -> y)
+    sweep_metric: str | None = None
+    sweep_metric_label: str = ""
+    series: dict[str, dict[str, float]] = Field(default_factory=dict)
     note: str = ""
+
+
+class VMGroup(_Strict):
+    """``count`` alike VMs named ``prefix + number``, placed round-robin on ``hosts``."""
+
+    prefix: str = "VM"
+    count: int = Field(ge=0, le=100_000)
+    start: int = Field(default=1, ge=0)
+    hosts: list[str] = Field(min_length=1)
+    vcpus: int = Field(default=1, gt=0)
+    memory: Size = 512 * 1024 * 1024
+    sla: SLASpec = Field(default_factory=SLASpec)
+    workload: Workload | None = None
+
+
+class SweepSpec(_Strict):
+    """Run the scenario once per value, substituting ``${variable}`` in the file."""
+
+    variable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    values: list[float | int | str] = Field(min_length=1)
+    label: str = ""
 
 
 class Scenario(_Strict):
@@ -208,15 +330,52 @@ class Scenario(_Strict):
     duration: Duration
     tick: Duration = 1.0
     hosts: list[HostSpec] = Field(min_length=1)
-    vms: list[VMSpec] = Field(min_length=1)
+    vms: list[VMSpec] = Field(default_factory=list)
+    vm_groups: list[VMGroup] = Field(default_factory=list)
     workload: list[Phase] = Field(default_factory=list)
     controller: ControllerSpec = Field(default_factory=ControllerSpec)
-    compare: list[Literal["default", "static-sriov", "dsr-iov", "sova"]] = Field(
-        default_factory=list
-    )
+    compare: list[
+        PolicySpec | Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"]
+    ] = Field(default_factory=list)
+    sweep: SweepSpec | None = None
+    sweep_value: float | int | str | None = None
     profile: ProfileSpec = Field(default_factory=ProfileSpec)
     paper: PaperSpec = Field(default_factory=PaperSpec)
     metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _expand_groups(self) -> Scenario:
+        """Turn vm_groups into plain VMs, host placements and phase-0 workloads."""
+        if not self.vm_groups:
+            return self
+        hosts = {h.name: h for h in self.hosts}
+        vms = list(self.vms)
+        placement: dict[str, list[str]] = {h.name: list(h.vms) for h in self.hosts}
+        initial: dict[str, Workload] = {}
+        for gi, g in enumerate(self.vm_groups):
+            for hn in g.hosts:
+                if hn not in hosts:
+                    raise ValueError(f"vm_groups[{gi}].hosts: unknown host {hn!r}")
+            for k in range(g.count):
+                name = f"{g.prefix}{g.start + k}"
+                vms.append(VMSpec(name=name, vcpus=g.vcpus, memory=g.memory, sla=g.sla))
+                placement[g.hosts[k % len(g.hosts)]].append(name)
+                if g.workload is not None:
+                    initial[name] = g.workload
+        new_hosts = [h.model_copy(update={"vms": placement[h.name]}) for h in self.hosts]
+        phases = list(self.workload)
+        if initial:
+            zero = [i for i, p in enumerate(phases) if p.at == 0]
+            if zero:
+                p0 = phases[zero[0]]
+                phases[zero[0]] = p0.model_copy(update={"vms": {**initial, **p0.vms}})
+            else:
+                phases.insert(0, Phase(at=0.0, vms=initial))
+        object.__setattr__(self, "vms", vms)
+        object.__setattr__(self, "hosts", new_hosts)
+        object.__setattr__(self, "workload", phases)
+        object.__setattr__(self, "vm_groups", [])
+        return self
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:
@@ -248,6 +407,11 @@ class Scenario(_Strict):
                 for j, name in enumerate(getattr(c, group)):
                     if name not in known:
                         raise ValueError(f"paper.classification.{group}[{j}]: unknown VM {name!r}")
+        if not self.vms:
+            raise ValueError("vms: a scenario needs at least one VM (vms or vm_groups)")
+        names = [p.name for p in self.policy_specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"compare: policy names must be unique, got {names}")
         for i, p in enumerate(self.workload):
             for name in p.vms:
                 if name not in known:
@@ -259,8 +423,26 @@ class Scenario(_Strict):
         return self
 
     @property
+    def policy_specs(self) -> list[PolicySpec]:
+        if not self.compare:
+            c = self.controller
+            name = (
+                c.vf_policy
+                if c.bandwidth_policy == "none"
+                else f"{c.vf_policy}+{c.bandwidth_policy}"
+            )
+            return [PolicySpec(name=name, vf=c.vf_policy, bandwidth=c.bandwidth_policy)]
+        out = []
+        for p in self.compare:
+            if isinstance(p, str):
+                out.append(PolicySpec(name=p, vf=p, bandwidth=self.controller.bandwidth_policy))  # type: ignore[arg-type]
+            else:
+                out.append(p)
+        return out
+
+    @property
     def policies(self) -> list[str]:
-        return list(self.compare) if self.compare else [self.controller.vf_policy]
+        return [p.name for p in self.policy_specs]
 
     def home_of(self, vm: str) -> str:
         for h in self.hosts:
@@ -313,14 +495,44 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(_format_errors(err, source)) from None
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    p = Path(path)
+def _read(path: Path) -> str:
     try:
-        text = p.read_text()
+        return path.read_text()
     except OSError as exc:
-        raise ScenarioError(f"{p}: cannot read scenario: {exc.strerror}") from None
+        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
+
+
+def _yaml(text: str, source: str) -> Any:
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
-    return parse_scenario(data, str(p))
+        raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
+
+
+def load_sweep(path: str | Path) -> list[Scenario]:
+    """One scenario per sweep value (a single one when the file has no ``sweep``).
+
+    ``${variable}`` is substituted in the text before parsing, so any field can depend on
+    the swept value (the number of VMs, a request rate, a guarantee).
+    """
+    p = Path(path)
+    text = _read(p)
+    data = _yaml(text, str(p))
+    if not isinstance(data, dict) or "sweep" not in data:
+        return [parse_scenario(data, str(p))]
+    try:
+        sweep = SweepSpec.model_validate(data["sweep"])
+    except ValidationError as err:
+        raise ScenarioError(_format_errors(err, str(p)).replace("  ", "  sweep.", 1)) from None
+    token = "${" + sweep.variable + "}"
+    out = []
+    for value in sweep.values:
+        point = _yaml(text.replace(token, str(value)), str(p))
+        point["sweep_value"] = value
+        out.append(parse_scenario(point, f"{p} ({sweep.variable}={value})"))
+    return out
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """The scenario in ``path``; for a sweep, its first point."""
+    return load_sweep(path)[0]

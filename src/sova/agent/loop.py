@@ -259,9 +259,16 @@ class HostAgent:
             return None, self._with_tiers(chosen, factors, actual)
         for vm in actual.vf_holders:
             self.vf_since.setdefault(vm, now)
+        candidates = self._candidates(factors, actual)
+        if not any(self.sensor.windows().values()):
+            # Warm-up after a (re)start: no VM has a measured period yet, so "no traffic"
+            # only means "not measured". Keep the eligible holders instead of revoking
+            # every VF on the host and re-granting it a period later.
+            keep = [c.vm for c in candidates if c.eligible and c.vm in actual.vf_holders]
+            return None, {vm: actual.vms[vm].vf_max_bps for vm in keep}
         holders = {vm: self.vf_since[vm] for vm in actual.vf_holders}
         table = algorithm1(
-            self._candidates(factors, actual),
+            candidates,
             {},
             holders,
             pool,

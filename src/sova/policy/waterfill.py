@@ -51,3 +51,48 @@ def waterfill(
         remaining -= alloc[i]
         w_left -= w[i]
     return alloc
+
+
+def grouped_waterfill(
+    capacity: FloatArray,
+    group: npt.NDArray[np.int64],
+    demands: FloatArray,
+    weights: FloatArray | None = None,
+) -> FloatArray:
+    """:func:`waterfill` for many independent links at once, without a Python loop.
+
+    ``group[i]`` is the link (index into ``capacity``) flow ``i`` crosses. Within each
+    link, flows are sorted by their saturation level ``demand/weight``; the level at
+    position ``k`` if every earlier flow is satisfied is ``(C − Σ earlier demands) / Σ
+    remaining weights``; the first flow whose saturation level exceeds that is where the
+    water stops, and it and every later flow of the link get ``level · weight``.
+    """
+    d = np.asarray(demands, dtype=np.float64)
+    n = d.size
+    if n == 0:
+        return d.copy()
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    g = np.asarray(group, dtype=np.int64)
+    cap = np.asarray(capacity, dtype=np.float64)
+    sat = d / w
+    order = np.lexsort((sat, g))
+    gs, ds, ws, ss = g[order], d[order], w[order], sat[order]
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+    lengths = np.diff(np.r_[starts, n])
+    cum_d = np.cumsum(ds)
+    cum_w = np.cumsum(ws)
+    before_d = cum_d - ds - np.repeat((cum_d - ds)[starts], lengths)
+    total_w = np.repeat(np.add.reduceat(ws, starts), lengths)
+    before_w = cum_w - ws - np.repeat((cum_w - ws)[starts], lengths)
+    remaining_w = total_w - before_w
+    level = (cap[gs] - before_d) / remaining_w
+    unsat = ss > level
+    pos = np.arange(n)
+    # First unsaturated position of each link (n when every flow of the link is satisfied).
+    first = np.minimum.reduceat(np.where(unsat, pos, n), starts)
+    first_of = np.repeat(first, lengths)
+    stop_level = np.where(first_of < n, level[np.minimum(first_of, n - 1)], np.inf)
+    alloc_sorted = np.where(pos < first_of, ds, np.minimum(ds, stop_level * ws))
+    out = np.empty(n)
+    out[order] = alloc_sorted
+    return out

@@ -1,0 +1,345 @@
+"""A simulated cluster with its controllers: engine + one driver and agent per host + manager.
+
+The World is what ``sova simulate`` runs once per compared policy, and what the demo's
+world process serves to agent processes over HTTP (there the agents are remote and this
+class only advances the engine). Ordering inside one tick ``(t0, t1]``: phase changes due
+at or before ``t0`` apply, the physics of the tick runs, operations due by ``t1``
+complete, agents collect finished operations; at multiples of the bandwidth period the
+bandwidth controllers run; at multiples of the control period every agent steps, reports
+to the manager, and the manager plans (its signals are acted on at the agents' next step,
+as they would be over the network).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sova.agent.executor import Outcome
+from sova.agent.loop import AgentConfig, HostAgent, StepReport
+from sova.driver.sim import SimDriver
+from sova.manager.core import ManagerCore
+from sova.model import AttachVF, DetachVF, Migrate, NicKind, SetGuestRateLimit, SetVFRate
+from sova.policy.hotspot import HotspotDetector
+from sova.scenario import PolicySpec, Scenario
+from sova.sim.engine import Engine, Op
+
+EVENT_KIND = {
+    AttachVF: "vf_attach",
+    DetachVF: "vf_detach",
+    SetVFRate: "tier_change",
+    SetGuestRateLimit: "rate_limit",
+    Migrate: "migrate_end",
+}
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    policy: str
+    time_s: float
+    host: str
+    vm: str
+    nic: str
+    vf_rate_mbps: float | None
+    tx_mbps: float
+    rx_mbps: float
+    cpu_usage: float
+    io_degree: float
+    net_factor: float
+    net_degree: float
+    io_factor: float
+    offered_mbps: float
+    response_ms: float | None
+    limit_mbps: float | None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    policy: str
+    time_s: float
+    event: str
+    vm: str
+    src_host: str
+    dst_host: str
+    detail: str
+
+
+@dataclass
+class Stats:
+    """Per-tick measurements the summary needs, accumulated without keeping every tick."""
+
+    ticks: int = 0
+    tx_bits: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    rx_bits: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    host_tx_bits: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    req_weight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    req_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # log-binned histogram of per-(VM, tick) mean response times, weighted by requests
+    resp_hist: np.ndarray = field(default_factory=lambda: np.zeros(240))
+    guar_intervals: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    guar_met: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    series_t: list[float] = field(default_factory=list)
+    series_host_net: list[list[float]] = field(default_factory=list)
+    series_host_cpu: list[list[float]] = field(default_factory=list)
+    series_vm_tx: list[list[float]] = field(default_factory=list)
+
+
+RESP_BINS = np.logspace(-6, 3, 241)  # 1 µs … 1000 s
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    timeline: list[TimelineRow] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    engine: Engine | None = None
+    decisions: list[dict[str, object]] = field(default_factory=list)
+
+
+def agent_config(scn: Scenario, policy: PolicySpec) -> AgentConfig:
+    c = scn.controller
+    caps = {**c.static_caps, **policy.static_caps}
+    return AgentConfig(
+        period_s=c.period,
+        vf_policy=policy.vf,
+        scheduler=c.scheduler.to_config(),
+        window=c.sensing.window,
+        epsilon=c.sensing.epsilon,
+        traffic_threshold_bps=c.sensing.traffic_threshold,
+        max_ops_per_period=c.max_ops_per_period,
+        op_timeout_s=c.op_timeout,
+        migration_timeout_s=c.migration_timeout,
+        max_retries=c.max_retries,
+        bandwidth_policy=policy.bandwidth,
+        bandwidth_period_s=c.bandwidth_period,
+        probe=c.probe,
+        static_caps_bps=caps,
+        hotness_metric=c.manager.metric,
+        migration_bandwidth_bps=c.manager.migration_bandwidth,
+        history=c.manager.n,
+    )
+
+
+class World:
+    def __init__(self, scn: Scenario, policy: PolicySpec, with_agents: bool = True) -> None:
+        self.scn = scn
+        self.policy = policy
+        self.engine = Engine(scn)
+        self.run = PolicyRun(policy.name, engine=self.engine)
+        self.drivers = {h: SimDriver(self.engine, h) for h in self.engine.host_names}
+        self.agents: dict[str, HostAgent] = {}
+        if with_agents:
+            cfg = agent_config(scn, policy)
+            for h, drv in self.drivers.items():
+                self.agents[h] = HostAgent(drv, cfg, on_outcome=self._logger(h))
+        m = scn.controller.manager
+        self.manager: ManagerCore | None = None
+        if with_agents and policy.vf in ("sova", "migration-only") and len(self.drivers) > 1:
+            self.manager = ManagerCore(
+                detector=HotspotDetector(k=m.k, n=m.n, alpha=m.alpha),
+                metric=m.metric,
+                ceiling=m.ceiling,
+            )
+        self.engine.on_submit.append(self._on_submit)
+        self.tick_s = scn.tick
+        self.k = 0
+        self._changes = sorted({p.at for p in scn.workload if p.at > 0})
+        self._period_ticks = max(1, int(round(scn.controller.period / scn.tick)))
+        self._bw_ticks = max(1, int(round(scn.controller.bandwidth_period / scn.tick)))
+        n = self.engine.N
+        st = self.run.stats
+        st.tx_bits, st.rx_bits = np.zeros(n), np.zeros(n)
+        st.host_tx_bits = np.zeros(self.engine.H)
+        st.req_weight, st.req_time = np.zeros(n), np.zeros(n)
+        st.guar_intervals, st.guar_met = np.zeros(n), np.zeros(n)
+        self._guarantee = np.array([v.sla.bandwidth.minimum for v in self.engine.vms])
+        self._tolerance = float(scn.metrics.get("guarantee_tolerance", 0.05))
+
+    @property
+    def now(self) -> float:
+        return self.engine.env.now
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.engine.host_names)
+
+    def driver(self, host: str) -> SimDriver:
+        return self.drivers[host]
+
+    # ----------------------------------------------------------------- logging
+
+    def _event(
+        self, t: float, event: str, vm: str, src: str, dst: str = "", detail: str = ""
+    ) -> None:
+        self.run.events.append(EventRow(self.policy.name, round(t, 3), event, vm, src, dst, detail))
+
+    def _logger(self, host: str) -> Callable[[Outcome], None]:
+        def log(o: Outcome) -> None:
+            a = o.action
+            if isinstance(a, SetGuestRateLimit) and o.result == "succeeded":
+                return  # rate limits change every bandwidth period: the timeline shows them
+            kind = EVENT_KIND.get(type(a), a.kind)
+            event = kind if o.result == "succeeded" else f"{kind}_{o.result}"
+            detail = o.detail
+            if isinstance(a, AttachVF | SetVFRate) and a.max_bps:
+                detail = (detail + "; " if detail else "") + f"rate {a.max_bps / 1e6:.0f} Mbit/s"
+            dst = a.dst_host if isinstance(a, Migrate) else ""
+            if isinstance(a, Migrate):
+                if self.manager is not None:
+                    self.manager.release(a.vm)
+                if o.result != "succeeded":
+                    event = "migrate_failed"
+            self._event(o.time_s, event, a.vm, host, dst, detail)
+
+        return log
+
+    def _on_submit(self, t: float, op: Op) -> None:
+        if isinstance(op.action, Migrate):
+            self._event(t, "migrate_start", op.action.vm, op.host, op.action.dst_host)
+
+    # ----------------------------------------------------------------- time
+
+    def advance(self, progress: Callable[[int], None] | None = None) -> None:
+        """One tick of the world and its controllers."""
+        self.k += 1
+        k = self.k
+        t0, t1 = (k - 1) * self.tick_s, k * self.tick_s
+        eng = self.engine
+        while self._changes and self._changes[0] <= t0 + 1e-9:
+            at = self._changes.pop(0)
+            for phase in self.scn.workload:
+                if phase.at == at:
+                    for name, w in phase.vms.items():
+                        eng.set_workload(eng.vm_index[name], w, t0)
+        eng.tick(t0, t1)
+        eng.env.run(until=t1)
+        self._accumulate(t1)
+        for agent in self.agents.values():
+            agent.poll()
+        if self.agents and k % self._bw_ticks == 0:
+            for agent in self.agents.values():
+                agent.bandwidth_step()
+        if self.agents and k % self._period_ticks == 0:
+            reports = {h: a.step() for h, a in self.agents.items()}
+            self._record(t1, reports)
+            self._plan(t1)
+        if progress is not None:
+            progress(1)
+
+    def run_until(self, until: float, progress: Callable[[int], None] | None = None) -> PolicyRun:
+        steps = int(round(until / self.tick_s))
+        while self.k < steps:
+            self.advance(progress)
+        self.run.engine = self.engine
+        return self.run
+
+    # ----------------------------------------------------------------- manager
+
+    def _plan(self, t: float) -> None:
+        if self.manager is None:
+            return
+        for h, agent in self.agents.items():
+            rep = agent.host_report()
+            if rep is not None:
+                self.manager.ingest(h, rep.history[-1], rep.vms)
+        before = len(self.manager.log)
+        signals = self.manager.plan(t)
+        for d in self.manager.log[before:]:
+            sig = d.signal
+            u = d.inputs["utilisation"]
+            detail = f"cpu={u[0]:.2f} mem={u[1]:.2f} net={u[2]:.2f}; {sig.reason}"
+            self._event(t, "hotspot", sig.vm or "", d.host, sig.target or "", detail)
+            self.run.decisions.append(
+                {
+                    "time_s": t,
+                    "host": d.host,
+                    "flag": sig.flag,
+                    "target": sig.target,
+                    "vm": sig.vm,
+                    "reason": sig.reason,
+                }
+            )
+        for h, sig in signals.items():
+            if sig.flag:
+                self.agents[h].signal(True, sig.target, sig.vm)
+
+    # ----------------------------------------------------------------- records
+
+    def _accumulate(self, t: float) -> None:
+        eng, st = self.engine, self.run.stats
+        dt = self.tick_s
+        st.ticks += 1
+        st.tx_bits += eng.tx * dt
+        st.rx_bits += eng.rx * dt
+        st.host_tx_bits += np.bincount(eng.host, eng.tx, minlength=eng.H) * dt
+        w = eng.served_req
+        if w.any():
+            st.req_weight += w
+            st.req_time += w * eng.resp_s
+            idx = np.flatnonzero(w > 0)
+            bins = np.clip(np.searchsorted(RESP_BINS, eng.resp_s[idx]) - 1, 0, 239)
+            np.add.at(st.resp_hist, bins, w[idx])
+        g = self._guarantee
+        if g.any():
+            offering = (g > 0) & (eng.offered >= g)
+            st.guar_intervals += offering
+            st.guar_met += offering & (eng.tx >= (1.0 - self._tolerance) * g)
+        st.series_t.append(t)
+        st.series_host_net.append(eng.host_net_util.tolist())
+        st.series_host_cpu.append(eng.host_cpu_util.tolist())
+        st.series_vm_tx.append((eng.tx / 1e6).tolist())
+
+    def _record(self, t: float, reports: dict[str, StepReport]) -> None:
+        eng = self.engine
+        for host, report in reports.items():
+            for vm, f in sorted(report.factors.items()):
+                state = report.actual.vms.get(vm)
+                if state is None:
+                    continue
+                i = eng.vm_index[vm]
+                on_vf = state.nic is NicKind.VF
+                req = eng.kind[i] == 2
+                self.run.timeline.append(
+                    TimelineRow(
+                        policy=self.policy.name,
+                        time_s=round(t, 3),
+                        host=host,
+                        vm=vm,
+                        nic=state.nic.value,
+                        vf_rate_mbps=(state.vf_max_bps / 1e6 if state.vf_max_bps else None)
+                        if on_vf
+                        else None,
+                        tx_mbps=f.tx_bps / 1e6,
+                        rx_mbps=f.rx_bps / 1e6,
+                        cpu_usage=f.cpu_usage,
+                        io_degree=f.io_degree,
+                        net_factor=f.net_factor,
+                        net_degree=f.net_degree,
+                        io_factor=f.io_factor,
+                        offered_mbps=float(eng.offered[i]) / 1e6,
+                        response_ms=float(eng.resp_s[i]) * 1000 if req else None,
+                        limit_mbps=state.guest_limit_bps / 1e6 if state.guest_limit_bps else None,
+                    )
+                )
+
+
+def p99_from_hist(hist: np.ndarray) -> float | None:
+    """99th percentile of response times from per-(VM, tick) means.
+
+    Each bin holds requests whose tick mean fell in it; inside a tick response times are
+    taken as exponential around that mean (an M/M/1 sojourn), so the tail is the mixture's.
+    """
+    total = hist.sum()
+    if total <= 0:
+        return None
+    centers = np.sqrt(RESP_BINS[:-1] * RESP_BINS[1:])
+    wts = hist / total
+    lo, hi = 0.0, float(centers[-1]) * 10
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        tail = float((wts * np.exp(-mid / centers)).sum())
+        lo, hi = (mid, hi) if tail > 0.01 else (lo, mid)
+    return hi
