@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -179,6 +180,7 @@ def test_bad_scenario_names_field_and_value_and_writes_nothing(
     node[path[-1]] = value  # type: ignore[index]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(data))
+    shutil.copytree(SCENARIOS / "profiles", tmp_path / "profiles")
     out = tmp_path / "out"
     result = runner.invoke(app, ["simulate", str(bad), "--out", str(out), "--no-progress"])
     assert result.exit_code == 2
@@ -186,7 +188,7 @@ def test_bad_scenario_names_field_and_value_and_writes_nothing(
     shown = str(value) if not isinstance(value, dict) else "-100Mbit"
     assert shown in result.output
     assert not out.exists()
-    assert list(tmp_path.iterdir()) == [bad]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "profiles"]
 
 
 def test_unknown_policy_and_missing_file(tmp_path: Path) -> None:

@@ -509,6 +509,25 @@ def _yaml(text: str, source: str) -> Any:
         raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
 
 
+def _resolve_profile(data: Any, path: Path) -> Any:
+    """``profile: NAME`` refers to ``profiles/NAME.yaml`` beside the scenario (or one up).
+
+    One hardware profile per paper, calibrated once and shared by all of that paper's
+    experiments (SPEC §7), so scenarios name it instead of copying its numbers.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
+        return data
+    name = data["profile"]
+    for folder in (path.parent / "profiles", path.parent.parent / "profiles"):
+        candidate = folder / f"{name}.yaml"
+        if candidate.is_file():
+            loaded = _yaml(_read(candidate), str(candidate))
+            if not isinstance(loaded, dict):
+                raise ScenarioError(f"{candidate}: a profile is a YAML mapping")
+            return {**data, "profile": {"name": name, **loaded}}
+    raise ScenarioError(f"{path}: profile: no profiles/{name}.yaml beside the scenario (got {name!r})")
+
+
 def load_sweep(path: str | Path) -> list[Scenario]:
     """One scenario per sweep value (a single one when the file has no ``sweep``).
 
@@ -517,7 +536,7 @@ def load_sweep(path: str | Path) -> list[Scenario]:
     """
     p = Path(path)
     text = _read(p)
-    data = _yaml(text, str(p))
+    data = _resolve_profile(_yaml(text, str(p)), p)
     if not isinstance(data, dict) or "sweep" not in data:
         return [parse_scenario(data, str(p))]
     try:
@@ -527,7 +546,7 @@ def load_sweep(path: str | Path) -> list[Scenario]:
     token = "${" + sweep.variable + "}"
     out = []
     for value in sweep.values:
-        point = _yaml(text.replace(token, str(value)), str(p))
+        point = _resolve_profile(_yaml(text.replace(token, str(value)), str(p)), p)
         point["sweep_value"] = value
         out.append(parse_scenario(point, f"{p} ({sweep.variable}={value})"))
     return out
