@@ -103,6 +103,8 @@ def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
         }
         if st.req_weight[i] > 0:
             entry["mean_response_ms"] = round(float(st.req_time[i] / st.req_weight[i]) * 1000, 4)
+            # replies actually sent per second (httperf's reply rate), not the offered rate
+            entry["requests_per_s"] = round(float(st.req_weight[i]) / seconds, 3)
         if st.guar_intervals[i] > 0:
             entry["guarantee_met_fraction"] = round(float(st.guar_met[i] / st.guar_intervals[i]), 4)
         per_vm[vm] = entry

@@ -353,7 +353,7 @@ def write_sweep_report(
             vals = [_fmt_num(metric_value(p["policies"][n], m)) for n in policies]
             lines.append(f"| {p['value']} | " + " | ".join(vals) + " |")
         lines += ["", f"![{m}](sweep_{m}.png)", ""]
-    table = []
+    table: list[str] = []
     for p in sw["points"]:
         table += paper_values_table(scn, p["policies"], p["value"])[2 if table else 0 :]
     if table:

@@ -390,6 +390,10 @@ class HostAgent:
         actions: list[Action] = []
         for vm, a in sorted(alloc.items()):
             rate: float | None = a.rate_bps
+            if rate is not None and self.config.probe > 0:
+                # An idle VM allocated ~0 would be capped at ~0 and could never show that
+                # it wants to send (a VM below its cap is not probed): keep a probing floor.
+                rate = max(rate, self.config.probe * capacity / len(demands))
             if rate is not None and rate >= capacity * (1 - 1e-9) and a.pps_cap is None:
                 rate = None  # a cap at line rate is no cap
             current = self.limits.get(vm)

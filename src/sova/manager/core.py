@@ -50,15 +50,30 @@ class ManagerCore:
     metric: HotnessMetric | str = HotnessMetric.VOLUME
     ceiling: float | None = None
     lease_timeout_s: float = 900.0
+    # Off by default (the k-of-n test over the raw last n reports). On: when a migration
+    # ends, its source's and target's windows restart, and the report spanning the copy is
+    # dropped too. Those reports describe a placement that no longer exists (the VM's load
+    # on the source, the copy traffic on both links), so judging the new placement by them
+    # flags the source again at once and moves a second VM off a host already relieved.
+    restart_window_after_migration: bool = False
+    # 0 = off. Otherwise a VM is not sent back to a host it left less than this long ago.
+    # Without it, a move that leaves the target above alpha (Sova Fig. 5 stage 3) is
+    # reversed as soon as the target's window fills, and the VM ping-pongs every minute.
+    return_tabu_s: float = 0.0
+    departed: dict[str, dict[str, float]] = field(default_factory=dict)  # vm -> host -> t
     history: dict[str, deque[Utilisation]] = field(default_factory=dict)
     vms: dict[str, Mapping[str, VMLoad]] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)  # vm -> lease
     log: list[Decision] = field(default_factory=list)
+    _skip: dict[str, int] = field(default_factory=dict)  # host -> reports still to drop
 
     def ingest(self, host: str, load: Utilisation, vms: Mapping[str, VMLoad]) -> None:
         """One host report (Monitor)."""
         window = self.history.setdefault(host, deque(maxlen=self.detector.n))
-        window.append(load)
+        if self._skip.get(host, 0) > 0:
+            self._skip[host] -= 1  # it spans the migration's copy: not the new placement
+        else:
+            window.append(load)
         self.vms[host] = dict(vms)
         # A VM that shows up on its lease's target has arrived: the lease is done.
         for vm, lease in list(self.leases.items()):
@@ -71,7 +86,12 @@ class ManagerCore:
 
     def release(self, vm: str) -> None:
         """A migration ended (either way); its hosts may take part in new ones."""
-        self.leases.pop(vm, None)
+        lease = self.leases.pop(vm, None)
+        if lease is not None and self.restart_window_after_migration:
+            for host in (lease.src, lease.dst):
+                if host in self.history:
+                    self.history[host].clear()
+                self._skip[host] = 1
 
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
@@ -90,10 +110,18 @@ class ManagerCore:
             metric=self.metric,
             ceiling=self.ceiling,
             leased=self.leased_hosts(),
+            barred={
+                vm: [h for h, t in left.items() if now_s - t < self.return_tabu_s]
+                for vm, left in self.departed.items()
+            }
+            if self.return_tabu_s > 0
+            else None,
         )
         for host, sig in sorted(signals.items()):
             if sig.flag and sig.target and sig.vm:
                 self.leases[sig.vm] = Lease(sig.vm, host, sig.target, now_s)
+                if self.return_tabu_s > 0:
+                    self.departed.setdefault(sig.vm, {})[host] = now_s
             verdict_hot = bool(sig.hot_resources) or sig.flag
             if verdict_hot:
                 last = reports[host].history[-1]

@@ -434,6 +434,7 @@ def coordinate(
     metric: HotnessMetric | str = HotnessMetric.VOLUME,
     ceiling: float | None = None,
     leased: Collection[str] = frozenset(),
+    barred: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, MigrationSignal]:
     """One round of Sova Alg. 2: a signal for every reported host.
 
@@ -442,6 +443,8 @@ def coordinate(
     receives, so a target can never be a source in the same round. A target is taken for the
     rest of the round. Leased hosts (already sending or receiving) are neither source nor
     target. Hosts without observations cannot be targets because their load is unknown.
+    ``barred`` maps a VM to hosts it may not be sent to (the manager's anti-ping-pong rule:
+    a VM does not go back to a host it left recently); default none.
     """
     capacities: dict[str, HostCapacity] | None = {
         name: rep.capacity for name, rep in reports.items() if rep.capacity is not None
@@ -480,7 +483,7 @@ def coordinate(
             name,
             reports[name].vms[vm_name],
             detector.alpha,
-            taken,
+            taken | set((barred or {}).get(vm_name, ())),
             metric,
             ceiling,
             capacities,

@@ -20,6 +20,8 @@ Outcomes come from mechanisms, never from tables (SPEC §7). Each tick ``(t0, t1
 6. **Latency** of a request = path latency (virtio grows with backend load) + scheduling
    delay (one hop on a VF, two on virtio: vCPU and backend thread) + transfer time at the
    rate the VM can get, stretched by link utilisation + the backlog ahead of it.
+   Profiles may add the time outside the host, several path crossings per request
+   (httperf's handshake) and the server's own work queued at its vCPU.
 7. **Counters** accumulate. Drivers read only these, exactly like a real host.
 
 Live migration is pre-copy (Clark et al.; SimGrid's model): the first round copies all
@@ -36,6 +38,7 @@ import csv
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -101,12 +104,24 @@ class Engine:
         self.cores = np.array([h.cores for h in self.hosts], dtype=float)
         self.host_mem = np.array([h.memory_bytes for h in self.hosts], dtype=float)
         self.capacity = np.array([h.nic.capacity_bps for h in self.hosts], dtype=float)
-        self.host = np.array(
-            [self.host_index[scn.home_of(v)] for v in self.vm_names], dtype=np.int64
-        )
+        # scn.home_of per VM is O(hosts): a map built once keeps 20k-VM worlds fast
+        home: dict[str, str] = {}
+        for hs in scn.hosts:
+            for v in hs.vms:
+                home.setdefault(v, hs.name)
+        self.host = np.array([self.host_index[home[v]] for v in self.vm_names], dtype=np.int64)
         self.vcpus = np.array([v.vcpus for v in self.vms], dtype=float)
         self.mem = np.array([v.memory_bytes for v in self.vms], dtype=float)
         self.ready = np.array([v.failover_ready for v in scn.vms], dtype=bool)
+        # Cores of a driver domain (Xen IDD) that runs the backend apart from the vCPUs;
+        # 0 = the backend shares the host's cores (KVM vhost).
+        self.backend_cores = np.array([h.backend_cores or 0.0 for h in scn.hosts], dtype=float)
+        self._dedicated_backend = bool((self.backend_cores > 0).any())
+        # device-level ingress QoS (bit/s of incoming requests; inf = none)
+        self.ingress_limit = np.array(
+            [INF if v.ingress_limit is None else v.ingress_limit for v in scn.vms], dtype=float
+        )
+        self._ingress_limited = bool(np.isfinite(self.ingress_limit).any())
         # workload parameters
         self.kind = f(N, dtype=np.int64)
         self.net_duty, self.cpu_duty = f(N), f(N)
@@ -139,6 +154,7 @@ class Engine:
         self.resp_s, self.served_req = f(N), f(N)
         self.backlog_bits = f(N)
         self.host_cpu_util, self.host_net_util = f(H), f(H)
+        self._pkts_per_bit, self._host_scale_vm, self._vcpu_load = f(N), np.ones(N), f(N)
         self.wrng = np.random.default_rng([scn.seed, 1])  # workloads: policy-independent
         self.orng = np.random.default_rng([scn.seed, 2])  # operations
         self.ops: dict[str, Op] = {}
@@ -241,6 +257,11 @@ class Engine:
         jit = self.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
         cj = 1.0 + (self.wrng.normal(0.0, p.cpu_jitter, N) if p.cpu_jitter else np.zeros(N))
         arrivals = self.wrng.poisson(self.req_rate * dt).astype(float)
+        if self._ingress_limited:
+            # The NIC discards requests above the VM's ingress limit: they never reach the
+            # guest (or a driver domain), so they cost no CPU and are never answered.
+            allowed = self.ingress_limit * dt / (8.0 * np.maximum(self.req_bytes, 1.0))
+            arrivals = np.minimum(arrivals, allowed)
 
         kind = self.kind
         offered = np.where(kind <= 1, net_frac * self.rate * self.streams * jit, 0.0)
@@ -248,7 +269,9 @@ class Engine:
         req_bits = arrivals * self.resp_bytes * 8.0
         offered = offered + (req_bits + self.backlog_bits) / dt * (kind == 2)
         is_file = (kind == 3) & (self.file_left > 0)
-        offered = np.where(is_file, np.minimum(self.rate, self.file_left * 8.0 / dt), offered)
+        # scp offers its full rate while bytes are left; the last tick is clipped below
+        # (offering only the remainder would shrink it geometrically and never finish)
+        offered = np.where(is_file, self.rate, offered)
         if (kind == 4).any():
             for i in np.flatnonzero(kind == 4):
                 tt, col = self.trace_t[i], self.trace_col[i]
@@ -270,28 +293,73 @@ class Engine:
             want * pkts_per_bit * ns_pkt + want / 8.0 * self.ns_per_byte
         ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
         cpu_busy = np.clip(cpu_frac * cj, 0.0, 1.0) * self.vcpus
+        if p.tcp_link_clocked:
+            # A TCP sender is clocked by its ACKs: it sends (and spends CPU on) only what
+            # its share of the egress link drains, not all netperf would like to send. The
+            # share is computed on what each vCPU could push, so a CPU-bound sender leaves
+            # its unused share to the others.
+            need0 = cpu_busy + net_cost
+            own = want * np.where(need0 > self.vcpus, self.vcpus / np.maximum(need0, 1e-12), 1.0)
+            busy0 = np.bincount(h, np.minimum(need0, self.vcpus), minlength=H)
+            own = own * np.minimum(1.0, self.cores / np.maximum(busy0, 1e-12))[h]
+            fair = grouped_waterfill(self.capacity, h, own, np.maximum(self.streams, 1.0))
+            # only the link's verdict caps: a CPU-bound sender is scaled down below anyway
+            link_cap = np.where(fair < own * (1.0 - 1e-9), fair, INF)
+            want = np.where((kind <= 1) | (kind == 3), np.minimum(want, link_cap), want)
+            net_cost = (
+                want * pkts_per_bit * ns_pkt + want / 8.0 * self.ns_per_byte
+            ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
         need = cpu_busy + net_cost
         vm_scale = np.where(need > self.vcpus, self.vcpus / np.maximum(need, 1e-12), 1.0)
         vm_scale[paused] = 0.0
         want = want * vm_scale
         # host CPU: vCPUs + virtio backend
         backend_ns = want * pkts_per_bit * p.virtio_host_ns_per_packet * virt
-        host_need = np.bincount(h, need * vm_scale + backend_ns / 1e9, minlength=H)
+        if self._dedicated_backend:
+            # A driver domain on its own cores: its backend work does not compete with vCPUs.
+            ded = self.backend_cores > 0
+            shared_ns = np.where(ded[h], 0.0, backend_ns)
+            host_need = np.bincount(h, need * vm_scale + shared_ns / 1e9, minlength=H)
+        else:
+            host_need = np.bincount(h, need * vm_scale + backend_ns / 1e9, minlength=H)
+        # Per-queue backend overhead (wake-ups, notifications, switching between the VMs'
+        # queues) is paid per active virtio VM whatever its rate: with many VMs it eats
+        # into the backend's capacity. 0 by default (no such overhead).
+        backend_vm_frac: np.ndarray = np.zeros(H)
+        if p.virtio_backend_ns_per_vm:
+            n_virt = np.bincount(h, (virt & (want > 0)).astype(float), minlength=H)
+            backend_vm_frac = n_virt * p.virtio_backend_ns_per_vm / 1e9
+            host_need = np.add(host_need, backend_vm_frac)
         host_scale = np.minimum(1.0, self.cores / np.maximum(host_need, 1e-12))
         want = want * host_scale[h]
+        backend_scale = host_scale  # how fast the backend runs: slowed by vCPU contention
+        if self._dedicated_backend:
+            # ... unless it has its own cores; then it saturates on its own: when the driver
+            # domain's cores are full, every virtio VM gets a proportional share of them.
+            dd_need = np.bincount(
+                h, np.where(ded[h], backend_ns, 0.0) * host_scale[h] / 1e9, minlength=H
+            )
+            dd_scale = np.where(
+                ded, np.minimum(1.0, self.backend_cores / np.maximum(dd_need, 1e-12)), 1.0
+            )
+            want = np.where(virt, want * dd_scale[h], want)
+            backend_scale = np.where(ded, 1.0, host_scale)
+        # kept for the request service time in _latency
+        self._pkts_per_bit, self._host_scale_vm = pkts_per_bit, host_scale[h]
+        self._vcpu_load = need / np.maximum(self.vcpus * host_scale[h], 1e-12)
 
         # paths: VF cap; virtio per-VM ceiling and the backend's shared packet-rate ceiling
         want = np.where(
             self.on_vf, np.minimum(want, self.vf_max), np.minimum(want, p.virtio_flow_limit)
         )
         vi = np.flatnonzero(virt & (want > 0))
-        pps_limit = p.virtio_pps_limit * host_scale
+        pps_limit = p.virtio_pps_limit * backend_scale * np.maximum(0.01, 1.0 - backend_vm_frac)
         backend_pps = np.zeros(H)
         if vi.size:
             pps = want[vi] / pkt_bits[vi]
             got = grouped_waterfill(pps_limit, h[vi], pps)
             want[vi] = got * pkt_bits[vi]
-            backend_pps = np.bincount(h[vi], got, minlength=H)
+            backend_pps = np.bincount(h[vi], got, minlength=H).astype(np.float64)
 
         # PF egress, shared with migration streams
         migs = list(self.migrations.values())
@@ -304,6 +372,8 @@ class Engine:
             weights = np.r_[weights, np.ones(len(mig_active))]
         share = grouped_waterfill(self.capacity, groups, demands, weights)
         tx = share[:N]
+        if is_file.any():
+            tx = np.where(is_file, np.minimum(tx, self.file_left * 8.0 / dt), tx)
         rx = tx * self.rx_share + arrivals * self.req_bytes * 8.0 / dt
         rx_host = np.bincount(h, rx, minlength=H)
         mig_rate = np.zeros(len(mig_active))
@@ -338,6 +408,7 @@ class Engine:
         backend_used = np.bincount(
             h, tx * pkts_per_bit * p.virtio_host_ns_per_packet * virt, minlength=H
         )
+        backend_used = np.add(backend_used, backend_vm_frac * 1e9)
         self.h_cpu_ns += (np.bincount(h, cpu_used, minlength=H) * 1e9 + backend_used) * dt
         self.h_tx_b += tx_host * dt / 8.0
         self.h_rx_b += rx_host * dt / 8.0
@@ -400,6 +471,18 @@ class Engine:
             p.virtio_latency / (1.0 - rho_b) + 2.0 * sched,
         )
         transfer = self.resp_bytes[idx] * 8.0 / service / (1.0 - rho_link)
+        # httperf opens a connection per request: handshake and request/response each
+        # cross the host's path and wake the vCPU (and on virtio the backend) again.
+        path = path * p.request_round_trips + p.request_fixed_latency
+        if p.request_service_latency:
+            # The server's own work on the request (Apache + the packets' guest cost) at a
+            # vCPU that gets only host_scale of a core, queued M/M/1 behind its other work.
+            ns_pkt = p.guest_ns_per_packet + p.virtio_guest_ns_per_packet * ~self.on_vf[idx]
+            pkts = self.resp_bytes[idx] * 8.0 * self._pkts_per_bit[idx]
+            s_req = (p.guest_ns_per_request + pkts * ns_pkt) / 1e9
+            s_req = s_req / np.maximum(self._host_scale_vm[idx], 1e-3)
+            rho_v = np.minimum(0.99, self._vcpu_load[idx])
+            path = path + s_req / (1.0 - rho_v)
         # what could not be sent this tick waits; its delay is how long it takes to drain
         sent = tx[idx]
         total_bits = offered[idx] * dt
@@ -416,31 +499,51 @@ class Engine:
     # ------------------------------------------------------------------ migration
 
     def _advance_migration(self, m: MigrationState, rate: float, dt: float, t: float) -> None:
+        """Copy for one tick; rounds shorter than the tick follow each other inside it.
+
+        A round of ``L`` bytes at ``r`` bytes/s takes ``L/r`` seconds and meanwhile the guest
+        dirties ``d·L/r`` bytes, which the next round copies. Walking the rounds inside the
+        tick (rather than one round per tick) keeps a fast link's short rounds short, so the
+        dirty set shrinks geometrically the way pre-copy does on a real host.
+        """
         p = self.profile
-        copied = rate * dt / 8.0
-        m.sent_bytes += copied
-        dirty_bps = p.dirty_rate + p.dirty_per_tx * self.tx[m.vm]
-        m.dirty_bytes = min(self.mem[m.vm], m.dirty_bytes + dirty_bps * dt / 8.0)
-        m.round_left_bytes -= copied
-        if m.round_left_bytes > 0:
-            return
-        if m.fail_at_round and m.rounds >= m.fail_at_round:
-            self._finish_migration(
-                m, t, ok=False, detail="migration aborted by the source: connection reset"
-            )
-            return
-        fits = m.dirty_bytes * 8.0 <= max(rate, 1.0) * p.max_downtime
-        if fits or m.rounds >= p.max_rounds:
-            downtime = m.dirty_bytes * 8.0 / max(rate, 1e6)
-            m.sent_bytes += m.dirty_bytes
-            self.paused_until[m.vm] = t + downtime
-            self.env.schedule(
-                downtime, lambda: self._finish_migration(m, self.env.now, True, "", downtime)
-            )
-            m.round_left_bytes = float("inf")  # no more rounds
-            return
-        m.rounds += 1
-        m.round_left_bytes, m.dirty_bytes = m.dirty_bytes, 0.0
+        r = rate / 8.0  # bytes/s
+        d = (p.dirty_rate + p.dirty_per_tx * self.tx[m.vm]) / 8.0
+        left_s = dt
+        while left_s > 1e-12 and m.round_left_bytes != float("inf"):
+            if r <= 0:
+                m.dirty_bytes = min(self.mem[m.vm], m.dirty_bytes + d * left_s)
+                return
+            need_s = m.round_left_bytes / r
+            step_s = min(left_s, need_s)
+            m.sent_bytes += r * step_s
+            m.round_left_bytes -= r * step_s
+            m.dirty_bytes = min(self.mem[m.vm], m.dirty_bytes + d * step_s)
+            left_s -= step_s
+            if m.round_left_bytes > 1e-6:
+                return
+            now = t - left_s
+            if m.fail_at_round and m.rounds >= m.fail_at_round:
+                self._finish_migration(
+                    m, now, ok=False, detail="migration aborted by the source: connection reset"
+                )
+                return
+            fits = m.dirty_bytes <= r * p.max_downtime
+            if fits or m.rounds >= p.max_rounds:
+                downtime = m.dirty_bytes / max(r, 1e6 / 8.0)
+                m.sent_bytes += m.dirty_bytes
+                self.paused_until[m.vm] = now + downtime
+                self.env.schedule(
+                    max(0.0, now + downtime - self.env.now),
+                    partial(self._finish_after_downtime, m, downtime),
+                )
+                m.round_left_bytes = float("inf")  # no more rounds
+                return
+            m.rounds += 1
+            m.round_left_bytes, m.dirty_bytes = m.dirty_bytes, 0.0
+
+    def _finish_after_downtime(self, m: MigrationState, downtime: float) -> None:
+        self._finish_migration(m, self.env.now, True, "", downtime)
 
     def _finish_migration(
         self, m: MigrationState, t: float, ok: bool, detail: str, downtime: float = 0.0
