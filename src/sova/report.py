@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -97,8 +98,14 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> None:
         st = run.stats
         t = [x / 60.0 for x in st.series_t]
         hosts = [h.name for h in scn.hosts]
+        # Averaged over one control period: what the manager sees, and readable.
+        k = max(1, int(round(scn.controller.period / scn.tick)))
         for j, h in enumerate(hosts):
-            ax.plot(t, [row[j] for row in st.series_host_net], lw=1.2, label=f"{h} net")
+            series = np.array([row[j] for row in st.series_host_net])
+            smooth = (
+                np.convolve(series, np.ones(k) / k, mode="same") if series.size >= k else series
+            )
+            ax.plot(t, smooth, lw=1.4, label=f"{h} net")
         alpha = scn.controller.manager.alpha
         ax.axhline(alpha, color="red", lw=0.8, ls=":", label=f"α = {alpha:g}")
         eng = run.engine
