@@ -302,7 +302,12 @@ def test_schedule_invariants(
     holders = {f"vm{i}": 50.0 for i in held if i < len(cands)}
     conf = cfg(io_threshold=40.0, tolerance=0.1, hysteresis=0.05, min_dwell_s=dwell)
     d = schedule(cands, holders, p, 60.0, conf)
-    ok = {x.vm for x in cands if x.eligible and x.has_traffic and x.io_score >= 40.0}
+    # A holder's I/O score counts (1 + hysteresis) times in the filter too: 40 / 1.05 = 38.1.
+    ok = {
+        x.vm
+        for x in cands
+        if x.eligible and x.has_traffic and x.io_score * (1.05 if x.vm in holders else 1.0) >= 40.0
+    }
     assert set(d.pq) <= ok
     assert len(d.pq) == min(p, len(ok))
     assert set(d.pq) | set(d.gq) == {x.vm for x in cands}
@@ -439,3 +444,16 @@ def test_dsr_iov_table3_needs_the_tolerance_tie_break() -> None:
     # with tolerance 0 the hybrid incumbent VM3 (315 boosted) beats VM4 (300) at 20 min
     strict = VFSchedulerConfig(io_threshold=62.0, tolerance=0.0, hysteresis=0.05)
     assert run_table3(strict)[2] == {"VM1", "VM3", "VM5", "VM6"}
+
+
+def test_holder_at_the_io_threshold_keeps_its_vf() -> None:
+    """A holder whose io_degree sags just under θ keeps its VF; a newcomer there does not get one.
+
+    θ = 62, hysteresis 0.05: a holder passes down to 62 / 1.05 = 59.05; a non-holder needs 62.
+    """
+    conf = cfg(io_threshold=62.0, tolerance=0.25, hysteresis=0.05, min_dwell_s=0.0)
+    sagging = [c("vm1", 100.0, io=60.0), c("vm2", 10.0, io=95.0)]
+    assert schedule(sagging, {"vm1": 0.0}, 1, 100.0, conf).pq == ("vm1",)
+    assert schedule(sagging, {}, 1, 100.0, conf).pq == ("vm2",)
+    gone = [c("vm1", 100.0, io=58.0), c("vm2", 10.0, io=95.0)]  # 58 * 1.05 = 60.9 < 62
+    assert schedule(gone, {"vm1": 0.0}, 1, 100.0, conf).pq == ("vm2",)

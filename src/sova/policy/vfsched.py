@@ -107,11 +107,23 @@ def rank(
     return ordered
 
 
-def io_filter(candidates: Sequence[Candidate], config: VFSchedulerConfig) -> list[Candidate]:
+def io_filter(
+    candidates: Sequence[Candidate],
+    config: VFSchedulerConfig,
+    boost: Mapping[str, float] | None = None,
+) -> list[Candidate]:
+    """Keep the I/O-bound VMs. A holder's score is boosted like in :func:`rank`, so a VF
+    holder whose io_degree hovers at the threshold does not lose and regain its VF on noise.
+    """
+    boost = boost or {}
+
+    def io(c: Candidate) -> float:
+        return c.io_score * boost.get(c.vm, 1.0)
+
     if config.io_filter == "threshold":
-        return [c for c in candidates if c.io_score >= config.io_threshold]
+        return [c for c in candidates if io(c) >= config.io_threshold]
     q = config.top_q or len(candidates)
-    return sorted(candidates, key=lambda c: (-c.io_score, c.vm))[:q]
+    return sorted(candidates, key=lambda c: (-io(c), c.vm))[:q]
 
 
 def schedule(
@@ -133,7 +145,8 @@ def schedule(
     for c in candidates:
         if not c.eligible:
             reasons[c.vm] = "ineligible (migrating or no failover backup)"
-    passed = io_filter([c for c in candidates if c.eligible], config)
+    boost = {vm: 1.0 + config.hysteresis for vm in holders}
+    passed = io_filter([c for c in candidates if c.eligible], config, boost)
     passed_names = {c.vm for c in passed}
     for c in candidates:
         if c.eligible and c.vm not in passed_names:
@@ -143,7 +156,6 @@ def schedule(
         if not c.has_traffic:
             reasons[c.vm] = "no traffic in window"
 
-    boost = {vm: 1.0 + config.hysteresis for vm in holders}
     ranking = rank(active, config.tolerance, boost)
 
     # A holder still eligible and inside its dwell time keeps its VF whatever its rank.
