@@ -145,7 +145,19 @@ def test_outputs_have_the_promised_columns(tmp_path: Path) -> None:
     out = simulate(tmp_path, "dsr-iov-table3.yaml", "--policy", "dsr-iov")
     with (out / "timeline.csv").open() as fh:
         header = next(csv.reader(fh))
-    for col in ["policy", "time_s", "host", "vm", "nic", "vf_rate_mbps", "tx_mbps", "rx_mbps", "cpu_usage", "io_degree", "net_factor"]:
+    for col in [
+        "policy",
+        "time_s",
+        "host",
+        "vm",
+        "nic",
+        "vf_rate_mbps",
+        "tx_mbps",
+        "rx_mbps",
+        "cpu_usage",
+        "io_degree",
+        "net_factor",
+    ]:
         assert col in header
     with (out / "events.csv").open() as fh:
         rows = list(csv.DictReader(fh))
@@ -219,3 +231,12 @@ def test_version_and_help() -> None:
 def test_validate_command(tmp_path: Path) -> None:
     r = runner.invoke(app, ["validate", str(SCENARIOS / "classification.yaml")])
     assert r.exit_code == 0 and "15 VM(s)" in r.output
+
+
+def test_cluster_run_with_migrations_is_deterministic(tmp_path: Path) -> None:
+    a = simulate(tmp_path / "a", "sova-fig5.yaml", "--policy", "sova")
+    b = simulate(tmp_path / "b", "sova-fig5.yaml", "--policy", "sova")
+    events = (a / "events.csv").read_text()
+    assert "migrate_end" in events
+    for name in ("timeline.csv", "events.csv", "summary.json", "hosts.png"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name

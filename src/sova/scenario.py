@@ -131,8 +131,18 @@ class Workload(_Strict):
             raise ValueError("kind 'requests' needs requests_per_s > 0")
         if self.kind == "file" and self.size <= 0:
             raise ValueError("kind 'file' needs size > 0")
-        if self.kind == "trace" and not (self.trace and self.column):
-            raise ValueError("kind 'trace' needs trace (a CSV path) and column")
+        if self.kind == "trace":
+            if not (self.trace and self.column):
+                raise ValueError("kind 'trace' needs trace (a CSV path) and column")
+            try:
+                with Path(self.trace).open() as fh:
+                    header = fh.readline().strip().split(",")
+            except OSError as exc:
+                raise ValueError(f"trace: cannot read {self.trace!r}: {exc.strerror}") from None
+            if "time_s" not in header or self.column not in header:
+                raise ValueError(
+                    f"trace {self.trace!r} needs columns time_s and {self.column!r}, has {header}"
+                )
         return self
 
     @property
@@ -563,6 +573,25 @@ def _resolve_profile(data: Any, path: Path) -> Any:
     )
 
 
+def _resolve_traces(data: Any, path: Path) -> Any:
+    """Trace CSV paths are relative to the scenario file, wherever sova is run from."""
+    if not isinstance(data, dict):
+        return data
+    workloads: list[Any] = []
+    for phase in data.get("workload") or []:
+        if isinstance(phase, dict) and isinstance(phase.get("vms"), dict):
+            workloads.extend(phase["vms"].values())
+    for group in data.get("vm_groups") or []:
+        if isinstance(group, dict):
+            workloads.append(group.get("workload"))
+    for w in workloads:
+        if isinstance(w, dict) and isinstance(w.get("trace"), str):
+            trace = Path(w["trace"])
+            if not trace.is_absolute():
+                w["trace"] = str(path.parent / trace)
+    return data
+
+
 def load_sweep(path: str | Path) -> list[Scenario]:
     """One scenario per sweep value (a single one when the file has no ``sweep``).
 
@@ -571,7 +600,7 @@ def load_sweep(path: str | Path) -> list[Scenario]:
     """
     p = Path(path)
     text = _read(p)
-    data = _resolve_profile(_yaml(text, str(p)), p)
+    data = _resolve_traces(_resolve_profile(_yaml(text, str(p)), p), p)
     if not isinstance(data, dict) or "sweep" not in data:
         return [parse_scenario(data, str(p))]
     try:
@@ -587,7 +616,7 @@ def load_sweep(path: str | Path) -> list[Scenario]:
         for key, sub in subs.items():
             point_text = point_text.replace("${" + key + "}", str(sub))
         x = subs[sweep.variable]
-        point = _resolve_profile(_yaml(point_text, str(p)), p)
+        point = _resolve_traces(_resolve_profile(_yaml(point_text, str(p)), p), p)
         point["sweep_value"] = x
         out.append(parse_scenario(point, f"{p} ({sweep.variable}={x})"))
     return out

@@ -96,3 +96,40 @@ def grouped_waterfill(
     out = np.empty(n)
     out[order] = alloc_sorted
     return out
+
+
+def floored_waterfill(
+    capacity: FloatArray,
+    group: npt.NDArray[np.int64],
+    demands: FloatArray,
+    weights: FloatArray,
+    floors: FloatArray,
+) -> FloatArray:
+    """:func:`grouped_waterfill` where flow ``i`` gets at least ``floors[i]`` (≤ its demand).
+
+    A flow gets its floor or its fair share, whichever is larger: flows the plain fill
+    leaves below their floor are pinned at it, their floors come off the link, and the
+    others are filled again. Floors that over-commit a link shrink together.
+    """
+    d = np.asarray(demands, dtype=np.float64)
+    lo = np.minimum(np.asarray(floors, dtype=np.float64), d)
+    g = np.asarray(group, dtype=np.int64)
+    cap = np.asarray(capacity, dtype=np.float64)
+    committed = np.bincount(g, lo, minlength=cap.size)
+    over = committed > cap
+    if over.any():
+        lo = lo * np.where(over, cap / np.maximum(committed, 1e-300), 1.0)[g]
+    pinned = np.zeros(d.size, dtype=bool)
+    alloc = np.zeros(d.size)
+    for _ in range(d.size + 1):
+        free = ~pinned
+        residual = np.maximum(0.0, cap - np.bincount(g[pinned], lo[pinned], minlength=cap.size))
+        alloc = np.where(pinned, lo, 0.0)
+        idx = np.flatnonzero(free)
+        if idx.size:
+            alloc[idx] = grouped_waterfill(residual, g[idx], d[idx], weights[idx])
+        low = free & (alloc < lo - 1e-9)
+        if not low.any():
+            break
+        pinned |= low
+    return alloc

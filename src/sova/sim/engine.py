@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from sova import model
-from sova.policy.waterfill import grouped_waterfill
+from sova.policy.waterfill import floored_waterfill, grouped_waterfill
 from sova.scenario import Scenario, Workload
 from sova.sim.core import Environment
 
@@ -370,7 +370,14 @@ class Engine:
             groups = np.r_[h, [m.src for m in mig_active]]
             demands = np.r_[want, [m.cap_bps for m in mig_active]]
             weights = np.r_[weights, np.ones(len(mig_active))]
-        share = grouped_waterfill(self.capacity, groups, demands, weights)
+        if self.vf_min.any():
+            # A VF's min_tx_rate (where the NIC honours it) is a floor: the VF gets its floor
+            # or its fair share, whichever is larger (as the Sova allocator assumes).
+            floors = np.zeros(demands.size)
+            floors[:N] = np.where(self.on_vf, np.minimum(want, self.vf_min), 0.0)
+            share = floored_waterfill(self.capacity, groups, demands, weights, floors)
+        else:
+            share = grouped_waterfill(self.capacity, groups, demands, weights)
         tx = share[:N]
         if is_file.any():
             tx = np.where(is_file, np.minimum(tx, self.file_left * 8.0 / dt), tx)
