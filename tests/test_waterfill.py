@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sova.policy.waterfill import waterfill
+from sova.policy.waterfill import floored_waterfill, waterfill
 
 
 @pytest.mark.parametrize(
@@ -119,3 +119,53 @@ def test_waterfill_monotone_in_capacity(problem: tuple[float, list[float], list[
     a = waterfill(capacity, demands, weights)
     b = waterfill(capacity + 10.0, demands, weights)
     assert np.all(b >= a - 1e-7 * max(1.0, capacity))
+
+
+# --------------------------------------------------------------------------- floors
+
+
+def test_floored_waterfill_floor_or_fair_share_whichever_is_larger() -> None:
+    cap = np.array([10.0])
+    g = np.array([0, 0])
+    # a: floor 7 (> fair share 5) -> 7; b gets the rest, 3.
+    got = floored_waterfill(cap, g, np.array([10.0, 10.0]), np.ones(2), np.array([7.0, 0.0]))
+    assert got.tolist() == [7.0, 3.0]
+    # a: floor 2 (< fair share 5) -> the floor does not bind: 5 / 5.
+    got = floored_waterfill(cap, g, np.array([10.0, 10.0]), np.ones(2), np.array([2.0, 0.0]))
+    assert got.tolist() == [5.0, 5.0]
+    # floors 8 + 8 over-commit 10: they shrink together to 5 + 5.
+    got = floored_waterfill(cap, g, np.array([10.0, 10.0]), np.ones(2), np.array([8.0, 8.0]))
+    assert got.tolist() == [5.0, 5.0]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.floats(0, 10, allow_subnormal=False),
+            st.floats(0.1, 5, allow_subnormal=False),
+            st.floats(0, 10, allow_subnormal=False),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.lists(st.floats(0, 20, allow_subnormal=False), min_size=3, max_size=3),
+)
+def test_floored_waterfill_properties(
+    flows: list[tuple[int, float, float, float]], caps: list[float]
+) -> None:
+    g = np.array([f[0] for f in flows])
+    d = np.array([f[1] for f in flows])
+    w = np.array([f[2] for f in flows])
+    lo = np.array([f[3] for f in flows])
+    cap = np.array(caps)
+    got = floored_waterfill(cap, g, d, w, lo)
+    eps = 1e-7
+    assert np.all(got <= d + eps) and np.all(got >= -eps)
+    for h in range(3):
+        m = g == h
+        # work-conserving: the link is full, or everyone has their demand
+        assert got[m].sum() == pytest.approx(min(cap[h], d[m].sum()), abs=1e-6)
+        floors = np.minimum(lo[m], d[m])
+        if floors.sum() <= cap[h]:
+            assert np.all(got[m] >= floors - eps)  # floors met when they fit
