@@ -146,6 +146,17 @@ def validate(
     )
 
 
+def _register_subcommands() -> None:
+    # The daemon and testbed commands import their heavy dependencies lazily, inside the
+    # commands, so `sova --help` and `sova simulate` stay fast.
+    from sova.cli_daemons import register as register_daemons
+
+    register_daemons(app)
+
+
+_register_subcommands()
+
+
 def main() -> None:
     app()
 

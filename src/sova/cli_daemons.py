@@ -1,0 +1,183 @@
+"""``sova agent``, ``sova manager`` and ``sova demo``: the daemons' command lines.
+
+Kept out of ``sova.cli`` so the simulator's CLI does not import FastAPI, SQLAlchemy or
+uvicorn; ``sova.cli`` calls :func:`register` to add these commands. Every option also has a
+config-file key and an environment variable (see ``docs/operations.md``); the command
+line wins, then the environment, then the file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True)
+
+DriverOpt = Annotated[
+    str | None,  # noqa: UP007 - typer needs Optional here
+    typer.Option("--driver", help="libvirt | sim | mock | remote (sim: --connect scenario.yaml)."),
+]
+
+
+def _fail(msg: str, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True, markup=True)
+    return typer.Exit(code)
+
+
+def agent(
+    config: Annotated[
+        Path | None,  # noqa: UP007
+        typer.Option("--config", "-c", help="Agent TOML file (see deploy/agent.toml)."),
+    ] = None,
+    driver: DriverOpt = None,
+    connect: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option("--connect", help="libvirt URI, scenario file (sim) or world URL (remote)."),
+    ] = None,
+    host: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option("--host", help="This host's name at the manager."),
+    ] = None,
+    manager_url: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option("--manager-url", help="Manager base URL; omit to run standalone."),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Decide and log every action; submit none."),
+    ] = False,
+    loop: Annotated[
+        bool,
+        typer.Option(
+            "--loop",
+            help="With --driver libvirt --dry-run: keep running and logging instead of "
+            "printing the inventory once.",
+        ),
+    ] = False,
+    metrics_port: Annotated[
+        int | None,  # noqa: UP007
+        typer.Option("--metrics-port", help="Serve Prometheus metrics on this port."),
+    ] = None,
+    speed: Annotated[
+        float | None,  # noqa: UP007
+        typer.Option("--speed", help="--driver sim: simulated seconds per real second."),
+    ] = None,
+    policy: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option("--policy", help="--driver sim/remote: the scenario policy to run."),
+    ] = None,
+) -> None:
+    """Run the host agent: local VF scheduling and bandwidth allocation, reports to the manager.
+
+    Keeps scheduling when the manager is unreachable. On start it adopts what the driver
+    shows (VF holders, limits, migrations in flight). With --driver libvirt --dry-run it
+    opens libvirt read-only, prints the host and the actions it would take, and exits.
+    """
+    from sova.daemon.config import ConfigError, load_agent_settings
+
+    overrides: dict[str, Any] = {
+        "driver": driver,
+        "connect": connect,
+        "host": host,
+        "manager_url": manager_url,
+        "metrics_port": metrics_port,
+    }
+    if dry_run:
+        overrides["dry_run"] = True
+    try:
+        settings = load_agent_settings(config, overrides=overrides)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    if settings.driver == "libvirt" and settings.dry_run and not loop:
+        raise typer.Exit(_libvirt_dry_run(settings))
+    from sova.daemon.agent_daemon import run_agent
+
+    try:
+        code = run_agent(settings, speed=speed, policy=policy)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    raise typer.Exit(code)
+
+
+def _libvirt_dry_run(settings: Any) -> int:
+    """One read-only look at the host: inventory, capabilities, planned actions."""
+    import time
+
+    from sova.agent.loop import HostAgent
+    from sova.driver.inventory_report import dry_run
+    from sova.model import Action
+
+    cfg = settings.controller.to_agent_config(True)
+
+    def plan(drv: Any) -> list[Action]:
+        agent = HostAgent(drv, cfg)
+        agent.step()
+        time.sleep(min(2.0, cfg.period_s))  # a second sample gives the sensor one period
+        return list(agent.step().planned)
+
+    return dry_run(settings.connect or "qemu:///system", plan, sys.stdout)
+
+
+def manager(
+    config: Annotated[
+        Path | None,  # noqa: UP007
+        typer.Option("--config", "-c", help="Manager TOML file (see deploy/manager.toml)."),
+    ] = None,
+    listen: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option("--listen", help="Address to bind [default: 127.0.0.1]."),
+    ] = None,
+    port: Annotated[
+        int | None,  # noqa: UP007
+        typer.Option("--port", help="Port [default: 8700]."),
+    ] = None,
+    database_url: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option("--database-url", help="SQLAlchemy URL: sqlite:///path or postgresql://…"),
+    ] = None,
+    openapi: Annotated[
+        Path | None,  # noqa: UP007
+        typer.Option("--openapi", help="Write the OpenAPI document to this file and exit."),
+    ] = None,
+) -> None:
+    """Run the cluster manager: reports in, migration directives out, decision log, metrics."""
+    from sova.daemon.config import ConfigError, load_manager_settings
+
+    try:
+        settings = load_manager_settings(
+            config, overrides={"listen": listen, "port": port, "database_url": database_url}
+        )
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    from sova.daemon.manager_app import create_app, openapi_document, run_manager
+    from sova.daemon.store import Store
+
+    if openapi is not None:
+        openapi.write_text(openapi_document(create_app(settings, Store("sqlite://"))))
+        typer.echo(f"wrote {openapi}")
+        return
+    try:
+        run_manager(settings)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add the daemon commands to the ``sova`` CLI."""
+    app.command()(agent)
+    app.command()(manager)
+    try:
+        from sova.daemon.demo import demo
+    except ImportError:  # pragma: no cover - the demo needs the simulator
+        return
+    app.command()(demo)
+
+
+if __name__ == "__main__":  # python -m sova.cli_daemons …, before sova.cli registers us
+    _app = typer.Typer(add_completion=False, no_args_is_help=True)
+    register(_app)
+    _app()

@@ -1,0 +1,331 @@
+"""Configuration of both daemons: a TOML file, then environment overrides, then validation.
+
+Why this order: the file is what an operator reviews and commits; the environment is how
+systemd, containers and CI inject secrets (``SOVA_TOKEN``) and per-host values
+(``SOVA_HOST``) without editing it. Validation is strict (an unknown key is an error, not
+a silent default) and every error names the field path, the value and where it came
+from, e.g. ``controller.period_s = -1 (from SOVA_CONTROLLER__PERIOD_S): must be > 0``.
+
+Environment variables: ``SOVA_<FIELD>`` for a top-level field and ``SOVA_<SECTION>__<FIELD>``
+for a nested one (the manager reads ``SOVA_MANAGER_<...>`` the same way). Only names that
+match a field are read, so the agent and the manager can share one environment.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from sova.agent.loop import AgentConfig
+from sova.scenario import Duration, Rate, SchedulerSpec
+
+M = TypeVar("M", bound=BaseModel)
+
+AGENT_ENV_PREFIX = "SOVA_"
+MANAGER_ENV_PREFIX = "SOVA_MANAGER_"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message lists every bad field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- agent
+
+
+class ControllerSettings(_Strict):
+    """The agent's control loop; mirrors :class:`sova.agent.loop.AgentConfig`."""
+
+    period_s: Duration = 10.0
+    vf_policy: Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"] = "sova"
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    window: int = Field(default=6, ge=1, le=1000)
+    epsilon: float = Field(default=0.7, ge=0, le=1)
+    traffic_threshold_bps: Rate = 10_000.0
+    max_ops_per_period: int = Field(default=4, ge=1, le=1000)
+    op_timeout_s: Duration = 30.0
+    migration_timeout_s: Duration = 600.0
+    max_retries: int = Field(default=3, ge=0, le=100)
+    bandwidth_policy: Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"] = (
+        "none"
+    )
+    bandwidth_period_s: Duration = 1.0
+    probe: float = Field(default=0.10, ge=0, le=1)
+    static_caps_bps: dict[str, Rate] = Field(default_factory=dict)
+    hotness_metric: Literal["volume", "skewness"] = "volume"
+    migration_bandwidth_bps: Rate | None = None
+    history: int = Field(default=5, ge=1, le=1000, description="load reports kept (manager's n)")
+
+    @model_validator(mode="after")
+    def _positive(self) -> ControllerSettings:
+        for name in ("period_s", "bandwidth_period_s", "op_timeout_s", "migration_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0 (got {getattr(self, name)})")
+        return self
+
+    def to_agent_config(self, dry_run: bool) -> AgentConfig:
+        return AgentConfig(
+            period_s=self.period_s,
+            vf_policy=self.vf_policy,
+            scheduler=self.scheduler.to_config(),
+            window=self.window,
+            epsilon=self.epsilon,
+            traffic_threshold_bps=self.traffic_threshold_bps,
+            max_ops_per_period=self.max_ops_per_period,
+            op_timeout_s=self.op_timeout_s,
+            migration_timeout_s=self.migration_timeout_s,
+            max_retries=self.max_retries,
+            dry_run=dry_run,
+            bandwidth_policy=self.bandwidth_policy,
+            bandwidth_period_s=self.bandwidth_period_s,
+            probe=self.probe,
+            static_caps_bps=dict(self.static_caps_bps),
+            hotness_metric=self.hotness_metric,
+            migration_bandwidth_bps=self.migration_bandwidth_bps,
+            history=self.history,
+        )
+
+
+class AgentSettings(_Strict):
+    host: str | None = Field(
+        default=None, description="this host's name at the manager; default: the driver's"
+    )
+    driver: Literal["libvirt", "sim", "mock", "remote"] = "libvirt"
+    connect: str | None = Field(
+        default=None,
+        description="libvirt URI (libvirt), scenario file (sim), world URL (remote)",
+    )
+    manager_url: str | None = Field(
+        default=None, pattern=r"^https?://", description="None = standalone, no reports"
+    )
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    ca_file: Path | None = Field(default=None, description="CA bundle to verify the manager")
+    report_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    report_retries: int = Field(default=2, ge=0, le=10)
+    report_top_k: int = Field(default=4, ge=3, le=16)
+    report_decimals: int = Field(default=4, ge=2, le=17)
+    record_to_world: bool = Field(
+        default=False, description="sova demo: send step records and events to the world"
+    )
+    poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    dry_run: bool = False
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_addr: str = "127.0.0.1"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    controller: ControllerSettings = Field(default_factory=ControllerSettings)
+
+    @model_validator(mode="after")
+    def _token_source(self) -> AgentSettings:
+        if self.token is not None and self.token_file is not None:
+            raise ValueError("give token or token_file, not both")
+        return self
+
+    def resolved_token(self) -> str | None:
+        if self.token is not None:
+            return self.token.get_secret_value()
+        if self.token_file is not None:
+            try:
+                return self.token_file.read_text().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"token_file: cannot read {self.token_file}: {exc.strerror}"
+                ) from None
+        return None
+
+
+# --------------------------------------------------------------------------- manager
+
+
+class HostAuth(_Strict):
+    token: SecretStr = Field(min_length=16, description="this host's bearer token")
+
+
+class PlannerSettings(_Strict):
+    """Hotspot detection and cold-spot planning (SPEC §6)."""
+
+    alpha: float = Field(default=0.75, gt=0, le=1)
+    k: int = Field(default=3, ge=1, le=100)
+    n: int = Field(default=5, ge=1, le=100)
+    metric: Literal["volume", "skewness"] = "volume"
+    ceiling: float | None = Field(default=None, gt=0, le=1.5)
+    lease_timeout_s: float = Field(default=900.0, gt=0)
+    # See ManagerCore: restart the source's and target's windows when a migration ends.
+    restart_window_after_migration: bool = False
+    # See ManagerCore: a VM is not sent back to a host it left less than this long ago.
+    return_tabu_s: Duration = 0.0
+    # A flagged directive the source never acknowledges is withdrawn (and its lease
+    # released) after this many planning periods: a dead agent must not pin a target.
+    directive_ttl_periods: int = Field(default=3, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _k_le_n(self) -> PlannerSettings:
+        if self.k > self.n:
+            raise ValueError(f"k must be <= n (got k={self.k}, n={self.n})")
+        return self
+
+
+class ManagerSettings(_Strict):
+    listen: str = "127.0.0.1"
+    port: int = Field(default=8700, ge=0, le=65535)
+    database_url: str = "sqlite:///sova-manager.db"
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    admin_token: SecretStr | None = Field(
+        default=None, description="bearer token for the read endpoints; None = open"
+    )
+    hosts: dict[str, HostAuth] = Field(default_factory=dict)
+    tokens_file: Path | None = Field(default=None, description='TOML of host = "token" lines')
+    plan_period_s: float = Field(default=10.0, ge=0, description="0 = only explicit ticks")
+    plan_trigger: Literal["timer", "round"] = Field(
+        default="timer",
+        description='"round": plan as soon as every known host has reported (sova demo)',
+    )
+    clock: Literal["wall", "agent"] = Field(
+        default="wall", description='"agent": the newest agent clock (simulated time)'
+    )
+    planner: PlannerSettings = Field(default_factory=PlannerSettings)
+    max_report_bytes: int = Field(default=1024, ge=128, le=65536)
+    report_retention_s: float = Field(default=3600.0, gt=0)
+    flush_interval_s: float = Field(default=1.0, gt=0, le=60)
+    host_metrics: bool = Field(default=True, description="per-host utilisation gauges")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ManagerSettings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together")
+        return self
+
+    def tokens(self) -> dict[str, str]:
+        out = {h: a.token.get_secret_value() for h, a in self.hosts.items()}
+        if self.tokens_file is not None:
+            data = _read_toml(self.tokens_file, "tokens_file")
+            for h, tok in data.items():
+                if not isinstance(tok, str) or len(tok) < 16:
+                    raise ConfigError(
+                        f"tokens_file {self.tokens_file}: {h}: token must be a string of "
+                        ">= 16 characters"
+                    )
+                out[h] = tok
+        return out
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _fields_of(model: type[BaseModel]) -> dict[str, type[BaseModel] | None]:
+    out: dict[str, type[BaseModel] | None] = {}
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        out[name] = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return out
+
+
+def env_overrides(
+    model: type[BaseModel], prefix: str, environ: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """Nested dict of overrides from ``environ`` and, per path, the variable it came from."""
+    data: dict[str, Any] = {}
+    origin: dict[tuple[str, ...], str] = {}
+    for var, value in sorted(environ.items()):
+        if not var.startswith(prefix):
+            continue
+        parts = var[len(prefix) :].lower().split("__")
+        cls: type[BaseModel] | None = model
+        ok = True
+        for i, p in enumerate(parts):
+            fields = _fields_of(cls) if cls is not None else {}
+            if p not in fields or (i < len(parts) - 1 and fields[p] is None):
+                ok = False
+                break
+            cls = fields[p]
+        if not ok or cls is not None:
+            continue  # not one of ours (or a whole section): leave it to the other daemon
+        node = data
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+        origin[tuple(parts)] = var
+    return data, origin
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def format_errors(err: ValidationError, source: str, origin: Mapping[tuple[str, ...], str]) -> str:
+    lines = [f"{source}: invalid configuration ({err.error_count()} error(s))"]
+    for e in err.errors():
+        loc = tuple(str(p) for p in e["loc"])
+        path = ".".join(loc)
+        msg = e["msg"].removeprefix("Value error, ")
+        value = e.get("input")
+        where = f" (from {origin[loc]})" if loc in origin else ""
+        if e["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        shown = "" if isinstance(value, dict | list) else f" = {value!r}"
+        if "token" in path:
+            shown = " = ***"
+        lines.append(f"  {path}{shown}{where}: {msg}" if path else f"  {msg}")
+    return "\n".join(lines)
+
+
+def load_settings(
+    model: type[M],
+    path: Path | None,
+    prefix: str,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> M:
+    """File, then environment, then explicit (command-line) overrides; then validate."""
+    environ = os.environ if environ is None else environ
+    data: dict[str, Any] = _read_toml(path, "config") if path is not None else {}
+    env, origin = env_overrides(model, prefix, environ)
+    data = _merge(data, env)
+    if overrides:
+        data = _merge(data, {k: v for k, v in overrides.items() if v is not None})
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_errors(err, str(path) if path else "<config>", origin)) from None
+
+
+def load_agent_settings(
+    path: Path | None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> AgentSettings:
+    return load_settings(AgentSettings, path, AGENT_ENV_PREFIX, environ, overrides)
+
+
+def load_manager_settings(
+    path: Path | None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ManagerSettings:
+    return load_settings(ManagerSettings, path, MANAGER_ENV_PREFIX, environ, overrides)

@@ -1,0 +1,397 @@
+"""``sova demo``: a scenario's cluster run through the real daemons, all on loopback.
+
+Why not just ``sova simulate``: the demo is the system an operator deploys — a manager
+process with its store and HTTP API, one agent process per host, reports and directives over
+HTTP — with only the hypervisors simulated (one world process, see
+:mod:`sova.daemon.world_server`). Because the world hands out turns in the same order as
+the in-process simulator, the demo's events equal ``sova simulate``'s for the same scenario
+and policy, which is how the tests check that the daemons add transport, not behaviour.
+
+Processes (all ``sys.executable``, all bound to 127.0.0.1 on free ports)::
+
+    world   python -m sova.daemon.world_server SCENARIO --out OUT
+    manager python -m sova.cli_daemons manager --config <generated manager.toml>
+    agents  python -m sova.cli_daemons agent --driver remote --connect WORLD --host H  (x hosts)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from sova.scenario import PolicySpec, Scenario, ScenarioError, load_scenario
+
+DEFAULT_SCENARIO = Path("scenarios/sova-fig5.yaml")
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def pick_policy(scn: Scenario, name: str | None) -> PolicySpec:
+    specs = scn.policy_specs
+    if name is not None:
+        for p in specs:
+            if p.name == name:
+                return p
+        raise ValueError(f"--policy: {name!r} is not in {[p.name for p in specs]}")
+    # The demo's point is the control plane: prefer the policy that uses the manager.
+    for vf in ("sova", "migration-only"):
+        for p in specs:
+            if p.vf == vf:
+                return p
+    return specs[-1]
+
+
+def manager_toml(scn: Scenario, tokens: dict[str, str], db: Path, port: int) -> str:
+    m = scn.controller.manager
+    lines = [
+        f'listen = "{LOOPBACK}"',
+        f"port = {port}",
+        f'database_url = "sqlite:///{db}"',
+        f"plan_period_s = {scn.controller.period}",
+        'plan_trigger = "round"',
+        'clock = "agent"',
+        "host_metrics = true",
+        'log_level = "warning"',
+        "",
+        "[planner]",
+        f"alpha = {m.alpha}",
+        f"k = {m.k}",
+        f"n = {m.n}",
+        f'metric = "{m.metric}"',
+        f"restart_window_after_migration = {str(m.restart_window_after_migration).lower()}",
+        f"return_tabu_s = {m.return_tabu}",
+    ]
+    if m.ceiling is not None:
+        lines.append(f"ceiling = {m.ceiling}")
+    for h, tok in tokens.items():
+        lines += ["", f'[hosts."{h}"]', f'token = "{tok}"']
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Cluster:
+    """The demo's processes; stops them all on exit, whatever happened."""
+
+    scn_path: Path
+    scn: Scenario
+    policy: PolicySpec
+    out: Path
+    workdir: Path
+    speed: float | None = None
+    agent_timeout_s: float = 5.0
+    log_dir: Path | None = None
+    world_port: int = field(default_factory=free_port)
+    manager_port: int = field(default_factory=free_port)
+    tokens: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    uses_manager: bool = False
+    agent_metrics: bool = False  # give each agent a Prometheus port (fault tests read it)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        hosts = [h.name for h in self.scn.hosts]
+        self.tokens = {h: secrets.token_urlsafe(24) for h in hosts}
+        self.uses_manager = self.policy.vf in ("sova", "migration-only") and len(hosts) > 1
+        self.log_dir = self.log_dir or self.workdir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def world_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.world_port}"
+
+    @property
+    def manager_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.manager_port}"
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        assert self.log_dir is not None
+        logf = (self.log_dir / f"{name}.log").open("ab")
+        full_env = {**os.environ, **(env or {})}
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, *args], stdout=logf, stderr=subprocess.STDOUT, env=full_env
+        )
+
+    def start_world(self) -> None:
+        args = [
+            "-m",
+            "sova.daemon.world_server",
+            str(self.scn_path),
+            "--port",
+            str(self.world_port),
+            "--policy",
+            self.policy.name,
+            "--out",
+            str(self.out),
+            "--agent-timeout",
+            str(self.agent_timeout_s),
+        ]
+        if self.speed:
+            args += ["--speed", str(self.speed)]
+        self._spawn("world", args)
+
+    def start_manager(self) -> None:
+        cfg = self.workdir / "manager.toml"
+        cfg.write_text(
+            manager_toml(self.scn, self.tokens, self.workdir / "manager.db", self.manager_port)
+        )
+        self._spawn("manager", ["-m", "sova.cli_daemons", "manager", "--config", str(cfg)])
+
+    def start_agent(self, host: str) -> None:
+        # Full precision: the demo must decide exactly as the in-process run does, and its
+        # hosts carry few VMs, so the 304-byte budget never trims a candidate.
+        env = {
+            "SOVA_TOKEN": self.tokens[host],
+            "SOVA_RECORD_TO_WORLD": "true",
+            "SOVA_REPORT_DECIMALS": "17",
+        }
+        args = [
+            "-m",
+            "sova.cli_daemons",
+            "agent",
+            "--driver",
+            "remote",
+            "--connect",
+            self.world_url,
+            "--host",
+            host,
+        ]
+        if self.uses_manager:
+            args += ["--manager-url", self.manager_url]
+        if self.agent_metrics:
+            self.metrics_ports[host] = free_port()
+            args += ["--metrics-port", str(self.metrics_ports[host])]
+        self._spawn(f"agent-{host}", args, env)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL, timeout_s: float = 15.0) -> int:
+        """Signal one process and wait for it (fault tests: kill -9, SIGTERM)."""
+        p = self.procs[name]
+        p.send_signal(sig)
+        return p.wait(timeout_s)
+
+    def pause(self, paused: bool = True) -> None:
+        httpx.post(self.world_url + "/v1/world/pause", json={"paused": paused}, timeout=5.0)
+
+    def wait_ready(self, url: str, what: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {p.returncode}; see {self.log_dir}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=1.0).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"{what} did not answer at {url} within {timeout_s:.0f} s")
+
+    def start(self) -> None:
+        self.start_world()
+        self.wait_ready(self.world_url + "/v1/world", "world")
+        if self.uses_manager:
+            self.start_manager()
+            self.wait_ready(self.manager_url + "/healthz", "manager")
+        for h in self.scn.hosts:
+            self.start_agent(h.name)
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10.0
+        for p in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(max(0.1, deadline - time.monotonic()))
+            if p.poll() is None:
+                p.kill()
+                p.wait(5.0)
+
+    def view(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        world = httpx.get(self.world_url + "/v1/world/view", timeout=2.0).json()
+        cluster = None
+        if self.uses_manager:
+            with contextlib.suppress(httpx.HTTPError):
+                cluster = httpx.get(self.manager_url + "/v1/cluster", timeout=2.0).json()
+        return world, cluster
+
+    def decisions(self) -> list[dict[str, Any]]:
+        if not self.uses_manager:
+            return []
+        out: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            page = httpx.get(
+                self.manager_url + "/v1/decisions",
+                params={"after": after, "limit": 1000},
+                timeout=10.0,
+            ).json()
+            out += page["decisions"]
+            if not page["decisions"]:
+                return out
+            after = page["next_after"]
+
+    def finish(self) -> None:
+        r = httpx.post(
+            self.world_url + "/v1/world/finish", json={"decisions": self.decisions()}, timeout=60.0
+        )
+        r.raise_for_status()
+
+
+def render(world: dict[str, Any], cluster: dict[str, Any] | None, policy: str) -> Table:
+    hot = {}
+    util = {}
+    if cluster:
+        for h in cluster["hosts"]:
+            hot[h["host"]] = h["hot"]
+            util[h["host"]] = h["utilisation"]
+    t = Table(
+        title=f"sova demo [{policy}]  t = {world['now']:.0f} / {world['until']:.0f} s"
+        + ("  (done)" if world["done"] else ""),
+    )
+    for col in ("host", "cpu", "mem", "net", "hotspot", "VMs (* = VF, > = migrating)"):
+        t.add_column(col)
+    for h, info in world["hosts"].items():
+        u = util.get(h)
+        vms = " ".join(
+            ("*" if v["nic"] == "vf" else "") + n + (">" if v["migrating"] else "")
+            for n, v in info["vms"].items()
+        )
+        t.add_row(
+            h,
+            *(f"{x:.2f}" for x in u) if u else ("-", "-", "-"),
+            "[red]HOT[/]" if hot.get(h) else "",
+            vms,
+        )
+    return t
+
+
+def events_table(world: dict[str, Any]) -> Table:
+    t = Table(title="recent events")
+    for col in ("t (s)", "event", "VM", "host", "to"):
+        t.add_column(col)
+    for e in world.get("recent_events", [])[-8:]:
+        t.add_row(f"{e['time_s']:.0f}", e["event"], e["vm"], e["src"], e["dst"])
+    return t
+
+
+def leases_table(cluster: dict[str, Any] | None) -> Table:
+    t = Table(title="migrations in flight (leases)")
+    for col in ("VM", "from", "to", "since"):
+        t.add_column(col)
+    for lease in (cluster or {}).get("leases", []):
+        t.add_row(lease["vm"], lease["src"], lease["dst"], f"{lease['since_s']:.0f} s")
+    return t
+
+
+@contextlib.contextmanager
+def running(cluster: Cluster) -> Iterator[Cluster]:
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def run_demo(
+    scenario: Path,
+    out: Path,
+    policy: str | None = None,
+    speed: float | None = None,
+    live: bool = True,
+    timeout_s: float = 600.0,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Run the demo to the scenario's end; returns the world's final view."""
+    console = console or Console(stderr=True)
+    scn = load_scenario(scenario)
+    spec = pick_policy(scn, policy)
+    with tempfile.TemporaryDirectory(prefix="sova-demo-") as tmp:
+        cluster = Cluster(scenario, scn, spec, out, Path(tmp), speed=speed, log_dir=out / "logs")
+        with running(cluster):
+            deadline = time.monotonic() + timeout_s
+            final: dict[str, Any] = {}
+            with Live(console=console, refresh_per_second=4, transient=False) as lv:
+                while time.monotonic() < deadline:
+                    world, cl = cluster.view()
+                    final = world
+                    if live:
+                        lv.update(
+                            Group(
+                                render(world, cl, spec.name), leases_table(cl), events_table(world)
+                            )
+                        )
+                    if world["done"]:
+                        break
+                    for name, p in cluster.procs.items():
+                        if p.poll() is not None:
+                            raise RuntimeError(f"{name} exited with {p.returncode}; see {out}/logs")
+                    time.sleep(0.25)
+                else:
+                    raise RuntimeError(f"the demo did not finish within {timeout_s:.0f} s")
+            cluster.finish()
+    return final
+
+
+def demo(
+    scenario: Annotated[
+        Path, typer.Argument(help="Scenario YAML [default: scenarios/sova-fig5.yaml].")
+    ] = DEFAULT_SCENARIO,
+    out: Annotated[
+        Path | None,  # noqa: UP007 - typer needs Optional here
+        typer.Option("--out", "-o", help="Output directory [default: out/demo-<scenario>]."),
+    ] = None,
+    policy: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option("--policy", "-p", help="Policy to run [default: the one using the manager]."),
+    ] = None,
+    speed: Annotated[
+        float | None,  # noqa: UP007
+        typer.Option("--speed", help="Max simulated seconds per real second [default: no limit]."),
+    ] = None,
+    live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,
+) -> None:
+    """Run a scenario through the real daemons: a world, the manager and one agent per host.
+
+    Everything runs on 127.0.0.1 in separate processes, in simulated time faster than real
+    time. Writes the same files as `sova simulate` (timeline.csv, events.csv, summary.json,
+    report.md) plus the daemons' logs under --out/logs.
+    """
+    try:
+        scn = load_scenario(scenario)
+        spec = pick_policy(scn, policy)
+    except (ScenarioError, ValueError) as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    out_dir = out or Path("out") / f"demo-{scn.name}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = run_demo(scenario, out_dir, spec.name, speed, live)
+    events = out_dir / "events.csv"
+    migrations = [line for line in events.read_text().splitlines()[1:] if ",migrate_end," in line]
+    typer.echo(f"{len(migrations)} migration(s); VM placement at the end:")
+    for h, info in final.get("hosts", {}).items():
+        typer.echo(f"  {h}: {', '.join(info['vms']) or '-'}")
+    if final.get("violation_count"):
+        typer.echo(f"INVARIANT VIOLATIONS: {final['violation_count']} (see world-check.json)")
+    typer.echo(f"report: {out_dir / 'report.md'}")
+    typer.echo(json.dumps({"out": str(out_dir)}))

@@ -1,0 +1,186 @@
+"""Prometheus metrics of both daemons, named by Prometheus conventions.
+
+``sova_`` prefix, ``sova_agent_*`` / ``sova_manager_*`` per daemon, base units in the
+name (``_seconds``, ``_bits_per_second``, ``_ratio``), ``_total`` on counters. Each daemon
+uses its own :class:`CollectorRegistry` so tests can build many of them in one process and
+the dashboard in ``deploy/grafana-sova.json`` can rely on exactly these names.
+
+Per-VM series (IF/NF, VF rate) are removed when a VM leaves the host, so a host with VM
+churn does not accumulate dead series.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LOOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class AgentMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.vf_holders = Gauge("sova_agent_vf_holders", "VMs holding a VF now", registry=r)
+        self.vf_pool = Gauge("sova_agent_vf_pool", "VFs Sova may hand out", registry=r)
+        self.vf_held = Gauge(
+            "sova_agent_vf_held",
+            "1 if the VM holds a VF (PQ), 0 if on virtio (GQ)",
+            ["vm"],
+            registry=r,
+        )
+        self.vf_rate = Gauge(
+            "sova_agent_vf_max_rate_bits_per_second",
+            "VF tier: max_tx_rate of the VM's VF (0 = untiered)",
+            ["vm"],
+            registry=r,
+        )
+        self.io_factor = Gauge(
+            "sova_agent_io_factor", "Sova IF of the VM (eq. 1)", ["vm"], registry=r
+        )
+        self.net_factor = Gauge(
+            "sova_agent_net_factor",
+            "Sova NF of the VM (eq. 2-4), host-normalised",
+            ["vm"],
+            registry=r,
+        )
+        self.io_degree = Gauge(
+            "sova_agent_io_degree", "DSR-IOV io_degree of the VM (eq. 3)", ["vm"], registry=r
+        )
+        self.net_degree = Gauge(
+            "sova_agent_net_degree", "DSR-IOV net_degree of the VM (eq. 4-6)", ["vm"], registry=r
+        )
+        self.utilisation = Gauge(
+            "sova_agent_host_utilisation_ratio",
+            "host utilisation per resource over the last period",
+            ["resource"],
+            registry=r,
+        )
+        self.operation = Gauge(
+            "sova_agent_vm_operation",
+            "Operation Table (Alg. 1): 1 for the VM's current operation (VF, VNIC, VLM)",
+            ["vm", "operation"],
+            registry=r,
+        )
+        self.migrating = Gauge(
+            "sova_agent_migrating_vms", "VMs labelled VLM (leaving this host)", registry=r
+        )
+        self.actions = Counter(
+            "sova_agent_actions_total",
+            "finished actions by kind and result (succeeded, failed, timeout, blocked, dry-run)",
+            ["kind", "result"],
+            registry=r,
+        )
+        self.loop_duration = Histogram(
+            "sova_agent_loop_duration_seconds",
+            "duration of one control period (sense, decide, plan, apply)",
+            ["loop"],
+            buckets=LOOP_BUCKETS,
+            registry=r,
+        )
+        self.reports = Counter(
+            "sova_agent_reports_total",
+            "host reports sent to the manager by result",
+            ["result"],
+            registry=r,
+        )
+        self.manager_up = Gauge(
+            "sova_agent_manager_up", "1 if the last report reached the manager", registry=r
+        )
+        self.signals = Counter(
+            "sova_agent_migration_signals_total", "flagged migration signals applied", registry=r
+        )
+        self._vms: set[str] = set()
+
+    def forget_missing(self, present: set[str]) -> None:
+        per_vm = (
+            self.vf_held,
+            self.vf_rate,
+            self.io_factor,
+            self.net_factor,
+            self.io_degree,
+            self.net_degree,
+        )
+        for vm in self._vms - present:
+            for g in per_vm:
+                with contextlib.suppress(KeyError):  # never set for this VM
+                    g.remove(vm)
+            for op in ("VF", "VNIC", "VLM"):
+                with contextlib.suppress(KeyError):
+                    self.operation.remove(vm, op)
+        self._vms = set(present)
+
+
+class ManagerMetrics:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, host_metrics: bool = True
+    ) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.host_metrics = host_metrics
+        self.reports = Counter(
+            "sova_manager_reports_total",
+            "host reports by result (accepted, duplicate, rejected, unauthorized, too_large)",
+            ["result"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "sova_manager_request_duration_seconds",
+            "HTTP request duration by endpoint",
+            ["endpoint"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.plan_duration = Histogram(
+            "sova_manager_plan_duration_seconds",
+            "one planning round (hotspot detection + Alg. 2) including persisting it",
+            buckets=LOOP_BUCKETS,
+            registry=r,
+        )
+        self.rounds = Counter("sova_manager_plan_rounds_total", "planning rounds run", registry=r)
+        self.hosts = Gauge("sova_manager_hosts", "hosts that have reported", registry=r)
+        self.hotspots = Gauge(
+            "sova_manager_hotspots", "hosts found hot in the last round", registry=r
+        )
+        self.host_hot = Gauge(
+            "sova_manager_host_hot", "1 if the host was hot in the last round", ["host"], registry=r
+        )
+        self.utilisation = Gauge(
+            "sova_manager_host_utilisation_ratio",
+            "host utilisation per resource, as last reported",
+            ["host", "resource"],
+            registry=r,
+        )
+        self.leases = Gauge("sova_manager_leases", "migrations in flight (leases held)", registry=r)
+        self.migrations = Counter(
+            "sova_manager_migrations_total",
+            "migrations by result (signalled, succeeded, failed, timeout, declined, expired)",
+            ["result"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "sova_manager_decisions_total",
+            "logged decisions by verdict (migrate, no_migration)",
+            ["verdict"],
+            registry=r,
+        )
+        self.store_flush = Histogram(
+            "sova_manager_store_write_duration_seconds",
+            "one batched write to the knowledge store",
+            buckets=LOOP_BUCKETS,
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "sova_manager_store_errors_total", "failed writes to the knowledge store", registry=r
+        )
+        self.dropped_reports = Counter(
+            "sova_manager_report_rows_dropped_total",
+            "report rows dropped because the store fell behind",
+            registry=r,
+        )
+
+    def set_utilisation(self, host: str, u: Mapping[str, float]) -> None:
+        if self.host_metrics:
+            for res, v in u.items():
+                self.utilisation.labels(host, res).set(v)

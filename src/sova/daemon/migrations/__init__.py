@@ -1,0 +1,1 @@
+"""Alembic environment of the manager's knowledge store (run by ``Store.migrate``)."""

@@ -1,0 +1,235 @@
+"""The wire format between agents and the manager, shared by both sides.
+
+Why so terse: the Sova paper's Table 5a budgets 304 bytes per host per report interval,
+and a manager of 10,000 hosts parses a thousand of these a second. A report therefore
+carries only what Algorithm 2 consumes — the host's current utilisation triple and the
+loads of a few candidate VMs — with one-letter keys. Each field's ``description`` (and
+the published OpenAPI) gives its long name, and validation errors name both.
+
+Why a few VMs are enough: the manager runs :func:`sova.policy.hotspot.choose_vm` with
+the host's hot resources as a filter, i.e. it wants the largest-MF VM with a positive
+share of *some* hot resource. :func:`select_candidates` always includes, for each
+resource, the largest-MF VM with a positive share of it, so the manager's choice over
+the reduced set is exactly its choice over all VMs; the remaining slots are filled by MF.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sova.model import MIB
+from sova.policy.hotspot import (
+    RESOURCES,
+    UTILISATION_SLACK,
+    HotnessMetric,
+    Utilisation,
+    VMLoad,
+    migration_factor,
+)
+
+REPORT_BUDGET_BYTES: Final = 304  # Sova Table 5a
+DEFAULT_TOP_K: Final = 4
+MAX_VMS_PER_REPORT: Final = 16
+NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
+NAME_MAX: Final = 64
+
+# Long names for error messages: "u[2]" alone tells an operator nothing.
+FIELD_NAMES: Final[Mapping[str, str]] = {
+    "s": "sequence number",
+    "t": "agent clock (s)",
+    "d": "last directive applied",
+    "u": "host utilisation [cpu, mem, net]",
+    "v": "candidate VM loads",
+    "n": "VM name",
+    "m": "VM memory (MiB)",
+    "x": "VM is migrating",
+}
+
+Fraction = Annotated[float, Field(ge=0.0, le=1.0 + UTILISATION_SLACK, allow_inf_nan=False)]
+Triple = Annotated[list[Fraction], Field(min_length=3, max_length=3)]
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VMEntry(_Wire):
+    """One candidate VM: its share of the host per resource and its memory size."""
+
+    n: Name = Field(description="VM name")
+    u: Triple = Field(description="VM's share of the host [cpu, mem, net], each in [0, 1.05]")
+    m: int = Field(
+        ge=1, le=64 * 1024 * 1024, description="VM memory in MiB (what migration copies)"
+    )
+    x: bool = Field(default=False, description="VM is migrating (never a candidate)")
+
+
+class Report(_Wire):
+    """One host report (Sova Fig. 3: Sensor -> Monitor), sent once per period."""
+
+    s: int = Field(ge=0, le=2**53, description="report sequence number, increasing per agent run")
+    t: float = Field(ge=0.0, le=1e11, allow_inf_nan=False, description="agent clock in seconds")
+    d: int = Field(default=0, ge=0, le=2**53, description="id of the last directive applied")
+    u: Triple = Field(description="host utilisation [cpu, mem, net], each in [0, 1.05]")
+    v: list[VMEntry] = Field(
+        default_factory=list,
+        max_length=MAX_VMS_PER_REPORT,
+        description="candidate VM loads (top-K by migration factor; see select_candidates)",
+    )
+
+    def utilisation(self) -> Utilisation:
+        return Utilisation(*self.u)
+
+    def vm_loads(self) -> dict[str, VMLoad]:
+        return {e.n: VMLoad(Utilisation(*e.u), e.m * int(MIB), migrating=e.x) for e in self.v}
+
+
+class Directive(_Wire):
+    """The manager's migration signal ``<flag, target>`` for one host (Alg. 2 line 13).
+
+    ``i`` identifies the directive; the manager repeats a flagged directive in every
+    response until the agent acknowledges it with ``d >= i``, and the agent applies each
+    id at most once, so a lost response neither loses nor duplicates a migration.
+    """
+
+    i: int = Field(ge=0, description="directive id (0 = none yet)")
+    f: bool = Field(description="flag: migrate a VM off this host")
+    t: str | None = Field(default=None, description="target host")
+    v: str | None = Field(default=None, description="VM the target was checked for")
+
+
+class MigrationDone(_Wire):
+    """The source agent's account of a migration the manager signalled."""
+
+    result: str = Field(
+        pattern=r"^(succeeded|failed|timeout|declined)$",
+        description="succeeded | failed | timeout (rolled back at the source) | declined",
+    )
+    dst: Name | None = Field(default=None, description="target host the VM was sent to")
+    detail: str = Field(default="", max_length=500)
+
+
+class MigrationDoneAck(_Wire):
+    released: bool = Field(description="a lease existed and is now released")
+
+
+class HostView(_Wire):
+    host: str
+    last_seen_s: float
+    seq: int
+    utilisation: list[float]
+    hot: bool
+    reason: str
+    vms: dict[str, list[float]]
+    directive: Directive | None = None
+
+
+class LeaseView(_Wire):
+    vm: str
+    src: str
+    dst: str
+    since_s: float
+
+
+class ClusterView(_Wire):
+    now_s: float
+    rounds: int
+    hosts: list[HostView]
+    leases: list[LeaseView]
+
+
+class DecisionView(_Wire):
+    id: int
+    time_s: float
+    host: str
+    flag: bool
+    target: str | None
+    vm: str | None
+    reason: str
+    hot_resources: list[str]
+    inputs: dict[str, Any]
+
+
+class DecisionPage(_Wire):
+    decisions: list[DecisionView]
+    next_after: int = Field(description="pass as ?after= to get the following page")
+
+
+class Health(_Wire):
+    status: str
+    hosts: int
+    store: str
+
+
+# --------------------------------------------------------------------------- agent side
+
+
+def _mf_key(name: str, load: VMLoad, metric: HotnessMetric | str) -> tuple[float, str]:
+    return (-migration_factor(load, metric), name)
+
+
+def select_candidates(
+    vms: Mapping[str, VMLoad],
+    k: int = DEFAULT_TOP_K,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+) -> list[str]:
+    """The VMs a report carries, most important first (see the module docstring)."""
+    live = {n: v for n, v in vms.items() if not v.migrating}
+    ranked = sorted(live, key=lambda n: _mf_key(n, live[n], metric))
+    # Forced picks first, in MF order: they keep the manager's choice exact, so a report
+    # trimmed to its byte budget loses the filler from the tail, never these.
+    forced: list[str] = []
+    for i, _ in enumerate(RESOURCES):
+        best = next((n for n in ranked if live[n].util.as_tuple()[i] > 0.0), None)
+        if best is not None and best not in forced:
+            forced.append(best)
+    forced.sort(key=lambda n: _mf_key(n, live[n], metric))
+    filler = [n for n in ranked if n not in forced][: max(0, k - len(forced))]
+    return forced + filler
+
+
+def _r(x: float, decimals: int = 4) -> float:
+    # 4 decimals = 0.01 % of a host: far below any threshold, and it halves the payload.
+    return round(min(max(x, 0.0), 1.0 + UTILISATION_SLACK), decimals)
+
+
+def build_report(
+    seq: int,
+    time_s: float,
+    util: Utilisation,
+    vms: Mapping[str, VMLoad],
+    *,
+    ack: int = 0,
+    k: int = DEFAULT_TOP_K,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+    budget_bytes: int = REPORT_BUDGET_BYTES,
+    decimals: int = 4,
+) -> Report:
+    """A report within ``budget_bytes``; lowest-MF candidates are dropped to fit."""
+    names = select_candidates(vms, k, metric)
+    entries = [
+        VMEntry(
+            n=n,
+            u=[_r(x, decimals) for x in vms[n].util.as_tuple()],
+            m=max(1, math.ceil(vms[n].memory_bytes / MIB)),
+        )
+        for n in names
+    ]
+    t = round(time_s, 1) if math.isfinite(time_s) else 0.0
+    report = Report(s=seq, t=t, d=ack, u=[_r(x, decimals) for x in util.as_tuple()], v=entries)
+    while entries and len(encode(report)) > budget_bytes:
+        entries = entries[:-1]
+        report = report.model_copy(update={"v": entries})
+    return report
+
+
+def encode(model: BaseModel) -> bytes:
+    """Compact JSON: no spaces, defaults omitted."""
+    data = model.model_dump(mode="json", exclude_defaults=True)
+    return json.dumps(data, separators=(",", ":")).encode()

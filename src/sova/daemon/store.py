@@ -1,0 +1,435 @@
+"""The manager's knowledge store (Sova Fig. 3 "Knowledge"), through SQLAlchemy 2.
+
+Why a database at all: the manager must survive its own restart without forgetting why
+it did what it did. Four things are kept:
+
+* **host reports**, enough of them to refill every host's detector window on restart (and,
+  within the retention time, an operator's history);
+* **decisions** with the inputs that caused them: the audit log ("why did VM1 move?");
+* **leases and directives**: a migration in flight and the signal its source has not yet
+  acknowledged — lose these and a restarted manager would signal the same move twice;
+* **migrations**: one row per signalled move, closed with its result.
+
+SQLite (a file) is the default so a small cluster needs no database server; PostgreSQL by
+URL for large ones. The schema is versioned with Alembic and migrated on start-up.
+
+Every method here is synchronous and short; the manager calls them from a worker thread so
+that a slow disk never stalls the HTTP event loop. One lock serialises writers, because
+SQLite allows one writer at a time and the manager is the only client anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+metadata = sa.MetaData()
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+host_reports = sa.Table(
+    "host_reports",
+    metadata,
+    sa.Column("id", _ID, primary_key=True, autoincrement=True),
+    sa.Column("host", sa.String(64), nullable=False),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+    sa.Column("agent_t", sa.Float(), nullable=False),
+    sa.Column("received_s", sa.Float(), nullable=False),
+    sa.Column("cpu", sa.Float(), nullable=False),
+    sa.Column("mem", sa.Float(), nullable=False),
+    sa.Column("net", sa.Float(), nullable=False),
+    sa.Column("vms", sa.JSON(), nullable=False),
+    sa.Index("ix_host_reports_host_id", "host", "id"),
+    sa.Index("ix_host_reports_received", "received_s"),
+)
+decisions = sa.Table(
+    "decisions",
+    metadata,
+    sa.Column("id", _ID, primary_key=True, autoincrement=False),
+    sa.Column("time_s", sa.Float(), nullable=False),
+    sa.Column("host", sa.String(64), nullable=False),
+    sa.Column("flag", sa.Boolean(), nullable=False),
+    sa.Column("target", sa.String(64), nullable=True),
+    sa.Column("vm", sa.String(64), nullable=True),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("hot_resources", sa.JSON(), nullable=False),
+    sa.Column("inputs", sa.JSON(), nullable=False),
+    sa.Index("ix_decisions_host", "host", "id"),
+)
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("vm", sa.String(64), primary_key=True),
+    sa.Column("src", sa.String(64), nullable=False),
+    sa.Column("dst", sa.String(64), nullable=False),
+    sa.Column("since_s", sa.Float(), nullable=False),
+    sa.Column("decision_id", sa.BigInteger(), nullable=False),
+)
+directives = sa.Table(
+    "directives",
+    metadata,
+    sa.Column("host", sa.String(64), primary_key=True),
+    sa.Column("id", sa.BigInteger(), nullable=False),
+    sa.Column("flag", sa.Boolean(), nullable=False),
+    sa.Column("target", sa.String(64), nullable=True),
+    sa.Column("vm", sa.String(64), nullable=True),
+    sa.Column("issued_s", sa.Float(), nullable=False),
+    sa.Column("acked", sa.Boolean(), nullable=False),
+)
+migrations = sa.Table(
+    "migrations",
+    metadata,
+    sa.Column("id", _ID, primary_key=True, autoincrement=False),
+    sa.Column("vm", sa.String(64), nullable=False),
+    sa.Column("src", sa.String(64), nullable=False),
+    sa.Column("dst", sa.String(64), nullable=False),
+    sa.Column("started_s", sa.Float(), nullable=False),
+    sa.Column("ended_s", sa.Float(), nullable=True),
+    sa.Column("result", sa.String(16), nullable=False),
+    sa.Column("detail", sa.Text(), nullable=False),
+    sa.Index("ix_migrations_vm", "vm", "id"),
+)
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    host: str
+    seq: int
+    agent_t: float
+    received_s: float
+    util: tuple[float, float, float]
+    vms: Mapping[str, Any]  # name -> [cpu, mem, net, mib, migrating]
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    id: int
+    time_s: float
+    host: str
+    flag: bool
+    target: str | None
+    vm: str | None
+    reason: str
+    hot_resources: tuple[str, ...]
+    inputs: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    vm: str
+    src: str
+    dst: str
+    since_s: float
+    decision_id: int
+
+
+@dataclass(frozen=True)
+class DirectiveRow:
+    host: str
+    id: int
+    flag: bool
+    target: str | None
+    vm: str | None
+    issued_s: float
+    acked: bool
+
+
+@dataclass(frozen=True)
+class MigrationEnd:
+    id: int
+    ended_s: float
+    result: str
+    detail: str
+
+
+@dataclass
+class RoundWrite:
+    """Everything one planning round (or one agent message) changes, written atomically."""
+
+    decisions: list[DecisionRow] = field(default_factory=list)
+    new_leases: list[LeaseRow] = field(default_factory=list)
+    dropped_leases: list[str] = field(default_factory=list)
+    directives: list[DirectiveRow] = field(default_factory=list)
+    acked: list[tuple[str, int]] = field(default_factory=list)  # (host, directive id)
+    migration_ends: list[MigrationEnd] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (
+            self.decisions
+            or self.new_leases
+            or self.dropped_leases
+            or self.directives
+            or self.acked
+            or self.migration_ends
+        )
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """What a restarted manager needs to continue where it stopped."""
+
+    windows: Mapping[str, list[ReportRow]]  # host -> last n reports, oldest first
+    leases: list[LeaseRow]
+    directives: list[DirectiveRow]
+    next_id: int  # next decision id (also the directive and migration id)
+
+
+# --------------------------------------------------------------------------- store
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    # WAL: readers (the decision log endpoint) never block the writer; NORMAL is durable
+    # across a process crash, which is the failure the manager must survive.
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.close()
+
+
+class Store:
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = url
+        kw: dict[str, Any] = {"echo": echo, "future": True}
+        if url.startswith("sqlite"):
+            kw["connect_args"] = {"check_same_thread": False, "timeout": 5.0}
+            if url in ("sqlite://", "sqlite:///:memory:"):
+                kw["poolclass"] = sa.pool.StaticPool
+        else:
+            kw["pool_pre_ping"] = True
+            kw["pool_size"] = 4
+            if url.startswith("postgresql"):
+                kw["connect_args"] = {"connect_timeout": 5}
+        self.engine: Engine = sa.create_engine(url, **kw)
+        if url.startswith("sqlite"):
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._lock = threading.Lock()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def migrate(self) -> str:
+        """Bring the schema to the newest revision; returns it."""
+        from alembic import command
+        from alembic.config import Config
+        from alembic.runtime.migration import MigrationContext
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        with self._lock, self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+            rev = MigrationContext.configure(conn).get_current_revision()
+        return rev or ""
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            return True
+        except sa.exc.SQLAlchemyError:
+            return False
+
+    # ------------------------------------------------------------------ writes
+
+    def add_reports(self, rows: Sequence[ReportRow]) -> None:
+        if not rows:
+            return
+        values = [
+            {
+                "host": r.host,
+                "seq": r.seq,
+                "agent_t": r.agent_t,
+                "received_s": r.received_s,
+                "cpu": r.util[0],
+                "mem": r.util[1],
+                "net": r.util[2],
+                "vms": dict(r.vms),
+            }
+            for r in rows
+        ]
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(host_reports.insert(), values)
+
+    def write_round(self, w: RoundWrite) -> None:
+        if w.empty():
+            return
+        with self._lock, self.engine.begin() as conn:
+            if w.decisions:
+                conn.execute(
+                    decisions.insert(),
+                    [
+                        {
+                            "id": d.id,
+                            "time_s": d.time_s,
+                            "host": d.host,
+                            "flag": d.flag,
+                            "target": d.target,
+                            "vm": d.vm,
+                            "reason": d.reason,
+                            "hot_resources": list(d.hot_resources),
+                            "inputs": dict(d.inputs),
+                        }
+                        for d in w.decisions
+                    ],
+                )
+            for vm in w.dropped_leases:
+                conn.execute(leases.delete().where(leases.c.vm == vm))
+            for lease in w.new_leases:
+                conn.execute(leases.delete().where(leases.c.vm == lease.vm))
+                conn.execute(
+                    leases.insert().values(
+                        vm=lease.vm,
+                        src=lease.src,
+                        dst=lease.dst,
+                        since_s=lease.since_s,
+                        decision_id=lease.decision_id,
+                    )
+                )
+                conn.execute(
+                    migrations.insert().values(
+                        id=lease.decision_id,
+                        vm=lease.vm,
+                        src=lease.src,
+                        dst=lease.dst,
+                        started_s=lease.since_s,
+                        ended_s=None,
+                        result="signalled",
+                        detail="",
+                    )
+                )
+            for d in w.directives:
+                conn.execute(directives.delete().where(directives.c.host == d.host))
+                conn.execute(
+                    directives.insert().values(
+                        host=d.host,
+                        id=d.id,
+                        flag=d.flag,
+                        target=d.target,
+                        vm=d.vm,
+                        issued_s=d.issued_s,
+                        acked=d.acked,
+                    )
+                )
+            for host, did in w.acked:
+                conn.execute(
+                    directives.update()
+                    .where(directives.c.host == host, directives.c.id <= did)
+                    .values(acked=True)
+                )
+            for m in w.migration_ends:
+                conn.execute(
+                    migrations.update()
+                    .where(migrations.c.id == m.id, migrations.c.ended_s.is_(None))
+                    .values(ended_s=m.ended_s, result=m.result, detail=m.detail[:500])
+                )
+
+    def prune(self, before_s: float, keep_per_host: int) -> int:
+        """Drop reports older than ``before_s`` except each host's last ``keep_per_host``."""
+        with self._lock, self.engine.begin() as conn:
+            ranked = sa.select(
+                host_reports.c.id,
+                sa.func.row_number()
+                .over(partition_by=host_reports.c.host, order_by=host_reports.c.id.desc())
+                .label("rn"),
+            ).subquery()
+            keep = sa.select(ranked.c.id).where(ranked.c.rn <= keep_per_host)
+            res = conn.execute(
+                host_reports.delete().where(
+                    host_reports.c.received_s < before_s, host_reports.c.id.not_in(keep)
+                )
+            )
+            return int(res.rowcount or 0)
+
+    # ------------------------------------------------------------------ reads
+
+    def load_state(self, n: int) -> StoredState:
+        with self.engine.connect() as conn:
+            ranked = sa.select(
+                host_reports,
+                sa.func.row_number()
+                .over(partition_by=host_reports.c.host, order_by=host_reports.c.id.desc())
+                .label("rn"),
+            ).subquery()
+            rows = conn.execute(
+                sa.select(ranked).where(ranked.c.rn <= n).order_by(ranked.c.host, ranked.c.id)
+            ).mappings()
+            windows: dict[str, list[ReportRow]] = {}
+            for r in rows:
+                windows.setdefault(r["host"], []).append(
+                    ReportRow(
+                        r["host"],
+                        r["seq"],
+                        r["agent_t"],
+                        r["received_s"],
+                        (r["cpu"], r["mem"], r["net"]),
+                        r["vms"],
+                    )
+                )
+            lease_rows = [
+                LeaseRow(r.vm, r.src, r.dst, r.since_s, r.decision_id)
+                for r in conn.execute(sa.select(leases).order_by(leases.c.vm))
+            ]
+            directive_rows = [
+                DirectiveRow(r.host, r.id, r.flag, r.target, r.vm, r.issued_s, r.acked)
+                for r in conn.execute(sa.select(directives).order_by(directives.c.host))
+            ]
+            last_d = conn.execute(sa.select(sa.func.max(decisions.c.id))).scalar()
+            last_m = conn.execute(sa.select(sa.func.max(migrations.c.id))).scalar()
+        next_id = max(int(last_d or 0), int(last_m or 0)) + 1
+        return StoredState(windows, lease_rows, directive_rows, next_id)
+
+    def decisions(
+        self, after: int = 0, limit: int = 100, host: str | None = None
+    ) -> list[DecisionRow]:
+        q = sa.select(decisions).where(decisions.c.id > after)
+        if host is not None:
+            q = q.where(decisions.c.host == host)
+        q = q.order_by(decisions.c.id).limit(limit)
+        with self.engine.connect() as conn:
+            return [
+                DecisionRow(
+                    r.id,
+                    r.time_s,
+                    r.host,
+                    bool(r.flag),
+                    r.target,
+                    r.vm,
+                    r.reason,
+                    tuple(r.hot_resources),
+                    r.inputs,
+                )
+                for r in conn.execute(q)
+            ]
+
+    def migration_rows(self, vm: str | None = None) -> list[dict[str, Any]]:
+        q = sa.select(migrations).order_by(migrations.c.id)
+        if vm is not None:
+            q = q.where(migrations.c.vm == vm)
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(q).mappings()]
+
+    def count(self, table: str) -> int:
+        t = metadata.tables[table]
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+
+
+def iter_report_vms(vms: Mapping[str, Any]) -> Iterable[tuple[str, list[float], int, bool]]:
+    """Decode the ``vms`` JSON column: name -> [cpu, mem, net, MiB, migrating]."""
+    for name, v in vms.items():
+        yield name, [float(v[0]), float(v[1]), float(v[2])], int(v[3]), bool(v[4])

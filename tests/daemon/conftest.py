@@ -1,0 +1,170 @@
+"""Fixtures for the control-plane tests: a manager app on a temporary store, helpers to
+build reports, and real loopback servers for the tests that need processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sova.daemon.config import ManagerSettings
+from sova.daemon.manager_app import create_app
+from sova.daemon.schema import Report, build_report, encode
+from sova.daemon.store import Store
+from sova.policy.hotspot import Utilisation, VMLoad
+
+TOKENS = {"h1": "t1-" + "a" * 29, "h2": "t2-" + "b" * 29, "h3": "t3-" + "c" * 29}
+ADMIN = "admin-" + "z" * 26
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).with_name("data")
+
+
+def manager_settings(**kw: Any) -> ManagerSettings:
+    base: dict[str, Any] = {
+        "hosts": {h: {"token": t} for h, t in TOKENS.items()},
+        "plan_period_s": 0,
+        "planner": {"alpha": 0.75, "k": 3, "n": 5},
+    }
+    base.update(kw)
+    return ManagerSettings.model_validate(base)
+
+
+def auth(host: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {TOKENS[host]}", "content-type": "application/json"}
+
+
+def report(
+    seq: int,
+    t: float,
+    util: tuple[float, float, float],
+    vms: dict[str, tuple[float, float, float]] | None = None,
+    ack: int = 0,
+) -> bytes:
+    loads = {
+        n: VMLoad(Utilisation(*u), 512 * 2**20)
+        for n, u in (vms or {"vm-x": (0.1, 0.1, 0.1)}).items()
+    }
+    return encode(build_report(seq, t, Utilisation(*util), loads, ack=ack))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(f"sqlite:///{tmp_path / 'manager.db'}")
+    yield s
+    s.close()
+
+
+class Api:
+    """The manager app behind an in-process ASGI client (no network)."""
+
+    def __init__(self, settings: ManagerSettings, store: Store) -> None:
+        self.app = create_app(settings, store)
+        self.svc = self.app.state.service
+        self.loop = asyncio.new_event_loop()
+        self.client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.app), base_url="http://manager"
+        )
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def post(self, path: str, **kw: Any) -> httpx.Response:
+        return self.run(self.client.post(path, **kw))
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return self.run(self.client.get(path, **kw))
+
+    def tick(self, now: float) -> Any:
+        return self.run(self.svc.tick(now))
+
+    def drain(self) -> None:
+        self.run(self.svc.drain())
+
+    def close(self) -> None:
+        self.run(self.client.aclose())
+        self.run(self.svc.close())
+        self.loop.close()
+
+
+@pytest.fixture
+def api_factory(store: Store) -> Iterator[Callable[..., Api]]:
+    made: list[Api] = []
+
+    def make(**kw: Any) -> Api:
+        a = Api(manager_settings(**kw), store)
+        made.append(a)
+        return a
+
+    yield make
+    for a in made:
+        with contextlib.suppress(Exception):
+            a.close()
+
+
+@pytest.fixture
+def api(api_factory: Callable[..., Api]) -> Api:
+    return api_factory()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def uvicorn_thread(app: Any, port: int) -> Iterator[Any]:
+    """A real uvicorn server on 127.0.0.1 in a thread (for synchronous clients)."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield server
+    finally:
+        server.should_exit = True
+        th.join(10)
+
+
+def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, *args],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            last = pred()
+            if last:
+                return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def parse_report(body: bytes) -> Report:
+    return Report.model_validate_json(body)
