@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job on the embedded default world: simulate the flagship scenario
-# (DSR-IOV Table 3) and print where its report is. Extra arguments go to `sova simulate`.
+# The main job on the embedded default world: `sova demo` starts the simulated cluster of
+# scenarios/sova-fig5.yaml, the manager and one agent per host as separate processes on
+# 127.0.0.1, shows a live view, and prints where its report is. Extra arguments go to
+# `sova demo` (e.g. another scenario, --out DIR, --no-live).
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/_venv.sh
-exec .venv/bin/sova simulate scenarios/dsr-iov-table3.yaml --out out/dsr-iov-table3 "$@"
+exec .venv/bin/sova demo "$@"

@@ -17,7 +17,6 @@ Processes (all ``sys.executable``, all bound to 127.0.0.1 on free ports)::
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -394,4 +393,3 @@ def demo(
     if final.get("violation_count"):
         typer.echo(f"INVARIANT VIOLATIONS: {final['violation_count']} (see world-check.json)")
     typer.echo(f"report: {out_dir / 'report.md'}")
-    typer.echo(json.dumps({"out": str(out_dir)}))
