@@ -107,17 +107,26 @@ def _libvirt_dry_run(settings: Any) -> int:
     """One read-only look at the host: inventory, capabilities, planned actions."""
     import time
 
+    from sova.agent.executor import Outcome
     from sova.agent.loop import HostAgent
     from sova.driver.inventory_report import dry_run
     from sova.model import Action
 
     cfg = settings.controller.to_agent_config(True)
 
-    def plan(drv: Any) -> list[Action]:
-        agent = HostAgent(drv, cfg)
+    def plan(drv: Any) -> list[Action | tuple[Action, str]]:
+        verdicts: dict[Action, str] = {}
+
+        def note(o: Outcome) -> None:
+            if o.result != "dry-run":  # e.g. blocked: the executor would refuse it
+                verdicts[o.action] = f"{o.result}: {o.detail}"
+
+        agent = HostAgent(drv, cfg, on_outcome=note)
         agent.step()
         time.sleep(min(2.0, cfg.period_s))  # a second sample gives the sensor one period
-        return list(agent.step().planned)
+        verdicts.clear()
+        planned = agent.step().planned
+        return [(a, verdicts[a]) if a in verdicts else a for a in planned]
 
     return dry_run(settings.connect or "qemu:///system", plan, sys.stdout)
 

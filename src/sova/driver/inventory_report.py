@@ -10,7 +10,7 @@ with their reasons, and the planned actions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from rich.console import Console
@@ -124,15 +124,17 @@ def render(
         console.print(f"  - {n}", markup=False)
 
     console.print(f"[bold]Planned actions[/] ({len(actions)}, none submitted: dry run)")
-    for a in actions:
-        console.print(f"  {_action_text(a)}", markup=False)
+    for item in actions:
+        # A planner may attach a note, e.g. the executor's refusal of an unsafe action.
+        a, note = item if isinstance(item, tuple) else (item, "")
+        console.print(f"  {_action_text(a)}" + (f"  ({note})" if note else ""), markup=False)
     if not actions:
         console.print("  (none)")
 
 
 def dry_run(
     connect_uri: str,
-    plan: Callable[[Driver], list[Action]] | None,
+    plan: Callable[[Driver], Sequence[Action | tuple[Action, str]]] | None,
     out: IO[str],
     **driver_options: Any,
 ) -> int:
