@@ -73,7 +73,7 @@ def render(
     inv: Inventory,
     reports: list[Any],
     pf: Any,
-    actions: list[Action],
+    actions: Sequence[Action | tuple[Action, str]],
 ) -> None:
     host = inv.host
     console.print(
@@ -160,7 +160,7 @@ def dry_run(
         except Exception as e:
             console.print(f"[red]error reading {connect_uri}:[/] {e}")
             return 2
-        actions: list[Action] = []
+        actions: list[Action | tuple[Action, str]] = []
         code = 0
         if plan is not None:
             guard = _NoSubmitDriver(drv)
