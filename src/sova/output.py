@@ -199,6 +199,24 @@ def staged_dir(final: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _write_rows(
+    path: Path,
+    columns: Sequence[str],
+    points: Sequence[tuple[Scenario, Sequence[PolicyRun]]],
+    records: str,
+    sweep: bool,
+) -> None:
+    """One CSV of every run's ``records`` ("timeline" or "events"), sweep value first."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow((["sweep_value"] if sweep else []) + list(columns))
+        for scn, runs in points:
+            lead = [_fmt(scn.sweep_value)] if sweep else []
+            for run in runs:
+                for r in getattr(run, records):
+                    w.writerow(lead + [_fmt(getattr(r, c)) for c in columns])
+
+
 def write_outputs(
     out: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]
 ) -> dict[str, Any]:
@@ -208,24 +226,8 @@ def write_outputs(
     sweep = points[0][0].sweep is not None
     summary = build_sweep_summary(points) if sweep else build_summary(*points[0])
     with staged_dir(out) as tmp:
-        with (tmp / "timeline.csv").open("w", newline="") as fh:
-            cols = (["sweep_value"] if sweep else []) + TIMELINE_COLUMNS
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(cols)
-            for scn, runs in points:
-                for run in runs:
-                    for r in run.timeline:
-                        row = [_fmt(getattr(r, c)) for c in TIMELINE_COLUMNS]
-                        w.writerow(([_fmt(scn.sweep_value)] if sweep else []) + row)
-        with (tmp / "events.csv").open("w", newline="") as fh:
-            cols = (["sweep_value"] if sweep else []) + EVENT_COLUMNS
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(cols)
-            for scn, runs in points:
-                for run in runs:
-                    for e in run.events:
-                        row = [_fmt(getattr(e, c)) for c in EVENT_COLUMNS]
-                        w.writerow(([_fmt(scn.sweep_value)] if sweep else []) + row)
+        _write_rows(tmp / "timeline.csv", TIMELINE_COLUMNS, points, "timeline", sweep)
+        _write_rows(tmp / "events.csv", EVENT_COLUMNS, points, "events", sweep)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         if sweep:
             write_sweep_report(tmp, points, summary)
