@@ -137,7 +137,9 @@ def skewness(r: Sequence[float]) -> float:
     mean = sum(r) / len(r)
     if mean == 0.0:
         return 0.0
-    return math.sqrt(sum((value / mean - 1.0) ** 2 for value in r))
+    # d * d rather than d ** 2: C pow() may differ from a plain product in the last bit, and
+    # the batch controller must reproduce this value exactly.
+    return math.sqrt(sum((d := value / mean - 1.0) * d for value in r))
 
 
 def volume(cpu: float, mem: float, net: float) -> float:

@@ -294,7 +294,8 @@ def skewness_batch(u: np.ndarray) -> np.ndarray:
     safe = np.where(mean == 0.0, 1.0, mean)
     s = np.zeros(u.shape[0])
     for r in range(3):
-        s = s + (u[:, r] / safe - 1.0) ** 2
+        d = u[:, r] / safe - 1.0
+        s = s + d * d
     return np.where(mean == 0.0, 0.0, np.sqrt(s))
 
 
