@@ -6,3 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SOVA_EXTRAS=test source scripts/_venv.sh
 bash scripts/ci-setup-libvirt.sh .venv
+bash scripts/ci-testbed.sh --setup-only .venv

@@ -1,0 +1,112 @@
+"""Fixtures for the namespace testbed: skip only where the kernel or the tools cannot do it.
+
+The tests build real namespaces, qdiscs and TCP flows, so they need root, iproute2,
+iperf3, ping, and a kernel with network namespaces, veth, IFB, bridges, TAP, HTB, the
+ingress qdisc and u32 + mirred. Each missing piece is a skip that names it; anything else
+that goes wrong is a failure. They use their own prefix (``svt-``) so that they never
+touch a testbed an operator left up with the default one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios" / "testbed"
+PREFIX = "svt-"
+
+
+def _ok(*argv: str) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why the testbed cannot run on this machine, or None."""
+    if os.geteuid() != 0:
+        return "needs root and network namespaces"
+    for tool, pkg in (
+        ("ip", "iproute2"),
+        ("tc", "iproute2"),
+        ("iperf3", "iperf3"),
+        ("ping", "iputils-ping"),
+    ):
+        if shutil.which(tool) is None:
+            return f"needs {tool} (apt-get install {pkg}; scripts/ci-testbed.sh does it)"
+    if not os.path.exists("/dev/net/tun"):
+        return "needs /dev/net/tun for the virtio relay"
+    ns = f"{PREFIX}probe"
+    _ok("ip", "netns", "del", ns)
+    if not _ok("ip", "netns", "add", ns):
+        return "needs network namespaces (ip netns add failed)"
+    try:
+        steps = [
+            (("ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"), "veth"),
+            (("ip", "-n", ns, "link", "add", "q0", "type", "ifb"), "the ifb driver"),
+            (("ip", "-n", ns, "link", "add", "b0", "type", "bridge"), "the bridge driver"),
+            (("ip", "-n", ns, "link", "set", "p0", "up"), "veth"),
+            (("tc", "-n", ns, "qdisc", "add", "dev", "p0", "root", "handle", "1:", "htb"), "HTB"),
+            (
+                ("tc", "-n", ns, "qdisc", "add", "dev", "p0", "handle", "ffff:", "ingress"),
+                "the ingress qdisc",
+            ),
+            (
+                (
+                    "tc",
+                    "-n",
+                    ns,
+                    "filter",
+                    "add",
+                    "dev",
+                    "p0",
+                    "parent",
+                    "ffff:",
+                    "protocol",
+                    "all",
+                    "u32",
+                    "match",
+                    "u32",
+                    "0",
+                    "0",
+                    "action",
+                    "mirred",
+                    "egress",
+                    "redirect",
+                    "dev",
+                    "q0",
+                ),
+                "u32 + mirred",
+            ),
+        ]
+        for argv, what in steps:
+            if not _ok(*argv):
+                return f"needs {what} in the kernel"
+    finally:
+        _ok("ip", "netns", "del", ns)
+    return None
+
+
+@pytest.fixture
+def testbed_ok() -> None:
+    why = unavailable()
+    if why is not None:
+        pytest.skip(f"testbed: {why}")
+
+
+@pytest.fixture
+def prefix(testbed_ok: None) -> Iterator[str]:
+    from sova.testbed.topology import teardown
+
+    teardown(PREFIX)
+    yield PREFIX
+    teardown(PREFIX)
