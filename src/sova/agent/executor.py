@@ -19,7 +19,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sova.driver.base import Driver, DriverError, OpState
-from sova.model import Action, DetachVF, Inventory, Migrate, SetGuestRateLimit
+from sova.model import (
+    Action,
+    AttachVF,
+    DetachVF,
+    Inventory,
+    Migrate,
+    SetGuestRateLimit,
+    SetVFRate,
+)
+
+# The name an action's completion has in events.csv, in every world.
+EVENT_KIND: dict[type, str] = {
+    AttachVF: "vf_attach",
+    DetachVF: "vf_detach",
+    SetVFRate: "tier_change",
+    SetGuestRateLimit: "rate_limit",
+    Migrate: "migrate_end",
+}
 
 
 def channel(action: Action) -> str:

@@ -565,7 +565,7 @@ def _describe(a: Action) -> str:
 def world_recorder(remote: Any) -> Callable[[str, Any], None]:
     """Send step records and outcome events to the world, worded as ``sova simulate``'s."""
     from sova.model import AttachVF, SetVFRate
-    from sova.sim.world import EVENT_KIND
+    from sova.agent.executor import EVENT_KIND
 
     def record(kind: str, payload: Any) -> None:
         if kind == "step":

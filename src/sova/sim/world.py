@@ -17,22 +17,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sova.agent.executor import Outcome
+from sova.agent.executor import EVENT_KIND, Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
 from sova.driver.sim import SimDriver
 from sova.manager.core import ManagerCore
-from sova.model import AttachVF, DetachVF, Migrate, NicKind, SetGuestRateLimit, SetVFRate
+from sova.model import AttachVF, Migrate, NicKind, SetGuestRateLimit, SetVFRate
 from sova.policy.hotspot import HotspotDetector
 from sova.scenario import PolicySpec, Scenario
 from sova.sim.engine import Engine, Op
-
-EVENT_KIND = {
-    AttachVF: "vf_attach",
-    DetachVF: "vf_detach",
-    SetVFRate: "tier_change",
-    SetGuestRateLimit: "rate_limit",
-    Migrate: "migrate_end",
-}
 
 
 @dataclass(frozen=True)

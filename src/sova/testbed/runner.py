@@ -27,14 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sova.agent.executor import Outcome
+from sova.agent.executor import EVENT_KIND, Outcome
 from sova.agent.loop import AgentConfig, HostAgent
 from sova.driver.netns import LimitSide, NetnsDriver
 from sova.model import (
     AttachVF,
-    DetachVF,
     HostSample,
-    Migrate,
     NicKind,
     SetGuestRateLimit,
     SetVFRate,
@@ -47,13 +45,6 @@ from sova.testbed.scenario import RunSpec, TestbedScenario
 from sova.testbed.topology import Topology, exclusive, teardown
 from sova.testbed.traffic import GapRecorder, SinkMeter, Traffic
 
-EVENT_KIND = {
-    AttachVF: "vf_attach",
-    DetachVF: "vf_detach",
-    SetVFRate: "tier_change",
-    SetGuestRateLimit: "rate_limit",
-    Migrate: "migrate_end",
-}
 POLL_S = 0.1
 SWITCH_WINDOW_S = 2.0  # look this far around a VF switch for a connectivity break
 
