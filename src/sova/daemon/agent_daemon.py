@@ -564,8 +564,8 @@ def _describe(a: Action) -> str:
 
 def world_recorder(remote: Any) -> Callable[[str, Any], None]:
     """Send step records and outcome events to the world, worded as ``sova simulate``'s."""
-    from sova.model import AttachVF, SetVFRate
     from sova.agent.executor import EVENT_KIND
+    from sova.model import AttachVF, SetVFRate
 
     def record(kind: str, payload: Any) -> None:
         if kind == "step":
