@@ -18,8 +18,14 @@ app = typer.Typer(
         "Gives scarce VFs to the VMs that are network-intensive now, keeps everyone else "
         "on virtio, holds SLA bandwidth, and removes hotspots by live migration."
     ),
+    epilog=(
+        "Exit codes: 0 done; 1 the run failed (a host, a daemon or the kernel refused); "
+        "2 bad input (a scenario, config or option, named in the one-line error); "
+        "130 interrupted (Ctrl-C or SIGTERM; nothing half-written is left)."
+    ),
     no_args_is_help=True,
-    add_completion=False,
+    # Help strings carry literal "[default: ...]" text; rich markup would eat it as tags.
+    rich_markup_mode=None,
 )
 err = Console(stderr=True)
 

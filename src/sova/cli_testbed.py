@@ -25,6 +25,7 @@ testbed_app = typer.Typer(
     ),
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # help strings carry literal "[default: ...]" text
 )
 
 PrefixOpt = Annotated[

@@ -15,11 +15,10 @@ _RATE = {
     "kbit": 1e3,
     "mbit": 1e6,
     "gbit": 1e9,
-    "bps": 1.0,
-    "kbps": 1e3,
-    "mbps": 1e6,
-    "gbps": 1e9,
 }
+# tc reads "mbps" as megabytes per second, most people write it meaning megabits: either
+# guess is off by 8x for someone, so these are refused with the two unambiguous spellings.
+_AMBIGUOUS_RATE = {"bps": "", "kbps": "k", "mbps": "M", "gbps": "G"}
 _SIZE = {
     "": 1,
     "b": 1,
@@ -47,6 +46,13 @@ def _parse(value: object, table: dict[str, float], what: str) -> float:
         number, unit = float(m.group(1)), m.group(2).lower()
     else:
         raise ValueError(f"expected a {what}, got {value!r}")
+    if table is _RATE and unit in _AMBIGUOUS_RATE:
+        p = _AMBIGUOUS_RATE[unit]
+        raise ValueError(
+            f"ambiguous unit in {value!r}: tc reads {unit!r} as bytes/s, many people as bits/s;"
+            f" write '{number:g}{p}bit' for bits/s"
+            f" or '{number * 8:g}{p}bit' for {p}bytes/s"
+        )
     if unit not in table:
         raise ValueError(
             f"unknown unit {unit!r} in {value!r}; use one of {sorted(k for k in table if k)}"
