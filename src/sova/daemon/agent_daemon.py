@@ -563,63 +563,16 @@ def _describe(a: Action) -> str:
 
 
 def world_recorder(remote: Any) -> Callable[[str, Any], None]:
-    """Send step records and outcome events to the world, worded as ``sova simulate``'s."""
-    from sova.agent.executor import EVENT_KIND
-    from sova.model import AttachVF, SetVFRate
+    """Send step records and outcome events to the world, as :mod:`sova.record` words them."""
+    from sova.record import outcome_event, row_dict, step_rows
 
     def record(kind: str, payload: Any) -> None:
         if kind == "step":
-            rep: StepReport = payload
-            rows = []
-            for vm, f in sorted(rep.factors.items()):
-                st = rep.actual.vms.get(vm)
-                if st is None:
-                    continue
-                on_vf = st.nic is NicKind.VF
-                rows.append(
-                    {
-                        "time_s": round(rep.time_s, 3),
-                        "vm": vm,
-                        "nic": st.nic.value,
-                        "vf_rate_mbps": (st.vf_max_bps / 1e6 if st.vf_max_bps else None)
-                        if on_vf
-                        else None,
-                        "tx_mbps": f.tx_bps / 1e6,
-                        "rx_mbps": f.rx_bps / 1e6,
-                        "cpu_usage": f.cpu_usage,
-                        "io_degree": f.io_degree,
-                        "net_factor": f.net_factor,
-                        "net_degree": f.net_degree,
-                        "io_factor": f.io_factor,
-                        "limit_mbps": st.guest_limit_bps / 1e6 if st.guest_limit_bps else None,
-                    }
-                )
-            remote.records(rows, [])
+            remote.records([row_dict(r) for r in step_rows(payload)], [])
             return
-        o: Outcome = payload
-        a = o.action
-        if isinstance(a, SetGuestRateLimit) and o.result == "succeeded":
-            return
-        ev = EVENT_KIND.get(type(a), a.kind)
-        event = ev if o.result == "succeeded" else f"{ev}_{o.result}"
-        detail = o.detail
-        if isinstance(a, AttachVF | SetVFRate) and a.max_bps:
-            detail = (detail + "; " if detail else "") + f"rate {a.max_bps / 1e6:.0f} Mbit/s"
-        dst = a.dst_host if isinstance(a, Migrate) else ""
-        if isinstance(a, Migrate) and o.result != "succeeded":
-            event = "migrate_failed"
-        remote.records(
-            [],
-            [
-                {
-                    "time_s": round(o.time_s, 3),
-                    "event": event,
-                    "vm": a.vm,
-                    "dst_host": dst,
-                    "detail": detail,
-                }
-            ],
-        )
+        ev = outcome_event(payload)
+        if ev is not None:
+            remote.records([], [row_dict(ev)])
 
     return record
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -410,68 +411,33 @@ def add_records(
     svc: WorldService, host: str, timeline: list[dict[str, Any]], events: list[dict[str, Any]]
 ) -> None:
     """Agents' step records and outcome events, completed with what only the world knows."""
-    from sova.sim.world import EventRow, TimelineRow
+    from sova.record import event_from_dict, timeline_from_dict
 
     world = svc.world
     run = world.run
-    eng = world.engine
     for r in timeline:
-        i = eng.vm_index[r["vm"]]
-        req = eng.kind[i] == 2
-        run.timeline.append(
-            TimelineRow(
-                policy=svc.policy,
-                time_s=float(r["time_s"]),
-                host=host,
-                vm=str(r["vm"]),
-                nic=str(r["nic"]),
-                vf_rate_mbps=r.get("vf_rate_mbps"),
-                tx_mbps=float(r["tx_mbps"]),
-                rx_mbps=float(r["rx_mbps"]),
-                cpu_usage=float(r["cpu_usage"]),
-                io_degree=float(r["io_degree"]),
-                net_factor=float(r["net_factor"]),
-                net_degree=float(r["net_degree"]),
-                io_factor=float(r["io_factor"]),
-                offered_mbps=float(eng.offered[i]) / 1e6,
-                response_ms=float(eng.resp_s[i]) * 1000 if req else None,
-                limit_mbps=r.get("limit_mbps"),
-            )
-        )
+        run.timeline.append(world.complete(timeline_from_dict(r), host))
     for e in events:
-        run.events.append(
-            EventRow(
-                svc.policy,
-                float(e["time_s"]),
-                str(e["event"]),
-                str(e["vm"]),
-                host,
-                str(e.get("dst_host", "")),
-                str(e.get("detail", "")),
-            )
-        )
+        ev = event_from_dict(e)
+        run.events.append(dataclasses.replace(ev, policy=svc.policy, src_host=host))
 
 
 def hotspot_events(decisions: list[dict[str, Any]], policy: str) -> list[Any]:
     """The manager's decision log as ``hotspot`` events, worded as ``sova simulate`` does."""
-    from sova.sim.world import EventRow
+    from sova.record import decision_event
 
-    out = []
-    for d in decisions:
-        u = d["inputs"]["utilisation"]
-        detail = f"cpu={u[0]:.2f} mem={u[1]:.2f} net={u[2]:.2f}; {d['reason']}"
-        out.append(
-            EventRow(
-                policy,
-                round(float(d["time_s"]), 3),
-                "hotspot",
-                d.get("vm") or "",
-                d["host"],
-                d.get("target") or "",
-                detail,
-            )
+    return [
+        decision_event(
+            policy,
+            float(d["time_s"]),
+            d["host"],
+            vm=d.get("vm"),
+            target=d.get("target"),
+            reason=d["reason"],
+            utilisation=d["inputs"]["utilisation"],
         )
-    return out
+        for d in decisions
+    ]
 
 
 def write_run(

@@ -19,7 +19,6 @@ every namespace of the run.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import heapq
 import itertools
 import time
@@ -27,19 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sova.agent.executor import EVENT_KIND, Outcome
+from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent
 from sova.driver.netns import LimitSide, NetnsDriver
-from sova.model import (
-    AttachVF,
-    HostSample,
-    NicKind,
-    SetGuestRateLimit,
-    SetVFRate,
-)
+from sova.model import HostSample, NicKind
 from sova.policy.bandwidth import DaqsController
 from sova.policy.sensing import RateMeter
-from sova.sim.runner import EventRow, PolicyRun, TimelineRow
+from sova.record import RunRecord, outcome_event, timeline_row
 from sova.testbed.probing import RealTrafficAllocator
 from sova.testbed.scenario import RunSpec, TestbedScenario
 from sova.testbed.topology import Topology, exclusive, teardown
@@ -83,7 +76,7 @@ class TestbedRun:
     __test__ = False  # not a pytest test class, despite the name
 
     spec: RunSpec
-    run: PolicyRun
+    run: RunRecord
     rows: list[TestbedRow] = field(default_factory=list)
     switches: list[SwitchCheck] = field(default_factory=list)
     host_cpu: float = 0.0  # mean busy share of all cores
@@ -150,7 +143,7 @@ def run_policy(
 ) -> TestbedRun:
     topo = Topology(scn, prefix)
     topo.up()
-    out = TestbedRun(spec, PolicyRun(spec.label))
+    out = TestbedRun(spec, RunRecord(spec.label))
     vms = scn.model_vms(spec.variant)
     limit_side: LimitSide = "guest" if spec.bandwidth_policy == "daqs" else "host"
     driver = NetnsDriver(
@@ -172,19 +165,13 @@ def run_policy(
         return driver_t + driver.epoch - epoch[0]
 
     def log(o: Outcome) -> None:
-        kind = EVENT_KIND.get(type(o.action), o.action.kind)
-        event = kind if o.result == "succeeded" else f"{kind}_{o.result}"
-        detail = o.detail
-        a = o.action
-        if isinstance(a, AttachVF | SetVFRate) and a.max_bps:
-            detail = (detail + "; " if detail else "") + f"rate {a.max_bps / 1e6:.0f} Mbit/s"
-        if isinstance(a, SetGuestRateLimit):
-            limit = "none" if a.rate_bps is None else f"{a.rate_bps / 1e6:.1f} Mbit/s"
-            detail = (detail + "; " if detail else "") + f"limit {limit}"
-        t = round(run_time(o.time_s), 3)
-        out.run.events.append(EventRow(spec.label, t, event, a.vm, "testbed", "", detail))
-        if event in ("vf_attach", "vf_detach"):
-            switches.append((t, a.vm, event))
+        ev = outcome_event(
+            o, policy=spec.label, host="testbed", time_s=run_time(o.time_s), rate_limits=True
+        )
+        assert ev is not None  # rate_limits=True: every outcome is an event here
+        out.run.events.append(ev)
+        if ev.event in ("vf_attach", "vf_detach"):
+            switches.append((ev.time_s, ev.vm, ev.event))
 
     relay_before = _relay_cpu(topo)
     cpu_before = _busy_idle()
@@ -321,7 +308,7 @@ def _measure(
             )
         )
         out.run.timeline.append(
-            _timeline_row(
+            timeline_row(
                 policy=spec.label,
                 time_s=t,
                 host="testbed",
@@ -340,13 +327,6 @@ def _measure(
             )
         )
     return now, delivered, sample
-
-
-def _timeline_row(**values: object) -> TimelineRow:
-    """A standard timeline row; columns this world does not measure stay empty."""
-    for f in dataclasses.fields(TimelineRow):
-        values.setdefault(f.name, None)
-    return TimelineRow(**values)  # type: ignore[arg-type]
 
 
 def _progress_line(label: str, out: TestbedRun, t: int, duration: float) -> str:
