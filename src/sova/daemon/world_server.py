@@ -443,7 +443,7 @@ def hotspot_events(decisions: list[dict[str, Any]], policy: str) -> list[Any]:
 def write_run(
     svc: WorldService, scn: Scenario, out_dir: Path, decisions: list[dict[str, Any]]
 ) -> Path:
-    from sova.output import write_outputs
+    from sova.sim.output import write_outputs
 
     run = svc.world.run
     run.events.extend(hotspot_events(decisions, svc.policy))

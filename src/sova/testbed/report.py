@@ -28,7 +28,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sova.output import EVENT_COLUMNS, TIMELINE_COLUMNS, staged_dir  # noqa: E402
+from sova.sim.output import EVENT_COLUMNS, TIMELINE_COLUMNS, staged_dir  # noqa: E402
 from sova.testbed.runner import SwitchCheck, TestbedRow, TestbedRun  # noqa: E402
 from sova.testbed.scenario import TestbedScenario  # noqa: E402
 

@@ -221,7 +221,7 @@ def write_outputs(
     out: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]
 ) -> dict[str, Any]:
     """All files of a run (one point, or every point of a sweep) into ``out``, atomically."""
-    from sova.report import write_report, write_sweep_report
+    from sova.sim.report import write_report, write_sweep_report
 
     sweep = points[0][0].sweep is not None
     summary = build_sweep_summary(points) if sweep else build_summary(*points[0])
