@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -26,9 +27,7 @@ def test_write_outputs_leaves_the_directory_as_it_was_on_failure(tmp_path: Path)
     def broken(tmp: Path) -> None:
         raise RuntimeError("report failed")
 
-    try:
+    with contextlib.suppress(RuntimeError):
         write_outputs(out, {"a.csv": (["x"], [[9.0]])}, {"k": 2}, broken)
-    except RuntimeError:
-        pass
     assert (out / "a.csv").read_text() == "x\n1.5\n"
     assert (out / "summary.json").read_text() == '{\n  "k": 1\n}\n'

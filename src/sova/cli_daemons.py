@@ -180,7 +180,7 @@ def register(app: typer.Typer) -> None:
     app.command()(agent)
     app.command()(manager)
     try:
-        from sova.daemon.demo import demo
+        from sova.demo import demo
     except ImportError:  # pragma: no cover - the demo needs the simulator
         return
     app.command()(demo)

@@ -5,7 +5,7 @@ inventory each period) is HostAgent's. This module adds what only a long-running
 needs:
 
 * **a clock**: wall time on a real host; on a simulated one, *turns* handed out by the
-  world (lockstep, see :mod:`sova.daemon.world_server`) or by a local simulated host;
+  world (lockstep, see :mod:`sova.sim.world_server`) or by a local simulated host;
 * **the manager link**: a compact report each period (timeout, bounded retries, no queue),
   the directive in the response applied at most once per id and acknowledged in the next
   report, and each signalled migration's end reported so its lease is released. When the
@@ -663,7 +663,7 @@ def build(
             mdrv, lambda stop: WallTicker(mdrv, c.period_s, bw, settings.poll_interval_s, stop)
         )
     if settings.driver == "remote":
-        from sova.daemon.remote_driver import RemoteDriver
+        from sova.driver.remote import RemoteDriver
 
         if not settings.connect or not settings.host:
             raise ConfigError("driver 'remote' needs connect (the world URL) and host")
@@ -676,8 +676,8 @@ def build(
             config=rdrv.agent_config(),
         )
     # sim: one host of a scenario, simulated in this process
-    from sova.daemon.world_server import make_world
     from sova.scenario import ScenarioError, load_scenario
+    from sova.sim.world_server import make_world
 
     if not settings.connect:
         raise ConfigError("driver 'sim' needs connect = the scenario file")

@@ -19,7 +19,6 @@ import numpy as np
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
-from sova.driver.sim import SimDriver
 from sova.manager.core import ManagerCore
 from sova.model import Migrate
 from sova.policy.hotspot import HotspotDetector
@@ -34,6 +33,7 @@ from sova.record import (
     step_rows,
 )
 from sova.scenario import PolicySpec, Scenario
+from sova.sim.driver import SimDriver
 from sova.sim.engine import Engine, Op
 
 

@@ -2,7 +2,7 @@
 
 Every run gets a new topology (so no qdisc, route or counter of one policy leaks into the
 next), the same agent code as on a real host (:class:`~sova.agent.loop.HostAgent` over
-the :class:`~sova.driver.netns.NetnsDriver`), and the same traffic schedule. The loop is
+the :class:`~sova.testbed.netns_driver.NetnsDriver`), and the same traffic schedule. The loop is
 driven by the wall clock: between events it sleeps; events are
 
 * ``poll`` every 100 ms (collect finished operations, use a freed VF at once),
@@ -28,11 +28,11 @@ from pathlib import Path
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent
-from sova.driver.netns import LimitSide, NetnsDriver
 from sova.model import HostSample, NicKind
 from sova.policy.bandwidth import DaqsController
 from sova.policy.sensing import RateMeter
 from sova.record import RunRecord, outcome_event, timeline_row
+from sova.testbed.netns_driver import LimitSide, NetnsDriver
 from sova.testbed.probing import RealTrafficAllocator
 from sova.testbed.scenario import RunSpec, TestbedScenario
 from sova.testbed.topology import Topology, exclusive, teardown

@@ -3,13 +3,13 @@
 Why not just ``sova simulate``: the demo is the system an operator deploys — a manager
 process with its store and HTTP API, one agent process per host, reports and directives over
 HTTP — with only the hypervisors simulated (one world process, see
-:mod:`sova.daemon.world_server`). Because the world hands out turns in the same order as
+:mod:`sova.sim.world_server`). Because the world hands out turns in the same order as
 the in-process simulator, the demo's events equal ``sova simulate``'s for the same scenario
 and policy, which is how the tests check that the daemons add transport, not behaviour.
 
 Processes (all ``sys.executable``, all bound to 127.0.0.1 on free ports)::
 
-    world   python -m sova.daemon.world_server SCENARIO --out OUT
+    world   python -m sova.sim.world_server SCENARIO --out OUT
     manager python -m sova.cli_daemons manager --config <generated manager.toml>
     agents  python -m sova.cli_daemons agent --driver remote --connect WORLD --host H  (x hosts)
 """
@@ -136,7 +136,7 @@ class Cluster:
     def start_world(self) -> None:
         args = [
             "-m",
-            "sova.daemon.world_server",
+            "sova.sim.world_server",
             str(self.scn_path),
             "--port",
             str(self.world_port),

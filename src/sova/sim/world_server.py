@@ -2,7 +2,7 @@
 
 Why a separate process: ``sova demo`` must exercise the real daemons — agents that crash
 and restart, a manager that goes away, reports over HTTP — so the simulated hosts live
-here and each agent drives "its" host through a :class:`~sova.daemon.remote_driver.RemoteDriver`,
+here and each agent drives "its" host through a :class:`~sova.driver.remote.RemoteDriver`,
 exactly as it would drive libvirt.
 
 Time is simulated and advanced here, faster than real time, in **lockstep** with the
@@ -37,8 +37,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sova.daemon.remote_driver import decode_action, encode
 from sova.driver.base import Driver, DriverError
+from sova.driver.remote import decode_action, encode
 from sova.scenario import PolicySpec, Scenario, load_scenario
 
 log = logging.getLogger("sova.world")
