@@ -42,6 +42,37 @@ DEFAULT_SCENARIO = Path("scenarios/sova-fig5.yaml")
 LOOPBACK = "127.0.0.1"
 
 
+def sim_agent_wiring(settings: Any, *, speed: float | None, policy: str | None) -> Any:
+    """``sova agent --driver sim``: one host of a scenario, simulated in this process.
+
+    Lives here, not in the agent daemon, because it composes two worlds: the production
+    daemon never imports the simulator.
+    """
+    from sova.daemon.agent_daemon import LocalSimTicker, Wiring
+    from sova.daemon.config import ConfigError
+    from sova.sim.world import agent_config
+    from sova.sim.world_server import make_world
+
+    if not settings.connect:
+        raise ConfigError("driver 'sim' needs connect = the scenario file")
+    try:
+        scn = load_scenario(settings.connect)
+    except ScenarioError as exc:
+        raise ConfigError(str(exc)) from None
+    world, spec = make_world(scn, policy)
+    host = settings.host or world.hosts[0]
+    if host not in world.hosts:
+        raise ConfigError(f"host: {host!r} is not in {settings.connect} ({world.hosts})")
+    sdrv = world.driver(host)
+    cfg = agent_config(scn, spec)
+    bw = cfg.bandwidth_period_s if cfg.bandwidth_policy != "none" else None
+    return Wiring(
+        sdrv,
+        lambda stop: LocalSimTicker(world, scn.tick, cfg.period_s, bw, scn.duration, speed, stop),
+        config=cfg,
+    )
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))

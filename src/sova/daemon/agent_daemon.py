@@ -675,30 +675,9 @@ def build(
             remote=rdrv,
             config=rdrv.agent_config(),
         )
-    # sim: one host of a scenario, simulated in this process
-    from sova.scenario import ScenarioError, load_scenario
-    from sova.sim.world_server import make_world
-
-    if not settings.connect:
-        raise ConfigError("driver 'sim' needs connect = the scenario file")
-    try:
-        scn = load_scenario(settings.connect)
-    except ScenarioError as exc:
-        raise ConfigError(str(exc)) from None
-    from sova.sim.world import agent_config
-
-    world, spec = make_world(scn, policy)
-    host = settings.host or world.hosts[0]
-    if host not in world.hosts:
-        raise ConfigError(f"host: {host!r} is not in {settings.connect} ({world.hosts})")
-    sdrv = world.driver(host)
-    cfg = agent_config(scn, spec)
-    bw = cfg.bandwidth_period_s if cfg.bandwidth_policy != "none" else None
-    return Wiring(
-        sdrv,
-        lambda stop: LocalSimTicker(world, scn.tick, cfg.period_s, bw, scn.duration, speed, stop),
-        config=cfg,
-    )
+    # "sim" (one host of a scenario simulated in this process) composes the agent with
+    # the simulator: sova.demo wires it and hands run_agent the result.
+    raise ConfigError(f"driver: {settings.driver!r} is wired by the caller (see sova.demo)")
 
 
 def run_agent(
@@ -707,15 +686,19 @@ def run_agent(
     speed: float | None = None,
     policy: str | None = None,
     stop: threading.Event | None = None,
+    wiring: Wiring | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT (or the simulated run ends). Returns the exit code."""
+    """Run until SIGTERM/SIGINT (or the simulated run ends). Returns the exit code.
+
+    ``wiring`` (driver and clock) is built from ``settings.driver`` unless given.
+    """
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     stop = stop or threading.Event()
-    wiring = build(settings, speed=speed, policy=policy)
+    wiring = wiring or build(settings, speed=speed, policy=policy)
     token = settings.resolved_token()
     host = settings.host or wiring.driver.capabilities().host
     client = None
