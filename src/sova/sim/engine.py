@@ -44,9 +44,9 @@ from pathlib import Path
 import numpy as np
 
 from sova import model
+from sova.clock import Environment
 from sova.policy.waterfill import floored_waterfill, grouped_waterfill
 from sova.scenario import Scenario, Workload
-from sova.sim.core import Environment
 
 ACK_BYTES = 66.0
 INF = float("inf")
