@@ -37,6 +37,8 @@ import httpx
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
+from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP, PhaseSchedule
+from sova.clock import Environment, RealtimeEnvironment
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.metrics import AgentMetrics
 from sova.daemon.schema import Directive, MigrationDone, build_report, encode
@@ -45,8 +47,6 @@ from sova.model import Action, Migrate, NicKind, SetGuestRateLimit
 
 log = logging.getLogger("sova.agent")
 
-POLL, BANDWIDTH, STEP = 0, 1, 2
-PHASE_NAMES = {POLL: "poll", BANDWIDTH: "bandwidth", STEP: "control"}
 MAX_PENDING_DONE = 64
 
 
@@ -139,44 +139,32 @@ class Ticker(Protocol):
     def next(self) -> tuple[float, list[int]] | None: ...
 
 
-@dataclass
 class WallTicker:
-    """Real time: control and bandwidth periods by the clock, polls in between."""
+    """Real time: the agent's phase schedule on the wall clock, a tick per poll interval.
 
-    driver: Driver
-    period_s: float
-    bandwidth_period_s: float | None
-    poll_interval_s: float
-    stop: threading.Event
-    _next_step: float | None = None
-    _next_bw: float | None = None
+    Every phase runs once at start; after that the control and bandwidth periods fall on
+    whole ticks (a period is rounded to the poll interval), and a loop that stalled runs
+    each missed phase once instead of bursting.
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        period_s: float,
+        bandwidth_period_s: float | None,
+        poll_interval_s: float,
+        stop: threading.Event,
+    ) -> None:
+        self.driver = driver
+        tick = min(poll_interval_s, period_s, bandwidth_period_s or math.inf)
+        schedule = PhaseSchedule(tick, period_s, bandwidth_period_s)
+        self._turns = schedule.turns(RealtimeEnvironment(stop=stop), at_start=True)
 
     def next(self) -> tuple[float, list[int]] | None:
-        now = self.driver.now()
-        if self._next_step is None:
-            self._next_step = now
-            self._next_bw = now if self.bandwidth_period_s else math.inf
-        assert self._next_bw is not None
-        due = min(self._next_step, self._next_bw)
-        if due > now and self.stop.wait(min(due - now, self.poll_interval_s)):
+        turn = next(self._turns, None)
+        if turn is None:
             return None
-        now = self.driver.now()
-        phases = [POLL]
-        if now >= self._next_bw and self.bandwidth_period_s:
-            phases.append(BANDWIDTH)
-            self._next_bw = _after(self._next_bw, self.bandwidth_period_s, now)
-        if now >= self._next_step:
-            phases.append(STEP)
-            self._next_step = _after(self._next_step, self.period_s, now)
-        return now, phases
-
-
-def _after(due: float, period: float, now: float) -> float:
-    """The next due time after ``now``; a stalled loop skips missed periods, never bursts."""
-    due += period
-    if due <= now:
-        due += math.ceil((now - due) / period + 1e-9) * period
-    return due
+        return self.driver.now(), turn[1]
 
 
 @dataclass
@@ -209,7 +197,8 @@ class LockstepTicker:
 
 @dataclass
 class LocalSimTicker:
-    """A world simulated in this process (``--driver sim``), advanced ``speed`` x real time."""
+    """A world simulated in this process (``--driver sim``), advanced ``speed`` x real time
+    (as fast as it goes without ``speed``)."""
 
     world: Any
     tick_s: float
@@ -220,23 +209,22 @@ class LocalSimTicker:
     stop: threading.Event
     _k: int = 0
 
+    def __post_init__(self) -> None:
+        self.schedule = PhaseSchedule(self.tick_s, self.period_s, self.bandwidth_period_s)
+        self.pace: Environment = (
+            RealtimeEnvironment(factor=1.0 / self.speed, stop=self.stop)
+            if self.speed
+            else Environment()
+        )
+
     def next(self) -> tuple[float, list[int]] | None:
         if self.stop.is_set() or self.world.now >= self.until_s - 1e-9:
             return None
-        started = time.monotonic()
         self.world.advance()
         self._k += 1
-        phases = [POLL]
-        bw = max(1, round(self.bandwidth_period_s / self.tick_s)) if self.bandwidth_period_s else 0
-        if bw and self._k % bw == 0:
-            phases.append(BANDWIDTH)
-        if self._k % max(1, round(self.period_s / self.tick_s)) == 0:
-            phases.append(STEP)
-        if self.speed and self.stop.wait(
-            max(0.0, self.tick_s / self.speed - (time.monotonic() - started))
-        ):
+        if not self.pace.run(until=self._k * self.tick_s):
             return None
-        return float(self.world.now), phases
+        return float(self.world.now), self.schedule.phases(self._k)
 
 
 # --------------------------------------------------------------------------- daemon

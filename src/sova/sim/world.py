@@ -19,6 +19,7 @@ import numpy as np
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
+from sova.agent.schedule import BANDWIDTH, POLL, STEP, PhaseSchedule
 from sova.manager.core import ManagerCore
 from sova.model import Migrate
 from sova.policy.hotspot import HotspotDetector
@@ -120,8 +121,9 @@ class World:
         self.tick_s = scn.tick
         self.k = 0
         self._changes = sorted({p.at for p in scn.workload if p.at > 0})
-        self._period_ticks = max(1, int(round(scn.controller.period / scn.tick)))
-        self._bw_ticks = max(1, int(round(scn.controller.bandwidth_period / scn.tick)))
+        self.schedule = PhaseSchedule(
+            scn.tick, scn.controller.period, scn.controller.bandwidth_period
+        )
         n = self.engine.N
         st = self.run.stats
         st.tx_bits, st.rx_bits = np.zeros(n), np.zeros(n)
@@ -192,17 +194,23 @@ class World:
         eng.tick(t0, t1)
         eng.env.run(until=t1)
         self._accumulate(t1)
-        for agent in self.agents.values():
-            agent.poll()
-        if self.agents and k % self._bw_ticks == 0:
-            for agent in self.agents.values():
-                agent.bandwidth_step()
-        if self.agents and k % self._period_ticks == 0:
-            reports = {h: a.step() for h, a in self.agents.items()}
-            self._record(t1, reports)
-            self._plan(t1)
+        if self.agents:
+            for due in self.schedule.phases(k):
+                self._phase(due, t1)
         if progress is not None:
             progress(1)
+
+    def _phase(self, phase: int, t: float) -> None:
+        if phase == POLL:
+            for agent in self.agents.values():
+                agent.poll()
+        elif phase == BANDWIDTH:
+            for agent in self.agents.values():
+                agent.bandwidth_step()
+        elif phase == STEP:
+            reports = {h: a.step() for h, a in self.agents.items()}
+            self._record(t, reports)
+            self._plan(t)
 
     def run_until(self, until: float, progress: Callable[[int], None] | None = None) -> PolicyRun:
         steps = int(round(until / self.tick_s))

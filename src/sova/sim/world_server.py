@@ -37,13 +37,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from sova.agent.schedule import PhaseSchedule
 from sova.driver.base import Driver, DriverError
 from sova.driver.remote import decode_action, encode
 from sova.scenario import PolicySpec, Scenario, load_scenario
 
 log = logging.getLogger("sova.world")
-
-POLL, BANDWIDTH, STEP = 0, 1, 2  # an agent's phases within one tick, in World.advance order
 
 
 class WorldLike(Protocol):
@@ -94,8 +93,7 @@ class WorldService:
         self.start_timeout_s = start_timeout_s
         self.policy = policy
         self.order: list[str] = list(world.hosts)
-        self.period_ticks = max(1, int(round(period_s / tick_s)))
-        self.bw_ticks = max(1, int(round(bandwidth_period_s / tick_s))) if bandwidth_period_s else 0
+        self.schedule = PhaseSchedule(tick_s, period_s, bandwidth_period_s)
         self.turn: tuple[float, int, str] | None = None  # (time, phase, host) now acting
         self.acked: dict[str, tuple[float, int]] = {}
         self.last_seen: dict[str, float] = {}
@@ -107,15 +105,6 @@ class WorldService:
         self.started = asyncio.Event()
 
     # ------------------------------------------------------------------ lockstep
-
-    def phases(self, k: int) -> list[int]:
-        """Phases due after tick ``k``, in :meth:`World.advance`'s order."""
-        out = [POLL]
-        if self.bw_ticks and k % self.bw_ticks == 0:
-            out.append(BANDWIDTH)
-        if k % self.period_ticks == 0:
-            out.append(STEP)
-        return out
 
     def _live(self, host: str) -> bool:
         seen = self.last_seen.get(host)
@@ -141,7 +130,7 @@ class WorldService:
             k += 1
             self.ticks = k
             self._check()
-            for phase in self.phases(k):
+            for phase in self.schedule.phases(k):
                 for h in self.order:
                     if h not in self.expect or not self._live(h):
                         continue

@@ -3,13 +3,12 @@
 Every run gets a new topology (so no qdisc, route or counter of one policy leaks into the
 next), the same agent code as on a real host (:class:`~sova.agent.loop.HostAgent` over
 the :class:`~sova.testbed.netns_driver.NetnsDriver`), and the same traffic schedule. The loop is
-driven by the wall clock: between events it sleeps; events are
-
-* ``poll`` every 100 ms (collect finished operations, use a freed VF at once),
-* ``bandwidth`` every bandwidth period (DAQS: its published 200 ms),
-* ``step`` every VF-scheduling period,
-* ``measure`` every second from t = 0: kernel counters -> one row per VM,
-* flow starts and stops from the scenario.
+driven by the wall clock (:class:`~sova.clock.RealtimeEnvironment`): the agent takes its
+turns from the same phase schedule as in every world (:mod:`sova.agent.schedule`) at
+100 ms ticks — ``poll`` each tick, ``bandwidth`` every bandwidth period (DAQS: its
+published 200 ms), ``step`` every VF-scheduling period — and between them the clock runs
+the testbed's own events: ``measure`` every second from t = 0 (kernel counters -> one row
+per VM) and the scenario's flow starts and stops.
 
 Time 0 is when traffic may start; the agent runs ``warmup`` seconds before it so that its
 rate meter has a baseline. Whatever happens, ``finally`` stops every process and removes
@@ -19,15 +18,16 @@ every namespace of the run.
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent
+from sova.agent.schedule import BANDWIDTH, POLL, STEP, PhaseSchedule
+from sova.clock import RealtimeEnvironment
 from sova.model import HostSample, NicKind
 from sova.policy.bandwidth import DaqsController
 from sova.policy.sensing import RateMeter
@@ -214,53 +214,41 @@ def _loop(
     start: float,
     progress: Callable[[str], None] | None,
 ) -> None:
-    end = t0 + scn.duration
-    seq = itertools.count()
-    heap: list[tuple[float, int, str, int]] = []
+    # The loop's clock reads 0 at ``start``; traffic's time 0 (``t0``) is after the warm-up.
+    env = RealtimeEnvironment(time.monotonic() - start)
+    warmup = t0 - start
+    last = [(time.monotonic(), meter.read(), driver.sample())]
 
-    def at(t: float, kind: str, arg: int = 0) -> None:
-        heapq.heappush(heap, (t, next(seq), kind, arg))
+    def at(t: float, fn: Callable[[], None]) -> None:
+        env.schedule(max(0.0, t - env.now), fn)
 
-    bw_period = agent.config.bandwidth_period_s
-    at(start + POLL_S, "poll")
-    if agent.allocator is not None:
-        at(start + bw_period, "bandwidth")
-    at(start + scn.controller.period, "step")
-    at(t0 + 1.0, "measure", 1)
+    def measure(n: int) -> None:
+        last[0] = _measure(scn, spec, agent, driver, meter, out, float(n), last[0])
+        if progress is not None:
+            progress(_progress_line(spec.label, out, n, scn.duration))
+        if n < int(scn.duration):
+            at(warmup + n + 1.0, lambda: measure(n + 1))
+
+    at(warmup + 1.0, lambda: measure(1))
     for k, f in enumerate(scn.traffic):
-        at(t0 + f.start, "start", k)
+        at(
+            warmup + f.start,
+            partial(traffic.start_flow, k, f, scn.duration if f.stop is None else f.stop),
+        )
         if f.stop is not None:
-            at(t0 + f.stop, "stop", k)
-    at(end + 1e-3, "end")
-
-    last = (time.monotonic(), meter.read(), driver.sample())
-    while heap:
-        due, _, kind, arg = heapq.heappop(heap)
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        if kind == "end":
-            return
-        if kind == "poll":
-            agent.poll()
-            at(due + POLL_S, "poll")
-        elif kind == "bandwidth":
-            agent.bandwidth_step()
-            at(due + bw_period, "bandwidth")
-        elif kind == "step":
-            agent.step()
-            at(due + scn.controller.period, "step")
-        elif kind == "start":
-            f = scn.traffic[arg]
-            traffic.start_flow(arg, f, scn.duration if f.stop is None else f.stop)
-        elif kind == "stop":
-            traffic.stop_flow(arg)
-        elif kind == "measure":
-            last = _measure(scn, spec, agent, driver, meter, out, float(arg), last)
-            if progress is not None:
-                progress(_progress_line(spec.label, out, arg, scn.duration))
-            if arg < int(scn.duration):
-                at(t0 + arg + 1.0, "measure", arg + 1)
+            at(warmup + f.stop, partial(traffic.stop_flow, k))
+    bw = agent.config.bandwidth_period_s if agent.allocator is not None else None
+    schedule = PhaseSchedule(POLL_S, scn.controller.period, bw)
+    end = warmup + scn.duration + 1e-3
+    for _, phases in schedule.turns(env, until=end):
+        for phase in phases:
+            if phase == POLL:
+                agent.poll()
+            elif phase == BANDWIDTH:
+                agent.bandwidth_step()
+            elif phase == STEP:
+                agent.step()
+    env.run(until=end)  # what is due after the last tick: the final measurement
 
 
 def _measure(
