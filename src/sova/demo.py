@@ -48,8 +48,9 @@ def sim_agent_wiring(settings: Any, *, speed: float | None, policy: str | None) 
     Lives here, not in the agent daemon, because it composes two worlds: the production
     daemon never imports the simulator.
     """
-    from sova.daemon.agent_daemon import LocalSimTicker, Wiring
     from sova.daemon.config import ConfigError
+    from sova.daemon.tickers import LocalSimTicker
+    from sova.daemon.wiring import Wiring
     from sova.sim.world import agent_config
     from sova.sim.world_server import make_world
 

@@ -27,204 +27,25 @@ import logging
 import math
 import signal as signal_mod
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
-
-import httpx
+from typing import Any
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
-from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP, PhaseSchedule
-from sova.clock import Environment, RealtimeEnvironment
+from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP
 from sova.daemon.config import AgentSettings, ConfigError
+from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
 from sova.daemon.metrics import AgentMetrics
 from sova.daemon.schema import Directive, MigrationDone, build_report, encode
+from sova.daemon.tickers import Ticker
+from sova.daemon.wiring import Wiring, build
 from sova.driver.base import Driver, DriverError
 from sova.model import Action, Migrate, NicKind, SetGuestRateLimit
 
 log = logging.getLogger("sova.agent")
 
 MAX_PENDING_DONE = 64
-
-
-# --------------------------------------------------------------------------- manager link
-
-
-class ManagerUnreachable(RuntimeError):
-    """No answer (connection refused, timeout, 5xx) after the bounded retries."""
-
-
-class ManagerRejected(RuntimeError):
-    """The manager answered 4xx: a configuration problem (token, host name, schema)."""
-
-
-class ManagerClient:
-    def __init__(
-        self,
-        url: str,
-        host: str,
-        token: str,
-        *,
-        timeout_s: float = 2.0,
-        retries: int = 2,
-        ca_file: Path | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.host = host
-        self.retries = retries
-        self.degraded = False  # after a failure, try once per call until it answers again
-        self._client = httpx.Client(
-            base_url=url.rstrip("/"),
-            timeout=httpx.Timeout(timeout_s, connect=min(1.0, timeout_s)),
-            verify=str(ca_file) if ca_file else True,
-            headers={
-                "authorization": f"Bearer {token}",
-                "content-type": "application/json",
-                "x-sova-host": host,
-            },
-            transport=transport,
-        )
-
-    def close(self) -> None:
-        self._client.close()
-
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        attempts = 1 if self.degraded else self.retries + 1
-        last = ""
-        for i in range(attempts):
-            if i:
-                time.sleep(min(1.0, 0.1 * 2**i))
-            try:
-                r = self._client.request(method, path, **kw)
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if r.status_code >= 500:
-                last = f"HTTP {r.status_code}"
-                continue
-            self.degraded = False
-            if r.status_code >= 400:
-                raise ManagerRejected(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}")
-            return r
-        self.degraded = True
-        raise ManagerUnreachable(last)
-
-    def report(self, report_body: bytes) -> Directive:
-        r = self._request("POST", f"/v1/hosts/{self.host}/reports", content=report_body)
-        return Directive.model_validate_json(r.content)
-
-    def wait_directive(self, seq: int, wait_s: float) -> Directive:
-        r = self._request(
-            "GET",
-            f"/v1/hosts/{self.host}/directive",
-            params={"seq": seq, "wait_s": wait_s},
-            timeout=wait_s + 2.0,
-        )
-        return Directive.model_validate_json(r.content)
-
-    def migration_done(self, vm: str, done: MigrationDone) -> bool:
-        r = self._request("POST", f"/v1/migrations/{vm}/done", content=encode(done))
-        return bool(r.json().get("released", False))
-
-
-# --------------------------------------------------------------------------- clocks
-
-
-class Ticker(Protocol):
-    """Hands the loop its turns: the driver time and the phases due then."""
-
-    def next(self) -> tuple[float, list[int]] | None: ...
-
-
-class WallTicker:
-    """Real time: the agent's phase schedule on the wall clock, a tick per poll interval.
-
-    Every phase runs once at start; after that the control and bandwidth periods fall on
-    whole ticks (a period is rounded to the poll interval), and a loop that stalled runs
-    each missed phase once instead of bursting.
-    """
-
-    def __init__(
-        self,
-        driver: Driver,
-        period_s: float,
-        bandwidth_period_s: float | None,
-        poll_interval_s: float,
-        stop: threading.Event,
-    ) -> None:
-        self.driver = driver
-        tick = min(poll_interval_s, period_s, bandwidth_period_s or math.inf)
-        schedule = PhaseSchedule(tick, period_s, bandwidth_period_s)
-        self._turns = schedule.turns(RealtimeEnvironment(stop=stop), at_start=True)
-
-    def next(self) -> tuple[float, list[int]] | None:
-        turn = next(self._turns, None)
-        if turn is None:
-            return None
-        return self.driver.now(), turn[1]
-
-
-@dataclass
-class LockstepTicker:
-    """Turns handed out by a world server (``sova demo``): one phase per call."""
-
-    driver: Any  # RemoteDriver
-    stop: threading.Event
-    wait_s: float = 2.0  # short: a stop request is noticed between long-polls
-    _at: float = -1.0
-    _phase: int = 0
-
-    def next(self) -> tuple[float, list[int]] | None:
-        while not self.stop.is_set():
-            try:
-                t, phase, done = self.driver.sync(self._at, self._phase, self.wait_s)
-            except DriverError as exc:
-                log.warning("world unreachable: %s", exc)
-                if self.stop.wait(1.0):
-                    return None
-                continue
-            if done:
-                return None
-            if phase < 0:
-                continue
-            self._at, self._phase = t, phase
-            return t, [phase]
-        return None
-
-
-@dataclass
-class LocalSimTicker:
-    """A world simulated in this process (``--driver sim``), advanced ``speed`` x real time
-    (as fast as it goes without ``speed``)."""
-
-    world: Any
-    tick_s: float
-    period_s: float
-    bandwidth_period_s: float | None
-    until_s: float
-    speed: float | None
-    stop: threading.Event
-    _k: int = 0
-
-    def __post_init__(self) -> None:
-        self.schedule = PhaseSchedule(self.tick_s, self.period_s, self.bandwidth_period_s)
-        self.pace: Environment = (
-            RealtimeEnvironment(factor=1.0 / self.speed, stop=self.stop)
-            if self.speed
-            else Environment()
-        )
-
-    def next(self) -> tuple[float, list[int]] | None:
-        if self.stop.is_set() or self.world.now >= self.until_s - 1e-9:
-            return None
-        self.world.advance()
-        self._k += 1
-        if not self.pace.run(until=self._k * self.tick_s):
-            return None
-        return float(self.world.now), self.schedule.phases(self._k)
 
 
 # --------------------------------------------------------------------------- daemon
@@ -547,127 +368,6 @@ def _describe(a: Action) -> str:
     return f"{a.kind} {a.vm}" + (f" ({text})" if text else "")
 
 
-# --------------------------------------------------------------------------- demo records
-
-
-def world_recorder(remote: Any) -> Callable[[str, Any], None]:
-    """Send step records and outcome events to the world, as :mod:`sova.record` words them."""
-    from sova.record import outcome_event, row_dict, step_rows
-
-    def record(kind: str, payload: Any) -> None:
-        if kind == "step":
-            remote.records([row_dict(r) for r in step_rows(payload)], [])
-            return
-        ev = outcome_event(payload)
-        if ev is not None:
-            remote.records([], [row_dict(ev)])
-
-    return record
-
-
-# --------------------------------------------------------------------------- wiring
-
-
-class _ToyHost:
-    """``--driver mock``: a static 4-VM host whose ops succeed at once (smoke tests)."""
-
-    def __init__(self, name: str = "mock-host") -> None:
-        from sova import model
-
-        self.model = model
-        nic = model.NIC("pf0", 10e9, 2)
-        self.host = model.Host(name, 16, 64 * 2**30, nic)
-        self.vms = {
-            f"vm{i}": model.VMState(model.VM(f"vm{i}", 2, 2 * 2**30, created_seq=i))
-            for i in range(1, 5)
-        }
-        self.t0 = time.monotonic()
-        self.ops = 0
-
-    def __call__(self, req: Any) -> Any:
-        from sova.driver.base import Capabilities, OpState, OpStatus
-
-        m = self.model
-        now = time.monotonic() - self.t0
-        if req.method == "now":
-            return now
-        if req.method == "capabilities":
-            return Capabilities(self.host.name, 2, 2, m.NICCapabilities())
-        if req.method == "inventory":
-            return m.Inventory(self.host, dict(self.vms))
-        if req.method == "sample":
-            vms = {
-                n: m.VMCounters(
-                    n, 2, int(now * 1e9 * 0.2 * i), 0, 0, int(now * 1e8 * i), 0, int(now * 1e4 * i)
-                )
-                for i, n in enumerate(sorted(self.vms), 1)
-            }
-            return m.HostSample(self.host.name, now, vms, m.HostCounters(int(now * 1e9), 0, 0, 0))
-        if req.method == "submit":
-            a = req.args[0]
-            st = self.vms.get(a.vm)
-            if st is not None and isinstance(a, m.AttachVF):
-                self.vms[a.vm] = m.VMState(st.vm, m.NicKind.VF, 0, a.max_bps)
-            elif st is not None and isinstance(a, m.DetachVF):
-                self.vms[a.vm] = m.VMState(st.vm)
-            self.ops += 1
-            return f"op{self.ops}"
-        if req.method == "poll":
-            return OpStatus(req.args[0], OpState.SUCCEEDED)
-        raise ValueError(req.method)
-
-
-@dataclass
-class Wiring:
-    driver: Driver
-    ticker_factory: Callable[[threading.Event], Ticker]
-    lockstep: bool = False
-    remote: Any = None
-    config: AgentConfig | None = None  # from the scenario (sim) or the world (remote)
-
-
-def build(
-    settings: AgentSettings, *, speed: float | None = None, policy: str | None = None
-) -> Wiring:
-    """The driver and clock for ``settings.driver``; libvirt is imported only when chosen."""
-    c = settings.controller
-    bw = c.bandwidth_period_s if c.bandwidth_policy != "none" else None
-    if settings.driver == "libvirt":
-        try:
-            from sova.driver.libvirt_driver import LibvirtDriver
-        except ImportError as exc:  # pragma: no cover - depends on the host
-            raise ConfigError(
-                f"driver: 'libvirt' needs libvirt-python ({exc}); install sova[libvirt]"
-            ) from None
-        drv = LibvirtDriver.open(settings.connect or "qemu:///system", read_only=settings.dry_run)
-        return Wiring(
-            drv, lambda stop: WallTicker(drv, c.period_s, bw, settings.poll_interval_s, stop)
-        )
-    if settings.driver == "mock":
-        from sova.driver.base import MockDriver
-
-        mdrv = MockDriver(_ToyHost(settings.host or "mock-host"))
-        return Wiring(
-            mdrv, lambda stop: WallTicker(mdrv, c.period_s, bw, settings.poll_interval_s, stop)
-        )
-    if settings.driver == "remote":
-        from sova.driver.remote import RemoteDriver
-
-        if not settings.connect or not settings.host:
-            raise ConfigError("driver 'remote' needs connect (the world URL) and host")
-        rdrv = RemoteDriver(settings.connect, settings.host)
-        return Wiring(
-            rdrv,
-            lambda stop: LockstepTicker(rdrv, stop),
-            lockstep=True,
-            remote=rdrv,
-            config=rdrv.agent_config(),
-        )
-    # "sim" (one host of a scenario simulated in this process) composes the agent with
-    # the simulator: sova.demo wires it and hands run_agent the result.
-    raise ConfigError(f"driver: {settings.driver!r} is wired by the caller (see sova.demo)")
-
-
 def run_agent(
     settings: AgentSettings,
     *,
@@ -708,6 +408,8 @@ def run_agent(
         start_http_server(settings.metrics_port, settings.metrics_addr, registry=metrics.registry)
     recorder = None
     if wiring.lockstep and settings.record_to_world:
+        from sova.driver.remote import world_recorder
+
         recorder = world_recorder(wiring.remote)
     daemon = AgentDaemon(
         settings,
