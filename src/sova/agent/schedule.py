@@ -19,7 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sova.agent.loop import HostAgent, StepReport
 
 POLL, BANDWIDTH, STEP = 0, 1, 2  # in the order they run within one tick
 PHASE_NAMES = {POLL: "poll", BANDWIDTH: "bandwidth", STEP: "control"}
@@ -87,3 +90,14 @@ class PhaseSchedule:
                 return
             yield env.now, self.phases(nxt, since=k)
             k = nxt
+
+
+def act(agent: HostAgent, phase: int) -> StepReport | None:
+    """Run one phase on ``agent``; a control step returns its report."""
+    if phase == POLL:
+        agent.poll()
+    elif phase == BANDWIDTH:
+        agent.bandwidth_step()
+    elif phase == STEP:
+        return agent.step()
+    return None

@@ -33,7 +33,7 @@ from typing import Any
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
-from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP
+from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP, act
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
 from sova.daemon.metrics import AgentMetrics
@@ -139,10 +139,10 @@ class AgentDaemon:
         with self.metrics.loop_duration.labels(PHASE_NAMES[phase]).time():
             if phase == POLL:
                 self._fetch_round_directive()
-                self.agent.poll()
+                act(self.agent, POLL)
                 self.flush_done()
             elif phase == BANDWIDTH:
-                self.agent.bandwidth_step()
+                act(self.agent, BANDWIDTH)
             elif phase == STEP:
                 rep = self.step()
                 self.flush_done()

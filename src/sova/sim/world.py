@@ -19,7 +19,7 @@ import numpy as np
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
-from sova.agent.schedule import BANDWIDTH, POLL, STEP, PhaseSchedule
+from sova.agent.schedule import STEP, PhaseSchedule, act
 from sova.manager.core import ManagerCore
 from sova.model import Migrate
 from sova.policy.hotspot import HotspotDetector
@@ -201,15 +201,9 @@ class World:
             progress(1)
 
     def _phase(self, phase: int, t: float) -> None:
-        if phase == POLL:
-            for agent in self.agents.values():
-                agent.poll()
-        elif phase == BANDWIDTH:
-            for agent in self.agents.values():
-                agent.bandwidth_step()
-        elif phase == STEP:
-            reports = {h: a.step() for h, a in self.agents.items()}
-            self._record(t, reports)
+        reports = {h: act(a, phase) for h, a in self.agents.items()}
+        if phase == STEP:
+            self._record(t, {h: r for h, r in reports.items() if r is not None})
             self._plan(t)
 
     def run_until(self, until: float, progress: Callable[[int], None] | None = None) -> PolicyRun:

@@ -16,6 +16,10 @@ hypervisor does when its agent dies, and the agent rejoins when it comes back.
 
 The world also checks the cluster's invariants after every tick (a VF index held by two
 VMs, more holders than VFs, a VM on no host or two) so fault tests can assert on them.
+
+Why one module over 500 lines: the lockstep service, its HTTP routes and the records it
+merges are one protocol with the remote driver (:mod:`sova.driver.remote`); split, each
+half would be unreadable without the other.
 """
 
 from __future__ import annotations

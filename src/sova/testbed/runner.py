@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent
-from sova.agent.schedule import BANDWIDTH, POLL, STEP, PhaseSchedule
+from sova.agent.schedule import PhaseSchedule, act
 from sova.clock import RealtimeEnvironment
 from sova.model import HostSample, NicKind
 from sova.policy.bandwidth import DaqsController
@@ -242,12 +242,7 @@ def _loop(
     end = warmup + scn.duration + 1e-3
     for _, phases in schedule.turns(env, until=end):
         for phase in phases:
-            if phase == POLL:
-                agent.poll()
-            elif phase == BANDWIDTH:
-                agent.bandwidth_step()
-            elif phase == STEP:
-                agent.step()
+            act(agent, phase)
     env.run(until=end)  # what is due after the last tick: the final measurement
 
 
