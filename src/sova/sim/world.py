@@ -4,10 +4,12 @@ The World is what ``sova simulate`` runs once per compared policy, and what the 
 world process serves to agent processes over HTTP (there the agents are remote and this
 class only advances the engine). Ordering inside one tick ``(t0, t1]``: phase changes due
 at or before ``t0`` apply, the physics of the tick runs, operations due by ``t1``
-complete, agents collect finished operations; at multiples of the bandwidth period the
-bandwidth controllers run; at multiples of the control period every agent steps, reports
-to the manager, and the manager plans (its signals are acted on at the agents' next step,
-as they would be over the network).
+complete; then the agents take the phases the one schedule
+(:class:`~sova.agent.schedule.PhaseSchedule`) has due after this tick: every agent polls
+(collects finished operations); at multiples of the bandwidth period the bandwidth
+controllers run; at multiples of the control period every agent steps, its step becomes
+timeline rows (:mod:`sova.record`), it reports to the manager, and the manager plans (its
+signals are acted on at the agents' next step, as they would be over the network).
 """
 
 from __future__ import annotations
