@@ -12,4 +12,5 @@ fi
 source scripts/_venv.sh
 .venv/bin/ruff check src tests
 .venv/bin/mypy
+.venv/bin/lint-imports  # the layers: [tool.importlinter] in pyproject.toml
 exec .venv/bin/python -m pytest "$@"

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
+from sova.record import TimelineRow
 from sova.scenario import ClassificationSpec
-from sova.sim.runner import TimelineRow
 
 FACTORS = ("io_degree", "io_factor", "net_degree", "net_factor")
 

@@ -68,8 +68,8 @@ def simulate(
     Writes timeline.csv, events.csv, summary.json, report.md and PNG plots into --out.
     A scenario with a bad value is refused before anything is written.
     """
-    from sova.output import write_outputs
     from sova.scenario import Scenario, ScenarioError, load_sweep
+    from sova.sim.output import write_outputs
     from sova.sim.runner import PolicyRun, run_policy
 
     try:

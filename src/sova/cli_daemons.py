@@ -97,7 +97,12 @@ def agent(
     from sova.daemon.agent_daemon import run_agent
 
     try:
-        code = run_agent(settings, speed=speed, policy=policy)
+        wiring = None
+        if settings.driver == "sim":  # composes the agent with the simulator
+            from sova.demo import sim_agent_wiring
+
+            wiring = sim_agent_wiring(settings, speed=speed, policy=policy)
+        code = run_agent(settings, speed=speed, policy=policy, wiring=wiring)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
     raise typer.Exit(code)
@@ -180,7 +185,7 @@ def register(app: typer.Typer) -> None:
     app.command()(agent)
     app.command()(manager)
     try:
-        from sova.daemon.demo import demo
+        from sova.demo import demo
     except ImportError:  # pragma: no cover - the demo needs the simulator
         return
     app.command()(demo)

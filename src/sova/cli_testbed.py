@@ -76,7 +76,7 @@ def up(
     """Build the scenario's namespaces and leave them up for exploring (no traffic, no agent)."""
     scn = _load(scenario)
     _require_root()
-    from sova.driver.netns import NetnsDriver
+    from sova.testbed.netns_driver import NetnsDriver
     from sova.testbed.topology import SINK_IP, TestbedError, Topology, exclusive
 
     try:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sova.daemon.demo import run_demo
-from sova.output import write_outputs
+from sova.demo import run_demo
 from sova.scenario import load_scenario
+from sova.sim.output import write_outputs
 from sova.sim.runner import run_policy
 
 from .conftest import REPO

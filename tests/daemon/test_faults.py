@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sova.daemon.demo import Cluster, pick_policy
+from sova.demo import Cluster, pick_policy
 from sova.scenario import load_scenario
 
 from .conftest import DATA, wait_until

@@ -11,8 +11,8 @@ import pytest
 
 from sova.agent.executor import Executor
 from sova.driver.base import OpState, OpStatus
-from sova.driver.netns import NetnsDriver
 from sova.model import AttachVF, DetachVF, NicKind, SetGuestRateLimit, SetVFRate
+from sova.testbed.netns_driver import NetnsDriver
 from sova.testbed.scenario import parse_testbed_scenario
 from sova.testbed.topology import SINK_IP, Topology, rtnl, teardown
 from sova.testbed.traffic import SinkMeter

@@ -5,7 +5,7 @@ inventory each period) is HostAgent's. This module adds what only a long-running
 needs:
 
 * **a clock**: wall time on a real host; on a simulated one, *turns* handed out by the
-  world (lockstep, see :mod:`sova.daemon.world_server`) or by a local simulated host;
+  world (lockstep, see :mod:`sova.sim.world_server`) or by a local simulated host;
 * **the manager link**: a compact report each period (timeout, bounded retries, no queue),
   the directive in the response applied at most once per id and acknowledged in the next
   report, and each signalled migration's end reported so its lease is released. When the
@@ -27,216 +27,25 @@ import logging
 import math
 import signal as signal_mod
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
-
-import httpx
+from typing import Any
 
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
+from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP, act
 from sova.daemon.config import AgentSettings, ConfigError
+from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
 from sova.daemon.metrics import AgentMetrics
 from sova.daemon.schema import Directive, MigrationDone, build_report, encode
+from sova.daemon.tickers import Ticker
+from sova.daemon.wiring import Wiring, build
 from sova.driver.base import Driver, DriverError
 from sova.model import Action, Migrate, NicKind, SetGuestRateLimit
 
 log = logging.getLogger("sova.agent")
 
-POLL, BANDWIDTH, STEP = 0, 1, 2
-PHASE_NAMES = {POLL: "poll", BANDWIDTH: "bandwidth", STEP: "control"}
 MAX_PENDING_DONE = 64
-
-
-# --------------------------------------------------------------------------- manager link
-
-
-class ManagerUnreachable(RuntimeError):
-    """No answer (connection refused, timeout, 5xx) after the bounded retries."""
-
-
-class ManagerRejected(RuntimeError):
-    """The manager answered 4xx: a configuration problem (token, host name, schema)."""
-
-
-class ManagerClient:
-    def __init__(
-        self,
-        url: str,
-        host: str,
-        token: str,
-        *,
-        timeout_s: float = 2.0,
-        retries: int = 2,
-        ca_file: Path | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.host = host
-        self.retries = retries
-        self.degraded = False  # after a failure, try once per call until it answers again
-        self._client = httpx.Client(
-            base_url=url.rstrip("/"),
-            timeout=httpx.Timeout(timeout_s, connect=min(1.0, timeout_s)),
-            verify=str(ca_file) if ca_file else True,
-            headers={
-                "authorization": f"Bearer {token}",
-                "content-type": "application/json",
-                "x-sova-host": host,
-            },
-            transport=transport,
-        )
-
-    def close(self) -> None:
-        self._client.close()
-
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        attempts = 1 if self.degraded else self.retries + 1
-        last = ""
-        for i in range(attempts):
-            if i:
-                time.sleep(min(1.0, 0.1 * 2**i))
-            try:
-                r = self._client.request(method, path, **kw)
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if r.status_code >= 500:
-                last = f"HTTP {r.status_code}"
-                continue
-            self.degraded = False
-            if r.status_code >= 400:
-                raise ManagerRejected(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}")
-            return r
-        self.degraded = True
-        raise ManagerUnreachable(last)
-
-    def report(self, report_body: bytes) -> Directive:
-        r = self._request("POST", f"/v1/hosts/{self.host}/reports", content=report_body)
-        return Directive.model_validate_json(r.content)
-
-    def wait_directive(self, seq: int, wait_s: float) -> Directive:
-        r = self._request(
-            "GET",
-            f"/v1/hosts/{self.host}/directive",
-            params={"seq": seq, "wait_s": wait_s},
-            timeout=wait_s + 2.0,
-        )
-        return Directive.model_validate_json(r.content)
-
-    def migration_done(self, vm: str, done: MigrationDone) -> bool:
-        r = self._request("POST", f"/v1/migrations/{vm}/done", content=encode(done))
-        return bool(r.json().get("released", False))
-
-
-# --------------------------------------------------------------------------- clocks
-
-
-class Ticker(Protocol):
-    """Hands the loop its turns: the driver time and the phases due then."""
-
-    def next(self) -> tuple[float, list[int]] | None: ...
-
-
-@dataclass
-class WallTicker:
-    """Real time: control and bandwidth periods by the clock, polls in between."""
-
-    driver: Driver
-    period_s: float
-    bandwidth_period_s: float | None
-    poll_interval_s: float
-    stop: threading.Event
-    _next_step: float | None = None
-    _next_bw: float | None = None
-
-    def next(self) -> tuple[float, list[int]] | None:
-        now = self.driver.now()
-        if self._next_step is None:
-            self._next_step = now
-            self._next_bw = now if self.bandwidth_period_s else math.inf
-        assert self._next_bw is not None
-        due = min(self._next_step, self._next_bw)
-        if due > now and self.stop.wait(min(due - now, self.poll_interval_s)):
-            return None
-        now = self.driver.now()
-        phases = [POLL]
-        if now >= self._next_bw and self.bandwidth_period_s:
-            phases.append(BANDWIDTH)
-            self._next_bw = _after(self._next_bw, self.bandwidth_period_s, now)
-        if now >= self._next_step:
-            phases.append(STEP)
-            self._next_step = _after(self._next_step, self.period_s, now)
-        return now, phases
-
-
-def _after(due: float, period: float, now: float) -> float:
-    """The next due time after ``now``; a stalled loop skips missed periods, never bursts."""
-    due += period
-    if due <= now:
-        due += math.ceil((now - due) / period + 1e-9) * period
-    return due
-
-
-@dataclass
-class LockstepTicker:
-    """Turns handed out by a world server (``sova demo``): one phase per call."""
-
-    driver: Any  # RemoteDriver
-    stop: threading.Event
-    wait_s: float = 2.0  # short: a stop request is noticed between long-polls
-    _at: float = -1.0
-    _phase: int = 0
-
-    def next(self) -> tuple[float, list[int]] | None:
-        while not self.stop.is_set():
-            try:
-                t, phase, done = self.driver.sync(self._at, self._phase, self.wait_s)
-            except DriverError as exc:
-                log.warning("world unreachable: %s", exc)
-                if self.stop.wait(1.0):
-                    return None
-                continue
-            if done:
-                return None
-            if phase < 0:
-                continue
-            self._at, self._phase = t, phase
-            return t, [phase]
-        return None
-
-
-@dataclass
-class LocalSimTicker:
-    """A world simulated in this process (``--driver sim``), advanced ``speed`` x real time."""
-
-    world: Any
-    tick_s: float
-    period_s: float
-    bandwidth_period_s: float | None
-    until_s: float
-    speed: float | None
-    stop: threading.Event
-    _k: int = 0
-
-    def next(self) -> tuple[float, list[int]] | None:
-        if self.stop.is_set() or self.world.now >= self.until_s - 1e-9:
-            return None
-        started = time.monotonic()
-        self.world.advance()
-        self._k += 1
-        phases = [POLL]
-        bw = max(1, round(self.bandwidth_period_s / self.tick_s)) if self.bandwidth_period_s else 0
-        if bw and self._k % bw == 0:
-            phases.append(BANDWIDTH)
-        if self._k % max(1, round(self.period_s / self.tick_s)) == 0:
-            phases.append(STEP)
-        if self.speed and self.stop.wait(
-            max(0.0, self.tick_s / self.speed - (time.monotonic() - started))
-        ):
-            return None
-        return float(self.world.now), phases
 
 
 # --------------------------------------------------------------------------- daemon
@@ -330,10 +139,10 @@ class AgentDaemon:
         with self.metrics.loop_duration.labels(PHASE_NAMES[phase]).time():
             if phase == POLL:
                 self._fetch_round_directive()
-                self.agent.poll()
+                act(self.agent, POLL)
                 self.flush_done()
             elif phase == BANDWIDTH:
-                self.agent.bandwidth_step()
+                act(self.agent, BANDWIDTH)
             elif phase == STEP:
                 rep = self.step()
                 self.flush_done()
@@ -559,210 +368,25 @@ def _describe(a: Action) -> str:
     return f"{a.kind} {a.vm}" + (f" ({text})" if text else "")
 
 
-# --------------------------------------------------------------------------- demo records
-
-
-def world_recorder(remote: Any) -> Callable[[str, Any], None]:
-    """Send step records and outcome events to the world, worded as ``sova simulate``'s."""
-    from sova.agent.executor import EVENT_KIND
-    from sova.model import AttachVF, SetVFRate
-
-    def record(kind: str, payload: Any) -> None:
-        if kind == "step":
-            rep: StepReport = payload
-            rows = []
-            for vm, f in sorted(rep.factors.items()):
-                st = rep.actual.vms.get(vm)
-                if st is None:
-                    continue
-                on_vf = st.nic is NicKind.VF
-                rows.append(
-                    {
-                        "time_s": round(rep.time_s, 3),
-                        "vm": vm,
-                        "nic": st.nic.value,
-                        "vf_rate_mbps": (st.vf_max_bps / 1e6 if st.vf_max_bps else None)
-                        if on_vf
-                        else None,
-                        "tx_mbps": f.tx_bps / 1e6,
-                        "rx_mbps": f.rx_bps / 1e6,
-                        "cpu_usage": f.cpu_usage,
-                        "io_degree": f.io_degree,
-                        "net_factor": f.net_factor,
-                        "net_degree": f.net_degree,
-                        "io_factor": f.io_factor,
-                        "limit_mbps": st.guest_limit_bps / 1e6 if st.guest_limit_bps else None,
-                    }
-                )
-            remote.records(rows, [])
-            return
-        o: Outcome = payload
-        a = o.action
-        if isinstance(a, SetGuestRateLimit) and o.result == "succeeded":
-            return
-        ev = EVENT_KIND.get(type(a), a.kind)
-        event = ev if o.result == "succeeded" else f"{ev}_{o.result}"
-        detail = o.detail
-        if isinstance(a, AttachVF | SetVFRate) and a.max_bps:
-            detail = (detail + "; " if detail else "") + f"rate {a.max_bps / 1e6:.0f} Mbit/s"
-        dst = a.dst_host if isinstance(a, Migrate) else ""
-        if isinstance(a, Migrate) and o.result != "succeeded":
-            event = "migrate_failed"
-        remote.records(
-            [],
-            [
-                {
-                    "time_s": round(o.time_s, 3),
-                    "event": event,
-                    "vm": a.vm,
-                    "dst_host": dst,
-                    "detail": detail,
-                }
-            ],
-        )
-
-    return record
-
-
-# --------------------------------------------------------------------------- wiring
-
-
-class _ToyHost:
-    """``--driver mock``: a static 4-VM host whose ops succeed at once (smoke tests)."""
-
-    def __init__(self, name: str = "mock-host") -> None:
-        from sova import model
-
-        self.model = model
-        nic = model.NIC("pf0", 10e9, 2)
-        self.host = model.Host(name, 16, 64 * 2**30, nic)
-        self.vms = {
-            f"vm{i}": model.VMState(model.VM(f"vm{i}", 2, 2 * 2**30, created_seq=i))
-            for i in range(1, 5)
-        }
-        self.t0 = time.monotonic()
-        self.ops = 0
-
-    def __call__(self, req: Any) -> Any:
-        from sova.driver.base import Capabilities, OpState, OpStatus
-
-        m = self.model
-        now = time.monotonic() - self.t0
-        if req.method == "now":
-            return now
-        if req.method == "capabilities":
-            return Capabilities(self.host.name, 2, 2, m.NICCapabilities())
-        if req.method == "inventory":
-            return m.Inventory(self.host, dict(self.vms))
-        if req.method == "sample":
-            vms = {
-                n: m.VMCounters(
-                    n, 2, int(now * 1e9 * 0.2 * i), 0, 0, int(now * 1e8 * i), 0, int(now * 1e4 * i)
-                )
-                for i, n in enumerate(sorted(self.vms), 1)
-            }
-            return m.HostSample(self.host.name, now, vms, m.HostCounters(int(now * 1e9), 0, 0, 0))
-        if req.method == "submit":
-            a = req.args[0]
-            st = self.vms.get(a.vm)
-            if st is not None and isinstance(a, m.AttachVF):
-                self.vms[a.vm] = m.VMState(st.vm, m.NicKind.VF, 0, a.max_bps)
-            elif st is not None and isinstance(a, m.DetachVF):
-                self.vms[a.vm] = m.VMState(st.vm)
-            self.ops += 1
-            return f"op{self.ops}"
-        if req.method == "poll":
-            return OpStatus(req.args[0], OpState.SUCCEEDED)
-        raise ValueError(req.method)
-
-
-@dataclass
-class Wiring:
-    driver: Driver
-    ticker_factory: Callable[[threading.Event], Ticker]
-    lockstep: bool = False
-    remote: Any = None
-    config: AgentConfig | None = None  # from the scenario (sim) or the world (remote)
-
-
-def build(
-    settings: AgentSettings, *, speed: float | None = None, policy: str | None = None
-) -> Wiring:
-    """The driver and clock for ``settings.driver``; libvirt is imported only when chosen."""
-    c = settings.controller
-    bw = c.bandwidth_period_s if c.bandwidth_policy != "none" else None
-    if settings.driver == "libvirt":
-        try:
-            from sova.driver.libvirt_driver import LibvirtDriver
-        except ImportError as exc:  # pragma: no cover - depends on the host
-            raise ConfigError(
-                f"driver: 'libvirt' needs libvirt-python ({exc}); install sova[libvirt]"
-            ) from None
-        drv = LibvirtDriver.open(settings.connect or "qemu:///system", read_only=settings.dry_run)
-        return Wiring(
-            drv, lambda stop: WallTicker(drv, c.period_s, bw, settings.poll_interval_s, stop)
-        )
-    if settings.driver == "mock":
-        from sova.driver.base import MockDriver
-
-        mdrv = MockDriver(_ToyHost(settings.host or "mock-host"))
-        return Wiring(
-            mdrv, lambda stop: WallTicker(mdrv, c.period_s, bw, settings.poll_interval_s, stop)
-        )
-    if settings.driver == "remote":
-        from sova.daemon.remote_driver import RemoteDriver
-
-        if not settings.connect or not settings.host:
-            raise ConfigError("driver 'remote' needs connect (the world URL) and host")
-        rdrv = RemoteDriver(settings.connect, settings.host)
-        return Wiring(
-            rdrv,
-            lambda stop: LockstepTicker(rdrv, stop),
-            lockstep=True,
-            remote=rdrv,
-            config=rdrv.agent_config(),
-        )
-    # sim: one host of a scenario, simulated in this process
-    from sova.daemon.world_server import make_world
-    from sova.scenario import ScenarioError, load_scenario
-
-    if not settings.connect:
-        raise ConfigError("driver 'sim' needs connect = the scenario file")
-    try:
-        scn = load_scenario(settings.connect)
-    except ScenarioError as exc:
-        raise ConfigError(str(exc)) from None
-    from sova.sim.world import agent_config
-
-    world, spec = make_world(scn, policy)
-    host = settings.host or world.hosts[0]
-    if host not in world.hosts:
-        raise ConfigError(f"host: {host!r} is not in {settings.connect} ({world.hosts})")
-    sdrv = world.driver(host)
-    cfg = agent_config(scn, spec)
-    bw = cfg.bandwidth_period_s if cfg.bandwidth_policy != "none" else None
-    return Wiring(
-        sdrv,
-        lambda stop: LocalSimTicker(world, scn.tick, cfg.period_s, bw, scn.duration, speed, stop),
-        config=cfg,
-    )
-
-
 def run_agent(
     settings: AgentSettings,
     *,
     speed: float | None = None,
     policy: str | None = None,
     stop: threading.Event | None = None,
+    wiring: Wiring | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT (or the simulated run ends). Returns the exit code."""
+    """Run until SIGTERM/SIGINT (or the simulated run ends). Returns the exit code.
+
+    ``wiring`` (driver and clock) is built from ``settings.driver`` unless given.
+    """
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     stop = stop or threading.Event()
-    wiring = build(settings, speed=speed, policy=policy)
+    wiring = wiring or build(settings, speed=speed, policy=policy)
     token = settings.resolved_token()
     host = settings.host or wiring.driver.capabilities().host
     client = None
@@ -784,6 +408,8 @@ def run_agent(
         start_http_server(settings.metrics_port, settings.metrics_addr, registry=metrics.registry)
     recorder = None
     if wiring.lockstep and settings.record_to_world:
+        from sova.driver.remote import world_recorder
+
         recorder = world_recorder(wiring.remote)
     daemon = AgentDaemon(
         settings,

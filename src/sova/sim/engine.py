@@ -30,27 +30,28 @@ downtime budget. The migrated VM's counters restart at the target, as a new QEMU
 
 Operations (VF hot-plug, rate changes, migration) complete on the event clock after a
 delay from the hardware profile and can fail, like the real thing.
+
+The engine owns the arrays, the operations and the driver views; the tick's parts are
+split by concern: offered load in :mod:`sova.sim.workload` (1-2), CPU, paths and the PF
+in :mod:`sova.sim.network` (3-5), pre-copy in :mod:`sova.sim.migration`.
 """
 
 from __future__ import annotations
 
-import csv
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from pathlib import Path
 
 import numpy as np
 
 from sova import model
-from sova.policy.waterfill import floored_waterfill, grouped_waterfill
+from sova.clock import Environment
 from sova.scenario import Scenario, Workload
-from sova.sim.core import Environment
+from sova.sim import migration, network, workload
+from sova.sim.migration import MigrationState
+from sova.sim.network import ACK_BYTES
 
-ACK_BYTES = 66.0
 INF = float("inf")
-KIND = {"duty": 0, "bulk": 1, "requests": 2, "file": 3, "trace": 4}
 
 
 @dataclass
@@ -60,22 +61,6 @@ class Op:
     action: model.Action
     state: str = "pending"
     detail: str = ""
-
-
-@dataclass
-class MigrationState:
-    vm: int
-    src: int
-    dst: int
-    op: Op
-    cap_bps: float
-    start_s: float
-    copy_from_s: float
-    round_left_bytes: float
-    dirty_bytes: float = 0.0
-    rounds: int = 1
-    sent_bytes: float = 0.0
-    fail_at_round: int = 0  # 0 = does not fail
 
 
 @dataclass(frozen=True)
@@ -171,231 +156,44 @@ class Engine:
                     self.set_workload(self.vm_index[name], w, 0.0)
         for i in range(N):
             if self.kind[i] == 0 and self.net_duty[i] == 0 and self.cpu_duty[i] == 0:
-                self._reset_cycles(np.array([i]), 0.0)
+                workload.reset_cycles(self, np.array([i]), 0.0)
 
     # ------------------------------------------------------------------ workloads
 
-    def _reset_cycles(self, idx: np.ndarray, t: float) -> None:
-        p = self.profile
-        for start, length in ((self.net_start, self.net_len), (self.cpu_start, self.cpu_len)):
-            ln = self.wrng.uniform(p.cycle_min, p.cycle_max, idx.size)
-            length[idx] = ln
-            start[idx] = t - self.wrng.uniform(0.0, 1.0, idx.size) * ln
-
     def set_workload(self, i: int, w: Workload, t: float) -> None:
-        self.kind[i] = KIND[w.kind]
-        self.net_duty[i] = w.net_duty
-        self.cpu_duty[i] = w.cpu
-        self.rate[i] = w.rate
-        self.streams[i] = w.streams
-        self.pkt_bytes[i] = w.packet_bytes
-        self.rx_share[i] = w.rx_share
-        self.req_rate[i] = w.requests_per_s if w.kind == "requests" else 0.0
-        self.resp_bytes[i] = w.response
-        self.req_bytes[i] = w.request
-        self.ns_per_byte[i] = w.ns_per_byte
-        self.file_left[i] = float(w.size) if w.kind == "file" else 0.0
-        self.file_size[i] = self.file_left[i]
-        self.file_start[i] = t
-        self.backlog_bits[i] = 0.0
-        if w.kind == "trace":
-            assert w.trace is not None and w.column is not None
-            cols = self._load_trace(w.trace)
-            if w.column not in cols:
-                raise ValueError(f"trace {w.trace}: no column {w.column!r}")
-            self.trace_t[i], self.trace_col[i] = cols["time_s"], cols[w.column] * 1e6
-        self._reset_cycles(np.array([i]), t)
-
-    def _load_trace(self, path: str) -> dict[str, np.ndarray]:
-        if path not in self._trace_cache:
-            with Path(path).open() as fh:
-                rows = list(csv.DictReader(fh))
-            if not rows or "time_s" not in rows[0]:
-                raise ValueError(f"trace {path}: needs a header with time_s and one column per VM")
-            self._trace_cache[path] = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
-        return self._trace_cache[path]
-
-    def _on_fraction(
-        self, start: np.ndarray, length: np.ndarray, duty: np.ndarray, t0: float, t1: float
-    ) -> np.ndarray:
-        """Exact on-time share of [t0, t1) for every VM's on/off process (vectorised)."""
-        p = self.profile
-        frac = np.where(duty >= 1.0, 1.0, 0.0)
-        live = np.flatnonzero((duty > 0.0) & (duty < 1.0))
-        if live.size == 0:
-            return frac
-        on = np.zeros(live.size)
-        cur = np.full(live.size, t0)
-        s, ln, d = start[live], length[live], duty[live]
-        act = np.ones(live.size, dtype=bool)  # processes whose time is not yet covered to t1
-        for _ in range(64):  # cycles are >= cycle_min long: a few passes cover a tick
-            end = s + ln
-            on_end = s + d * ln
-            seg_end = np.minimum(t1, end)
-            on += np.where(act, np.clip(np.minimum(seg_end, on_end) - cur, 0.0, None), 0.0)
-            adv = act & (end <= t1)
-            if not adv.any():
-                break
-            k = np.flatnonzero(adv)
-            cur[k] = end[k]
-            s[k] = end[k]
-            ln[k] = self.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
-            act = adv
-        start[live], length[live] = s, ln
-        frac[live] = on / (t1 - t0)
-        return frac
+        workload.set_workload(self, i, w, t)
 
     # ------------------------------------------------------------------ physics
 
     def tick(self, t0: float, t1: float) -> None:
-        p = self.profile
-        dt = t1 - t0
-        N, H = self.N, self.H
-        h = self.host
-        net_frac = self._on_fraction(self.net_start, self.net_len, self.net_duty, t0, t1)
-        cpu_frac = self._on_fraction(self.cpu_start, self.cpu_len, self.cpu_duty, t0, t1)
-        jit = self.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
-        cj = 1.0 + (self.wrng.normal(0.0, p.cpu_jitter, N) if p.cpu_jitter else np.zeros(N))
-        arrivals = self.wrng.poisson(self.req_rate * dt).astype(float)
-        if self._ingress_limited:
-            # The NIC discards requests above the VM's ingress limit: they never reach the
-            # guest (or a driver domain), so they cost no CPU and are never answered.
-            allowed = self.ingress_limit * dt / (8.0 * np.maximum(self.req_bytes, 1.0))
-            arrivals = np.minimum(arrivals, allowed)
-
-        kind = self.kind
-        offered = np.where(kind <= 1, net_frac * self.rate * self.streams * jit, 0.0)
-        # requests: new responses plus the backlog not yet sent
-        req_bits = arrivals * self.resp_bytes * 8.0
-        offered = offered + (req_bits + self.backlog_bits) / dt * (kind == 2)
-        is_file = (kind == 3) & (self.file_left > 0)
-        # scp offers its full rate while bytes are left; the last tick is clipped below
-        # (offering only the remainder would shrink it geometrically and never finish)
-        offered = np.where(is_file, self.rate, offered)
-        if (kind == 4).any():
-            for i in np.flatnonzero(kind == 4):
-                tt, col = self.trace_t[i], self.trace_col[i]
-                assert tt is not None and col is not None
-                k = max(0, int(np.searchsorted(tt, t0, side="right")) - 1)
-                offered[i] = col[k] * jit[i]
-        paused = self.paused_until > t0
-        offered[paused] = 0.0
-        want = np.minimum(
-            offered, np.minimum(self.guest_limit, self.guest_pps * self.pkt_bytes * 8)
+        """One tick ``(t0, t1]``: offered load, then its service, latency, counters."""
+        o = workload.offer(self, t0, t1)
+        s = network.share(self, o, t0)
+        self._latency(
+            s.tx,
+            s.want,
+            o.offered,
+            o.req_bits,
+            s.tx_host,
+            s.backend_pps,
+            s.pps_limit,
+            s.host_need,
+            o.dt,
         )
-        pkt_bits = self.pkt_bytes * 8.0
-        virt = ~self.on_vf
+        self._count(o, s)
+        if o.is_file.any():
+            self._files(o, s, t1)
+        for k, m in enumerate(s.mig_active):
+            migration.advance(self, m, s.mig_rate[k], o.dt, t1)
 
-        # guest CPU: benchmarks, per-packet and per-byte network work, per-request work
-        ns_pkt = p.guest_ns_per_packet + p.virtio_guest_ns_per_packet * virt
-        pkts_per_bit = (1.0 + self.rx_share * self.pkt_bytes / ACK_BYTES) / pkt_bits
-        net_cost = (
-            want * pkts_per_bit * ns_pkt + want / 8.0 * self.ns_per_byte
-        ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
-        cpu_busy = np.clip(cpu_frac * cj, 0.0, 1.0) * self.vcpus
-        if p.tcp_link_clocked:
-            # A TCP sender is clocked by its ACKs: it sends (and spends CPU on) only what
-            # its share of the egress link drains, not all netperf would like to send. The
-            # share is computed on what each vCPU could push, so a CPU-bound sender leaves
-            # its unused share to the others.
-            need0 = cpu_busy + net_cost
-            own = want * np.where(need0 > self.vcpus, self.vcpus / np.maximum(need0, 1e-12), 1.0)
-            busy0 = np.bincount(h, np.minimum(need0, self.vcpus), minlength=H)
-            own = own * np.minimum(1.0, self.cores / np.maximum(busy0, 1e-12))[h]
-            fair = grouped_waterfill(self.capacity, h, own, np.maximum(self.streams, 1.0))
-            # only the link's verdict caps: a CPU-bound sender is scaled down below anyway
-            link_cap = np.where(fair < own * (1.0 - 1e-9), fair, INF)
-            want = np.where((kind <= 1) | (kind == 3), np.minimum(want, link_cap), want)
-            net_cost = (
-                want * pkts_per_bit * ns_pkt + want / 8.0 * self.ns_per_byte
-            ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
-        need = cpu_busy + net_cost
-        vm_scale = np.where(need > self.vcpus, self.vcpus / np.maximum(need, 1e-12), 1.0)
-        vm_scale[paused] = 0.0
-        want = want * vm_scale
-        # host CPU: vCPUs + virtio backend
-        backend_ns = want * pkts_per_bit * p.virtio_host_ns_per_packet * virt
-        if self._dedicated_backend:
-            # A driver domain on its own cores: its backend work does not compete with vCPUs.
-            ded = self.backend_cores > 0
-            shared_ns = np.where(ded[h], 0.0, backend_ns)
-            host_need = np.bincount(h, need * vm_scale + shared_ns / 1e9, minlength=H)
-        else:
-            host_need = np.bincount(h, need * vm_scale + backend_ns / 1e9, minlength=H)
-        # Per-queue backend overhead (wake-ups, notifications, switching between the VMs'
-        # queues) is paid per active virtio VM whatever its rate: with many VMs it eats
-        # into the backend's capacity. 0 by default (no such overhead).
-        backend_vm_frac: np.ndarray = np.zeros(H)
-        if p.virtio_backend_ns_per_vm:
-            n_virt = np.bincount(h, (virt & (want > 0)).astype(float), minlength=H)
-            backend_vm_frac = n_virt * p.virtio_backend_ns_per_vm / 1e9
-            host_need = np.add(host_need, backend_vm_frac)
-        host_scale = np.minimum(1.0, self.cores / np.maximum(host_need, 1e-12))
-        want = want * host_scale[h]
-        backend_scale = host_scale  # how fast the backend runs: slowed by vCPU contention
-        if self._dedicated_backend:
-            # ... unless it has its own cores; then it saturates on its own: when the driver
-            # domain's cores are full, every virtio VM gets a proportional share of them.
-            dd_need = np.bincount(
-                h, np.where(ded[h], backend_ns, 0.0) * host_scale[h] / 1e9, minlength=H
-            )
-            dd_scale = np.where(
-                ded, np.minimum(1.0, self.backend_cores / np.maximum(dd_need, 1e-12)), 1.0
-            )
-            want = np.where(virt, want * dd_scale[h], want)
-            backend_scale = np.where(ded, 1.0, host_scale)
-        # kept for the request service time in _latency
-        self._pkts_per_bit, self._host_scale_vm = pkts_per_bit, host_scale[h]
-        self._vcpu_load = need / np.maximum(self.vcpus * host_scale[h], 1e-12)
-
-        # paths: VF cap; virtio per-VM ceiling and the backend's shared packet-rate ceiling
-        want = np.where(
-            self.on_vf, np.minimum(want, self.vf_max), np.minimum(want, p.virtio_flow_limit)
-        )
-        vi = np.flatnonzero(virt & (want > 0))
-        pps_limit = p.virtio_pps_limit * backend_scale * np.maximum(0.01, 1.0 - backend_vm_frac)
-        backend_pps = np.zeros(H)
-        if vi.size:
-            pps = want[vi] / pkt_bits[vi]
-            got = grouped_waterfill(pps_limit, h[vi], pps)
-            want[vi] = got * pkt_bits[vi]
-            backend_pps = np.bincount(h[vi], got, minlength=H).astype(np.float64)
-
-        # PF egress, shared with migration streams
-        migs = list(self.migrations.values())
-        mig_active = [m for m in migs if m.copy_from_s <= t0 and self.paused_until[m.vm] <= t0]
-        groups = h
-        demands, weights = want, np.maximum(self.streams, 1.0)
-        if mig_active:
-            groups = np.r_[h, [m.src for m in mig_active]]
-            demands = np.r_[want, [m.cap_bps for m in mig_active]]
-            weights = np.r_[weights, np.ones(len(mig_active))]
-        if self.vf_min.any():
-            # A VF's min_tx_rate (where the NIC honours it) is a floor: the VF gets its floor
-            # or its fair share, whichever is larger (as the Sova allocator assumes).
-            floors = np.zeros(demands.size)
-            floors[:N] = np.where(self.on_vf, np.minimum(want, self.vf_min), 0.0)
-            share = floored_waterfill(self.capacity, groups, demands, weights, floors)
-        else:
-            share = grouped_waterfill(self.capacity, groups, demands, weights)
-        tx = share[:N]
-        if is_file.any():
-            tx = np.where(is_file, np.minimum(tx, self.file_left * 8.0 / dt), tx)
-        rx = tx * self.rx_share + arrivals * self.req_bytes * 8.0 / dt
-        rx_host = np.bincount(h, rx, minlength=H)
-        mig_rate = np.zeros(len(mig_active))
-        for k, m in enumerate(mig_active):
-            room = max(0.0, self.capacity[m.dst] - rx_host[m.dst])
-            mig_rate[k] = min(share[N + k], room)
-            rx_host[m.dst] += mig_rate[k]
-        tx_host = np.bincount(h, tx, minlength=H)
-        for k, m in enumerate(mig_active):
-            tx_host[m.src] += mig_rate[k]
-
-        # latency of request/response VMs
-        self._latency(tx, want, offered, req_bits, tx_host, backend_pps, pps_limit, host_need, dt)
-
-        # counters
+    def _count(self, o: workload.Offer, s: network.Shares) -> None:
+        """Cumulative counters (all a driver reads) and the last tick's figures."""
+        p, h, H, dt = self.profile, self.host, self.H, o.dt
+        arrivals, paused, offered = o.arrivals, o.paused, o.offered
+        tx, rx, tx_host, rx_host = s.tx, s.rx, s.tx_host, s.rx_host
+        pkt_bits, pkts_per_bit, ns_pkt, virt = s.pkt_bits, s.pkts_per_bit, s.ns_pkt, s.virt
+        cpu_busy, need, host_scale, host_need = s.cpu_busy, s.need, s.host_scale, s.host_need
+        backend_vm_frac = s.backend_vm_frac
         pk_tx = tx / pkt_bits
         pk_rx = rx / (8.0 * ACK_BYTES)
         cpu_used = (
@@ -424,24 +222,21 @@ class Engine:
         self.offered, self.tx, self.rx = offered, tx, rx
         self.cpu_use = cpu_used / self.vcpus
 
-        # file transfers
-        if is_file.any():
-            self.file_left = np.where(
-                is_file, np.maximum(0.0, self.file_left - tx * dt / 8.0), self.file_left
-            )
-            for i in np.flatnonzero(is_file & (self.file_left <= 0)):
-                self.files_done.append(
-                    FileDone(
-                        self.vm_names[i],
-                        self.host_names[h[i]],
-                        float(self.file_start[i]),
-                        t1,
-                        int(self.file_size[i]),
-                    )
+    def _files(self, o: workload.Offer, s: network.Shares, t1: float) -> None:
+        h, dt, is_file, tx = self.host, o.dt, o.is_file, s.tx
+        self.file_left = np.where(
+            is_file, np.maximum(0.0, self.file_left - tx * dt / 8.0), self.file_left
+        )
+        for i in np.flatnonzero(is_file & (self.file_left <= 0)):
+            self.files_done.append(
+                FileDone(
+                    self.vm_names[i],
+                    self.host_names[h[i]],
+                    float(self.file_start[i]),
+                    t1,
+                    int(self.file_size[i]),
                 )
-        # migrations
-        for k, m in enumerate(mig_active):
-            self._advance_migration(m, mig_rate[k], dt, t1)
+            )
 
     def _latency(
         self,
@@ -503,85 +298,6 @@ class Engine:
             0.0,
         )
 
-    # ------------------------------------------------------------------ migration
-
-    def _advance_migration(self, m: MigrationState, rate: float, dt: float, t: float) -> None:
-        """Copy for one tick; rounds shorter than the tick follow each other inside it.
-
-        A round of ``L`` bytes at ``r`` bytes/s takes ``L/r`` seconds and meanwhile the guest
-        dirties ``d·L/r`` bytes, which the next round copies. Walking the rounds inside the
-        tick (rather than one round per tick) keeps a fast link's short rounds short, so the
-        dirty set shrinks geometrically the way pre-copy does on a real host.
-        """
-        p = self.profile
-        r = rate / 8.0  # bytes/s
-        d = (p.dirty_rate + p.dirty_per_tx * self.tx[m.vm]) / 8.0
-        left_s = dt
-        while left_s > 1e-12 and m.round_left_bytes != float("inf"):
-            if r <= 0:
-                m.dirty_bytes = min(self.mem[m.vm], m.dirty_bytes + d * left_s)
-                return
-            need_s = m.round_left_bytes / r
-            step_s = min(left_s, need_s)
-            m.sent_bytes += r * step_s
-            m.round_left_bytes -= r * step_s
-            m.dirty_bytes = min(self.mem[m.vm], m.dirty_bytes + d * step_s)
-            left_s -= step_s
-            if m.round_left_bytes > 1e-6:
-                return
-            now = t - left_s
-            if m.fail_at_round and m.rounds >= m.fail_at_round:
-                self._finish_migration(
-                    m, now, ok=False, detail="migration aborted by the source: connection reset"
-                )
-                return
-            fits = m.dirty_bytes <= r * p.max_downtime
-            if fits or m.rounds >= p.max_rounds:
-                downtime = m.dirty_bytes / max(r, 1e6 / 8.0)
-                m.sent_bytes += m.dirty_bytes
-                self.paused_until[m.vm] = now + downtime
-                self.env.schedule(
-                    max(0.0, now + downtime - self.env.now),
-                    partial(self._finish_after_downtime, m, downtime),
-                )
-                m.round_left_bytes = float("inf")  # no more rounds
-                return
-            m.rounds += 1
-            m.round_left_bytes, m.dirty_bytes = m.dirty_bytes, 0.0
-
-    def _finish_after_downtime(self, m: MigrationState, downtime: float) -> None:
-        self._finish_migration(m, self.env.now, True, "", downtime)
-
-    def _finish_migration(
-        self, m: MigrationState, t: float, ok: bool, detail: str, downtime: float = 0.0
-    ) -> None:
-        self.migrations.pop(m.vm, None)
-        self.migrating[m.vm] = False
-        i = m.vm
-        if ok:
-            self.host[i] = m.dst
-            # A new QEMU process at the target: its counters start from zero.
-            for arr in (self.cpu_ns, self.steal_ns, self.rx_b, self.tx_b, self.rx_pk, self.tx_pk):
-                arr[i] = 0.0
-            detail = (
-                f"{m.rounds} round(s), {m.sent_bytes / 2**20:.0f} MiB copied, "
-                f"downtime {downtime * 1000:.0f} ms"
-            )
-        self.migration_log.append(
-            {
-                "vm": self.vm_names[i],
-                "src": self.host_names[m.src],
-                "dst": self.host_names[m.dst],
-                "start_s": m.start_s,
-                "end_s": t,
-                "ok": "yes" if ok else "no",
-                "downtime_ms": downtime * 1000,
-                "rounds": m.rounds,
-                "copied_mib": m.sent_bytes / 2**20,
-            }
-        )
-        self._complete(m.op, "succeeded" if ok else "failed", detail)
-
     # ------------------------------------------------------------------ operations
 
     def submit(self, host: str, action: model.Action) -> str:
@@ -597,7 +313,7 @@ class Engine:
             )
             return op.op_id
         if isinstance(action, model.Migrate):
-            self._start_migration(op, i, action)
+            migration.start(self, op, i, action)
             return op.op_id
         if isinstance(action, model.AttachVF):
             delay = p.hotplug_attach * float(self.orng.uniform(0.75, 1.25))
@@ -657,45 +373,8 @@ class Engine:
             return self._complete(op, "succeeded", "")
         return self._complete(op, "failed", f"unsupported action {a.kind}")
 
-    def _start_migration(self, op: Op, i: int, a: model.Migrate) -> None:
-        p = self.profile
-        dst = self.host_index.get(a.dst_host)
-        if dst is None or dst == self.host[i]:
-            self.env.schedule(
-                0.01, lambda: self._complete(op, "failed", f"bad target host {a.dst_host!r}")
-            )
-            return
-        if self.on_vf[i]:
-            # A plain hostdev blocks live migration: the VF must be unplugged first.
-            self.env.schedule(
-                0.01,
-                lambda: self._complete(op, "failed", "VM holds a VF: unplug it before migrating"),
-            )
-            return
-        if self.migrating[i]:
-            self.env.schedule(0.01, lambda: self._complete(op, "failed", "already migrating"))
-            return
-        fail_at = 0
-        if float(self.orng.uniform()) < p.migration_failure_rate:
-            fail_at = 2
-        now = self.env.now
-        self.migrating[i] = True
-        self.migrations[i] = MigrationState(
-            vm=i,
-            src=int(self.host[i]),
-            dst=dst,
-            op=op,
-            cap_bps=a.bandwidth_cap_bps or float(self.capacity[self.host[i]]),
-            start_s=now,
-            copy_from_s=now + p.migration_setup,
-            round_left_bytes=float(self.mem[i]),
-            fail_at_round=fail_at,
-        )
-
     def abort_migration(self, vm: str) -> None:
-        m = self.migrations.get(self.vm_index[vm])
-        if m is not None:
-            self._finish_migration(m, self.env.now, ok=False, detail="aborted on timeout")
+        migration.abort(self, vm)
 
     # ------------------------------------------------------------------ driver views
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sova.record import EventRow, TimelineRow
 from sova.scenario import Scenario
-from sova.sim.world import EventRow, PolicyRun, TimelineRow, World, agent_config
+from sova.sim.world import PolicyRun, World, agent_config
 
 __all__ = [
     "EventRow",

@@ -1,53 +1,156 @@
-"""Workload generators for the simulated VMs.
+"""The simulated VMs' workloads: what each VM offers to send in one tick.
 
 A benchmark that "runs X % of the time" (the papers' netperf/lookbusy duty cycles) is an
 on/off process: cycles of random length in ``[cycle_min, cycle_max]``, on for the first
 ``X·length`` of each, with a random phase. The on-time inside any interval is integrated
 exactly, so a 10 s sample sees the true share of on-time of the cycles it overlaps: the
 long-run mean is X, and samples vary with where the cycle boundaries fall — the kind of
-sample-to-sample variation real counters show.
+sample-to-sample variation real counters show. Bulk streams are always on; httperf-like
+request VMs get Poisson arrivals plus whatever they could not send before (a backlog);
+scp-like file transfers send until their file is done; traces replay a CSV. Guest-side
+rate limits (DAQS's HTB) cap the offer.
+
+Functions of the :class:`~sova.sim.engine.Engine`'s arrays, split from it by concern; the
+order of random draws is part of the seed's contract and must not change.
 """
 
 from __future__ import annotations
 
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from sova.scenario import Workload
 
-class DutyCycle:
-    def __init__(
-        self, duty: float, cycle_min: float, cycle_max: float, rng: np.random.Generator, t0: float
-    ) -> None:
-        if not 0.0 <= duty <= 1.0:
-            raise ValueError(f"duty must be in [0, 1], got {duty}")
-        self.duty = duty
-        self._lo, self._hi = cycle_min, cycle_max
-        self._rng = rng
-        length = self._draw()
-        # Random phase: the first cycle started somewhere before t0.
-        self._start = t0 - float(rng.uniform(0.0, length))
-        self._len = length
+if TYPE_CHECKING:
+    from sova.sim.engine import Engine
 
-    def _draw(self) -> float:
-        return float(self._rng.uniform(self._lo, self._hi))
+KIND = {"duty": 0, "bulk": 1, "requests": 2, "file": 3, "trace": 4}
 
-    def on_fraction(self, t0: float, t1: float) -> float:
-        """Share of [t0, t1) during which the benchmark runs. Calls must move forward."""
-        if t1 <= t0:
-            return 0.0
-        if self.duty <= 0.0:
-            return 0.0
-        if self.duty >= 1.0:
-            return 1.0
-        on = 0.0
-        t = t0
-        while t < t1:
-            while self._start + self._len <= t:
-                self._start += self._len
-                self._len = self._draw()
-            on_end = self._start + self.duty * self._len
-            cycle_end = self._start + self._len
-            seg_end = min(t1, cycle_end)
-            if t < on_end:
-                on += min(seg_end, on_end) - t
-            t = seg_end
-        return on / (t1 - t0)
+
+@dataclass
+class Offer:
+    """One tick's offered load, before the host and the network have their say."""
+
+    dt: float
+    cpu_frac: np.ndarray  # share of the tick the CPU benchmark runs
+    cj: np.ndarray  # CPU jitter factor
+    arrivals: np.ndarray  # requests arrived (and admitted) this tick
+    offered: np.ndarray  # bit/s each VM would send
+    req_bits: np.ndarray  # response bits of this tick's requests
+    is_file: np.ndarray  # file transfers with bytes left
+    paused: np.ndarray  # VMs stopped for a migration's downtime
+    want: np.ndarray  # offered, capped by the guest's own limits
+
+
+def reset_cycles(eng: Engine, idx: np.ndarray, t: float) -> None:
+    p = eng.profile
+    for start, length in ((eng.net_start, eng.net_len), (eng.cpu_start, eng.cpu_len)):
+        ln = eng.wrng.uniform(p.cycle_min, p.cycle_max, idx.size)
+        length[idx] = ln
+        start[idx] = t - eng.wrng.uniform(0.0, 1.0, idx.size) * ln
+
+
+def set_workload(eng: Engine, i: int, w: Workload, t: float) -> None:
+    eng.kind[i] = KIND[w.kind]
+    eng.net_duty[i] = w.net_duty
+    eng.cpu_duty[i] = w.cpu
+    eng.rate[i] = w.rate
+    eng.streams[i] = w.streams
+    eng.pkt_bytes[i] = w.packet_bytes
+    eng.rx_share[i] = w.rx_share
+    eng.req_rate[i] = w.requests_per_s if w.kind == "requests" else 0.0
+    eng.resp_bytes[i] = w.response
+    eng.req_bytes[i] = w.request
+    eng.ns_per_byte[i] = w.ns_per_byte
+    eng.file_left[i] = float(w.size) if w.kind == "file" else 0.0
+    eng.file_size[i] = eng.file_left[i]
+    eng.file_start[i] = t
+    eng.backlog_bits[i] = 0.0
+    if w.kind == "trace":
+        assert w.trace is not None and w.column is not None
+        cols = load_trace(eng, w.trace)
+        if w.column not in cols:
+            raise ValueError(f"trace {w.trace}: no column {w.column!r}")
+        eng.trace_t[i], eng.trace_col[i] = cols["time_s"], cols[w.column] * 1e6
+    reset_cycles(eng, np.array([i]), t)
+
+
+def load_trace(eng: Engine, path: str) -> dict[str, np.ndarray]:
+    if path not in eng._trace_cache:
+        with Path(path).open() as fh:
+            rows = list(csv.DictReader(fh))
+        if not rows or "time_s" not in rows[0]:
+            raise ValueError(f"trace {path}: needs a header with time_s and one column per VM")
+        eng._trace_cache[path] = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+    return eng._trace_cache[path]
+
+
+def on_fraction(
+    eng: Engine, start: np.ndarray, length: np.ndarray, duty: np.ndarray, t0: float, t1: float
+) -> np.ndarray:
+    """Exact on-time share of [t0, t1) for every VM's on/off process (vectorised)."""
+    p = eng.profile
+    frac = np.where(duty >= 1.0, 1.0, 0.0)
+    live = np.flatnonzero((duty > 0.0) & (duty < 1.0))
+    if live.size == 0:
+        return frac
+    on = np.zeros(live.size)
+    cur = np.full(live.size, t0)
+    s, ln, d = start[live], length[live], duty[live]
+    act = np.ones(live.size, dtype=bool)  # processes whose time is not yet covered to t1
+    for _ in range(64):  # cycles are >= cycle_min long: a few passes cover a tick
+        end = s + ln
+        on_end = s + d * ln
+        seg_end = np.minimum(t1, end)
+        on += np.where(act, np.clip(np.minimum(seg_end, on_end) - cur, 0.0, None), 0.0)
+        adv = act & (end <= t1)
+        if not adv.any():
+            break
+        k = np.flatnonzero(adv)
+        cur[k] = end[k]
+        s[k] = end[k]
+        ln[k] = eng.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
+        act = adv
+    start[live], length[live] = s, ln
+    frac[live] = on / (t1 - t0)
+    return frac
+
+
+def offer(eng: Engine, t0: float, t1: float) -> Offer:
+    p = eng.profile
+    dt = t1 - t0
+    N = eng.N
+    net_frac = on_fraction(eng, eng.net_start, eng.net_len, eng.net_duty, t0, t1)
+    cpu_frac = on_fraction(eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1)
+    jit = eng.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
+    cj = 1.0 + (eng.wrng.normal(0.0, p.cpu_jitter, N) if p.cpu_jitter else np.zeros(N))
+    arrivals = eng.wrng.poisson(eng.req_rate * dt).astype(float)
+    if eng._ingress_limited:
+        # The NIC discards requests above the VM's ingress limit: they never reach the
+        # guest (or a driver domain), so they cost no CPU and are never answered.
+        allowed = eng.ingress_limit * dt / (8.0 * np.maximum(eng.req_bytes, 1.0))
+        arrivals = np.minimum(arrivals, allowed)
+
+    kind = eng.kind
+    offered = np.where(kind <= 1, net_frac * eng.rate * eng.streams * jit, 0.0)
+    # requests: new responses plus the backlog not yet sent
+    req_bits = arrivals * eng.resp_bytes * 8.0
+    offered = offered + (req_bits + eng.backlog_bits) / dt * (kind == 2)
+    is_file = (kind == 3) & (eng.file_left > 0)
+    # scp offers its full rate while bytes are left; the last tick is clipped below
+    # (offering only the remainder would shrink it geometrically and never finish)
+    offered = np.where(is_file, eng.rate, offered)
+    if (kind == 4).any():
+        for i in np.flatnonzero(kind == 4):
+            tt, col = eng.trace_t[i], eng.trace_col[i]
+            assert tt is not None and col is not None
+            k = max(0, int(np.searchsorted(tt, t0, side="right")) - 1)
+            offered[i] = col[k] * jit[i]
+    paused = eng.paused_until > t0
+    offered[paused] = 0.0
+    want = np.minimum(offered, np.minimum(eng.guest_limit, eng.guest_pps * eng.pkt_bytes * 8))
+    return Offer(dt, cpu_frac, cj, arrivals, offered, req_bits, is_file, paused, want)

@@ -4,10 +4,12 @@ The World is what ``sova simulate`` runs once per compared policy, and what the 
 world process serves to agent processes over HTTP (there the agents are remote and this
 class only advances the engine). Ordering inside one tick ``(t0, t1]``: phase changes due
 at or before ``t0`` apply, the physics of the tick runs, operations due by ``t1``
-complete, agents collect finished operations; at multiples of the bandwidth period the
-bandwidth controllers run; at multiples of the control period every agent steps, reports
-to the manager, and the manager plans (its signals are acted on at the agents' next step,
-as they would be over the network).
+complete; then the agents take the phases the one schedule
+(:class:`~sova.agent.schedule.PhaseSchedule`) has due after this tick: every agent polls
+(collects finished operations); at multiples of the bandwidth period the bandwidth
+controllers run; at multiples of the control period every agent steps, its step becomes
+timeline rows (:mod:`sova.record`), it reports to the manager, and the manager plans (its
+signals are acted on at the agents' next step, as they would be over the network).
 """
 
 from __future__ import annotations
@@ -17,45 +19,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sova.agent.executor import EVENT_KIND, Outcome
+from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
-from sova.driver.sim import SimDriver
+from sova.agent.schedule import STEP, PhaseSchedule, act
 from sova.manager.core import ManagerCore
-from sova.model import AttachVF, Migrate, NicKind, SetGuestRateLimit, SetVFRate
+from sova.model import Migrate
 from sova.policy.hotspot import HotspotDetector
+from sova.record import (
+    RunRecord,
+    TimelineRow,
+    complete_row,
+    decision_event,
+    decision_record,
+    migration_start_event,
+    outcome_event,
+    step_rows,
+)
 from sova.scenario import PolicySpec, Scenario
+from sova.sim.driver import SimDriver
 from sova.sim.engine import Engine, Op
-
-
-@dataclass(frozen=True)
-class TimelineRow:
-    policy: str
-    time_s: float
-    host: str
-    vm: str
-    nic: str
-    vf_rate_mbps: float | None
-    tx_mbps: float
-    rx_mbps: float
-    cpu_usage: float
-    io_degree: float
-    net_factor: float
-    net_degree: float
-    io_factor: float
-    offered_mbps: float
-    response_ms: float | None
-    limit_mbps: float | None
-
-
-@dataclass(frozen=True)
-class EventRow:
-    policy: str
-    time_s: float
-    event: str
-    vm: str
-    src_host: str
-    dst_host: str
-    detail: str
 
 
 @dataclass
@@ -82,13 +64,11 @@ RESP_BINS = np.logspace(-6, 3, 241)  # 1 µs … 1000 s
 
 
 @dataclass
-class PolicyRun:
-    policy: str
-    timeline: list[TimelineRow] = field(default_factory=list)
-    events: list[EventRow] = field(default_factory=list)
+class PolicyRun(RunRecord):
+    """A simulated run's records plus what only the simulator measures."""
+
     stats: Stats = field(default_factory=Stats)
     engine: Engine | None = None
-    decisions: list[dict[str, object]] = field(default_factory=list)
 
 
 def agent_config(scn: Scenario, policy: PolicySpec) -> AgentConfig:
@@ -143,8 +123,9 @@ class World:
         self.tick_s = scn.tick
         self.k = 0
         self._changes = sorted({p.at for p in scn.workload if p.at > 0})
-        self._period_ticks = max(1, int(round(scn.controller.period / scn.tick)))
-        self._bw_ticks = max(1, int(round(scn.controller.bandwidth_period / scn.tick)))
+        self.schedule = PhaseSchedule(
+            scn.tick, scn.controller.period, scn.controller.bandwidth_period
+        )
         n = self.engine.N
         st = self.run.stats
         st.tx_bits, st.rx_bits = np.zeros(n), np.zeros(n)
@@ -183,34 +164,20 @@ class World:
 
     # ----------------------------------------------------------------- logging
 
-    def _event(
-        self, t: float, event: str, vm: str, src: str, dst: str = "", detail: str = ""
-    ) -> None:
-        self.run.events.append(EventRow(self.policy.name, round(t, 3), event, vm, src, dst, detail))
-
     def _logger(self, host: str) -> Callable[[Outcome], None]:
         def log(o: Outcome) -> None:
             a = o.action
-            if isinstance(a, SetGuestRateLimit) and o.result == "succeeded":
-                return  # rate limits change every bandwidth period: the timeline shows them
-            kind = EVENT_KIND.get(type(a), a.kind)
-            event = kind if o.result == "succeeded" else f"{kind}_{o.result}"
-            detail = o.detail
-            if isinstance(a, AttachVF | SetVFRate) and a.max_bps:
-                detail = (detail + "; " if detail else "") + f"rate {a.max_bps / 1e6:.0f} Mbit/s"
-            dst = a.dst_host if isinstance(a, Migrate) else ""
-            if isinstance(a, Migrate):
-                if self.manager is not None:
-                    self.manager.release(a.vm)
-                if o.result != "succeeded":
-                    event = "migrate_failed"
-            self._event(o.time_s, event, a.vm, host, dst, detail)
+            if isinstance(a, Migrate) and self.manager is not None:
+                self.manager.release(a.vm)
+            ev = outcome_event(o, policy=self.policy.name, host=host)
+            if ev is not None:
+                self.run.events.append(ev)
 
         return log
 
     def _on_submit(self, t: float, op: Op) -> None:
         if isinstance(op.action, Migrate):
-            self._event(t, "migrate_start", op.action.vm, op.host, op.action.dst_host)
+            self.run.events.append(migration_start_event(self.policy.name, t, op.action, op.host))
 
     # ----------------------------------------------------------------- time
 
@@ -229,17 +196,17 @@ class World:
         eng.tick(t0, t1)
         eng.env.run(until=t1)
         self._accumulate(t1)
-        for agent in self.agents.values():
-            agent.poll()
-        if self.agents and k % self._bw_ticks == 0:
-            for agent in self.agents.values():
-                agent.bandwidth_step()
-        if self.agents and k % self._period_ticks == 0:
-            reports = {h: a.step() for h, a in self.agents.items()}
-            self._record(t1, reports)
-            self._plan(t1)
+        if self.agents:
+            for due in self.schedule.phases(k):
+                self._phase(due, t1)
         if progress is not None:
             progress(1)
+
+    def _phase(self, phase: int, t: float) -> None:
+        reports = {h: act(a, phase) for h, a in self.agents.items()}
+        if phase == STEP:
+            self._record(t, {h: r for h, r in reports.items() if r is not None})
+            self._plan(t)
 
     def run_until(self, until: float, progress: Callable[[int], None] | None = None) -> PolicyRun:
         steps = int(round(until / self.tick_s))
@@ -261,18 +228,21 @@ class World:
         signals = self.manager.plan(t)
         for d in self.manager.log[before:]:
             sig = d.signal
-            u = d.inputs["utilisation"]
-            detail = f"cpu={u[0]:.2f} mem={u[1]:.2f} net={u[2]:.2f}; {sig.reason}"
-            self._event(t, "hotspot", sig.vm or "", d.host, sig.target or "", detail)
+            self.run.events.append(
+                decision_event(
+                    self.policy.name,
+                    t,
+                    d.host,
+                    vm=sig.vm,
+                    target=sig.target,
+                    reason=sig.reason,
+                    utilisation=d.inputs["utilisation"],
+                )
+            )
             self.run.decisions.append(
-                {
-                    "time_s": t,
-                    "host": d.host,
-                    "flag": sig.flag,
-                    "target": sig.target,
-                    "vm": sig.vm,
-                    "reason": sig.reason,
-                }
+                decision_record(
+                    t, d.host, flag=sig.flag, target=sig.target, vm=sig.vm, reason=sig.reason
+                )
             )
         for h, sig in signals.items():
             if sig.flag:
@@ -305,37 +275,21 @@ class World:
         st.series_vm_tx.append((eng.tx / 1e6).tolist())
 
     def _record(self, t: float, reports: dict[str, StepReport]) -> None:
-        eng = self.engine
         for host, report in reports.items():
-            for vm, f in sorted(report.factors.items()):
-                state = report.actual.vms.get(vm)
-                if state is None:
-                    continue
-                i = eng.vm_index[vm]
-                on_vf = state.nic is NicKind.VF
-                req = eng.kind[i] == 2
-                self.run.timeline.append(
-                    TimelineRow(
-                        policy=self.policy.name,
-                        time_s=round(t, 3),
-                        host=host,
-                        vm=vm,
-                        nic=state.nic.value,
-                        vf_rate_mbps=(state.vf_max_bps / 1e6 if state.vf_max_bps else None)
-                        if on_vf
-                        else None,
-                        tx_mbps=f.tx_bps / 1e6,
-                        rx_mbps=f.rx_bps / 1e6,
-                        cpu_usage=f.cpu_usage,
-                        io_degree=f.io_degree,
-                        net_factor=f.net_factor,
-                        net_degree=f.net_degree,
-                        io_factor=f.io_factor,
-                        offered_mbps=float(eng.offered[i]) / 1e6,
-                        response_ms=float(eng.resp_s[i]) * 1000 if req else None,
-                        limit_mbps=state.guest_limit_bps / 1e6 if state.guest_limit_bps else None,
-                    )
-                )
+            for row in step_rows(report):
+                self.run.timeline.append(self.complete(row, host))
+
+    def complete(self, row: TimelineRow, host: str) -> TimelineRow:
+        """An agent's row with what only the simulated cluster knows."""
+        eng = self.engine
+        i = eng.vm_index[row.vm]
+        return complete_row(
+            row,
+            policy=self.policy.name,
+            host=host,
+            offered_mbps=float(eng.offered[i]) / 1e6,
+            response_ms=float(eng.resp_s[i]) * 1000 if eng.kind[i] == 2 else None,
+        )
 
 
 def p99_from_hist(hist: np.ndarray) -> float | None:

@@ -15,24 +15,23 @@ run read a testbed run. On top of them:
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
-matplotlib.use("Agg")
+matplotlib.use("Agg")  # before pyplot: no display on servers, byte-stable PNGs
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sova.output import EVENT_COLUMNS, TIMELINE_COLUMNS, staged_dir  # noqa: E402
-from sova.testbed.runner import SwitchCheck, TestbedRow, TestbedRun  # noqa: E402
+from sova import writer  # noqa: E402
+from sova.record import EVENT_COLUMNS, TIMELINE_COLUMNS  # noqa: E402
+from sova.testbed.runner import TestbedRow, TestbedRun  # noqa: E402
 from sova.testbed.scenario import TestbedScenario  # noqa: E402
+from sova.writer import PNG_META, HolderPanel, cells, fmt, mark  # noqa: E402
 
-PNG_META = {"Software": None}
 TESTBED_COLUMNS = [
     "policy",
     "time_s",
@@ -47,22 +46,6 @@ TESTBED_COLUMNS = [
     "cpu_usage",
 ]
 SWITCH_COLUMNS = ["policy", "time_s", "vm", "event", "ping_gap_s", "tcp_gap_s"]
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4f}".rstrip("0").rstrip(".") if math.isfinite(value) else "nan"
-    return str(value)
-
-
-def _write_csv(path: Path, columns: Sequence[str], rows: Sequence[Any]) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(columns)
-        for r in rows:
-            w.writerow([_fmt(getattr(r, c, None)) for c in columns])
 
 
 # --------------------------------------------------------------------------- metrics
@@ -118,7 +101,7 @@ def run_metrics(scn: TestbedScenario, tr: TestbedRun) -> dict[str, Any]:
         "switches": len(tr.switches),
         "max_ping_gap_s": round(max(pings), 3) if pings else None,
         "max_tcp_gap_s": round(max(tcps), 3) if tcps else None,
-        "vf_holders": {_fmt(t): h for t, h in holders.items()},
+        "vf_holders": {fmt(t): h for t, h in holders.items()},
         "policy": tr.spec.policy,
         "variant": tr.spec.variant,
         "vf_policy": tr.spec.vf_policy,
@@ -308,32 +291,20 @@ def plot_bars(path: Path, scn: TestbedScenario, metrics: dict[str, dict[str, Any
 
 
 def plot_vf_holders(path: Path, scn: TestbedScenario, runs: Sequence[TestbedRun]) -> None:
-    vms = [v.name for v in scn.vms]
-    fig, axes = plt.subplots(
-        len(runs), 1, figsize=(9, 0.9 + 0.3 * len(vms) * len(runs)), squeeze=False, sharex=True
+    panels = []
+    for tr in runs:
+        spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in tr.rows:
+            if r.nic == "vf":
+                spans[r.vm].append((r.time_s - 1.0, 1.0))
+        panels.append(HolderPanel(tr.spec.label, spans, [s.time_s for s in tr.switches]))
+    writer.plot_vf_holders(
+        path,
+        [v.name for v in scn.vms],
+        panels,
+        expected=[(ph.vms, ph.start, ph.end) for ph in scn.acceptance.vf_holders],
+        title=f"{scn.name}: VF holders (blue), expected (orange)",
     )
-    for ax, tr in zip(axes[:, 0], runs, strict=True):
-        for i, vm in enumerate(vms):
-            bars = [(r.time_s - 1.0, 1.0) for r in tr.rows if r.vm == vm and r.nic == "vf"]
-            if bars:
-                ax.broken_barh(bars, (i - 0.35, 0.7), color="tab:blue")
-        for ph in scn.acceptance.vf_holders:
-            for vm in ph.vms:
-                if vm in vms:
-                    i = vms.index(vm)
-                    ax.plot([ph.start, ph.end], [i, i], color="tab:orange", lw=2)
-        for s in tr.switches:
-            ax.axvline(s.time_s, color="grey", lw=0.6, ls=":")
-        ax.set_yticks(range(len(vms)), vms)
-        ax.set_ylim(-0.6, len(vms) - 0.4)
-        ax.invert_yaxis()
-        ax.set_title(f"{tr.spec.label}", fontsize=9, loc="left")
-        ax.grid(axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("time (s)")
-    fig.suptitle(f"{scn.name}: VF holders (blue), expected (orange)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- report
@@ -341,10 +312,6 @@ def plot_vf_holders(path: Path, scn: TestbedScenario, runs: Sequence[TestbedRun]
 
 def _num(v: Any, fmt: str = "{:.1f}") -> str:
     return "–" if v is None else fmt.format(v)
-
-
-def _mark(ok: bool) -> str:
-    return "yes" if ok else "**NO**"
 
 
 def write_report(
@@ -414,7 +381,7 @@ def write_report(
         for c in acc["checks"]:
             lines.append(
                 f"| {c['check']} | {_fmt_value(c['value'])} | {_fmt_value(c['threshold'])} | "
-                f"{_mark(c['holds'])} |"
+                f"{mark(c['holds'])} |"
             )
     switches = [s for tr in runs for s in tr.switches]
     if switches:
@@ -452,17 +419,30 @@ def _fmt_value(v: Any) -> str:
     return "–" if v is None else str(v)
 
 
+def _cells(records: Iterable[Any], columns: Sequence[str]) -> Iterable[list[Any]]:
+    return (cells(r, columns) for r in records)
+
+
 def write_outputs(out: Path, scn: TestbedScenario, runs: Sequence[TestbedRun]) -> dict[str, Any]:
     """Every file of a testbed run into ``out``, atomically (a failed write leaves it)."""
     summary = build_summary(scn, runs)
-    with staged_dir(out) as tmp:
-        _write_csv(
-            tmp / "timeline.csv", TIMELINE_COLUMNS, [r for tr in runs for r in tr.run.timeline]
-        )
-        _write_csv(tmp / "events.csv", EVENT_COLUMNS, [e for tr in runs for e in tr.run.events])
-        _write_csv(tmp / "testbed.csv", TESTBED_COLUMNS, [r for tr in runs for r in tr.rows])
-        switches: list[SwitchCheck] = [s for tr in runs for s in tr.switches]
-        _write_csv(tmp / "switches.csv", SWITCH_COLUMNS, switches)
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        write_report(tmp, scn, runs, summary)
+    tables: dict[str, writer.Table] = {
+        "timeline.csv": (
+            TIMELINE_COLUMNS,
+            _cells([r for tr in runs for r in tr.run.timeline], TIMELINE_COLUMNS),
+        ),
+        "events.csv": (
+            EVENT_COLUMNS,
+            _cells([e for tr in runs for e in tr.run.events], EVENT_COLUMNS),
+        ),
+        "testbed.csv": (
+            TESTBED_COLUMNS,
+            _cells([r for tr in runs for r in tr.rows], TESTBED_COLUMNS),
+        ),
+        "switches.csv": (
+            SWITCH_COLUMNS,
+            _cells([s for tr in runs for s in tr.switches], SWITCH_COLUMNS),
+        ),
+    }
+    writer.write_outputs(out, tables, summary, lambda tmp: write_report(tmp, scn, runs, summary))
     return summary

@@ -2,14 +2,13 @@
 
 Every run gets a new topology (so no qdisc, route or counter of one policy leaks into the
 next), the same agent code as on a real host (:class:`~sova.agent.loop.HostAgent` over
-the :class:`~sova.driver.netns.NetnsDriver`), and the same traffic schedule. The loop is
-driven by the wall clock: between events it sleeps; events are
-
-* ``poll`` every 100 ms (collect finished operations, use a freed VF at once),
-* ``bandwidth`` every bandwidth period (DAQS: its published 200 ms),
-* ``step`` every VF-scheduling period,
-* ``measure`` every second from t = 0: kernel counters -> one row per VM,
-* flow starts and stops from the scenario.
+the :class:`~sova.testbed.netns_driver.NetnsDriver`), and the same traffic schedule. The loop is
+driven by the wall clock (:class:`~sova.clock.RealtimeEnvironment`): the agent takes its
+turns from the same phase schedule as in every world (:mod:`sova.agent.schedule`) at
+100 ms ticks — ``poll`` each tick, ``bandwidth`` every bandwidth period (DAQS: its
+published 200 ms), ``step`` every VF-scheduling period — and between them the clock runs
+the testbed's own events: ``measure`` every second from t = 0 (kernel counters -> one row
+per VM) and the scenario's flow starts and stops.
 
 Time 0 is when traffic may start; the agent runs ``warmup`` seconds before it so that its
 rate meter has a baseline. Whatever happens, ``finally`` stops every process and removes
@@ -19,27 +18,21 @@ every namespace of the run.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import heapq
-import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from sova.agent.executor import EVENT_KIND, Outcome
+from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent
-from sova.driver.netns import LimitSide, NetnsDriver
-from sova.model import (
-    AttachVF,
-    HostSample,
-    NicKind,
-    SetGuestRateLimit,
-    SetVFRate,
-)
+from sova.agent.schedule import PhaseSchedule, act
+from sova.clock import RealtimeEnvironment
+from sova.model import HostSample, NicKind
 from sova.policy.bandwidth import DaqsController
 from sova.policy.sensing import RateMeter
-from sova.sim.runner import EventRow, PolicyRun, TimelineRow
+from sova.record import RunRecord, outcome_event, timeline_row
+from sova.testbed.netns_driver import LimitSide, NetnsDriver
 from sova.testbed.probing import RealTrafficAllocator
 from sova.testbed.scenario import RunSpec, TestbedScenario
 from sova.testbed.topology import Topology, exclusive, teardown
@@ -83,7 +76,7 @@ class TestbedRun:
     __test__ = False  # not a pytest test class, despite the name
 
     spec: RunSpec
-    run: PolicyRun
+    run: RunRecord
     rows: list[TestbedRow] = field(default_factory=list)
     switches: list[SwitchCheck] = field(default_factory=list)
     host_cpu: float = 0.0  # mean busy share of all cores
@@ -150,7 +143,7 @@ def run_policy(
 ) -> TestbedRun:
     topo = Topology(scn, prefix)
     topo.up()
-    out = TestbedRun(spec, PolicyRun(spec.label))
+    out = TestbedRun(spec, RunRecord(spec.label))
     vms = scn.model_vms(spec.variant)
     limit_side: LimitSide = "guest" if spec.bandwidth_policy == "daqs" else "host"
     driver = NetnsDriver(
@@ -172,19 +165,13 @@ def run_policy(
         return driver_t + driver.epoch - epoch[0]
 
     def log(o: Outcome) -> None:
-        kind = EVENT_KIND.get(type(o.action), o.action.kind)
-        event = kind if o.result == "succeeded" else f"{kind}_{o.result}"
-        detail = o.detail
-        a = o.action
-        if isinstance(a, AttachVF | SetVFRate) and a.max_bps:
-            detail = (detail + "; " if detail else "") + f"rate {a.max_bps / 1e6:.0f} Mbit/s"
-        if isinstance(a, SetGuestRateLimit):
-            limit = "none" if a.rate_bps is None else f"{a.rate_bps / 1e6:.1f} Mbit/s"
-            detail = (detail + "; " if detail else "") + f"limit {limit}"
-        t = round(run_time(o.time_s), 3)
-        out.run.events.append(EventRow(spec.label, t, event, a.vm, "testbed", "", detail))
-        if event in ("vf_attach", "vf_detach"):
-            switches.append((t, a.vm, event))
+        ev = outcome_event(
+            o, policy=spec.label, host="testbed", time_s=run_time(o.time_s), rate_limits=True
+        )
+        assert ev is not None  # rate_limits=True: every outcome is an event here
+        out.run.events.append(ev)
+        if ev.event in ("vf_attach", "vf_detach"):
+            switches.append((ev.time_s, ev.vm, ev.event))
 
     relay_before = _relay_cpu(topo)
     cpu_before = _busy_idle()
@@ -227,53 +214,36 @@ def _loop(
     start: float,
     progress: Callable[[str], None] | None,
 ) -> None:
-    end = t0 + scn.duration
-    seq = itertools.count()
-    heap: list[tuple[float, int, str, int]] = []
+    # The loop's clock reads 0 at ``start``; traffic's time 0 (``t0``) is after the warm-up.
+    env = RealtimeEnvironment(time.monotonic() - start)
+    warmup = t0 - start
+    last = [(time.monotonic(), meter.read(), driver.sample())]
 
-    def at(t: float, kind: str, arg: int = 0) -> None:
-        heapq.heappush(heap, (t, next(seq), kind, arg))
+    def at(t: float, fn: Callable[[], None]) -> None:
+        env.schedule(max(0.0, t - env.now), fn)
 
-    bw_period = agent.config.bandwidth_period_s
-    at(start + POLL_S, "poll")
-    if agent.allocator is not None:
-        at(start + bw_period, "bandwidth")
-    at(start + scn.controller.period, "step")
-    at(t0 + 1.0, "measure", 1)
+    def measure(n: int) -> None:
+        last[0] = _measure(scn, spec, agent, driver, meter, out, float(n), last[0])
+        if progress is not None:
+            progress(_progress_line(spec.label, out, n, scn.duration))
+        if n < int(scn.duration):
+            at(warmup + n + 1.0, lambda: measure(n + 1))
+
+    at(warmup + 1.0, lambda: measure(1))
     for k, f in enumerate(scn.traffic):
-        at(t0 + f.start, "start", k)
+        at(
+            warmup + f.start,
+            partial(traffic.start_flow, k, f, scn.duration if f.stop is None else f.stop),
+        )
         if f.stop is not None:
-            at(t0 + f.stop, "stop", k)
-    at(end + 1e-3, "end")
-
-    last = (time.monotonic(), meter.read(), driver.sample())
-    while heap:
-        due, _, kind, arg = heapq.heappop(heap)
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        if kind == "end":
-            return
-        if kind == "poll":
-            agent.poll()
-            at(due + POLL_S, "poll")
-        elif kind == "bandwidth":
-            agent.bandwidth_step()
-            at(due + bw_period, "bandwidth")
-        elif kind == "step":
-            agent.step()
-            at(due + scn.controller.period, "step")
-        elif kind == "start":
-            f = scn.traffic[arg]
-            traffic.start_flow(arg, f, scn.duration if f.stop is None else f.stop)
-        elif kind == "stop":
-            traffic.stop_flow(arg)
-        elif kind == "measure":
-            last = _measure(scn, spec, agent, driver, meter, out, float(arg), last)
-            if progress is not None:
-                progress(_progress_line(spec.label, out, arg, scn.duration))
-            if arg < int(scn.duration):
-                at(t0 + arg + 1.0, "measure", arg + 1)
+            at(warmup + f.stop, partial(traffic.stop_flow, k))
+    bw = agent.config.bandwidth_period_s if agent.allocator is not None else None
+    schedule = PhaseSchedule(POLL_S, scn.controller.period, bw)
+    end = warmup + scn.duration + 1e-3
+    for _, phases in schedule.turns(env, until=end):
+        for phase in phases:
+            act(agent, phase)
+    env.run(until=end)  # what is due after the last tick: the final measurement
 
 
 def _measure(
@@ -321,7 +291,7 @@ def _measure(
             )
         )
         out.run.timeline.append(
-            _timeline_row(
+            timeline_row(
                 policy=spec.label,
                 time_s=t,
                 host="testbed",
@@ -340,13 +310,6 @@ def _measure(
             )
         )
     return now, delivered, sample
-
-
-def _timeline_row(**values: object) -> TimelineRow:
-    """A standard timeline row; columns this world does not measure stay empty."""
-    for f in dataclasses.fields(TimelineRow):
-        values.setdefault(f.name, None)
-    return TimelineRow(**values)  # type: ignore[arg-type]
 
 
 def _progress_line(label: str, out: TestbedRun, t: int, duration: float) -> str:

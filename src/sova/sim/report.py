@@ -1,7 +1,7 @@
-"""report.md and its plots: what an operator looks at after a run.
+"""A simulated run's report.md and its plots: what an operator looks at after a run.
 
-Plots are rendered with matplotlib's Agg backend and without the PNG "Software" and date
-metadata, so the same seed gives byte-identical images.
+Formatting, the VF-holders plot and the atomic write are :mod:`sova.writer`'s, shared
+with the testbed's report.
 """
 
 from __future__ import annotations
@@ -12,59 +12,35 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-import numpy as np
 
-matplotlib.use("Agg")
+matplotlib.use("Agg")  # before pyplot: no display on servers, byte-stable PNGs
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
+from sova import writer  # noqa: E402
 from sova.scenario import Scenario  # noqa: E402
-from sova.sim.runner import PolicyRun  # noqa: E402
-
-PNG_META = {"Software": None}
-
-
-def _vf_intervals(run: PolicyRun, period: float) -> dict[str, list[tuple[float, float]]]:
-    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for r in run.timeline:
-        if r.nic == "vf":
-            spans[r.vm].append((r.time_s - period, period))
-    return spans
+from sova.sim.world import PolicyRun  # noqa: E402
+from sova.writer import PNG_META, HolderPanel, mark  # noqa: E402
 
 
 def plot_vf_holders(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> None:
-    vms = [v.name for v in scn.vms]
-    fig, axes = plt.subplots(
-        len(runs), 1, figsize=(10, 1.0 + 0.32 * len(vms) * len(runs)), squeeze=False, sharex=True
+    period = scn.controller.period
+    panels = []
+    for run in runs:
+        spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in run.timeline:
+            if r.nic == "vf":
+                spans[r.vm].append((r.time_s - period, period))
+        marks = [p.at for p in scn.workload if p.at > 0]
+        panels.append(HolderPanel(f"policy: {run.policy}", spans, marks))
+    writer.plot_vf_holders(
+        path,
+        [v.name for v in scn.vms],
+        panels,
+        expected=[(ph.vms, ph.start, ph.end) for ph in scn.paper.vf_holders],
+        title=f"{scn.name}: VF holders (blue) vs the paper's (orange, where published)",
+        minutes=True,
     )
-    minutes = 60.0
-    for ax, run in zip(axes[:, 0], runs, strict=True):
-        spans = _vf_intervals(run, scn.controller.period)
-        for i, vm in enumerate(vms):
-            bars = [(s / minutes, w / minutes) for s, w in spans.get(vm, [])]
-            if bars:
-                ax.broken_barh(bars, (i - 0.35, 0.7), color="tab:blue")
-        for ph in scn.paper.vf_holders:
-            for vm in ph.vms:
-                if vm in vms:
-                    i = vms.index(vm)
-                    ax.plot(
-                        [ph.start / minutes, ph.end / minutes], [i, i], color="tab:orange", lw=2
-                    )
-        for p in scn.workload:
-            if p.at > 0:
-                ax.axvline(p.at / minutes, color="grey", lw=0.8, ls="--")
-        ax.set_yticks(range(len(vms)), vms)
-        ax.set_ylim(-0.6, len(vms) - 0.4)
-        ax.invert_yaxis()
-        ax.set_title(f"policy: {run.policy}", fontsize=10, loc="left")
-        ax.grid(axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("time (min)")
-    fig.suptitle(
-        f"{scn.name}: VF holders (blue) vs the paper's (orange, where published)", fontsize=11
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
-    plt.close(fig)
 
 
 def plot_metric(path: Path, scn: Scenario, run: PolicyRun, metric: str, label: str) -> None:
@@ -131,10 +107,6 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> None:
     plt.close(fig)
 
 
-def _mark(ok: bool) -> str:
-    return "yes" if ok else "**NO**"
-
-
 def write_report(
     out: Path, scn: Scenario, runs: Sequence[PolicyRun], summary: dict[str, Any]
 ) -> None:
@@ -193,7 +165,7 @@ def write_report(
             for m in s["paper_vf_holders"]:
                 ours = "; ".join(", ".join(h) or "(none)" for h in m["observed"])
                 lines.append(
-                    f"| {m['label']} | {', '.join(m['paper'])} | {ours} | {_mark(m['match'])} |"
+                    f"| {m['label']} | {', '.join(m['paper'])} | {ours} | {mark(m['match'])} |"
                 )
             lines.append("")
     for name, s in pol.items():
@@ -218,7 +190,7 @@ def write_report(
                     f"{m['net_degree']:.0f} | {m['net_factor']:.3f} |"
                 )
         lines += ["", "| ordering | holds |", "|---|---|"]
-        lines += [f"| {k['check']} | {_mark(k['holds'])} |" for k in cls["checks"]]
+        lines += [f"| {k['check']} | {mark(k['holds'])} |" for k in cls["checks"]]
         lines.append("")
     table = paper_values_table(scn, pol)
     if table:

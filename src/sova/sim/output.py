@@ -1,54 +1,22 @@
-"""The standard output files of a run: timeline.csv, events.csv, summary.json.
+"""A simulated run's output files: timeline.csv, events.csv, summary.json, report.md.
 
-Every world (simulator, testbed, demo) writes the same files so that one report and one
-set of acceptance checks read them all. Floats are written with fixed precision and JSON
-with sorted keys so that the same seed gives byte-identical files.
+The rows are :mod:`sova.record`'s and the files are written by :mod:`sova.writer`, as in
+every world; this module adds the simulator's summary (from per-tick statistics, not the
+10 s timeline) and the paper comparisons.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import os
-import shutil
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sova import writer
+from sova.record import EVENT_COLUMNS, TIMELINE_COLUMNS, TimelineRow
 from sova.scenario import Scenario
-from sova.sim.runner import PolicyRun, TimelineRow
-from sova.sim.world import p99_from_hist
-
-TIMELINE_COLUMNS = [
-    "policy",
-    "time_s",
-    "host",
-    "vm",
-    "nic",
-    "vf_rate_mbps",
-    "tx_mbps",
-    "rx_mbps",
-    "cpu_usage",
-    "io_degree",
-    "net_factor",
-    "net_degree",
-    "io_factor",
-    "offered_mbps",
-    "response_ms",
-    "limit_mbps",
-]
-EVENT_COLUMNS = ["policy", "time_s", "event", "vm", "src_host", "dst_host", "detail"]
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4f}".rstrip("0").rstrip(".") if value == value else "nan"
-    return str(value)
+from sova.sim.world import PolicyRun, p99_from_hist
+from sova.writer import cells
 
 
 def holder_sets(timeline: Sequence[TimelineRow]) -> dict[float, frozenset[str]]:
@@ -182,55 +150,46 @@ def build_sweep_summary(points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]) 
     }
 
 
-@contextmanager
-def staged_dir(final: Path) -> Iterator[Path]:
-    """Write into a temporary sibling, then move the files into ``final`` in one go.
-
-    A run that fails half-way leaves ``final`` as it was: nothing half-applied.
-    """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        yield tmp
-        final.mkdir(exist_ok=True)
-        for item in sorted(tmp.iterdir()):
-            os.replace(item, final / item.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _write_rows(
-    path: Path,
-    columns: Sequence[str],
+def _rows(
     points: Sequence[tuple[Scenario, Sequence[PolicyRun]]],
     records: str,
+    columns: Sequence[str],
     sweep: bool,
-) -> None:
-    """One CSV of every run's ``records`` ("timeline" or "events"), sweep value first."""
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow((["sweep_value"] if sweep else []) + list(columns))
-        for scn, runs in points:
-            lead = [_fmt(scn.sweep_value)] if sweep else []
-            for run in runs:
-                for r in getattr(run, records):
-                    w.writerow(lead + [_fmt(getattr(r, c)) for c in columns])
+) -> Iterator[list[Any]]:
+    """Every run's ``records`` ("timeline" or "events") as CSV rows, sweep value first."""
+    for scn, runs in points:
+        lead = [scn.sweep_value] if sweep else []
+        for run in runs:
+            for r in getattr(run, records):
+                yield lead + cells(r, columns)
 
 
 def write_outputs(
     out: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]
 ) -> dict[str, Any]:
     """All files of a run (one point, or every point of a sweep) into ``out``, atomically."""
-    from sova.report import write_report, write_sweep_report
+    from sova.sim.report import write_report, write_sweep_report
 
     sweep = points[0][0].sweep is not None
     summary = build_sweep_summary(points) if sweep else build_summary(*points[0])
-    with staged_dir(out) as tmp:
-        _write_rows(tmp / "timeline.csv", TIMELINE_COLUMNS, points, "timeline", sweep)
-        _write_rows(tmp / "events.csv", EVENT_COLUMNS, points, "events", sweep)
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    lead = ["sweep_value"] if sweep else []
+
+    def report(tmp: Path) -> None:
         if sweep:
             write_sweep_report(tmp, points, summary)
         else:
             write_report(tmp, points[0][0], points[0][1], summary)
+
+    writer.write_outputs(
+        out,
+        {
+            "timeline.csv": (
+                lead + TIMELINE_COLUMNS,
+                _rows(points, "timeline", TIMELINE_COLUMNS, sweep),
+            ),
+            "events.csv": (lead + EVENT_COLUMNS, _rows(points, "events", EVENT_COLUMNS, sweep)),
+        },
+        summary,
+        report,
+    )
     return summary

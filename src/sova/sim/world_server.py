@@ -2,7 +2,7 @@
 
 Why a separate process: ``sova demo`` must exercise the real daemons — agents that crash
 and restart, a manager that goes away, reports over HTTP — so the simulated hosts live
-here and each agent drives "its" host through a :class:`~sova.daemon.remote_driver.RemoteDriver`,
+here and each agent drives "its" host through a :class:`~sova.driver.remote.RemoteDriver`,
 exactly as it would drive libvirt.
 
 Time is simulated and advanced here, faster than real time, in **lockstep** with the
@@ -16,6 +16,10 @@ hypervisor does when its agent dies, and the agent rejoins when it comes back.
 
 The world also checks the cluster's invariants after every tick (a VF index held by two
 VMs, more holders than VFs, a VM on no host or two) so fault tests can assert on them.
+
+Why one module over 500 lines: the lockstep service, its HTTP routes and the records it
+merges are one protocol with the remote driver (:mod:`sova.driver.remote`); split, each
+half would be unreadable without the other.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -36,13 +41,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sova.daemon.remote_driver import decode_action, encode
+from sova.agent.schedule import PhaseSchedule
 from sova.driver.base import Driver, DriverError
+from sova.driver.remote import decode_action, encode
 from sova.scenario import PolicySpec, Scenario, load_scenario
 
 log = logging.getLogger("sova.world")
-
-POLL, BANDWIDTH, STEP = 0, 1, 2  # an agent's phases within one tick, in World.advance order
 
 
 class WorldLike(Protocol):
@@ -93,8 +97,7 @@ class WorldService:
         self.start_timeout_s = start_timeout_s
         self.policy = policy
         self.order: list[str] = list(world.hosts)
-        self.period_ticks = max(1, int(round(period_s / tick_s)))
-        self.bw_ticks = max(1, int(round(bandwidth_period_s / tick_s))) if bandwidth_period_s else 0
+        self.schedule = PhaseSchedule(tick_s, period_s, bandwidth_period_s)
         self.turn: tuple[float, int, str] | None = None  # (time, phase, host) now acting
         self.acked: dict[str, tuple[float, int]] = {}
         self.last_seen: dict[str, float] = {}
@@ -106,15 +109,6 @@ class WorldService:
         self.started = asyncio.Event()
 
     # ------------------------------------------------------------------ lockstep
-
-    def phases(self, k: int) -> list[int]:
-        """Phases due after tick ``k``, in :meth:`World.advance`'s order."""
-        out = [POLL]
-        if self.bw_ticks and k % self.bw_ticks == 0:
-            out.append(BANDWIDTH)
-        if k % self.period_ticks == 0:
-            out.append(STEP)
-        return out
 
     def _live(self, host: str) -> bool:
         seen = self.last_seen.get(host)
@@ -140,7 +134,7 @@ class WorldService:
             k += 1
             self.ticks = k
             self._check()
-            for phase in self.phases(k):
+            for phase in self.schedule.phases(k):
                 for h in self.order:
                     if h not in self.expect or not self._live(h):
                         continue
@@ -410,74 +404,39 @@ def add_records(
     svc: WorldService, host: str, timeline: list[dict[str, Any]], events: list[dict[str, Any]]
 ) -> None:
     """Agents' step records and outcome events, completed with what only the world knows."""
-    from sova.sim.world import EventRow, TimelineRow
+    from sova.record import event_from_dict, timeline_from_dict
 
     world = svc.world
     run = world.run
-    eng = world.engine
     for r in timeline:
-        i = eng.vm_index[r["vm"]]
-        req = eng.kind[i] == 2
-        run.timeline.append(
-            TimelineRow(
-                policy=svc.policy,
-                time_s=float(r["time_s"]),
-                host=host,
-                vm=str(r["vm"]),
-                nic=str(r["nic"]),
-                vf_rate_mbps=r.get("vf_rate_mbps"),
-                tx_mbps=float(r["tx_mbps"]),
-                rx_mbps=float(r["rx_mbps"]),
-                cpu_usage=float(r["cpu_usage"]),
-                io_degree=float(r["io_degree"]),
-                net_factor=float(r["net_factor"]),
-                net_degree=float(r["net_degree"]),
-                io_factor=float(r["io_factor"]),
-                offered_mbps=float(eng.offered[i]) / 1e6,
-                response_ms=float(eng.resp_s[i]) * 1000 if req else None,
-                limit_mbps=r.get("limit_mbps"),
-            )
-        )
+        run.timeline.append(world.complete(timeline_from_dict(r), host))
     for e in events:
-        run.events.append(
-            EventRow(
-                svc.policy,
-                float(e["time_s"]),
-                str(e["event"]),
-                str(e["vm"]),
-                host,
-                str(e.get("dst_host", "")),
-                str(e.get("detail", "")),
-            )
-        )
+        ev = event_from_dict(e)
+        run.events.append(dataclasses.replace(ev, policy=svc.policy, src_host=host))
 
 
 def hotspot_events(decisions: list[dict[str, Any]], policy: str) -> list[Any]:
     """The manager's decision log as ``hotspot`` events, worded as ``sova simulate`` does."""
-    from sova.sim.world import EventRow
+    from sova.record import decision_event
 
-    out = []
-    for d in decisions:
-        u = d["inputs"]["utilisation"]
-        detail = f"cpu={u[0]:.2f} mem={u[1]:.2f} net={u[2]:.2f}; {d['reason']}"
-        out.append(
-            EventRow(
-                policy,
-                round(float(d["time_s"]), 3),
-                "hotspot",
-                d.get("vm") or "",
-                d["host"],
-                d.get("target") or "",
-                detail,
-            )
+    return [
+        decision_event(
+            policy,
+            float(d["time_s"]),
+            d["host"],
+            vm=d.get("vm"),
+            target=d.get("target"),
+            reason=d["reason"],
+            utilisation=d["inputs"]["utilisation"],
         )
-    return out
+        for d in decisions
+    ]
 
 
 def write_run(
     svc: WorldService, scn: Scenario, out_dir: Path, decisions: list[dict[str, Any]]
 ) -> Path:
-    from sova.output import write_outputs
+    from sova.sim.output import write_outputs
 
     run = svc.world.run
     run.events.extend(hotspot_events(decisions, svc.policy))

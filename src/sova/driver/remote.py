@@ -19,7 +19,7 @@ import enum
 import functools
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -27,6 +27,7 @@ import httpx
 from sova import model
 from sova.driver.base import Capabilities, DriverError, OpState, OpStatus
 from sova.model import Action, HostSample, Inventory
+from sova.record import outcome_event, row_dict, step_rows
 
 ACTIONS: dict[str, type[Any]] = {
     cls.kind: cls
@@ -236,3 +237,21 @@ class RemoteDriver:
         """Hand the world the agent's step records and outcome events (for output files)."""
         if timeline or events:
             self._call("POST", "/records", json={"timeline": timeline, "events": events})
+
+
+# --------------------------------------------------------------------------- demo records
+
+
+def world_recorder(remote: RemoteDriver) -> Callable[[str, Any], None]:
+    """Send step records and outcome events to the world, as :mod:`sova.record` words them
+    (the world adds policy, host and what only it measures)."""
+
+    def record(kind: str, payload: Any) -> None:
+        if kind == "step":
+            remote.records([row_dict(r) for r in step_rows(payload)], [])
+            return
+        ev = outcome_event(payload)
+        if ev is not None:
+            remote.records([], [row_dict(ev)])
+
+    return record

@@ -23,6 +23,10 @@ from the kernel (rtnetlink through pyroute2, ``/proc``):
 Counters are black-box, as the host sees them: a VM's transmitted bytes are what left its
 VF limiter plus what left its virtio path's shaper (IFB counters), its CPU time is the
 CPU time of the processes in its namespace.
+
+Why one module over 500 lines: it is one Driver implementation (the protocol's five
+actions, sampling and operation tracking over one topology), the testbed's counterpart
+of the libvirt driver; its plumbing already lives in :mod:`sova.testbed.plumbing`.
 """
 
 from __future__ import annotations

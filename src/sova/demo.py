@@ -3,13 +3,13 @@
 Why not just ``sova simulate``: the demo is the system an operator deploys — a manager
 process with its store and HTTP API, one agent process per host, reports and directives over
 HTTP — with only the hypervisors simulated (one world process, see
-:mod:`sova.daemon.world_server`). Because the world hands out turns in the same order as
+:mod:`sova.sim.world_server`). Because the world hands out turns in the same order as
 the in-process simulator, the demo's events equal ``sova simulate``'s for the same scenario
 and policy, which is how the tests check that the daemons add transport, not behaviour.
 
 Processes (all ``sys.executable``, all bound to 127.0.0.1 on free ports)::
 
-    world   python -m sova.daemon.world_server SCENARIO --out OUT
+    world   python -m sova.sim.world_server SCENARIO --out OUT
     manager python -m sova.cli_daemons manager --config <generated manager.toml>
     agents  python -m sova.cli_daemons agent --driver remote --connect WORLD --host H  (x hosts)
 """
@@ -40,6 +40,38 @@ from sova.scenario import PolicySpec, Scenario, ScenarioError, load_scenario
 
 DEFAULT_SCENARIO = Path("scenarios/sova-fig5.yaml")
 LOOPBACK = "127.0.0.1"
+
+
+def sim_agent_wiring(settings: Any, *, speed: float | None, policy: str | None) -> Any:
+    """``sova agent --driver sim``: one host of a scenario, simulated in this process.
+
+    Lives here, not in the agent daemon, because it composes two worlds: the production
+    daemon never imports the simulator.
+    """
+    from sova.daemon.config import ConfigError
+    from sova.daemon.tickers import LocalSimTicker
+    from sova.daemon.wiring import Wiring
+    from sova.sim.world import agent_config
+    from sova.sim.world_server import make_world
+
+    if not settings.connect:
+        raise ConfigError("driver 'sim' needs connect = the scenario file")
+    try:
+        scn = load_scenario(settings.connect)
+    except ScenarioError as exc:
+        raise ConfigError(str(exc)) from None
+    world, spec = make_world(scn, policy)
+    host = settings.host or world.hosts[0]
+    if host not in world.hosts:
+        raise ConfigError(f"host: {host!r} is not in {settings.connect} ({world.hosts})")
+    sdrv = world.driver(host)
+    cfg = agent_config(scn, spec)
+    bw = cfg.bandwidth_period_s if cfg.bandwidth_policy != "none" else None
+    return Wiring(
+        sdrv,
+        lambda stop: LocalSimTicker(world, scn.tick, cfg.period_s, bw, scn.duration, speed, stop),
+        config=cfg,
+    )
 
 
 def free_port() -> int:
@@ -136,7 +168,7 @@ class Cluster:
     def start_world(self) -> None:
         args = [
             "-m",
-            "sova.daemon.world_server",
+            "sova.sim.world_server",
             str(self.scn_path),
             "--port",
             str(self.world_port),

@@ -1,0 +1,119 @@
+"""Which driver and clock an agent process runs with, chosen by ``settings.driver``.
+
+libvirt is imported only when chosen. ``sim`` (a scenario simulated in this process)
+composes the agent with the simulator and is wired by :mod:`sova.demo`, never here: the
+production daemon does not import the simulator.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sova.agent.loop import AgentConfig
+from sova.daemon.config import AgentSettings, ConfigError
+from sova.daemon.tickers import LockstepTicker, Ticker, WallTicker
+from sova.driver.base import Driver
+
+
+class _ToyHost:
+    """``--driver mock``: a static 4-VM host whose ops succeed at once (smoke tests)."""
+
+    def __init__(self, name: str = "mock-host") -> None:
+        from sova import model
+
+        self.model = model
+        nic = model.NIC("pf0", 10e9, 2)
+        self.host = model.Host(name, 16, 64 * 2**30, nic)
+        self.vms = {
+            f"vm{i}": model.VMState(model.VM(f"vm{i}", 2, 2 * 2**30, created_seq=i))
+            for i in range(1, 5)
+        }
+        self.t0 = time.monotonic()
+        self.ops = 0
+
+    def __call__(self, req: Any) -> Any:
+        from sova.driver.base import Capabilities, OpState, OpStatus
+
+        m = self.model
+        now = time.monotonic() - self.t0
+        if req.method == "now":
+            return now
+        if req.method == "capabilities":
+            return Capabilities(self.host.name, 2, 2, m.NICCapabilities())
+        if req.method == "inventory":
+            return m.Inventory(self.host, dict(self.vms))
+        if req.method == "sample":
+            vms = {
+                n: m.VMCounters(
+                    n, 2, int(now * 1e9 * 0.2 * i), 0, 0, int(now * 1e8 * i), 0, int(now * 1e4 * i)
+                )
+                for i, n in enumerate(sorted(self.vms), 1)
+            }
+            return m.HostSample(self.host.name, now, vms, m.HostCounters(int(now * 1e9), 0, 0, 0))
+        if req.method == "submit":
+            a = req.args[0]
+            st = self.vms.get(a.vm)
+            if st is not None and isinstance(a, m.AttachVF):
+                self.vms[a.vm] = m.VMState(st.vm, m.NicKind.VF, 0, a.max_bps)
+            elif st is not None and isinstance(a, m.DetachVF):
+                self.vms[a.vm] = m.VMState(st.vm)
+            self.ops += 1
+            return f"op{self.ops}"
+        if req.method == "poll":
+            return OpStatus(req.args[0], OpState.SUCCEEDED)
+        raise ValueError(req.method)
+
+
+@dataclass
+class Wiring:
+    driver: Driver
+    ticker_factory: Callable[[threading.Event], Ticker]
+    lockstep: bool = False
+    remote: Any = None
+    config: AgentConfig | None = None  # from the scenario (sim) or the world (remote)
+
+
+def build(
+    settings: AgentSettings, *, speed: float | None = None, policy: str | None = None
+) -> Wiring:
+    """The driver and clock for ``settings.driver``; libvirt is imported only when chosen."""
+    c = settings.controller
+    bw = c.bandwidth_period_s if c.bandwidth_policy != "none" else None
+    if settings.driver == "libvirt":
+        try:
+            from sova.driver.libvirt_driver import LibvirtDriver
+        except ImportError as exc:  # pragma: no cover - depends on the host
+            raise ConfigError(
+                f"driver: 'libvirt' needs libvirt-python ({exc}); install sova[libvirt]"
+            ) from None
+        drv = LibvirtDriver.open(settings.connect or "qemu:///system", read_only=settings.dry_run)
+        return Wiring(
+            drv, lambda stop: WallTicker(drv, c.period_s, bw, settings.poll_interval_s, stop)
+        )
+    if settings.driver == "mock":
+        from sova.driver.base import MockDriver
+
+        mdrv = MockDriver(_ToyHost(settings.host or "mock-host"))
+        return Wiring(
+            mdrv, lambda stop: WallTicker(mdrv, c.period_s, bw, settings.poll_interval_s, stop)
+        )
+    if settings.driver == "remote":
+        from sova.driver.remote import RemoteDriver
+
+        if not settings.connect or not settings.host:
+            raise ConfigError("driver 'remote' needs connect (the world URL) and host")
+        rdrv = RemoteDriver(settings.connect, settings.host)
+        return Wiring(
+            rdrv,
+            lambda stop: LockstepTicker(rdrv, stop),
+            lockstep=True,
+            remote=rdrv,
+            config=rdrv.agent_config(),
+        )
+    # "sim" (one host of a scenario simulated in this process) composes the agent with
+    # the simulator: sova.demo wires it and hands run_agent the result.
+    raise ConfigError(f"driver: {settings.driver!r} is wired by the caller (see sova.demo)")

@@ -1,0 +1,187 @@
+"""How one tick's offered load is served: guest and host CPU, the paths, the PF's egress.
+
+Every packet costs guest CPU — more on virtio (VM exits) — and so does encryption; a VM
+whose vCPUs cannot keep up sends less. vCPUs and the virtio backend (per-packet host
+cost) share the cores; when they are oversubscribed every VM gets a proportional share
+and the backend's packet rate shrinks with it. A VF is capped by its ``max_tx_rate``;
+virtio traffic crosses the backend, whose packet-rate ceiling is shared max-min. The PF
+shares its egress max-min among all flows of the host, weighted by TCP streams,
+including live-migration traffic, which also competes for the target's ingress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sova.policy.waterfill import floored_waterfill, grouped_waterfill
+
+if TYPE_CHECKING:
+    from sova.sim.engine import Engine
+    from sova.sim.migration import MigrationState
+    from sova.sim.workload import Offer
+
+ACK_BYTES = 66.0
+INF = float("inf")
+
+
+@dataclass
+class Shares:
+    """What each VM got this tick, and the contention figures latency and counters need."""
+
+    want: np.ndarray  # bit/s after CPU and path limits
+    tx: np.ndarray
+    rx: np.ndarray
+    tx_host: np.ndarray
+    rx_host: np.ndarray
+    mig_active: list[MigrationState]
+    mig_rate: np.ndarray
+    backend_pps: np.ndarray
+    pps_limit: np.ndarray
+    host_need: np.ndarray
+    host_scale: np.ndarray
+    backend_vm_frac: np.ndarray
+    pkts_per_bit: np.ndarray
+    pkt_bits: np.ndarray
+    ns_pkt: np.ndarray
+    cpu_busy: np.ndarray
+    need: np.ndarray
+    virt: np.ndarray
+
+
+def share(eng: Engine, o: Offer, t0: float) -> Shares:
+    p = eng.profile
+    dt = o.dt
+    N, H = eng.N, eng.H
+    h = eng.host
+    kind = eng.kind
+    cpu_frac, cj, arrivals, paused = o.cpu_frac, o.cj, o.arrivals, o.paused
+    want, is_file = o.want, o.is_file
+    pkt_bits = eng.pkt_bytes * 8.0
+    virt = ~eng.on_vf
+
+    # guest CPU: benchmarks, per-packet and per-byte network work, per-request work
+    ns_pkt = p.guest_ns_per_packet + p.virtio_guest_ns_per_packet * virt
+    pkts_per_bit = (1.0 + eng.rx_share * eng.pkt_bytes / ACK_BYTES) / pkt_bits
+    net_cost = (
+        want * pkts_per_bit * ns_pkt + want / 8.0 * eng.ns_per_byte
+    ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
+    cpu_busy = np.clip(cpu_frac * cj, 0.0, 1.0) * eng.vcpus
+    if p.tcp_link_clocked:
+        # A TCP sender is clocked by its ACKs: it sends (and spends CPU on) only what
+        # its share of the egress link drains, not all netperf would like to send. The
+        # share is computed on what each vCPU could push, so a CPU-bound sender leaves
+        # its unused share to the others.
+        need0 = cpu_busy + net_cost
+        own = want * np.where(need0 > eng.vcpus, eng.vcpus / np.maximum(need0, 1e-12), 1.0)
+        busy0 = np.bincount(h, np.minimum(need0, eng.vcpus), minlength=H)
+        own = own * np.minimum(1.0, eng.cores / np.maximum(busy0, 1e-12))[h]
+        fair = grouped_waterfill(eng.capacity, h, own, np.maximum(eng.streams, 1.0))
+        # only the link's verdict caps: a CPU-bound sender is scaled down below anyway
+        link_cap = np.where(fair < own * (1.0 - 1e-9), fair, INF)
+        want = np.where((kind <= 1) | (kind == 3), np.minimum(want, link_cap), want)
+        net_cost = (
+            want * pkts_per_bit * ns_pkt + want / 8.0 * eng.ns_per_byte
+        ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
+    need = cpu_busy + net_cost
+    vm_scale = np.where(need > eng.vcpus, eng.vcpus / np.maximum(need, 1e-12), 1.0)
+    vm_scale[paused] = 0.0
+    want = want * vm_scale
+    # host CPU: vCPUs + virtio backend
+    backend_ns = want * pkts_per_bit * p.virtio_host_ns_per_packet * virt
+    if eng._dedicated_backend:
+        # A driver domain on its own cores: its backend work does not compete with vCPUs.
+        ded = eng.backend_cores > 0
+        shared_ns = np.where(ded[h], 0.0, backend_ns)
+        host_need = np.bincount(h, need * vm_scale + shared_ns / 1e9, minlength=H)
+    else:
+        host_need = np.bincount(h, need * vm_scale + backend_ns / 1e9, minlength=H)
+    # Per-queue backend overhead (wake-ups, notifications, switching between the VMs'
+    # queues) is paid per active virtio VM whatever its rate: with many VMs it eats
+    # into the backend's capacity. 0 by default (no such overhead).
+    backend_vm_frac: np.ndarray = np.zeros(H)
+    if p.virtio_backend_ns_per_vm:
+        n_virt = np.bincount(h, (virt & (want > 0)).astype(float), minlength=H)
+        backend_vm_frac = n_virt * p.virtio_backend_ns_per_vm / 1e9
+        host_need = np.add(host_need, backend_vm_frac)
+    host_scale = np.minimum(1.0, eng.cores / np.maximum(host_need, 1e-12))
+    want = want * host_scale[h]
+    backend_scale = host_scale  # how fast the backend runs: slowed by vCPU contention
+    if eng._dedicated_backend:
+        # ... unless it has its own cores; then it saturates on its own: when the driver
+        # domain's cores are full, every virtio VM gets a proportional share of them.
+        dd_need = np.bincount(
+            h, np.where(ded[h], backend_ns, 0.0) * host_scale[h] / 1e9, minlength=H
+        )
+        dd_scale = np.where(
+            ded, np.minimum(1.0, eng.backend_cores / np.maximum(dd_need, 1e-12)), 1.0
+        )
+        want = np.where(virt, want * dd_scale[h], want)
+        backend_scale = np.where(ded, 1.0, host_scale)
+    # kept for the request service time in _latency
+    eng._pkts_per_bit, eng._host_scale_vm = pkts_per_bit, host_scale[h]
+    eng._vcpu_load = need / np.maximum(eng.vcpus * host_scale[h], 1e-12)
+
+    # paths: VF cap; virtio per-VM ceiling and the backend's shared packet-rate ceiling
+    want = np.where(eng.on_vf, np.minimum(want, eng.vf_max), np.minimum(want, p.virtio_flow_limit))
+    vi = np.flatnonzero(virt & (want > 0))
+    pps_limit = p.virtio_pps_limit * backend_scale * np.maximum(0.01, 1.0 - backend_vm_frac)
+    backend_pps = np.zeros(H)
+    if vi.size:
+        pps = want[vi] / pkt_bits[vi]
+        got = grouped_waterfill(pps_limit, h[vi], pps)
+        want[vi] = got * pkt_bits[vi]
+        backend_pps = np.bincount(h[vi], got, minlength=H).astype(np.float64)
+
+    # PF egress, shared with migration streams
+    migs = list(eng.migrations.values())
+    mig_active = [m for m in migs if m.copy_from_s <= t0 and eng.paused_until[m.vm] <= t0]
+    groups = h
+    demands, weights = want, np.maximum(eng.streams, 1.0)
+    if mig_active:
+        groups = np.r_[h, [m.src for m in mig_active]]
+        demands = np.r_[want, [m.cap_bps for m in mig_active]]
+        weights = np.r_[weights, np.ones(len(mig_active))]
+    if eng.vf_min.any():
+        # A VF's min_tx_rate (where the NIC honours it) is a floor: the VF gets its floor
+        # or its fair share, whichever is larger (as the Sova allocator assumes).
+        floors = np.zeros(demands.size)
+        floors[:N] = np.where(eng.on_vf, np.minimum(want, eng.vf_min), 0.0)
+        share = floored_waterfill(eng.capacity, groups, demands, weights, floors)
+    else:
+        share = grouped_waterfill(eng.capacity, groups, demands, weights)
+    tx = share[:N]
+    if is_file.any():
+        tx = np.where(is_file, np.minimum(tx, eng.file_left * 8.0 / dt), tx)
+    rx = tx * eng.rx_share + arrivals * eng.req_bytes * 8.0 / dt
+    rx_host = np.bincount(h, rx, minlength=H)
+    mig_rate = np.zeros(len(mig_active))
+    for k, m in enumerate(mig_active):
+        room = max(0.0, eng.capacity[m.dst] - rx_host[m.dst])
+        mig_rate[k] = min(share[N + k], room)
+        rx_host[m.dst] += mig_rate[k]
+    tx_host = np.bincount(h, tx, minlength=H)
+    for k, m in enumerate(mig_active):
+        tx_host[m.src] += mig_rate[k]
+    return Shares(
+        want,
+        tx,
+        rx,
+        tx_host,
+        rx_host,
+        mig_active,
+        mig_rate,
+        backend_pps,
+        pps_limit,
+        host_need,
+        host_scale,
+        backend_vm_frac,
+        pkts_per_bit,
+        pkt_bits,
+        ns_pkt,
+        cpu_busy,
+        need,
+        virt,
+    )

@@ -1,0 +1,1 @@
+"""The network-namespace testbed: real packets, HTB, veth (``sova testbed``)."""

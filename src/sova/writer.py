@@ -1,0 +1,153 @@
+"""The one report writer: how every world's output files are formatted and written.
+
+The simulator (:mod:`sova.sim.output`) and the namespace testbed
+(:mod:`sova.testbed.report`) each compute their own summary, but both write through
+these functions, so a value is formatted the same way in every world's CSV and report,
+a VF-holders plot looks the same, and every file set lands atomically.
+
+Floats are written with fixed precision and plots without the PNG "Software" and date
+metadata, so the same seed gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PNG_META = {"Software": None}
+
+
+def fmt(value: Any) -> str:
+    """A CSV cell: empty for None, floats to 4 decimals without trailing zeros.
+
+    NaN is "nan" and infinity "inf"/"-inf" (an unbounded limit is not an unknown one).
+    """
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:.4f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def mark(ok: bool) -> str:
+    """A check's verdict in a report table: failures stand out."""
+    return "yes" if ok else "**NO**"
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(header)
+        for r in rows:
+            w.writerow([fmt(v) for v in r])
+
+
+def cells(record: Any, columns: Sequence[str]) -> list[Any]:
+    """A record's values for ``columns`` (absent attributes are empty cells)."""
+    return [getattr(record, c, None) for c in columns]
+
+
+@contextmanager
+def staged_dir(final: Path) -> Iterator[Path]:
+    """Write into a temporary sibling, then move the files into ``final`` in one go.
+
+    A run that fails half-way leaves ``final`` as it was: nothing half-applied.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield tmp
+        final.mkdir(exist_ok=True)
+        for item in sorted(tmp.iterdir()):
+            os.replace(item, final / item.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+Table = tuple[Sequence[str], Iterable[Sequence[Any]]]  # header, rows of raw values
+
+
+def write_outputs(
+    out: Path,
+    tables: Mapping[str, Table],
+    summary: Mapping[str, Any],
+    report: Callable[[Path], None],
+) -> None:
+    """CSV tables, ``summary.json`` and the report (written by ``report`` into the staging
+    directory it is given) into ``out``, atomically."""
+    with staged_dir(out) as tmp:
+        for name, (header, rows) in tables.items():
+            write_csv(tmp / name, header, rows)
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        report(tmp)
+
+
+# --------------------------------------------------------------------------- plots
+
+
+@dataclass(frozen=True)
+class HolderPanel:
+    """One run in the VF-holders plot."""
+
+    title: str
+    spans: Mapping[str, Sequence[tuple[float, float]]]  # VM -> (start_s, width_s) on a VF
+    marks: Sequence[float] = ()  # times worth a vertical line (phase changes, VF switches)
+
+
+def plot_vf_holders(
+    path: Path,
+    vms: Sequence[str],
+    panels: Sequence[HolderPanel],
+    *,
+    expected: Sequence[tuple[Sequence[str], float, float]] = (),
+    title: str,
+    minutes: bool = False,
+) -> None:
+    """VF holders over time, one panel per run, the expected holders (vms, start, end) in
+    orange beside them."""
+    unit = 60.0 if minutes else 1.0
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(10, 1.0 + 0.32 * len(vms) * len(panels)),
+        squeeze=False,
+        sharex=True,
+    )
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        for i, vm in enumerate(vms):
+            bars = [(s / unit, w / unit) for s, w in panel.spans.get(vm, [])]
+            if bars:
+                ax.broken_barh(bars, (i - 0.35, 0.7), color="tab:blue")
+        for holders, start, end in expected:
+            for vm in holders:
+                if vm in vms:
+                    i = vms.index(vm)
+                    ax.plot([start / unit, end / unit], [i, i], color="tab:orange", lw=2)
+        for t in panel.marks:
+            ax.axvline(t / unit, color="grey", lw=0.8, ls="--")
+        ax.set_yticks(range(len(vms)), vms)
+        ax.set_ylim(-0.6, len(vms) - 0.4)
+        ax.invert_yaxis()
+        ax.set_title(panel.title, fontsize=10, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("time (min)" if minutes else "time (s)")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata=PNG_META)
+    plt.close(fig)
