@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from sova.agent.config import ControllerConfig
 from sova.agent.executor import Executor, Outcome
-from sova.agent.loop import AgentConfig, HostAgent, plan_actions
+from sova.agent.loop import HostAgent, plan_actions
 from sova.driver.base import DriverError, DriverRequest, MockDriver, OpState, OpStatus
 from sova.model import (
     MIB,
@@ -506,7 +507,7 @@ def test_agent_dry_run_submits_nothing() -> None:
     world = HostWorld(LOADS3, pool=1)
     drv = MockDriver(world)
     seen: list[Outcome] = []
-    agent = HostAgent(drv, AgentConfig(dry_run=True), on_outcome=seen.append)
+    agent = HostAgent(drv, ControllerConfig(), on_outcome=seen.append, dry_run=True)
     run(agent, world, 4)
     assert drv.submitted() == []
     assert world.holders() == frozenset()
@@ -573,7 +574,7 @@ def test_agent_keeps_the_vf_when_backup_is_down() -> None:
 def test_agent_migration_signal_revokes_the_vf_then_migrates() -> None:
     world = HostWorld(LOADS3, pool=1)
     drv = MockDriver(world)
-    agent = HostAgent(drv, AgentConfig(vf_policy="sova"))
+    agent = HostAgent(drv, ControllerConfig(vf_policy="sova"))
     run(agent, world, 4)
     assert world.holders() == {"web"}
     # t=40: web got its VF at t=20, still inside its 30 s dwell; the manager moves it to h2

@@ -22,7 +22,6 @@ needs:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import math
 import signal as signal_mod
@@ -35,8 +34,9 @@ from typing import Any, Protocol
 
 import httpx
 
+from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
-from sova.agent.loop import AgentConfig, HostAgent, StepReport
+from sova.agent.loop import HostAgent, StepReport, operation_table
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.metrics import AgentMetrics
 from sova.daemon.schema import Directive, MigrationDone, build_report, encode
@@ -260,16 +260,15 @@ class AgentDaemon:
     wait_for_round: bool = False  # lockstep demo: fetch the directive of our report's round
     directive_wait_s: float = 2.0  # a round ends ms after the last report; never stall long
     recorder: Callable[[str, Any], None] | None = None  # demo: ("step"|"outcome", payload)
-    config: AgentConfig | None = None  # a simulated world's own controller config
+    config: ControllerConfig | None = None  # a simulated world's own controller config
 
     def __post_init__(self) -> None:
-        cfg = self.config or self.settings.controller.to_agent_config(self.settings.dry_run)
-        if self.config is not None and self.settings.dry_run:
-            cfg = dataclasses.replace(cfg, dry_run=True)
-        self.cfg: AgentConfig = cfg
+        self.cfg: ControllerConfig = self.config or self.settings.controller
         if not self.host:
             self.host = self.settings.host or self.driver.capabilities().host
-        self.agent = HostAgent(self.driver, cfg, on_outcome=self._on_outcome)
+        self.agent = HostAgent(
+            self.driver, self.cfg, on_outcome=self._on_outcome, dry_run=self.settings.dry_run
+        )
         self.seq = 0
         self.applied = 0  # id of the last directive applied (sent back as the ack)
         self.adopted: dict[str, str] = {}  # VMs found migrating at start -> lease VM
@@ -294,14 +293,16 @@ class AgentDaemon:
                 self.agent.vf_since.setdefault(vm, now)
             if st.guest_limit_bps is not None and math.isfinite(st.guest_limit_bps):
                 self.agent.limits[vm] = st.guest_limit_bps
-        self.table = self._table(inv, set(inv.vf_holders))
+        # As found: the holders keep their VFs until the first period decides.
+        found = operation_table(inv, inv.vf_holders, self.agent.migrating)
+        self.table = {vm: op.name for vm, op in found.items()}
         log.info(
             "reconciled %s: %d VM(s), VF holders [%s], migrating [%s]%s",
             self.host,
             len(inv.vms),
             ", ".join(sorted(inv.vf_holders)),
             ", ".join(sorted(self.adopted)),
-            " (dry run: nothing will be submitted)" if self.cfg.dry_run else "",
+            " (dry run: nothing will be submitted)" if self.settings.dry_run else "",
         )
         self.metrics.vf_pool.set(inv.host.nic.vf_pool)
         self._export_table()
@@ -355,23 +356,11 @@ class AgentDaemon:
                 why = f"no VM to move under vf_policy {self.cfg.vf_policy!r}"
                 log.info("declined directive %d: %s", d.i, why)
                 self.pending_done.append(_Done(d.v, MigrationDone(result="declined", detail=why)))
-        self.table = self._table(rep.actual, set(rep.desired_rates))
+        self.table = {vm: op.name for vm, op in rep.operations.items()}
         self._export(rep)
         if self.recorder is not None:
             self.recorder("step", rep)
         return rep
-
-    def _table(self, inv: Any, desired: set[str]) -> dict[str, str]:
-        """The Operation Table (Alg. 1) as it stands: VF, VNIC or VLM per VM."""
-        out = {}
-        for vm, st in sorted(inv.vms.items()):
-            if vm in self.agent.migrating or vm in self.adopted or st.migrating:
-                out[vm] = "VLM"
-            elif vm in desired or (not desired and st.nic is NicKind.VF):
-                out[vm] = "VF"
-            else:
-                out[vm] = "VNIC"
-        return out
 
     def operation_table(self) -> dict[str, str]:
         return dict(self.table)
@@ -392,7 +381,7 @@ class AgentDaemon:
             hr.vms,
             ack=self.applied,
             k=self.settings.report_top_k,
-            metric=self.cfg.hotness_metric,
+            metric=self.cfg.manager.metric,
             decimals=self.settings.report_decimals,
         )
         try:
@@ -448,7 +437,7 @@ class AgentDaemon:
                 # move load the manager never placed.
                 log.info("directive %d: %s is not on this host; acknowledged", d.i, d.v)
                 return
-        if self.cfg.dry_run:
+        if self.settings.dry_run:
             log.info("dry run: would migrate %s to %s (directive %d)", d.v, d.t, d.i)
             if d.v is not None:
                 self.pending_done.append(
@@ -682,7 +671,7 @@ class Wiring:
     ticker_factory: Callable[[threading.Event], Ticker]
     lockstep: bool = False
     remote: Any = None
-    config: AgentConfig | None = None  # from the scenario (sim) or the world (remote)
+    config: ControllerConfig | None = None  # from the scenario (sim) or the world (remote)
 
 
 def build(
@@ -690,7 +679,7 @@ def build(
 ) -> Wiring:
     """The driver and clock for ``settings.driver``; libvirt is imported only when chosen."""
     c = settings.controller
-    bw = c.bandwidth_period_s if c.bandwidth_policy != "none" else None
+    bw = c.bandwidth_period if c.bandwidth_policy != "none" else None
     if settings.driver == "libvirt":
         try:
             from sova.driver.libvirt_driver import LibvirtDriver
@@ -700,14 +689,14 @@ def build(
             ) from None
         drv = LibvirtDriver.open(settings.connect or "qemu:///system", read_only=settings.dry_run)
         return Wiring(
-            drv, lambda stop: WallTicker(drv, c.period_s, bw, settings.poll_interval_s, stop)
+            drv, lambda stop: WallTicker(drv, c.period, bw, settings.poll_interval_s, stop)
         )
     if settings.driver == "mock":
         from sova.driver.base import MockDriver
 
         mdrv = MockDriver(_ToyHost(settings.host or "mock-host"))
         return Wiring(
-            mdrv, lambda stop: WallTicker(mdrv, c.period_s, bw, settings.poll_interval_s, stop)
+            mdrv, lambda stop: WallTicker(mdrv, c.period, bw, settings.poll_interval_s, stop)
         )
     if settings.driver == "remote":
         from sova.daemon.remote_driver import RemoteDriver
@@ -740,10 +729,10 @@ def build(
         raise ConfigError(f"host: {host!r} is not in {settings.connect} ({world.hosts})")
     sdrv = world.driver(host)
     cfg = agent_config(scn, spec)
-    bw = cfg.bandwidth_period_s if cfg.bandwidth_policy != "none" else None
+    bw = cfg.bandwidth_period if cfg.bandwidth_policy != "none" else None
     return Wiring(
         sdrv,
-        lambda stop: LocalSimTicker(world, scn.tick, cfg.period_s, bw, scn.duration, speed, stop),
+        lambda stop: LocalSimTicker(world, scn.tick, cfg.period, bw, scn.duration, speed, stop),
         config=cfg,
     )
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from sova.model import GBIT, SLA
 
@@ -219,6 +219,8 @@ class StaticAllocator:
     """
 
     name: str = "ip-link-static"
+    # The registry builds it from the controller's ``static_caps`` (the others take no input).
+    uses_static_caps: ClassVar[bool] = True
 
     def __init__(self, caps_bps: Mapping[str, float], default_bps: float | None = None) -> None:
         for vm, cap in caps_bps.items():

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sova.agent.loop import AgentConfig
+from sova.agent.config import ControllerConfig
 from sova.model import Action, AttachVF, DetachVF, Migrate
 from sova.policy.hotspot import (
     _VOLUME_CLAMP,
@@ -442,7 +442,7 @@ class BatchController:
     def __init__(
         self,
         engine: Engine,
-        config: AgentConfig,
+        config: ControllerConfig,
         manager: ManagerParams | None = None,
     ) -> None:
         if config.vf_policy not in ("dsr-iov", "sova", "migration-only"):
@@ -460,7 +460,7 @@ class BatchController:
         self.name_rank = np.empty(self.N, dtype=np.int64)
         self.name_rank[np.argsort(names, kind="stable")] = np.arange(self.N)
         self.sensor = BatchSensor(
-            self.N, config.window, config.epsilon, config.traffic_threshold_bps
+            self.N, config.sensing.window, config.sensing.epsilon, config.sensing.traffic_threshold
         )
         self.pool = np.array([h.nic.vf_pool for h in e.hosts], dtype=np.int64)
         self.since = np.full(self.N, np.nan)
@@ -521,9 +521,9 @@ class BatchController:
             finished.append((rec, op.state))
         for rec in list(self.inflight.values()):
             limit = (
-                self.cfg.migration_timeout_s
+                self.cfg.migration_timeout
                 if isinstance(rec.action, Migrate)
-                else self.cfg.op_timeout_s
+                else self.cfg.op_timeout
             )
             if now - rec.submitted_s > limit and all(r is not rec for r, _ in finished):
                 finished.append((rec, "timeout"))
@@ -623,7 +623,9 @@ class BatchController:
                     acts.append((i, DetachVF(e.vm_names[i])))
                 elif not e.migrating[i]:
                     dst = e.host_names[self.agent_mig[i]]
-                    acts.append((i, Migrate(e.vm_names[i], dst, self.cfg.migration_bandwidth_bps)))
+                    acts.append(
+                        (i, Migrate(e.vm_names[i], dst, self.cfg.manager.migration_bandwidth))
+                    )
             for i, act in acts:
                 self._apply(h, i, act, now)
             self.ops_used[h] += len(acts)
@@ -694,7 +696,7 @@ class BatchController:
                 if h in self._mig_src.values():
                     continue  # the agent moves one VM at a time
                 loads = self._vm_loads(h)
-                chosen = vm if vm in loads else choose_vm(loads, metric=cfg.hotness_metric)
+                chosen = vm if vm in loads else choose_vm(loads, metric=cfg.manager.metric)
                 if chosen is not None:
                     i = e.vm_index[chosen]
                     self.agent_mig[i] = dst
@@ -707,7 +709,7 @@ class BatchController:
         else:
             self.since = np.where(holder & np.isnan(self.since), now, self.since)
             f = self.sensor.factors(host, self.H)
-            sc = cfg.scheduler
+            sc = cfg.scheduler.to_config()
             eligible = e.ready & ~e.migrating & (self.agent_mig < 0)
             io = f.io_degree if sc.io_metric == "io_degree" else f.io_factor
             net = f.net_degree if sc.net_metric == "net_degree" else f.net_factor
