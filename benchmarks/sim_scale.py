@@ -3,8 +3,9 @@
 Issue 3 asks for at least 1,000,000 VM-steps/s on a 2-core machine (the hour at 1 s ticks
 in <= 72 s) and under 2 GB of peak memory. Why it can: the engine's physics is vectorised
 over all VMs, and the controller (sensing, VF scheduling, hotspot detection, every 10 s) runs
-as arrays in :class:`sova.sim.batch.BatchController`, which makes the same decisions as one
-Python HostAgent per host (tests/test_batch.py) without building per-VM objects. The world
+as arrays in the benchmark harness ``batch_controller.BatchController`` beside this script,
+which makes the same decisions as one Python HostAgent per host (tests/test_batch.py)
+without building per-VM objects. The world
 is driven directly — engine tick, event clock, controller — without World's per-tick
 per-VM statistics, which would cost memory, not insight, at this size.
 
@@ -34,9 +35,9 @@ from typing import Any
 
 import numpy as np
 import yaml
+from batch_controller import BatchController
 
 from sova.scenario import Scenario, Workload, parse_scenario
-from sova.sim.batch import BatchController
 from sova.sim.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -60,7 +60,7 @@ UTILISATION_SLACK: Final = 0.05
 
 # Volume is 1/Π(1-u): clamping keeps a saturated resource large but finite (≤ 1e9), so hosts
 # can still be ranked and logged instead of dividing by zero.
-_VOLUME_CLAMP: Final = 1.0 - 1e-3
+VOLUME_CLAMP: Final = 1.0 - 1e-3
 
 
 def _check_utilisation(name: str, value: float) -> float:
@@ -146,7 +146,7 @@ def volume(cpu: float, mem: float, net: float) -> float:
     """Sandpiper's volume ``1 / ((1-cpu)(1-mem)(1-net))``: 1 when idle, large when saturated."""
     product = 1.0
     for name, value in (("cpu", cpu), ("mem", mem), ("net", net)):
-        product *= 1.0 - min(_check_utilisation(name, value), _VOLUME_CLAMP)
+        product *= 1.0 - min(_check_utilisation(name, value), VOLUME_CLAMP)
     return 1.0 / product
 
 
