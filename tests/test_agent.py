@@ -29,6 +29,7 @@ from sova.model import (
     VMCounters,
     VMState,
 )
+from sova.policy.operation import Operation
 
 GIB = 1024 * MIB
 
@@ -494,6 +495,8 @@ def test_agent_end_to_end_busiest_network_vm_gets_the_vf() -> None:
     assert report.decision.reasons["batch"].startswith("filtered")
     assert report.factors["web"].io_degree == pytest.approx(95.0)
     assert report.planned == [AttachVF("web")]
+    # the Operation Table it decided (Alg. 1), returned rather than left to be re-derived
+    assert report.operations == {"batch": Operation.VNIC, "db": Operation.VNIC, "web": Operation.VF}
     world.advance(10.0)
     run(agent, world, 6)
     assert world.holders() == {"web"}
@@ -582,6 +585,7 @@ def test_agent_migration_signal_revokes_the_vf_then_migrates() -> None:
     report = agent.step()
     assert report.migrating == {"web": "h2"}
     assert report.decision is not None and "web" not in report.decision.pq
+    assert report.operations == {"batch": Operation.VNIC, "db": Operation.VF, "web": Operation.VLM}
     # the VF is revoked first (a VM with a plain VF cannot live-migrate); nothing else yet
     assert drv.submitted() == [AttachVF("web"), DetachVF("web")]
     world.advance(2.0)
