@@ -20,7 +20,9 @@ get a surge of bulk traffic for 10-20 minutes, so that hotspots form and VMs mig
 Measured on the shared 2-core development machine (AMD EPYC), seed 1, median of 5 runs
 after a warm-up: the simulated hour in 30.9 s = 2.33 M VM-steps/s (target >= 1 M); the whole
 process 32.5 s wall, 30.8 s CPU, peak RSS 161 MiB (target < 2 GB). The run is deterministic:
-620 hot host-rounds, 311 migrations, 7,469 VF attaches and 3,470 detaches in every run.
+616 hot host-rounds, 308 migrations, 6,842 VF attaches and 2,842 detaches in every run
+(recounted for issue 9, unchanged by moving the harness; under a load average of 16 the
+same hour took 39 s of CPU and a 165 MiB peak).
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ class PolicySpec(_Strict):
 
 
 class ProfileSpec(_Strict):
-    """Hardware profile of the simulated world; one per paper (SPEC §7)."""
+    """Hardware profile of the simulated world; one per paper (docs/design.md#profiles)."""
 
     name: str = "generic-10gbe"
     hotplug_attach: Duration = 2.0
@@ -494,7 +494,7 @@ def _resolve_profile(data: Any, path: Path) -> Any:
     """``profile: NAME`` refers to ``profiles/NAME.yaml`` beside the scenario (or one up).
 
     One hardware profile per paper, calibrated once and shared by all of that paper's
-    experiments (SPEC §7), so scenarios name it instead of copying its numbers.
+    experiments (docs/design.md#profiles), so scenarios name it instead of copying its numbers.
     """
     if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
         return data

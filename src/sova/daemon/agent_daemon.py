@@ -10,7 +10,7 @@ needs:
   the directive in the response applied at most once per id and acknowledged in the next
   report, and each signalled migration's end reported so its lease is released. When the
   manager is unreachable nothing piles up: the agent keeps scheduling VFs and bandwidth
-  locally (SPEC §1) and simply resumes reporting when the manager answers again;
+  locally (docs/design.md#loop) and simply resumes reporting when the manager answers again;
 * **restart safety**: on start the agent adopts what the driver says is in flight — a VM
   already migrating stays labelled VLM (never re-granted a VF, never migrated twice) until
   the driver shows it gone or back, and current VF holders and rate limits are taken as

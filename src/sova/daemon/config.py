@@ -105,7 +105,7 @@ class HostAuth(_Strict):
 
 
 class PlannerSettings(_Strict):
-    """Hotspot detection and cold-spot planning (SPEC §6)."""
+    """Hotspot detection and cold-spot planning (docs/design.md#hotspots)."""
 
     alpha: float = Field(default=0.75, gt=0, le=1)
     k: int = Field(default=3, ge=1, le=100)
