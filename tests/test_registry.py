@@ -1,7 +1,7 @@
 """A VF policy and a bandwidth allocator plugged in from this file alone (issue 9, item 2).
 
-Both are registered at run time, then named in a scenario, an agent's TOML settings and a
-testbed scenario: every world's validation accepts them, and ``sova simulate`` (in
+Both are registered at run time, then named in a scenario, an agent's TOML settings, the
+demo's choice of policy and a testbed scenario: every world's validation accepts them, and ``sova simulate`` (in
 process) really runs them — the toy VF policy grants the VF to the *quietest* VM, which
 no shipped policy does, and the toy allocator caps every VM at a quarter of the link.
 Unknown names are refused with the field and the value.
@@ -22,9 +22,10 @@ from sova.agent.registry import ALLOCATORS, VF_POLICIES, register_allocator, reg
 from sova.agent.vf_policies import Desired, VFContext, VFPolicy
 from sova.cli import app
 from sova.daemon.config import ConfigError, load_agent_settings
+from sova.daemon.demo import pick_policy
 from sova.policy.bandwidth import Allocation, FlowDemand
 from sova.policy.vfsched import VFDecision
-from sova.scenario import ScenarioError, parse_scenario
+from sova.scenario import ScenarioError, load_scenario, parse_scenario
 from sova.testbed.scenario import TestbedScenarioError, parse_testbed_scenario
 
 GBIT = 1e9
@@ -43,6 +44,13 @@ class QuietestFirst(VFPolicy):
         return None, ctx.with_tiers(by_demand[: ctx.actual.host.nic.vf_pool])
 
 
+class QuietestMigrating(QuietestFirst):
+    """Toy: the same, plus the manager's hotspot migrations (it says so; nothing tests names)."""
+
+    name = "toy-quietest-migrating"
+    uses_manager = True
+
+
 class QuarterLink:
     """Toy: every VM capped at a quarter of the link, whatever it asks for."""
 
@@ -55,11 +63,13 @@ class QuarterLink:
 @pytest.fixture
 def toys() -> Iterator[None]:
     register_vf_policy(QuietestFirst)
+    register_vf_policy(QuietestMigrating)
     register_allocator(QuarterLink.name, QuarterLink)
     try:
         yield
     finally:
         VF_POLICIES.pop(QuietestFirst.name)
+        VF_POLICIES.pop(QuietestMigrating.name)
         ALLOCATORS.pop(QuarterLink.name)
 
 
@@ -109,6 +119,18 @@ def test_agent_settings_accept_the_plugged_in_policies(toys: None) -> None:
     controller = {"vf_policy": "toy-quietest", "bandwidth_policy": "toy-quarter"}
     s = load_agent_settings(None, environ={}, overrides={"controller": controller})
     assert (s.controller.vf_policy, s.controller.bandwidth_policy) == tuple(controller.values())
+
+
+def test_the_demo_validates_and_prefers_a_plugged_in_policy_that_uses_the_manager(
+    toys: None, tmp_path: Path
+) -> None:
+    data = scenario("dsr-iov", "toy-quarter")
+    data["compare"] = ["toy-quietest", "toy-quietest-migrating", "dsr-iov"]
+    path = tmp_path / "toys.yaml"
+    path.write_text(yaml.safe_dump(data))
+    scn = load_scenario(path)
+    assert pick_policy(scn, None).vf == "toy-quietest-migrating"
+    assert pick_policy(scn, "toy-quietest").bandwidth == "toy-quarter"
 
 
 def test_testbed_scenario_accepts_the_plugged_in_policies(toys: None) -> None:
