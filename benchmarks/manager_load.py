@@ -5,7 +5,7 @@
 Starts a real manager (uvicorn, its own process, SQLite store in a temporary directory,
 planning every period) on 127.0.0.1 and drives it with an open-loop asyncio/httpx load
 generator: each simulated host sends one compact report per period at its own phase, so
-10,000 hosts at 10 s is a steady 1,000 reports/s, the SPEC's target. Prints the sustained
+10,000 hosts at 10 s is a steady 1,000 reports/s, the target of docs/design.md#experiments. Prints the sustained
 rate and the latency distribution measured at the client, plus the manager's own view
 (planning rounds and their duration, store writes) from its /metrics.
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from sova.agent.config import ControllerConfig
 from sova.agent.executor import Executor, Outcome
-from sova.agent.loop import AgentConfig, HostAgent, plan_actions
+from sova.agent.loop import HostAgent, plan_actions
 from sova.driver.base import DriverError, DriverRequest, MockDriver, OpState, OpStatus
 from sova.model import (
     MIB,
@@ -28,6 +29,7 @@ from sova.model import (
     VMCounters,
     VMState,
 )
+from sova.policy.operation import Operation
 
 GIB = 1024 * MIB
 
@@ -493,6 +495,8 @@ def test_agent_end_to_end_busiest_network_vm_gets_the_vf() -> None:
     assert report.decision.reasons["batch"].startswith("filtered")
     assert report.factors["web"].io_degree == pytest.approx(95.0)
     assert report.planned == [AttachVF("web")]
+    # the Operation Table it decided (Alg. 1), returned rather than left to be re-derived
+    assert report.operations == {"batch": Operation.VNIC, "db": Operation.VNIC, "web": Operation.VF}
     world.advance(10.0)
     run(agent, world, 6)
     assert world.holders() == {"web"}
@@ -506,7 +510,7 @@ def test_agent_dry_run_submits_nothing() -> None:
     world = HostWorld(LOADS3, pool=1)
     drv = MockDriver(world)
     seen: list[Outcome] = []
-    agent = HostAgent(drv, AgentConfig(dry_run=True), on_outcome=seen.append)
+    agent = HostAgent(drv, ControllerConfig(), on_outcome=seen.append, dry_run=True)
     run(agent, world, 4)
     assert drv.submitted() == []
     assert world.holders() == frozenset()
@@ -573,7 +577,7 @@ def test_agent_keeps_the_vf_when_backup_is_down() -> None:
 def test_agent_migration_signal_revokes_the_vf_then_migrates() -> None:
     world = HostWorld(LOADS3, pool=1)
     drv = MockDriver(world)
-    agent = HostAgent(drv, AgentConfig(vf_policy="sova"))
+    agent = HostAgent(drv, ControllerConfig(vf_policy="sova"))
     run(agent, world, 4)
     assert world.holders() == {"web"}
     # t=40: web got its VF at t=20, still inside its 30 s dwell; the manager moves it to h2
@@ -581,6 +585,7 @@ def test_agent_migration_signal_revokes_the_vf_then_migrates() -> None:
     report = agent.step()
     assert report.migrating == {"web": "h2"}
     assert report.decision is not None and "web" not in report.decision.pq
+    assert report.operations == {"batch": Operation.VNIC, "db": Operation.VF, "web": Operation.VLM}
     # the VF is revoked first (a VM with a plain VF cannot live-migrate); nothing else yet
     assert drv.submitted() == [AttachVF("web"), DetachVF("web")]
     world.advance(2.0)

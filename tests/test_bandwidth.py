@@ -1,4 +1,4 @@
-"""Table-driven tests of the bandwidth allocators (SPEC §5, rows D1 and Q3/Q4 of §7).
+"""Table-driven tests of the bandwidth allocators (docs/design.md#bandwidth, rows D1 and Q3/Q4 of #experiments).
 
 Rates are written in Mbit/s or Gbit/s in the tables and converted here; the arithmetic
 behind each expected number is in the comment next to it.
@@ -112,12 +112,12 @@ def test_d1_dba_vm_packet_rate_slas_with_64_byte_packets() -> None:
     vm2 = got["vm2"].effective_bps(1500) / MBIT
     vm3 = got["vm3"].effective_bps(64) / MBIT
     # VM1: 20e3 pkt/s * 64 B * 8 = 10.24 Mbit/s. The paper measured 9.1 Mbit/s (§V) and
-    # SPEC says "about 9-10": iperf counts payload, not the 64-byte frame, and the
+    # docs/design.md#exp-d1 says "about 9-10": iperf counts payload, not the 64-byte frame, and the
     # guests did not quite reach their packet caps; 10.24 is the ceiling that the
     # packet SLA implies.
     assert vm1 == pytest.approx(10.24)
     assert 9.0 <= vm1 <= 10.5
-    # VM3: 60e3 * 64 * 8 = 30.72 Mbit/s; the paper measured 22 (SPEC range 22-31: its
+    # VM3: 60e3 * 64 * 8 = 30.72 Mbit/s; the paper measured 22 (design range 22-31: its
     # VM3 sent ~43 kpps, below the 60 kpps cap, competing for the ~190 kpps driver
     # domain).
     assert vm3 == pytest.approx(30.72)
@@ -312,7 +312,7 @@ DAQS_SCRIPT: list[tuple[str, list[FlowDemand], float | None, dict[str, float]]] 
     # Raise again: 39.7 + 0.3 = 40.0, the ceiling (the link rate).
     ("raise to link", daqs_demands(16, b1=12), 40.0, {"b1": 40.0, "b2": 19.7}),
     ("ceiling", daqs_demands(16, b1=12), 40.0, {"b1": 40.0, "b2": 19.7}),
-    # G = 0.8 < 1: remove all caps, b2's stale one too (SPEC; the code forgets it).
+    # G = 0.8 < 1: remove all caps, b2's stale one too (docs/design.md#daqs; the code forgets it).
     ("G < 1 removes caps", daqs_demands(0.8, b1=12, b2=0.5), None, {}),
     # G = 20 > 15.65 while uncapped: raising "no cap" stays uncapped (the code would
     # add 0.3 to its -1 sentinel and reach a 0.2 Gbit/s cap after four periods).

@@ -1,6 +1,6 @@
-"""The batch controller makes exactly the scalar policy's decisions (issue 3, scale).
+"""The batch benchmark harness makes exactly the scalar policy's decisions (issue 3, scale).
 
-BatchController exists only for speed, so equality is demanded, not closeness: each
+BatchController (benchmarks/batch_controller.py) exists only for speed, so equality is demanded, not closeness: each
 vectorised function is fed random inputs alongside the scalar function it replaces
 (sensing.HostSensor, vfsched.schedule, HotspotDetector.assess, hotness, plan_actions) and
 must return identical floats and decisions. The end-to-end test then runs a small
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -41,7 +42,12 @@ from sova.policy.hotspot import HotspotDetector, Utilisation, hotness
 from sova.policy.sensing import HostSensor
 from sova.policy.vfsched import Candidate, VFSchedulerConfig, schedule
 from sova.scenario import Scenario, parse_scenario
-from sova.sim.batch import (
+from sova.sim.world import World
+
+ROOT = Path(__file__).resolve().parents[1]
+# The harness is a benchmark script's module, not part of the package.
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from batch_controller import (  # noqa: E402
     BatchController,
     BatchSensor,
     assess_batch,
@@ -49,9 +55,6 @@ from sova.sim.batch import (
     plan_batch,
     schedule_batch,
 )
-from sova.sim.world import World
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- sensing
 
@@ -436,6 +439,27 @@ def test_batch_refuses_what_it_does_not_model() -> None:
     policy = scn.policy_specs[0].model_copy(update={"bandwidth": "sova"})
     with pytest.raises(ValueError, match="bandwidth"):
         BatchController.for_world(World(scn, policy, with_agents=False).engine, scn, policy)
+
+
+@pytest.mark.parametrize(
+    ("manager", "refused"),
+    [
+        ({"restart_window_after_migration": True}, "manager.restart_window_after_migration=True"),
+        ({"return_tabu": 300.0}, "manager.return_tabu=300"),
+    ],
+)
+def test_batch_refuses_manager_options_it_does_not_model(
+    manager: dict[str, object], refused: str
+) -> None:
+    # It once dropped these silently and answered like a manager without them.
+    base = small_world(0.0, 1)
+    m = base.controller.manager.model_copy(update=manager)
+    scn = base.model_copy(update={"controller": base.controller.model_copy(update={"manager": m})})
+    policy = scn.policy_specs[0]
+    engine = World(scn, policy, with_agents=False).engine
+    with pytest.raises(ValueError, match=refused.replace(".", r"\.")) as e:
+        BatchController.for_world(engine, scn, policy)
+    assert "sova simulate" in str(e.value)
 
 
 def test_sim_scale_script_runs_small() -> None:

@@ -1,4 +1,4 @@
-"""Hotspot detection and migration planning (SPEC §6; Sova eq. 5-6, Alg. 1-2, Fig. 5)."""
+"""Hotspot detection and migration planning (docs/design.md#hotspots; Sova eq. 5-6, Alg. 1-2, Fig. 5)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_hotness_metric_is_selectable_and_volume_is_default() -> None:
     saturated = u(1.0, 1.0, 1.0)
     assert hotness(saturated) == pytest.approx(1e9)
     assert hotness(saturated, "volume") == hotness(saturated, HotnessMetric.VOLUME)
-    # The reason SPEC §6 refuses eq. 5 as a hotness measure: a saturated host scores 0.
+    # The reason docs/design.md#hotness refuses eq. 5 as a hotness measure: a saturated host scores 0.
     assert hotness(saturated, "skewness") == 0.0
     with pytest.raises(ValueError):
         hotness(saturated, "sheer-volume")
@@ -333,10 +333,10 @@ def test_skewness_ranking_prefers_a_uniformly_busy_host() -> None:
 #            HM2: .7 + .4 = 1.1, so no cold spot and no migration.
 #   stage 3: HM2 = .3 + .2 = .5, HM3 still .8, hot. VM1 again. HM2 has .5 < α now and
 #            .5 + .4 = .9 after receiving. That is within the link (ceiling 1.0) but above α,
-#            and even above HM3's own .8. The SPEC's "stays below α after receiving" rule
+#            and even above HM3's own .8. The design's "stays below α after receiving" rule
 #            (ceiling = α) therefore refuses it, and no α can satisfy both .8 > α (HM3 hot)
 #            and .9 < α. The paper's move comes from Alg. 2 line 8, which checks the target's
-#            current load only. We reproduce it with ceiling = 1.0 and show the SPEC default
+#            current load only. We reproduce it with ceiling = 1.0 and show the design default
 #            separately.
 
 HOST_RAM = 8 * 1024 * MIB

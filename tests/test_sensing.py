@@ -1,4 +1,4 @@
-"""Sensing (SPEC §2): cumulative counters -> period stats -> io/net factors -> HostSensor."""
+"""Sensing (docs/design.md#sensing): cumulative counters -> period stats -> io/net factors -> HostSensor."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""VF rate tiers (SPEC §4, DSR-IOV eq. 7): ladder, assignment and fitting from demand."""
+"""VF rate tiers (docs/design.md#tiers, DSR-IOV eq. 7): ladder, assignment and fitting from demand."""
 
 from __future__ import annotations
 

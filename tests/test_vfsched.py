@@ -1,4 +1,4 @@
-"""DSR-IOV VF scheduling (SPEC §3): I/O filter, tolerance ranking, PQ with hysteresis and dwell."""
+"""DSR-IOV VF scheduling (docs/design.md#vf-scheduling): I/O filter, tolerance ranking, PQ with hysteresis and dwell."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The orderings Sova Table 1 and DSR-IOV Table 2 establish, checked on a run.
 
-Acceptance is by decisions and orderings, not by the papers' exact values (SPEC §2): the
+Acceptance is by decisions and orderings, not by the papers' exact values (docs/design.md#sensing-acceptance): the
 papers' absolute IF/NF numbers depend on XenMon's and netperf's internals, but the
 orderings are what the scheduler relies on.
 """

@@ -117,7 +117,7 @@ def _libvirt_dry_run(settings: Any) -> int:
     from sova.driver.inventory_report import dry_run
     from sova.model import Action
 
-    cfg = settings.controller.to_agent_config(True)
+    cfg = settings.controller
 
     def plan(drv: Any) -> list[Action | tuple[Action, str]]:
         verdicts: dict[Action, str] = {}
@@ -126,9 +126,9 @@ def _libvirt_dry_run(settings: Any) -> int:
             if o.result != "dry-run":  # e.g. blocked: the executor would refuse it
                 verdicts[o.action] = f"{o.result}: {o.detail}"
 
-        agent = HostAgent(drv, cfg, on_outcome=note)
+        agent = HostAgent(drv, cfg, on_outcome=note, dry_run=True)
         agent.step()
-        time.sleep(min(2.0, cfg.period_s))  # a second sample gives the sensor one period
+        time.sleep(min(2.0, cfg.period))  # a second sample gives the sensor one period
         verdicts.clear()
         planned = agent.step().planned
         return [(a, verdicts[a]) if a in verdicts else a for a in planned]

@@ -36,6 +36,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from sova.agent.registry import vf_policy
 from sova.scenario import PolicySpec, Scenario, ScenarioError, load_scenario
 
 DEFAULT_SCENARIO = Path("scenarios/sova-fig5.yaml")
@@ -66,10 +67,10 @@ def sim_agent_wiring(settings: Any, *, speed: float | None, policy: str | None) 
         raise ConfigError(f"host: {host!r} is not in {settings.connect} ({world.hosts})")
     sdrv = world.driver(host)
     cfg = agent_config(scn, spec)
-    bw = cfg.bandwidth_period_s if cfg.bandwidth_policy != "none" else None
+    bw = cfg.bandwidth_period if cfg.bandwidth_policy != "none" else None
     return Wiring(
         sdrv,
-        lambda stop: LocalSimTicker(world, scn.tick, cfg.period_s, bw, scn.duration, speed, stop),
+        lambda stop: LocalSimTicker(world, scn.tick, cfg.period, bw, scn.duration, speed, stop),
         config=cfg,
     )
 
@@ -87,12 +88,11 @@ def pick_policy(scn: Scenario, name: str | None) -> PolicySpec:
             if p.name == name:
                 return p
         raise ValueError(f"--policy: {name!r} is not in {[p.name for p in specs]}")
-    # The demo's point is the control plane: prefer the policy that uses the manager.
-    for vf in ("sova", "migration-only"):
-        for p in specs:
-            if p.vf == vf:
-                return p
-    return specs[-1]
+    # The demo's point is the control plane: prefer a policy that uses the manager, and
+    # among those one that also schedules VFs (the whole loop).
+    users = [p for p in specs if vf_policy(p.vf).uses_manager]
+    users.sort(key=lambda p: not vf_policy(p.vf).grants_vfs)
+    return users[0] if users else specs[-1]
 
 
 def manager_toml(scn: Scenario, tokens: dict[str, str], db: Path, port: int) -> str:
@@ -145,7 +145,7 @@ class Cluster:
     def __post_init__(self) -> None:
         hosts = [h.name for h in self.scn.hosts]
         self.tokens = {h: secrets.token_urlsafe(24) for h in hosts}
-        self.uses_manager = self.policy.vf in ("sova", "migration-only") and len(hosts) > 1
+        self.uses_manager = vf_policy(self.policy.vf).uses_manager and len(hosts) > 1
         self.log_dir = self.log_dir or self.workdir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
 

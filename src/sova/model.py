@@ -73,7 +73,7 @@ class ResourceTuple:
 
 @dataclass(frozen=True)
 class SLA:
-    """One VM's network SLA, the single format every bandwidth allocator reads (SPEC §5)."""
+    """One VM's network SLA, the single format every bandwidth allocator reads (docs/design.md#sla)."""
 
     bandwidth: ResourceTuple = field(default_factory=ResourceTuple)  # bit/s
     max_pps: float | None = None  # packets/s over all the VM's interfaces

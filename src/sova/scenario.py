@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -23,15 +22,18 @@ from pydantic import (
 )
 
 from sova import model
-from sova.policy.vfsched import VFSchedulerConfig
-from sova.units import parse_duration, parse_rate, parse_size
+from sova.agent.config import ControllerConfig
+from sova.agent.config import ManagerSpec as ManagerSpec
+from sova.agent.config import SchedulerSpec as SchedulerSpec
+from sova.agent.config import SensingSpec as SensingSpec
+from sova.agent.registry import check_bandwidth_policy, check_vf_policy
+from sova.units import Duration as Duration
+from sova.units import Fraction as Fraction
+from sova.units import Rate as Rate
+from sova.units import Size as Size
 
-Rate = Annotated[float, BeforeValidator(parse_rate), Field(ge=0)]
-Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-Fraction = Annotated[float, Field(ge=0, le=1)]
-
-VF_POLICIES = ("default", "static-sriov", "dsr-iov", "sova")
+# The controller's schema is the agent's, one for every world; scenarios re-export it.
+ControllerSpec = ControllerConfig
 
 
 class ScenarioError(ValueError):
@@ -160,97 +162,27 @@ class Phase(_Strict):
     vms: dict[str, Workload]
 
 
-class SchedulerSpec(_Strict):
-    io_filter: Literal["threshold", "top-q"] = "threshold"
-    io_threshold: float = 65.0
-    top_q: int = Field(default=0, ge=0)
-    io_metric: Literal["io_degree", "if"] = "io_degree"
-    net_metric: Literal["net_degree", "nf"] = "net_degree"
-    tolerance: float = Field(default=0.10, ge=0)
-    hysteresis: float = Field(default=0.05, ge=0)
-    min_dwell: Duration = 30.0
-
-    def to_config(self) -> VFSchedulerConfig:
-        return VFSchedulerConfig(
-            io_filter=self.io_filter,
-            io_threshold=self.io_threshold,
-            top_q=self.top_q,
-            io_metric=self.io_metric,
-            net_metric=self.net_metric,
-            tolerance=self.tolerance,
-            hysteresis=self.hysteresis,
-            min_dwell_s=self.min_dwell,
-        )
-
-
-class SensingSpec(_Strict):
-    window: int = Field(default=6, ge=1, le=1000)
-    epsilon: Fraction = 0.7
-    traffic_threshold: Rate = 10_000.0
-
-
-class ManagerSpec(_Strict):
-    """Hotspot detection and planning (SPEC §6; Sova's implementation: 3 of 5)."""
-
-    alpha: float = Field(default=0.75, gt=0, le=1)
-    k: int = Field(default=3, ge=1)
-    n: int = Field(default=5, ge=1)
-    metric: Literal["volume", "skewness"] = "volume"
-    # Limit on the target after receiving the VM; null = alpha (SPEC §6), 1.0 = "it fits".
-    ceiling: float | None = Field(default=None, gt=0, le=1)
-    migration_bandwidth: Rate | None = None
-    # After a migration, restart the source's and target's windows (drop the reports that
-    # describe the old placement and the copy traffic). Off = judge the raw last n reports.
-    restart_window_after_migration: bool = False
-    # Anti-ping-pong: a VM is not sent back to a host it left less than this long ago (0 = off).
-    return_tabu: Duration = 0.0
-
-    @model_validator(mode="after")
-    def _k_le_n(self) -> ManagerSpec:
-        if self.k > self.n:
-            raise ValueError(f"k ({self.k}) must be <= n ({self.n})")
-        return self
-
-
-class ControllerSpec(_Strict):
-    period: Duration = 10.0
-    vf_policy: Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"] = "dsr-iov"
-    bandwidth_policy: Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"] = (
-        "none"
-    )
-    bandwidth_period: Duration = 1.0
-    probe: float = Field(default=0.10, ge=0, le=1)
-    static_caps: dict[str, Rate] = Field(default_factory=dict)
-    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
-    sensing: SensingSpec = Field(default_factory=SensingSpec)
-    manager: ManagerSpec = Field(default_factory=ManagerSpec)
-    max_ops_per_period: int = Field(default=4, ge=1)
-    op_timeout: Duration = 30.0
-    migration_timeout: Duration = 600.0
-    max_retries: int = Field(default=3, ge=0)
-    # static-sriov only: VMs boot with their VFs (a hostdev in the domain XML) instead of
-    # having them hot-plugged at the first period, so a run has no virtio warm-up.
-    boot_vfs: bool = False
-
-    @field_validator("period")
-    @classmethod
-    def _positive(cls, v: float) -> float:
-        if v <= 0:
-            raise ValueError("must be > 0")
-        return v
-
-
 class PolicySpec(_Strict):
     """One compared policy: a VF policy and a bandwidth policy under one name."""
 
     name: str
-    vf: Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"] = "default"
-    bandwidth: Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"] = "none"
+    vf: str = "default"
+    bandwidth: str = "none"
     static_caps: dict[str, Rate] = Field(default_factory=dict)
+
+    @field_validator("vf")
+    @classmethod
+    def _vf(cls, v: str) -> str:
+        return check_vf_policy(v)
+
+    @field_validator("bandwidth")
+    @classmethod
+    def _bandwidth(cls, v: str) -> str:
+        return check_bandwidth_policy(v)
 
 
 class ProfileSpec(_Strict):
-    """Hardware profile of the simulated world; one per paper (SPEC §7)."""
+    """Hardware profile of the simulated world; one per paper (docs/design.md#profiles)."""
 
     name: str = "generic-10gbe"
     hotplug_attach: Duration = 2.0
@@ -376,14 +308,20 @@ class Scenario(_Strict):
     vm_groups: list[VMGroup] = Field(default_factory=list)
     workload: list[Phase] = Field(default_factory=list)
     controller: ControllerSpec = Field(default_factory=ControllerSpec)
-    compare: list[
-        PolicySpec | Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"]
-    ] = Field(default_factory=list)
+    compare: list[PolicySpec | str] = Field(default_factory=list)
     sweep: SweepSpec | None = None
     sweep_value: float | int | str | None = None
     profile: ProfileSpec = Field(default_factory=ProfileSpec)
     paper: PaperSpec = Field(default_factory=PaperSpec)
     metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("compare")
+    @classmethod
+    def _compare_names(cls, v: list[PolicySpec | str]) -> list[PolicySpec | str]:
+        for p in v:
+            if isinstance(p, str):
+                check_vf_policy(p)
+        return v
 
     @model_validator(mode="after")
     def _expand_groups(self) -> Scenario:
@@ -556,7 +494,7 @@ def _resolve_profile(data: Any, path: Path) -> Any:
     """``profile: NAME`` refers to ``profiles/NAME.yaml`` beside the scenario (or one up).
 
     One hardware profile per paper, calibrated once and shared by all of that paper's
-    experiments (SPEC §7), so scenarios name it instead of copying its numbers.
+    experiments (docs/design.md#profiles), so scenarios name it instead of copying its numbers.
     """
     if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
         return data

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
 
 _RATE = {
     "": 1.0,
@@ -80,3 +83,11 @@ def parse_size(value: object) -> int:
 def parse_duration(value: object) -> float:
     """seconds"""
     return _parse(value, _TIME, "duration")
+
+
+# Field types for the pydantic schemas (scenarios, the controller, the daemons' TOML): a
+# value is parsed from its human form, then bounded.
+Rate = Annotated[float, BeforeValidator(parse_rate), Field(ge=0)]
+Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]

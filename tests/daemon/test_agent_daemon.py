@@ -20,10 +20,10 @@ def _settings(**kw: Any) -> AgentSettings:
         "host": "h1",
         "report_retries": 0,
         "controller": {
-            "period_s": 10,
+            "period": 10,
             "vf_policy": "sova",
-            "window": 3,
-            "migration_timeout_s": 60,
+            "sensing": {"window": 3},
+            "migration_timeout": 60,
             "scheduler": {"min_dwell": 0},
         },
     }

@@ -1,4 +1,4 @@
-"""``sova demo`` reproduces SPEC row S5 through real processes and HTTP, and its output
+"""``sova demo`` reproduces docs/design.md#exp-s5 through real processes and HTTP, and its output
 files equal an in-process ``sova simulate`` run of the same scenario and policy."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §7 rows D1, Q3, Q4 and P1, each from one `sova simulate` run of its scenario file.
+"""docs/design.md#experiments rows D1, Q3, Q4 and P1, each from one `sova simulate` run of its scenario file.
 
 The bandwidth allocators are unit-tested in tests/test_bandwidth.py; here they run in
 closed loop on the simulated NIC (measured counters -> allocator -> guest limits), and the

@@ -1,4 +1,4 @@
-"""DSR-IOV performance experiments (SPEC §7 rows F7a-F7d), checked from `sova simulate` output.
+"""DSR-IOV performance experiments (docs/design.md#experiments rows F7a-F7d), checked from `sova simulate` output.
 
 Each test runs the whole scenario file (every sweep point: the runs are short) through the
 CLI and reads summary.json, so what is asserted is what an operator would see. All four
@@ -74,7 +74,7 @@ def test_f7b_delay_21_to_58_percent_lower_above_100_req_s(tmp_path: Path) -> Non
 
 def test_f7c_dsr_iov_near_line_rate_default_falls(tmp_path: Path) -> None:
     pts = sweep(tmp_path, "dsr-iov-fig7c.yaml")
-    line = 9480.0  # TCP goodput of 10 GbE (SPEC §8, Dong et al.)
+    line = 9480.0  # TCP goodput of 10 GbE (docs/design.md#calibration, Dong et al.)
     ns = sorted(pts)
     for n in ns:
         # DSR-IOV near line rate at every size (>= 99 %; the first ~12 s are on virtio)

@@ -1,4 +1,4 @@
-"""Sova paper cluster experiments (SPEC §7 rows S5, S6, S7), checked from `sova simulate` output.
+"""Sova paper cluster experiments (docs/design.md#experiments rows S5, S6, S7), checked from `sova simulate` output.
 
 Each test runs the scenario file through the CLI and reads events.csv / summary.json, so
 what is asserted is what an operator would see. S7 runs a subset of the sweep points (the

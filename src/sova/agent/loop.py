@@ -23,11 +23,13 @@ Two more loops share the executor:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
+from sova.agent.config import ControllerConfig
 from sova.agent.executor import Executor, Outcome
+from sova.agent.registry import make_allocator, vf_policy
+from sova.agent.vf_policies import VFContext
 from sova.driver.base import Driver
 from sova.model import (
     Action,
@@ -40,11 +42,10 @@ from sova.model import (
     SetGuestRateLimit,
     SetVFRate,
 )
-from sova.policy.bandwidth import ALLOCATORS, BandwidthAllocator, FlowDemand, StaticAllocator
+from sova.policy.bandwidth import FlowDemand
 from sova.policy.hotspot import HostReport, Utilisation, VMLoad
-from sova.policy.operation import Migration, algorithm1
+from sova.policy.operation import Migration, Operation, algorithm1
 from sova.policy.sensing import (
-    DEFAULT_TRAFFIC_THRESHOLD_BPS,
     HostSensor,
     LoadShares,
     RateMeter,
@@ -52,34 +53,7 @@ from sova.policy.sensing import (
     host_load,
     vm_loads,
 )
-from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
-
-VFPolicy = Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"]
-BandwidthPolicy = Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"]
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    period_s: float = 10.0
-    vf_policy: VFPolicy = "dsr-iov"
-    scheduler: VFSchedulerConfig = field(default_factory=VFSchedulerConfig)
-    window: int = 6
-    epsilon: float = 0.7
-    traffic_threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS
-    max_ops_per_period: int = 4
-    op_timeout_s: float = 30.0
-    migration_timeout_s: float = 600.0
-    max_retries: int = 3
-    dry_run: bool = False
-    bandwidth_policy: BandwidthPolicy = "none"
-    bandwidth_period_s: float = 1.0
-    # A VM sending at >= (1 - probe) of its cap may want more: ask for (1 + probe) x.
-    probe: float = 0.10
-    static_caps_bps: Mapping[str, float] = field(default_factory=dict)
-    hotness_metric: str = "volume"
-    migration_bandwidth_bps: float | None = None
-    # Where limits are enforced: "guest" = tc in the guest (DAQS), "host" = VF/tap shaping.
-    history: int = 5
+from sova.policy.vfsched import Candidate, VFDecision
 
 
 @dataclass(frozen=True)
@@ -92,6 +66,9 @@ class StepReport:
     planned: Sequence[Action]
     load: LoadShares | None = None
     migrating: Mapping[str, str] = field(default_factory=dict)
+    # Alg. 1's Operation Table as decided this period: VF, VNIC or VLM for every VM on the
+    # host (a policy that does not grant VFs leaves them where they are: VF as found).
+    operations: Mapping[str, Operation] = field(default_factory=dict)
 
 
 def plan_actions(
@@ -133,32 +110,45 @@ def plan_actions(
     return actions[:max_ops]
 
 
-def make_allocator(config: AgentConfig) -> BandwidthAllocator | None:
-    if config.bandwidth_policy == "none":
-        return None
-    if config.bandwidth_policy == "ip-link-static":
-        return StaticAllocator(config.static_caps_bps)
-    return ALLOCATORS[config.bandwidth_policy]()
+def operation_table(
+    actual: Inventory,
+    desired: Collection[str],
+    leaving: Collection[str],
+    grants_vfs: bool = True,
+) -> dict[str, Operation]:
+    """Alg. 1's label for every VM on the host: VLM if it leaves (chosen here or already
+    migrating), VF if it is to hold one, VNIC otherwise."""
+    out = {}
+    for vm, st in sorted(actual.vms.items()):
+        if vm in leaving or st.migrating:
+            out[vm] = Operation.VLM
+        elif vm in desired if grants_vfs else st.nic is NicKind.VF:
+            out[vm] = Operation.VF
+        else:
+            out[vm] = Operation.VNIC
+    return out
 
 
 class HostAgent:
     def __init__(
         self,
         driver: Driver,
-        config: AgentConfig | None = None,
+        config: ControllerConfig | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
+        dry_run: bool = False,
     ) -> None:
         self.driver = driver
-        self.config = config or AgentConfig()
-        self.sensor = HostSensor(
-            self.config.window, self.config.epsilon, self.config.traffic_threshold_bps
-        )
+        self.config = config or ControllerConfig()
+        self.vf_policy = vf_policy(self.config.vf_policy)()
+        self.scheduler = self.config.scheduler.to_config()
+        s = self.config.sensing
+        self.sensor = HostSensor(s.window, s.epsilon, s.traffic_threshold)
         self.executor = Executor(
             driver,
-            op_timeout_s=self.config.op_timeout_s,
-            migration_timeout_s=self.config.migration_timeout_s,
+            op_timeout_s=self.config.op_timeout,
+            migration_timeout_s=self.config.migration_timeout,
             max_retries=self.config.max_retries,
-            dry_run=self.config.dry_run,
+            dry_run=dry_run,
             on_outcome=self._outcome,
         )
         self._on_outcome = on_outcome
@@ -171,7 +161,7 @@ class HostAgent:
         self._prev_sample: HostSample | None = None
         self.load_history: list[LoadShares] = []
         self.last_vm_loads: dict[str, LoadShares] = {}
-        self.allocator = make_allocator(self.config)
+        self.allocator = make_allocator(self.config.bandwidth_policy, self.config.static_caps)
         self.rate_meter = RateMeter()
         self.limits: dict[str, float | None] = {}
 
@@ -200,7 +190,7 @@ class HostAgent:
     # ----------------------------------------------------------------- decide
 
     def _candidates(self, factors: Mapping[str, VMFactors], actual: Inventory) -> list[Candidate]:
-        cfg = self.config.scheduler
+        cfg = self.scheduler
         out = []
         for vm, f in sorted(factors.items()):
             state = actual.vms.get(vm)
@@ -234,10 +224,9 @@ class HostAgent:
     def decide(
         self, factors: Mapping[str, VMFactors], actual: Inventory, now: float
     ) -> tuple[VFDecision | None, dict[str, float | None]]:
-        pool = actual.host.nic.vf_pool
-        policy = self.config.vf_policy
+        policy = self.vf_policy
         signal, self._signal = self._signal, None
-        if signal is not None and policy in ("sova", "migration-only") and not self.migrating:
+        if signal is not None and policy.uses_manager and not self.migrating:
             loads = self._vm_load_reports(actual)
             table = algorithm1(
                 self._candidates(factors, actual),
@@ -245,38 +234,22 @@ class HostAgent:
                 {},
                 0,
                 now,
-                self.config.scheduler,
+                self.scheduler,
                 signal,
-                self.config.hotness_metric,
+                self.config.manager.metric,
             )
             self.migrating.update(table.migrate)
-        if policy in ("default", "migration-only"):
-            return None, {}
-        if policy == "static-sriov":
-            # VFs handed out once, in creation order, and never moved (HYVI-style).
-            order = sorted(actual.vms.values(), key=lambda s: (s.vm.created_seq, s.vm.name))
-            chosen = [s.vm.name for s in order if s.failover_ready][:pool]
-            return None, self._with_tiers(chosen, factors, actual)
-        for vm in actual.vf_holders:
-            self.vf_since.setdefault(vm, now)
-        candidates = self._candidates(factors, actual)
-        if not any(self.sensor.windows().values()):
-            # Warm-up after a (re)start: no VM has a measured period yet, so "no traffic"
-            # only means "not measured". Keep the eligible holders instead of revoking
-            # every VF on the host and re-granting it a period later.
-            keep = [c.vm for c in candidates if c.eligible and c.vm in actual.vf_holders]
-            return None, {vm: actual.vms[vm].vf_max_bps for vm in keep}
-        holders = {vm: self.vf_since[vm] for vm in actual.vf_holders}
-        table = algorithm1(
-            candidates,
-            {},
-            holders,
-            pool,
-            now,
-            self.config.scheduler,
+        ctx = VFContext(
+            factors=factors,
+            actual=actual,
+            now=now,
+            candidates=self._candidates(factors, actual),
+            vf_since=self.vf_since,
+            measured=any(self.sensor.windows().values()),
+            scheduler=self.scheduler,
+            with_tiers=lambda chosen: self._with_tiers(chosen, factors, actual),
         )
-        assert table.decision is not None
-        return table.decision, self._with_tiers(list(table.decision.pq), factors, actual)
+        return policy.desired(ctx)
 
     def _with_tiers(
         self, chosen: Sequence[str], factors: Mapping[str, VMFactors], actual: Inventory
@@ -301,7 +274,7 @@ class HostAgent:
         load = host_load(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
         self.last_vm_loads = vm_loads(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
         if load is not None:
-            self.load_history = (self.load_history + [load])[-self.config.history :]
+            self.load_history = (self.load_history + [load])[-self.config.manager.n :]
         return load
 
     def step(self) -> StepReport:
@@ -316,8 +289,9 @@ class HostAgent:
         self._last_ranking = decision.ranking if decision else tuple(desired)
         self._ops_this_period = 0
         planned = self._reconcile(actual)
+        table = operation_table(actual, desired, self.migrating, self.vf_policy.grants_vfs)
         return StepReport(
-            now, factors, actual, decision, desired, planned, load, dict(self.migrating)
+            now, factors, actual, decision, desired, planned, load, dict(self.migrating), table
         )
 
     def poll(self) -> list[Outcome]:
@@ -359,7 +333,7 @@ class HostAgent:
             if state.nic is NicKind.VF:
                 out.append(DetachVF(vm))
             elif not state.migrating:
-                out.append(Migrate(vm, target, self.config.migration_bandwidth_bps))
+                out.append(Migrate(vm, target, self.config.manager.migration_bandwidth))
         return out
 
     # ----------------------------------------------------------------- bandwidth

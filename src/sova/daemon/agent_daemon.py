@@ -10,7 +10,7 @@ needs:
   the directive in the response applied at most once per id and acknowledged in the next
   report, and each signalled migration's end reported so its lease is released. When the
   manager is unreachable nothing piles up: the agent keeps scheduling VFs and bandwidth
-  locally (SPEC §1) and simply resumes reporting when the manager answers again;
+  locally (docs/design.md#loop) and simply resumes reporting when the manager answers again;
 * **restart safety**: on start the agent adopts what the driver says is in flight — a VM
   already migrating stays labelled VLM (never re-granted a VF, never migrated twice) until
   the driver shows it gone or back, and current VF holders and rate limits are taken as
@@ -22,7 +22,6 @@ needs:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import math
 import signal as signal_mod
@@ -31,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
-from sova.agent.loop import AgentConfig, HostAgent, StepReport
+from sova.agent.loop import HostAgent, StepReport, operation_table
 from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP, act
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
@@ -69,16 +69,15 @@ class AgentDaemon:
     wait_for_round: bool = False  # lockstep demo: fetch the directive of our report's round
     directive_wait_s: float = 2.0  # a round ends ms after the last report; never stall long
     recorder: Callable[[str, Any], None] | None = None  # demo: ("step"|"outcome", payload)
-    config: AgentConfig | None = None  # a simulated world's own controller config
+    config: ControllerConfig | None = None  # a simulated world's own controller config
 
     def __post_init__(self) -> None:
-        cfg = self.config or self.settings.controller.to_agent_config(self.settings.dry_run)
-        if self.config is not None and self.settings.dry_run:
-            cfg = dataclasses.replace(cfg, dry_run=True)
-        self.cfg: AgentConfig = cfg
+        self.cfg: ControllerConfig = self.config or self.settings.controller
         if not self.host:
             self.host = self.settings.host or self.driver.capabilities().host
-        self.agent = HostAgent(self.driver, cfg, on_outcome=self._on_outcome)
+        self.agent = HostAgent(
+            self.driver, self.cfg, on_outcome=self._on_outcome, dry_run=self.settings.dry_run
+        )
         self.seq = 0
         self.applied = 0  # id of the last directive applied (sent back as the ack)
         self.adopted: dict[str, str] = {}  # VMs found migrating at start -> lease VM
@@ -103,14 +102,16 @@ class AgentDaemon:
                 self.agent.vf_since.setdefault(vm, now)
             if st.guest_limit_bps is not None and math.isfinite(st.guest_limit_bps):
                 self.agent.limits[vm] = st.guest_limit_bps
-        self.table = self._table(inv, set(inv.vf_holders))
+        # As found: the holders keep their VFs until the first period decides.
+        found = operation_table(inv, inv.vf_holders, self.agent.migrating)
+        self.table = {vm: op.name for vm, op in found.items()}
         log.info(
             "reconciled %s: %d VM(s), VF holders [%s], migrating [%s]%s",
             self.host,
             len(inv.vms),
             ", ".join(sorted(inv.vf_holders)),
             ", ".join(sorted(self.adopted)),
-            " (dry run: nothing will be submitted)" if self.cfg.dry_run else "",
+            " (dry run: nothing will be submitted)" if self.settings.dry_run else "",
         )
         self.metrics.vf_pool.set(inv.host.nic.vf_pool)
         self._export_table()
@@ -164,23 +165,11 @@ class AgentDaemon:
                 why = f"no VM to move under vf_policy {self.cfg.vf_policy!r}"
                 log.info("declined directive %d: %s", d.i, why)
                 self.pending_done.append(_Done(d.v, MigrationDone(result="declined", detail=why)))
-        self.table = self._table(rep.actual, set(rep.desired_rates))
+        self.table = {vm: op.name for vm, op in rep.operations.items()}
         self._export(rep)
         if self.recorder is not None:
             self.recorder("step", rep)
         return rep
-
-    def _table(self, inv: Any, desired: set[str]) -> dict[str, str]:
-        """The Operation Table (Alg. 1) as it stands: VF, VNIC or VLM per VM."""
-        out = {}
-        for vm, st in sorted(inv.vms.items()):
-            if vm in self.agent.migrating or vm in self.adopted or st.migrating:
-                out[vm] = "VLM"
-            elif vm in desired or (not desired and st.nic is NicKind.VF):
-                out[vm] = "VF"
-            else:
-                out[vm] = "VNIC"
-        return out
 
     def operation_table(self) -> dict[str, str]:
         return dict(self.table)
@@ -201,7 +190,7 @@ class AgentDaemon:
             hr.vms,
             ack=self.applied,
             k=self.settings.report_top_k,
-            metric=self.cfg.hotness_metric,
+            metric=self.cfg.manager.metric,
             decimals=self.settings.report_decimals,
         )
         try:
@@ -257,7 +246,7 @@ class AgentDaemon:
                 # move load the manager never placed.
                 log.info("directive %d: %s is not on this host; acknowledged", d.i, d.v)
                 return
-        if self.cfg.dry_run:
+        if self.settings.dry_run:
             log.info("dry run: would migrate %s to %s (directive %d)", d.v, d.t, d.i)
             if d.v is not None:
                 self.pending_done.append(

@@ -4,7 +4,7 @@ Why this order: the file is what an operator reviews and commits; the environmen
 systemd, containers and CI inject secrets (``SOVA_TOKEN``) and per-host values
 (``SOVA_HOST``) without editing it. Validation is strict (an unknown key is an error, not
 a silent default) and every error names the field path, the value and where it came
-from, e.g. ``controller.period_s = -1 (from SOVA_CONTROLLER__PERIOD_S): must be > 0``.
+from, e.g. ``controller.period = -1 (from SOVA_CONTROLLER__PERIOD): must be > 0``.
 
 Environment variables: ``SOVA_<FIELD>`` for a top-level field and ``SOVA_<SECTION>__<FIELD>``
 for a nested one (the manager reads ``SOVA_MANAGER_<...>`` the same way). Only names that
@@ -21,8 +21,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from sova.agent.loop import AgentConfig
-from sova.scenario import Duration, Rate, SchedulerSpec
+from sova.agent.config import ControllerConfig
+from sova.units import Duration
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -41,57 +41,12 @@ class _Strict(BaseModel):
 # --------------------------------------------------------------------------- agent
 
 
-class ControllerSettings(_Strict):
-    """The agent's control loop; mirrors :class:`sova.agent.loop.AgentConfig`."""
+class ControllerSettings(ControllerConfig):
+    """The agent's control loops: the controller schema of every world
+    (:class:`sova.agent.config.ControllerConfig`), except that a deployed agent defaults to
+    the full Sova policy."""
 
-    period_s: Duration = 10.0
-    vf_policy: Literal["default", "static-sriov", "dsr-iov", "sova", "migration-only"] = "sova"
-    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
-    window: int = Field(default=6, ge=1, le=1000)
-    epsilon: float = Field(default=0.7, ge=0, le=1)
-    traffic_threshold_bps: Rate = 10_000.0
-    max_ops_per_period: int = Field(default=4, ge=1, le=1000)
-    op_timeout_s: Duration = 30.0
-    migration_timeout_s: Duration = 600.0
-    max_retries: int = Field(default=3, ge=0, le=100)
-    bandwidth_policy: Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"] = (
-        "none"
-    )
-    bandwidth_period_s: Duration = 1.0
-    probe: float = Field(default=0.10, ge=0, le=1)
-    static_caps_bps: dict[str, Rate] = Field(default_factory=dict)
-    hotness_metric: Literal["volume", "skewness"] = "volume"
-    migration_bandwidth_bps: Rate | None = None
-    history: int = Field(default=5, ge=1, le=1000, description="load reports kept (manager's n)")
-
-    @model_validator(mode="after")
-    def _positive(self) -> ControllerSettings:
-        for name in ("period_s", "bandwidth_period_s", "op_timeout_s", "migration_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0 (got {getattr(self, name)})")
-        return self
-
-    def to_agent_config(self, dry_run: bool) -> AgentConfig:
-        return AgentConfig(
-            period_s=self.period_s,
-            vf_policy=self.vf_policy,
-            scheduler=self.scheduler.to_config(),
-            window=self.window,
-            epsilon=self.epsilon,
-            traffic_threshold_bps=self.traffic_threshold_bps,
-            max_ops_per_period=self.max_ops_per_period,
-            op_timeout_s=self.op_timeout_s,
-            migration_timeout_s=self.migration_timeout_s,
-            max_retries=self.max_retries,
-            dry_run=dry_run,
-            bandwidth_policy=self.bandwidth_policy,
-            bandwidth_period_s=self.bandwidth_period_s,
-            probe=self.probe,
-            static_caps_bps=dict(self.static_caps_bps),
-            hotness_metric=self.hotness_metric,
-            migration_bandwidth_bps=self.migration_bandwidth_bps,
-            history=self.history,
-        )
+    vf_policy: str = "sova"
 
 
 class AgentSettings(_Strict):
@@ -150,7 +105,7 @@ class HostAuth(_Strict):
 
 
 class PlannerSettings(_Strict):
-    """Hotspot detection and cold-spot planning (SPEC §6)."""
+    """Hotspot detection and cold-spot planning (docs/design.md#hotspots)."""
 
     alpha: float = Field(default=0.75, gt=0, le=1)
     k: int = Field(default=3, ge=1, le=100)

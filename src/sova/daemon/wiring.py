@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sova.agent.loop import AgentConfig
+from sova.agent.config import ControllerConfig
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.tickers import LockstepTicker, Ticker, WallTicker
 from sova.driver.base import Driver
@@ -74,7 +74,7 @@ class Wiring:
     ticker_factory: Callable[[threading.Event], Ticker]
     lockstep: bool = False
     remote: Any = None
-    config: AgentConfig | None = None  # from the scenario (sim) or the world (remote)
+    config: ControllerConfig | None = None  # from the scenario (sim) or the world (remote)
 
 
 def build(
@@ -82,7 +82,7 @@ def build(
 ) -> Wiring:
     """The driver and clock for ``settings.driver``; libvirt is imported only when chosen."""
     c = settings.controller
-    bw = c.bandwidth_period_s if c.bandwidth_policy != "none" else None
+    bw = c.bandwidth_period if c.bandwidth_policy != "none" else None
     if settings.driver == "libvirt":
         try:
             from sova.driver.libvirt_driver import LibvirtDriver
@@ -92,14 +92,14 @@ def build(
             ) from None
         drv = LibvirtDriver.open(settings.connect or "qemu:///system", read_only=settings.dry_run)
         return Wiring(
-            drv, lambda stop: WallTicker(drv, c.period_s, bw, settings.poll_interval_s, stop)
+            drv, lambda stop: WallTicker(drv, c.period, bw, settings.poll_interval_s, stop)
         )
     if settings.driver == "mock":
         from sova.driver.base import MockDriver
 
         mdrv = MockDriver(_ToyHost(settings.host or "mock-host"))
         return Wiring(
-            mdrv, lambda stop: WallTicker(mdrv, c.period_s, bw, settings.poll_interval_s, stop)
+            mdrv, lambda stop: WallTicker(mdrv, c.period, bw, settings.poll_interval_s, stop)
         )
     if settings.driver == "remote":
         from sova.driver.remote import RemoteDriver

@@ -1,7 +1,7 @@
 """QEMU guest agent: run a command in the guest and really find out whether it worked.
 
 DAQS's published code applies in-guest ``tc`` through ``guest-exec`` and never calls
-``guest-exec-status`` (SPEC §8): a typo, a missing ``tc`` binary or a refused qdisc fails
+``guest-exec-status`` (docs/design.md#daqs): a typo, a missing ``tc`` binary or a refused qdisc fails
 silently and the controller believes a limit is in force. Here every command is followed by
 ``guest-exec-status`` until it exits (bounded by a deadline), and a non-zero exit code, a
 signal or a timeout is an error carrying the guest's stderr.

@@ -102,7 +102,7 @@ class LibvirtDriverConfig:
     migration_poll_s: float = 1.0
     migration_abort_grace_s: float = 30.0
     migration_bandwidth_bps: float | None = None  # default cap when the action gives none
-    sampling: str = "host"  # "host" (black box) or "guest-agent" (gray box, SPEC §2)
+    sampling: str = "host"  # "host" (black box) or "guest-agent" (gray box, docs/design.md#sensing)
     max_workers: int = 4
     keepalive: tuple[int, int] = (5, 3)  # interval s, count: a dead remote host fails fast
 

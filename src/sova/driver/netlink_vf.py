@@ -4,7 +4,7 @@ Why netlink and not ``ip link`` in a subprocess: the kernel's answer comes back 
 we can classify (EOPNOTSUPP, EINVAL, ENODEV) instead of text to scrape, and one socket serves
 the whole agent. Why probe: NICs differ — many Intel PFs refuse ``min_tx_rate`` with EINVAL,
 some refuse rates altogether — so the driver asks the kernel once, on a VF nobody holds, and
-reports what it learnt (SPEC §4, §8) instead of assuming.
+reports what it learnt (docs/design.md#tiers, #calibration) instead of assuming.
 
 Rates cross netlink in Mbit/s (``struct ifla_vf_rate``); this module converts from bit/s.
 """

@@ -229,9 +229,9 @@ class RemoteDriver:
 
     def agent_config(self) -> Any:
         """The scenario's controller configuration for this world's policy."""
-        from sova.agent.loop import AgentConfig
+        from sova.agent.config import ControllerConfig
 
-        return decode(AgentConfig, self._call("GET", "/agent-config"))
+        return ControllerConfig.model_validate(self._call("GET", "/agent-config"))
 
     def records(self, timeline: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
         """Hand the world the agent's step records and outcome events (for output files)."""

@@ -1,6 +1,6 @@
 """Bandwidth allocators of the policy core: who may send how much on one physical link.
 
-Every allocator reads the same per-VM SLA (:class:`sova.model.SLA`, SPEC §5) and the same
+Every allocator reads the same per-VM SLA (:class:`sova.model.SLA`, docs/design.md#sla) and the same
 measured demand, and answers a cap per VM. They differ in what they approximate:
 
 * :class:`SovaAllocator` (ours) computes the exact optimum the others approximate: the
@@ -14,7 +14,7 @@ measured demand, and answers a cap per VM. They differ in what they approximate:
   below it), so it is not work-conserving. Its packet-rate step is what lets it honour
   pps SLAs with small packets, which a bit-rate shaper cannot. The paper prints the
   "nothing changes" test as ``B^max < B_i < B^min`` and the grant test as
-  ``(B_i - B^min) < B^ex``; both are reversed and we implement SPEC §5's reading
+  ``(B_i - B^min) < B^ex``; both are reversed and we implement docs/design.md#dba-vm's reading
   (``min <= B_i <= max``; grant when the pool covers ``min - B_i``).
 * :class:`DaqsController` is DAQS (Kang et al.): a feedback loop on measured rates that
   moves one aggregate cap R for all best-effort VMs in 0.3 Gbit/s steps every 200 ms. It
@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from sova.model import GBIT, SLA
 
@@ -219,6 +219,8 @@ class StaticAllocator:
     """
 
     name: str = "ip-link-static"
+    # The registry builds it from the controller's ``static_caps`` (the others take no input).
+    uses_static_caps: ClassVar[bool] = True
 
     def __init__(self, caps_bps: Mapping[str, float], default_bps: float | None = None) -> None:
         for vm, cap in caps_bps.items():
@@ -241,7 +243,7 @@ class StaticAllocator:
 
 
 class SovaAllocator:
-    """The work-conserving optimum (SPEC §5, "the goal").
+    """The work-conserving optimum (docs/design.md#sova-allocator).
 
     For each VM: ceiling ``hi = min(demand, SLA max, max_pps * packet_bytes * 8)`` and
     floor ``lo = min(guarantee, hi)`` (an idle VM reserves nothing: this is what makes it
@@ -287,7 +289,7 @@ class SovaAllocator:
 
 
 class DbaVmAllocator:
-    """DBA-VM, the two-step allocator of Amamou et al. (SPEC §5), per physical interface.
+    """DBA-VM, the two-step allocator of Amamou et al. (docs/design.md#dba-vm), per physical interface.
 
     Initial ``B_i``: the paper starts from the rate the interface is transmitting at.
     An allocator fed offered load has no such rate, so we start from what the native
@@ -441,14 +443,14 @@ class DaqsController:
     more than 1 Gbit/s), exactly as the published code, which only reconfigures the
     heavy senders. Guarantee VMs are never capped.
 
-    Changes from the published code, each to follow SPEC §5 or to avoid a bug:
+    Changes from the published code, each to follow docs/design.md#daqs or to avoid a bug:
 
     * Units. The code measures Gibit/s (bytes * 8 / 2^30) against a decimal link speed
       from ethtool; its thresholds ``1 - (2^30/1e9 - 1) * 2.2 = 0.8378`` and
       ``1 - (2^30/1e9 - 1) * 1.3 = 0.9041`` come from that mix. We use SI bit/s and the
-      SPEC's 0.838 and 0.904.
+      documented 0.838 and 0.904.
     * On ``G < 1 Gbit/s`` the code deletes the qdisc of heavy best-effort VMs only, so a
-      light one keeps a stale cap; SPEC says remove all caps, and so do we.
+      light one keeps a stale cap; the design says remove all caps, and so do we.
     * Rule 3 while uncapped: the code adds 0.3 to the sentinel -1, so after four such
       periods ``R`` becomes +0.2 Gbit/s and silently throttles everyone. Raising "no cap"
       here leaves it uncapped.
@@ -482,7 +484,7 @@ class DaqsController:
         self._caps: dict[str, float] = {}
 
     @property
-    def R(self) -> float | None:  # upper case: SPEC §5's name for the aggregate cap
+    def R(self) -> float | None:  # upper case: docs/design.md#daqs's name for the aggregate cap
         """Aggregate best-effort cap in bit/s; ``None`` = best-effort VMs uncapped."""
         return self._r
 

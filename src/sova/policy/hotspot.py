@@ -1,4 +1,4 @@
-"""Hotspot detection and migration planning (SPEC §6; Sova §3.3.3-3.4, Alg. 1 lines 3-9, Alg. 2).
+"""Hotspot detection and migration planning (docs/design.md#hotspots; Sova §3.3.3-3.4, Alg. 1 lines 3-9, Alg. 2).
 
 Pure functions over plain values: the manager keeps the history (Knowledge) and the agents'
 reports, this module only decides. Where the paper is wrong or silent:
@@ -22,10 +22,10 @@ reports, this module only decides. Where the paper is wrong or silent:
   plateau above α is therefore flagged when the window has filled with the plateau (5 reports
   = 50 s at the 10 s period, which is exactly when Fig. 5 flags HM1), not earlier.
 
-* **Cold spot.** Alg. 2 line 8 only checks that the target is *currently* below α; the SPEC
+* **Cold spot.** Alg. 2 line 8 only checks that the target is *currently* below α; Sova
   requires it to stay below α *after receiving* the VM. We check both: the target must be
   below α now on every resource and below ``ceiling`` on every resource after receiving the
-  VM, where ``ceiling`` defaults to α (the SPEC rule, which never creates a new hotspot).
+  VM, where ``ceiling`` defaults to α (docs/design.md#cold-spot, which never creates a new hotspot).
   Caution: with ceiling = α, Sova Table 3 cannot reproduce Fig. 5 stage 3. There HM2 would go
   to 50 % + 40 % = 90 % net, above the 80 % that made HM3 hot, so any after-receiving rule
   with ceiling below 90 % must refuse the move. The paper only made it because it checks the
@@ -60,7 +60,7 @@ UTILISATION_SLACK: Final = 0.05
 
 # Volume is 1/Π(1-u): clamping keeps a saturated resource large but finite (≤ 1e9), so hosts
 # can still be ranked and logged instead of dividing by zero.
-_VOLUME_CLAMP: Final = 1.0 - 1e-3
+VOLUME_CLAMP: Final = 1.0 - 1e-3
 
 
 def _check_utilisation(name: str, value: float) -> float:
@@ -146,7 +146,7 @@ def volume(cpu: float, mem: float, net: float) -> float:
     """Sandpiper's volume ``1 / ((1-cpu)(1-mem)(1-net))``: 1 when idle, large when saturated."""
     product = 1.0
     for name, value in (("cpu", cpu), ("mem", mem), ("net", net)):
-        product *= 1.0 - min(_check_utilisation(name, value), _VOLUME_CLAMP)
+        product *= 1.0 - min(_check_utilisation(name, value), VOLUME_CLAMP)
     return 1.0 / product
 
 
@@ -184,7 +184,7 @@ def ar1_coefficient(series: Sequence[float]) -> float:
         return 0.0
     phi = sum(a * b for a, b in zip(dev, dev[1:], strict=False)) / variance
     # Cauchy-Schwarz bounds this estimator by 1 in exact arithmetic. The clamp guards against
-    # rounding and keeps the SPEC's contract if the estimator is ever swapped.
+    # rounding and keeps the documented contract (docs/design.md#ar1) if the estimator is ever swapped.
     return max(-1.0, min(1.0, phi))
 
 

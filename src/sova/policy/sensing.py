@@ -5,7 +5,7 @@ Drivers hand us cumulative counters (libvirt ``cpu.time``, tap/VF byte counters)
 backwards when a VM reboots, migrates or re-plugs its NIC; such a negative difference is a
 reset, and that period is dropped from the window instead of being read as a huge burst.
 
-The factors, with the papers' errors fixed as SPEC §2 decides:
+The factors, with the papers' errors fixed as docs/design.md#sensing decides:
 
 * ``cpu_usage = Δcpu_time_ns / (Δt·1e9·vcpus)``. DSR-IOV eq. (2) divides by the *host's*
   cores and multiplies by 100, but its own Table 2 (a 100 %-busy VM has io_degree 7.82)
@@ -271,7 +271,7 @@ class LoadShares:
 def host_load(
     prev: HostSample, cur: HostSample, cores: int, memory_bytes: int, capacity_bps: float
 ) -> LoadShares | None:
-    """The host's (cpu, mem, net) utilisation vector of SPEC §6, or None on a reset.
+    """The host's (cpu, mem, net) utilisation vector of docs/design.md#hotspots, or None on a reset.
 
     Network utilisation is the busier direction: the link is full duplex, and a host is
     hot when either direction saturates.

@@ -1,4 +1,4 @@
-"""Hierarchical VF rate tiers (SPEC §4; DSR-IOV §4.5, eq. 7).
+"""Hierarchical VF rate tiers (docs/design.md#tiers; DSR-IOV §4.5, eq. 7).
 
 DSR-IOV caps the VFs of the priority queue (PQ) with a step-up ladder
 ``VF_n = VF_0 + (n - 1)·δ`` for n = 1..N under ``Σ VF_n <= B``. The paper prints the sum

@@ -1,7 +1,7 @@
 """DSR-IOV VF scheduling: who among a host's VMs holds one of its scarce VFs.
 
 Every VM always has its virtio NIC; the ``p`` VFs go to the most network-intensive VMs
-(the *PQ*), everyone else stays on virtio (the *GQ*). Each period (SPEC §3):
+(the *PQ*), everyone else stays on virtio (the *GQ*). Each period (docs/design.md#vf-scheduling):
 
 1. I/O filter — keep VMs whose ``io_degree ≥ θ_io`` (DSR-IOV) or the top-q by IF (Sova
    Alg. 1 ``minIOHeap(q)``): a CPU-bound VM gains little from a VF however much it sends.

@@ -1,6 +1,6 @@
 """The simulated cluster: every VM of every host in flat numpy arrays, one tick at a time.
 
-Outcomes come from mechanisms, never from tables (SPEC §7). Each tick ``(t0, t1]``:
+Outcomes come from mechanisms, never from tables (docs/design.md#simulation). Each tick ``(t0, t1]``:
 
 1. **Offered load.** Duty cycles (netperf/lookbusy "X % of the time") integrate their
    on-time exactly over the tick; bulk streams are always on; httperf-like request VMs get
@@ -13,7 +13,7 @@ Outcomes come from mechanisms, never from tables (SPEC §7). Each tick ``(t0, t1
    they are oversubscribed every VM gets a proportional share, time it waits shows up as
    steal, and the backend's packet rate shrinks with it.
 4. **Paths.** A VF is capped by its ``max_tx_rate``; virtio traffic crosses the backend,
-   whose packet-rate ceiling (SPEC D1: ~190 kpps in a driver domain) is shared max-min.
+   whose packet-rate ceiling (docs/design.md#exp-d1: ~190 kpps in a driver domain) is shared max-min.
 5. **The PF** shares its egress capacity max-min among all flows of the host, weighted by
    TCP streams, including live-migration traffic, which also competes for the target's
    ingress.

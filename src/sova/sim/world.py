@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
-from sova.agent.loop import AgentConfig, HostAgent, StepReport
+from sova.agent.loop import HostAgent, StepReport
+from sova.agent.registry import vf_policy
 from sova.agent.schedule import STEP, PhaseSchedule, act
 from sova.manager.core import ManagerCore
 from sova.model import Migrate
@@ -71,28 +73,8 @@ class PolicyRun(RunRecord):
     engine: Engine | None = None
 
 
-def agent_config(scn: Scenario, policy: PolicySpec) -> AgentConfig:
-    c = scn.controller
-    caps = {**c.static_caps, **policy.static_caps}
-    return AgentConfig(
-        period_s=c.period,
-        vf_policy=policy.vf,
-        scheduler=c.scheduler.to_config(),
-        window=c.sensing.window,
-        epsilon=c.sensing.epsilon,
-        traffic_threshold_bps=c.sensing.traffic_threshold,
-        max_ops_per_period=c.max_ops_per_period,
-        op_timeout_s=c.op_timeout,
-        migration_timeout_s=c.migration_timeout,
-        max_retries=c.max_retries,
-        bandwidth_policy=policy.bandwidth,
-        bandwidth_period_s=c.bandwidth_period,
-        probe=c.probe,
-        static_caps_bps=caps,
-        hotness_metric=c.manager.metric,
-        migration_bandwidth_bps=c.manager.migration_bandwidth,
-        history=c.manager.n,
-    )
+def agent_config(scn: Scenario, policy: PolicySpec) -> ControllerConfig:
+    return scn.controller.for_policy(policy.vf, policy.bandwidth, policy.static_caps)
 
 
 class World:
@@ -111,7 +93,7 @@ class World:
                 self.agents[h] = HostAgent(drv, cfg, on_outcome=self._logger(h))
         m = scn.controller.manager
         self.manager: ManagerCore | None = None
-        if with_agents and policy.vf in ("sova", "migration-only") and len(self.drivers) > 1:
+        if with_agents and vf_policy(policy.vf).uses_manager and len(self.drivers) > 1:
             self.manager = ManagerCore(
                 detector=HotspotDetector(k=m.k, n=m.n, alpha=m.alpha),
                 metric=m.metric,

@@ -351,7 +351,9 @@ def create_world_app(
         if scn is None:
             return err(409, "this world was started without its scenario")
         spec = svc.world.policy
-        return await on_host(request, lambda h: _aw(encode(agent_config(scn, spec))))
+        return await on_host(
+            request, lambda h: _aw(agent_config(scn, spec).model_dump(mode="json"))
+        )
 
     async def records(request: Request) -> JSONResponse:
         async def go(h: str) -> Any:

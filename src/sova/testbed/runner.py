@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
-from sova.agent.loop import AgentConfig, HostAgent
+from sova.agent.loop import HostAgent
 from sova.agent.schedule import PhaseSchedule, act
 from sova.clock import RealtimeEnvironment
 from sova.model import HostSample, NicKind
@@ -83,23 +84,17 @@ class TestbedRun:
     relay_cpu_s: float = 0.0  # CPU seconds the virtio backend used
 
 
-def agent_config(scn: TestbedScenario, spec: RunSpec) -> AgentConfig:
+def agent_config(scn: TestbedScenario, spec: RunSpec) -> ControllerConfig:
     c = scn.controller
     bw_period = c.daqs_period if spec.bandwidth_policy == "daqs" else c.bandwidth_period
-    return AgentConfig(
-        period_s=c.period,
-        vf_policy=spec.vf_policy,  # type: ignore[arg-type]
-        scheduler=c.scheduler.to_config(),
-        window=c.sensing.window,
-        epsilon=c.sensing.epsilon,
-        traffic_threshold_bps=c.sensing.traffic_threshold,
-        max_ops_per_period=c.max_ops_per_period,
-        op_timeout_s=scn.profile.op_timeout,
-        max_retries=c.max_retries,
-        bandwidth_policy=spec.bandwidth_policy,  # type: ignore[arg-type]
-        bandwidth_period_s=bw_period,
-        probe=c.probe,
-        static_caps_bps=scn.static_caps_for(spec.variant),
+    return c.model_copy(
+        update={
+            "vf_policy": spec.vf_policy,
+            "bandwidth_policy": spec.bandwidth_policy,
+            "bandwidth_period": bw_period,
+            "op_timeout": scn.profile.op_timeout,
+            "static_caps": scn.static_caps_for(spec.variant),
+        }
     )
 
 
@@ -237,7 +232,7 @@ def _loop(
         )
         if f.stop is not None:
             at(warmup + f.stop, partial(traffic.stop_flow, k))
-    bw = agent.config.bandwidth_period_s if agent.allocator is not None else None
+    bw = agent.config.bandwidth_period if agent.allocator is not None else None
     schedule = PhaseSchedule(POLL_S, scn.controller.period, bw)
     end = warmup + scn.duration + 1e-3
     for _, phases in schedule.turns(env, until=end):

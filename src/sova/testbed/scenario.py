@@ -21,18 +21,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sova import model
-from sova.scenario import (
-    Duration,
-    ExpectedHolders,
-    Fraction,
-    Rate,
-    SchedulerSpec,
-    SensingSpec,
-    SLASpec,
-)
+from sova.agent.config import ControllerConfig
+from sova.agent.registry import check_bandwidth_policy, check_vf_policy
+from sova.scenario import ExpectedHolders, SLASpec
+from sova.units import Duration, Fraction, Rate
 
-BANDWIDTH_POLICIES = ("none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova")
-VF_POLICIES = ("default", "static-sriov", "dsr-iov", "sova")
 # Names become parts of namespace names and of report file names: keep them plain.
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,23}$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
@@ -127,31 +120,36 @@ class ProbeSpec(_Strict):
         return self
 
 
-class ControllerSpec(_Strict):
+class ControllerSpec(ControllerConfig):
+    """The controller schema of every world (:class:`sova.agent.config.ControllerConfig`)
+    with the testbed's defaults (short periods: a run lasts a minute) and its three knobs
+    for real traffic. Fields the testbed takes from elsewhere are refused here."""
+
     period: Duration = Field(default=2.0, description="VF scheduling period")
-    vf_policy: Literal["default", "static-sriov", "dsr-iov", "sova"] = "static-sriov"
-    bandwidth_policy: Literal["none", "equal-share", "ip-link-static", "dba-vm", "daqs", "sova"] = (
-        "none"
-    )
-    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
-    sensing: SensingSpec = Field(default_factory=SensingSpec)
+    vf_policy: str = "static-sriov"
     bandwidth_period: Duration = Field(default=0.5, description="Sova/DBA-VM allocator period")
     daqs_period: Duration = Field(default=0.2, description="DAQS controller period (paper)")
     daqs_reference_link: Rate = Field(
         default=40e9, description="link DAQS's absolute thresholds were tuned for"
     )
-    probe: Fraction = 0.10
     probe_floor: Fraction = Field(
         default=0.02, description="smallest cap, as a share of the link, so a VM can ramp up"
     )
-    max_ops_per_period: int = Field(default=4, ge=1)
-    max_retries: int = Field(default=3, ge=0)
 
     @model_validator(mode="after")
-    def _positive(self) -> ControllerSpec:
-        for field in ("period", "bandwidth_period", "daqs_period"):
-            if getattr(self, field) <= 0:
-                raise ValueError(f"{field} must be > 0 (got {getattr(self, field)})")
+    def _testbed(self) -> ControllerSpec:
+        if self.daqs_period <= 0:
+            raise ValueError(f"daqs_period must be > 0 (got {self.daqs_period})")
+        elsewhere = {
+            "op_timeout": "profile.op_timeout",
+            "static_caps": "static_caps (top level, per variant)",
+            "manager": "nothing: the testbed is one host",
+            "migration_timeout": "nothing: the testbed is one host",
+            "boot_vfs": "vms[].vf",
+        }
+        given = sorted(self.model_fields_set & set(elsewhere))
+        if given:
+            raise ValueError(f"{given[0]}: not a testbed setting; use {elsewhere[given[0]]}")
         return self
 
 
@@ -163,12 +161,9 @@ class CompareSpec(_Strict):
 
     @model_validator(mode="after")
     def _known(self) -> CompareSpec:
-        allowed = BANDWIDTH_POLICIES if self.axis == "bandwidth" else VF_POLICIES
+        check = check_bandwidth_policy if self.axis == "bandwidth" else check_vf_policy
         for p in self.policies:
-            if p not in allowed:
-                raise ValueError(
-                    f"unknown {self.axis} policy {p!r}; choose from {', '.join(allowed)}"
-                )
+            check(p)
         if len(set(self.policies)) != len(self.policies):
             raise ValueError(f"policies listed twice: {self.policies}")
         return self
@@ -279,9 +274,9 @@ class TestbedScenario(_Strict):
             for p in self.compare.policies:
                 vf, bw = self.controller.vf_policy, self.controller.bandwidth_policy
                 if self.compare.axis == "bandwidth":
-                    bw = p  # type: ignore[assignment]
+                    bw = p
                 else:
-                    vf = p  # type: ignore[assignment]
+                    vf = p
                 label = p if var is None else f"{p}@{var.name}"
                 out.append(RunSpec(label, p, vf, bw, var.name if var else ""))
         return out

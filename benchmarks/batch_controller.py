@@ -1,10 +1,11 @@
-"""The Sova control loop for every host at once, on the engine's arrays (data-centre scale).
+"""BENCHMARK HARNESS, not the controller: the Sova loop for every host at once, in numpy.
 
-Why this exists: :class:`~sova.sim.world.World` runs one Python :class:`HostAgent` per host,
-and each step builds per-VM objects (samples, windows, candidates, inventories). That is
-right for a handful of hosts and the real daemon, and hopeless for 1,000 hosts x 20 VMs
-x 360 control periods. :class:`BatchController` runs *the same policy* on flat numpy
-arrays instead:
+The controller is :class:`sova.agent.loop.HostAgent` (one per host) with the manager's
+:class:`sova.manager.core.ManagerCore`; that is what runs in every world and what the design
+describes (docs/design.md). This module exists only so that ``benchmarks/sim_scale.py`` can
+drive 1,000 hosts x 20 VMs x 360 control periods in seconds: one Python agent per host
+builds per-VM objects every step, which is right for a real host and hopeless at that scale.
+It re-implements the subset of the policy that benchmark needs on flat arrays:
 
     cumulative counters -> per-period stats in (N x window) shift buffers, resets dropped
     -> io_degree, IF, net_degree, host-normalised NF        (formulas of policy/sensing.py)
@@ -17,13 +18,13 @@ arrays instead:
        :func:`~sova.policy.hotspot.coordinate`, so planning is the real code
     -> migrations submitted to the engine, the VF revoked first.
 
-Equivalence is the point, not approximation: every float is computed with the same
-operations in the same order as the scalar code (window sums run oldest first, counters are
-truncated to integers as the driver's sample does), so ``tests/test_batch.py`` can demand
-*identical* answers, and a World of scalar agents and an engine driven by this class make the
-same VF and migration decisions tick for tick. What it does not do: VF rate tiers and
-bandwidth controllers (both are per-host Python in the agent; the scale benchmark uses
-neither) — the constructor refuses scenarios that need them rather than silently differ.
+Every float is computed with the same operations in the same order as the scalar code, so
+``tests/test_batch.py`` demands *identical* answers from the kernels and the same decisions
+from a World of HostAgents tick for tick: that test is what keeps this copy honest, and a
+change to the policy must be mirrored here or the test fails. What it does not implement it
+refuses (:func:`unsupported`) instead of silently differing: VF policies other than dsr-iov,
+sova and migration-only, bandwidth policies, VF rate tiers, boot-time VFs, and the
+manager's restart_window_after_migration and return_tabu.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sova.agent.loop import AgentConfig
+from sova.agent.config import ControllerConfig
+from sova.agent.registry import vf_policy
 from sova.model import Action, AttachVF, DetachVF, Migrate
 from sova.policy.hotspot import (
-    _VOLUME_CLAMP,
+    VOLUME_CLAMP,
     HostReport,
     HotnessMetric,
     HotspotDetector,
@@ -285,7 +287,7 @@ def volume_batch(u: np.ndarray) -> np.ndarray:
     """Sandpiper volume of each row (cpu, mem, net), as :func:`hotspot.volume`."""
     product = np.ones(u.shape[0])
     for r in range(3):
-        product = product * (1.0 - np.minimum(u[:, r], _VOLUME_CLAMP))
+        product = product * (1.0 - np.minimum(u[:, r], VOLUME_CLAMP))
     return 1.0 / product
 
 
@@ -430,6 +432,30 @@ class ManagerParams:
     lease_timeout_s: float = 900.0
 
 
+BATCH_VF_POLICIES = ("dsr-iov", "sova", "migration-only")
+
+
+def unsupported(config: ControllerConfig, engine: Engine) -> list[str]:
+    """Every option of ``config`` (and the engine's hosts) this harness does not implement,
+    each as ``field=value``; empty when it can run them exactly as the agents would."""
+    out = []
+    if config.vf_policy not in BATCH_VF_POLICIES:
+        out.append(f"vf_policy={config.vf_policy!r} (only {', '.join(BATCH_VF_POLICIES)})")
+    if config.bandwidth_policy != "none":
+        out.append(f"bandwidth_policy={config.bandwidth_policy!r} (no bandwidth loop)")
+    if config.boot_vfs:
+        out.append("boot_vfs=True")
+    m = config.manager
+    if m.restart_window_after_migration:
+        out.append("manager.restart_window_after_migration=True")
+    if m.return_tabu:
+        out.append(f"manager.return_tabu={m.return_tabu:g}")
+    tiered = [h.name for h in engine.hosts if h.nic.tiers_bps]
+    if tiered:
+        out.append(f"VF rate tiers (nic.tiers on {', '.join(tiered)})")
+    return out
+
+
 class BatchController:
     """Every host's agent plus the manager, run as arrays over one :class:`Engine`.
 
@@ -442,17 +468,16 @@ class BatchController:
     def __init__(
         self,
         engine: Engine,
-        config: AgentConfig,
+        config: ControllerConfig,
         manager: ManagerParams | None = None,
     ) -> None:
-        if config.vf_policy not in ("dsr-iov", "sova", "migration-only"):
+        refused = unsupported(config, engine)
+        if refused:
             raise ValueError(
-                f"batch path runs dsr-iov, sova, migration-only; not {config.vf_policy}"
+                "the batch benchmark harness does not implement "
+                + "; ".join(refused)
+                + " (run the scenario with sova simulate)"
             )
-        if config.bandwidth_policy != "none":
-            raise ValueError("batch path has no bandwidth controllers (use World)")
-        if any(h.nic.tiers_bps for h in engine.hosts):
-            raise ValueError("batch path has no VF rate tiers (use World)")
         self.eng, self.cfg = engine, config
         e = engine
         self.H, self.N = e.H, e.N
@@ -460,7 +485,7 @@ class BatchController:
         self.name_rank = np.empty(self.N, dtype=np.int64)
         self.name_rank[np.argsort(names, kind="stable")] = np.arange(self.N)
         self.sensor = BatchSensor(
-            self.N, config.window, config.epsilon, config.traffic_threshold_bps
+            self.N, config.sensing.window, config.sensing.epsilon, config.sensing.traffic_threshold
         )
         self.pool = np.array([h.nic.vf_pool for h in e.hosts], dtype=np.int64)
         self.since = np.full(self.N, np.nan)
@@ -485,7 +510,7 @@ class BatchController:
         self.detector = (
             HotspotDetector(k=manager.k, n=manager.n, alpha=manager.alpha) if manager else None
         )
-        self.manager_on = manager is not None and config.vf_policy in ("sova", "migration-only")
+        self.manager_on = manager is not None and vf_policy(config.vf_policy).uses_manager
         self.manager_on = self.manager_on and self.H > 1
         hn = self.detector.n if self.detector else 1
         self.load_hist = np.zeros((self.H, hn, 3))
@@ -521,9 +546,9 @@ class BatchController:
             finished.append((rec, op.state))
         for rec in list(self.inflight.values()):
             limit = (
-                self.cfg.migration_timeout_s
+                self.cfg.migration_timeout
                 if isinstance(rec.action, Migrate)
-                else self.cfg.op_timeout_s
+                else self.cfg.op_timeout
             )
             if now - rec.submitted_s > limit and all(r is not rec for r, _ in finished):
                 finished.append((rec, "timeout"))
@@ -623,7 +648,9 @@ class BatchController:
                     acts.append((i, DetachVF(e.vm_names[i])))
                 elif not e.migrating[i]:
                     dst = e.host_names[self.agent_mig[i]]
-                    acts.append((i, Migrate(e.vm_names[i], dst, self.cfg.migration_bandwidth_bps)))
+                    acts.append(
+                        (i, Migrate(e.vm_names[i], dst, self.cfg.manager.migration_bandwidth))
+                    )
             for i, act in acts:
                 self._apply(h, i, act, now)
             self.ops_used[h] += len(acts)
@@ -689,25 +716,25 @@ class BatchController:
 
         # the manager's signals of the last round: Alg. 1 labels one VM VLM per host
         signals, self.signal = self.signal, {}
-        if cfg.vf_policy in ("sova", "migration-only"):
+        if vf_policy(cfg.vf_policy).uses_manager:
             for h, (dst, vm) in sorted(signals.items()):
                 if h in self._mig_src.values():
                     continue  # the agent moves one VM at a time
                 loads = self._vm_loads(h)
-                chosen = vm if vm in loads else choose_vm(loads, metric=cfg.hotness_metric)
+                chosen = vm if vm in loads else choose_vm(loads, metric=cfg.manager.metric)
                 if chosen is not None:
                     i = e.vm_index[chosen]
                     self.agent_mig[i] = dst
                     self._mig_src[i] = h
 
         holder = e.on_vf.copy()
-        if cfg.vf_policy in ("migration-only",):
+        if not vf_policy(cfg.vf_policy).grants_vfs:
             self.desired = np.zeros(self.N, dtype=bool)
             self.rank = np.full(self.N, -1, dtype=np.int64)
         else:
             self.since = np.where(holder & np.isnan(self.since), now, self.since)
             f = self.sensor.factors(host, self.H)
-            sc = cfg.scheduler
+            sc = cfg.scheduler.to_config()
             eligible = e.ready & ~e.migrating & (self.agent_mig < 0)
             io = f.io_degree if sc.io_metric == "io_degree" else f.io_factor
             net = f.net_degree if sc.net_metric == "net_degree" else f.net_factor

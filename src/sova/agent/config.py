@@ -1,0 +1,138 @@
+"""The controller's configuration: one schema for every world.
+
+The same model is the ``controller:`` section of a scenario (``sova simulate``, ``sova
+demo``), the ``[controller]`` table of the agent's TOML (``sova agent``) and, with three
+extra fields, the ``controller:`` of a testbed scenario; :class:`~sova.agent.loop.HostAgent`
+takes it as it is. Policy names are checked against the registries
+(:mod:`sova.agent.registry`) when the file is parsed, so a policy registered by a plug-in
+is accepted everywhere at once and a misspelt one is refused with the field and the value.
+Every parameter, its default and where it comes from is in docs/design.md#parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sova.agent.registry import check_bandwidth_policy, check_vf_policy
+from sova.policy.vfsched import VFSchedulerConfig
+from sova.units import Duration, Fraction, Rate
+
+__all__ = ["ControllerConfig", "ManagerSpec", "SchedulerSpec", "SensingSpec"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SchedulerSpec(_Strict):
+    """The VF scheduler (docs/design.md#vf-scheduling)."""
+
+    io_filter: Literal["threshold", "top-q"] = "threshold"
+    io_threshold: float = 65.0
+    top_q: int = Field(default=0, ge=0)
+    io_metric: Literal["io_degree", "if"] = "io_degree"
+    net_metric: Literal["net_degree", "nf"] = "net_degree"
+    tolerance: float = Field(default=0.10, ge=0)
+    hysteresis: float = Field(default=0.05, ge=0)
+    min_dwell: Duration = 30.0
+
+    def to_config(self) -> VFSchedulerConfig:
+        return VFSchedulerConfig(
+            io_filter=self.io_filter,
+            io_threshold=self.io_threshold,
+            top_q=self.top_q,
+            io_metric=self.io_metric,
+            net_metric=self.net_metric,
+            tolerance=self.tolerance,
+            hysteresis=self.hysteresis,
+            min_dwell_s=self.min_dwell,
+        )
+
+
+class SensingSpec(_Strict):
+    """Sensing windows (docs/design.md#sensing)."""
+
+    window: int = Field(default=6, ge=1, le=1000)
+    epsilon: Fraction = 0.7
+    traffic_threshold: Rate = 10_000.0
+
+
+class ManagerSpec(_Strict):
+    """Hotspot detection and planning (docs/design.md#hotspots; Sova's own: 3 of 5).
+
+    The agent reads ``metric`` (which VM to move), ``n`` (load reports kept) and
+    ``migration_bandwidth``; the rest configures the manager a simulated world runs.
+    """
+
+    alpha: float = Field(default=0.75, gt=0, le=1)
+    k: int = Field(default=3, ge=1, le=100)
+    n: int = Field(default=5, ge=1, le=100)
+    metric: Literal["volume", "skewness"] = "volume"
+    # Limit on the target after receiving the VM; null = alpha, 1.0 = "it fits"
+    # (docs/design.md#cold-spot).
+    ceiling: float | None = Field(default=None, gt=0, le=1)
+    migration_bandwidth: Rate | None = None
+    # After a migration, restart the source's and target's windows (drop the reports that
+    # describe the old placement and the copy traffic). Off = judge the raw last n reports.
+    restart_window_after_migration: bool = False
+    # Anti-ping-pong: a VM is not sent back to a host it left less than this long ago (0 = off).
+    return_tabu: Duration = 0.0
+
+    @model_validator(mode="after")
+    def _k_le_n(self) -> ManagerSpec:
+        if self.k > self.n:
+            raise ValueError(f"k ({self.k}) must be <= n ({self.n})")
+        return self
+
+
+class ControllerConfig(_Strict):
+    """One host agent's control loops (and, in a simulated world, its manager)."""
+
+    period: Duration = 10.0
+    vf_policy: str = "dsr-iov"
+    bandwidth_policy: str = "none"
+    bandwidth_period: Duration = 1.0
+    # A VM sending at >= (1 - probe) of its cap may want more: ask for (1 + probe) x.
+    probe: Fraction = 0.10
+    static_caps: dict[str, Rate] = Field(default_factory=dict)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    sensing: SensingSpec = Field(default_factory=SensingSpec)
+    manager: ManagerSpec = Field(default_factory=ManagerSpec)
+    max_ops_per_period: int = Field(default=4, ge=1, le=1000)
+    op_timeout: Duration = 30.0
+    migration_timeout: Duration = 600.0
+    max_retries: int = Field(default=3, ge=0, le=100)
+    # static-sriov only: VMs boot with their VFs (a hostdev in the domain XML) instead of
+    # having them hot-plugged at the first period, so a run has no virtio warm-up.
+    boot_vfs: bool = False
+
+    @field_validator("vf_policy")
+    @classmethod
+    def _vf_policy(cls, v: str) -> str:
+        return check_vf_policy(v)
+
+    @field_validator("bandwidth_policy")
+    @classmethod
+    def _bandwidth_policy(cls, v: str) -> str:
+        return check_bandwidth_policy(v)
+
+    @field_validator("period", "bandwidth_period", "op_timeout", "migration_timeout")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be > 0")
+        return v
+
+    def for_policy(
+        self, vf_policy: str, bandwidth_policy: str, static_caps: dict[str, float] | None = None
+    ) -> ControllerConfig:
+        """This configuration with one compared policy's VF and bandwidth policies."""
+        return self.model_copy(
+            update={
+                "vf_policy": check_vf_policy(vf_policy),
+                "bandwidth_policy": check_bandwidth_policy(bandwidth_policy),
+                "static_caps": {**self.static_caps, **(static_caps or {})},
+            }
+        )

@@ -1,0 +1,113 @@
+"""VF policies: who among a host's VMs holds a VF this period.
+
+A VF policy is a small class registered by name in :data:`sova.agent.registry.VF_POLICIES`
+(as scheduler plugins are in Kubernetes). It declares what it needs instead of being
+recognised by its name:
+
+* ``uses_manager`` — it acts on the manager's ``<flag, target>`` migration signal
+  (Alg. 2), so a world runs the manager for it and the agent labels a VM VLM (Alg. 1);
+* ``grants_vfs`` — it decides VF holders; a policy that does not leaves the VFs where the
+  host has them and the Operation Table reports them as found.
+
+:meth:`VFPolicy.desired` gets one :class:`VFContext` per period and returns the scheduler's
+decision (or None) and the desired holders with their VF max rate (None = no rate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sova.model import Inventory
+from sova.policy.operation import algorithm1
+from sova.policy.sensing import VMFactors
+from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
+
+Desired = dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class VFContext:
+    """What a VF policy may look at in one period."""
+
+    factors: Mapping[str, VMFactors]
+    actual: Inventory
+    now: float
+    candidates: Sequence[Candidate]  # a VM chosen to migrate is already ineligible
+    # the agent's record of when each VM got its VF (the dwell time); a policy that
+    # schedules adds the holders it finds
+    vf_since: MutableMapping[str, float]
+    measured: bool  # some VM has a measured period (False right after a (re)start)
+    scheduler: VFSchedulerConfig
+    with_tiers: Callable[[Sequence[str]], Desired]  # chosen holders -> their tier rates
+
+
+class VFPolicy:
+    """Base of every VF policy; the defaults describe a policy that leaves VFs alone."""
+
+    name: ClassVar[str]
+    uses_manager: ClassVar[bool] = False
+    grants_vfs: ClassVar[bool] = True
+
+    def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
+        raise NotImplementedError
+
+
+class NoVF(VFPolicy):
+    """``default``: every VM stays on virtio; nothing is hot-plugged."""
+
+    name = "default"
+    grants_vfs = False
+
+    def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
+        return None, {}
+
+
+class MigrationOnly(NoVF):
+    """``migration-only``: Sova's hotspot migrations without VF scheduling."""
+
+    name = "migration-only"
+    uses_manager = True
+
+
+class StaticSriov(VFPolicy):
+    """``static-sriov``: VFs handed out once, in creation order, and never moved (HYVI)."""
+
+    name = "static-sriov"
+
+    def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
+        pool = ctx.actual.host.nic.vf_pool
+        order = sorted(ctx.actual.vms.values(), key=lambda s: (s.vm.created_seq, s.vm.name))
+        chosen = [s.vm.name for s in order if s.failover_ready][:pool]
+        return None, ctx.with_tiers(chosen)
+
+
+class DsrIov(VFPolicy):
+    """``dsr-iov``: the DSR-IOV scheduler (:func:`sova.policy.vfsched.schedule`) each period."""
+
+    name = "dsr-iov"
+
+    def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
+        actual = ctx.actual
+        for vm in actual.vf_holders:
+            ctx.vf_since.setdefault(vm, ctx.now)
+        if not ctx.measured:
+            # Warm-up after a (re)start: no VM has a measured period yet, so "no traffic"
+            # only means "not measured". Keep the eligible holders instead of revoking
+            # every VF on the host and re-granting it a period later.
+            keep = [c.vm for c in ctx.candidates if c.eligible and c.vm in actual.vf_holders]
+            return None, {vm: actual.vms[vm].vf_max_bps for vm in keep}
+        holders = {vm: ctx.vf_since[vm] for vm in actual.vf_holders}
+        table = algorithm1(
+            ctx.candidates, {}, holders, actual.host.nic.vf_pool, ctx.now, ctx.scheduler
+        )
+        assert table.decision is not None
+        return table.decision, ctx.with_tiers(list(table.decision.pq))
+
+
+class Sova(DsrIov):
+    """``sova``: DSR-IOV scheduling plus the manager's hotspot migrations (Alg. 1 + 2)."""
+
+    name = "sova"
+    uses_manager = True
