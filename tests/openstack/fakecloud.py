@@ -117,8 +117,10 @@ class _Compute:
     def __init__(self, c: FakeCloud) -> None:
         self.c = c
 
-    def servers(self, details: bool = True, all_projects: bool = False, host: str | None = None):
-        return [s for s in self.c.servers.values() if host is None or s.compute_host == host]
+    def servers(
+        self, details: bool = True, all_projects: bool = False, compute_host: str | None = None
+    ):
+        return [s for s in self.c.servers.values() if compute_host in (None, s.compute_host)]
 
     def find_server(self, name_or_id: str, ignore_missing: bool = True, **_: Any):
         for s in self.c.servers.values():

@@ -26,9 +26,10 @@ from sova.model import (
     SetVFRate,
     VMState,
 )
-from sova.orchestrator.base import OrchestratedDriver, OrchestratorSettings, orchestrate
+from sova.orchestrator.base import OrchestratedDriver
 from sova.orchestrator.libvirt import DriverActuator
 from sova.orchestrator.openstack import OpenStackActuator, connect
+from sova.orchestrator.settings import OrchestratorSettings, orchestrate
 
 
 class Clock:

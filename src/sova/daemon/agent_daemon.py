@@ -42,7 +42,8 @@ from sova.daemon.metrics import AgentMetrics
 from sova.daemon.schema import Directive, MigrationDone, build_report, encode
 from sova.driver.base import Driver, DriverError
 from sova.model import Action, Migrate, NicKind, SetGuestRateLimit
-from sova.orchestrator.base import CloudConfigError, orchestrate
+from sova.orchestrator.base import CloudConfigError
+from sova.orchestrator.settings import orchestrate
 
 log = logging.getLogger("sova.agent")
 

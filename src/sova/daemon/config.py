@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from sova.agent.loop import AgentConfig
-from sova.orchestrator.base import OrchestratorSettings
+from sova.orchestrator.settings import OrchestratorSettings
 from sova.scenario import Duration, Rate, SchedulerSpec
 
 M = TypeVar("M", bound=BaseModel)

@@ -7,11 +7,6 @@ Nova, Neutron and Placement, which own the placement, the PCI claims and the por
 an OpenStack cloud; acting behind their backs would corrupt their view of the cloud.
 """
 
-from sova.orchestrator.base import (
-    Actuator,
-    OrchestratedDriver,
-    OrchestratorSettings,
-    orchestrate,
-)
+from sova.orchestrator.base import Actuator, CloudConfigError, OrchestratedDriver
 
-__all__ = ["Actuator", "OrchestratedDriver", "OrchestratorSettings", "orchestrate"]
+__all__ = ["Actuator", "CloudConfigError", "OrchestratedDriver"]

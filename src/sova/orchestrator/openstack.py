@@ -209,7 +209,9 @@ class OpenStackActuator:
     # ------------------------------------------------------------------ cloud views
 
     def _servers_here(self) -> list[Any]:
-        return list(self.conn.compute.servers(details=True, all_projects=True, host=self.host))
+        return list(
+            self.conn.compute.servers(details=True, all_projects=True, compute_host=self.host)
+        )
 
     def _sova_ports_by_server(self) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {}
@@ -261,7 +263,7 @@ class OpenStackActuator:
             self._finish(op, OpState.SUCCEEDED, detail)
         except _OpFailed as exc:
             self._finish(op, OpState.FAILED, str(exc))
-        except self._errors as exc:
+        except Exception as exc:  # reported through the op, never lost with the thread
             self._finish(op, OpState.FAILED, f"{type(exc).__name__}: {exc}")
 
     def _finish(self, op: _Op, state: OpState, detail: str) -> None:
@@ -290,7 +292,10 @@ class OpenStackActuator:
         except ValueError as exc:
             raise _OpFailed(f"not migrating {a.vm}: {exc}") from exc
         except self._errors as exc:
-            raise _OpFailed(f"Nova refused to live-migrate {a.vm} to {a.dst_host}: {exc}") from exc
+            on = _host_of(self.conn.compute.get_server(server.id))
+            raise _OpFailed(
+                f"Nova refused to live-migrate {a.vm} to {a.dst_host}: {exc}; server on {on!r}"
+            ) from exc
         start = self.clock()
         record: Any = None
         while True:
