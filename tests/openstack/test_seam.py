@@ -310,3 +310,23 @@ def test_recommended_plan_has_watchers_shape_and_runs_an_approved_action() -> No
     assert bad.result == "failed" and cloud.servers["uuid-vm9"].compute_host == "cmp2"
     with pytest.raises(ValueError, match="action_uuid = 'nope'"):
         execute_approved(plan, "nope", lambda src: actuator(cloud, src))
+
+
+def test_openstack_orchestrator_wraps_the_host_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sova.orchestrator.openstack as osmod
+
+    cloud = FakeCloud()
+    asked: list[tuple[str, float]] = []
+
+    def fake_connect(name: str, timeout: float) -> FakeCloud:
+        asked.append((name, timeout))
+        return cloud
+
+    monkeypatch.setattr(osmod, "connect", fake_connect)
+    host = MockDriver(lambda req: None)
+    settings = OrchestratorSettings(orchestrator="openstack", cloud="prod")
+    drv = orchestrate(host, settings, "cmp1")
+    assert isinstance(drv, OrchestratedDriver) and drv.host is host
+    assert isinstance(drv.actuator, OpenStackActuator) and drv.actuator.host == "cmp1"
+    assert drv.actuator.fallback is host  # rates stay host-local
+    assert asked == [("prod", 30.0)]
