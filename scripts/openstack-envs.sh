@@ -58,6 +58,11 @@ build() {
   fi
   touch "$dir/.sova-ok"
   echo "built the $stack environment in $((SECONDS - t0)) s" >&2
+  # Environments of older pins are dead weight (hundreds of MB each).
+  local old
+  for old in "$cache/$stack"-*; do
+    [ "$old" = "$dir" ] || [ ! -d "$old" ] || rm -rf "$old"
+  done
   install_sova "$stack" "$dir"
 }
 

@@ -67,7 +67,7 @@ def connect(cloud: str, api_timeout_s: float = 30.0) -> Any:
         from openstack import exceptions as sdk_exc
     except ImportError as exc:
         raise CloudConfigError(
-            f"orchestrator = 'openstack' needs openstacksdk ({exc}); pip install openstacksdk"
+            f"orchestrator = 'openstack' needs openstacksdk ({exc}); pip install 'sova[openstack]'"
         ) from None
     try:
         return openstack.connect(cloud=cloud, api_timeout=api_timeout_s)
