@@ -330,3 +330,94 @@ def test_openstack_orchestrator_wraps_the_host_driver(monkeypatch: pytest.Monkey
     assert isinstance(drv.actuator, OpenStackActuator) and drv.actuator.host == "cmp1"
     assert drv.actuator.fallback is host  # rates stay host-local
     assert asked == [("prod", 30.0)]
+
+
+# --------------------------------------------------------------------------- the agent itself
+
+
+class CloudHost:
+    """One hypervisor of the fake cloud as libvirt senses it: its domains are the servers Nova
+    placed here, a VM shows a VF once Nova attached a direct port; counters grow with load."""
+
+    def __init__(self, cloud: FakeCloud, host: str, loads: dict[str, tuple[float, float]]):
+        self.cloud, self.host, self.loads, self.t = cloud, host, loads, 0.0
+        self.counters = {vm: [0.0, 0.0] for vm in loads}  # cpu ns, bytes
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+        for vm, (cpu, bps) in self.loads.items():
+            self.counters[vm][0] += cpu * dt * 1e9
+            self.counters[vm][1] += bps * dt
+
+    def here(self) -> list[str]:
+        return [s.name for s in cloud_servers(self.cloud, self.host)]
+
+    def __call__(self, req: DriverRequest) -> Any:
+        from sova.model import HostCounters, HostSample, VMCounters
+
+        if req.method == "now":
+            return self.t
+        if req.method == "inventory":
+            vf = tuple(
+                s.name
+                for s in cloud_servers(self.cloud, self.host)
+                if any(
+                    p.device_id == s.id and p.binding_vnic_type == "direct"
+                    for p in self.cloud.ports.values()
+                )
+            )
+            return sensed(self.host, *self.here(), vf=vf, pool=1)
+        if req.method == "sample":
+            vms = {
+                vm: VMCounters(
+                    vm,
+                    1,
+                    int(c[0]),
+                    0,
+                    int(c[1] / 2),
+                    int(c[1] / 2),
+                    int(c[1] / 3000),
+                    int(c[1] / 3000),
+                )
+                for vm, c in self.counters.items()
+                if vm in self.here()
+            }
+            return HostSample(self.host, self.t, vms, HostCounters(0, 0, 0, 0))
+        raise AssertionError(f"the agent must act through the actuator, not {req.method}")
+
+
+def cloud_servers(cloud: FakeCloud, host: str) -> list[Any]:
+    return [s for s in cloud.servers.values() if s.compute_host == host]
+
+
+def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
+    from sova.agent.loop import AgentConfig, HostAgent
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6)}
+    for vm in loads:
+        cloud.add_server(vm, "cmp1")
+    world = CloudHost(cloud, "cmp1", loads)
+    agent = HostAgent(
+        OrchestratedDriver(MockDriver(world), actuator(cloud)), AgentConfig(vf_policy="sova")
+    )
+    for _ in range(4):
+        agent.step()
+        world.advance(10.0)
+    # The VF scheduler's holder (the network-bound, I/O-light web) holds a Neutron direct port.
+    direct = [p for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert [p.device_id for p in direct] == ["uuid-web"]
+    # The manager moves web to cmp2: the VF is revoked first, then Nova live-migrates it.
+    agent.signal(True, "cmp2", vm="web")
+    agent.step()
+    agent.poll()
+    agent.step()
+    assert cloud.servers["uuid-web"].compute_host == "cmp2"
+    assert ("live_migrate_server", {"host": "cmp2", "force": False}) in cloud.calls
+    order = [c for c, _ in cloud.calls if c in ("delete_server_interface", "live_migrate_server")]
+    assert order == ["delete_server_interface", "live_migrate_server"]
+    # web's port went away before the migration; the freed VF went to the next in rank.
+    assert [p.device_id for p in cloud.ports.values() if p.binding_vnic_type == "direct"] == [
+        "uuid-db"
+    ]
+    assert agent.migrating == {}
