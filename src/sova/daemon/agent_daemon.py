@@ -42,6 +42,8 @@ from sova.daemon.tickers import Ticker
 from sova.daemon.wiring import Wiring, build
 from sova.driver.base import Driver, DriverError
 from sova.model import Action, Migrate, NicKind, SetGuestRateLimit
+from sova.orchestrator.base import CloudConfigError
+from sova.orchestrator.settings import orchestrate
 
 log = logging.getLogger("sova.agent")
 
@@ -376,6 +378,10 @@ def run_agent(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     stop = stop or threading.Event()
     wiring = wiring or build(settings, speed=speed, policy=policy)
+    try:  # orchestrator = "openstack": sense on the host, act through Nova and Neutron
+        wiring.driver = orchestrate(wiring.driver, settings, settings.host)
+    except CloudConfigError as exc:
+        raise ConfigError(str(exc)) from None
     token = settings.resolved_token()
     host = settings.host or wiring.driver.capabilities().host
     client = None

@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from sova.agent.config import ControllerConfig
+from sova.orchestrator.settings import OrchestratorSettings
 from sova.units import Duration
 
 M = TypeVar("M", bound=BaseModel)
@@ -49,7 +50,7 @@ class ControllerSettings(ControllerConfig):
     vf_policy: str = "sova"
 
 
-class AgentSettings(_Strict):
+class AgentSettings(_Strict, OrchestratorSettings):
     host: str | None = Field(
         default=None, description="this host's name at the manager; default: the driver's"
     )
@@ -128,7 +129,7 @@ class PlannerSettings(_Strict):
         return self
 
 
-class ManagerSettings(_Strict):
+class ManagerSettings(_Strict, OrchestratorSettings):
     listen: str = "127.0.0.1"
     port: int = Field(default=8700, ge=0, le=65535)
     database_url: str = "sqlite:///sova-manager.db"

@@ -1,0 +1,1 @@
+"""OpenStack integrations that need OpenStack code installed (the Watcher strategy)."""

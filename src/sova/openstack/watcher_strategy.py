@@ -1,0 +1,156 @@
+"""Sova's hotspot detection and VM choice as a Watcher strategy (goal ``workload_balancing``).
+
+Clouds that already run Watcher get Sova's decisions inside their audits and action plans:
+this strategy reads Watcher's compute model and datasource, builds the same
+:class:`~sova.policy.hotspot.HostReport` per compute node that Sova's manager builds from its
+agents' reports, runs the same :func:`~sova.policy.hotspot.coordinate` (k-of-n + AR(1)
+hotspot test, largest-MF VM, cold spot that stays below the ceiling) and emits one Watcher
+``migrate`` action (``live``) per hot host that has a cold spot, none otherwise.
+
+Where the inputs come from: a node's utilisation history is the datasource's
+``host_cpu_usage`` and ``host_ram_usage`` series over the last ``n`` granularity periods;
+a VM's share is its ``instance_cpu_usage`` scaled by vCPUs, and its flavor memory. Watcher's
+datasources have no host network meter, so network load counts as 0 here: network hotspots
+are what Sova's own agents sense (orchestrator = "openstack"), this strategy covers the
+CPU/memory side inside Watcher.
+
+Installed through the ``watcher_strategies`` entry point ``sova_hotspot``; imports Watcher,
+so it is only importable where Watcher is installed.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from watcher.decision_engine.model import element
+from watcher.decision_engine.strategy.strategies import base
+
+from sova.policy.hotspot import (
+    HostReport,
+    HotspotDetector,
+    MigrationSignal,
+    Utilisation,
+    VMLoad,
+    coordinate,
+)
+
+
+def _unit(x: float) -> float:
+    return min(1.0, max(0.0, float(x)))
+
+
+class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
+    """Sova Alg. 2 on Watcher's cluster model."""
+
+    DATASOURCE_METRICS = [
+        "host_cpu_usage",
+        "host_ram_usage",
+        "instance_cpu_usage",
+    ]
+
+    def __init__(self, config: Any, osc: Any = None) -> None:
+        super().__init__(config, osc)
+        self.signals: dict[str, MigrationSignal] = {}
+
+    @classmethod
+    def get_name(cls) -> str:
+        return "sova_hotspot"
+
+    @classmethod
+    def get_display_name(cls) -> str:
+        return "Sova hotspot migration"
+
+    @classmethod
+    def get_translatable_display_name(cls) -> str:
+        return "Sova hotspot migration"
+
+    @classmethod
+    def get_schema(cls) -> dict[str, Any]:
+        return {
+            "properties": {
+                "alpha": {"type": "number", "default": 0.75, "minimum": 0, "maximum": 1},
+                "k": {"type": "integer", "default": 3, "minimum": 1},
+                "n": {"type": "integer", "default": 5, "minimum": 1},
+                "metric": {"type": "string", "enum": ["volume", "skewness"], "default": "volume"},
+                "ceiling": {"type": ["number", "null"], "default": None},
+                "granularity": {"type": "integer", "default": 300, "minimum": 1},
+            }
+        }
+
+    def _param(self, name: str) -> Any:
+        params = self.input_parameters
+        default = self.get_schema()["properties"][name]["default"]
+        value = params.get(name, default) if hasattr(params, "get") else default
+        return default if value is None and name != "ceiling" else value
+
+    def pre_execute(self) -> None:
+        self._pre_execute()
+
+    def post_execute(self) -> None:
+        pass
+
+    def do_execute(self, audit: Any = None) -> None:
+        model = self.compute_model
+        detector = HotspotDetector(
+            int(self._param("k")), int(self._param("n")), float(self._param("alpha"))
+        )
+        nodes = {
+            n.hostname: n
+            for n in model.get_all_compute_nodes().values()
+            if n.status == element.ServiceState.ENABLED.value
+            and n.state == element.ServiceState.ONLINE.value
+        }
+        reports: dict[str, HostReport] = {}
+        for name, node in nodes.items():
+            report = self._report(model, node, detector.n)
+            if report is not None:
+                reports[name] = report
+        self.signals = coordinate(
+            reports, detector, metric=str(self._param("metric")), ceiling=self._param("ceiling")
+        )
+        for src, sig in sorted(self.signals.items()):
+            if sig.flag and sig.target and sig.vm:
+                instance = model.get_instance_by_uuid(sig.vm)
+                self.add_action_migrate(instance, "live", nodes[src], nodes[sig.target])
+
+    # ------------------------------------------------------------------ inputs
+
+    def _series(self, node: Any, meter: str, n: int) -> list[float]:
+        gran = int(self._param("granularity"))
+        end = datetime.datetime.now(datetime.UTC)
+        data = self.datasource_backend.statistic_series(
+            resource=node,
+            resource_type="compute_node",
+            meter_name=meter,
+            start_time=end - datetime.timedelta(seconds=gran * n),
+            end_time=end,
+            granularity=gran,
+        )
+        return [float(v) for _, v in sorted((data or {}).items())][-n:]
+
+    def _report(self, model: Any, node: Any, n: int) -> HostReport | None:
+        cpu = self._series(node, "host_cpu_usage", n)
+        ram_kib = self._series(node, "host_ram_usage", n)
+        if not cpu or not ram_kib or not node.memory or not node.vcpus:
+            return None  # no observations: neither source nor target (as in Sova's manager)
+        m = min(len(cpu), len(ram_kib))
+        history = tuple(
+            Utilisation(_unit(c / 100.0), _unit(r / (node.memory * 1024.0)), 0.0)
+            for c, r in zip(cpu[-m:], ram_kib[-m:], strict=True)
+        )
+        gran = int(self._param("granularity"))
+        vms: dict[str, VMLoad] = {}
+        for inst in model.get_node_instances(node):
+            if not inst.memory:
+                continue
+            usage = self.datasource_backend.get_instance_cpu_usage(inst, gran, "mean", gran)
+            vms[inst.uuid] = VMLoad(
+                Utilisation(
+                    _unit((usage or 0.0) / 100.0 * inst.vcpus / node.vcpus),
+                    _unit(inst.memory / node.memory),
+                    0.0,
+                ),
+                int(inst.memory) * 1024 * 1024,
+            )
+        return HostReport(history, vms)

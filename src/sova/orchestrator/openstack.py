@@ -1,0 +1,438 @@
+"""The ``openstack`` orchestrator: Sova's decisions performed through Nova, Neutron and Placement.
+
+On an OpenStack cloud Nova owns where a server runs (its database, the scheduler, Placement
+allocations, the PCI tracker) and Neutron owns the ports and their bindings. A migration
+done with ``migrateToURI3`` or a VF hot-plugged through libvirt behind their backs leaves
+all of them wrong, so in this mode:
+
+* **migration** is ``POST /servers/{id}/action {"os-migrateLive": {"host": dst}}`` at
+  microversion >= 2.30, where Nova's scheduler still *validates* the host Sova chose (never
+  ``force``: that would skip Placement and the PCI filter). It is followed through Nova's
+  migration records (``GET /os-migrations?instance_uuid=``) until ``completed`` or
+  ``failed``/``error``/``cancelled``; past ``migration_timeout_s`` the migration is aborted
+  and reported failed. Nova rolls a failed live migration back to the source itself, so
+  "failed" always means "still running on the source on virtio", as with libvirt.
+* **the fast path** is a Neutron port with ``binding:vnic_type=direct`` created in the
+  server's project on the VF network and attached with Nova's interface API; Nova claims
+  the VF in its PCI tracker and Neutron binds it (``hw_veb``). Revoking detaches the
+  interface, waits until Nova has released it, and deletes the port. When the host has no
+  VF left, Nova refuses the claim: that is reported as a failed operation whose detail
+  starts with ``no VF left`` and the port Sova created for it is deleted again.
+* **inventory**: which servers Nova runs on this host, which of them hold a direct port
+  Sova created (ports named ``sova-vf-…``), whether Nova says a server is migrating, and
+  the VF total Placement holds for this host, reconciled with what the host senses.
+* **rates** (VF max rate, guest limits) stay host-local: they go to the host driver passed
+  as ``fallback``, because neither Nova nor Neutron sets a VF rate per period.
+
+Credentials come from a ``clouds.yaml`` entry (:func:`connect`); nothing is ever written to
+Nova's or Neutron's database: every change is an API call their policies authorise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sova.driver.base import Driver, DriverError, OpState, OpStatus
+from sova.model import (
+    Action,
+    AttachVF,
+    DetachVF,
+    Inventory,
+    Migrate,
+    NicKind,
+    SetGuestRateLimit,
+    SetVFRate,
+    VMState,
+)
+from sova.orchestrator.base import CloudConfigError
+
+PORT_PREFIX = "sova-vf-"
+PORT_DESCRIPTION = "Sova fast path (SR-IOV VF); created and deleted by sova"
+MIGRATION_DONE = frozenset({"completed", "done"})
+MIGRATION_FAILED = frozenset({"failed", "error", "cancelled", "aborted"})
+# Nova's messages when the VF pool of the host is exhausted (InterfaceAttachPciClaimFailed,
+# PciDeviceRequestFailed): a normal outcome of the VF scheduler racing Nova's tracker.
+_PCI_EXHAUSTED = ("claim pci device", "pci device request", "pcidevicerequestfailed")
+
+
+def connect(cloud: str, api_timeout_s: float = 30.0) -> Any:
+    """An openstacksdk connection for the clouds.yaml entry ``cloud``."""
+    try:
+        import openstack
+        from openstack import exceptions as sdk_exc
+    except ImportError as exc:
+        raise CloudConfigError(
+            f"orchestrator = 'openstack' needs openstacksdk ({exc}); pip install 'sova[openstack]'"
+        ) from None
+    try:
+        return openstack.connect(cloud=cloud, api_timeout=api_timeout_s)
+    except sdk_exc.ConfigException as exc:
+        raise CloudConfigError(f"cloud = {cloud!r}: {exc}") from None
+
+
+def _sdk_errors() -> tuple[type[Exception], ...]:
+    try:
+        from openstack import exceptions as sdk_exc
+    except ImportError:
+        return ()
+    return (sdk_exc.SDKException,)
+
+
+def is_vf_exhausted(message: str) -> bool:
+    low = message.lower()
+    return any(s in low for s in _PCI_EXHAUSTED)
+
+
+class _OpFailed(Exception):
+    pass
+
+
+@dataclass
+class _Op:
+    op_id: str
+    action: Action
+    state: OpState = OpState.PENDING
+    detail: str = "queued"
+
+
+def _spawn_thread(fn: Callable[[], None]) -> None:
+    threading.Thread(target=fn, daemon=True, name="sova-openstack-op").start()
+
+
+@dataclass
+class OpenStackActuator:
+    """Acts for one hypervisor (``host``, as Nova's compute service names it).
+
+    ``conn`` is an openstacksdk ``Connection`` (or anything with the same ``compute``,
+    ``network`` and ``placement`` proxies). ``spawn`` runs one operation to its end; the
+    default is a daemon thread, so :meth:`submit` returns at once. ``clock``/``sleep`` are
+    injectable so that tests control time.
+    """
+
+    conn: Any
+    host: str
+    network: str | None = None
+    vf_resource_class: str | None = None
+    migration_timeout_s: float = 600.0
+    detach_timeout_s: float = 60.0
+    poll_s: float = 1.0
+    fallback: Driver | None = None
+    errors: tuple[type[Exception], ...] = field(default_factory=_sdk_errors)
+    spawn: Callable[[Callable[[], None]], None] = _spawn_thread
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    name: str = "openstack"
+    discrepancies: list[str] = field(default_factory=list)
+    _ops: dict[str, _Op] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _seq: Iterator[int] = field(default_factory=itertools.count)
+    _servers: dict[str, str] = field(default_factory=dict)  # sova VM name -> server id
+
+    def __post_init__(self) -> None:
+        # Anything the SDK or the transport raises is a reported failure, never a crash.
+        self._errors: tuple[type[Exception], ...] = (*self.errors, OSError, ValueError)
+
+    # ------------------------------------------------------------------ Actuator
+
+    def submit(self, action: Action) -> str:
+        if isinstance(action, SetVFRate | SetGuestRateLimit):
+            if self.fallback is None:
+                raise DriverError(
+                    f"{action.kind} has no OpenStack API; it needs the host driver as fallback"
+                )
+            return "host:" + self.fallback.submit(action)
+        op = _Op(f"os:{action.kind}:{action.vm}:{next(self._seq)}", action)
+        with self._lock:
+            self._ops[op.op_id] = op
+        self.spawn(lambda: self._run(op))
+        return op.op_id
+
+    def poll(self, op_id: str) -> OpStatus:
+        if op_id.startswith("host:"):
+            assert self.fallback is not None
+            st = self.fallback.poll(op_id.removeprefix("host:"))
+            return OpStatus(op_id, st.state, st.detail)
+        with self._lock:
+            op = self._ops.get(op_id)
+            if op is None:
+                return OpStatus(op_id, OpState.FAILED, "unknown operation id")
+            if op.state is not OpState.PENDING:
+                del self._ops[op_id]  # reported once; the executor forgets it too
+            return OpStatus(op_id, op.state, op.detail)
+
+    def reconcile(self, sensed: Inventory) -> Inventory:
+        """The host's sensed inventory, corrected by Nova, Neutron and Placement.
+
+        Nova decides which sensed VMs are servers of this host (a VM Nova does not place
+        here is kept but not ``running``, so no VF is ever granted through a server Nova
+        cannot act on); Neutron decides which hold a Sova VF port; Placement caps the pool.
+        """
+        try:
+            servers = self._servers_here()
+            ports = self._sova_ports_by_server()
+            pool = self._placement_vf_pool()
+        except self._errors as exc:
+            raise DriverError(f"OpenStack inventory unavailable: {exc}") from exc
+        notes: list[str] = []
+        vms: dict[str, VMState] = {}
+        for name, state in sensed.vms.items():
+            server = _match(servers, name)
+            if server is None:
+                notes.append(f"{name}: sensed on {self.host} but Nova places no such server here")
+                vms[name] = replace(state, running=False)
+                continue
+            self._servers[name] = server.id
+            has_port = bool(ports.get(server.id))
+            if has_port and state.nic is not NicKind.VF:
+                notes.append(f"{name}: Neutron has a direct port bound, the host senses none")
+            if state.nic is NicKind.VF and not has_port:
+                notes.append(f"{name}: the host senses a VF that no Sova port accounts for")
+            vms[name] = replace(
+                state,
+                nic=NicKind.VF if has_port or state.nic is NicKind.VF else NicKind.VIRTIO,
+                migrating=state.migrating or _task(server) in ("migrating",),
+            )
+        host = sensed.host
+        if pool is not None and pool < host.nic.vf_pool:
+            notes.append(
+                f"Placement holds {pool} VFs for {self.host}, the host offers {host.nic.vf_pool}"
+            )
+            host = replace(host, nic=replace(host.nic, vf_pool=pool))
+        self.discrepancies = notes
+        return Inventory(host, vms)
+
+    # ------------------------------------------------------------------ cloud views
+
+    def _servers_here(self) -> list[Any]:
+        return list(
+            self.conn.compute.servers(details=True, all_projects=True, compute_host=self.host)
+        )
+
+    def _sova_ports_by_server(self) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {}
+        for p in self.conn.network.ports(**{"binding:host_id": self.host}):
+            if _is_sova_port(p) and p.device_id:
+                out.setdefault(p.device_id, []).append(p)
+        return out
+
+    def _placement_vf_pool(self) -> int | None:
+        if self.vf_resource_class is None:
+            return None
+        total = 0
+        roots = list(self.conn.placement.resource_providers(name=self.host))
+        for root in roots:
+            for rp in self.conn.placement.resource_providers(in_tree=root.id):
+                for inv in self.conn.placement.resource_provider_inventories(rp):
+                    if inv.resource_class == self.vf_resource_class:
+                        total += int(inv.total) - int(inv.reserved or 0)
+        return total if roots else None
+
+    def _server(self, vm: str) -> Any:
+        sid = self._servers.get(vm)
+        server = None
+        if sid is not None:
+            server = self.conn.compute.find_server(sid, ignore_missing=True, all_projects=True)
+        if server is None:
+            server = _match(self._servers_here(), vm)
+        if server is None:
+            raise _OpFailed(f"Nova knows no server {vm!r} on {self.host}")
+        self._servers[vm] = server.id
+        return server
+
+    def _sova_ports(self, server: Any) -> list[Any]:
+        return [p for p in self.conn.network.ports(device_id=server.id) if _is_sova_port(p)]
+
+    # ------------------------------------------------------------------ operations
+
+    def _run(self, op: _Op) -> None:
+        a = op.action
+        try:
+            if isinstance(a, Migrate):
+                detail = self._migrate(op, a)
+            elif isinstance(a, AttachVF):
+                detail = self._attach(a)
+            elif isinstance(a, DetachVF):
+                detail = self._detach(a.vm)
+            else:  # pragma: no cover - rates go to the fallback in submit()
+                raise _OpFailed(f"unsupported action {a!r}")
+            self._finish(op, OpState.SUCCEEDED, detail)
+        except _OpFailed as exc:
+            self._finish(op, OpState.FAILED, str(exc))
+        except Exception as exc:  # reported through the op, never lost with the thread
+            self._finish(op, OpState.FAILED, f"{type(exc).__name__}: {exc}")
+
+    def _finish(self, op: _Op, state: OpState, detail: str) -> None:
+        with self._lock:
+            op.state, op.detail = state, detail
+
+    def _progress(self, op: _Op, detail: str) -> None:
+        with self._lock:
+            op.detail = detail
+
+    def _migrate(self, op: _Op, a: Migrate) -> str:
+        server = self._server(a.vm)
+        if _host_of(server) == a.dst_host:
+            return f"{a.vm} already on {a.dst_host} (Nova)"
+        if _host_of(server) != self.host:
+            raise _OpFailed(f"Nova places {a.vm} on {_host_of(server)!r}, not {self.host!r}")
+        if self._sova_ports(server):
+            raise _OpFailed(f"not migrating {a.vm}: it still holds a Sova VF port")
+        before = {m.id for m in self._migrations(server)}
+        try:
+            # host + force=False: Nova's scheduler checks Sova's choice (Placement, PCI,
+            # filters); the SDK refuses a host below microversion 2.30 without force.
+            self.conn.compute.live_migrate_server(
+                server, host=a.dst_host, force=False, block_migration="auto"
+            )
+        except ValueError as exc:
+            raise _OpFailed(f"not migrating {a.vm}: {exc}") from exc
+        except self._errors as exc:
+            on = _host_of(self.conn.compute.get_server(server.id))
+            raise _OpFailed(
+                f"Nova refused to live-migrate {a.vm} to {a.dst_host}: {exc}; server on {on!r}"
+            ) from exc
+        start = self.clock()
+        record: Any = None
+        while True:
+            new = [m for m in self._migrations(server) if m.id not in before]
+            record = max(new, key=lambda m: m.id) if new else record
+            status = (record.status or "").lower() if record is not None else "requested"
+            self._progress(op, f"migrating {a.vm} to {a.dst_host}: Nova migration {status}")
+            if status in MIGRATION_DONE:
+                now_on = _host_of(self.conn.compute.get_server(server.id))
+                if now_on != a.dst_host:
+                    raise _OpFailed(
+                        f"Nova migration {record.id} of {a.vm} completed but the server is on "
+                        f"{now_on!r}, not {a.dst_host!r}"
+                    )
+                return f"{a.vm} migrated to {a.dst_host} (Nova migration {record.id} completed)"
+            if status in MIGRATION_FAILED:
+                now_on = _host_of(self.conn.compute.get_server(server.id))
+                raise _OpFailed(
+                    f"Nova migration {record.id} of {a.vm} to {a.dst_host} {status}; "
+                    f"server on {now_on!r} on virtio"
+                )
+            if record is None and self.clock() - start > self.poll_s * 30:
+                # Nova's API accepted but conductor never created a record (e.g. the
+                # scheduler refused before it): the server status says what happened.
+                now = self.conn.compute.get_server(server.id)
+                if _task(now) is None:
+                    raise _OpFailed(
+                        f"Nova accepted the live migration of {a.vm} but started none; "
+                        f"server on {_host_of(now)!r} (check the instance action log)"
+                    )
+            if self.clock() - start > self.migration_timeout_s:
+                if record is not None:
+                    try:
+                        self.conn.compute.abort_server_migration(record.id, server.id)
+                        state = "abort requested"
+                    except self._errors as exc:
+                        state = f"abort refused: {exc}"
+                else:
+                    state = "no migration record"
+                raise _OpFailed(
+                    f"migration of {a.vm} to {a.dst_host} timed out after "
+                    f"{self.migration_timeout_s:g}s ({state}); Nova keeps it on the source"
+                )
+            self.sleep(self.poll_s)
+
+    def _migrations(self, server: Any) -> list[Any]:
+        return list(
+            self.conn.compute.migrations(server_id=server.id, migration_type="live-migration")
+        )
+
+    def _attach(self, a: AttachVF) -> str:
+        server = self._server(a.vm)
+        if _host_of(server) != self.host:
+            raise _OpFailed(f"Nova places {a.vm} on {_host_of(server)!r}, not {self.host!r}")
+        held = self._sova_ports(server)
+        if held:
+            return f"{a.vm} already holds VF port {held[0].id}"
+        network = self._network_for(server)
+        port = self.conn.network.create_port(**vf_port_attrs(a.vm, network, server.project_id))
+        try:
+            self.conn.compute.create_server_interface(server, port_id=port.id)
+        except self._errors as exc:
+            # The port was ours and is useless now: never leave it behind.
+            self.conn.network.delete_port(port, ignore_missing=True)
+            if is_vf_exhausted(str(exc)):
+                raise _OpFailed(f"no VF left on {self.host} for {a.vm}: {exc}") from exc
+            raise _OpFailed(f"Nova refused to attach a VF port to {a.vm}: {exc}") from exc
+        return f"{a.vm}: direct port {port.id} on network {network} attached"
+
+    def _network_for(self, server: Any) -> str:
+        if self.network is not None:
+            net = self.conn.network.find_network(self.network, ignore_missing=True)
+            if net is None:
+                raise _OpFailed(f"openstack.network = {self.network!r}: no such network")
+            return str(net.id)
+        for p in self.conn.network.ports(device_id=server.id):
+            if not (p.name or "").startswith(PORT_PREFIX):
+                return str(p.network_id)
+        raise _OpFailed(f"{server.name} has no port to take the VF network from; set network")
+
+    def _detach(self, vm: str) -> str:
+        server = self._server(vm)
+        ports = self._sova_ports(server)
+        if not ports:
+            return f"{vm} holds no Sova VF port"
+        for port in ports:
+            self.conn.compute.delete_server_interface(port.id, server=server.id)
+        start = self.clock()
+        while True:
+            attached = {i.port_id for i in self.conn.compute.server_interfaces(server.id)}
+            left = [p for p in ports if p.id in attached]
+            if not left:
+                break
+            if self.clock() - start > self.detach_timeout_s:
+                raise _OpFailed(
+                    f"Nova did not confirm detaching port(s) "
+                    f"{', '.join(p.id for p in left)} from {vm} within {self.detach_timeout_s:g}s; "
+                    "ports kept"
+                )
+            self.sleep(self.poll_s)
+        for port in ports:
+            self.conn.network.delete_port(port, ignore_missing=True)
+        return f"{vm}: VF port(s) {', '.join(p.id for p in ports)} detached and deleted"
+
+
+def vf_port_attrs(vm: str, network_id: str, project_id: str | None) -> dict[str, Any]:
+    """The Neutron port Sova asks for as a VM's fast path (openstacksdk attribute names)."""
+    attrs: dict[str, Any] = {
+        "network_id": network_id,
+        "binding_vnic_type": "direct",
+        "name": PORT_PREFIX + vm,
+        "description": PORT_DESCRIPTION,
+    }
+    if project_id:
+        attrs["project_id"] = project_id
+    return attrs
+
+
+def _is_sova_port(port: Any) -> bool:
+    return bool((port.name or "").startswith(PORT_PREFIX)) and port.binding_vnic_type == "direct"
+
+
+def _host_of(server: Any) -> str | None:
+    host = getattr(server, "compute_host", None)
+    return None if host is None else str(host)
+
+
+def _task(server: Any) -> str | None:
+    task = getattr(server, "task_state", None)
+    return None if task is None else str(task)
+
+
+def _match(servers: Iterable[Any], vm: str) -> Any:
+    """The server a host-side VM name means: its libvirt domain name, its UUID or its name."""
+    servers = list(servers)
+    for attr in ("instance_name", "id", "name"):
+        hits = [s for s in servers if getattr(s, attr, None) == vm]
+        if len(hits) == 1:
+            return hits[0]
+    return None

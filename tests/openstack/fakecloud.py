@@ -1,0 +1,242 @@
+"""A small in-memory cloud with openstacksdk's proxy surface, for the main venv's unit tests.
+
+It has the mechanisms the actuator depends on, not canned answers: live migrations are
+records that advance one state per look (queued -> running -> completed, or -> error when
+the target refuses), a server moves only when its migration completes, attaching a direct
+port claims one of the host's VFs and fails with Nova's message when none is left, and a
+detach completes only after a few looks. The real-code tests (tests/openstack/<stack>/) run
+the same actuator against Nova, Neutron and Watcher themselves.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class FakeCloudError(Exception):
+    pass
+
+
+@dataclass
+class Server:
+    id: str
+    name: str
+    compute_host: str
+    project_id: str = "proj"
+    instance_name: str | None = None
+    task_state: str | None = None
+
+
+@dataclass
+class Port:
+    id: str
+    name: str
+    network_id: str
+    project_id: str | None = None
+    device_id: str = ""
+    binding_vnic_type: str = "normal"
+    binding_host_id: str = ""
+    description: str = ""
+
+
+@dataclass
+class Migration:
+    id: int
+    server_id: str
+    source: str
+    dest: str
+    steps: list[str]
+    status: str = "accepted"
+
+
+@dataclass
+class Interface:
+    port_id: str
+
+
+@dataclass
+class Net:
+    id: str
+    name: str
+
+
+@dataclass
+class RP:
+    id: str
+    name: str
+    parent: str | None = None
+
+
+@dataclass
+class Inv:
+    resource_class: str
+    total: int
+    reserved: int = 0
+
+
+@dataclass
+class FakeCloud:
+    vfs_per_host: dict[str, int] = field(default_factory=dict)
+    refusing: set[str] = field(default_factory=set)  # targets whose pre-check fails
+    migration_steps: int = 2  # looks before a migration finishes
+    detach_looks: int = 2
+    servers: dict[str, Server] = field(default_factory=dict)
+    ports: dict[str, Port] = field(default_factory=dict)
+    migrations: list[Migration] = field(default_factory=list)
+    networks: dict[str, Net] = field(default_factory=dict)
+    rps: list[RP] = field(default_factory=list)
+    inventories: dict[str, list[Inv]] = field(default_factory=dict)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    _detaching: dict[str, int] = field(default_factory=dict)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self.compute = _Compute(self)
+        self.network = _Network(self)
+        self.placement = _Placement(self)
+
+    def add_server(self, name: str, host: str, net: str = "net-data") -> Server:
+        s = Server(id=f"uuid-{name}", name=name, compute_host=host)
+        self.servers[s.id] = s
+        self.networks.setdefault(net, Net(net, net))
+        pid = f"port-{next(self._ids)}"
+        self.ports[pid] = Port(pid, f"{name}-eth0", net, s.project_id, s.id, "normal", host)
+        return s
+
+    def bound_vfs(self, host: str) -> int:
+        return sum(
+            1
+            for p in self.ports.values()
+            if p.binding_vnic_type == "direct" and p.device_id and p.binding_host_id == host
+        )
+
+
+class _Compute:
+    def __init__(self, c: FakeCloud) -> None:
+        self.c = c
+
+    def servers(
+        self, details: bool = True, all_projects: bool = False, compute_host: str | None = None
+    ):
+        return [s for s in self.c.servers.values() if compute_host in (None, s.compute_host)]
+
+    def find_server(self, name_or_id: str, ignore_missing: bool = True, **_: Any):
+        for s in self.c.servers.values():
+            if name_or_id in (s.id, s.name):
+                return s
+        if ignore_missing:
+            return None
+        raise FakeCloudError(f"no server {name_or_id}")
+
+    def get_server(self, sid: str) -> Server:
+        return self.c.servers[sid]
+
+    def live_migrate_server(
+        self,
+        server: Server,
+        host: str | None = None,
+        force: bool = False,
+        block_migration: Any = None,
+    ) -> None:
+        self.c.calls.append(("live_migrate_server", {"host": host, "force": force}))
+        s = self.c.servers[server.id]
+        if s.task_state is not None:
+            raise FakeCloudError(f"Conflict: server {s.id} is in task_state {s.task_state}")
+        end = "error" if host in self.c.refusing else "completed"
+        steps = ["queued"] + ["running"] * (self.c.migration_steps - 1) + [end]
+        self.c.migrations.append(
+            Migration(next(self.c._ids), s.id, s.compute_host, str(host), steps)
+        )
+        s.task_state = "migrating"
+
+    def migrations(self, server_id: str | None = None, migration_type: str | None = None):
+        for m in self.c.migrations:
+            if m.status in ("completed", "error", "cancelled") or not m.steps:
+                continue
+            m.status = m.steps.pop(0)
+            s = self.c.servers[m.server_id]
+            if m.status == "completed":
+                s.compute_host, s.task_state = m.dest, None
+            elif m.status == "error":
+                s.task_state = None  # Nova rolls back: the server stays on the source
+        return [m for m in self.c.migrations if server_id is None or m.server_id == server_id]
+
+    def abort_server_migration(self, mid: int, server: str) -> None:
+        self.c.calls.append(("abort_server_migration", {"id": mid}))
+        for m in self.c.migrations:
+            if m.id == mid:
+                m.status, m.steps = "cancelled", []
+                self.c.servers[m.server_id].task_state = None
+
+    def create_server_interface(self, server: Server, port_id: str) -> Interface:
+        s = self.c.servers[server.id]
+        p = self.c.ports[port_id]
+        if p.binding_vnic_type == "direct" and self.c.bound_vfs(
+            s.compute_host
+        ) >= self.c.vfs_per_host.get(s.compute_host, 0):
+            raise FakeCloudError(f"Failed to claim PCI device for {s.id} during interface attach")
+        p.device_id, p.binding_host_id = s.id, s.compute_host
+        return Interface(port_id)
+
+    def delete_server_interface(self, port_id: str, server: str) -> None:
+        self.c.calls.append(("delete_server_interface", {"port": port_id}))
+        self.c._detaching[port_id] = self.c.detach_looks
+
+    def server_interfaces(self, sid: str) -> list[Interface]:
+        for pid in list(self.c._detaching):
+            self.c._detaching[pid] -= 1
+            if self.c._detaching[pid] <= 0:
+                del self.c._detaching[pid]
+                p = self.c.ports[pid]
+                p.device_id, p.binding_host_id = "", ""
+        return [Interface(p.id) for p in self.c.ports.values() if p.device_id == sid]
+
+
+class _Network:
+    def __init__(self, c: FakeCloud) -> None:
+        self.c = c
+
+    def ports(self, **filters: Any) -> list[Port]:
+        key = {"binding:host_id": "binding_host_id"}
+        return [
+            p
+            for p in self.c.ports.values()
+            if all(getattr(p, key.get(k, k)) == v for k, v in filters.items())
+        ]
+
+    def create_port(self, **attrs: Any) -> Port:
+        self.c.calls.append(("create_port", attrs))
+        pid = f"port-{next(self.c._ids)}"
+        p = Port(
+            pid,
+            attrs["name"],
+            attrs["network_id"],
+            attrs.get("project_id"),
+            binding_vnic_type=attrs.get("binding_vnic_type", "normal"),
+            description=attrs.get("description", ""),
+        )
+        self.c.ports[pid] = p
+        return p
+
+    def delete_port(self, port: Port | str, ignore_missing: bool = True) -> None:
+        pid = port if isinstance(port, str) else port.id
+        self.c.calls.append(("delete_port", {"id": pid}))
+        self.c.ports.pop(pid, None)
+
+    def find_network(self, name_or_id: str, ignore_missing: bool = True) -> Net | None:
+        return self.c.networks.get(name_or_id)
+
+
+class _Placement:
+    def __init__(self, c: FakeCloud) -> None:
+        self.c = c
+
+    def resource_providers(self, name: str | None = None, in_tree: str | None = None):
+        if name is not None:
+            return [r for r in self.c.rps if r.name == name]
+        return [r for r in self.c.rps if r.id == in_tree or r.parent == in_tree]
+
+    def resource_provider_inventories(self, rp: RP) -> list[Inv]:
+        return self.c.inventories.get(rp.id, [])

@@ -1,0 +1,423 @@
+"""The orchestrator seam and the openstack actuator, against an in-memory cloud (main venv).
+
+The same actuator runs against Nova, Neutron and Watcher themselves in the OpenStack tier
+(tests/openstack/<stack>/, scripts/openstack-envs.sh).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fakecloud import RP, FakeCloud, FakeCloudError, Inv
+
+from sova.agent.executor import Executor
+from sova.daemon.config import ConfigError, load_agent_settings, load_manager_settings
+from sova.driver.base import DriverError, DriverRequest, MockDriver, OpState, OpStatus
+from sova.model import (
+    NIC,
+    VM,
+    AttachVF,
+    DetachVF,
+    Host,
+    Inventory,
+    Migrate,
+    NicKind,
+    SetVFRate,
+    VMState,
+)
+from sova.orchestrator.base import OrchestratedDriver
+from sova.orchestrator.libvirt import DriverActuator
+from sova.orchestrator.openstack import OpenStackActuator, connect
+from sova.orchestrator.settings import OrchestratorSettings, orchestrate
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def actuator(cloud: FakeCloud, host: str = "cmp1", **kw: Any) -> OpenStackActuator:
+    clock = Clock()
+    return OpenStackActuator(
+        cloud,
+        host,
+        errors=(FakeCloudError,),
+        spawn=lambda fn: fn(),  # inline: the op runs to its end inside submit()
+        clock=clock,
+        sleep=clock.sleep,
+        poll_s=1.0,
+        **kw,
+    )
+
+
+def sensed(host: str, *vms: str, vf: tuple[str, ...] = (), pool: int = 2) -> Inventory:
+    h = Host(host, 8, 16 << 30, NIC("pf0", 10e9, pool))
+    return Inventory(
+        h,
+        {v: VMState(VM(v, 2, 1 << 30), nic=NicKind.VF if v in vf else NicKind.VIRTIO) for v in vms},
+    )
+
+
+def run(act: OpenStackActuator, action: Any) -> OpStatus:
+    return act.poll(act.submit(action))
+
+
+# --------------------------------------------------------------------------- migration
+
+
+def test_live_migration_goes_through_nova_to_the_chosen_host() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud)
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    assert "completed" in st.detail
+    assert cloud.servers["uuid-vm1"].compute_host == "cmp3"
+    # A host and no force: Nova's scheduler still validates Sova's choice.
+    assert ("live_migrate_server", {"host": "cmp3", "force": False}) in cloud.calls
+
+
+def test_refused_target_leaves_the_server_on_its_source_and_reports_failure() -> None:
+    cloud = FakeCloud(refusing={"cmp2"})
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), Migrate("vm1", "cmp2"))
+    assert st.state is OpState.FAILED
+    assert "error" in st.detail and "'cmp1'" in st.detail
+    assert cloud.servers["uuid-vm1"].compute_host == "cmp1"
+
+
+def test_migration_past_its_timeout_is_aborted_and_reported() -> None:
+    cloud = FakeCloud(migration_steps=10_000)
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud, migration_timeout_s=30.0), Migrate("vm1", "cmp2"))
+    assert st.state is OpState.FAILED
+    assert "timed out after 30s" in st.detail and "abort requested" in st.detail
+    assert any(c[0] == "abort_server_migration" for c in cloud.calls)
+    assert cloud.servers["uuid-vm1"].compute_host == "cmp1"
+
+
+def test_migration_of_a_server_nova_places_elsewhere_is_refused() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp2")
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is OpState.FAILED and "no server 'vm1' on cmp1" in st.detail
+    assert not any(c[0] == "live_migrate_server" for c in cloud.calls)
+
+
+# --------------------------------------------------------------------------- fast path
+
+
+def test_vf_is_a_direct_port_attached_through_nova_and_moves_between_vms() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp1")
+    act = actuator(cloud)
+    st = run(act, AttachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    created = [a for c, a in cloud.calls if c == "create_port"]
+    assert created[0]["binding_vnic_type"] == "direct"
+    assert created[0]["network_id"] == "net-data" and created[0]["project_id"] == "proj"
+    assert cloud.bound_vfs("cmp1") == 1
+    # The ranking changed: the VF goes from vm1 to vm2 (detach, then attach).
+    assert run(act, DetachVF("vm1")).state is OpState.SUCCEEDED
+    assert not [p for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert run(act, AttachVF("vm2")).state is OpState.SUCCEEDED
+    holder = [p.device_id for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert holder == ["uuid-vm2"]
+
+
+def test_no_vf_left_is_a_reported_outcome_and_leaks_no_port() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp1")
+    act = actuator(cloud)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    st = run(act, AttachVF("vm2"))
+    assert st.state is OpState.FAILED
+    assert st.detail.startswith("no VF left on cmp1 for vm2")
+    assert [p.device_id for p in cloud.ports.values() if p.binding_vnic_type == "direct"] == [
+        "uuid-vm1"
+    ]
+
+
+def test_attach_is_idempotent_and_detach_waits_for_nova() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2}, detach_looks=3)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud)
+    run(act, AttachVF("vm1"))
+    again = run(act, AttachVF("vm1"))
+    assert again.state is OpState.SUCCEEDED and "already holds" in again.detail
+    assert len([c for c, _ in cloud.calls if c == "create_port"]) == 1
+    st = run(act, DetachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED
+    # The port is deleted only after Nova stopped listing it as an interface.
+    order = [c for c, _ in cloud.calls if c in ("delete_server_interface", "delete_port")]
+    assert order == ["delete_server_interface", "delete_port"]
+
+
+def test_unconfirmed_detach_keeps_the_port_and_fails() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1}, detach_looks=10_000)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, detach_timeout_s=5.0)
+    run(act, AttachVF("vm1"))
+    st = run(act, DetachVF("vm1"))
+    assert st.state is OpState.FAILED and "ports kept" in st.detail
+    assert not any(c == "delete_port" for c, _ in cloud.calls)
+
+
+def test_rates_go_to_the_host_driver() -> None:
+    cloud = FakeCloud()
+    host_calls: list[DriverRequest] = []
+
+    def world(req: DriverRequest) -> Any:
+        host_calls.append(req)
+        if req.method == "submit":
+            return "h-1"
+        return OpStatus("h-1", OpState.SUCCEEDED, "rate set")
+
+    act = actuator(cloud, fallback=MockDriver(world))
+    st = run(act, SetVFRate("vm1", 1e9))
+    assert st.state is OpState.SUCCEEDED and st.detail == "rate set"
+    assert [r.method for r in host_calls] == ["submit", "poll"]
+    with pytest.raises(DriverError, match="no OpenStack API"):
+        actuator(cloud).submit(SetVFRate("vm1", 1e9))
+
+
+# --------------------------------------------------------------------------- inventory
+
+
+def test_inventory_is_the_hosts_view_reconciled_with_nova_neutron_placement() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 4})
+    cloud.add_server("vm1", "cmp1").instance_name = "instance-00000001"
+    cloud.add_server("vm2", "cmp1")
+    cloud.rps = [RP("rp-cmp1", "cmp1"), RP("rp-pf0", "cmp1_pf0", parent="rp-cmp1")]
+    cloud.inventories = {"rp-pf0": [Inv("CUSTOM_SRIOV_VF", 3, reserved=1)]}
+    act = actuator(cloud, vf_resource_class="CUSTOM_SRIOV_VF")
+    run(act, AttachVF("vm2"))
+    inv = act.reconcile(sensed("cmp1", "instance-00000001", "vm2", "stray", pool=4))
+    assert inv.vms["vm2"].nic is NicKind.VF  # Neutron says so
+    assert inv.vms["instance-00000001"].nic is NicKind.VIRTIO
+    assert inv.vms["instance-00000001"].running
+    assert not inv.vms["stray"].running  # Nova does not place it here: never given a VF
+    assert inv.host.nic.vf_pool == 2  # Placement: 3 total - 1 reserved
+    assert any("stray" in d for d in act.discrepancies)
+
+
+def test_inventory_fails_as_a_driver_error_when_the_cloud_is_unreachable() -> None:
+    cloud = FakeCloud()
+
+    def down(**_: Any) -> Any:
+        raise FakeCloudError("503 Service Unavailable")
+
+    cloud.compute.servers = down  # type: ignore[method-assign]
+    with pytest.raises(DriverError, match="OpenStack inventory unavailable"):
+        actuator(cloud).reconcile(sensed("cmp1", "vm1"))
+
+
+# --------------------------------------------------------------------------- the seam
+
+
+def test_executor_runs_the_same_actions_through_the_orchestrated_driver() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    host = MockDriver(lambda req: {"now": 0.0, "inventory": sensed("cmp1", "vm1")}.get(req.method))
+    drv = OrchestratedDriver(host, actuator(cloud))
+    ex = Executor(drv)
+    assert ex.apply(Migrate("vm1", "cmp2"), drv.inventory()) is None
+    [out] = ex.poll()
+    assert out.result == "succeeded"
+    assert cloud.servers["uuid-vm1"].compute_host == "cmp2"
+    assert [r.method for r in host.calls if r.method == "submit"] == []
+
+
+def test_libvirt_orchestrator_is_the_driver_itself() -> None:
+    host = MockDriver(lambda req: "op-1" if req.method == "submit" else None)
+    assert orchestrate(host, OrchestratorSettings()) is host
+    assert DriverActuator(host).submit(DetachVF("vm1")) == "op-1"
+
+
+@pytest.mark.parametrize("loader", [load_agent_settings, load_manager_settings])
+def test_settings_name_the_cloud_or_fail_clearly(loader: Any, tmp_path: Any) -> None:
+    cfg = tmp_path / "sova.toml"
+    cfg.write_text('orchestrator = "openstack"\n')
+    with pytest.raises(ConfigError, match="cloud: required when orchestrator = 'openstack'"):
+        loader(cfg, environ={})
+    cfg.write_text('cloud = "prod"\n')
+    with pytest.raises(ConfigError, match="cloud = 'prod': only used with orchestrator"):
+        loader(cfg, environ={})
+    cfg.write_text('orchestrator = "nova"\n')
+    with pytest.raises(ConfigError, match="orchestrator = 'nova'"):
+        loader(cfg, environ={})
+    cfg.write_text('orchestrator = "openstack"\ncloud = "prod"\n[openstack]\nnetwork = "sriov"\n')
+    s = loader(cfg, environ={})
+    assert (s.orchestrator, s.cloud, s.openstack.network) == ("openstack", "prod", "sriov")
+
+
+def test_connect_without_openstacksdk_or_with_an_unknown_cloud_says_so(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sova.orchestrator.openstack import CloudConfigError
+
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "clouds.yaml"))
+    (tmp_path / "clouds.yaml").write_text("clouds: {}\n")
+    with pytest.raises(CloudConfigError, match="openstacksdk|cloud = 'nowhere'"):
+        connect("nowhere")
+
+
+# --------------------------------------------------------------------------- recommend mode
+
+
+def test_recommended_plan_has_watchers_shape_and_runs_an_approved_action() -> None:
+    from sova.orchestrator.recommend import (
+        execute_approved,
+        proposals_from_signals,
+        to_watcher_action_plan,
+    )
+    from sova.policy.hotspot import MigrationSignal
+
+    cloud = FakeCloud(refusing={"cmp4"})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm9", "cmp2")
+    signals = {
+        "cmp1": MigrationSignal(True, "cmp3", "net hot", "uuid-vm1"),
+        "cmp2": MigrationSignal(True, "cmp4", "net hot", "uuid-vm9"),
+        "cmp3": MigrationSignal(False, None, "not hot"),
+    }
+    plan = to_watcher_action_plan(proposals_from_signals(signals, {"uuid-vm1": "vm1"}))
+    assert plan == to_watcher_action_plan(proposals_from_signals(signals, {"uuid-vm1": "vm1"}))
+    assert plan["state"] == "RECOMMENDED" and len(plan["actions"]) == 2
+    first = plan["actions"][0]
+    assert first["action_type"] == "migrate"
+    assert first["input_parameters"] == {
+        "migration_type": "live",
+        "source_node": "cmp1",
+        "destination_node": "cmp3",
+        "resource_id": "uuid-vm1",
+        "resource_name": "vm1",
+    }
+    ok = execute_approved(plan, first["uuid"], lambda src: actuator(cloud, src), poll_s=0)
+    assert ok.result == "succeeded" and cloud.servers["uuid-vm1"].compute_host == "cmp3"
+    bad = execute_approved(
+        plan, plan["actions"][1]["uuid"], lambda src: actuator(cloud, src), poll_s=0
+    )
+    assert bad.result == "failed" and cloud.servers["uuid-vm9"].compute_host == "cmp2"
+    with pytest.raises(ValueError, match="action_uuid = 'nope'"):
+        execute_approved(plan, "nope", lambda src: actuator(cloud, src))
+
+
+def test_openstack_orchestrator_wraps_the_host_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sova.orchestrator.openstack as osmod
+
+    cloud = FakeCloud()
+    asked: list[tuple[str, float]] = []
+
+    def fake_connect(name: str, timeout: float) -> FakeCloud:
+        asked.append((name, timeout))
+        return cloud
+
+    monkeypatch.setattr(osmod, "connect", fake_connect)
+    host = MockDriver(lambda req: None)
+    settings = OrchestratorSettings(orchestrator="openstack", cloud="prod")
+    drv = orchestrate(host, settings, "cmp1")
+    assert isinstance(drv, OrchestratedDriver) and drv.host is host
+    assert isinstance(drv.actuator, OpenStackActuator) and drv.actuator.host == "cmp1"
+    assert drv.actuator.fallback is host  # rates stay host-local
+    assert asked == [("prod", 30.0)]
+
+
+# --------------------------------------------------------------------------- the agent itself
+
+
+class CloudHost:
+    """One hypervisor of the fake cloud as libvirt senses it: its domains are the servers Nova
+    placed here, a VM shows a VF once Nova attached a direct port; counters grow with load."""
+
+    def __init__(self, cloud: FakeCloud, host: str, loads: dict[str, tuple[float, float]]):
+        self.cloud, self.host, self.loads, self.t = cloud, host, loads, 0.0
+        self.counters = {vm: [0.0, 0.0] for vm in loads}  # cpu ns, bytes
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+        for vm, (cpu, bps) in self.loads.items():
+            self.counters[vm][0] += cpu * dt * 1e9
+            self.counters[vm][1] += bps * dt
+
+    def here(self) -> list[str]:
+        return [s.name for s in cloud_servers(self.cloud, self.host)]
+
+    def __call__(self, req: DriverRequest) -> Any:
+        from sova.model import HostCounters, HostSample, VMCounters
+
+        if req.method == "now":
+            return self.t
+        if req.method == "inventory":
+            vf = tuple(
+                s.name
+                for s in cloud_servers(self.cloud, self.host)
+                if any(
+                    p.device_id == s.id and p.binding_vnic_type == "direct"
+                    for p in self.cloud.ports.values()
+                )
+            )
+            return sensed(self.host, *self.here(), vf=vf, pool=1)
+        if req.method == "sample":
+            vms = {
+                vm: VMCounters(
+                    vm,
+                    1,
+                    int(c[0]),
+                    0,
+                    int(c[1] / 2),
+                    int(c[1] / 2),
+                    int(c[1] / 3000),
+                    int(c[1] / 3000),
+                )
+                for vm, c in self.counters.items()
+                if vm in self.here()
+            }
+            return HostSample(self.host, self.t, vms, HostCounters(0, 0, 0, 0))
+        raise AssertionError(f"the agent must act through the actuator, not {req.method}")
+
+
+def cloud_servers(cloud: FakeCloud, host: str) -> list[Any]:
+    return [s for s in cloud.servers.values() if s.compute_host == host]
+
+
+def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
+    from sova.agent.loop import AgentConfig, HostAgent
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6)}
+    for vm in loads:
+        cloud.add_server(vm, "cmp1")
+    world = CloudHost(cloud, "cmp1", loads)
+    agent = HostAgent(
+        OrchestratedDriver(MockDriver(world), actuator(cloud)), AgentConfig(vf_policy="sova")
+    )
+    for _ in range(4):
+        agent.step()
+        world.advance(10.0)
+    # The VF scheduler's holder (the network-bound, I/O-light web) holds a Neutron direct port.
+    direct = [p for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert [p.device_id for p in direct] == ["uuid-web"]
+    # The manager moves web to cmp2: the VF is revoked first, then Nova live-migrates it.
+    agent.signal(True, "cmp2", vm="web")
+    agent.step()
+    agent.poll()
+    agent.step()
+    assert cloud.servers["uuid-web"].compute_host == "cmp2"
+    assert ("live_migrate_server", {"host": "cmp2", "force": False}) in cloud.calls
+    order = [c for c, _ in cloud.calls if c in ("delete_server_interface", "live_migrate_server")]
+    assert order == ["delete_server_interface", "live_migrate_server"]
+    # web's port went away before the migration; the freed VF went to the next in rank.
+    assert [p.device_id for p in cloud.ports.values() if p.binding_vnic_type == "direct"] == [
+        "uuid-db"
+    ]
+    assert agent.migrating == {}

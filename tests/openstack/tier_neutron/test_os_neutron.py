@@ -1,0 +1,90 @@
+"""The ports Sova creates, against Neutron's ML2 plugin with ``sriovnicswitch`` (neutron env).
+
+The request body is the one openstacksdk sends for the actuator's port attributes
+(:func:`sova.orchestrator.openstack.vf_port_attrs`); it goes through Neutron's API (policy
+included) to ML2 with the real SR-IOV mechanism driver. Nova's part of an interface attach
+(setting ``binding:host_id`` and the PCI profile, with the service role) is done here as Nova
+does it, so the test shows the port binds ``hw_veb`` on the host Sova intended, and fails to
+bind on a host without the SR-IOV agent.
+
+Run with ``scripts/openstack-envs.sh test neutron``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+plugin_tests = pytest.importorskip(
+    "neutron.tests.unit.plugins.ml2.test_plugin",
+    reason="needs the pinned neutron environment: scripts/openstack-envs.sh test neutron",
+)
+
+from neutron.tests.common import helpers  # noqa: E402
+from openstack.network.v2.port import Port  # noqa: E402
+
+from sova.orchestrator.openstack import PORT_PREFIX, vf_port_attrs  # noqa: E402
+
+pytestmark = pytest.mark.openstack
+
+PCI_PROFILE = {
+    "pci_vendor_info": "8086:154c",
+    "pci_slot": "0000:81:10.2",
+    "physical_network": "physnet1",
+}
+
+
+class TestSovaPortsOnSriovNicSwitch(plugin_tests.Ml2PluginV2TestCase):
+    _mechanism_drivers = ["logger", "sriovnicswitch"]
+
+    def setUp(self) -> None:
+        super().setUp()
+        helpers.register_sriovnicswitch_agent(host="cmp1", device_mappings={"physnet1": ["ens1f0"]})
+
+    def _json(self, req: Any, status: int) -> dict[str, Any]:
+        res = req.get_response(self.api)
+        assert res.status_int == status, res.body
+        out: dict[str, Any] = self.deserialize("json", res)
+        return out
+
+    def vlan_network(self) -> dict[str, Any]:
+        body = {
+            "network": {
+                "name": "sriov-data",
+                "provider:network_type": "vlan",
+                "provider:physical_network": "physnet1",
+                "provider:segmentation_id": 42,
+                "tenant_id": self._project_id,
+            }
+        }
+        return self._json(self.new_create_request("networks", body, as_admin=True), 201)["network"]
+
+    def sova_port(self, network_id: str) -> dict[str, Any]:
+        attrs = vf_port_attrs("vm1", network_id, self._project_id)
+        # The exact body openstacksdk POSTs for create_port(**attrs).
+        body = Port(**attrs)._prepare_request(requires_id=False, prepend_key=True).body
+        assert body["port"]["binding:vnic_type"] == "direct"
+        return self._json(self.new_create_request("ports", body, as_admin=True), 201)["port"]
+
+    def nova_binds(self, port_id: str, host: str) -> dict[str, Any]:
+        body = {"port": {"binding:host_id": host, "binding:profile": PCI_PROFILE}}
+        req = self.new_update_request("ports", body, port_id, as_service=True)
+        return self._json(req, 200)["port"]
+
+    def test_sova_port_binds_hw_veb_on_the_intended_host(self) -> None:
+        net = self.vlan_network()
+        port = self.sova_port(net["id"])
+        assert port["name"] == PORT_PREFIX + "vm1"
+        assert port["binding:vnic_type"] == "direct"
+        assert port["binding:vif_type"] == "unbound"
+        bound = self.nova_binds(port["id"], "cmp1")
+        assert bound["binding:host_id"] == "cmp1"
+        assert bound["binding:vif_type"] == "hw_veb"
+        assert str(bound["binding:vif_details"]["vlan"]) == "42"
+
+    def test_sova_port_does_not_bind_where_no_sriov_agent_runs(self) -> None:
+        net = self.vlan_network()
+        port = self.sova_port(net["id"])
+        bound = self.nova_binds(port["id"], "cmp2")
+        assert bound["binding:vif_type"] == "binding_failed"
