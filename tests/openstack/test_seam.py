@@ -391,7 +391,8 @@ def cloud_servers(cloud: FakeCloud, host: str) -> list[Any]:
 
 
 def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
-    from sova.agent.loop import AgentConfig, HostAgent
+    from sova.agent.config import ControllerConfig
+    from sova.agent.loop import HostAgent
 
     cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
     loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6)}
@@ -399,7 +400,7 @@ def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
         cloud.add_server(vm, "cmp1")
     world = CloudHost(cloud, "cmp1", loads)
     agent = HostAgent(
-        OrchestratedDriver(MockDriver(world), actuator(cloud)), AgentConfig(vf_policy="sova")
+        OrchestratedDriver(MockDriver(world), actuator(cloud)), ControllerConfig(vf_policy="sova")
     )
     for _ in range(4):
         agent.step()
