@@ -25,25 +25,39 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from sova.driver.base import Capabilities, DriverError, OpState, OpStatus
 from sova.driver.guest_agent import GuestAgent, GuestAgentError, htb_script
+from sova.driver.libvirt_driver.connection import (
+    ensure_event_loop,
+    open_connection,
+    require_libvirt,
+)
+from sova.driver.libvirt_driver.events import (
+    DomainEvent,
+    EventHub,
+    migrating_now,
+    register_domain_events,
+)
+from sova.driver.libvirt_driver.hotplug import (
+    PermanentRefusal,
+    RetryPolicy,
+    retry_until_event,
+)
+from sova.driver.libvirt_driver.migration import run_migration
+from sova.driver.libvirt_driver.pf import PFView, discover_pf, held_vf, vf_holders
+from sova.driver.libvirt_driver.sampling import domain_stats, host_totals, sample_domain
 from sova.driver.libvirt_xml import (
     DomainInfo,
     DomainNic,
-    NodeDevices,
     detach_xml_for,
     failover_readiness,
     parse_domain,
-    parse_nodedev,
     vf_interface_xml,
 )
 from sova.driver.netlink_vf import NetlinkVF, VFInfo, VFRateError
@@ -55,7 +69,6 @@ from sova.model import (
     AttachVF,
     DetachVF,
     Host,
-    HostCounters,
     HostSample,
     Inventory,
     Migrate,
@@ -68,20 +81,17 @@ from sova.model import (
     VMState,
 )
 
-try:
-    import libvirt  # type: ignore[import-untyped]
-except ImportError:  # pragma: no cover - exercised only where libvirt-python is absent
-    libvirt = None
+__all__ = [
+    "DomainEvent",
+    "LibvirtDriver",
+    "LibvirtDriverConfig",
+    "PFView",
+    "VMReport",
+    "ensure_event_loop",
+    "open_connection",
+]
 
-
-def _require_libvirt() -> Any:
-    if libvirt is None:
-        raise DriverError(
-            "libvirt-python is not installed: pip install 'sova[libvirt]' "
-            "(needs libvirt-dev and pkg-config to build)"
-        )
-    return libvirt
-
+_require_libvirt = require_libvirt
 
 # --------------------------------------------------------------------------- config
 
@@ -105,117 +115,6 @@ class LibvirtDriverConfig:
     sampling: str = "host"  # "host" (black box) or "guest-agent" (gray box, SPEC §2)
     max_workers: int = 4
     keepalive: tuple[int, int] = (5, 3)  # interval s, count: a dead remote host fails fast
-
-
-# --------------------------------------------------------------------------- events
-
-
-@dataclass(frozen=True)
-class DomainEvent:
-    seq: int
-    kind: str  # lifecycle | device-added | device-removed | device-removal-failed
-    vm: str
-    alias: str = ""
-    event: int = 0  # lifecycle: VIR_DOMAIN_EVENT_*
-    detail: int = 0
-    time_s: float = 0.0
-
-
-class _EventHub:
-    """Events from libvirt's event-loop thread, waited on by the op threads."""
-
-    def __init__(self, maxlen: int = 2048) -> None:
-        self._cond = threading.Condition()
-        self._events: deque[DomainEvent] = deque(maxlen=maxlen)
-        self._seq = 0
-        self.listeners: list[Callable[[DomainEvent], None]] = []
-
-    def post(self, kind: str, vm: str, alias: str = "", event: int = 0, detail: int = 0) -> None:
-        with self._cond:
-            self._seq += 1
-            ev = DomainEvent(self._seq, kind, vm, alias, event, detail, time.monotonic())
-            self._events.append(ev)
-            self._cond.notify_all()
-        for cb in list(self.listeners):
-            with contextlib.suppress(Exception):  # a listener must not kill the event loop
-                cb(ev)
-
-    def mark(self) -> int:
-        with self._cond:
-            return self._seq
-
-    def recent(self) -> list[DomainEvent]:
-        with self._cond:
-            return list(self._events)
-
-    def wait(
-        self, pred: Callable[[DomainEvent], bool], since: int, timeout_s: float
-    ) -> DomainEvent | None:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                for ev in self._events:
-                    if ev.seq > since and pred(ev):
-                        return ev
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._cond.wait(left)
-
-
-_loop_lock = threading.Lock()
-_loop_started = False
-
-
-def ensure_event_loop() -> None:
-    """Start libvirt's default event loop once per process (before any connection opens).
-
-    Without it libvirt delivers no domain events at all, and hot-plug could only be
-    confirmed by polling the XML.
-    """
-    global _loop_started
-    lv = _require_libvirt()
-    with _loop_lock:
-        if _loop_started:
-            return
-        lv.virEventRegisterDefaultImpl()
-
-        def run() -> None:
-            while True:
-                lv.virEventRunDefaultImpl()
-
-        threading.Thread(target=run, name="libvirt-events", daemon=True).start()
-        _loop_started = True
-
-
-def open_connection(uri: str, read_only: bool) -> Any:
-    lv = _require_libvirt()
-    # libvirt prints every error to stderr by default; we report them ourselves.
-    lv.registerErrorHandler(lambda _ctx, _err: None, None)
-    ensure_event_loop()
-    try:
-        return lv.openReadOnly(uri) if read_only else lv.open(uri)
-    except lv.libvirtError as e:
-        raise DriverError(f"cannot connect to {uri}: {e}") from e
-
-
-# --------------------------------------------------------------------------- PF view
-
-
-@dataclass(frozen=True)
-class PFView:
-    name: str  # netdev, "" when no SR-IOV PF was found
-    pci: str = ""
-    speed_mbit: int = 0
-    vfs: dict[int, str] = field(default_factory=dict)  # VF index -> PCI address
-    total_vfs: int = 0
-    notes: tuple[str, ...] = ()
-
-    def index_of(self, pci: str) -> int | None:
-        for i, a in self.vfs.items():
-            if a == pci:
-                return i
-        return None
 
 
 @dataclass
@@ -262,7 +161,7 @@ class LibvirtDriver:
                 self._conn.setKeepAlive(*config.keepalive)
         self._netlink = netlink
         self._agent = agent
-        self._hub = _EventHub()
+        self._hub = EventHub()
         self._ops: dict[str, _Op] = {}
         self._ops_lock = threading.Lock()
         self._seq = itertools.count(1)
@@ -303,32 +202,7 @@ class LibvirtDriver:
             self._netlink.close()
 
     def _register_events(self) -> None:
-        lv = _require_libvirt()
-        hub = self._hub
-
-        def lifecycle(_c: Any, dom: Any, event: int, detail: int, _o: Any) -> None:
-            hub.post("lifecycle", dom.name(), event=event, detail=detail)
-
-        def device(kind: str) -> Callable[[Any, Any, str, Any], None]:
-            def cb(_c: Any, dom: Any, alias: str, _o: Any) -> None:
-                hub.post(kind, dom.name(), alias=alias)
-
-            return cb
-
-        regs: list[tuple[int, Callable[..., None]]] = [
-            (lv.VIR_DOMAIN_EVENT_ID_LIFECYCLE, lifecycle),
-            (lv.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED, device("device-added")),
-            (lv.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED, device("device-removed")),
-            (lv.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVAL_FAILED, device("device-removal-failed")),
-        ]
-        for event_id, cb in regs:
-            try:
-                self._callback_ids.append(
-                    self._conn.domainEventRegisterAny(None, event_id, cb, None)
-                )
-            except lv.libvirtError:
-                # Older servers lack some event ids; completion then falls back to the XML.
-                continue
+        self._callback_ids.extend(register_domain_events(self._conn, self._hub))
 
     def add_event_listener(self, cb: Callable[[DomainEvent], None]) -> None:
         """Called (on libvirt's event thread) for every domain event: keeps a cache true."""
@@ -352,82 +226,10 @@ class LibvirtDriver:
 
     def pf_view(self) -> PFView:
         """The PF and its VFs: sysfs when readable (authoritative indices), else libvirt."""
-        lv = _require_libvirt()
-        notes: list[str] = []
-        nd = NodeDevices()
-        try:
-            for dev in self._conn.listAllDevices(0):
-                with contextlib.suppress(lv.libvirtError):
-                    parse_nodedev(dev.XMLDesc(0), nd)
-        except lv.libvirtError as e:
-            notes.append(f"node devices not readable: {e}")
-        candidates = [
-            n
-            for n in nd.net
-            if n.parent in nd.pci and (nd.pci[n.parent].virt_functions or nd.pci[n.parent].max_vfs)
-        ]
-        name = self.config.pf or ""
-        net = next((n for n in nd.net if n.interface == name), None) if name else None
-        if not name:
-            if not candidates:
-                notes.append("no SR-IOV PF found (no PCI node device with virt_functions)")
-                return PFView(name="", notes=tuple(notes))
-            candidates.sort(key=lambda n: n.interface)
-            net = candidates[0]
-            name = net.interface
-            if len(candidates) > 1:
-                others = ", ".join(c.interface for c in candidates[1:])
-                notes.append(f"several SR-IOV PFs ({name}, {others}); using {name} (set pf=…)")
-        pci_dev = nd.pci.get(net.parent) if net is not None else None
-        vfs: dict[int, str] = {}
-        total = pci_dev.max_vfs if pci_dev else 0
-        speed = net.speed_mbit if net is not None else 0
-        dev_dir = Path(self.config.sysfs_root) / "class" / "net" / name / "device"
-        if (dev_dir / "sriov_numvfs").exists():
-            for entry in dev_dir.iterdir():
-                if entry.name.startswith("virtfn") and entry.name[6:].isdigit():
-                    vfs[int(entry.name[6:])] = os.path.basename(os.readlink(entry))
-            with contextlib.suppress(OSError, ValueError):
-                total = int((dev_dir / "sriov_totalvfs").read_text().strip())
-            with contextlib.suppress(OSError, ValueError):
-                numvfs = int((dev_dir / "sriov_numvfs").read_text().strip())
-                if numvfs != len(vfs):
-                    notes.append(f"sriov_numvfs={numvfs} but {len(vfs)} virtfn links")
-        elif pci_dev is not None:
-            vfs = dict(enumerate(pci_dev.virt_functions))
-            notes.append("VF indices taken from libvirt's node-device order (sysfs not readable)")
-        with contextlib.suppress(OSError, ValueError):
-            s = int((dev_dir.parent / "speed").read_text().strip())
-            if s > 0:
-                speed = s
-        if not vfs:
-            notes.append(f"{name} has no VFs enabled (echo N > …/sriov_numvfs)")
-        return PFView(
-            name=name,
-            pci=pci_dev.address if pci_dev else "",
-            speed_mbit=speed,
-            vfs=vfs,
-            total_vfs=total,
-            notes=tuple(notes),
-        )
+        return discover_pf(self._conn, self.config.pf, self.config.sysfs_root)
 
     def _vf_holders(self, pf: PFView) -> dict[str, tuple[str, str]]:
-        """VF PCI -> (VM, "failover"|"plain-hostdev") over every running domain."""
-        lv = _require_libvirt()
-        held: dict[str, tuple[str, str]] = {}
-        vf_set = set(pf.vfs.values())
-        for dom in self._conn.listAllDomains(lv.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
-            try:
-                info = parse_domain(dom.XMLDesc(0))
-            except lv.libvirtError:
-                continue  # vanished meanwhile
-            for n in info.nics:
-                if n.is_hostdev and n.pci in vf_set:
-                    held[n.pci] = (info.name, "failover" if n.teaming_type else "plain-hostdev")
-            for p in info.plain_hostdev_pci:
-                if p in vf_set:
-                    held[p] = (info.name, "plain-hostdev")
-        return held
+        return vf_holders(self._conn, pf)
 
     # ------------------------------------------------------------------ capabilities
 
@@ -502,15 +304,7 @@ class LibvirtDriver:
 
     @staticmethod
     def _held_vf(info: DomainInfo, pf: PFView) -> tuple[int | None, str]:
-        vf = info.sova_vf()
-        if vf is not None:
-            idx = pf.index_of(vf.pci)
-            return idx, ("failover" if vf.teaming_type == "transient" else "plain-hostdev")
-        for p in info.plain_hostdev_pci:
-            idx = pf.index_of(p)
-            if idx is not None:
-                return idx, "plain-hostdev"
-        return None, ""
+        return held_vf(info, pf)
 
     def _vf_table(self) -> dict[int, VFInfo]:
         if self._netlink is None:
@@ -522,19 +316,7 @@ class LibvirtDriver:
             return {}
 
     def _migrating_now(self) -> set[str]:
-        lv = _require_libvirt()
-        out = set(self._migrating)
-        last: dict[str, DomainEvent] = {}
-        for ev in self._hub.recent():
-            if ev.kind == "lifecycle":
-                last[ev.vm] = ev
-        for vm, ev in last.items():
-            if (
-                ev.event == lv.VIR_DOMAIN_EVENT_SUSPENDED
-                and ev.detail == lv.VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED
-            ):
-                out.add(vm)
-        return out
+        return migrating_now(self._hub, self._migrating)
 
     def inventory(self) -> Inventory:
         lv = _require_libvirt()
@@ -595,155 +377,21 @@ class LibvirtDriver:
     # ------------------------------------------------------------------ sampling
 
     def sample(self) -> HostSample:
-        lv = _require_libvirt()
         t = self.now()
         pf = self.pf_view()
         vf_table = self._vf_table()
-        want = (
-            lv.VIR_DOMAIN_STATS_STATE
-            | lv.VIR_DOMAIN_STATS_CPU_TOTAL
-            | lv.VIR_DOMAIN_STATS_VCPU
-            | lv.VIR_DOMAIN_STATS_INTERFACE
-            | lv.VIR_DOMAIN_STATS_BALLOON
-        )
-        try:
-            records = self._conn.getAllDomainStats(
-                want, lv.VIR_CONNECT_GET_ALL_DOMAINS_STATS_ACTIVE
-            )
-        except lv.libvirtError:
-            try:
-                records = [
-                    (d, {}) for d in self._conn.listAllDomains(lv.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
-                ]
-            except lv.libvirtError as e:
-                raise DriverError(f"cannot list domains: {e}") from e
+        lv = _require_libvirt()
+        gray = self._agent if self.config.sampling == "guest-agent" else None
         vms: dict[str, VMCounters] = {}
-        for dom, st in records:
+        for dom, st in domain_stats(self._conn):
             try:
-                c = self._sample_domain(dom, dict(st), pf, vf_table)
+                c = sample_domain(dom, st, pf, vf_table, gray)
             except lv.libvirtError:
                 continue  # domain went away between listing and reading
             vms[c.vm] = c
-        return HostSample(self._host_name(), t, vms, self._host_totals(pf))
-
-    def _sample_domain(
-        self, dom: Any, st: dict[str, Any], pf: PFView, vf_table: dict[int, VFInfo]
-    ) -> VMCounters:
-        info = parse_domain(dom.XMLDesc(0))
-        dinfo: list[Any] | None = None
-
-        def domain_info() -> list[Any]:
-            nonlocal dinfo
-            if dinfo is None:
-                dinfo = list(dom.info())
-            return dinfo
-
-        cpu_time = st.get("cpu.time")
-        if cpu_time is None:
-            cpu_time = domain_info()[4]
-        vcpus = int(st.get("vcpu.current") or info.vcpus or domain_info()[3])
-        # vcpu.N.delay is time runnable but not running: steal, needed for Sova's IF (§2).
-        steal = sum(
-            int(st.get(f"vcpu.{i}.delay", 0)) for i in range(int(st.get("vcpu.maximum", vcpus)))
+        return HostSample(
+            self._host_name(), t, vms, host_totals(self._conn, pf, self.config.sysfs_root)
         )
-
-        per_mac: dict[str, list[int]] = {}  # mac -> rx_bytes, tx_bytes, rx_pkts, tx_pkts
-        tap_to_mac = {n.target_dev: n.mac for n in info.nics if n.target_dev}
-        if "net.count" in st:
-            for i in range(int(st["net.count"])):
-                tap = str(st.get(f"net.{i}.name", ""))
-                key = tap_to_mac.get(tap, tap)
-                acc = per_mac.setdefault(key, [0, 0, 0, 0])
-                acc[0] += int(st.get(f"net.{i}.rx.bytes", 0))
-                acc[1] += int(st.get(f"net.{i}.tx.bytes", 0))
-                acc[2] += int(st.get(f"net.{i}.rx.pkts", 0))
-                acc[3] += int(st.get(f"net.{i}.tx.pkts", 0))
-        else:
-            for n in info.nics:
-                if n.is_hostdev or not (n.target_dev or n.mac):
-                    continue
-                lv = _require_libvirt()
-                try:
-                    s = dom.interfaceStats(n.target_dev or n.mac)
-                except lv.libvirtError:
-                    continue
-                acc = per_mac.setdefault(n.mac, [0, 0, 0, 0])
-                acc[0] += int(s[0])
-                acc[1] += int(s[4])
-                acc[2] += int(s[1])
-                acc[3] += int(s[5])
-        vf_idx, _ = self._held_vf(info, pf)
-        vf = vf_table.get(vf_idx) if vf_idx is not None else None
-        if vf is not None and vf.rx_bytes is not None:
-            # The VF's traffic bypasses the tap; the PF counts it for us. Added to the
-            # virtio MAC's counters: the sensing layer sees one VM NIC that never moved.
-            held = info.sova_vf()
-            nic_mac = vf.mac or (held.mac if held is not None else "")
-            acc = per_mac.setdefault(nic_mac, [0, 0, 0, 0])
-            acc[0] += vf.rx_bytes or 0
-            acc[1] += vf.tx_bytes or 0
-            acc[2] += vf.rx_packets or 0
-            acc[3] += vf.tx_packets or 0
-        if self.config.sampling == "guest-agent" and self._agent is not None:
-            with contextlib.suppress(GuestAgentError):
-                per_mac = self._guest_counters(dom, info) or per_mac
-        totals = [sum(v[k] for v in per_mac.values()) for k in range(4)]
-        mem_used = 0
-        if "balloon.rss" in st:
-            mem_used = int(st["balloon.rss"]) * 1024
-        elif "balloon.current" in st:
-            mem_used = int(st["balloon.current"]) * 1024
-        else:
-            with contextlib.suppress(Exception):
-                mem_used = int(domain_info()[2]) * 1024
-        return VMCounters(
-            vm=info.name,
-            vcpus=vcpus,
-            cpu_time_ns=int(cpu_time),
-            steal_ns=steal,
-            rx_bytes=totals[0],
-            tx_bytes=totals[1],
-            rx_packets=totals[2],
-            tx_packets=totals[3],
-            memory_used_bytes=mem_used,
-        )
-
-    def _guest_counters(self, dom: Any, info: DomainInfo) -> dict[str, list[int]]:
-        """Gray-box counters: per MAC, the guest netdev with the most traffic.
-
-        Under net_failover the master, its standby and the VF primary share one MAC, and
-        the master's counters include both slaves': taking the largest avoids double counting.
-        """
-        assert self._agent is not None
-        macs = {n.mac for n in info.nics if n.mac}
-        out: dict[str, list[int]] = {}
-        for gi in self._agent.interfaces(dom):
-            if gi.mac not in macs:
-                continue
-            cur = out.get(gi.mac)
-            vals = [gi.rx_bytes, gi.tx_bytes, gi.rx_packets, gi.tx_packets]
-            if cur is None or vals[0] + vals[1] > cur[0] + cur[1]:
-                out[gi.mac] = vals
-        return out
-
-    def _host_totals(self, pf: PFView) -> HostCounters:
-        lv = _require_libvirt()
-        busy = 0
-        with contextlib.suppress(lv.libvirtError):
-            cpu = self._conn.getCPUStats(lv.VIR_NODE_CPU_STATS_ALL_CPUS, 0)
-            busy = int(cpu.get("kernel", 0)) + int(cpu.get("user", 0))
-        mem_used = 0
-        with contextlib.suppress(lv.libvirtError):
-            m = self._conn.getMemoryStats(lv.VIR_NODE_MEMORY_STATS_ALL_CELLS, 0)
-            free = m.get("free", 0) + m.get("buffers", 0) + m.get("cached", 0)
-            mem_used = int(m.get("total", 0) - free) * 1024
-        rx = tx = 0
-        if pf.name:
-            stats = Path(self.config.sysfs_root) / "class" / "net" / pf.name / "statistics"
-            with contextlib.suppress(OSError, ValueError):
-                rx = int((stats / "rx_bytes").read_text())
-                tx = int((stats / "tx_bytes").read_text())
-        return HostCounters(busy, rx, tx, mem_used)
 
     # ------------------------------------------------------------------ actions
 
@@ -814,26 +462,9 @@ class LibvirtDriver:
     def _live(self, dom: Any) -> DomainInfo:
         return parse_domain(dom.XMLDesc(0))
 
-    @staticmethod
-    def _permanent(e: Any) -> bool:
-        """Errors a retry cannot fix: the request itself is wrong or unsupported here."""
-        lv = _require_libvirt()
-        return e.get_error_code() in (
-            lv.VIR_ERR_NO_SUPPORT,
-            lv.VIR_ERR_CONFIG_UNSUPPORTED,
-            lv.VIR_ERR_XML_ERROR,
-            lv.VIR_ERR_XML_DETAIL,
-            lv.VIR_ERR_INVALID_ARG,
-            lv.VIR_ERR_NO_DOMAIN,
-        )
-
-    def _stopped(self, ev: DomainEvent, vm: str) -> bool:
-        lv = _require_libvirt()
-        return (
-            ev.vm == vm
-            and ev.kind == "lifecycle"
-            and ev.event in (lv.VIR_DOMAIN_EVENT_STOPPED, lv.VIR_DOMAIN_EVENT_UNDEFINED)
-        )
+    def _policy(self) -> RetryPolicy:
+        cfg = self.config
+        return RetryPolicy(cfg.hotplug_attempts, cfg.hotplug_timeout_s, cfg.retry_backoff_s)
 
     # -- rates
 
@@ -926,7 +557,6 @@ class LibvirtDriver:
 
     def _attach(self, op: _Op, a: AttachVF) -> str:
         lv = _require_libvirt()
-        cfg = self.config
         dom = self._dom(a.vm)
         if not dom.isActive():
             raise _OpFailed(f"{a.vm} is not running")
@@ -947,38 +577,31 @@ class LibvirtDriver:
         try:
             note = self._apply_rate(idx, a.max_bps, a.min_bps)
             xml = vf_interface_xml(backup.mac, pci, backup.alias)
-            last = ""
-            for attempt in range(1, cfg.hotplug_attempts + 1):
-                self._progress(op, f"attaching vf {idx} ({pci}), attempt {attempt}")
-                if self._live(dom).sova_vf() is not None:
-                    return f"vf {idx} attached to {a.vm}{note}"
-                mark = self._hub.mark()
-                try:
-                    dom.attachDeviceFlags(xml, lv.VIR_DOMAIN_AFFECT_LIVE)
-                except lv.libvirtError as e:
-                    last = f"attach refused: {e}"
-                    if self._permanent(e):
-                        raise _OpFailed(
-                            f"attaching vf {idx} to {a.vm} failed: {last} (not retried); "
-                            "VM stays on virtio"
-                        ) from e
-                    time.sleep(cfg.retry_backoff_s * attempt)
-                    continue
-                ev = self._hub.wait(
-                    lambda e: (e.vm == a.vm and e.kind == "device-added") or self._stopped(e, a.vm),
-                    mark,
-                    cfg.hotplug_timeout_s,
+            try:
+                out = retry_until_event(
+                    hub=self._hub,
+                    vm=a.vm,
+                    verb="attach",
+                    request=lambda: dom.attachDeviceFlags(xml, lv.VIR_DOMAIN_AFFECT_LIVE),
+                    completed=lambda: self._live(dom).sova_vf() is not None,
+                    success_kind="device-added",
+                    policy=self._policy(),
+                    progress=lambda n: self._progress(
+                        op, f"attaching vf {idx} ({pci}), attempt {n}"
+                    ),
                 )
-                if ev is not None and ev.kind == "lifecycle":
-                    raise _OpFailed(f"{a.vm} stopped while vf {idx} was being attached")
-                if self._live(dom).sova_vf() is not None:
-                    how = "DEVICE_ADDED" if ev is not None else "live XML (no DEVICE_ADDED event)"
-                    return f"vf {idx} attached to {a.vm}, confirmed by {how}{note}"
-                last = f"no DEVICE_ADDED within {cfg.hotplug_timeout_s:g}s"
-                time.sleep(cfg.retry_backoff_s * attempt)
+            except PermanentRefusal as e:
+                raise _OpFailed(
+                    f"attaching vf {idx} to {a.vm} failed: {e} (not retried); VM stays on virtio"
+                ) from e
+            if out.stopped:
+                raise _OpFailed(f"{a.vm} stopped while vf {idx} was being attached")
+            if out.done:
+                how = "" if out.how == "already" else f", confirmed by {out.how}"
+                return f"vf {idx} attached to {a.vm}{how}{note}"
             raise _OpFailed(
-                f"attaching vf {idx} to {a.vm} failed after {cfg.hotplug_attempts} attempts: "
-                f"{last}; VM stays on virtio"
+                f"attaching vf {idx} to {a.vm} failed after {out.attempts} attempts: "
+                f"{out.last}; VM stays on virtio"
             )
         finally:
             with self._reserve_lock:
@@ -986,7 +609,6 @@ class LibvirtDriver:
 
     def _detach(self, op: _Op, vm: str) -> str:
         lv = _require_libvirt()
-        cfg = self.config
         dom = self._dom(vm)
         info = self._live(dom)
         vf = info.sova_vf()
@@ -1008,66 +630,35 @@ class LibvirtDriver:
             )
         xml = detach_xml_for(vf)
         idx = self.pf_view().index_of(vf.pci)
-        last = ""
-
-        def ours(e: DomainEvent) -> bool:
-            return e.vm == vm and (not vf.alias or e.alias == vf.alias)
-
-        for attempt in range(1, cfg.hotplug_attempts + 1):
-            self._progress(op, f"detaching vf {idx} from {vm}, attempt {attempt}")
-            if self._live(dom).sova_vf() is None:
-                return f"vf {idx} detached from {vm}; virtio carries its traffic"
-            mark = self._hub.mark()
-            try:
-                dom.detachDeviceFlags(xml, lv.VIR_DOMAIN_AFFECT_LIVE)
-            except lv.libvirtError as e:
-                last = f"detach refused: {e}"
-                if self._permanent(e):
-                    raise _OpFailed(
-                        f"detaching vf {idx} from {vm} failed: {last} (not retried); "
-                        "VF still attached, virtio path unchanged"
-                    ) from e
-                time.sleep(cfg.retry_backoff_s * attempt)
-                continue
-            ev = self._hub.wait(
-                lambda e: (
-                    (ours(e) and e.kind in ("device-removed", "device-removal-failed"))
-                    or self._stopped(e, vm)
-                ),
-                mark,
-                cfg.hotplug_timeout_s,
+        try:
+            out = retry_until_event(
+                hub=self._hub,
+                vm=vm,
+                verb="detach",
+                request=lambda: dom.detachDeviceFlags(xml, lv.VIR_DOMAIN_AFFECT_LIVE),
+                completed=lambda: self._live(dom).sova_vf() is None,
+                success_kind="device-removed",
+                alias=vf.alias,
+                policy=self._policy(),
+                progress=lambda n: self._progress(op, f"detaching vf {idx} from {vm}, attempt {n}"),
             )
-            if ev is not None and ev.kind == "lifecycle":
-                return f"{vm} stopped; its VF is released"
-            if ev is not None and ev.kind == "device-removed":
-                return f"vf {idx} detached from {vm}, confirmed by DEVICE_REMOVED"
-            if ev is not None and ev.kind == "device-removal-failed":
-                last = "the guest refused the unplug (DEVICE_REMOVAL_FAILED)"
-            elif self._live(dom).sova_vf() is None:
-                return f"vf {idx} detached from {vm}, confirmed by live XML (no event)"
-            else:
-                last = (
-                    f"removal not completed within {cfg.hotplug_timeout_s:g}s "
-                    "(guest busy or not answering the unplug request)"
-                )
-            time.sleep(cfg.retry_backoff_s * attempt)
+        except PermanentRefusal as e:
+            raise _OpFailed(
+                f"detaching vf {idx} from {vm} failed: {e} (not retried); "
+                "VF still attached, virtio path unchanged"
+            ) from e
+        if out.stopped:
+            return f"{vm} stopped; its VF is released"
+        if out.done:
+            if out.how == "already":
+                return f"vf {idx} detached from {vm}; virtio carries its traffic"
+            return f"vf {idx} detached from {vm}, confirmed by {out.how}"
         raise _OpFailed(
-            f"detaching vf {idx} from {vm} failed after {cfg.hotplug_attempts} attempts: "
-            f"{last}; VF still attached, virtio path unchanged"
+            f"detaching vf {idx} from {vm} failed after {out.attempts} attempts: "
+            f"{out.last}; VF still attached, virtio path unchanged"
         )
 
     # -- migration
-
-    def _job_progress(self, dom: Any) -> str:
-        try:
-            js = dom.jobStats(0)
-        except Exception:
-            return "progress unknown"
-        total = int(js.get("memory_total", 0) or js.get("data_total", 0))
-        left = int(js.get("memory_remaining", 0) or js.get("data_remaining", 0))
-        if total <= 0:
-            return "progress unknown"
-        return f"{100.0 * (total - left) / total:.0f}% of memory copied"
 
     def _migrate(self, op: _Op, a: Migrate) -> str:
         lv = _require_libvirt()
@@ -1105,41 +696,25 @@ class LibvirtDriver:
                 | lv.VIR_MIGRATE_PERSIST_DEST
                 | lv.VIR_MIGRATE_UNDEFINE_SOURCE
             )
-            result: dict[str, BaseException | None] = {}
-
-            def run() -> None:
-                try:
-                    dom.migrateToURI3(uri, params, flags)
-                    result["error"] = None
-                except BaseException as e:  # reported through the op, never lost
-                    result["error"] = e
-
-            worker = threading.Thread(target=run, name=f"migrate-{a.vm}", daemon=True)
-            worker.start()
-            deadline = time.monotonic() + cfg.migration_timeout_s
-            progress = "progress unknown"
-            while worker.is_alive():
-                worker.join(cfg.migration_poll_s)
-                if not worker.is_alive():
-                    break
-                progress = self._job_progress(dom)
-                self._progress(op, f"migrating {a.vm} to {a.dst_host}: {progress}")
-                if time.monotonic() >= deadline:
-                    with contextlib.suppress(lv.libvirtError):
-                        dom.abortJob()
-                    worker.join(cfg.migration_abort_grace_s)
-                    state = (
-                        "aborted" if not worker.is_alive() else "abort requested, job still running"
-                    )
-                    raise _OpFailed(
-                        f"migration of {a.vm} to {a.dst_host} timed out after "
-                        f"{cfg.migration_timeout_s:g}s ({progress}): {state}; "
-                        "VM stays on this host on virtio"
-                    )
-            err = result.get("error")
-            if err is not None:
+            res = run_migration(
+                dom,
+                uri,
+                params,
+                flags,
+                timeout_s=cfg.migration_timeout_s,
+                poll_s=cfg.migration_poll_s,
+                abort_grace_s=cfg.migration_abort_grace_s,
+                progress=lambda p: self._progress(op, f"migrating {a.vm} to {a.dst_host}: {p}"),
+            )
+            if res.timed_out:
                 raise _OpFailed(
-                    f"migration of {a.vm} to {a.dst_host} failed: {err}; "
+                    f"migration of {a.vm} to {a.dst_host} timed out after "
+                    f"{cfg.migration_timeout_s:g}s ({res.progress}): {res.abort_state}; "
+                    "VM stays on this host on virtio"
+                )
+            if not res.ok:
+                raise _OpFailed(
+                    f"migration of {a.vm} to {a.dst_host} failed: {res.error}; "
                     "VM stays on this host on virtio"
                 )
             return f"{a.vm} migrated to {a.dst_host} ({uri})"
