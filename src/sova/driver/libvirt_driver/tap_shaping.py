@@ -1,0 +1,117 @@
+"""Host-side rate limits on a tap, both directions, with what this kernel has.
+
+What a PF enforces on a VF (a cap on what the VM sends and receives), enforced on the host
+side of a virtio NIC instead. HTB at the tap's root shapes what the guest *receives*; what
+it *sends* arrives as the tap's ingress, which is redirected (cls_bpf match-all + mirred)
+to an ifb device whose root HTB shapes it. libvirt's own ``<bandwidth>`` is not used: it
+needs sfq, u32 and police, which kernels without them refuse ("Specified qdisc kind is
+unknown"), sometimes leaving a half-configured HTB behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+#: classic BPF "return -1": accept every packet (no u32 or matchall needed)
+_MATCH_ALL = "1,6 0 0 4294967295,"
+
+
+class ShapingError(RuntimeError):
+    """tc or ip refused; the message names the command and its error."""
+
+
+def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ShapingError(f"{' '.join(args)}: {e}") from e
+    if check and r.returncode != 0:
+        raise ShapingError(f"{' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def ifb_name(tap: str) -> str:
+    """The ifb paired with ``tap`` (netdev names stop at 15 characters)."""
+    return tap[:14] + "i"
+
+
+class TapShaper:
+    def __init__(self, tap: str, ifb: str | None = None) -> None:
+        self.tap = tap
+        self.ifb = ifb or ifb_name(tap)
+
+    def exists(self) -> bool:
+        return Path(f"/sys/class/net/{self.tap}").exists()
+
+    def apply(self, rate_bps: float | None) -> str:
+        """Cap both directions at ``rate_bps`` (None or 0 removes the cap). Idempotent."""
+        if not rate_bps or rate_bps <= 0:
+            self.remove()
+            return f"{self.tap}: unshaped"
+        rate = f"{int(rate_bps)}bit"
+        if not Path(f"/sys/class/net/{self.ifb}").exists():
+            _run("ip", "link", "add", self.ifb, "type", "ifb")
+        _run("ip", "link", "set", self.ifb, "up")
+        for dev in (self.tap, self.ifb):
+            _run(
+                "tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10"
+            )
+            _run(
+                "tc",
+                "class",
+                "replace",
+                "dev",
+                dev,
+                "parent",
+                "1:",
+                "classid",
+                "1:10",
+                "htb",
+                "rate",
+                rate,
+                "ceil",
+                rate,
+            )
+        _run("tc", "qdisc", "replace", "dev", self.tap, "handle", "ffff:", "ingress")
+        _run(
+            "tc",
+            "filter",
+            "replace",
+            "dev",
+            self.tap,
+            "parent",
+            "ffff:",
+            "protocol",
+            "all",
+            "prio",
+            "1",
+            "bpf",
+            "bytecode",
+            _MATCH_ALL,
+            "action",
+            "mirred",
+            "egress",
+            "redirect",
+            "dev",
+            self.ifb,
+        )
+        return f"{self.tap}: HTB {rate} both ways (egress via {self.ifb})"
+
+    def remove(self) -> None:
+        if self.exists():
+            _run("tc", "qdisc", "del", "dev", self.tap, "root", check=False)
+            _run("tc", "qdisc", "del", "dev", self.tap, "ingress", check=False)
+        if Path(f"/sys/class/net/{self.ifb}").exists():
+            _run("ip", "link", "del", self.ifb, check=False)
+
+    def rate_bps(self) -> float | None:
+        """The cap in force on the tap (from tc), None when unshaped."""
+        r = _run("tc", "-j", "class", "show", "dev", self.tap, check=False)
+        if r.returncode != 0 or not r.stdout.strip():
+            return None
+        for c in json.loads(r.stdout):
+            if c.get("handle") == "1:10":
+                return float(c.get("rate", 0)) * 8 if c.get("rate") else None
+        return None
