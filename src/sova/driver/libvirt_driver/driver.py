@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from sova.driver.base import Capabilities, DriverError, OpState, OpStatus
@@ -44,23 +46,32 @@ from sova.driver.libvirt_driver.events import (
     migrating_now,
     register_domain_events,
 )
+from sova.driver.libvirt_driver.failover import (
+    Failover,
+    FailoverError,
+    GuestBond,
+    Teaming,
+)
+from sova.driver.libvirt_driver.fastpath import FastPathSource, LabNic, RateError, SriovVF
 from sova.driver.libvirt_driver.hotplug import (
     PermanentRefusal,
     RetryPolicy,
     retry_until_event,
 )
 from sova.driver.libvirt_driver.migration import run_migration
-from sova.driver.libvirt_driver.pf import PFView, discover_pf, held_vf, vf_holders
+from sova.driver.libvirt_driver.pf import PFView
 from sova.driver.libvirt_driver.sampling import domain_stats, host_totals, sample_domain
+from sova.driver.libvirt_driver.tap_shaping import (
+    ShapingError,
+    TapShaper,
+    libvirt_bandwidth_usable,
+)
 from sova.driver.libvirt_xml import (
     DomainInfo,
     DomainNic,
-    detach_xml_for,
-    failover_readiness,
     parse_domain,
-    vf_interface_xml,
 )
-from sova.driver.netlink_vf import NetlinkVF, VFInfo, VFRateError
+from sova.driver.netlink_vf import NetlinkVF, VFInfo
 from sova.model import (
     NIC,
     SLA,
@@ -72,7 +83,6 @@ from sova.model import (
     HostSample,
     Inventory,
     Migrate,
-    NICCapabilities,
     NicKind,
     ResourceTuple,
     SetGuestRateLimit,
@@ -115,6 +125,55 @@ class LibvirtDriverConfig:
     sampling: str = "host"  # "host" (black box) or "guest-agent" (gray box, SPEC §2)
     max_workers: int = 4
     keepalive: tuple[int, int] = (5, 3)  # interval s, count: a dead remote host fails fast
+    # Strategies (docs/lab.md): where the fast NIC comes from, and what keeps the VM's
+    # network up while it comes and goes. Production: sriov-vf + teaming.
+    fast_path: str = "sriov-vf"  # "sriov-vf" | "lab-nic"
+    failover: str = "teaming"  # "teaming" | "guest-bond"
+    lab_nic_bridge: str = ""  # lab-nic: the fast bridge
+    lab_nic_taps: tuple[str, ...] = ()  # lab-nic: one pre-named tap per fast slot
+    lab_nic_speed_mbit: int = 1000  # lab-nic: the capacity the tiers divide
+    migration_unsafe: bool = False  # VIR_MIGRATE_UNSAFE: disks neither shared nor copied
+    guest_exec_timeout_s: float = 30.0
+    # Host-side limit without a guest agent: libvirt <bandwidth> or HTB on the tap;
+    # "auto" probes the kernel (<bandwidth> needs sfq, u32 and police).
+    host_side_shaping: str = "auto"  # "auto" | "bandwidth" | "tap-htb"
+
+    def __post_init__(self) -> None:
+        if self.fast_path not in FAST_PATHS:
+            raise ValueError(
+                f"fast_path: {self.fast_path!r} is not one of {', '.join(sorted(FAST_PATHS))}"
+            )
+        if self.failover not in FAILOVERS:
+            raise ValueError(
+                f"failover: {self.failover!r} is not one of {', '.join(sorted(FAILOVERS))}"
+            )
+        if self.host_side_shaping not in ("auto", "bandwidth", "tap-htb"):
+            raise ValueError(
+                f"host_side_shaping: {self.host_side_shaping!r} is not 'auto', 'bandwidth' "
+                "or 'tap-htb'"
+            )
+        if self.sampling not in ("host", "guest-agent"):
+            raise ValueError(f"sampling: {self.sampling!r} is not 'host' or 'guest-agent'")
+
+
+FAST_PATHS = frozenset({"sriov-vf", "lab-nic"})
+FAILOVERS = frozenset({"teaming", "guest-bond"})
+CONFIG_ENV = "SOVA_LIBVIRT_DRIVER"
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Driver settings from a TOML file (the keys of :class:`LibvirtDriverConfig`)."""
+    import tomllib
+
+    raw = tomllib.loads(Path(path).read_text())
+    known = {f.name for f in fields(LibvirtDriverConfig)}
+    bad = sorted(set(raw) - known)
+    if bad:
+        raise ValueError(f"{path}: unknown driver setting {bad[0]!r}")
+    for k in ("lab_nic_taps", "keepalive"):
+        if k in raw:
+            raw[k] = tuple(raw[k])
+    return raw
 
 
 @dataclass
@@ -172,23 +231,48 @@ class LibvirtDriver:
         self._migrating: set[str] = set()
         self._caps: Capabilities | None = None
         self._caps_lock = threading.Lock()
+        self._bandwidth_usable: bool | None = None
         self._callback_ids: list[int] = []
+        self._fast: FastPathSource = (
+            LabNic(
+                self._conn, config.lab_nic_bridge, config.lab_nic_taps, config.lab_nic_speed_mbit
+            )
+            if config.fast_path == "lab-nic"
+            else SriovVF(self._conn, config.pf, config.sysfs_root, lambda: self._netlink)
+        )
         self._register_events()
+
+    @property
+    def _failover(self) -> Failover:
+        return GuestBond(self._agent) if self.config.failover == "guest-bond" else Teaming()
+
+    @property
+    def strategies(self) -> tuple[str, str]:
+        """(fast-path source, failover) in use, as named in the config."""
+        return self._fast.name, self._failover.name
 
     @classmethod
     def open(cls, uri: str, *, read_only: bool = False, **kw: Any) -> LibvirtDriver:
-        """Open a host the way the agent does: netlink on the local PF when pyroute2 exists."""
-        config = LibvirtDriverConfig(uri=uri, read_only=read_only, **kw)
+        """Open a host the way the agent does: netlink on the local PF when pyroute2 exists.
+
+        Settings beyond the URI come from ``kw`` and, under them, from the TOML file named
+        by ``$SOVA_LIBVIRT_DRIVER`` (how the lab gives each ``sova agent`` its strategies).
+        """
+        settings: dict[str, Any] = {}
+        if os.environ.get(CONFIG_ENV):
+            settings = load_config_file(os.environ[CONFIG_ENV])
+        settings.update(kw)
+        config = LibvirtDriverConfig(uri=uri, read_only=read_only, **settings)
         netlink: NetlinkVF | None = None
         drv = cls(config)
         pf = drv.pf_view().name
-        if pf:
+        if pf and config.fast_path == "sriov-vf":
             try:
                 netlink = NetlinkVF(pf)
             except ImportError:
                 netlink = None
         drv._netlink = netlink
-        drv._agent = GuestAgent()
+        drv._agent = GuestAgent(exec_timeout_s=config.guest_exec_timeout_s)
         return drv
 
     # ------------------------------------------------------------------ plumbing
@@ -225,11 +309,11 @@ class LibvirtDriver:
     # ------------------------------------------------------------------ PF / VFs
 
     def pf_view(self) -> PFView:
-        """The PF and its VFs: sysfs when readable (authoritative indices), else libvirt."""
-        return discover_pf(self._conn, self.config.pf, self.config.sysfs_root)
+        """The fast-path pool: the PF's VFs (sysfs indices first), or the lab-nic slots."""
+        return self._fast.view()
 
     def _vf_holders(self, pf: PFView) -> dict[str, tuple[str, str]]:
-        return vf_holders(self._conn, pf)
+        return self._fast.holders(pf)
 
     # ------------------------------------------------------------------ capabilities
 
@@ -248,25 +332,30 @@ class LibvirtDriver:
         pf = self.pf_view()
         notes = list(pf.notes)
         pool = len(pf.vfs) if self.config.vf_pool is None else min(self.config.vf_pool, len(pf.vfs))
-        if self._netlink is None:
-            nic = NICCapabilities(max_rate=False, min_rate=False, vf_stats=False)
-            notes.append("VF rates and counters unavailable: no netlink access to the PF")
-        elif self.config.read_only:
-            nic = NICCapabilities(max_rate=False, min_rate=False, vf_stats=False)
-            notes.append(
-                "VF rates not probed: read-only connection (dry run never writes to the NIC)"
-            )
-        else:
+
+        def free() -> int | None:
             held = self._vf_holders(pf)
-            free = next((i for i, a in sorted(pf.vfs.items()) if a not in held), None)
-            probe = self._netlink.probe(free, pf.speed_mbit)
-            nic = NICCapabilities(probe.max_rate, probe.min_rate, probe.vf_stats)
-            notes.extend(probe.notes)
+            return next((i for i, a in sorted(pf.vfs.items()) if a not in held), None)
+
+        nic, more = self._fast.probe(free, pf, self.config.read_only)
+        notes.extend(more)
+        fast, failover = self.strategies
+        notes.append(f"strategies: fast path {fast}, failover {failover}")
+        if fast == "lab-nic" and failover == "teaming":
+            notes.append(
+                "teaming needs a hostdev VF (libvirt refuses transient teaming on a virtio "
+                "NIC): no VM is failover-ready; use failover = 'guest-bond'"
+            )
+        ok, why = libvirt_bandwidth_usable()
+        self._bandwidth_usable = ok
+        notes.append(why)
         if not nic.min_rate:
             fallback = (
                 "guest-side HTB through the guest agent"
                 if self._agent
                 else "libvirt <bandwidth> on the virtio path (host side)"
+                if ok
+                else "HTB on the virtio tap (host side)"
             )
             notes.append(f"min_tx_rate not available at the VF; fallback: {fallback}")
         return Capabilities(
@@ -292,7 +381,7 @@ class LibvirtDriver:
                 running = bool(dom.isActive())
             except lv.libvirtError:
                 continue
-            r = failover_readiness(info)
+            r = self._failover.readiness(info)
             vf_idx, kind = self._held_vf(info, pf)
             reason = r.reason
             if kind == "plain-hostdev":
@@ -302,18 +391,11 @@ class LibvirtDriver:
             out.append(VMReport(info.name, running, r.ready, reason, vf_idx, kind))
         return sorted(out, key=lambda r: r.name)
 
-    @staticmethod
-    def _held_vf(info: DomainInfo, pf: PFView) -> tuple[int | None, str]:
-        return held_vf(info, pf)
+    def _held_vf(self, info: DomainInfo, pf: PFView) -> tuple[int | None, str]:
+        return self._fast.held(info, pf)
 
     def _vf_table(self) -> dict[int, VFInfo]:
-        if self._netlink is None:
-            return {}
-        try:
-            return self._netlink.vfs()
-        except (VFRateError, OSError):
-            # Counters and rates are optional; a netlink hiccup must not stop sampling.
-            return {}
+        return self._fast.rates()
 
     def _migrating_now(self) -> set[str]:
         return migrating_now(self._hub, self._migrating)
@@ -336,8 +418,8 @@ class LibvirtDriver:
             except lv.libvirtError:
                 continue
             vf_idx, _kind = self._held_vf(info, pf)
-            ready = failover_readiness(info)
-            backup = info.failover_backup()
+            ready = self._failover.readiness(info)
+            backup = self._failover.backup(info)
             rates = vf_table.get(vf_idx) if vf_idx is not None else None
             sla = SLA()
             if info.sla is not None:
@@ -472,7 +554,7 @@ class LibvirtDriver:
         """Best effort on attach: the VF helps even where the NIC cannot cap it."""
         if not max_bps and not min_bps:
             return ""
-        if self._netlink is None:
+        if self._fast.name == "sriov-vf" and self._netlink is None:
             return "; rate not enforced: no netlink access to the PF"
         caps = self.capabilities().nic
         notes = ""
@@ -482,8 +564,8 @@ class LibvirtDriver:
         if max_bps and not caps.max_rate:
             return notes + "; max_tx_rate unsupported by this NIC: tier not enforced"
         try:
-            self._netlink.set_rate(vf, max_bps, min_bps)
-        except VFRateError as e:
+            self._fast.set_rate(vf, max_bps, min_bps)
+        except RateError as e:
             return notes + f"; rate not applied: {e}"
         return notes
 
@@ -493,22 +575,22 @@ class LibvirtDriver:
         idx, _ = self._held_vf(info, self.pf_view())
         if idx is None:
             raise _OpFailed(f"{a.vm} holds no VF: nothing to rate-limit")
-        if self._netlink is None:
+        if self._fast.name == "sriov-vf" and self._netlink is None:
             raise _OpFailed("no netlink access to the PF: VF rates cannot be set")
         min_bps = a.min_bps
         note = ""
         if min_bps and not self.capabilities().nic.min_rate:
             min_bps, note = None, "; min_tx_rate unsupported by this NIC: not enforced"
         try:
-            self._netlink.set_rate(idx, a.max_bps, min_bps)
-        except VFRateError as e:
+            self._fast.set_rate(idx, a.max_bps, min_bps)
+        except RateError as e:
             raise _OpFailed(str(e)) from e
         return f"vf {idx} max {a.max_bps or 0:.0f} bit/s{note}"
 
     def _guest_limit(self, a: SetGuestRateLimit) -> str:
         dom = self._dom(a.vm)
         info = self._live(dom)
-        backup = info.failover_backup() or next((n for n in info.nics if n.is_virtio), None)
+        backup = self._failover.backup(info) or next((n for n in info.nics if n.is_virtio), None)
         if backup is None or not backup.mac:
             raise _OpFailed(f"{a.vm} has no virtio interface to shape")
         if self._agent is None:
@@ -522,12 +604,24 @@ class LibvirtDriver:
         return f"guest HTB on {backup.mac}: {what}{note}"
 
     def _host_side_limit(self, dom: Any, nic: DomainNic, a: SetGuestRateLimit) -> str:
-        """Without a guest agent: libvirt `<bandwidth>` on the virtio interface (host side).
+        """Without a guest agent: a limit on the virtio interface, on the host side.
 
-        It shapes only the virtio path — a VF's traffic bypasses the tap — which the
-        detail says, so nobody mistakes it for a limit on the whole VM.
+        libvirt's ``<bandwidth>`` where the kernel supports it, else HTB on the tap (see
+        :mod:`.tap_shaping`). Either shapes only the virtio path — a VF's traffic bypasses
+        the tap — which the detail says, so nobody mistakes it for a limit on the whole VM.
         """
         lv = _require_libvirt()
+        mode = self.config.host_side_shaping
+        if mode == "auto" and self._bandwidth_usable is None:
+            self._bandwidth_usable = libvirt_bandwidth_usable()[0]
+        if mode == "tap-htb" or (mode == "auto" and not self._bandwidth_usable):
+            if not nic.target_dev:
+                raise _OpFailed(f"{a.vm}: virtio interface {nic.mac} has no tap to shape")
+            try:
+                done = TapShaper(nic.target_dev).apply(a.rate_bps)
+            except ShapingError as e:
+                raise _OpFailed(f"host-side HTB on {a.vm} failed: {e}") from e
+            return f"host-side {done} (virtio path only, no guest agent; no <bandwidth> here)"
         # libvirt's "outbound" is traffic leaving the guest, in KiB/s; 0 removes the limit.
         kib = 0 if not a.rate_bps else max(1, round(a.rate_bps / 8 / 1024))
         params = {"outbound.average": kib, "outbound.peak": kib, "outbound.burst": 0}
@@ -568,26 +662,26 @@ class LibvirtDriver:
         if idx is not None:
             note = self._apply_rate(idx, a.max_bps, a.min_bps)
             return f"{a.vm} already holds vf {idx} ({kind}): no-op{note}"
-        ready = failover_readiness(info)
+        ready = self._failover.readiness(info)
         if not ready.ready:
             raise _OpFailed(f"{a.vm} is not failover-ready and never gets a VF: {ready.reason}")
-        backup = info.failover_backup()
+        backup = self._failover.backup(info)
         assert backup is not None
-        idx, pci = self._reserve_free_vf(a.vm, pf)
+        idx, slot = self._reserve_free_vf(a.vm, pf)
         try:
             note = self._apply_rate(idx, a.max_bps, a.min_bps)
-            xml = vf_interface_xml(backup.mac, pci, backup.alias)
+            xml = self._fast.plug_xml(backup, slot, pairing=self._failover.name == "teaming")
             try:
                 out = retry_until_event(
                     hub=self._hub,
                     vm=a.vm,
                     verb="attach",
                     request=lambda: dom.attachDeviceFlags(xml, lv.VIR_DOMAIN_AFFECT_LIVE),
-                    completed=lambda: self._live(dom).sova_vf() is not None,
+                    completed=lambda: self._fast.nic(self._live(dom)) is not None,
                     success_kind="device-added",
                     policy=self._policy(),
                     progress=lambda n: self._progress(
-                        op, f"attaching vf {idx} ({pci}), attempt {n}"
+                        op, f"attaching vf {idx} ({slot}), attempt {n}"
                     ),
                 )
             except PermanentRefusal as e:
@@ -596,22 +690,40 @@ class LibvirtDriver:
                 ) from e
             if out.stopped:
                 raise _OpFailed(f"{a.vm} stopped while vf {idx} was being attached")
-            if out.done:
-                how = "" if out.how == "already" else f", confirmed by {out.how}"
-                return f"vf {idx} attached to {a.vm}{how}{note}"
-            raise _OpFailed(
-                f"attaching vf {idx} to {a.vm} failed after {out.attempts} attempts: "
-                f"{out.last}; VM stays on virtio"
-            )
+            if not out.done:
+                raise _OpFailed(
+                    f"attaching vf {idx} to {a.vm} failed after {out.attempts} attempts: "
+                    f"{out.last}; VM stays on virtio"
+                )
+            note += self._fast.after_plug(idx)
+            note += self._activate(op, dom, a.vm)
+            how = "" if out.how == "already" else f", confirmed by {out.how}"
+            return f"vf {idx} attached to {a.vm}{how}{note}"
         finally:
             with self._reserve_lock:
-                self._reserved.pop(pci, None)
+                self._reserved.pop(slot, None)
+
+    def _activate(self, op: _Op, dom: Any, vm: str) -> str:
+        """After a plug: the failover makes the new NIC carry the traffic (guest-bond)."""
+        info = self._live(dom)
+        fast, backup = self._fast.nic(info), self._failover.backup(info)
+        if fast is None or backup is None:
+            return ""
+        self._progress(op, f"making the fast NIC of {vm} active ({self._failover.name})")
+        try:
+            done = self._failover.after_plug(dom, fast, backup)
+        except FailoverError as e:
+            raise _OpFailed(
+                f"fast NIC plugged into {vm} but not made active: {e}; traffic stays on the "
+                "backup, the NIC is unplugged by the next detach"
+            ) from e
+        return f"; {done}" if done else ""
 
     def _detach(self, op: _Op, vm: str) -> str:
         lv = _require_libvirt()
         dom = self._dom(vm)
         info = self._live(dom)
-        vf = info.sova_vf()
+        vf = self._fast.nic(info)
         if vf is None:
             if any(self.pf_view().index_of(p) is not None for p in info.plain_hostdev_pci):
                 raise _OpFailed(
@@ -619,8 +731,8 @@ class LibvirtDriver:
                     "Sova will not pull it (the VM would lose its network)"
                 )
             return f"{vm} holds no VF: no-op"
-        backup = info.failover_backup()
-        if backup is None or (vf.teaming_persistent and vf.teaming_persistent != backup.alias):
+        backup = self._failover.backup(info)
+        if backup is None or not self._failover.paired(vf, backup):
             raise _OpFailed(
                 f"{vm}: VF has no virtio failover partner; not detaching (the VM would lose its network)"
             )
@@ -628,15 +740,26 @@ class LibvirtDriver:
             raise _OpFailed(
                 f"{vm}: virtio backup path {backup.alias} is link-down; VF kept until it is up"
             )
-        xml = detach_xml_for(vf)
-        idx = self.pf_view().index_of(vf.pci)
+        pf = self.pf_view()
+        idx = pf.index_of(vf.pci or vf.target_dev)
+        # Never unplug before the backup is confirmed to carry the traffic.
+        self._progress(op, f"moving {vm} to its backup path ({self._failover.name})")
+        try:
+            moved = self._failover.before_unplug(dom, vf, backup)
+        except FailoverError as e:
+            raise _OpFailed(
+                f"not detaching vf {idx} from {vm}: the backup path could not be confirmed "
+                f"active: {e}; fast NIC kept"
+            ) from e
+        moved = f" ({moved})" if moved else ""
+        xml = self._fast.unplug_xml(vf)
         try:
             out = retry_until_event(
                 hub=self._hub,
                 vm=vm,
                 verb="detach",
                 request=lambda: dom.detachDeviceFlags(xml, lv.VIR_DOMAIN_AFFECT_LIVE),
-                completed=lambda: self._live(dom).sova_vf() is None,
+                completed=lambda: self._fast.nic(self._live(dom)) is None,
                 success_kind="device-removed",
                 alias=vf.alias,
                 policy=self._policy(),
@@ -651,11 +774,11 @@ class LibvirtDriver:
             return f"{vm} stopped; its VF is released"
         if out.done:
             if out.how == "already":
-                return f"vf {idx} detached from {vm}; virtio carries its traffic"
-            return f"vf {idx} detached from {vm}, confirmed by {out.how}"
+                return f"vf {idx} detached from {vm}; virtio carries its traffic{moved}"
+            return f"vf {idx} detached from {vm}, confirmed by {out.how}{moved}"
         raise _OpFailed(
             f"detaching vf {idx} from {vm} failed after {out.attempts} attempts: "
-            f"{out.last}; VF still attached, virtio path unchanged"
+            f"{out.last}; VF still attached, virtio path unchanged{moved}"
         )
 
     # -- migration
@@ -669,15 +792,10 @@ class LibvirtDriver:
         self._migrating.add(a.vm)
         try:
             info = self._live(dom)
-            pf = self.pf_view()
-            plain = [p for p in info.plain_hostdev_pci if pf.index_of(p) is not None]
-            vf = info.sova_vf()
-            if plain or (vf is not None and vf.teaming_type != "transient"):
-                raise _OpFailed(
-                    f"{a.vm} holds a VF without <teaming type='transient'>: libvirt cannot "
-                    "live-migrate it (convert it to a failover pair, docs/deployment.md)"
-                )
-            if vf is not None:
+            blocker = self._fast.migration_blocker(info, self.pf_view())
+            if blocker:
+                raise _OpFailed(blocker)
+            if self._fast.nic(info) is not None:
                 try:
                     self._detach(op, a.vm)
                 except _OpFailed as e:
@@ -696,6 +814,8 @@ class LibvirtDriver:
                 | lv.VIR_MIGRATE_PERSIST_DEST
                 | lv.VIR_MIGRATE_UNDEFINE_SOURCE
             )
+            if cfg.migration_unsafe:
+                flags |= lv.VIR_MIGRATE_UNSAFE
             res = run_migration(
                 dom,
                 uri,

@@ -115,3 +115,33 @@ class TapShaper:
             if c.get("handle") == "1:10":
                 return float(c.get("rate", 0)) * 8 if c.get("rate") else None
         return None
+
+
+def libvirt_bandwidth_usable(config_gz: str = "/proc/config.gz") -> tuple[bool, str]:
+    """Whether libvirt's ``<bandwidth>`` can work on this kernel, and why not.
+
+    libvirt builds it from sfq, u32 and police; a kernel without any of them refuses
+    (and may leave a half-configured HTB behind), so Sova never relies on it there.
+    """
+    import gzip
+
+    try:
+        with gzip.open(config_gz, "rt") as f:
+            text = f.read()
+    except OSError:
+        return True, "kernel config not readable: assuming libvirt <bandwidth> works"
+    missing = [
+        name
+        for opt, name in (
+            ("CONFIG_NET_SCH_SFQ", "sfq"),
+            ("CONFIG_NET_CLS_U32", "u32"),
+            ("CONFIG_NET_ACT_POLICE", "police"),
+        )
+        if f"{opt}=y" not in text and f"{opt}=m" not in text
+    ]
+    if missing:
+        return False, (
+            f"libvirt <bandwidth> unusable on this kernel (no {', '.join(missing)}): "
+            "host-side limits use HTB on the tap (ifb for guest egress) instead"
+        )
+    return True, "libvirt <bandwidth> usable (sfq, u32, police present)"
