@@ -93,6 +93,44 @@ def up(
 
 
 @lab_app.command()
+def run(
+    scenario: Annotated[Path, typer.Argument(help="Lab scenario (scenarios/lab/).")],
+    out: Annotated[
+        Path | None,  # noqa: UP007
+        typer.Option("--out", "-o", help="Output directory [default: out/lab/<name>]."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 when an acceptance check fails.")
+    ] = False,
+) -> None:
+    """Run a lab scenario on the lab `sova lab up` left running; write the standard outputs."""
+    from sova.lab.scenario import LabScenarioError, load_lab_scenario
+
+    try:
+        scn = load_lab_scenario(scenario)
+    except LabScenarioError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    _require_root()
+    _sigterm_as_interrupt()
+    from sova.lab.report import write_outputs
+    from sova.lab.runner import LabRunError, run_scenario
+
+    out_dir = out or Path("out") / "lab" / scn.name
+    try:
+        result = run_scenario(_settings(), scn, out_dir / "logs", say=_say)
+    except LabRunError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    summary = write_outputs(out_dir, scn, result)
+    for k, v in summary["checks"].items():
+        typer.echo(f"{'ok  ' if v else 'FAIL'} {k}")
+    typer.echo(f"report: {out_dir / 'report.md'}")
+    if check and not summary["passed"]:
+        raise typer.Exit(1)
+
+
+@lab_app.command()
 def down() -> None:
     """Remove every guest, daemon, bridge, qdisc and file of the lab (also after a crash)."""
     _require_root()

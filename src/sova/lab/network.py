@@ -10,6 +10,9 @@ than on a fast NIC, as virtio is against SR-IOV on real hosts.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -69,6 +72,13 @@ def down(s: LabSettings) -> list[str]:
     """Delete every link and namespace with the lab's prefix; what was removed."""
     removed: list[str] = []
     if s.peer_ns in sh("ip", "netns", "list", check=False).stdout.split():
+        # Pings and iperf3 servers of a killed `lab run`: exactly the processes in our netns.
+        pids = sh("ip", "netns", "pids", s.peer_ns, check=False).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        if pids:
+            removed.append(f"peer processes {' '.join(pids)}")
         sh("ip", "netns", "del", s.peer_ns, check=False)
         removed.append(f"netns {s.peer_ns}")
     for name in sorted(links()):
