@@ -244,7 +244,8 @@ class LabNic:
         if not shaper.exists():
             return ""
         with self._lock:
-            rate = self._rates.get(idx)
+            # No tier given: the slot's line rate, as a PF caps every VF at the port speed.
+            rate = self._rates.get(idx) or self.speed_mbit * 1e6
         try:
             return shaper.apply(rate)
         except ShapingError as e:

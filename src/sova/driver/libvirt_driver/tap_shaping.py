@@ -55,9 +55,22 @@ class TapShaper:
             _run("ip", "link", "add", self.ifb, "type", "ifb")
         _run("ip", "link", "set", self.ifb, "up")
         for dev in (self.tap, self.ifb):
-            _run(
-                "tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10"
-            )
+            # An HTB root already there is kept (HTB refuses "replace" by itself: "Change
+            # operation not supported"); only its class rate changes.
+            if "qdisc htb 1: " not in _run("tc", "qdisc", "show", "dev", dev, "root").stdout:
+                _run(
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    dev,
+                    "root",
+                    "handle",
+                    "1:",
+                    "htb",
+                    "default",
+                    "10",
+                )
             _run(
                 "tc",
                 "class",
