@@ -14,12 +14,12 @@ from pathlib import Path
 
 SCENARIO = """
 name: crash
-guests: 2
+guests: 1
 fast_slots: 1
 net_mbit: 20
 controller: {period_s: 3, window: 1, min_dwell_s: 0}
 phases:
-  - {name: only, duration_s: 120, loads: {g1: net, g2: idle}, expect_holders: [g1]}
+  - {name: only, duration_s: 120, loads: {g1: net}, expect_holders: [g1]}
 """
 
 

@@ -113,6 +113,15 @@ def run_scenario(
     drv = LibvirtDriver.open(s.uri(HOST), **driver_settings(s, scn, HOST))
     out.notes.extend(drv.capabilities().notes)
     conn = connect(s, HOST)
+    on_hv1 = {d.name() for d in conn.listAllDomains(1)}  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
+    if not need <= on_hv1:
+        missing = ", ".join(sorted(need - on_hv1))
+        drv.close()
+        conn.close()
+        raise LabRunError(
+            f"guest(s) {missing} not running on {HOST} (migrated away?): "
+            "`sova lab down && sova lab up` restores the lab"
+        )
     doms = {g: conn.lookupByName(g) for g in sorted(need)}
     assert drv._agent is not None
     loads = Loads(s, drv._agent)

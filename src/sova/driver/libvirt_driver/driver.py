@@ -232,6 +232,7 @@ class LibvirtDriver:
         self._caps: Capabilities | None = None
         self._caps_lock = threading.Lock()
         self._bandwidth_usable: bool | None = None
+        self._agent_silent: set[str] = set()  # VMs sampled black-box: their agent is silent
         self._callback_ids: list[int] = []
         self._fast: FastPathSource = (
             LabNic(
@@ -467,7 +468,7 @@ class LibvirtDriver:
         vms: dict[str, VMCounters] = {}
         for dom, st in domain_stats(self._conn):
             try:
-                c = sample_domain(dom, st, pf, vf_table, gray)
+                c = sample_domain(dom, st, pf, vf_table, gray, self._agent_silent)
             except lv.libvirtError:
                 continue  # domain went away between listing and reading
             vms[c.vm] = c

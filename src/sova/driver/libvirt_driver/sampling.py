@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,22 @@ def domain_stats(conn: Any) -> list[tuple[Any, dict[str, Any]]]:
     return [(dom, dict(st)) for dom, st in records]
 
 
+log = logging.getLogger("sova.driver.libvirt")
+
+
 def sample_domain(
     dom: Any,
     st: dict[str, Any],
     pf: PFView,
     vf_table: dict[int, VFInfo],
     agent: GuestAgent | None,
+    silent: set[str] | None = None,
 ) -> VMCounters:
-    """Counters of one domain; ``agent`` given = gray box (the guest's own netdev counters)."""
+    """Counters of one domain; ``agent`` given = gray box (the guest's own netdev counters).
+
+    A guest agent that does not answer degrades that VM to black-box (host-side) counters,
+    logged once when it starts and once when it ends; ``silent`` remembers which VMs are.
+    """
     lv = require_libvirt()
     info = parse_domain(dom.XMLDesc(0))
     dinfo: list[Any] | None = None
@@ -103,8 +112,22 @@ def sample_domain(
         acc[2] += vf.rx_packets or 0
         acc[3] += vf.tx_packets or 0
     if agent is not None:
-        with contextlib.suppress(GuestAgentError):
+        quiet = silent if silent is not None else set()
+        try:
             per_mac = guest_counters(agent, dom, info) or per_mac
+        except GuestAgentError as e:
+            if info.name not in quiet:
+                log.warning(
+                    "guest agent of %s not answering (%s): sampling it black-box "
+                    "(host-side counters) until it answers",
+                    info.name,
+                    e,
+                )
+                quiet.add(info.name)
+        else:
+            if info.name in quiet:
+                log.info("guest agent of %s answers again: gray-box counters", info.name)
+                quiet.discard(info.name)
     totals = [sum(v[k] for v in per_mac.values()) for k in range(4)]
     mem_used = 0
     if "balloon.rss" in st:
