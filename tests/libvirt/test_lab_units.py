@@ -79,3 +79,16 @@ def test_lab_nic_plug_xml_is_recognised_as_the_held_slot():
     assert nic.nic(parse_domain(_domain_with(""))) is None  # the backup is never the fast NIC
     unplug = nic.unplug_xml(fast)
     assert slot_mac("svl1f1") in unplug and "svl-fast" in unplug
+
+
+def test_ping_gaps_finds_the_largest_gap_and_the_lost_requests(tmp_path):
+    from sova.lab.loads import ping_gaps
+
+    log = tmp_path / "ping.log"
+    rows = ["PING 10.77.0.11 (10.77.0.11) 56(84) bytes of data."]
+    for seq, t in [(1, 100.0), (2, 100.1), (3, 100.2), (6, 100.9), (7, 101.0)]:
+        rows.append(f"[{t:.6f}] 64 bytes from 10.77.0.11: icmp_seq={seq} ttl=64 time=1 ms")
+    rows.append("[99.0] 64 bytes from 10.77.0.11: icmp_seq=0 ttl=64 time=1 ms")  # before start
+    log.write_text("\n".join(rows) + "\n")
+    gap, replies, lost = ping_gaps(log, 99.5, 102.0)
+    assert round(gap, 3) == 0.7 and replies == 5 and lost == 2

@@ -141,14 +141,18 @@ class Peer:
                 p.wait(5)
 
 
-_TS = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from", re.M)
+_REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from \S+ icmp_seq=(\d+)", re.M)
 
 
-def ping_gaps(log: Path, start: float, end: float) -> tuple[float, int]:
-    """Largest gap between replies within [start, end] (epoch seconds) and the reply count."""
-    ts = [float(t) for t in _TS.findall(log.read_text(errors="replace"))]
-    ts = [t for t in ts if start <= t <= end]
-    if len(ts) < 2:
-        return float("inf"), len(ts)
+def ping_gaps(log: Path, start: float, end: float) -> tuple[float, int, int]:
+    """Within [start, end] (epoch s): the largest gap between replies, replies, and lost
+    echo requests (sequence numbers between the first and last reply that got none)."""
+    replies = [(float(t), int(q)) for t, q in _REPLY.findall(log.read_text(errors="replace"))]
+    replies = [(t, q) for t, q in replies if start <= t <= end]
+    if len(replies) < 2:
+        return float("inf"), len(replies), 0
+    ts = [t for t, _ in replies]
     gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-    return max(gaps), len(ts)
+    seqs = {q for _, q in replies}
+    lost = (max(seqs) - min(seqs) + 1) - len(seqs)
+    return max(gaps), len(replies), lost

@@ -97,9 +97,15 @@ def _report(scn: LabScenario, s: dict[str, Any]) -> str:
             f"| {p['name']} | {p['start_s']:.0f} | {p['end_s']:.0f} | "
             f"{', '.join(p['expected']) or '—'} | {', '.join(p['holders']) or '—'} | {mark[p['ok']]} |"
         )
-    lines += ["", "## Continuity", "", "| guest | max ping gap s | replies |", "|---|---|---|"]
+    lines += [
+        "",
+        "## Continuity",
+        "",
+        "| guest | max ping gap s | replies | lost |",
+        "|---|---|---|---|",
+    ]
     for g, p in sorted(s["ping"].items()):
-        lines.append(f"| {g} | {p['max_gap_s']:.3f} | {p['replies']} |")
+        lines.append(f"| {g} | {p['max_gap_s']:.3f} | {p['replies']} | {p.get('lost', '')} |")
     lines += ["", "| TCP stream (iperf3) | exit | |", "|---|---|---|"]
     for st in s["streams"]:
         lines.append(f"| {st['guest']} | {st['exitcode']} | {st['stderr'] or ''} |")
