@@ -37,7 +37,9 @@ class LabController(BaseModel):
 class LabChecks(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_ping_gap_s: float = Field(default=1.0, gt=0)
-    settle_s: float = Field(default=25.0, ge=0)  # holders are checked this long after a phase starts
+    settle_s: float = Field(
+        default=25.0, ge=0
+    )  # holders are checked this long after a phase starts
 
 
 class LabScenario(BaseModel):

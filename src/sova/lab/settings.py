@@ -22,7 +22,9 @@ HOST_DIRS = {
 class LabSettings:
     root: Path = Path(os.environ.get("SOVA_LAB_DIR", "/var/lib/sova-lab"))
     image_cache: Path = Path(os.environ.get("SOVA_LAB_CACHE", "/var/cache/sova-lab"))
-    prefix: str = os.environ.get("SOVA_LAB_PREFIX", "svl")  # every bridge, veth, ifb and netns the lab makes starts with it
+    prefix: str = os.environ.get(
+        "SOVA_LAB_PREFIX", "svl"
+    )  # every bridge, veth, ifb and netns the lab makes starts with it
     hosts: tuple[str, ...] = ("HV1", "HV2")
     guests: int = 4
     memory_mib: int = 320

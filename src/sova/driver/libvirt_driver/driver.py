@@ -714,9 +714,15 @@ class LibvirtDriver:
         try:
             done = self._failover.after_plug(dom, fast, backup)
         except FailoverError as e:
+            # A plugged NIC that carries nothing would hold a slot and be counted as a fast
+            # path: take it out again (backup confirmed first, as for any unplug).
+            try:
+                undone = f"unplugged again ({self._detach(op, vm)})"
+            except _OpFailed as e2:
+                undone = f"left plugged, unplug failed: {e2}"
             raise _OpFailed(
                 f"fast NIC plugged into {vm} but not made active: {e}; traffic stays on the "
-                "backup, the NIC is unplugged by the next detach"
+                f"backup; NIC {undone}"
             ) from e
         return f"; {done}" if done else ""
 

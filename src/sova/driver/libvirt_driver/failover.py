@@ -62,10 +62,12 @@ class Teaming:
 
 # Shell run in the guest through guest-exec. Netdevs are found by their *permanent* MAC:
 # a bond slave's current address is the bond's.
-_FIND = (
-    'find_dev() { for d in /sys/class/net/*; do [ -e "$d/device" ] || continue; '
+_FIND_DEV = (
+    "find_dev() { for d in /sys/class/net/*; do [ -e \"$d/device\" ] || continue; "
     'm=$(cat "$d/bonding_slave/perm_hwaddr" 2>/dev/null || cat "$d/address"); '
     '[ "$m" = "$1" ] && { echo "${d##*/}"; return 0; }; done; return 1; }; '
+)
+_FIND_BOND = (
     'bk=$(find_dev "$2") || { echo "no netdev with the backup MAC $2" >&2; exit 3; }; '
     '[ -e "/sys/class/net/$bk/master" ] || { echo "backup $bk is in no bond" >&2; exit 4; }; '
     'bond=$(basename "$(readlink "/sys/class/net/$bk/master")"); '
@@ -75,7 +77,13 @@ _FIND = (
     "sleep 0.1; done; }; "
 )
 
-TO_BACKUP = _FIND + (
+# A fast NIC that is in no bond carries none of the bond's traffic: nothing to move.
+_FAST_UNUSED = (
+    'if f=$(find_dev "$1") && [ ! -e "/sys/class/net/$f/master" ]; then '
+    'echo "fast NIC $f is in no bond: it carries nothing"; exit 0; fi; '
+)
+
+TO_BACKUP = _FIND_DEV + _FAST_UNUSED + _FIND_BOND + (
     '[ "$(cat "/sys/class/net/$bk/carrier" 2>/dev/null)" = 1 ] '
     '|| { echo "backup $bk has no carrier" >&2; exit 5; }; '
     'echo "$bk" > "/sys/class/net/$bond/bonding/active_slave"; confirm "$bk"; '
@@ -84,7 +92,7 @@ TO_BACKUP = _FIND + (
     'echo "$bond: active slave $bk"'
 )
 
-TO_FAST = _FIND + (
+TO_FAST = _FIND_DEV + _FIND_BOND + (
     'i=0; until f=$(find_dev "$1"); do i=$((i+1)); '
     '[ $i -gt 100 ] && { echo "no netdev with MAC $1 after 10 s" >&2; exit 7; }; sleep 0.1; done; '
     '[ -e "/sys/class/net/$f/master" ] || ip link set "$f" master "$bond" || exit 8; '
