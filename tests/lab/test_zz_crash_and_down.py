@@ -68,6 +68,9 @@ def test_killed_run_then_down_leaves_nothing(lab, tmp_path):
     assert not [n for n in links if n.startswith(lab.prefix)]
     assert not Path(f"/run/netns/{lab.peer_ns}").exists()
     assert not lab.root.exists()
+    from sova.driver.libvirt_driver.tap_shaping import orphan_ifbs
+
+    assert orphan_ifbs() == []  # no ifb of a slot or limit whose guest is gone
     # No pings or iperf3 servers of the killed run survive anywhere.
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert lab.peer_ns not in ps

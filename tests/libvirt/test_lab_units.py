@@ -92,3 +92,12 @@ def test_ping_gaps_finds_the_largest_gap_and_the_lost_requests(tmp_path):
     log.write_text("\n".join(rows) + "\n")
     gap, replies, lost = ping_gaps(log, 99.5, 102.0)
     assert round(gap, 3) == 0.7 and replies == 5 and lost == 2
+
+
+def test_orphan_ifbs_are_sovas_whose_tap_is_gone(tmp_path):
+    from sova.driver.libvirt_driver.tap_shaping import ifb_name, orphan_ifbs
+
+    for n in ("vnet3", ifb_name("vnet3"), ifb_name("vnet7"), "ifb0", "svt-ifb"):
+        (tmp_path / n).mkdir()
+    assert ifb_name("vnet3") == "svivnet3"
+    assert orphan_ifbs(tmp_path) == ["svivnet7"]  # vnet3 still has its tap; others not ours

@@ -81,6 +81,11 @@ def down(s: LabSettings) -> list[str]:
             removed.append(f"peer processes {' '.join(pids)}")
         sh("ip", "netns", "del", s.peer_ns, check=False)
         removed.append(f"netns {s.peer_ns}")
+    from sova.driver.libvirt_driver.tap_shaping import orphan_ifbs
+
+    for name in orphan_ifbs():  # a host-side limit's ifb whose guest is gone
+        if sh("ip", "link", "del", name, check=False).returncode == 0:
+            removed.append(name)
     for name in sorted(links()):
         if name.startswith(s.prefix) and sh("ip", "link", "del", name, check=False).returncode == 0:
             removed.append(name)

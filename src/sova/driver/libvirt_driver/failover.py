@@ -63,7 +63,7 @@ class Teaming:
 # Shell run in the guest through guest-exec. Netdevs are found by their *permanent* MAC:
 # a bond slave's current address is the bond's.
 _FIND_DEV = (
-    "find_dev() { for d in /sys/class/net/*; do [ -e \"$d/device\" ] || continue; "
+    'find_dev() { for d in /sys/class/net/*; do [ -e "$d/device" ] || continue; '
     'm=$(cat "$d/bonding_slave/perm_hwaddr" 2>/dev/null || cat "$d/address"); '
     '[ "$m" = "$1" ] && { echo "${d##*/}"; return 0; }; done; return 1; }; '
 )
@@ -83,24 +83,33 @@ _FAST_UNUSED = (
     'echo "fast NIC $f is in no bond: it carries nothing"; exit 0; fi; '
 )
 
-TO_BACKUP = _FIND_DEV + _FAST_UNUSED + _FIND_BOND + (
-    '[ "$(cat "/sys/class/net/$bk/carrier" 2>/dev/null)" = 1 ] '
-    '|| { echo "backup $bk has no carrier" >&2; exit 5; }; '
-    'echo "$bk" > "/sys/class/net/$bond/bonding/active_slave"; confirm "$bk"; '
-    'if f=$(find_dev "$1") && [ -e "/sys/class/net/$f/master" ]; then '
-    'echo "-$f" > "/sys/class/net/$bond/bonding/slaves"; fi; '
-    'echo "$bond: active slave $bk"'
+TO_BACKUP = (
+    _FIND_DEV
+    + _FAST_UNUSED
+    + _FIND_BOND
+    + (
+        '[ "$(cat "/sys/class/net/$bk/carrier" 2>/dev/null)" = 1 ] '
+        '|| { echo "backup $bk has no carrier" >&2; exit 5; }; '
+        'echo "$bk" > "/sys/class/net/$bond/bonding/active_slave"; confirm "$bk"; '
+        'if f=$(find_dev "$1") && [ -e "/sys/class/net/$f/master" ]; then '
+        'echo "-$f" > "/sys/class/net/$bond/bonding/slaves"; fi; '
+        'echo "$bond: active slave $bk"'
+    )
 )
 
-TO_FAST = _FIND_DEV + _FIND_BOND + (
-    'i=0; until f=$(find_dev "$1"); do i=$((i+1)); '
-    '[ $i -gt 100 ] && { echo "no netdev with MAC $1 after 10 s" >&2; exit 7; }; sleep 0.1; done; '
-    '[ -e "/sys/class/net/$f/master" ] || ip link set "$f" master "$bond" || exit 8; '
-    'ip link set "$f" up; i=0; '
-    'until [ "$(cat "/sys/class/net/$f/carrier" 2>/dev/null)" = 1 ]; do i=$((i+1)); '
-    '[ $i -gt 50 ] && { echo "$f has no carrier" >&2; exit 9; }; sleep 0.1; done; '
-    'echo "$f" > "/sys/class/net/$bond/bonding/active_slave"; confirm "$f"; '
-    'echo "$bond: active slave $f"'
+TO_FAST = (
+    _FIND_DEV
+    + _FIND_BOND
+    + (
+        'i=0; until f=$(find_dev "$1"); do i=$((i+1)); '
+        '[ $i -gt 100 ] && { echo "no netdev with MAC $1 after 10 s" >&2; exit 7; }; sleep 0.1; done; '
+        '[ -e "/sys/class/net/$f/master" ] || ip link set "$f" master "$bond" || exit 8; '
+        'ip link set "$f" up; i=0; '
+        'until [ "$(cat "/sys/class/net/$f/carrier" 2>/dev/null)" = 1 ]; do i=$((i+1)); '
+        '[ $i -gt 50 ] && { echo "$f has no carrier" >&2; exit 9; }; sleep 0.1; done; '
+        'echo "$f" > "/sys/class/net/$bond/bonding/active_slave"; confirm "$f"; '
+        'echo "$bond: active slave $f"'
+    )
 )
 
 

@@ -32,9 +32,22 @@ def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return r
 
 
+#: every ifb Sova makes for a tap is named IFB_PREFIX + tap, so an orphan (its tap gone with
+#: its guest) is recognisable as Sova's and as nobody else's
+IFB_PREFIX = "svi"
+
+
 def ifb_name(tap: str) -> str:
     """The ifb paired with ``tap`` (netdev names stop at 15 characters)."""
-    return tap[:14] + "i"
+    return (IFB_PREFIX + tap)[:15]
+
+
+def orphan_ifbs(net: Path = Path("/sys/class/net")) -> list[str]:
+    """Sova's ifbs whose tap no longer exists (the guest or its NIC went away)."""
+    names = {p.name for p in net.iterdir()}
+    return sorted(
+        n for n in names if n.startswith(IFB_PREFIX) and n[len(IFB_PREFIX) :] not in names
+    )
 
 
 class TapShaper:
