@@ -7,6 +7,7 @@ import ctypes
 import re
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ class Loads:
         n = int(guest[1:])
         secs = max(1, int(duration_s))
         if load == "net":
+            secs = max(1, secs - 3)  # its end-of-test exchange finishes inside the phase
+        if load == "net":
             args = [
                 "-c",
                 self.s.peer_ip,
@@ -69,20 +72,27 @@ class Loads:
         self.jobs.append(job)
         return job
 
-    def finish(self, dom_of: dict[str, Any]) -> None:
-        """Collect exit codes of every job that has exited (idempotent)."""
-        for j in self.jobs:
-            if j.exitcode is not None:
-                continue
-            try:
-                st = self.agent.command(dom_of[j.guest], "guest-exec-status", {"pid": j.pid})
-            except GuestAgentError as e:
-                j.stderr = str(e)
-                continue
-            if st.get("exited"):
-                j.exitcode = int(st.get("exitcode", -1))
-                err = st.get("err-data")
-                j.stderr = base64.b64decode(err).decode(errors="replace")[-300:] if err else ""
+    def finish(self, dom_of: dict[str, Any], wait_s: float = 30.0) -> None:
+        """Collect every job's exit code, waiting up to ``wait_s`` for stragglers (a TCP
+        stream's last exchange under TCG can take seconds); one still running then keeps
+        ``exitcode`` None and is reported as not finished."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for j in self.jobs:
+                if j.exitcode is not None:
+                    continue
+                try:
+                    st = self.agent.command(dom_of[j.guest], "guest-exec-status", {"pid": j.pid})
+                except GuestAgentError as e:
+                    j.stderr = str(e)
+                    continue
+                if st.get("exited"):
+                    j.exitcode = int(st.get("exitcode", -1))
+                    err = st.get("err-data")
+                    j.stderr = base64.b64decode(err).decode(errors="replace")[-300:] if err else ""
+            if all(j.exitcode is not None for j in self.jobs) or time.monotonic() > deadline:
+                return
+            time.sleep(1.0)
 
 
 class Peer:

@@ -108,7 +108,8 @@ def _report(scn: LabScenario, s: dict[str, Any]) -> str:
         lines.append(f"| {g} | {p['max_gap_s']:.3f} | {p['replies']} | {p.get('lost', '')} |")
     lines += ["", "| TCP stream (iperf3) | exit | |", "|---|---|---|"]
     for st in s["streams"]:
-        lines.append(f"| {st['guest']} | {st['exitcode']} | {st['stderr'] or ''} |")
+        what = "did not finish" if st["exitcode"] is None else (st["stderr"] or "")
+        lines.append(f"| {st['guest']} | {st['exitcode']} | {what} |")
     lines += ["", "## Checks", ""]
     for k, v in s["checks"].items():
         lines.append(f"- {mark[v]} {k}")
