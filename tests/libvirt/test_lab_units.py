@@ -90,8 +90,9 @@ def test_ping_gaps_finds_the_largest_gap_and_the_lost_requests(tmp_path):
         rows.append(f"[{t:.6f}] 64 bytes from 10.77.0.11: icmp_seq={seq} ttl=64 time=1 ms")
     rows.append("[99.0] 64 bytes from 10.77.0.11: icmp_seq=0 ttl=64 time=1 ms")  # before start
     log.write_text("\n".join(rows) + "\n")
-    gap, replies, lost = ping_gaps(log, 99.5, 102.0)
-    assert round(gap, 3) == 0.7 and replies == 5 and lost == 2
+    got = ping_gaps(log, 99.5, 102.0, interval_s=0.1)
+    assert got["max_arrival_gap_s"] == 0.7 and got["replies"] == 5 and got["lost"] == 2
+    assert got["max_gap_s"] == 0.3  # seq 3 -> 6 unanswered between: 3 intervals of send time
 
 
 def test_orphan_ifbs_are_sovas_whose_tap_is_gone(tmp_path):

@@ -154,15 +154,27 @@ class Peer:
 _REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from \S+ icmp_seq=(\d+)", re.M)
 
 
-def ping_gaps(log: Path, start: float, end: float) -> tuple[float, int, int]:
-    """Within [start, end] (epoch s): the largest gap between replies, replies, and lost
-    echo requests (sequence numbers between the first and last reply that got none)."""
+def ping_gaps(log: Path, start: float, end: float, interval_s: float) -> dict[str, float]:
+    """Continuity seen by a ping at ``interval_s`` within [start, end] (epoch seconds).
+
+    ``max_gap_s`` is the longest time without an answered request, in *send* time: the
+    distance between consecutive answered sequence numbers times the interval — what a
+    failover costs. ``max_arrival_gap_s`` is the longest time between replies arriving,
+    which also includes round-trip spikes when the host starves a TCG guest of CPU (seen
+    mid-phase, away from any switch). ``lost`` counts requests never answered.
+    """
     replies = [(float(t), int(q)) for t, q in _REPLY.findall(log.read_text(errors="replace"))]
     replies = [(t, q) for t, q in replies if start <= t <= end]
     if len(replies) < 2:
-        return float("inf"), len(replies), 0
+        inf = float("inf")
+        return {"max_gap_s": inf, "max_arrival_gap_s": inf, "replies": len(replies), "lost": 0}
     ts = [t for t, _ in replies]
-    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-    seqs = {q for _, q in replies}
-    lost = (max(seqs) - min(seqs) + 1) - len(seqs)
-    return max(gaps), len(replies), lost
+    seqs = sorted({q for _, q in replies})
+    arrival = max(b - a for a, b in zip(ts, ts[1:], strict=False))
+    send = max(b - a for a, b in zip(seqs, seqs[1:], strict=False)) * interval_s
+    return {
+        "max_gap_s": round(send, 3),
+        "max_arrival_gap_s": round(arrival, 3),
+        "replies": len(replies),
+        "lost": (seqs[-1] - seqs[0] + 1) - len(seqs),
+    }

@@ -101,11 +101,14 @@ def _report(scn: LabScenario, s: dict[str, Any]) -> str:
         "",
         "## Continuity",
         "",
-        "| guest | max ping gap s | replies | lost |",
-        "|---|---|---|---|",
+        "| guest | max ping gap s (send time) | max reply-arrival gap s | replies | lost |",
+        "|---|---|---|---|---|",
     ]
     for g, p in sorted(s["ping"].items()):
-        lines.append(f"| {g} | {p['max_gap_s']:.3f} | {p['replies']} | {p.get('lost', '')} |")
+        lines.append(
+            f"| {g} | {p['max_gap_s']:.3f} | {p['max_arrival_gap_s']:.3f} | {p['replies']} "
+            f"| {p['lost']} |"
+        )
     lines += ["", "| TCP stream (iperf3) | exit | |", "|---|---|---|"]
     for st in s["streams"]:
         what = "did not finish" if st["exitcode"] is None else (st["stderr"] or "")

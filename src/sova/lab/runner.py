@@ -195,8 +195,7 @@ def run_scenario(
         conn.close()
     t_wall1 = time.time()
     for g, path in sorted(peer.ping_logs.items()):
-        gap, n, lost = ping_gaps(path, t_wall0 + 2.0, t_wall1 - 5.0)
-        out.ping[g] = {"max_gap_s": round(gap, 3), "replies": n, "lost": lost}
+        out.ping[g] = ping_gaps(path, t_wall0 + 2.0, t_wall1 - 5.0, scn.ping_interval_s)
     for j in loads.jobs:
         if j.load == "net":
             out.streams.append(
