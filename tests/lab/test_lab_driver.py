@@ -3,9 +3,10 @@
 Figures measured on the 2-core machine kind under TCG, with the other helpers' load
 (load average 13–16), over 3 sessions: attach (plug + netdev appears + enslaved + made
 active) 9–12 s, detach (bond moved to the backup and confirmed, unplug, DEVICE_REMOVED)
-4.5–5.5 s, largest ping gap at 10 pings/s over a plug and an unplug 0.52–0.67 s; the 1 s
-bound is the experiment's acceptance figure. Migration of an idle 320 MiB guest: 12.4 s
-wall, 7.4 s libvirt job, 322 ms downtime, 0.36 s ping gap.
+4.5–5.5 s. Pings at 10/s over a plug and an unplug: largest gap between reply *arrivals*
+0.52–0.67 s, longest time without an answered request (send time, what is asserted) ≤ 0.2 s
+in the scenario runs; the 1 s bound is the experiment's acceptance figure. Migration of an idle 320 MiB guest: 12.4 s
+wall 9.3–14.9 s, libvirt job 6.9–8.3 s, downtime 310–468 ms (4 runs).
 """
 
 from __future__ import annotations
@@ -60,11 +61,16 @@ class Pinger:
         )
 
     def stop(self) -> tuple[float, int]:
+        """(longest time without an answered request, in send time; replies).
+
+        Send time, not reply arrival: on a loaded host a TCG guest's replies can arrive
+        seconds late in a burst with nothing lost, which is not what a failover costs.
+        """
         self.p.terminate()
         out = self.p.communicate(timeout=10)[0]
-        ts = [float(t) for t in re.findall(r"^\[(\d+\.\d+)\] \d+ bytes", out, re.M)]
-        gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-        return (max(gaps) if gaps else float("inf")), len(ts)
+        seqs = sorted({int(q) for q in re.findall(r"bytes from \S+ icmp_seq=(\d+)", out)})
+        gaps = [(b - a) * 0.1 for a, b in zip(seqs, seqs[1:], strict=False)]
+        return (max(gaps) if gaps else float("inf")), len(seqs)
 
 
 def test_probing_reports_the_strategies_and_that_bandwidth_is_not_used(lab):
