@@ -156,10 +156,12 @@ def _register_subcommands() -> None:
     # The daemon and testbed commands import their heavy dependencies lazily, inside the
     # commands, so `sova --help` and `sova simulate` stay fast.
     from sova.cli_daemons import register as register_daemons
+    from sova.cli_lab import register as register_lab
     from sova.cli_testbed import register as register_testbed
 
     register_daemons(app)
     register_testbed(app)
+    register_lab(app)
 
 
 _register_subcommands()

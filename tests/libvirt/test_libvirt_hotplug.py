@@ -347,7 +347,7 @@ def test_guest_command_that_never_exits_times_out(world, fast, closing):
 
 
 def test_without_agent_the_limit_falls_back_to_host_side_bandwidth(world, fast, closing):
-    drv = make(world, fast, closing)
+    drv = make(world, {**fast, "host_side_shaping": "bandwidth"}, closing)
     st = wait_done(drv, drv.submit(SetGuestRateLimit("ready", 8 * 1024 * 1000)))
     assert st.state is OpState.SUCCEEDED and "virtio path only" in st.detail
     (dev, params) = next(
@@ -442,3 +442,27 @@ def test_set_vf_rate_refused_by_the_nic_is_a_failed_op(world, fast, closing):
     st = wait_done(drv, drv.submit(SetVFRate("holder", 5e8)))
     assert st.state is OpState.FAILED and "refused by the kernel: EINVAL" in st.detail
     assert nl.set_calls == [(0, 5e8, None)]
+
+
+def test_bandwidth_is_not_relied_on_where_the_kernel_lacks_sfq_u32_police(tmp_path):
+    """libvirt <bandwidth> builds on sfq, u32 and police; without them Sova uses tap HTB."""
+    import gzip
+
+    from sova.driver.libvirt_driver.tap_shaping import libvirt_bandwidth_usable
+
+    lacking = tmp_path / "lacking.gz"
+    with gzip.open(lacking, "wt") as f:
+        f.write("CONFIG_NET_SCH_HTB=y\n# CONFIG_NET_SCH_SFQ is not set\nCONFIG_NET_CLS_U32=m\n")
+    ok, why = libvirt_bandwidth_usable(str(lacking))
+    assert not ok and "no sfq, police" in why and "HTB on the tap" in why
+    full = tmp_path / "full.gz"
+    with gzip.open(full, "wt") as f:
+        f.write("CONFIG_NET_SCH_SFQ=m\nCONFIG_NET_CLS_U32=y\nCONFIG_NET_ACT_POLICE=m\n")
+    assert libvirt_bandwidth_usable(str(full))[0]
+
+
+def test_driver_config_rejects_unknown_strategies_by_name():
+    with pytest.raises(ValueError, match="fast_path: 'vf' is not one of lab-nic, sriov-vf"):
+        LibvirtDriverConfig(fast_path="vf")
+    with pytest.raises(ValueError, match="failover: 'bond'"):
+        LibvirtDriverConfig(failover="bond")

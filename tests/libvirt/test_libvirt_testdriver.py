@@ -109,7 +109,7 @@ def test_vf_counters_from_the_pf_are_added_to_the_vm(node_uri, closing):
 
 
 def test_host_side_bandwidth_sets_interface_parameters(node_uri, closing, fast):
-    drv = make(node_uri, closing, **fast)
+    drv = make(node_uri, closing, host_side_shaping="bandwidth", **fast)
     st = wait_done(drv, drv.submit(SetGuestRateLimit("db1", 80e6)))
     assert st.state is OpState.SUCCEEDED, st
     conn = drv._conn

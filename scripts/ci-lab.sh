@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The hypervisor lab tier of CI (tests/lab/, marker `lab`), as root: installs libvirt's
+# daemon, QEMU and the image tools (scripts/ci-setup-lab.sh), builds the guest image once
+# (cached by the hash of its inputs under /var/cache/sova-lab), and runs the tier, which
+# brings a lab up, runs real QEMU guests under two libvirt daemons and takes it down.
+# Without root the tests skip and say why. Measured on 2 cores under TCG: see docs/lab.md.
+#
+# Usage: scripts/ci-lab.sh [VENV]   (default: .venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:-.venv}"
+PY="$VENV/bin/python"
+if [[ ! -x "$PY" ]]; then
+    echo "ci-lab: no python at $PY (create the venv first, e.g. by running ./test.sh)" >&2
+    exit 2
+fi
+if [[ "$(id -u)" != 0 ]]; then
+    echo "ci-lab: not root: the lab tests will skip (they need libvirt daemons)" >&2
+    exec "$PY" -m pytest tests/lab -m lab -ra
+fi
+bash scripts/ci-setup-lab.sh
+bash scripts/ci-setup-libvirt.sh "$VENV"
+bash scripts/lab-image.sh >/dev/null
+start=$SECONDS
+status=0
+"$PY" -m pytest tests/lab -m lab -ra || status=$?
+echo "ci-lab: lab tier took $((SECONDS - start)) s"
+exit $status

@@ -1,0 +1,154 @@
+"""``sova lab up|run|down``: the hypervisor lab from the command line (root only).
+
+Kept out of ``sova.cli`` so the main command line imports neither libvirt nor the lab
+unless asked; ``sova.cli`` calls :func:`register`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True)
+
+lab_app = typer.Typer(
+    name="lab",
+    help=(
+        "Real hypervisors: two libvirt daemons (HV1, HV2) on this machine, QEMU guests with "
+        "a guest agent, and Sova's LibvirtDriver acting on them (docs/lab.md). Needs root, "
+        "libvirt's daemon and QEMU (scripts/ci-setup-lab.sh)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _say(line: str) -> None:
+    err.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        err.print(
+            "[red]error:[/red] the lab needs root (libvirt daemons, bridges)", highlight=False
+        )
+        raise typer.Exit(2)
+
+
+def _settings(guests: int | None = None):  # type: ignore[no-untyped-def]
+    from sova.lab.settings import LabSettings
+
+    s = LabSettings()
+    if guests is not None:
+        if not 1 <= guests <= 8:
+            err.print(f"[red]error:[/red] --guests: {guests} is not in 1..8", highlight=False)
+            raise typer.Exit(2)
+        s = LabSettings(guests=guests)
+    return s
+
+
+def _sigterm_as_interrupt() -> None:
+    """`kill` of `lab up`/`lab run` unwinds through ``finally`` like Ctrl-C does."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@lab_app.command()
+def up(
+    guests: Annotated[int, typer.Option(help="Guests to boot on HV1 (two at a time).")] = 4,
+    slow_mbit: Annotated[
+        float, typer.Option(help="Host-side rate of every virtio backup path, Mbit/s.")
+    ] = 100.0,
+) -> None:
+    """Start HV1 and HV2, the lab network and the guests; leave them up."""
+    s = _settings(guests)
+    if slow_mbit <= 0:
+        err.print(f"[red]error:[/red] --slow-mbit: {slow_mbit} must be > 0", highlight=False)
+        raise typer.Exit(2)
+    _require_root()
+    _sigterm_as_interrupt()
+    from sova.lab import lab
+    from sova.lab.daemons import LabError
+
+    try:
+        st = lab.up(s, REPO, slow_rate_bps=slow_mbit * 1e6, say=_say)
+    except LabError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"lab up in {st.up_s} s: {', '.join(sorted(st.guests))} on {s.hosts[0]}")
+    for host in s.hosts:
+        typer.echo(f"  virsh -c '{s.uri(host)}' list")
+    typer.echo(f"  ip netns exec {s.peer_ns} ping {s.guest_ip(1)}")
+    typer.echo("remove with: sova lab down")
+
+
+@lab_app.command()
+def run(
+    scenario: Annotated[Path, typer.Argument(help="Lab scenario (scenarios/lab/).")],
+    out: Annotated[
+        Path | None,  # noqa: UP007
+        typer.Option("--out", "-o", help="Output directory [default: out/lab/<name>]."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 when an acceptance check fails.")
+    ] = False,
+) -> None:
+    """Run a lab scenario on the lab `sova lab up` left running; write the standard outputs."""
+    from sova.lab.scenario import LabScenarioError, load_lab_scenario
+
+    try:
+        scn = load_lab_scenario(scenario)
+    except LabScenarioError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    _require_root()
+    _sigterm_as_interrupt()
+    from sova.lab.report import write_outputs
+    from sova.lab.runner import LabRunError, run_scenario
+
+    out_dir = out or Path("out") / "lab" / scn.name
+    try:
+        result = run_scenario(_settings(), scn, out_dir / "logs", say=_say)
+    except LabRunError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    summary = write_outputs(out_dir, scn, result)
+    for k, v in summary["checks"].items():
+        typer.echo(f"{'ok  ' if v else 'FAIL'} {k}")
+    typer.echo(f"report: {out_dir / 'report.md'}")
+    if check and not summary["passed"]:
+        raise typer.Exit(1)
+
+
+@lab_app.command()
+def down() -> None:
+    """Remove every guest, daemon, bridge, qdisc and file of the lab (also after a crash)."""
+    _require_root()
+    from sova.lab import lab
+
+    removed = lab.down(_settings(), say=_say)
+    typer.echo(
+        f"lab down: {len(removed)} item(s) removed" if removed else "lab down: nothing to remove"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lab_app)
+
+
+def main() -> None:
+    lab_app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""The hypervisor lab: two real libvirt daemons (HV1, HV2) on one machine, real QEMU guests.
+
+The fourth world beside the simulator, the namespace testbed and production: ``sova lab
+up|run|down`` builds it, and Sova's own ``LibvirtDriver`` acts on it. Everything the lab
+makes is named with one prefix and lives under one directory, so ``down`` can remove it
+even after a crash (``docs/lab.md``).
+"""

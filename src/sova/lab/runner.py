@@ -1,0 +1,226 @@
+"""``sova lab run``: one lab scenario against the lab that ``sova lab up`` left running.
+
+The controller is the production one — :class:`~sova.agent.loop.HostAgent` over
+:class:`~sova.driver.libvirt_driver.LibvirtDriver` with the ``lab-nic`` fast path and the
+``guest-bond`` failover — acting on HV1's real guests while their own iperf3 and CPU
+burners, started through the guest agent, change in phases. Each phase states which guests
+must hold the fast slots; the run checks that, the largest ping gap seen from outside, and
+that no guest's TCP stream (iperf3) broke.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sova.agent.config import ControllerConfig
+from sova.agent.executor import Outcome
+from sova.agent.loop import HostAgent
+from sova.driver.libvirt_driver import LibvirtDriver
+from sova.lab.lab import connect, load_state, shape_backups
+from sova.lab.loads import Loads, Peer, ping_gaps
+from sova.lab.scenario import LabScenario
+from sova.lab.settings import LabSettings
+from sova.model import DetachVF, NicKind
+from sova.record import EventRow, TimelineRow, outcome_event, timeline_row
+
+POLL_S = 0.5
+HOST = "HV1"
+
+
+class LabRunError(RuntimeError):
+    pass
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    start_s: float
+    end_s: float
+    expected: list[str]
+    holders: list[str]
+    ok: bool
+
+
+@dataclass
+class LabRun:
+    label: str
+    timeline: list[TimelineRow] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
+    phases: list[PhaseResult] = field(default_factory=list)
+    ping: dict[str, dict[str, float]] = field(default_factory=dict)
+    streams: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def driver_settings(s: LabSettings, scn: LabScenario, host: str) -> dict[str, Any]:
+    """What each lab host's LibvirtDriver is configured with (also written for `sova agent`)."""
+    return {
+        "host_name": host,
+        "fast_path": "lab-nic",
+        "failover": "guest-bond",
+        "lab_nic_bridge": s.fast_bridge,
+        "lab_nic_taps": tuple(s.fast_tap(host, i) for i in range(scn.fast_slots)),
+        "lab_nic_speed_mbit": int(scn.tier_mbit * scn.fast_slots),
+        "migration_uri_template": s.uri_template(),
+        "migration_unsafe": True,
+        "hotplug_timeout_s": 20.0,
+    }
+
+
+def agent_config(scn: LabScenario) -> ControllerConfig:
+    """The scenario's controller; top-q keeps every guest in the ranking."""
+    c = scn.controller
+    if c.scheduler.io_filter == "top-q" and c.scheduler.top_q == 0:
+        c = c.model_copy(update={"scheduler": c.scheduler.model_copy(update={"top_q": scn.guests})})
+    return c
+
+
+def run_scenario(
+    s: LabSettings, scn: LabScenario, log_dir: Path, say: Callable[[str], None] = print
+) -> LabRun:
+    st = load_state(s)
+    if st is None:
+        raise LabRunError("no lab is up: run `sova lab up` first")
+    need = {f"g{n}" for n in range(1, scn.guests + 1)}
+    if not need <= set(st.guests):
+        raise LabRunError(
+            f"the lab has guests {sorted(st.guests)}, the scenario needs {sorted(need)} "
+            f"(sova lab up --guests {scn.guests})"
+        )
+    log_dir.mkdir(parents=True, exist_ok=True)
+    label = "dsr-iov"
+    out = LabRun(label)
+    drv = LibvirtDriver.open(s.uri(HOST), **driver_settings(s, scn, HOST))
+    out.notes.extend(drv.capabilities().notes)
+    conn = connect(s, HOST)
+    on_hv1 = {d.name() for d in conn.listAllDomains(1)}  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
+    if not need <= on_hv1:
+        missing = ", ".join(sorted(need - on_hv1))
+        drv.close()
+        conn.close()
+        raise LabRunError(
+            f"guest(s) {missing} not running on {HOST} (migrated away?): "
+            "`sova lab down && sova lab up` restores the lab"
+        )
+    doms = {g: conn.lookupByName(g) for g in sorted(need)}
+    assert drv._agent is not None
+    loads = Loads(s, drv._agent)
+    peer = Peer(s, log_dir)
+    t_wall0 = time.time()
+    t0 = time.monotonic()
+
+    def now() -> float:
+        return round(time.monotonic() - t0, 3)
+
+    def log(o: Outcome) -> None:
+        ev = outcome_event(o, policy=label, host=HOST, time_s=now())
+        if ev is not None:
+            out.events.append(ev)
+            say(f"t={ev.time_s:6.1f} {ev.event} {ev.vm}: {ev.detail}")
+
+    agent = HostAgent(drv, agent_config(scn), on_outcome=log)
+    shaped = shape_backups(s, scn.slow_mbit * 1e6)
+    out.notes.append(f"slow path: {len(shaped)} backup taps shaped to {scn.slow_mbit:g} Mbit/s")
+    try:
+        # Start clean: nobody holds a fast slot (a previous run may have left some).
+        for g, vm in drv.inventory().vms.items():
+            if vm.nic is NicKind.VF:
+                op = drv.submit(DetachVF(g))
+                while not drv.poll(op).done:
+                    time.sleep(0.2)
+        peer.servers(scn.guests)
+        time.sleep(0.5)
+        peer.pings(scn.guests, scn.ping_interval_s, scn.duration_s + 10)
+        t_phase = 0.0
+        last_sample = drv.sample()
+        last_t = time.monotonic()
+        for ph in scn.phases:
+            start = now()
+            say(f"t={start:6.1f} phase {ph.name}: {ph.loads}")
+            for g, load in sorted(ph.loads.items()):
+                loads.start(doms[g], g, load, ph.duration_s, scn.net_mbit)
+            end = t_phase + ph.duration_s
+            next_step = time.monotonic()
+            next_measure = time.monotonic() + 1.0
+            while now() < end:
+                agent.poll()
+                if time.monotonic() >= next_step:
+                    agent.step()
+                    next_step += scn.controller.period
+                if time.monotonic() >= next_measure:
+                    last_sample, last_t = _measure(
+                        drv, agent, out, label, now(), last_sample, last_t
+                    )
+                    next_measure += 1.0
+                time.sleep(POLL_S)
+            holders = sorted(g for g, v in drv.inventory().vms.items() if v.nic is NicKind.VF)
+            ok = holders == sorted(ph.expect_holders)
+            out.phases.append(
+                PhaseResult(ph.name, start, now(), sorted(ph.expect_holders), holders, ok)
+            )
+            say(
+                f"t={now():6.1f} phase {ph.name} ends: holders {holders}, expected "
+                f"{sorted(ph.expect_holders)} {'ok' if ok else 'MISMATCH'}"
+            )
+            t_phase = end
+        time.sleep(3.0)  # let the last iperf3 report and exit
+        loads.finish(doms)
+    finally:
+        peer.stop()
+        drv.close()
+        conn.close()
+    t_wall1 = time.time()
+    for g, path in sorted(peer.ping_logs.items()):
+        out.ping[g] = ping_gaps(path, t_wall0 + 2.0, t_wall1 - 5.0, scn.ping_interval_s)
+    for j in loads.jobs:
+        if j.load == "net":
+            out.streams.append(
+                {"guest": j.guest, "exitcode": j.exitcode, "stderr": j.stderr.strip()[-200:]}
+            )
+    return out
+
+
+def _measure(
+    drv: LibvirtDriver,
+    agent: HostAgent,
+    out: LabRun,
+    label: str,
+    t: float,
+    prev: Any,
+    prev_t: float,
+) -> tuple[Any, float]:
+    sample = drv.sample()
+    inv = drv.inventory()
+    now = time.monotonic()
+    dt = max(1e-3, now - prev_t)
+    factors = agent.sensor.factors()
+    for name, state in sorted(inv.vms.items()):
+        c, p = sample.vms.get(name), prev.vms.get(name)
+        if c is None:
+            continue
+        tx = max(0, c.tx_bytes - p.tx_bytes) * 8 / dt / 1e6 if p else 0.0
+        rx = max(0, c.rx_bytes - p.rx_bytes) * 8 / dt / 1e6 if p else 0.0
+        cpu = max(0, c.cpu_time_ns - p.cpu_time_ns) / (dt * 1e9 * c.vcpus) if p else 0.0
+        f = factors.get(name)
+        out.timeline.append(
+            timeline_row(
+                policy=label,
+                time_s=t,
+                host=HOST,
+                vm=name,
+                nic=state.nic.value,
+                vf_rate_mbps=state.vf_max_bps / 1e6 if state.vf_max_bps else None,
+                tx_mbps=tx,
+                rx_mbps=rx,
+                cpu_usage=min(1.0, cpu),
+                io_degree=f.io_degree if f else 100.0,
+                net_factor=f.net_factor if f else 0.0,
+                net_degree=f.net_degree if f else 0.0,
+                io_factor=f.io_factor if f else 0.0,
+            )
+        )
+    return sample, now

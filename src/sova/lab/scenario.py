@@ -1,0 +1,113 @@
+"""Lab scenarios (scenarios/lab/*.yaml): phases of guest loads and what must hold in each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sova.agent.config import ControllerConfig, SchedulerSpec, SensingSpec
+from sova.units import Duration
+
+Load = Literal["net", "cpu", "idle"]
+
+
+class LabScenarioError(ValueError):
+    """One line naming the field and the value."""
+
+
+class Phase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    duration_s: float = Field(gt=0, le=3600)
+    loads: dict[str, Load]
+    expect_holders: list[str] = Field(default_factory=list)
+
+
+def _lab_scheduler() -> SchedulerSpec:
+    # Under TCG a network-heavy guest burns its vCPU emulating virtio, so an io_degree
+    # threshold filters every guest out; top-q ranks them all by net_degree instead.
+    return SchedulerSpec(io_filter="top-q", min_dwell=0.0)
+
+
+class LabController(ControllerConfig):
+    """The controller schema of every world (:class:`sova.agent.config.ControllerConfig`)
+    with the lab's defaults: short periods and windows (a phase lasts a minute), a longer
+    operation timeout (hot-plug under software emulation takes seconds)."""
+
+    period: Duration = 5.0
+    op_timeout: Duration = 60.0
+    sensing: SensingSpec = Field(default_factory=lambda: SensingSpec(window=2))
+    scheduler: SchedulerSpec = Field(default_factory=_lab_scheduler)
+
+    @model_validator(mode="after")
+    def _lab(self) -> LabController:
+        elsewhere = {
+            "manager": "nothing yet: the lab's experiment runs one host",
+            "bandwidth_policy": "nothing yet: the lab's experiment schedules the fast path",
+        }
+        given = sorted(self.model_fields_set & set(elsewhere))
+        if given:
+            raise ValueError(f"{given[0]}: not a lab setting; {elsewhere[given[0]]}")
+        return self
+
+
+class LabChecks(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_ping_gap_s: float = Field(default=1.0, gt=0)
+    settle_s: float = Field(
+        default=25.0, ge=0
+    )  # holders are checked this long after a phase starts
+
+
+class LabScenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    experiment: Literal["vf-scheduling"] = "vf-scheduling"
+    guests: int = Field(default=4, ge=1, le=8)
+    fast_slots: int = Field(default=2, ge=1, le=8)
+    tier_mbit: float = Field(default=300.0, gt=0)
+    slow_mbit: float = Field(default=100.0, gt=0)
+    net_mbit: float = Field(default=60.0, gt=0)  # what a "net" guest's iperf3 offers
+    ping_interval_s: float = Field(default=0.1, ge=0.01)
+    controller: LabController = Field(default_factory=LabController)
+    checks: LabChecks = Field(default_factory=LabChecks)
+    phases: list[Phase] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _guests_named(self) -> LabScenario:
+        names = {f"g{n}" for n in range(1, self.guests + 1)}
+        for i, ph in enumerate(self.phases):
+            for g in [*ph.loads, *ph.expect_holders]:
+                if g not in names:
+                    raise ValueError(
+                        f"phases.{i}: guest {g!r} does not exist (guests: {', '.join(sorted(names))})"
+                    )
+            if len(ph.expect_holders) > self.fast_slots:
+                raise ValueError(
+                    f"phases.{i}.expect_holders: {len(ph.expect_holders)} holders "
+                    f"but fast_slots is {self.fast_slots}"
+                )
+        return self
+
+    @property
+    def duration_s(self) -> float:
+        return sum(p.duration_s for p in self.phases)
+
+
+def load_lab_scenario(path: Path) -> LabScenario:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise LabScenarioError(f"{path}: cannot read: {e}") from None
+    try:
+        return LabScenario.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        value = err.get("input")
+        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
+        raise LabScenarioError(f"{path}: {where}: {err['msg']}{shown}") from None
