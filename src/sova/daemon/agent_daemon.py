@@ -346,15 +346,15 @@ class AgentDaemon:
         self._check_adopted(dict(rep.actual.vms))
         chosen = set(self.agent.migrating) - before
         d, self.awaiting = self.awaiting, None
-        if d is not None and d.v is not None:
+        if d is not None and d.vm is not None:
             if chosen:
                 for vm in chosen:
-                    self.signalled[vm] = d.v
-                    log.info("migrating %s to %s (manager directive %d)", vm, d.t, d.i)
-            elif d.v not in self.agent.migrating:
+                    self.signalled[vm] = d.vm
+                    log.info("migrating %s to %s (manager directive %d)", vm, d.target, d.id)
+            elif d.vm not in self.agent.migrating:
                 why = f"no VM to move under vf_policy {self.cfg.vf_policy!r}"
-                log.info("declined directive %d: %s", d.i, why)
-                self.pending_done.append(_Done(d.v, MigrationDone(result="declined", detail=why)))
+                log.info("declined directive %d: %s", d.id, why)
+                self.pending_done.append(_Done(d.vm, MigrationDone(result="declined", detail=why)))
         self.table = self._table(rep.actual, set(rep.desired_rates))
         self._export(rep)
         if self.recorder is not None:
@@ -430,32 +430,32 @@ class AgentDaemon:
 
     def apply(self, d: Directive) -> None:
         """Apply a directive at most once per id (the manager repeats it until acked)."""
-        if not d.f or d.i <= self.applied or d.t is None:
+        if not d.flag or d.id <= self.applied or d.target is None:
             return
-        self.applied = d.i
+        self.applied = d.id
         busy = set(self.agent.migrating) | set(self.adopted)
-        if d.v is not None and d.v in busy:
-            log.info("directive %d: %s is already migrating; acknowledged", d.i, d.v)
+        if d.vm is not None and d.vm in busy:
+            log.info("directive %d: %s is already migrating; acknowledged", d.id, d.vm)
             return
-        if d.v is not None:
+        if d.vm is not None:
             try:
-                here = d.v in self.driver.inventory().vms
+                here = d.vm in self.driver.inventory().vms
             except DriverError:
                 here = True  # let the next step decide with fresh data
             if not here:
                 # The target was checked for this VM only; moving another one instead
                 # (e.g. after a restart, for a directive whose VM already left) would
                 # move load the manager never placed.
-                log.info("directive %d: %s is not on this host; acknowledged", d.i, d.v)
+                log.info("directive %d: %s is not on this host; acknowledged", d.id, d.vm)
                 return
         if self.cfg.dry_run:
-            log.info("dry run: would migrate %s to %s (directive %d)", d.v, d.t, d.i)
-            if d.v is not None:
+            log.info("dry run: would migrate %s to %s (directive %d)", d.vm, d.target, d.id)
+            if d.vm is not None:
                 self.pending_done.append(
-                    _Done(d.v, MigrationDone(result="declined", detail="agent in dry-run mode"))
+                    _Done(d.vm, MigrationDone(result="declined", detail="agent in dry-run mode"))
                 )
             return
-        self.agent.signal(True, d.t, d.v)
+        self.agent.signal(True, d.target, d.vm)
         self.awaiting = d
         self.metrics.signals.inc()
 

@@ -37,7 +37,7 @@ import math
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -118,6 +118,7 @@ class ManagerService:
             lease_timeout_s=p.lease_timeout_s,
             restart_window_after_migration=p.restart_window_after_migration,
             return_tabu_s=p.return_tabu_s,
+            keep_log=False,
         )
         self.tokens = {h: t.encode() for h, t in settings.tokens().items()}
         self.admin_token = (
@@ -284,30 +285,30 @@ class ManagerService:
     def ingest(self, host: str, report: Report) -> Directive:
         """One host report (Monitor); returns the host's current directive."""
         last = self.hosts.get(host)
-        if last is not None and last.seq == report.s and last.agent_t == report.t:
+        if last is not None and last.seq == report.seq and last.agent_t == report.time_s:
             self.metrics.reports.labels("duplicate").inc()  # a retry whose first try landed
             return self.directive_for(host)
-        if last is not None and report.s < last.seq:
+        if last is not None and report.seq < last.seq:
             # The agent restarted (its sequence starts again): its reports are new, not old.
             self.planned_seq[host] = -1
-        self.latest_t = max(self.latest_t, report.t)
+        self.latest_t = max(self.latest_t, report.time_s)
         now = self.now()
         util = report.utilisation()
         vms = report.vm_loads()
-        self.hosts[host] = HostState(report.s, report.t, now, util.as_tuple(), vms)
-        if report.d:
-            self._ack(host, report.d)
+        self.hosts[host] = HostState(report.seq, report.time_s, now, util.as_tuple(), vms)
+        if report.ack:
+            self._ack(host, report.ack)
         if len(self._buffer) >= MAX_BUFFERED_REPORTS:
             del self._buffer[: len(self._buffer) // 10]
             self.metrics.dropped_reports.inc(MAX_BUFFERED_REPORTS // 10)
         self._buffer.append(
             ReportRow(
                 host,
-                report.s,
-                report.t,
+                report.seq,
+                report.time_s,
                 now,
                 util.as_tuple(),
-                {e.n: [*e.u, e.m, e.x] for e in report.v},
+                {e.name: [*e.util, e.memory_mib, e.migrating] for e in report.vms},
             )
         )
         if self._planning:
@@ -326,12 +327,11 @@ class ManagerService:
     def _core_ingest(
         self, host: str, util: Utilisation, vms: dict[str, VMLoad], now: float
     ) -> None:
-        before = set(self.core.leases) if self.core.leases else None
-        self.core.ingest(host, util, vms)
-        if before:
-            arrived = before - set(self.core.leases)
-            if arrived:
-                self._close_leases(arrived, now, "succeeded", f"reported by target {host}")
+        arrived = self.core.ingest(host, util, vms)
+        if arrived:
+            self._close_leases(
+                {e.lease.vm for e in arrived}, now, "succeeded", f"reported by target {host}"
+            )
 
     def _close_leases(self, vms: set[str], now: float, result: str, detail: str) -> None:
         w = RoundWrite(dropped_leases=sorted(vms))
@@ -352,10 +352,10 @@ class ManagerService:
     def directive_for(self, host: str) -> Directive:
         dr = self.directives.get(host)
         if dr is None:
-            return Directive(i=0, f=False)
+            return Directive(id=0, flag=False)
         if dr.acked or not dr.flag:
-            return Directive(i=dr.id, f=False)
-        return Directive(i=dr.id, f=True, t=dr.target, v=dr.vm)
+            return Directive(id=dr.id, flag=False)
+        return Directive(id=dr.id, flag=True, target=dr.target, vm=dr.vm)
 
     async def wait_directive(self, host: str, seq: int, timeout_s: float) -> Directive:
         """The directive of the first round that has seen this host's report ``seq``."""
@@ -395,10 +395,7 @@ class ManagerService:
         return True
 
     def _release(self, vm: str, ran: bool = True) -> None:
-        if ran:
-            self.core.release(vm)
-        else:
-            self.core.leases.pop(vm, None)
+        self.core.release(vm, ran=ran)
         self.metrics.leases.set(len(self.core.leases))
 
     # ------------------------------------------------------------------ planning
@@ -426,27 +423,25 @@ class ManagerService:
                 "withdrew directive %d for %s: not acknowledged in %.0f s", dr.id, host, ttl
             )
 
-    async def tick(self, now: float | None = None) -> dict[str, MigrationSignal]:
+    async def tick(self, now: float | None = None) -> Mapping[str, MigrationSignal]:
         """One planning round: Analyse + Plan over every host, persisted, then published."""
         lock, _ = self._primitives()
         async with lock:
             return await self._tick(now)
 
-    async def _tick(self, now: float | None) -> dict[str, MigrationSignal]:
+    async def _tick(self, now: float | None) -> Mapping[str, MigrationSignal]:
         loop = asyncio.get_running_loop()
         now = self.now() if now is None else now
         started = time.perf_counter()
         w = RoundWrite()
         self._expire_directives(now, w)
-        before = dict(self.core.leases)
         seqs = {h: st.seq for h, st in self.hosts.items()}
-        self.core.log.clear()
         self._planning = True
         try:
-            signals = await loop.run_in_executor(None, self.core.plan, now)
-            decisions, self.core.log = self.core.log, []
+            result = await loop.run_in_executor(None, self.core.plan, now)
+            signals = result.signals
             flagged: dict[str, int] = {}
-            for d in decisions:
+            for d in result.decisions:
                 did, self.next_id = self.next_id, self.next_id + 1
                 sig = d.signal
                 w.decisions.append(
@@ -465,9 +460,8 @@ class ManagerService:
                 if sig.flag:
                     flagged[d.host] = did
                 self.metrics.decisions.labels("migrate" if sig.flag else "no_migration").inc()
-            after = self.core.leases
-            expired = sorted(set(before) - set(after))
-            for vm in expired:
+            for end in result.closed:
+                vm = end.lease.vm
                 did_or_none = self.lease_ids.pop(vm, None)
                 w.dropped_leases.append(vm)
                 if did_or_none is not None:
@@ -475,13 +469,14 @@ class ManagerService:
                         MigrationEnd(did_or_none, now, "expired", "lease timed out")
                     )
                     self.metrics.migrations.labels("expired").inc()
-            new = sorted(set(after) - set(before))
-            for vm in new:
-                lease = after[vm]
+            new = [lease.vm for lease in result.opened]
+            for lease in result.opened:
                 did = flagged[lease.src]
-                self.lease_ids[vm] = did
-                w.new_leases.append(LeaseRow(vm, lease.src, lease.dst, lease.since_s, did))
-                w.directives.append(DirectiveRow(lease.src, did, True, lease.dst, vm, now, False))
+                self.lease_ids[lease.vm] = did
+                w.new_leases.append(LeaseRow(lease.vm, lease.src, lease.dst, lease.since_s, did))
+                w.directives.append(
+                    DirectiveRow(lease.src, did, True, lease.dst, lease.vm, now, False)
+                )
                 self.metrics.migrations.labels("signalled").inc()
             try:
                 await self._write(w)
@@ -569,7 +564,7 @@ class ManagerService:
                     hot=hot,
                     reason=reason,
                     vms={n: list(v.util.as_tuple()) for n, v in sorted(st.vms.items())},
-                    directive=d if d.i else None,
+                    directive=d if d.id else None,
                 )
             )
         leases = [

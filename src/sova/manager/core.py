@@ -44,6 +44,31 @@ class Decision:
     inputs: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class LeaseEnd:
+    """A lease that closed, and why: ``arrived`` (the VM showed up on its target),
+    ``released`` (the source reported the migration's end), ``declined`` (the source never
+    started it), ``timeout`` (nobody confirmed within ``lease_timeout_s``)."""
+
+    lease: Lease
+    why: str
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one planning round decided (callers read this, never diff the core's state)."""
+
+    time_s: float
+    signals: Mapping[str, MigrationSignal]
+    decisions: tuple[Decision, ...]
+    opened: tuple[Lease, ...]
+    closed: tuple[LeaseEnd, ...]
+
+    @property
+    def flagged(self) -> list[str]:
+        return sorted(h for h, s in self.signals.items() if s.flag)
+
+
 @dataclass
 class ManagerCore:
     detector: HotspotDetector = field(default_factory=HotspotDetector)
@@ -64,11 +89,14 @@ class ManagerCore:
     history: dict[str, deque[Utilisation]] = field(default_factory=dict)
     vms: dict[str, Mapping[str, VMLoad]] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)  # vm -> lease
+    # The simulator keeps every decision here for its report; the daemon persists each
+    # round's RoundResult instead and turns this off so memory does not grow with uptime.
+    keep_log: bool = True
     log: list[Decision] = field(default_factory=list)
     _skip: dict[str, int] = field(default_factory=dict)  # host -> reports still to drop
 
-    def ingest(self, host: str, load: Utilisation, vms: Mapping[str, VMLoad]) -> None:
-        """One host report (Monitor)."""
+    def ingest(self, host: str, load: Utilisation, vms: Mapping[str, VMLoad]) -> list[LeaseEnd]:
+        """One host report (Monitor). Returns the leases it closed (their VM arrived)."""
         window = self.history.setdefault(host, deque(maxlen=self.detector.n))
         if self._skip.get(host, 0) > 0:
             self._skip[host] -= 1  # it spans the migration's copy: not the new placement
@@ -76,31 +104,42 @@ class ManagerCore:
             window.append(load)
         self.vms[host] = dict(vms)
         # A VM that shows up on its lease's target has arrived: the lease is done.
+        closed = []
         for vm, lease in list(self.leases.items()):
             if lease.dst == host and vm in vms:
                 del self.leases[vm]
+                closed.append(LeaseEnd(lease, "arrived"))
+        return closed
 
     def forget(self, host: str) -> None:
         self.history.pop(host, None)
         self.vms.pop(host, None)
 
-    def release(self, vm: str) -> None:
-        """A migration ended (either way); its hosts may take part in new ones."""
+    def release(self, vm: str, *, ran: bool = True) -> LeaseEnd | None:
+        """A migration ended (either way); its hosts may take part in new ones.
+
+        ``ran=False``: the source declined the signal; nothing moved, the windows stay.
+        """
         lease = self.leases.pop(vm, None)
-        if lease is not None and self.restart_window_after_migration:
+        if lease is None:
+            return None
+        if ran and self.restart_window_after_migration:
             for host in (lease.src, lease.dst):
                 if host in self.history:
                     self.history[host].clear()
                 self._skip[host] = 1
+        return LeaseEnd(lease, "released" if ran else "declined")
 
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
 
-    def plan(self, now_s: float) -> dict[str, MigrationSignal]:
+    def plan(self, now_s: float) -> RoundResult:
         """One round of Analyse + Plan (Alg. 2) over every host that has reported."""
+        closed: list[LeaseEnd] = []
         for vm, lease in list(self.leases.items()):
             if now_s - lease.since_s > self.lease_timeout_s:
                 del self.leases[vm]  # the agent never confirmed: do not block the hosts forever
+                closed.append(LeaseEnd(lease, "timeout"))
         reports = {
             h: HostReport(tuple(w), self.vms.get(h, {})) for h, w in self.history.items() if w
         }
@@ -117,15 +156,19 @@ class ManagerCore:
             if self.return_tabu_s > 0
             else None,
         )
+        opened: list[Lease] = []
+        decisions: list[Decision] = []
         for host, sig in sorted(signals.items()):
             if sig.flag and sig.target and sig.vm:
-                self.leases[sig.vm] = Lease(sig.vm, host, sig.target, now_s)
+                lease = Lease(sig.vm, host, sig.target, now_s)
+                self.leases[sig.vm] = lease
+                opened.append(lease)
                 if self.return_tabu_s > 0:
                     self.departed.setdefault(sig.vm, {})[host] = now_s
             verdict_hot = bool(sig.hot_resources) or sig.flag
             if verdict_hot:
                 last = reports[host].history[-1]
-                self.log.append(
+                decisions.append(
                     Decision(
                         now_s,
                         host,
@@ -137,4 +180,6 @@ class ManagerCore:
                         },
                     )
                 )
-        return signals
+        if self.keep_log:
+            self.log.extend(decisions)
+        return RoundResult(now_s, signals, tuple(decisions), tuple(opened), tuple(closed))
