@@ -1,5 +1,7 @@
-"""``sova manager``: the cluster's Monitor, Analyse, Plan and Knowledge over HTTP (Sova Fig. 3).
+"""The manager service: all of ``sova manager``'s state and behaviour, without HTTP.
 
+The routes are in :mod:`sova.daemon.manager_app`, the token/body guard in
+:mod:`sova.daemon.manager_guard`, directive delivery in :mod:`sova.daemon.manager_directives`.
 The decisions are :class:`sova.manager.core.ManagerCore`'s, exactly as the simulator runs
 them; this module adds what a daemon needs around them:
 
@@ -18,54 +20,36 @@ them; this module adds what a daemon needs around them:
 * **cheap reports**: report rows are written behind, in batches, from a bounded buffer;
   losing the last second of history in a crash costs nothing the next reports do not refill.
 
-Security: every agent call carries its host's bearer token, compared in constant time
-(:func:`hmac.compare_digest`); authentication and the body-size limit run in a pure ASGI
-middleware *before* the body is parsed, so a request with a missing or wrong token gets 401
-and changes nothing, whatever its body. TLS is uvicorn's, configured by file paths.
+Tokens are compared in constant time (:func:`hmac.compare_digest`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import gc
 import hmac
-import json
 import logging
 import math
-import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Any
 
-from fastapi import FastAPI, Header, Query, Request, Security
-from fastapi import Path as PathParam
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
-from sova import __version__
 from sova.daemon.config import ManagerSettings
+from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.metrics import ManagerMetrics
 from sova.daemon.schema import (
-    FIELD_NAMES,
-    NAME_MAX,
-    NAME_PATTERN,
     ClusterView,
     DecisionPage,
     DecisionView,
     Directive,
-    Health,
     HostView,
     LeaseView,
     MigrationDone,
-    MigrationDoneAck,
     Report,
 )
 from sova.daemon.store import (
@@ -128,7 +112,7 @@ class ManagerService:
         self.metrics = ManagerMetrics(registry, settings.host_metrics)
         self.hosts: dict[str, HostState] = {}
         self.verdicts: dict[str, tuple[bool, str]] = {}
-        self.directives: dict[str, DirectiveRow] = {}
+        self.directives = DirectiveBook()
         self.lease_ids: dict[str, int] = {}  # vm -> decision id of its lease
         self.planned_seq: dict[str, int] = {}  # host -> its newest report a round has seen
         self.next_id = 1
@@ -204,7 +188,7 @@ class ManagerService:
             # Which host each VM left, and when: the anti-ping-pong rule survives a restart.
             for m in self.store.migration_rows():
                 self.core.departed.setdefault(m["vm"], {})[m["src"]] = float(m["started_s"])
-        self.directives = {d.host: d for d in state.directives}
+        self.directives = DirectiveBook({d.host: d for d in state.directives})
         self.next_id = state.next_id
         self.metrics.hosts.set(len(self.hosts))
         self.metrics.leases.set(len(self.core.leases))
@@ -344,18 +328,12 @@ class ManagerService:
         self._write(w)
 
     def _ack(self, host: str, did: int) -> None:
-        dr = self.directives.get(host)
-        if dr is not None and not dr.acked and did >= dr.id:
-            self.directives[host] = replace(dr, acked=True)
+        dr = self.directives.ack(host, did)
+        if dr is not None:
             self._write(RoundWrite(acked=[(host, dr.id)]))
 
     def directive_for(self, host: str) -> Directive:
-        dr = self.directives.get(host)
-        if dr is None:
-            return Directive(id=0, flag=False)
-        if dr.acked or not dr.flag:
-            return Directive(id=dr.id, flag=False)
-        return Directive(id=dr.id, flag=True, target=dr.target, vm=dr.vm)
+        return self.directives.view(host)
 
     async def wait_directive(self, host: str, seq: int, timeout_s: float) -> Directive:
         """The directive of the first round that has seen this host's report ``seq``."""
@@ -386,9 +364,7 @@ class ManagerService:
         if did is not None:
             detail = done.detail or f"reported by {host}"
             w.migration_ends.append(MigrationEnd(did, now, done.result, detail))
-            src = self.directives.get(lease.src)
-            if src is not None and src.id == did and not src.acked:
-                self.directives[lease.src] = replace(src, acked=True)
+            if self.directives.settle(lease.src, did):
                 w.acked.append((lease.src, did))
         self.metrics.migrations.labels(done.result).inc()
         await self._write(w)  # durable before the agent is told it may forget
@@ -406,10 +382,8 @@ class ManagerService:
 
     def _expire_directives(self, now: float, w: RoundWrite) -> None:
         ttl = self._directive_ttl()
-        for host, dr in sorted(self.directives.items()):
-            if not dr.flag or dr.acked or now - dr.issued_s <= ttl:
-                continue
-            self.directives[host] = replace(dr, acked=True)
+        for dr in self.directives.overdue(now, ttl):
+            host = dr.host
             w.acked.append((host, dr.id))
             if dr.vm is not None and self.lease_ids.get(dr.vm) == dr.id:
                 self.lease_ids.pop(dr.vm)
@@ -651,442 +625,3 @@ def _cap(reason: str) -> str:
     if len(reason) <= MAX_REASON:
         return reason
     return reason[:MAX_REASON] + f" ... ({len(reason) - MAX_REASON} more characters)"
-
-
-# --------------------------------------------------------------------------- HTTP glue
-
-
-def _bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
-    for k, v in headers:
-        if k == b"authorization":
-            scheme, _, token = v.partition(b" ")
-            if scheme.lower() == b"bearer" and token:
-                return token.strip()
-    return None
-
-
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    for k, v in headers:
-        if k == name:
-            return v
-    return None
-
-
-ASGIApp = Callable[
-    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
-    Awaitable[None],
-]
-
-
-class GuardMiddleware:
-    """Authentication, body-size limit and request timing, before FastAPI sees the request.
-
-    Pure ASGI (no BaseHTTPMiddleware): it runs on every report, so it must cost microseconds.
-    The body is read here, up to the limit, so that an oversized or unauthenticated request
-    is refused before any parsing, and handed on unchanged otherwise.
-    """
-
-    def __init__(self, app: ASGIApp, service: ManagerService) -> None:
-        self.app = app
-        self.service = service
-
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Any]],
-        send: Callable[[Any], Awaitable[None]],
-    ) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        path: str = scope["path"]
-        method: str = scope["method"]
-        endpoint = _endpoint(path)
-        try:
-            await self._handle(scope, receive, send, path, method, endpoint)
-        finally:
-            self.service.metrics.request_duration.labels(endpoint).observe(
-                time.perf_counter() - started
-            )
-
-    async def _handle(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Any]],
-        send: Callable[[Any], Awaitable[None]],
-        path: str,
-        method: str,
-        endpoint: str,
-    ) -> None:
-        svc = self.service
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
-        token = _bearer(headers)
-        parts = path.strip("/").split("/")
-        if endpoint in ("report", "directive"):
-            host = parts[2] if len(parts) > 2 else ""
-            ok = svc.check_host_token(host, token) or (
-                endpoint == "directive"
-                and svc.admin_token is not None
-                and svc.check_admin_token(token)
-            )
-            if not ok:
-                if endpoint == "report":
-                    svc.metrics.reports.labels("unauthorized").inc()
-                await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
-                return
-            scope.setdefault("state", {})["sova_host"] = host
-        elif endpoint == "done":
-            host = (_header(headers, b"x-sova-host") or b"").decode("latin-1")
-            if not svc.check_host_token(host, token):
-                await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
-                return
-            scope.setdefault("state", {})["sova_host"] = host
-        elif endpoint in ("cluster", "decisions") and not svc.check_admin_token(token):
-            await _send_json(send, 401, {"detail": "missing or invalid admin token"})
-            return
-        if method in ("POST", "PUT", "PATCH"):
-            limit = svc.settings.max_report_bytes
-            declared = _header(headers, b"content-length")
-            if declared is not None and (not declared.isdigit() or int(declared) > limit):
-                if endpoint == "report":
-                    svc.metrics.reports.labels("too_large").inc()
-                await _send_json(send, 413, _too_large(limit))
-                return
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    return
-                body = msg.get("body", b"")
-                size += len(body)
-                if size > limit:
-                    if endpoint == "report":
-                        svc.metrics.reports.labels("too_large").inc()
-                    await _send_json(send, 413, _too_large(limit))
-                    return
-                chunks.append(body)
-                if not msg.get("more_body", False):
-                    break
-            whole = b"".join(chunks)
-            sent = False
-
-            async def replay() -> Any:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": whole, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send)
-            return
-        await self.app(scope, receive, send)
-
-
-def _too_large(limit: int) -> dict[str, Any]:
-    return {
-        "detail": [
-            {
-                "loc": ["body"],
-                "msg": f"request body larger than {limit} bytes",
-                "type": "too_large",
-                "field": "body",
-            }
-        ],
-        "error": f"body: larger than {limit} bytes",
-    }
-
-
-def _endpoint(path: str) -> str:
-    if path.startswith("/v1/hosts/"):
-        if path.endswith("/reports"):
-            return "report"
-        if path.endswith("/directive"):
-            return "directive"
-        return "other"
-    if path.startswith("/v1/migrations/"):
-        return "done"
-    return {
-        "/v1/cluster": "cluster",
-        "/v1/decisions": "decisions",
-        "/metrics": "metrics",
-        "/healthz": "healthz",
-    }.get(path, "other")
-
-
-async def _send_json(send: Callable[[Any], Awaitable[None]], status: int, body: Any) -> None:
-    payload = json.dumps(body, separators=(",", ":")).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-    ]
-    if status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="sova"'))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
-
-
-def _field_name(loc: tuple[Any, ...]) -> str:
-    parts = [p for p in loc if p != "body"] if loc and loc[0] == "body" else list(loc)
-    if loc and loc[0] in ("path", "query", "header"):
-        parts = list(loc[1:])
-    name = ""
-    for p in parts:
-        name += f"[{p}]" if isinstance(p, int) else ("." if name else "") + str(p)
-    if not name:
-        return "body"
-    last = next((p for p in reversed(parts) if isinstance(p, str)), None)
-    long = FIELD_NAMES.get(last) if loc and loc[0] == "body" and last else None
-    return f"{name} ({long})" if long else name
-
-
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    out = []
-    for e in exc.errors():
-        loc = tuple(e.get("loc", ()))
-        item: dict[str, Any] = {
-            "loc": list(loc),
-            "msg": str(e.get("msg", "")),
-            "type": str(e.get("type", "")),
-            "field": "body" if e.get("type") == "json_invalid" else _field_name(loc),
-        }
-        value = e.get("input")
-        if isinstance(value, float) and not math.isfinite(value):
-            item["input"] = str(value)  # JSON has no inf/nan: show it, do not crash on it
-        elif isinstance(value, bool | int | float | str) or value is None:
-            item["input"] = value if not isinstance(value, str) else value[:100]
-        out.append(item)
-    summary = "; ".join(f"{x['field']}: {x['msg']}" for x in out[:5])
-    if request.url.path.endswith("/reports"):
-        request.app.state.service.metrics.reports.labels("rejected").inc()
-    return JSONResponse(status_code=422, content={"detail": out, "error": summary})
-
-
-HostName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
-VMName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
-
-_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"description": "missing or invalid token; nothing was changed"},
-}
-_BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **_AUTH_RESPONSES,
-    413: {"description": "body larger than max_report_bytes; nothing was changed"},
-}
-
-
-def create_app(
-    settings: ManagerSettings,
-    store: Store,
-    *,
-    clock: Callable[[], float] | None = None,
-    registry: CollectorRegistry | None = None,
-    migrate: bool = True,
-) -> FastAPI:
-    """The manager's ASGI app: migrates the store, restores state, wires the routes."""
-    if migrate:
-        store.migrate()
-    service = ManagerService(settings, store, clock=clock, registry=registry)
-    service.restore()
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        bg = asyncio.create_task(service.run_background())
-        try:
-            yield
-        finally:
-            bg.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await bg
-            await service.close()
-
-    app = FastAPI(
-        title="Sova manager",
-        version=__version__,
-        summary="Cluster manager of Sova: host reports in, migration directives out.",
-        description=(
-            "Agents POST a compact report each period and get their migration directive "
-            "`<flag, target, vm>` in the response. Report fields have one-letter names to "
-            "keep a report under 304 bytes; each field's description gives its meaning."
-        ),
-        lifespan=lifespan,
-    )
-    app.state.service = service
-    app.add_middleware(GuardMiddleware, service=service)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    bearer = HTTPBearer(
-        auto_error=False,
-        description="the host's token (agent endpoints) or the admin token (read endpoints)",
-    )
-    auth = [Security(bearer)]
-
-    @app.post(
-        "/v1/hosts/{host}/reports",
-        response_model=Directive,
-        dependencies=auth,
-        responses=_BODY_RESPONSES,
-        tags=["agents"],
-        summary="Send a host report; the response is the host's migration directive",
-    )
-    async def post_report(host: HostName, report: Report) -> Directive:
-        return service.ingest(host, report)
-
-    @app.get(
-        "/v1/hosts/{host}/directive",
-        response_model=Directive,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["agents"],
-        summary="The host's current directive; with seq, wait for the round that saw it",
-    )
-    async def get_directive(
-        host: HostName,
-        seq: Annotated[int | None, Query(ge=0, le=2**53)] = None,
-        wait_s: Annotated[float, Query(ge=0, le=30)] = 5.0,
-    ) -> Directive:
-        if seq is None:
-            return service.directive_for(host)
-        return await service.wait_directive(host, seq, wait_s)
-
-    @app.post(
-        "/v1/migrations/{vm}/done",
-        response_model=MigrationDoneAck,
-        dependencies=auth,
-        responses=_BODY_RESPONSES,
-        tags=["agents"],
-        summary="The source agent reports a signalled migration's end; releases its lease",
-    )
-    async def post_migration_done(
-        vm: VMName,
-        done: MigrationDone,
-        request: Request,
-        x_sova_host: Annotated[
-            str, Header(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-        ],
-    ) -> MigrationDoneAck:
-        host = request.state.sova_host
-        return MigrationDoneAck(released=await service.migration_done(host, vm, done))
-
-    @app.get(
-        "/v1/cluster",
-        response_model=ClusterView,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="Hosts, their last report, hot verdicts, directives and leases",
-    )
-    async def get_cluster(
-        offset: Annotated[int, Query(ge=0, le=10**6)] = 0,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    ) -> ClusterView:
-        return service.cluster_view(offset, limit)
-
-    @app.get(
-        "/v1/decisions",
-        response_model=DecisionPage,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="The decision log with the inputs of each decision, oldest first",
-    )
-    async def get_decisions(
-        after: Annotated[int, Query(ge=0, le=2**53)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        host: Annotated[
-            str | None, Query(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-        ] = None,
-    ) -> DecisionPage:
-        return await service.decision_page(after, limit, host)
-
-    @app.get(
-        "/healthz",
-        response_model=Health,
-        tags=["operators"],
-        responses={503: {"description": "the knowledge store is unreachable"}},
-    )
-    async def healthz() -> Any:
-        ok = await asyncio.get_running_loop().run_in_executor(None, store.ping)
-        body = Health(
-            status="ok" if ok else "store unreachable",
-            hosts=len(service.hosts),
-            store=store.dialect,
-        )
-        if not ok:
-            return JSONResponse(status_code=503, content=body.model_dump())
-        return body
-
-    @app.get(
-        "/metrics",
-        tags=["operators"],
-        response_class=Response,
-        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus metrics"}},
-    )
-    async def metrics() -> Response:
-        data = await asyncio.get_running_loop().run_in_executor(
-            None, generate_latest, service.metrics.registry
-        )
-        return Response(data, media_type=CONTENT_TYPE_LATEST)
-
-    return app
-
-
-def openapi_document(app: FastAPI) -> str:
-    return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"
-
-
-def run_manager(settings: ManagerSettings) -> None:
-    """Serve until SIGINT/SIGTERM (uvicorn's handlers), then flush the store and exit."""
-    import uvicorn
-
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # A planning round runs in a worker thread; with the default 5 ms GIL switch interval it
-    # can hold up a report for tens of ms. 1 ms keeps the event loop responsive during it.
-    sys.setswitchinterval(0.001)
-    store = Store(settings.database_url)
-    app = create_app(settings, store)
-    # The manager keeps ~100 objects per host alive (windows, VM loads) and every report
-    # makes short-lived garbage; with CPython's default thresholds a full collection walks
-    # all of them every few seconds (tens of ms at 10,000 hosts). Collect young objects
-    # as usual, full passes rarely; restored state is frozen out of the collector.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 1000)
-    config = uvicorn.Config(
-        app,
-        host=settings.listen,
-        port=settings.port,
-        ssl_certfile=str(settings.tls_certfile) if settings.tls_certfile else None,
-        ssl_keyfile=str(settings.tls_keyfile) if settings.tls_keyfile else None,
-        log_level=settings.log_level,
-        access_log=False,  # 1,000 reports/s would drown the journal
-        timeout_keep_alive=30,
-        limit_concurrency=4096,
-    )
-    log.info(
-        "sova manager %s on %s://%s:%d, store %s",
-        __version__,
-        "https" if settings.tls_certfile else "http",
-        settings.listen,
-        settings.port,
-        store.dialect,
-    )
-    try:
-        uvicorn.Server(config).run()
-    finally:
-        store.close()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m sova.daemon.manager_app --openapi docs/openapi.json`` publishes the spec."""
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--openapi", type=Path, required=True)
-    args = ap.parse_args(argv)
-    app = create_app(ManagerSettings(), Store("sqlite://"))
-    args.openapi.write_text(openapi_document(app))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,313 @@
+"""``sova manager``: the cluster's Monitor, Analyse, Plan and Knowledge over HTTP (Sova Fig. 3).
+
+This module is the HTTP surface: the routes, validation errors that name the field, the
+OpenAPI document, and the server's start-up. The behaviour behind the routes is
+:class:`sova.daemon.manager_service.ManagerService`; the guard in front of them (tokens,
+body limits) is :mod:`sova.daemon.manager_guard`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import math
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Query, Request, Security
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from sova import __version__
+from sova.daemon.config import ManagerSettings
+from sova.daemon.manager_guard import GuardMiddleware
+from sova.daemon.manager_service import ManagerService
+from sova.daemon.schema import (
+    FIELD_NAMES,
+    NAME_MAX,
+    NAME_PATTERN,
+    ClusterView,
+    DecisionPage,
+    Directive,
+    Health,
+    MigrationDone,
+    MigrationDoneAck,
+    Report,
+)
+from sova.daemon.store import Store
+
+log = logging.getLogger("sova.manager")
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    parts = [p for p in loc if p != "body"] if loc and loc[0] == "body" else list(loc)
+    if loc and loc[0] in ("path", "query", "header"):
+        parts = list(loc[1:])
+    name = ""
+    for p in parts:
+        name += f"[{p}]" if isinstance(p, int) else ("." if name else "") + str(p)
+    if not name:
+        return "body"
+    last = next((p for p in reversed(parts) if isinstance(p, str)), None)
+    long = FIELD_NAMES.get(last) if loc and loc[0] == "body" and last else None
+    return f"{name} ({long})" if long else name
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    out = []
+    for e in exc.errors():
+        loc = tuple(e.get("loc", ()))
+        item: dict[str, Any] = {
+            "loc": list(loc),
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+            "field": "body" if e.get("type") == "json_invalid" else _field_name(loc),
+        }
+        value = e.get("input")
+        if isinstance(value, float) and not math.isfinite(value):
+            item["input"] = str(value)  # JSON has no inf/nan: show it, do not crash on it
+        elif isinstance(value, bool | int | float | str) or value is None:
+            item["input"] = value if not isinstance(value, str) else value[:100]
+        out.append(item)
+    summary = "; ".join(f"{x['field']}: {x['msg']}" for x in out[:5])
+    if request.url.path.endswith("/reports"):
+        request.app.state.service.metrics.reports.labels("rejected").inc()
+    return JSONResponse(status_code=422, content={"detail": out, "error": summary})
+
+
+HostName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+VMName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+
+_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or invalid token; nothing was changed"},
+}
+_BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **_AUTH_RESPONSES,
+    413: {"description": "body larger than max_report_bytes; nothing was changed"},
+}
+
+
+def create_app(
+    settings: ManagerSettings,
+    store: Store,
+    *,
+    clock: Callable[[], float] | None = None,
+    registry: CollectorRegistry | None = None,
+    migrate: bool = True,
+) -> FastAPI:
+    """The manager's ASGI app: migrates the store, restores state, wires the routes."""
+    if migrate:
+        store.migrate()
+    service = ManagerService(settings, store, clock=clock, registry=registry)
+    service.restore()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        bg = asyncio.create_task(service.run_background())
+        try:
+            yield
+        finally:
+            bg.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await bg
+            await service.close()
+
+    app = FastAPI(
+        title="Sova manager",
+        version=__version__,
+        summary="Cluster manager of Sova: host reports in, migration directives out.",
+        description=(
+            "Agents POST a compact report each period and get their migration directive "
+            "`<flag, target, vm>` in the response. Report fields have one-letter names to "
+            "keep a report under 304 bytes; each field's description gives its meaning."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.add_middleware(GuardMiddleware, service=service)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    bearer = HTTPBearer(
+        auto_error=False,
+        description="the host's token (agent endpoints) or the admin token (read endpoints)",
+    )
+    auth = [Security(bearer)]
+
+    @app.post(
+        "/v1/hosts/{host}/reports",
+        response_model=Directive,
+        dependencies=auth,
+        responses=_BODY_RESPONSES,
+        tags=["agents"],
+        summary="Send a host report; the response is the host's migration directive",
+    )
+    async def post_report(host: HostName, report: Report) -> Directive:
+        return service.ingest(host, report)
+
+    @app.get(
+        "/v1/hosts/{host}/directive",
+        response_model=Directive,
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["agents"],
+        summary="The host's current directive; with seq, wait for the round that saw it",
+    )
+    async def get_directive(
+        host: HostName,
+        seq: Annotated[int | None, Query(ge=0, le=2**53)] = None,
+        wait_s: Annotated[float, Query(ge=0, le=30)] = 5.0,
+    ) -> Directive:
+        if seq is None:
+            return service.directive_for(host)
+        return await service.wait_directive(host, seq, wait_s)
+
+    @app.post(
+        "/v1/migrations/{vm}/done",
+        response_model=MigrationDoneAck,
+        dependencies=auth,
+        responses=_BODY_RESPONSES,
+        tags=["agents"],
+        summary="The source agent reports a signalled migration's end; releases its lease",
+    )
+    async def post_migration_done(
+        vm: VMName,
+        done: MigrationDone,
+        request: Request,
+        x_sova_host: Annotated[
+            str, Header(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+        ],
+    ) -> MigrationDoneAck:
+        host = request.state.sova_host
+        return MigrationDoneAck(released=await service.migration_done(host, vm, done))
+
+    @app.get(
+        "/v1/cluster",
+        response_model=ClusterView,
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["operators"],
+        summary="Hosts, their last report, hot verdicts, directives and leases",
+    )
+    async def get_cluster(
+        offset: Annotated[int, Query(ge=0, le=10**6)] = 0,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> ClusterView:
+        return service.cluster_view(offset, limit)
+
+    @app.get(
+        "/v1/decisions",
+        response_model=DecisionPage,
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["operators"],
+        summary="The decision log with the inputs of each decision, oldest first",
+    )
+    async def get_decisions(
+        after: Annotated[int, Query(ge=0, le=2**53)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        host: Annotated[
+            str | None, Query(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+        ] = None,
+    ) -> DecisionPage:
+        return await service.decision_page(after, limit, host)
+
+    @app.get(
+        "/healthz",
+        response_model=Health,
+        tags=["operators"],
+        responses={503: {"description": "the knowledge store is unreachable"}},
+    )
+    async def healthz() -> Any:
+        ok = await asyncio.get_running_loop().run_in_executor(None, store.ping)
+        body = Health(
+            status="ok" if ok else "store unreachable",
+            hosts=len(service.hosts),
+            store=store.dialect,
+        )
+        if not ok:
+            return JSONResponse(status_code=503, content=body.model_dump())
+        return body
+
+    @app.get(
+        "/metrics",
+        tags=["operators"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus metrics"}},
+    )
+    async def metrics() -> Response:
+        data = await asyncio.get_running_loop().run_in_executor(
+            None, generate_latest, service.metrics.registry
+        )
+        return Response(data, media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def openapi_document(app: FastAPI) -> str:
+    return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"
+
+
+def run_manager(settings: ManagerSettings) -> None:
+    """Serve until SIGINT/SIGTERM (uvicorn's handlers), then flush the store and exit."""
+    import uvicorn
+
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # A planning round runs in a worker thread; with the default 5 ms GIL switch interval it
+    # can hold up a report for tens of ms. 1 ms keeps the event loop responsive during it.
+    sys.setswitchinterval(0.001)
+    store = Store(settings.database_url)
+    app = create_app(settings, store)
+    # The manager keeps ~100 objects per host alive (windows, VM loads) and every report
+    # makes short-lived garbage; with CPython's default thresholds a full collection walks
+    # all of them every few seconds (tens of ms at 10,000 hosts). Collect young objects
+    # as usual, full passes rarely; restored state is frozen out of the collector.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1000)
+    config = uvicorn.Config(
+        app,
+        host=settings.listen,
+        port=settings.port,
+        ssl_certfile=str(settings.tls_certfile) if settings.tls_certfile else None,
+        ssl_keyfile=str(settings.tls_keyfile) if settings.tls_keyfile else None,
+        log_level=settings.log_level,
+        access_log=False,  # 1,000 reports/s would drown the journal
+        timeout_keep_alive=30,
+        limit_concurrency=4096,
+    )
+    log.info(
+        "sova manager %s on %s://%s:%d, store %s",
+        __version__,
+        "https" if settings.tls_certfile else "http",
+        settings.listen,
+        settings.port,
+        store.dialect,
+    )
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m sova.daemon.manager_app --openapi docs/openapi.json`` publishes the spec."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--openapi", type=Path, required=True)
+    args = ap.parse_args(argv)
+    app = create_app(ManagerSettings(), Store("sqlite://"))
+    args.openapi.write_text(openapi_document(app))
+
+
+if __name__ == "__main__":
+    main()
