@@ -165,6 +165,9 @@ class PlannerSettings(_Strict):
     # A flagged directive the source never acknowledges is withdrawn (and its lease
     # released) after this many planning periods: a dead agent must not pin a target.
     directive_ttl_periods: int = Field(default=3, ge=1, le=1000)
+    # A host silent for longer than this many planning periods is stale: never a source or
+    # a target, its directive withdrawn, its window restarted when it reports again.
+    stale_after_periods: float = Field(default=3.0, gt=0, le=1000)
 
     @model_validator(mode="after")
     def _k_le_n(self) -> PlannerSettings:

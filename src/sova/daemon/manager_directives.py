@@ -10,6 +10,7 @@ This book holds the newest directive of each host; the service persists every ch
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import replace
 
 from sova.daemon.schema import Directive
@@ -44,11 +45,12 @@ class DirectiveBook(dict[str, DirectiveRow]):
         self[host] = replace(dr, acked=True)
         return True
 
-    def overdue(self, now: float, ttl_s: float) -> list[DirectiveRow]:
-        """Flagged, unacknowledged directives older than ``ttl_s``, withdrawn here."""
+    def overdue(self, now: float, ttl_s: float, gone: Set[str] = frozenset()) -> list[DirectiveRow]:
+        """Flagged, unacknowledged directives older than ``ttl_s`` or to a host in ``gone``
+        (stale: nobody is there to apply it), withdrawn here."""
         out = []
         for host, dr in sorted(self.items()):
-            if dr.flag and not dr.acked and now - dr.issued_s > ttl_s:
+            if dr.flag and not dr.acked and (now - dr.issued_s > ttl_s or host in gone):
                 self[host] = replace(dr, acked=True)
                 out.append(dr)
         return out

@@ -103,6 +103,7 @@ class ManagerService:
             restart_window_after_migration=p.restart_window_after_migration,
             return_tabu_s=p.return_tabu_s,
             keep_log=False,
+            stale_after_s=p.stale_after_periods * (settings.plan_period_s or 10.0),
         )
         self.tokens = {h: t.encode() for h, t in settings.tokens().items()}
         self.admin_token = (
@@ -170,7 +171,7 @@ class ManagerService:
                     n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
                     for n, u, mib, mig in iter_report_vms(row.vms)
                 }
-                self.core.ingest(host, Utilisation(*row.util), vms)
+                self.core.ingest(host, Utilisation(*row.util), vms, at=row.received_s)
             last = all_rows[-1]
             if not rows:
                 self.core.vms[host] = {
@@ -190,7 +191,10 @@ class ManagerService:
                 self.core.departed.setdefault(m["vm"], {})[m["src"]] = float(m["started_s"])
         self.directives = DirectiveBook({d.host: d for d in state.directives})
         self.next_id = state.next_id
-        self.metrics.hosts.set(len(self.hosts))
+        for host, st in self.hosts.items():
+            self.core.seen[host] = st.received_s
+            self.metrics.last_report.labels(host).set(st.received_s)
+        self._count_hosts(self.now())
         self.metrics.leases.set(len(self.core.leases))
         if state.windows or state.leases:
             log.info(
@@ -302,8 +306,9 @@ class ManagerService:
         self.metrics.reports.labels("accepted").inc()
         if self.metrics.host_metrics:
             self.metrics.set_utilisation(host, dict(zip(RESOURCES, util.as_tuple(), strict=True)))
+        self.metrics.last_report.labels(host).set(now)
         if last is None:
-            self.metrics.hosts.set(len(self.hosts))
+            self._count_hosts(now)
         if self.settings.plan_trigger == "round":
             self._maybe_round()
         return self.directive_for(host)
@@ -311,11 +316,16 @@ class ManagerService:
     def _core_ingest(
         self, host: str, util: Utilisation, vms: dict[str, VMLoad], now: float
     ) -> None:
-        arrived = self.core.ingest(host, util, vms)
+        arrived = self.core.ingest(host, util, vms, at=now)
         if arrived:
             self._close_leases(
                 {e.lease.vm for e in arrived}, now, "succeeded", f"reported by target {host}"
             )
+
+    def _count_hosts(self, now: float) -> None:
+        stale = len(self.core.stale(now) & self.hosts.keys())
+        self.metrics.hosts.labels("stale").set(stale)
+        self.metrics.hosts.labels("fresh").set(len(self.hosts) - stale)
 
     def _close_leases(self, vms: set[str], now: float, result: str, detail: str) -> None:
         w = RoundWrite(dropped_leases=sorted(vms))
@@ -382,7 +392,7 @@ class ManagerService:
 
     def _expire_directives(self, now: float, w: RoundWrite) -> None:
         ttl = self._directive_ttl()
-        for dr in self.directives.overdue(now, ttl):
+        for dr in self.directives.overdue(now, ttl, self.core.stale(now)):
             host = dr.host
             w.acked.append((host, dr.id))
             if dr.vm is not None and self.lease_ids.get(dr.vm) == dr.id:
@@ -486,6 +496,7 @@ class ManagerService:
             self._hot_known |= self.verdicts.keys()
         self._was_hot = hot
         m.leases.set(len(self.core.leases))
+        self._count_hosts(now)
         m.plan_duration.observe(time.perf_counter() - started)
         _, cond = self._primitives()
         async with cond:
@@ -524,6 +535,8 @@ class ManagerService:
     # ------------------------------------------------------------------ views
 
     def cluster_view(self, offset: int = 0, limit: int = 1000) -> ClusterView:
+        now = self.now()
+        stale = self.core.stale(now)
         hosts = []
         for h in sorted(self.hosts)[offset : offset + limit]:
             st = self.hosts[h]
@@ -533,6 +546,8 @@ class ManagerService:
                 HostView(
                     host=h,
                     last_seen_s=st.received_s,
+                    age_s=round(now - st.received_s, 3),
+                    state="stale" if h in stale else "fresh",
                     seq=st.seq,
                     utilisation=list(st.util),
                     hot=hot,

@@ -186,6 +186,8 @@ class MigrationDoneAck(_Wire):
 class HostView(_Wire):
     host: str
     last_seen_s: float
+    age_s: float = Field(description="seconds since the host's last report")
+    state: str = Field(description="fresh | stale (silent for longer than stale_after)")
     seq: int
     utilisation: list[float]
     hot: bool

@@ -12,6 +12,7 @@ simulator uses this class directly so that both run exactly the same decisions.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,10 +95,28 @@ class ManagerCore:
     keep_log: bool = True
     log: list[Decision] = field(default_factory=list)
     _skip: dict[str, int] = field(default_factory=dict)  # host -> reports still to drop
+    # A host silent for longer than this is *stale*: its last report describes a past that
+    # may no longer exist (agent dead, host down), so it is neither a source nor a target,
+    # and when it reports again its window starts afresh. Only hosts ingested with ``at=``
+    # are tracked (the simulator's hosts never go silent).
+    stale_after_s: float = math.inf
+    seen: dict[str, float] = field(default_factory=dict)  # host -> time of its last report
 
-    def ingest(self, host: str, load: Utilisation, vms: Mapping[str, VMLoad]) -> list[LeaseEnd]:
-        """One host report (Monitor). Returns the leases it closed (their VM arrived)."""
+    def ingest(
+        self,
+        host: str,
+        load: Utilisation,
+        vms: Mapping[str, VMLoad],
+        *,
+        at: float | None = None,
+    ) -> list[LeaseEnd]:
+        """One host report (Monitor), received at ``at``. Returns the leases it closed."""
         window = self.history.setdefault(host, deque(maxlen=self.detector.n))
+        if at is not None:
+            last = self.seen.get(host)
+            if last is not None and at - last > self.stale_after_s:
+                window.clear()  # back from a silence: the old window is not its present
+            self.seen[host] = at
         if self._skip.get(host, 0) > 0:
             self._skip[host] -= 1  # it spans the migration's copy: not the new placement
         else:
@@ -114,6 +133,13 @@ class ManagerCore:
     def forget(self, host: str) -> None:
         self.history.pop(host, None)
         self.vms.pop(host, None)
+        self.seen.pop(host, None)
+
+    def stale(self, now_s: float) -> set[str]:
+        """Hosts whose last report is older than ``stale_after_s``."""
+        if not math.isfinite(self.stale_after_s):
+            return set()
+        return {h for h, t in self.seen.items() if now_s - t > self.stale_after_s}
 
     def release(self, vm: str, *, ran: bool = True) -> LeaseEnd | None:
         """A migration ended (either way); its hosts may take part in new ones.
@@ -140,8 +166,11 @@ class ManagerCore:
             if now_s - lease.since_s > self.lease_timeout_s:
                 del self.leases[vm]  # the agent never confirmed: do not block the hosts forever
                 closed.append(LeaseEnd(lease, "timeout"))
+        stale = self.stale(now_s)
         reports = {
-            h: HostReport(tuple(w), self.vms.get(h, {})) for h, w in self.history.items() if w
+            h: HostReport(tuple(w), self.vms.get(h, {}))
+            for h, w in self.history.items()
+            if w and h not in stale
         }
         signals = coordinate(
             reports,

@@ -1,0 +1,86 @@
+"""Issue 10: a control plane that never acts on stale, replayed or forged state.
+
+Each test drives the manager through its HTTP API in-process (no network) with the agent
+clock (``clock = "agent"``), so "time" is the reports' own clock and nothing sleeps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .conftest import Api, auth, report
+
+HOT = (0.2, 0.3, 0.9)
+COLD = (0.1, 0.2, 0.1)
+WARM = (0.2, 0.3, 0.5)
+VMS1 = {"h1-vm1": (0.1, 0.1, 0.5), "h1-vm2": (0.05, 0.1, 0.3)}
+VMS2 = {"h2-vm1": (0.05, 0.1, 0.05)}
+VMS3 = {"h3-vm1": (0.05, 0.1, 0.05)}
+
+
+def post(api: Api, host: str, seq: int, t: float, util: Any, vms: Any, ack: int = 0) -> Any:
+    r = api.post(
+        f"/v1/hosts/{host}/reports", content=report(seq, t, util, vms, ack), headers=auth(host)
+    )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+# ------------------------------------------------------------------ 1. stale hosts
+
+
+def test_a_stale_host_is_neither_target_nor_source_and_is_shown_stale(api_factory) -> None:  # type: ignore[no-untyped-def]
+    """h2's agent stops after its first report; 3 periods later it is no target for h1."""
+    api = api_factory(clock="agent", plan_period_s=10)
+    post(api, "h2", 1, 10.0, COLD, VMS2)
+    for i in range(1, 8):
+        post(api, "h1", i, 10.0 * i, HOT, VMS1)
+        api.tick(10.0 * i)
+    api.drain()
+    late = [(d.time_s, d.target) for d in api.svc.store.decisions() if d.flag and d.time_s > 40]
+    assert late == [], "h1 was sent to h2 from a report more than 3 periods old"
+    hosts = {h["host"]: h for h in api.get("/v1/cluster").json()["hosts"]}
+    assert hosts["h2"]["state"] == "stale" and hosts["h2"]["age_s"] == 60.0
+    assert hosts["h1"]["state"] == "fresh" and hosts["h1"]["age_s"] == 0.0
+    text = api.get("/metrics").text
+    assert 'sova_manager_hosts{state="stale"} 1.0' in text
+    assert 'sova_manager_hosts{state="fresh"} 1.0' in text
+    assert 'sova_manager_host_last_report_timestamp_seconds{host="h2"} 10.0' in text
+
+
+def test_a_stale_host_is_not_a_source_and_its_window_restarts_on_return(api_factory) -> None:  # type: ignore[no-untyped-def]
+    api = api_factory(clock="agent", plan_period_s=10)
+    for i in range(1, 3):  # two hot reports of k = 3, then h1 goes silent
+        post(api, "h1", i, 10.0 * i, HOT, VMS1)
+        post(api, "h2", i, 10.0 * i, COLD, VMS2)
+        api.tick(10.0 * i)
+    for i in range(3, 9):
+        post(api, "h2", i, 10.0 * i, COLD, VMS2)
+        api.tick(10.0 * i)
+    # h1 returns: its old reports are from before a gap, not a window of its present.
+    post(api, "h1", 3, 90.0, HOT, VMS1)
+    post(api, "h2", 9, 90.0, COLD, VMS2)
+    api.tick(90.0)
+    d = api.get("/v1/hosts/h1/directive", headers=auth("h1")).json()
+    assert d["f"] is False, "flagged from a window that spans the agent's absence"
+    assert len(api.svc.core.history["h1"]) == 1
+
+
+def test_a_directive_to_a_host_gone_stale_expires(api_factory) -> None:  # type: ignore[no-untyped-def]
+    api = api_factory(
+        clock="agent",
+        plan_period_s=10,
+        planner={"alpha": 0.75, "k": 3, "n": 5, "directive_ttl_periods": 100},
+    )
+    for i in range(1, 4):
+        post(api, "h1", i, 10.0 * i, HOT, VMS1)
+        post(api, "h2", i, 10.0 * i, COLD, VMS2)
+        api.tick(10.0 * i)
+    assert api.get("/v1/hosts/h1/directive", headers=auth("h1")).json()["f"] is True
+    for i in range(4, 9):  # h1 never picks it up
+        post(api, "h2", i, 10.0 * i, COLD, VMS2)
+        api.tick(10.0 * i)
+    assert api.get("/v1/hosts/h1/directive", headers=auth("h1")).json()["f"] is False
+    assert api.get("/v1/cluster").json()["leases"] == []
+    api.drain()
+    assert api.svc.store.migration_rows("h1-vm1")[0]["result"] == "expired"
