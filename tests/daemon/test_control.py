@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .conftest import Api, auth, report
 
 HOT = (0.2, 0.3, 0.9)
@@ -84,3 +86,57 @@ def test_a_directive_to_a_host_gone_stale_expires(api_factory) -> None:  # type:
     assert api.get("/v1/cluster").json()["leases"] == []
     api.drain()
     assert api.svc.store.migration_rows("h1-vm1")[0]["result"] == "expired"
+
+
+# ------------------------------------------------------------------ 2. one migration
+
+
+def _done(api: Api, host: str, vm: str, result: str, **kw: Any) -> Any:
+    return api.post(
+        f"/v1/migrations/{vm}/done",
+        json={"result": result, **kw},
+        headers={**auth(host), "x-sova-host": host},
+    )
+
+
+def _flagged(api: Api) -> list[tuple[float, str, str | None]]:
+    api.drain()
+    return [(d.time_s, d.host, d.vm) for d in api.svc.store.decisions() if d.flag]
+
+
+def _hot_until_signalled(api: Api) -> int:
+    for i in range(1, 4):
+        post(api, "h1", i, 10.0 * i, HOT, VMS1)
+        post(api, "h2", i, 10.0 * i, COLD, VMS2)
+        api.tick(10.0 * i)
+    d = api.get("/v1/hosts/h1/directive", headers=auth("h1")).json()
+    assert d["f"] is True and d["t"] == "h2" and d["v"] == "h1-vm1"
+    post(api, "h1", 4, 40.0, HOT, VMS1, ack=d["i"])  # the agent starts the migration
+    post(api, "h2", 4, 40.0, COLD, VMS2)
+    api.tick(40.0)
+    return int(d["i"])
+
+
+@pytest.mark.parametrize("order", ["target-report-first", "source-done-first"])
+def test_whatever_closes_the_lease_restarts_both_windows(api_factory, order: str) -> None:  # type: ignore[no-untyped-def]
+    """Issue 10 #2: the VM arrives; one migration, whichever message comes first."""
+    api = api_factory(
+        clock="agent",
+        plan_period_s=10,
+        planner={"alpha": 0.75, "k": 3, "n": 5, "restart_window_after_migration": True},
+    )
+    did = _hot_until_signalled(api)
+    relieved = {"h1-vm2": VMS1["h1-vm2"]}
+    arrived = {**VMS2, "h1-vm1": VMS1["h1-vm1"]}
+    if order == "source-done-first":
+        assert _done(api, "h1", "h1-vm1", "succeeded", dst="h2").json() == {"released": True}
+    post(api, "h2", 5, 50.0, COLD, arrived)
+    post(api, "h1", 5, 50.0, WARM, relieved, ack=did)
+    api.tick(50.0)
+    if order == "target-report-first":
+        _done(api, "h1", "h1-vm1", "succeeded", dst="h2")  # the source agent comes back late
+    for i in range(6, 10):
+        post(api, "h2", i, 10.0 * i, COLD, arrived)
+        post(api, "h1", i, 10.0 * i, WARM, relieved, ack=did)
+        api.tick(10.0 * i)
+    assert _flagged(api) == [(30.0, "h1", "h1-vm1")]

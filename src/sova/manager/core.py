@@ -117,17 +117,19 @@ class ManagerCore:
             if last is not None and at - last > self.stale_after_s:
                 window.clear()  # back from a silence: the old window is not its present
             self.seen[host] = at
+        # A VM that shows up on its lease's target has arrived: the lease is done. Closed
+        # first, so that this report (it spans the copy) is the one the restart drops.
+        closed = []
+        for vm, lease in list(self.leases.items()):
+            if lease.dst == host and vm in vms:
+                del self.leases[vm]
+                self._restart_windows(lease)
+                closed.append(LeaseEnd(lease, "arrived"))
         if self._skip.get(host, 0) > 0:
             self._skip[host] -= 1  # it spans the migration's copy: not the new placement
         else:
             window.append(load)
         self.vms[host] = dict(vms)
-        # A VM that shows up on its lease's target has arrived: the lease is done.
-        closed = []
-        for vm, lease in list(self.leases.items()):
-            if lease.dst == host and vm in vms:
-                del self.leases[vm]
-                closed.append(LeaseEnd(lease, "arrived"))
         return closed
 
     def forget(self, host: str) -> None:
@@ -149,12 +151,21 @@ class ManagerCore:
         lease = self.leases.pop(vm, None)
         if lease is None:
             return None
-        if ran and self.restart_window_after_migration:
-            for host in (lease.src, lease.dst):
-                if host in self.history:
-                    self.history[host].clear()
-                self._skip[host] = 1
+        if ran:
+            self._restart_windows(lease)
         return LeaseEnd(lease, "released" if ran else "declined")
+
+    def _restart_windows(self, lease: Lease) -> None:
+        # Whatever closes a migration's lease (the source's report of its end, or the VM
+        # showing up on the target first, e.g. when the source agent died mid-copy) must
+        # restart both windows: otherwise the relieved source is judged by reports of the
+        # load it no longer carries and a second VM leaves it.
+        if not self.restart_window_after_migration:
+            return
+        for host in (lease.src, lease.dst):
+            if host in self.history:
+                self.history[host].clear()
+            self._skip[host] = 1
 
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
