@@ -140,3 +140,37 @@ def test_whatever_closes_the_lease_restarts_both_windows(api_factory, order: str
         post(api, "h1", i, 10.0 * i, WARM, relieved, ack=did)
         api.tick(10.0 * i)
     assert _flagged(api) == [(30.0, "h1", "h1-vm1")]
+
+
+# ------------------------------------------------------------------ 3. bystanders
+
+
+def test_only_the_source_may_decline_a_migration(api_factory) -> None:  # type: ignore[no-untyped-def]
+    api = api_factory(clock="agent", plan_period_s=10)
+    for i in range(1, 4):
+        post(api, "h1", i, 10.0 * i, HOT, VMS1)
+        post(api, "h2", i, 10.0 * i, COLD, VMS2)
+        api.tick(10.0 * i)
+    r = _done(api, "h2", "h1-vm1", "declined")
+    assert r.status_code == 403, r.text
+    assert [x["vm"] for x in api.get("/v1/cluster").json()["leases"]] == ["h1-vm1"]
+    assert api.get("/v1/hosts/h1/directive", headers=auth("h1")).json()["f"] is True
+    api.drain()
+    assert api.svc.store.migration_rows("h1-vm1")[0]["ended_s"] is None
+
+
+def test_a_namesake_on_the_target_does_not_close_the_lease(api_factory) -> None:  # type: ignore[no-untyped-def]
+    api = api_factory(clock="agent", plan_period_s=10)
+    did = _hot_until_signalled(api)
+    # h2 reports a VM of its own that happens to be called h1-vm1; the real one is still
+    # being copied (the source has not reported the migration's end).
+    post(api, "h2", 5, 50.0, COLD, {**VMS2, "h1-vm1": (0.01, 0.01, 0.01)})
+    post(api, "h1", 5, 50.0, HOT, VMS1, ack=did)
+    api.tick(50.0)
+    assert [x["vm"] for x in api.get("/v1/cluster").json()["leases"]] == ["h1-vm1"]
+    api.drain()
+    assert api.svc.store.migration_rows("h1-vm1")[0]["result"] != "succeeded"
+    # The source's own account ends it.
+    assert _done(api, "h1", "h1-vm1", "succeeded", dst="h2").json() == {"released": True}
+    api.drain()
+    assert api.svc.store.migration_rows("h1-vm1")[0]["result"] == "succeeded"

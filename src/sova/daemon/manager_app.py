@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request, Security
+from fastapi import FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.manager_guard import GuardMiddleware
-from sova.daemon.manager_service import ManagerService
+from sova.daemon.manager_service import ManagerService, NotTheSource
 from sova.daemon.schema import (
     FIELD_NAMES,
     NAME_MAX,
@@ -90,6 +90,9 @@ VMName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAM
 
 _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or invalid token; nothing was changed"},
+}
+_DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    403: {"description": "the host is not the migration's source; nothing was changed"},
 }
 _BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_AUTH_RESPONSES,
@@ -174,7 +177,7 @@ def create_app(
         "/v1/migrations/{vm}/done",
         response_model=MigrationDoneAck,
         dependencies=auth,
-        responses=_BODY_RESPONSES,
+        responses={**_BODY_RESPONSES, **_DONE_RESPONSES},
         tags=["agents"],
         summary="The source agent reports a signalled migration's end; releases its lease",
     )
@@ -187,7 +190,10 @@ def create_app(
         ],
     ) -> MigrationDoneAck:
         host = request.state.sova_host
-        return MigrationDoneAck(released=await service.migration_done(host, vm, done))
+        try:
+            return MigrationDoneAck(released=await service.migration_done(host, vm, done))
+        except NotTheSource as exc:
+            raise HTTPException(403, str(exc)) from None
 
     @app.get(
         "/v1/cluster",

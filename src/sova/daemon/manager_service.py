@@ -72,6 +72,10 @@ MAX_BUFFERED_REPORTS = 200_000
 RESOURCES = ("cpu", "mem", "net")
 
 
+class NotTheSource(PermissionError):
+    """A migration's end reported by a host other than its source."""
+
+
 @dataclass(frozen=True)
 class HostState:
     seq: int
@@ -103,6 +107,7 @@ class ManagerService:
             restart_window_after_migration=p.restart_window_after_migration,
             return_tabu_s=p.return_tabu_s,
             keep_log=False,
+            close_on_arrival=False,
             stale_after_s=p.stale_after_periods * (settings.plan_period_s or 10.0),
         )
         self.tokens = {h: t.encode() for h, t in settings.tokens().items()}
@@ -359,8 +364,12 @@ class ManagerService:
 
     async def migration_done(self, host: str, vm: str, done: MigrationDone) -> bool:
         lease = self.core.leases.get(vm)
-        if lease is None or host not in (lease.src, lease.dst):
+        if lease is None:
             return False
+        if host != lease.src:
+            # Only the source runs (or declines) the migration; a target or bystander
+            # saying so would free the hosts of a copy still in flight.
+            raise NotTheSource(f"{host} is not the source of {vm}'s migration")
         now = self.now()
         did = self.lease_ids.pop(vm, None)
         # A migration that ran (either way) restarts the windows, as in ManagerCore; a
@@ -449,9 +458,12 @@ class ManagerService:
                 did_or_none = self.lease_ids.pop(vm, None)
                 w.dropped_leases.append(vm)
                 if did_or_none is not None:
-                    w.migration_ends.append(
-                        MigrationEnd(did_or_none, now, "expired", "lease timed out")
+                    why = (
+                        "lease timed out"
+                        if end.why == "timeout"
+                        else f"source {end.lease.src} went silent"
                     )
+                    w.migration_ends.append(MigrationEnd(did_or_none, now, "expired", why))
                     self.metrics.migrations.labels("expired").inc()
             new = [lease.vm for lease in result.opened]
             for lease in result.opened:

@@ -100,6 +100,10 @@ class ManagerCore:
     # and when it reports again its window starts afresh. Only hosts ingested with ``at=``
     # are tracked (the simulator's hosts never go silent).
     stale_after_s: float = math.inf
+    # The simulator's VM names are unique, so a VM seen on its lease's target has arrived.
+    # A real cluster's are not (another tenant's VM may carry the same name), so the daemon
+    # turns this off: there only the source, which moved that very domain, ends a lease.
+    close_on_arrival: bool = True
     seen: dict[str, float] = field(default_factory=dict)  # host -> time of its last report
 
     def ingest(
@@ -120,7 +124,7 @@ class ManagerCore:
         # A VM that shows up on its lease's target has arrived: the lease is done. Closed
         # first, so that this report (it spans the copy) is the one the restart drops.
         closed = []
-        for vm, lease in list(self.leases.items()):
+        for vm, lease in list(self.leases.items()) if self.close_on_arrival else ():
             if lease.dst == host and vm in vms:
                 del self.leases[vm]
                 self._restart_windows(lease)
@@ -173,11 +177,17 @@ class ManagerCore:
     def plan(self, now_s: float) -> RoundResult:
         """One round of Analyse + Plan (Alg. 2) over every host that has reported."""
         closed: list[LeaseEnd] = []
+        stale = self.stale(now_s)
         for vm, lease in list(self.leases.items()):
             if now_s - lease.since_s > self.lease_timeout_s:
                 del self.leases[vm]  # the agent never confirmed: do not block the hosts forever
                 closed.append(LeaseEnd(lease, "timeout"))
-        stale = self.stale(now_s)
+            elif lease.src in stale:
+                # Nobody is left to report how it ended; whatever happened, both hosts'
+                # loads changed, so both windows restart (the source's will on return).
+                del self.leases[vm]
+                self._restart_windows(lease)
+                closed.append(LeaseEnd(lease, "stale"))
         reports = {
             h: HostReport(tuple(w), self.vms.get(h, {}))
             for h, w in self.history.items()
