@@ -174,3 +174,81 @@ def test_a_namesake_on_the_target_does_not_close_the_lease(api_factory) -> None:
     assert _done(api, "h1", "h1-vm1", "succeeded", dst="h2").json() == {"released": True}
     api.drain()
     assert api.svc.store.migration_rows("h1-vm1")[0]["result"] == "succeeded"
+
+
+# ------------------------------------------------------------------ 4. replays and clocks
+
+
+def _send(api: Api, seq: int, t: float, boot: str, host: str = "h1") -> Any:
+    return api.post(
+        f"/v1/hosts/{host}/reports",
+        content=report(seq, t, COLD, VMS1, boot=boot),
+        headers=auth(host),
+    )
+
+
+def _snapshot(api: Api) -> Any:
+    api.drain()
+    return (dict(api.svc.hosts), list(api.svc.core.history.get("h1", [])), api.svc.now())
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [((5, 50.0), (3, 30.0)), ((2**53, 50.0), (2, 60.0)), ((5, 50.0), (5, 55.0))],
+    ids=["lower-seq", "huge-then-small", "same-seq-other-time"],
+)
+def test_a_replay_inside_one_boot_is_409_and_changes_nothing(
+    api_factory,  # type: ignore[no-untyped-def]
+    first: tuple[int, float],
+    then: tuple[int, float],
+) -> None:
+    api = api_factory(clock="agent")
+    assert _send(api, *first, boot="b0070001").status_code == 200
+    before = _snapshot(api)
+    r = _send(api, *then, boot="b0070001")
+    assert r.status_code == 409, r.text
+    assert _snapshot(api) == before
+
+
+def test_a_restart_is_explicit_and_an_old_boot_cannot_come_back(api_factory) -> None:  # type: ignore[no-untyped-def]
+    api = api_factory(clock="agent")
+    assert _send(api, 7, 70.0, "0000000a").status_code == 200
+    # The agent restarted: a new boot id, its sequence starts again.
+    assert _send(api, 1, 80.0, "0000000b").status_code == 200
+    assert api.svc.hosts["h1"].seq == 1
+    # A report captured from the previous boot and sent again is a replay.
+    before = _snapshot(api)
+    assert _send(api, 8, 90.0, "0000000a").status_code == 409
+    assert _snapshot(api) == before
+    # Old samples under a new boot (time going backwards) are refused too.
+    assert _send(api, 1, 60.0, "0000000c").status_code == 409
+    assert _snapshot(api) == before
+
+
+def test_without_a_boot_id_a_lower_sequence_is_not_a_restart(api_factory) -> None:  # type: ignore[no-untyped-def]
+    api = api_factory(clock="agent")
+    assert _send(api, 5, 50.0, "").status_code == 200
+    assert _send(api, 2, 60.0, "").status_code == 409
+
+
+def test_a_future_timestamp_cannot_move_the_agent_clock(api_factory) -> None:  # type: ignore[no-untyped-def]
+    api = api_factory(clock="agent", max_clock_skew_s=60)
+    assert _send(api, 1, 100.0, "b1").status_code == 200
+    r = _send(api, 2, 1e11, "b1")
+    assert r.status_code == 422 and r.json()["detail"][0]["field"].startswith("t"), r.text
+    assert api.svc.now() == 100.0
+    assert _send(api, 2, 110.0, "b1").status_code == 200
+
+
+def test_wall_clock_reports_outside_the_skew_are_422(api_factory) -> None:  # type: ignore[no-untyped-def]
+    wall = [1_000_000.0]
+    api = api_factory(wall_clock=lambda: wall[0], max_clock_skew_s=30)
+    assert _send(api, 1, 500.0, "b1").status_code == 200  # agent clocks are monotonic
+    wall[0] += 10
+    assert _send(api, 2, 510.0, "b1").status_code == 200
+    wall[0] += 10
+    before = _snapshot(api)
+    assert _send(api, 3, 1e11, "b1").status_code == 422  # 1e11 s ahead of its own pace
+    assert _send(api, 3, 400.0, "b1").status_code in (409, 422)  # behind
+    assert _snapshot(api) == before
+    assert _send(api, 3, 521.0, "b1").status_code == 200

@@ -25,6 +25,7 @@ import collections
 import dataclasses
 import logging
 import math
+import secrets
 import signal as signal_mod
 import threading
 import time
@@ -271,6 +272,7 @@ class AgentDaemon:
             self.host = self.settings.host or self.driver.capabilities().host
         self.agent = HostAgent(self.driver, cfg, on_outcome=self._on_outcome)
         self.seq = 0
+        self.boot = secrets.token_hex(4)  # the manager tells a restart from a replay by it
         self.applied = 0  # id of the last directive applied (sent back as the ack)
         self.adopted: dict[str, str] = {}  # VMs found migrating at start -> lease VM
         self.signalled: dict[str, str] = {}  # VM we chose to move -> VM the lease names
@@ -391,6 +393,7 @@ class AgentDaemon:
             hr.history[-1],
             hr.vms,
             ack=self.applied,
+            boot=self.boot,
             k=self.settings.report_top_k,
             metric=self.cfg.hotness_metric,
             decimals=self.settings.report_decimals,

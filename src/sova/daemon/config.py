@@ -197,6 +197,9 @@ class ManagerSettings(_Strict):
     )
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
     max_report_bytes: int = Field(default=1024, ge=128, le=65536)
+    # How far an agent's clock may drift from the manager's pace within one agent boot
+    # (wall clock), or run ahead of the newest report (agent clock); beyond it: 422.
+    max_clock_skew_s: float = Field(default=60.0, gt=0, le=86400)
     report_retention_s: float = Field(default=3600.0, gt=0)
     flush_interval_s: float = Field(default=1.0, gt=0, le=60)
     host_metrics: bool = Field(default=True, description="per-host utilisation gauges")

@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.manager_guard import GuardMiddleware
-from sova.daemon.manager_service import ManagerService, NotTheSource
+from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
 from sova.daemon.schema import (
     FIELD_NAMES,
     NAME_MAX,
@@ -91,6 +91,9 @@ VMName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAM
 _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or invalid token; nothing was changed"},
 }
+_REPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    409: {"description": "replayed or out-of-order report (same agent boot); nothing changed"},
+}
 _DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "the host is not the migration's source; nothing was changed"},
 }
@@ -149,12 +152,20 @@ def create_app(
         "/v1/hosts/{host}/reports",
         response_model=Directive,
         dependencies=auth,
-        responses=_BODY_RESPONSES,
+        responses={**_BODY_RESPONSES, **_REPORT_RESPONSES},
         tags=["agents"],
         summary="Send a host report; the response is the host's migration directive",
     )
-    async def post_report(host: HostName, report: Report) -> Directive:
-        return service.ingest(host, report)
+    async def post_report(host: HostName, report: Report) -> Any:
+        try:
+            return service.ingest(host, report)
+        except ReportRefused as exc:
+            long = FIELD_NAMES.get(exc.field)
+            field = f"{exc.field} ({long})" if long else exc.field
+            item = {"loc": ["body", exc.field], "msg": str(exc), "type": "refused", "field": field}
+            return JSONResponse(
+                status_code=exc.status, content={"detail": [item], "error": f"{field}: {exc}"}
+            )
 
     @app.get(
         "/v1/hosts/{host}/directive",

@@ -83,6 +83,19 @@ class HostState:
     received_s: float
     util: tuple[float, float, float]
     vms: dict[str, VMLoad]
+    boot: str = ""
+
+
+class ReportRefused(ValueError):
+    """A well-formed report the manager must not act on (HTTP ``status``)."""
+
+    def __init__(self, status: int, field: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+
+MAX_PAST_BOOTS = 16
 
 
 class ManagerService:
@@ -125,6 +138,9 @@ class ManagerService:
         self.rounds = 0
         self.latest_t = 0.0
         self._first_t = -math.inf
+        self._live_t = 0.0  # newest agent clock accepted by this process (clock = "agent")
+        self._past_boots: dict[str, deque[str]] = {}
+        self._pace: dict[str, float] = {}  # host -> agent clock - wall clock, this boot
         self._was_hot: set[str] = set()
         self._hot_known: set[str] = set()
         self._buffer: list[ReportRow] = []
@@ -278,17 +294,31 @@ class ManagerService:
     def ingest(self, host: str, report: Report) -> Directive:
         """One host report (Monitor); returns the host's current directive."""
         last = self.hosts.get(host)
-        if last is not None and last.seq == report.seq and last.agent_t == report.time_s:
+        if (
+            last is not None
+            and last.boot == report.boot
+            and last.seq == report.seq
+            and last.agent_t == report.time_s
+        ):
             self.metrics.reports.labels("duplicate").inc()  # a retry whose first try landed
             return self.directive_for(host)
-        if last is not None and report.seq < last.seq:
+        try:
+            restarted = self._check_fresh(host, last, report)
+        except ReportRefused as exc:
+            self.metrics.reports.labels("replayed" if exc.status == 409 else "rejected").inc()
+            raise
+        if restarted and last is not None:
             # The agent restarted (its sequence starts again): its reports are new, not old.
             self.planned_seq[host] = -1
+            self._past_boots.setdefault(host, deque(maxlen=MAX_PAST_BOOTS)).append(last.boot)
         self.latest_t = max(self.latest_t, report.time_s)
+        self._live_t = max(self._live_t, report.time_s)
         now = self.now()
         util = report.utilisation()
         vms = report.vm_loads()
-        self.hosts[host] = HostState(report.seq, report.time_s, now, util.as_tuple(), vms)
+        self.hosts[host] = HostState(
+            report.seq, report.time_s, now, util.as_tuple(), vms, report.boot
+        )
         if report.ack:
             self._ack(host, report.ack)
         if len(self._buffer) >= MAX_BUFFERED_REPORTS:
@@ -326,6 +356,53 @@ class ManagerService:
             self._close_leases(
                 {e.lease.vm for e in arrived}, now, "succeeded", f"reported by target {host}"
             )
+
+    def _check_fresh(self, host: str, last: HostState | None, report: Report) -> bool:
+        """Refuse replayed, old and future reports; True if the agent restarted.
+
+        A restart is explicit: a boot id the host has not used before. Inside one boot the
+        sequence must grow and the clock must not go back (409 otherwise), so a captured
+        report sent again, or a huge ``s`` followed by a small one, changes nothing. The
+        clock must keep pace with the manager's within ``max_clock_skew_s`` (422), so one
+        report cannot move the manager's time or the detector's window into the future.
+        """
+        t, skew = report.time_s, self.settings.max_clock_skew_s
+        restarted = last is None or last.boot != report.boot
+        if last is not None:
+            if not restarted and (report.seq <= last.seq or t < last.agent_t):
+                raise ReportRefused(
+                    409,
+                    "s",
+                    f"report s={report.seq} t={t} is not newer than s={last.seq} "
+                    f"t={last.agent_t} of the same agent boot: replayed or out of order",
+                )
+            if restarted and (not report.boot or report.boot in self._past_boots.get(host, ())):
+                raise ReportRefused(
+                    409, "b", f"boot id {report.boot!r} is not new: a replay of an older boot"
+                )
+            if restarted and self.settings.clock == "agent" and t < last.agent_t:
+                raise ReportRefused(
+                    409, "t", f"t={t} is older than this host's last report (t={last.agent_t})"
+                )
+        if self.settings.clock == "agent":
+            period = self.settings.plan_period_s or 10.0
+            bound = self._live_t + max(skew, 2 * period)
+            if self._live_t > 0 and t > bound:
+                raise ReportRefused(
+                    422, "t", f"t={t} is more than {bound - self._live_t:.0f} s ahead"
+                )
+            return restarted
+        pace = t - self._clock()
+        if restarted or host not in self._pace:
+            self._pace[host] = pace
+        elif abs(pace - self._pace[host]) > skew:
+            raise ReportRefused(
+                422,
+                "t",
+                f"t={t} drifted {pace - self._pace[host]:+.0f} s from this agent's clock "
+                f"(max_clock_skew_s = {skew:g})",
+            )
+        return restarted
 
     def _count_hosts(self, now: float) -> None:
         stale = len(self.core.stale(now) & self.hosts.keys())

@@ -48,6 +48,7 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "n": "VM name",
     "m": "VM memory (MiB)",
     "x": "VM is migrating",
+    "b": "agent boot id",
 }
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0 + UTILISATION_SLACK, allow_inf_nan=False)]
@@ -119,6 +120,13 @@ class Report(_Wire):
         validation_alias="u",
         serialization_alias="u",
         description="host utilisation [cpu, mem, net], each in [0, 1.05]",
+    )
+    boot: str = Field(
+        default="",
+        validation_alias="b",
+        serialization_alias="b",
+        pattern=r"^[0-9a-f]{0,16}$",
+        description="agent boot id: new on every agent start; s restarts only with it",
     )
     vms: list[VMEntry] = Field(
         default_factory=list,
@@ -272,6 +280,7 @@ def build_report(
     vms: Mapping[str, VMLoad],
     *,
     ack: int = 0,
+    boot: str = "",
     k: int = DEFAULT_TOP_K,
     metric: HotnessMetric | str = HotnessMetric.VOLUME,
     budget_bytes: int = REPORT_BUDGET_BYTES,
@@ -289,7 +298,12 @@ def build_report(
     ]
     t = round(time_s, 1) if math.isfinite(time_s) else 0.0
     report = Report(
-        seq=seq, time_s=t, ack=ack, util=[_r(x, decimals) for x in util.as_tuple()], vms=entries
+        seq=seq,
+        time_s=t,
+        ack=ack,
+        util=[_r(x, decimals) for x in util.as_tuple()],
+        boot=boot,
+        vms=entries,
     )
     while entries and len(encode(report)) > budget_bytes:
         entries = entries[:-1]
