@@ -6,9 +6,12 @@ clock (``clock = "agent"``), so "time" is the reports' own clock and nothing sle
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
+
+from sova.daemon.schema import Directive
 
 from .conftest import Api, auth, report
 
@@ -252,3 +255,54 @@ def test_wall_clock_reports_outside_the_skew_are_422(api_factory) -> None:  # ty
     assert _send(api, 3, 400.0, "b1").status_code in (409, 422)  # behind
     assert _snapshot(api) == before
     assert _send(api, 3, 521.0, "b1").status_code == 200
+
+
+# ------------------------------------------------------------------ 5. store loss
+
+
+def test_decision_ids_never_repeat_across_store_loss(tmp_path, api_factory) -> None:  # type: ignore[no-untyped-def]
+    """The store is deleted under a running cluster: the agent applied directive X; the
+    new store's first directive must be newer than X (else the agent ignores it as
+    applied) and an ack of X must not count as an ack of it."""
+    from sova.daemon.store import Store
+
+    from .conftest import manager_settings
+
+    wall = [1_800_000_000.0]
+    first = api_factory(clock="agent", plan_period_s=10, wall_clock=lambda: wall[0])
+    x = _hot_until_signalled(first)  # the agent applied X and acked it
+    first.close()
+
+    lost = Store(f"sqlite:///{tmp_path / 'new.db'}")
+    try:
+        wall[0] += 60
+        second = Api(manager_settings(clock="agent", plan_period_s=10), lost, lambda: wall[0])
+        for i in range(5, 8):
+            post(second, "h1", i, 10.0 * i, HOT, VMS1, ack=x)
+            post(second, "h2", i, 10.0 * i, COLD, VMS2)
+            second.tick(10.0 * i)
+        d = second.get("/v1/hosts/h1/directive", headers=auth("h1")).json()
+        assert d["f"] is True and d["i"] > x, (d, x)
+        again = post(second, "h1", 8, 80.0, HOT, VMS1, ack=x)
+        assert again == d  # X acknowledges nothing the new store decided
+        second.close()
+    finally:
+        lost.close()
+
+
+def test_the_agent_notices_a_new_store_epoch(caplog) -> None:  # type: ignore[no-untyped-def]
+    from sova.daemon.schema import EPOCH_SHIFT
+
+    from .fakes import FakeManager
+    from .test_agent_daemon import _daemon, _host
+
+    host = _host()
+    d = _daemon(host, FakeManager())
+    old, new = (100 << EPOCH_SHIFT) + 57, (200 << EPOCH_SHIFT) + 1
+    d.applied = old
+    with caplog.at_level(logging.WARNING, "sova.agent"):
+        d.apply(Directive(id=(50 << EPOCH_SHIFT) + 900, flag=True, target="h2", vm="vm-a"))
+    assert "older store epoch" in caplog.text and d.applied == old
+    with caplog.at_level(logging.WARNING, "sova.agent"):
+        d.apply(Directive(id=new, flag=True, target="h2", vm="vm-a"))
+    assert "store epoch changed" in caplog.text and d.applied == new

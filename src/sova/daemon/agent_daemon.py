@@ -40,7 +40,7 @@ from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.metrics import AgentMetrics
-from sova.daemon.schema import Directive, MigrationDone, build_report, encode
+from sova.daemon.schema import Directive, MigrationDone, build_report, encode, epoch_note
 from sova.driver.base import Driver, DriverError
 from sova.model import Action, Migrate, NicKind, SetGuestRateLimit
 
@@ -433,6 +433,8 @@ class AgentDaemon:
 
     def apply(self, d: Directive) -> None:
         """Apply a directive at most once per id (the manager repeats it until acked)."""
+        if note := epoch_note(self.applied, d.id):
+            log.warning(note)
         if not d.flag or d.id <= self.applied or d.target is None:
             return
         self.applied = d.id

@@ -30,7 +30,12 @@ class DirectiveBook(dict[str, DirectiveRow]):
         return Directive(id=dr.id, flag=True, target=dr.target, vm=dr.vm)
 
     def ack(self, host: str, did: int) -> DirectiveRow | None:
-        """The host applied every directive up to ``did``; returns the row it settled."""
+        """The host applied every directive up to ``did``; returns the row it settled.
+
+        An ack from an older store epoch settles nothing (the agent has not seen this
+        store's directive yet); one from a newer epoch settles the row although it was
+        never applied — the caller withdraws it (see ``epoch_of``).
+        """
         dr = self.get(host)
         if dr is None or dr.acked or did < dr.id:
             return None

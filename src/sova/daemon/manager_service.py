@@ -43,6 +43,7 @@ from sova.daemon.config import ManagerSettings
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.metrics import ManagerMetrics
 from sova.daemon.schema import (
+    EPOCH_SHIFT,
     ClusterView,
     DecisionPage,
     DecisionView,
@@ -51,6 +52,7 @@ from sova.daemon.schema import (
     LeaseView,
     MigrationDone,
     Report,
+    epoch_of,
 )
 from sova.daemon.store import (
     DecisionRow,
@@ -211,7 +213,8 @@ class ManagerService:
             for m in self.store.migration_rows():
                 self.core.departed.setdefault(m["vm"], {})[m["src"]] = float(m["started_s"])
         self.directives = DirectiveBook({d.host: d for d in state.directives})
-        self.next_id = state.next_id
+        epoch = max(int(self._clock()), epoch_of(state.next_id - 1) + 1)
+        self.next_id = max(state.next_id, (epoch << EPOCH_SHIFT) + 1)
         for host, st in self.hosts.items():
             self.core.seen[host] = st.received_s
             self.metrics.last_report.labels(host).set(st.received_s)
@@ -421,8 +424,21 @@ class ManagerService:
 
     def _ack(self, host: str, did: int) -> None:
         dr = self.directives.ack(host, did)
-        if dr is not None:
-            self._write(RoundWrite(acked=[(host, dr.id)]))
+        if dr is None:
+            return
+        w = RoundWrite(acked=[(host, dr.id)])
+        # The agent acks a newer store's directive: this one (restored from an older
+        # store) was never applied, so its lease must not hold both hosts.
+        superseded = epoch_of(did) != epoch_of(dr.id)
+        if superseded and dr.vm is not None and self.lease_ids.get(dr.vm) == dr.id:
+            self.lease_ids.pop(dr.vm)
+            self.core.leases.pop(dr.vm, None)
+            w.dropped_leases.append(dr.vm)
+            w.migration_ends.append(
+                MigrationEnd(dr.id, self.now(), "expired", "superseded by a newer store epoch")
+            )
+            self.metrics.leases.set(len(self.core.leases))
+        self._write(w)
 
     def directive_for(self, host: str) -> Directive:
         return self.directives.view(host)

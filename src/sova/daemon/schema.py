@@ -176,6 +176,29 @@ class Directive(_Wire):
     )
 
 
+# Decision (= directive) ids carry the store epoch in their high bits: the wall-clock second
+# the manager started, and at least one more than any epoch in its store. A manager whose
+# store was deleted or restored from a backup therefore never re-issues an id an agent has
+# already applied (it would ignore the new directive as done); 2**21 ids per start.
+EPOCH_SHIFT: Final = 21
+
+
+def epoch_of(decision_id: int) -> int:
+    return decision_id >> EPOCH_SHIFT
+
+
+def epoch_note(applied: int, new: int) -> str | None:
+    """What an agent should log when a directive's store epoch differs from the last one."""
+    if not applied or not new or epoch_of(applied) == epoch_of(new):
+        return None
+    if new < applied:
+        return (
+            f"directive {new} is from an older store epoch ({epoch_of(new)} < "
+            f"{epoch_of(applied)}): ignored (the manager's store was restored from a backup?)"
+        )
+    return f"manager store epoch changed ({epoch_of(applied)} -> {epoch_of(new)})"
+
+
 class MigrationDone(_Wire):
     """The source agent's account of a migration the manager signalled."""
 
