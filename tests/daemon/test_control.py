@@ -6,6 +6,7 @@ clock (``clock = "agent"``), so "time" is the reports' own clock and nothing sle
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -306,3 +307,41 @@ def test_the_agent_notices_a_new_store_epoch(caplog) -> None:  # type: ignore[no
     with caplog.at_level(logging.WARNING, "sova.agent"):
         d.apply(Directive(id=new, flag=True, target="h2", vm="vm-a"))
     assert "store epoch changed" in caplog.text and d.applied == new
+
+
+# ------------------------------------------------------------------ 8. health
+
+
+def test_readiness_fails_while_the_store_cannot_be_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    from sova.daemon.store import Store
+
+    from .conftest import manager_settings
+
+    path = tmp_path / "locked.db"
+    store = Store(f"sqlite:///{path}")
+    api = Api(manager_settings(clock="agent"), store)
+    try:
+        assert api.get("/readyz").status_code == 200
+        other = sqlite3.connect(path, timeout=0.1, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the database
+        try:
+            r = api.get("/readyz")
+            assert r.status_code == 503, r.text
+            assert "store" in r.json()["status"]
+            assert api.get("/healthz").status_code == 200  # alive: do not restart it
+            # A round decided now cannot be persisted: nothing is published.
+            for i in range(1, 4):
+                post(api, "h1", i, 10.0 * i, HOT, VMS1)
+                post(api, "h2", i, 10.0 * i, COLD, VMS2)
+                with contextlib.suppress(Exception):  # the round fails: see what it published
+                    api.tick(10.0 * i)
+            assert api.get("/v1/hosts/h1/directive", headers=auth("h1")).json()["f"] is False
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert api.get("/readyz").status_code == 200
+    finally:
+        api.close()
+        store.close()

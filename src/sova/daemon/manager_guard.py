@@ -174,6 +174,7 @@ def _endpoint(path: str) -> str:
         "/v1/decisions": "decisions",
         "/metrics": "metrics",
         "/healthz": "healthz",
+        "/readyz": "readyz",
     }.get(path, "other")
 
 

@@ -140,6 +140,7 @@ class ManagerService:
         self.rounds = 0
         self.latest_t = 0.0
         self._first_t = -math.inf
+        self.store_ok = True  # the last write to the store succeeded
         self._live_t = 0.0  # newest agent clock accepted by this process (clock = "agent")
         self._past_boots: dict[str, deque[str]] = {}
         self._pace: dict[str, float] = {}  # host -> agent clock - wall clock, this boot
@@ -268,7 +269,18 @@ class ManagerService:
         self._writes.discard(fut)
         if not fut.cancelled() and fut.exception() is not None:
             self.metrics.store_errors.inc()
+            self.store_ok = False
             log.error("knowledge store write failed: %s", fut.exception())
+        elif not fut.cancelled():
+            self.store_ok = True
+
+    async def ready(self) -> tuple[bool, str]:
+        """Readiness: the store takes a write now (a failed write earlier is retried by
+        the next round; what matters is whether a decision made now could be persisted)."""
+        loop = asyncio.get_running_loop()
+        if not await loop.run_in_executor(None, self.store.can_write):
+            return False, "store cannot be written"
+        return True, "ok"
 
     async def flush(self) -> int:
         """Write buffered report rows; returns how many."""
