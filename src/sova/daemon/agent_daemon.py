@@ -39,6 +39,7 @@ import httpx
 from sova.agent.executor import Outcome
 from sova.agent.loop import AgentConfig, HostAgent, StepReport
 from sova.daemon.config import AgentSettings, ConfigError
+from sova.daemon.manager_security import agent_warnings
 from sova.daemon.metrics import AgentMetrics
 from sova.daemon.schema import Directive, MigrationDone, build_report, encode, epoch_note
 from sova.driver.base import Driver, DriverError
@@ -767,6 +768,8 @@ def run_agent(
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     stop = stop or threading.Event()
+    for warning in agent_warnings(settings):
+        log.warning(warning)
     wiring = build(settings, speed=speed, policy=policy)
     token = settings.resolved_token()
     host = settings.host or wiring.driver.capabilities().host

@@ -185,6 +185,9 @@ class ManagerSettings(_Strict):
     admin_token: SecretStr | None = Field(
         default=None, description="bearer token for the read endpoints; None = open"
     )
+    insecure: bool = Field(
+        default=False, description="allow a non-loopback listen without admin_token and TLS"
+    )
     hosts: dict[str, HostAuth] = Field(default_factory=dict)
     tokens_file: Path | None = Field(default=None, description='TOML of host = "token" lines')
     plan_period_s: float = Field(default=10.0, ge=0, description="0 = only explicit ticks")

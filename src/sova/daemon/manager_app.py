@@ -15,6 +15,7 @@ import gc
 import json
 import logging
 import math
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.manager_guard import GuardMiddleware
+from sova.daemon.manager_security import exposure_check
 from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
 from sova.daemon.schema import (
     FIELD_NAMES,
@@ -120,6 +122,9 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         bg = asyncio.create_task(service.run_background())
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            # Token rotation without a restart (only where signals reach this loop).
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, service.reload_tokens)
         try:
             yield
         finally:
@@ -289,6 +294,8 @@ def run_manager(settings: ManagerSettings) -> None:
     # A planning round runs in a worker thread; with the default 5 ms GIL switch interval it
     # can hold up a report for tens of ms. 1 ms keeps the event loop responsive during it.
     sys.setswitchinterval(0.001)
+    for warning in exposure_check(settings):  # refuses an exposed manager without auth/TLS
+        log.warning(warning)
     store = Store(settings.database_url)
     app = create_app(settings, store)
     # The manager keeps ~100 objects per host alive (windows, VM loads) and every report

@@ -88,9 +88,7 @@ class GuardMiddleware:
         if endpoint in ("report", "directive"):
             host = parts[2] if len(parts) > 2 else ""
             ok = svc.check_host_token(host, token) or (
-                endpoint == "directive"
-                and svc.admin_token is not None
-                and svc.check_admin_token(token)
+                endpoint == "directive" and svc.admin_token_set and svc.check_admin_token(token)
             )
             if not ok:
                 if endpoint == "report":

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import math
 import time
@@ -39,8 +38,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from sova.daemon.config import ManagerSettings
+from sova.daemon.config import ConfigError, ManagerSettings
 from sova.daemon.manager_directives import DirectiveBook
+from sova.daemon.manager_security import TokenBook
 from sova.daemon.metrics import ManagerMetrics
 from sova.daemon.schema import (
     EPOCH_SHIFT,
@@ -125,10 +125,7 @@ class ManagerService:
             close_on_arrival=False,
             stale_after_s=p.stale_after_periods * (settings.plan_period_s or 10.0),
         )
-        self.tokens = {h: t.encode() for h, t in settings.tokens().items()}
-        self.admin_token = (
-            settings.admin_token.get_secret_value().encode() if settings.admin_token else None
-        )
+        self.tokens = TokenBook.load(settings)
         self._clock = clock or time.time
         self.metrics = ManagerMetrics(registry, settings.host_metrics)
         self.hosts: dict[str, HostState] = {}
@@ -242,15 +239,25 @@ class ManagerService:
     # ------------------------------------------------------------------ auth
 
     def check_host_token(self, host: str, presented: bytes | None) -> bool:
-        expected = self.tokens.get(host)
-        # Compare against something even for an unknown host, so timing says nothing.
-        ok = hmac.compare_digest(expected or b"\0" * 32, presented or b"")
-        return ok and expected is not None and presented is not None
+        return self.tokens.check_host(host, presented)
 
     def check_admin_token(self, presented: bytes | None) -> bool:
-        if self.admin_token is None:
-            return True
-        return presented is not None and hmac.compare_digest(self.admin_token, presented)
+        return self.tokens.check_admin(presented)
+
+    @property
+    def admin_token_set(self) -> bool:
+        return self.tokens.admin is not None
+
+    def reload_tokens(self) -> bool:
+        """SIGHUP: read the tokens again; a file that does not load changes nothing."""
+        try:
+            book = TokenBook.load(self.settings)
+        except ConfigError as exc:
+            log.error("tokens not reloaded, the old ones stay in force: %s", exc)
+            return False
+        self.tokens = book
+        log.info("reloaded tokens: %d host(s)", len(book.hosts))
+        return True
 
     # ------------------------------------------------------------------ store writes
 
