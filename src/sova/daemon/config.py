@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from sova.agent.loop import AgentConfig
+from sova.daemon.conn_guard import ConnLimits
 from sova.scenario import Duration, Rate, SchedulerSpec
 
 M = TypeVar("M", bound=BaseModel)
@@ -203,6 +204,7 @@ class ManagerSettings(_Strict):
     # How far an agent's clock may drift from the manager's pace within one agent boot
     # (wall clock), or run ahead of the newest report (agent clock); beyond it: 422.
     max_clock_skew_s: float = Field(default=60.0, gt=0, le=86400)
+    http: ConnLimits = Field(default_factory=ConnLimits, description="connection limits")
     report_retention_s: float = Field(default=3600.0, gt=0)
     flush_interval_s: float = Field(default=1.0, gt=0, le=60)
     host_metrics: bool = Field(default=True, description="per-host utilisation gauges")

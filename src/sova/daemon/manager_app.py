@@ -30,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from sova import __version__
 from sova.daemon.config import ManagerSettings
+from sova.daemon.conn_guard import base_protocol, guarded
 from sova.daemon.manager_guard import GuardMiddleware
 from sova.daemon.manager_security import exposure_check
 from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
@@ -294,6 +295,7 @@ def run_manager(settings: ManagerSettings) -> None:
     # A planning round runs in a worker thread; with the default 5 ms GIL switch interval it
     # can hold up a report for tens of ms. 1 ms keeps the event loop responsive during it.
     sys.setswitchinterval(0.001)
+    _raise_nofile(settings.http.max_connections + 256)
     for warning in exposure_check(settings):  # refuses an exposed manager without auth/TLS
         log.warning(warning)
     store = Store(settings.database_url)
@@ -313,8 +315,13 @@ def run_manager(settings: ManagerSettings) -> None:
         ssl_keyfile=str(settings.tls_keyfile) if settings.tls_keyfile else None,
         log_level=settings.log_level,
         access_log=False,  # 1,000 reports/s would drown the journal
-        timeout_keep_alive=30,
-        limit_concurrency=4096,
+        timeout_keep_alive=int(max(1, settings.http.idle_timeout_s)),
+        # uvicorn's limit counts idle connections too (idle clients would 503 everyone);
+        # the guard bounds connections instead, evicting idle ones first.
+        limit_concurrency=None,
+        h11_max_incomplete_event_size=settings.http.max_header_bytes,
+        http=guarded(base_protocol(), settings.http),
+        backlog=4096,
     )
     log.info(
         "sova manager %s on %s://%s:%d, store %s",
@@ -328,6 +335,18 @@ def run_manager(settings: ManagerSettings) -> None:
         uvicorn.Server(config).run()
     finally:
         store.close()
+
+
+def _raise_nofile(want: int) -> None:
+    """Room for ``max_connections`` sockets: the default soft limit (often 1,024) would make
+    accept() fail long before the guard's limits apply."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,6 +9,7 @@ wrong token gets 401 and changes nothing, whatever its body; the body is then re
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -115,8 +116,15 @@ class GuardMiddleware:
                 return
             chunks: list[bytes] = []
             size = 0
+            deadline = time.monotonic() + svc.settings.http.body_timeout_s
             while True:
-                msg = await receive()
+                try:
+                    # A client that sends its body slowly (or not at all) must not hold a
+                    # connection and a task for ever.
+                    msg = await asyncio.wait_for(receive(), deadline - time.monotonic())
+                except TimeoutError:
+                    await _send_json(send, 408, {"detail": "request body not received in time"})
+                    return
                 if msg["type"] == "http.disconnect":
                     return
                 body = msg.get("body", b"")
