@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sova.manager.fastplan import fast_coordinate
 from sova.policy.hotspot import (
     HostReport,
     HotnessMetric,
@@ -25,7 +26,6 @@ from sova.policy.hotspot import (
     MigrationSignal,
     Utilisation,
     VMLoad,
-    coordinate,
 )
 
 
@@ -193,7 +193,7 @@ class ManagerCore:
             for h, w in self.history.items()
             if w and h not in stale
         }
-        signals = coordinate(
+        signals = fast_coordinate(  # exactly coordinate(), vectorised over hosts
             reports,
             self.detector,
             metric=self.metric,
@@ -208,6 +208,7 @@ class ManagerCore:
         )
         opened: list[Lease] = []
         decisions: list[Decision] = []
+        candidates = sorted(reports)  # once a round: 10,000 names per decision otherwise
         for host, sig in sorted(signals.items()):
             if sig.flag and sig.target and sig.vm:
                 lease = Lease(sig.vm, host, sig.target, now_s)
@@ -226,7 +227,7 @@ class ManagerCore:
                         {
                             "utilisation": [last.cpu, last.mem, last.net],
                             "history": [[u.cpu, u.mem, u.net] for u in reports[host].history],
-                            "candidates": sorted(reports),
+                            "candidates": candidates,
                         },
                     )
                 )
