@@ -20,7 +20,12 @@ them; this module adds what a daemon needs around them:
 * **cheap reports**: report rows are written behind, in batches, from a bounded buffer;
   losing the last second of history in a crash costs nothing the next reports do not refill.
 
-Tokens are compared in constant time (:func:`hmac.compare_digest`).
+Tokens are compared as digests in constant time (:mod:`sova.daemon.manager_security`).
+
+Why one module of ~750 lines: it is one class whose every method touches the same state on
+the one event loop (the "one writer, no locks" rule above); the parts that stand alone —
+directives, the HTTP guard, connection limits, security, the vectorised round — are
+modules of their own.
 """
 
 from __future__ import annotations

@@ -208,7 +208,9 @@ class ManagerCore:
         )
         opened: list[Lease] = []
         decisions: list[Decision] = []
-        candidates = sorted(reports)  # once a round: 10,000 names per decision otherwise
+        # The hosts the round considered. Listed by name up to a hundred; beyond, a count:
+        # 10,000 names in every decision row were megabytes per round in the store.
+        candidates: list[str] | int = sorted(reports) if len(reports) <= 100 else len(reports)
         for host, sig in sorted(signals.items()):
             if sig.flag and sig.target and sig.vm:
                 lease = Lease(sig.vm, host, sig.target, now_s)
