@@ -9,8 +9,9 @@ but not its time, and h11 costs ~3x httptools' CPU per request at 1,000 reports/
 subclasses whichever protocol uvicorn would use and adds, per connection:
 
 * **head timeout** (``header_timeout_s``): a request head must be complete this long after
-  the connection opens or the previous response ends; else the connection is closed. This is
-  also the idle timeout of a connection that never sends anything;
+  the connection opens, or after its first byte on a kept-alive connection; else the
+  connection is closed. This is also the idle timeout of a connection that never sends
+  anything;
 * **head size** (``max_header_bytes``): more bytes than this before the head is complete →
   431 and close, before the parser sees them;
 * **per-client connections** (``max_connections_per_client``, by peer address): more → the
@@ -48,7 +49,7 @@ class ConnLimits(BaseModel):
 
     header_timeout_s: float = Field(default=5.0, gt=0, le=300)
     body_timeout_s: float = Field(default=5.0, gt=0, le=300)
-    idle_timeout_s: float = Field(default=15.0, gt=0, le=3600)
+    idle_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1 << 20)
     max_connections_per_client: int = Field(default=64, ge=1, le=100_000)
     max_connections: int = Field(default=8192, ge=16, le=1_000_000)
@@ -80,6 +81,7 @@ def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Pr
             peer = transport.get_extra_info("peername")
             self._peer = str(peer[0]) if peer else ""
             self._refused = False
+            self._in_head = False
             self._head_bytes = 0
             self._head_timer: asyncio.TimerHandle | None = None
             if book.per_client[self._peer] >= limits.max_connections_per_client:
@@ -99,28 +101,36 @@ def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Pr
             book.per_client[self._peer] += 1
             book.open += 1
             super().connection_made(transport)
-            self._await_head()
+            self._await_head(arm=True)
 
-        def _await_head(self) -> None:
+        def _await_head(self, arm: bool) -> None:
+            """Waiting for a request head. On a new connection the head timer runs from now
+            (a connection that sends nothing is closed); between requests on a kept-alive
+            connection it starts with the next head's first byte, and idleness before it
+            is uvicorn's ``timeout_keep_alive``."""
+            self._in_head = True
             self._head_bytes = 0
             book.idle[self] = None
             if self._head_timer is not None:
                 self._head_timer.cancel()
+                self._head_timer = None
+            if arm:
+                self._arm_head_timer()
+
+        def _arm_head_timer(self) -> None:
             loop = asyncio.get_running_loop()
             self._head_timer = loop.call_later(limits.header_timeout_s, self._head_timeout)
 
         def _head_done(self) -> None:
+            self._in_head = False
             book.idle.pop(self, None)
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
 
-        def _in_head(self) -> bool:
-            return self in book.idle
-
         def _head_timeout(self) -> None:
             self._head_timer = None
-            if self._in_head():
+            if self._in_head:
                 book.timed_out += 1
                 self._close_idle()
 
@@ -131,11 +141,13 @@ def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Pr
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return
-            if self._in_head():
+            if self._in_head:
+                if self._head_timer is None:
+                    self._arm_head_timer()  # a head begins on a kept-alive connection
                 self._head_bytes += len(data)
                 if self._head_bytes > limits.max_header_bytes:
                     book.too_large += 1
-                    book.idle.pop(self, None)
+                    self._head_done()
                     self.transport.write(_431)
                     self.transport.close()
                     return
@@ -149,7 +161,7 @@ def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Pr
         def on_response_complete(self) -> None:
             super().on_response_complete()
             if not self.transport.is_closing():
-                self._await_head()  # the next request's head (uvicorn's keep-alive also runs)
+                self._await_head(arm=False)
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._refused:
