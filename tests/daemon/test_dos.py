@@ -11,7 +11,7 @@ loopback interface; Linux routes the whole 127/8 there), as they would from othe
 own connections stay just under uvicorn's old ``limit_concurrency`` of 4,096, so only
 4,100 (the issue's own finding) shows the old server's failure: 503s for real agents. On
 the old code this test fails (503s); with the guard, measured on this 2-core machine at a
-load average of 14-25 from other jobs: worst report 67, 213, 178 ms (3 runs).
+load average of 10-25 from other jobs: worst report 67, 213, 178, 172, 785 ms (5 runs).
 Takes ~20 s.
 """
 

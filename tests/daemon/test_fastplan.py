@@ -48,3 +48,43 @@ def test_fast_round_equals_coordinate(seed: int) -> None:
         for ceiling in (None, 0.9):
             kw = {"metric": metric, "ceiling": ceiling, "leased": leased, "barred": barred}
             assert fast_coordinate(reports, det, **kw) == coordinate(reports, det, **kw)  # type: ignore[arg-type]
+
+
+def test_a_round_planned_in_a_child_process_changes_the_core_exactly_like_plan() -> None:
+    import copy
+
+    from sova.daemon.manager_service import plan_in_child
+    from sova.manager.core import Lease, ManagerCore
+
+    reports, _, _ = _cluster(3, 400)
+    core = ManagerCore(
+        detector=HotspotDetector(3, 5, 0.75),
+        restart_window_after_migration=True,
+        return_tabu_s=600.0,
+        stale_after_s=30.0,
+        keep_log=False,
+    )
+    for k in range(5):
+        for h, rep in reports.items():
+            if rep.history and not (h.endswith("7") and k > 1):  # some go stale
+                core.ingest(h, rep.history[k % len(rep.history)], rep.vms, at=10.0 * k)
+    names = sorted(reports)
+    core.leases = {
+        "gone": Lease("gone", "h0007", names[1], 0.0),  # its source is stale
+        "old": Lease("old", names[2], names[3], -1000.0),  # timed out
+    }
+    twin = copy.deepcopy(core)
+    direct = core.plan(50.0)
+    forked = plan_in_child(twin, 50.0)
+    assert twin.leases == {
+        "gone": Lease("gone", "h0007", names[1], 0.0),
+        "old": Lease("old", names[2], names[3], -1000.0),
+    }  # the child's changes stay in the child
+    twin.apply_round(forked)
+    assert forked == direct
+    assert direct.opened and {e.why for e in direct.closed} == {"stale", "timeout"}
+    assert twin.leases == core.leases and twin.departed == core.departed
+    assert {h: list(w) for h, w in twin.history.items()} == {
+        h: list(w) for h, w in core.history.items()
+    }
+    assert twin._skip == core._skip  # noqa: SLF001

@@ -113,11 +113,14 @@ def create_app(
     clock: Callable[[], float] | None = None,
     registry: CollectorRegistry | None = None,
     migrate: bool = True,
+    fork_planner: bool = False,
 ) -> FastAPI:
     """The manager's ASGI app: migrates the store, restores state, wires the routes."""
     if migrate:
         store.migrate()
-    service = ManagerService(settings, store, clock=clock, registry=registry)
+    service = ManagerService(
+        settings, store, clock=clock, registry=registry, fork_planner=fork_planner
+    )
     service.restore()
 
     @contextlib.asynccontextmanager
@@ -299,7 +302,7 @@ def run_manager(settings: ManagerSettings) -> None:
     for warning in exposure_check(settings):  # refuses an exposed manager without auth/TLS
         log.warning(warning)
     store = Store(settings.database_url)
-    app = create_app(settings, store)
+    app = create_app(settings, store, fork_planner=True)
     # The manager keeps ~100 objects per host alive (windows, VM loads) and every report
     # makes short-lived garbage; with CPython's default thresholds a full collection walks
     # all of them every few seconds (tens of ms at 10,000 hosts). Collect young objects

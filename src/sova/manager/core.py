@@ -171,6 +171,21 @@ class ManagerCore:
                 self.history[host].clear()
             self._skip[host] = 1
 
+    def apply_round(self, result: RoundResult) -> None:
+        """Make the changes ``plan`` made to produce ``result`` (when another process, a
+        copy of this core, ran it): exactly the leases it closed and opened, the windows
+        those closes restarted, the departures it recorded."""
+        for end in result.closed:
+            self.leases.pop(end.lease.vm, None)
+            if end.why == "stale":
+                self._restart_windows(end.lease)
+        for lease in result.opened:
+            self.leases[lease.vm] = lease
+            if self.return_tabu_s > 0:
+                self.departed.setdefault(lease.vm, {})[lease.src] = lease.since_s
+        if self.keep_log:
+            self.log.extend(result.decisions)
+
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
 
