@@ -249,13 +249,14 @@ def scrape(url: str) -> dict[str, float]:
         "sova_manager_plan_rounds_total",
         "sova_manager_plan_duration_seconds_sum",
         "sova_manager_plan_duration_seconds_count",
-        "sova_manager_hosts",
         "sova_manager_hotspots",
         "sova_manager_store_errors_total",
     ):
         m = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
         if m:
             out[name] = float(m.group(1))
+    m = re.search(r'^sova_manager_hosts\{state="fresh"\} ([0-9.e+]+)$', text, re.M)
+    out["sova_manager_hosts"] = float(m.group(1)) if m else 0.0
     m = re.search(r'^sova_manager_reports_total\{result="accepted"\} ([0-9.e+]+)$', text, re.M)
     out["accepted"] = float(m.group(1)) if m else 0.0
     return out
@@ -268,25 +269,22 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hosts", type=int, default=10_000)
-    ap.add_argument("--period", type=float, default=10.0)
-    ap.add_argument("--warmup", type=float, default=10.0)
-    ap.add_argument("--duration", type=float, default=40.0)
-    ap.add_argument("--connections", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--client", choices=("raw", "httpx"), default="raw")
-    args = ap.parse_args()
-    if args.duration > 600 or args.hosts > 100_000:
-        raise SystemExit("bounded on purpose: --duration <= 600, --hosts <= 100000")
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
 
-    hosts = [f"hv{i:05d}" for i in range(args.hosts)]
+
+def run_once(args: argparse.Namespace, n_hosts: int) -> dict[str, float]:
+    """One manager, ``n_hosts`` reporting every period; prints the figures, returns them."""
+    hosts = [f"hv{i:05d}" for i in range(n_hosts)]
     tokens = {h: secrets.token_urlsafe(24) for h in hosts}
     rounds = int((args.warmup + args.duration) / args.period) + 2
-    print(f"preparing {args.hosts} hosts x {rounds} reports ...", file=sys.stderr)
+    print(f"preparing {n_hosts} hosts x {rounds} reports ...", file=sys.stderr)
     bodies = make_bodies(hosts, rounds, args.seed)
     sizes = [len(b) for bs in bodies.values() for b in bs]
+    load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="sova-load-") as tmp:
         proc, url = start_manager(Path(tmp), hosts, tokens, args.period)
         try:
@@ -313,7 +311,7 @@ def main() -> None:
                 proc.kill()
         db = Path(tmp) / "manager.db"
         db_mb = db.stat().st_size / 1e6 if db.exists() else 0.0
-    target = args.hosts / args.period
+    target = n_hosts / args.period
     rounds_run = after.get("sova_manager_plan_rounds_total", 0) - before.get(
         "sova_manager_plan_rounds_total", 0
     )
@@ -323,8 +321,9 @@ def main() -> None:
     plan_s = after.get("sova_manager_plan_duration_seconds_sum", 0) - before.get(
         "sova_manager_plan_duration_seconds_sum", 0
     )
+    p99 = pct(lat, 0.99)
     print(
-        f"hosts                 {args.hosts} reporting every {args.period:g} s (target {target:.0f} reports/s)"
+        f"hosts                 {n_hosts} reporting every {args.period:g} s (target {target:.0f} reports/s)"
     )
     print(
         f"report body           {min(sizes)}-{max(sizes)} bytes (mean {statistics.mean(sizes):.0f})"
@@ -337,7 +336,7 @@ def main() -> None:
         f"sustained             {len(lat) / elapsed:.0f} reports/s ({len(lat)} ok of {measured} due, {errors} errors)"
     )
     print(
-        f"latency p50 / p99     {pct(lat, 0.5) * 1e3:.1f} ms / {pct(lat, 0.99) * 1e3:.1f} ms "
+        f"latency p50 / p99     {pct(lat, 0.5) * 1e3:.1f} ms / {p99 * 1e3:.1f} ms "
         f"(max {max(lat, default=0) * 1e3:.0f} ms), from each report's due time"
     )
     print(
@@ -350,7 +349,49 @@ def main() -> None:
     print(
         f"store                 {db_mb:.0f} MB SQLite, {after.get('sova_manager_store_errors_total', 0):.0f} write errors"
     )
-    print(f"cpus                  {os.cpu_count()}")
+    print(
+        f"machine               {os.cpu_count()} cpus, load average {load_before} before, {load_average()} after"
+    )
+    return {"rate": target, "p99_ms": p99 * 1e3, "errors": float(errors), "ok": float(len(lat))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=10_000)
+    ap.add_argument("--period", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--duration", type=float, default=40.0)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--client", choices=("raw", "httpx"), default="raw")
+    ap.add_argument(
+        "--rates",
+        default="",
+        help="comma-separated reports/s to sweep (hosts = rate x period); prints the knee, "
+        "the lowest rate whose p99 from due time is >= 100 ms",
+    )
+    args = ap.parse_args()
+    if args.duration > 600 or args.hosts > 100_000:
+        raise SystemExit("bounded on purpose: --duration <= 600, --hosts <= 100000")
+    if not args.rates:
+        run_once(args, args.hosts)
+        return
+    rates = sorted(float(r) for r in args.rates.split(","))
+    if any(r * args.period > 100_000 for r in rates):
+        raise SystemExit("bounded on purpose: rate x period <= 100000 hosts")
+    rows = []
+    for rate in rates:
+        print(f"--- {rate:.0f} reports/s", flush=True)
+        rows.append(run_once(args, int(rate * args.period)))
+    print("\nrate (reports/s)   p99 from due (ms)   errors")
+    for r in rows:
+        print(f"{r['rate']:>16.0f}   {r['p99_ms']:>17.1f}   {r['errors']:>6.0f}")
+    knee = next((r["rate"] for r in rows if r["p99_ms"] >= 100.0 or r["errors"]), None)
+    print(
+        f"knee                  {knee:.0f} reports/s"
+        if knee is not None
+        else f"knee                  above {rates[-1]:.0f} reports/s (p99 < 100 ms at every rate)"
+    )
 
 
 if __name__ == "__main__":

@@ -50,12 +50,16 @@ def report(
     util: tuple[float, float, float],
     vms: dict[str, tuple[float, float, float]] | None = None,
     ack: int = 0,
+    boot: str = "",
 ) -> bytes:
     loads = {
         n: VMLoad(Utilisation(*u), 512 * 2**20)
         for n, u in (vms or {"vm-x": (0.1, 0.1, 0.1)}).items()
     }
-    return encode(build_report(seq, t, Utilisation(*util), loads, ack=ack))
+    body = build_report(seq, t, Utilisation(*util), loads, ack=ack)
+    if boot:  # an agent that names its boot (every agent since issue 10)
+        body = body.model_copy(update={"boot": boot})
+    return encode(body)
 
 
 @pytest.fixture
@@ -68,8 +72,10 @@ def store(tmp_path: Path) -> Iterator[Store]:
 class Api:
     """The manager app behind an in-process ASGI client (no network)."""
 
-    def __init__(self, settings: ManagerSettings, store: Store) -> None:
-        self.app = create_app(settings, store)
+    def __init__(
+        self, settings: ManagerSettings, store: Store, clock: Callable[[], float] | None = None
+    ) -> None:
+        self.app = create_app(settings, store, clock=clock)
         self.svc = self.app.state.service
         self.loop = asyncio.new_event_loop()
         self.client = httpx.AsyncClient(
@@ -101,8 +107,8 @@ class Api:
 def api_factory(store: Store) -> Iterator[Callable[..., Api]]:
     made: list[Api] = []
 
-    def make(**kw: Any) -> Api:
-        a = Api(manager_settings(**kw), store)
+    def make(wall_clock: Callable[[], float] | None = None, **kw: Any) -> Api:
+        a = Api(manager_settings(**kw), store, wall_clock)
         made.append(a)
         return a
 

@@ -239,7 +239,7 @@ def test_metrics_and_health(api: Api) -> None:
         "sova_manager_plan_duration_seconds_bucket",
         "sova_manager_request_duration_seconds_count",
         'sova_manager_host_utilisation_ratio{host="h1",resource="net"} 0.9',
-        "sova_manager_hosts 2.0",
+        'sova_manager_hosts{state="fresh"} 2.0',
     ):
         assert name in text, name
     assert api.get("/healthz").json() == {"status": "ok", "hosts": 2, "store": "sqlite"}

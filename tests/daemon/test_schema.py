@@ -31,9 +31,9 @@ def test_a_realistic_report_fits_the_304_byte_budget() -> None:
     assert len(body) <= REPORT_BUDGET_BYTES, (len(body), body)
     # Long names leave room for 3 candidates: the per-resource best, which is all the
     # manager needs to choose exactly (see test below); the 4th (filler) was trimmed.
-    assert len(r.v) == 3
+    assert len(r.vms) == 3
     assert Report.model_validate_json(body) == r
-    print(f"report size: {len(body)} bytes for {len(r.v)} candidate VMs")
+    print(f"report size: {len(body)} bytes for {len(r.vms)} candidate VMs")
 
 
 def test_a_report_with_short_names_carries_the_default_four() -> None:
@@ -42,7 +42,7 @@ def test_a_report_with_short_names_carries_the_default_four() -> None:
         for i in range(12)
     }
     r = build_report(123_456, 1_764_000_000.1, Utilisation(0.52311, 0.31, 0.8113), vms, ack=17)
-    assert len(r.v) == 4 and len(encode(r)) <= REPORT_BUDGET_BYTES
+    assert len(r.vms) == 4 and len(encode(r)) <= REPORT_BUDGET_BYTES
 
 
 def test_over_budget_reports_drop_filler_never_forced_candidates() -> None:
@@ -56,7 +56,7 @@ def test_over_budget_reports_drop_filler_never_forced_candidates() -> None:
         vms["filler-" + "x" * 50 + str(i)] = VMLoad(Utilisation(0.01, 0.01, 0.01), GIB)
     r = build_report(1, 1.0, Utilisation(0.5, 0.5, 0.5), vms, k=8)
     assert len(encode(r)) <= REPORT_BUDGET_BYTES
-    names = [e.n for e in r.v]
+    names = [e.name for e in r.vms]
     assert names[:3] == ["a", "b", "c"] and 3 < len(names) < 8
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import secrets
 import signal as signal_mod
 import threading
 from collections.abc import Callable
@@ -36,8 +37,9 @@ from sova.agent.loop import HostAgent, StepReport, operation_table
 from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP, act
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
+from sova.daemon.manager_security import agent_warnings
 from sova.daemon.metrics import AgentMetrics
-from sova.daemon.schema import Directive, MigrationDone, build_report, encode
+from sova.daemon.schema import Directive, MigrationDone, build_report, encode, epoch_note
 from sova.daemon.tickers import Ticker
 from sova.daemon.wiring import Wiring, build
 from sova.driver.base import Driver, DriverError
@@ -81,6 +83,7 @@ class AgentDaemon:
             self.driver, self.cfg, on_outcome=self._on_outcome, dry_run=self.settings.dry_run
         )
         self.seq = 0
+        self.boot = secrets.token_hex(4)  # the manager tells a restart from a replay by it
         self.applied = 0  # id of the last directive applied (sent back as the ack)
         self.adopted: dict[str, str] = {}  # VMs found migrating at start -> lease VM
         self.signalled: dict[str, str] = {}  # VM we chose to move -> VM the lease names
@@ -158,15 +161,15 @@ class AgentDaemon:
         self._check_adopted(dict(rep.actual.vms))
         chosen = set(self.agent.migrating) - before
         d, self.awaiting = self.awaiting, None
-        if d is not None and d.v is not None:
+        if d is not None and d.vm is not None:
             if chosen:
                 for vm in chosen:
-                    self.signalled[vm] = d.v
-                    log.info("migrating %s to %s (manager directive %d)", vm, d.t, d.i)
-            elif d.v not in self.agent.migrating:
+                    self.signalled[vm] = d.vm
+                    log.info("migrating %s to %s (manager directive %d)", vm, d.target, d.id)
+            elif d.vm not in self.agent.migrating:
                 why = f"no VM to move under vf_policy {self.cfg.vf_policy!r}"
-                log.info("declined directive %d: %s", d.i, why)
-                self.pending_done.append(_Done(d.v, MigrationDone(result="declined", detail=why)))
+                log.info("declined directive %d: %s", d.id, why)
+                self.pending_done.append(_Done(d.vm, MigrationDone(result="declined", detail=why)))
         self.table = {vm: op.name for vm, op in rep.operations.items()}
         self._export(rep)
         if self.recorder is not None:
@@ -191,6 +194,7 @@ class AgentDaemon:
             hr.history[-1],
             hr.vms,
             ack=self.applied,
+            boot=self.boot,
             k=self.settings.report_top_k,
             metric=self.cfg.manager.metric,
             decimals=self.settings.report_decimals,
@@ -230,32 +234,34 @@ class AgentDaemon:
 
     def apply(self, d: Directive) -> None:
         """Apply a directive at most once per id (the manager repeats it until acked)."""
-        if not d.f or d.i <= self.applied or d.t is None:
+        if note := epoch_note(self.applied, d.id):
+            log.warning(note)
+        if not d.flag or d.id <= self.applied or d.target is None:
             return
-        self.applied = d.i
+        self.applied = d.id
         busy = set(self.agent.migrating) | set(self.adopted)
-        if d.v is not None and d.v in busy:
-            log.info("directive %d: %s is already migrating; acknowledged", d.i, d.v)
+        if d.vm is not None and d.vm in busy:
+            log.info("directive %d: %s is already migrating; acknowledged", d.id, d.vm)
             return
-        if d.v is not None:
+        if d.vm is not None:
             try:
-                here = d.v in self.driver.inventory().vms
+                here = d.vm in self.driver.inventory().vms
             except DriverError:
                 here = True  # let the next step decide with fresh data
             if not here:
                 # The target was checked for this VM only; moving another one instead
                 # (e.g. after a restart, for a directive whose VM already left) would
                 # move load the manager never placed.
-                log.info("directive %d: %s is not on this host; acknowledged", d.i, d.v)
+                log.info("directive %d: %s is not on this host; acknowledged", d.id, d.vm)
                 return
         if self.settings.dry_run:
-            log.info("dry run: would migrate %s to %s (directive %d)", d.v, d.t, d.i)
-            if d.v is not None:
+            log.info("dry run: would migrate %s to %s (directive %d)", d.vm, d.target, d.id)
+            if d.vm is not None:
                 self.pending_done.append(
-                    _Done(d.v, MigrationDone(result="declined", detail="agent in dry-run mode"))
+                    _Done(d.vm, MigrationDone(result="declined", detail="agent in dry-run mode"))
                 )
             return
-        self.agent.signal(True, d.t, d.v)
+        self.agent.signal(True, d.target, d.vm)
         self.awaiting = d
         self.metrics.signals.inc()
 
@@ -377,6 +383,8 @@ def run_agent(
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     stop = stop or threading.Event()
+    for warning in agent_warnings(settings):
+        log.warning(warning)
     wiring = wiring or build(settings, speed=speed, policy=policy)
     try:  # orchestrator = "openstack": sense on the host, act through Nova and Neutron
         wiring.driver = orchestrate(wiring.driver, settings, settings.host)

@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from sova.agent.config import ControllerConfig
+from sova.daemon.conn_guard import ConnLimits
 from sova.orchestrator.settings import OrchestratorSettings
 from sova.units import Duration
 
@@ -121,6 +122,9 @@ class PlannerSettings(_Strict):
     # A flagged directive the source never acknowledges is withdrawn (and its lease
     # released) after this many planning periods: a dead agent must not pin a target.
     directive_ttl_periods: int = Field(default=3, ge=1, le=1000)
+    # A host silent for longer than this many planning periods is stale: never a source or
+    # a target, its directive withdrawn, its window restarted when it reports again.
+    stale_after_periods: float = Field(default=3.0, gt=0, le=1000)
 
     @model_validator(mode="after")
     def _k_le_n(self) -> PlannerSettings:
@@ -138,6 +142,9 @@ class ManagerSettings(_Strict, OrchestratorSettings):
     admin_token: SecretStr | None = Field(
         default=None, description="bearer token for the read endpoints; None = open"
     )
+    insecure: bool = Field(
+        default=False, description="allow a non-loopback listen without admin_token and TLS"
+    )
     hosts: dict[str, HostAuth] = Field(default_factory=dict)
     tokens_file: Path | None = Field(default=None, description='TOML of host = "token" lines')
     plan_period_s: float = Field(default=10.0, ge=0, description="0 = only explicit ticks")
@@ -150,6 +157,10 @@ class ManagerSettings(_Strict, OrchestratorSettings):
     )
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
     max_report_bytes: int = Field(default=1024, ge=128, le=65536)
+    # How far an agent's clock may drift from the manager's pace within one agent boot
+    # (wall clock), or run ahead of the newest report (agent clock); beyond it: 422.
+    max_clock_skew_s: float = Field(default=60.0, gt=0, le=86400)
+    http: ConnLimits = Field(default_factory=ConnLimits, description="connection limits")
     report_retention_s: float = Field(default=3600.0, gt=0)
     flush_interval_s: float = Field(default=1.0, gt=0, le=60)
     host_metrics: bool = Field(default=True, description="per-host utilisation gauges")

@@ -139,7 +139,18 @@ class ManagerMetrics:
             registry=r,
         )
         self.rounds = Counter("sova_manager_plan_rounds_total", "planning rounds run", registry=r)
-        self.hosts = Gauge("sova_manager_hosts", "hosts that have reported", registry=r)
+        self.hosts = Gauge(
+            "sova_manager_hosts",
+            "hosts that have reported, by state (fresh, or stale: silent beyond stale_after)",
+            ["state"],
+            registry=r,
+        )
+        self.last_report = Gauge(
+            "sova_manager_host_last_report_timestamp_seconds",
+            "when the host's last report was received (manager clock)",
+            ["host"],
+            registry=r,
+        )
         self.hotspots = Gauge(
             "sova_manager_hotspots", "hosts found hot in the last round", registry=r
         )

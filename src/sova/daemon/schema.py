@@ -48,6 +48,7 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "n": "VM name",
     "m": "VM memory (MiB)",
     "x": "VM is migrating",
+    "b": "agent boot id",
 }
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0 + UTILISATION_SLACK, allow_inf_nan=False)]
@@ -56,38 +57,93 @@ Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATT
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The wire keeps one-letter keys (the byte budget); code reads the long names. Aliases
+    # are the wire form, both are accepted on input, and encode() writes the aliases.
+    # (validation_alias/serialization_alias rather than alias: mypy then types __init__
+    # by the long names.)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_by_name=True, serialize_by_alias=True
+    )
 
 
 class VMEntry(_Wire):
     """One candidate VM: its share of the host per resource and its memory size."""
 
-    n: Name = Field(description="VM name")
-    u: Triple = Field(description="VM's share of the host [cpu, mem, net], each in [0, 1.05]")
-    m: int = Field(
-        ge=1, le=64 * 1024 * 1024, description="VM memory in MiB (what migration copies)"
+    name: Name = Field(validation_alias="n", serialization_alias="n", description="VM name")
+    util: Triple = Field(
+        validation_alias="u",
+        serialization_alias="u",
+        description="VM's share of the host [cpu, mem, net], each in [0, 1.05]",
     )
-    x: bool = Field(default=False, description="VM is migrating (never a candidate)")
+    memory_mib: int = Field(
+        validation_alias="m",
+        serialization_alias="m",
+        ge=1,
+        le=64 * 1024 * 1024,
+        description="VM memory in MiB (what migration copies)",
+    )
+    migrating: bool = Field(
+        default=False,
+        validation_alias="x",
+        serialization_alias="x",
+        description="VM is migrating (never a candidate)",
+    )
 
 
 class Report(_Wire):
     """One host report (Sova Fig. 3: Sensor -> Monitor), sent once per period."""
 
-    s: int = Field(ge=0, le=2**53, description="report sequence number, increasing per agent run")
-    t: float = Field(ge=0.0, le=1e11, allow_inf_nan=False, description="agent clock in seconds")
-    d: int = Field(default=0, ge=0, le=2**53, description="id of the last directive applied")
-    u: Triple = Field(description="host utilisation [cpu, mem, net], each in [0, 1.05]")
-    v: list[VMEntry] = Field(
+    seq: int = Field(
+        validation_alias="s",
+        serialization_alias="s",
+        ge=0,
+        le=2**53,
+        description="report sequence number, increasing per agent run",
+    )
+    time_s: float = Field(
+        validation_alias="t",
+        serialization_alias="t",
+        ge=0.0,
+        le=1e11,
+        allow_inf_nan=False,
+        description="agent clock in seconds",
+    )
+    ack: int = Field(
+        default=0,
+        validation_alias="d",
+        serialization_alias="d",
+        ge=0,
+        le=2**53,
+        description="id of the last directive applied",
+    )
+    util: Triple = Field(
+        validation_alias="u",
+        serialization_alias="u",
+        description="host utilisation [cpu, mem, net], each in [0, 1.05]",
+    )
+    boot: str = Field(
+        default="",
+        validation_alias="b",
+        serialization_alias="b",
+        pattern=r"^[0-9a-f]{0,16}$",
+        description="agent boot id: new on every agent start; s restarts only with it",
+    )
+    vms: list[VMEntry] = Field(
         default_factory=list,
+        validation_alias="v",
+        serialization_alias="v",
         max_length=MAX_VMS_PER_REPORT,
         description="candidate VM loads (top-K by migration factor; see select_candidates)",
     )
 
     def utilisation(self) -> Utilisation:
-        return Utilisation(*self.u)
+        return Utilisation(*self.util)
 
     def vm_loads(self) -> dict[str, VMLoad]:
-        return {e.n: VMLoad(Utilisation(*e.u), e.m * int(MIB), migrating=e.x) for e in self.v}
+        return {
+            e.name: VMLoad(Utilisation(*e.util), e.memory_mib * int(MIB), migrating=e.migrating)
+            for e in self.vms
+        }
 
 
 class Directive(_Wire):
@@ -98,10 +154,49 @@ class Directive(_Wire):
     id at most once, so a lost response neither loses nor duplicates a migration.
     """
 
-    i: int = Field(ge=0, description="directive id (0 = none yet)")
-    f: bool = Field(description="flag: migrate a VM off this host")
-    t: str | None = Field(default=None, description="target host")
-    v: str | None = Field(default=None, description="VM the target was checked for")
+    id: int = Field(
+        validation_alias="i",
+        serialization_alias="i",
+        ge=0,
+        description="directive id (0 = none yet)",
+    )
+    flag: bool = Field(
+        validation_alias="f",
+        serialization_alias="f",
+        description="flag: migrate a VM off this host",
+    )
+    target: str | None = Field(
+        default=None, validation_alias="t", serialization_alias="t", description="target host"
+    )
+    vm: str | None = Field(
+        default=None,
+        validation_alias="v",
+        serialization_alias="v",
+        description="VM the target was checked for",
+    )
+
+
+# Decision (= directive) ids carry the store epoch in their high bits: the wall-clock second
+# the manager started, and at least one more than any epoch in its store. A manager whose
+# store was deleted or restored from a backup therefore never re-issues an id an agent has
+# already applied (it would ignore the new directive as done); 2**21 ids per start.
+EPOCH_SHIFT: Final = 21
+
+
+def epoch_of(decision_id: int) -> int:
+    return decision_id >> EPOCH_SHIFT
+
+
+def epoch_note(applied: int, new: int) -> str | None:
+    """What an agent should log when a directive's store epoch differs from the last one."""
+    if not applied or not new or epoch_of(applied) == epoch_of(new):
+        return None
+    if new < applied:
+        return (
+            f"directive {new} is from an older store epoch ({epoch_of(new)} < "
+            f"{epoch_of(applied)}): ignored (the manager's store was restored from a backup?)"
+        )
+    return f"manager store epoch changed ({epoch_of(applied)} -> {epoch_of(new)})"
 
 
 class MigrationDone(_Wire):
@@ -122,6 +217,8 @@ class MigrationDoneAck(_Wire):
 class HostView(_Wire):
     host: str
     last_seen_s: float
+    age_s: float = Field(description="seconds since the host's last report")
+    state: str = Field(description="fresh | stale (silent for longer than stale_after)")
     seq: int
     utilisation: list[float]
     hot: bool
@@ -206,6 +303,7 @@ def build_report(
     vms: Mapping[str, VMLoad],
     *,
     ack: int = 0,
+    boot: str = "",
     k: int = DEFAULT_TOP_K,
     metric: HotnessMetric | str = HotnessMetric.VOLUME,
     budget_bytes: int = REPORT_BUDGET_BYTES,
@@ -215,21 +313,28 @@ def build_report(
     names = select_candidates(vms, k, metric)
     entries = [
         VMEntry(
-            n=n,
-            u=[_r(x, decimals) for x in vms[n].util.as_tuple()],
-            m=max(1, math.ceil(vms[n].memory_bytes / MIB)),
+            name=n,
+            util=[_r(x, decimals) for x in vms[n].util.as_tuple()],
+            memory_mib=max(1, math.ceil(vms[n].memory_bytes / MIB)),
         )
         for n in names
     ]
     t = round(time_s, 1) if math.isfinite(time_s) else 0.0
-    report = Report(s=seq, t=t, d=ack, u=[_r(x, decimals) for x in util.as_tuple()], v=entries)
+    report = Report(
+        seq=seq,
+        time_s=t,
+        ack=ack,
+        util=[_r(x, decimals) for x in util.as_tuple()],
+        boot=boot,
+        vms=entries,
+    )
     while entries and len(encode(report)) > budget_bytes:
         entries = entries[:-1]
-        report = report.model_copy(update={"v": entries})
+        report = report.model_copy(update={"vms": entries})
     return report
 
 
 def encode(model: BaseModel) -> bytes:
     """Compact JSON: no spaces, defaults omitted."""
-    data = model.model_dump(mode="json", exclude_defaults=True)
+    data = model.model_dump(mode="json", exclude_defaults=True, by_alias=True)
     return json.dumps(data, separators=(",", ":")).encode()

@@ -244,6 +244,27 @@ class Store:
         except sa.exc.SQLAlchemyError:
             return False
 
+    def can_write(self, timeout_s: float = 0.5) -> bool:
+        """Whether a write transaction can start now (readiness): a locked, read-only or
+        corrupt database answers ``SELECT 1`` but takes no write."""
+        try:
+            with self.engine.connect() as conn:
+                sqlite = self.dialect == "sqlite"
+                if sqlite:
+                    conn.exec_driver_sql(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+                    conn.commit()
+                try:
+                    with conn.begin():
+                        # Deletes nothing, but takes the write lock like any write.
+                        conn.execute(directives.delete().where(directives.c.host == ""))
+                finally:
+                    if sqlite:
+                        conn.exec_driver_sql("PRAGMA busy_timeout=5000")
+                        conn.commit()
+            return True
+        except sa.exc.SQLAlchemyError:
+            return False
+
     # ------------------------------------------------------------------ writes
 
     def add_reports(self, rows: Sequence[ReportRow]) -> None:

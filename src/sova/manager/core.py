@@ -12,11 +12,13 @@ simulator uses this class directly so that both run exactly the same decisions.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sova.manager.fastplan import fast_coordinate
 from sova.policy.hotspot import (
     HostReport,
     HotnessMetric,
@@ -24,7 +26,6 @@ from sova.policy.hotspot import (
     MigrationSignal,
     Utilisation,
     VMLoad,
-    coordinate,
 )
 
 
@@ -42,6 +43,31 @@ class Decision:
     host: str
     signal: MigrationSignal
     inputs: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class LeaseEnd:
+    """A lease that closed, and why: ``arrived`` (the VM showed up on its target),
+    ``released`` (the source reported the migration's end), ``declined`` (the source never
+    started it), ``timeout`` (nobody confirmed within ``lease_timeout_s``)."""
+
+    lease: Lease
+    why: str
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one planning round decided (callers read this, never diff the core's state)."""
+
+    time_s: float
+    signals: Mapping[str, MigrationSignal]
+    decisions: tuple[Decision, ...]
+    opened: tuple[Lease, ...]
+    closed: tuple[LeaseEnd, ...]
+
+    @property
+    def flagged(self) -> list[str]:
+        return sorted(h for h, s in self.signals.items() if s.flag)
 
 
 @dataclass
@@ -64,47 +90,125 @@ class ManagerCore:
     history: dict[str, deque[Utilisation]] = field(default_factory=dict)
     vms: dict[str, Mapping[str, VMLoad]] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)  # vm -> lease
+    # The simulator keeps every decision here for its report; the daemon persists each
+    # round's RoundResult instead and turns this off so memory does not grow with uptime.
+    keep_log: bool = True
     log: list[Decision] = field(default_factory=list)
     _skip: dict[str, int] = field(default_factory=dict)  # host -> reports still to drop
+    # A host silent for longer than this is *stale*: its last report describes a past that
+    # may no longer exist (agent dead, host down), so it is neither a source nor a target,
+    # and when it reports again its window starts afresh. Only hosts ingested with ``at=``
+    # are tracked (the simulator's hosts never go silent).
+    stale_after_s: float = math.inf
+    # The simulator's VM names are unique, so a VM seen on its lease's target has arrived.
+    # A real cluster's are not (another tenant's VM may carry the same name), so the daemon
+    # turns this off: there only the source, which moved that very domain, ends a lease.
+    close_on_arrival: bool = True
+    seen: dict[str, float] = field(default_factory=dict)  # host -> time of its last report
 
-    def ingest(self, host: str, load: Utilisation, vms: Mapping[str, VMLoad]) -> None:
-        """One host report (Monitor)."""
+    def ingest(
+        self,
+        host: str,
+        load: Utilisation,
+        vms: Mapping[str, VMLoad],
+        *,
+        at: float | None = None,
+    ) -> list[LeaseEnd]:
+        """One host report (Monitor), received at ``at``. Returns the leases it closed."""
         window = self.history.setdefault(host, deque(maxlen=self.detector.n))
+        if at is not None:
+            last = self.seen.get(host)
+            if last is not None and at - last > self.stale_after_s:
+                window.clear()  # back from a silence: the old window is not its present
+            self.seen[host] = at
+        # A VM that shows up on its lease's target has arrived: the lease is done. Closed
+        # first, so that this report (it spans the copy) is the one the restart drops.
+        closed = []
+        for vm, lease in list(self.leases.items()) if self.close_on_arrival else ():
+            if lease.dst == host and vm in vms:
+                del self.leases[vm]
+                self._restart_windows(lease)
+                closed.append(LeaseEnd(lease, "arrived"))
         if self._skip.get(host, 0) > 0:
             self._skip[host] -= 1  # it spans the migration's copy: not the new placement
         else:
             window.append(load)
         self.vms[host] = dict(vms)
-        # A VM that shows up on its lease's target has arrived: the lease is done.
-        for vm, lease in list(self.leases.items()):
-            if lease.dst == host and vm in vms:
-                del self.leases[vm]
+        return closed
 
     def forget(self, host: str) -> None:
         self.history.pop(host, None)
         self.vms.pop(host, None)
+        self.seen.pop(host, None)
 
-    def release(self, vm: str) -> None:
-        """A migration ended (either way); its hosts may take part in new ones."""
+    def stale(self, now_s: float) -> set[str]:
+        """Hosts whose last report is older than ``stale_after_s``."""
+        if not math.isfinite(self.stale_after_s):
+            return set()
+        return {h for h, t in self.seen.items() if now_s - t > self.stale_after_s}
+
+    def release(self, vm: str, *, ran: bool = True) -> LeaseEnd | None:
+        """A migration ended (either way); its hosts may take part in new ones.
+
+        ``ran=False``: the source declined the signal; nothing moved, the windows stay.
+        """
         lease = self.leases.pop(vm, None)
-        if lease is not None and self.restart_window_after_migration:
-            for host in (lease.src, lease.dst):
-                if host in self.history:
-                    self.history[host].clear()
-                self._skip[host] = 1
+        if lease is None:
+            return None
+        if ran:
+            self._restart_windows(lease)
+        return LeaseEnd(lease, "released" if ran else "declined")
+
+    def _restart_windows(self, lease: Lease) -> None:
+        # Whatever closes a migration's lease (the source's report of its end, or the VM
+        # showing up on the target first, e.g. when the source agent died mid-copy) must
+        # restart both windows: otherwise the relieved source is judged by reports of the
+        # load it no longer carries and a second VM leaves it.
+        if not self.restart_window_after_migration:
+            return
+        for host in (lease.src, lease.dst):
+            if host in self.history:
+                self.history[host].clear()
+            self._skip[host] = 1
+
+    def apply_round(self, result: RoundResult) -> None:
+        """Make the changes ``plan`` made to produce ``result`` (when another process, a
+        copy of this core, ran it): exactly the leases it closed and opened, the windows
+        those closes restarted, the departures it recorded."""
+        for end in result.closed:
+            self.leases.pop(end.lease.vm, None)
+            if end.why == "stale":
+                self._restart_windows(end.lease)
+        for lease in result.opened:
+            self.leases[lease.vm] = lease
+            if self.return_tabu_s > 0:
+                self.departed.setdefault(lease.vm, {})[lease.src] = lease.since_s
+        if self.keep_log:
+            self.log.extend(result.decisions)
 
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
 
-    def plan(self, now_s: float) -> dict[str, MigrationSignal]:
+    def plan(self, now_s: float) -> RoundResult:
         """One round of Analyse + Plan (Alg. 2) over every host that has reported."""
+        closed: list[LeaseEnd] = []
+        stale = self.stale(now_s)
         for vm, lease in list(self.leases.items()):
             if now_s - lease.since_s > self.lease_timeout_s:
                 del self.leases[vm]  # the agent never confirmed: do not block the hosts forever
+                closed.append(LeaseEnd(lease, "timeout"))
+            elif lease.src in stale:
+                # Nobody is left to report how it ended; whatever happened, both hosts'
+                # loads changed, so both windows restart (the source's will on return).
+                del self.leases[vm]
+                self._restart_windows(lease)
+                closed.append(LeaseEnd(lease, "stale"))
         reports = {
-            h: HostReport(tuple(w), self.vms.get(h, {})) for h, w in self.history.items() if w
+            h: HostReport(tuple(w), self.vms.get(h, {}))
+            for h, w in self.history.items()
+            if w and h not in stale
         }
-        signals = coordinate(
+        signals = fast_coordinate(  # exactly coordinate(), vectorised over hosts
             reports,
             self.detector,
             metric=self.metric,
@@ -117,15 +221,22 @@ class ManagerCore:
             if self.return_tabu_s > 0
             else None,
         )
+        opened: list[Lease] = []
+        decisions: list[Decision] = []
+        # The hosts the round considered. Listed by name up to a hundred; beyond, a count:
+        # 10,000 names in every decision row were megabytes per round in the store.
+        candidates: list[str] | int = sorted(reports) if len(reports) <= 100 else len(reports)
         for host, sig in sorted(signals.items()):
             if sig.flag and sig.target and sig.vm:
-                self.leases[sig.vm] = Lease(sig.vm, host, sig.target, now_s)
+                lease = Lease(sig.vm, host, sig.target, now_s)
+                self.leases[sig.vm] = lease
+                opened.append(lease)
                 if self.return_tabu_s > 0:
                     self.departed.setdefault(sig.vm, {})[host] = now_s
             verdict_hot = bool(sig.hot_resources) or sig.flag
             if verdict_hot:
                 last = reports[host].history[-1]
-                self.log.append(
+                decisions.append(
                     Decision(
                         now_s,
                         host,
@@ -133,8 +244,10 @@ class ManagerCore:
                         {
                             "utilisation": [last.cpu, last.mem, last.net],
                             "history": [[u.cpu, u.mem, u.net] for u in reports[host].history],
-                            "candidates": sorted(reports),
+                            "candidates": candidates,
                         },
                     )
                 )
-        return signals
+        if self.keep_log:
+            self.log.extend(decisions)
+        return RoundResult(now_s, signals, tuple(decisions), tuple(opened), tuple(closed))

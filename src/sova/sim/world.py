@@ -207,7 +207,7 @@ class World:
             if rep is not None:
                 self.manager.ingest(h, rep.history[-1], rep.vms)
         before = len(self.manager.log)
-        signals = self.manager.plan(t)
+        signals = self.manager.plan(t).signals
         for d in self.manager.log[before:]:
             sig = d.signal
             self.run.events.append(

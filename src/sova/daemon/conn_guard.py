@@ -1,0 +1,189 @@
+"""Connection-level limits for the manager's HTTP server (a small uvicorn protocol guard).
+
+Why our own: uvicorn 0.3x has a keep-alive timeout and ``limit_concurrency``, but no timeout
+for a request's *head*, no limit on the head's size with httptools, no per-client limit, and
+``limit_concurrency`` counts idle connections — so ~4,000 idle or half-sent connections made
+every agent's report a 503 for as long as they were held, and one 50 MB header kept the
+event loop busy parsing for seconds. h11's ``h11_max_incomplete_event_size`` bounds the head
+but not its time, and h11 costs ~3x httptools' CPU per request at 1,000 reports/s. So this
+subclasses whichever protocol uvicorn would use and adds, per connection:
+
+* **head timeout** (``header_timeout_s``): a request head must be complete this long after
+  the connection opens, or after its first byte on a kept-alive connection; else the
+  connection is closed. This is also the idle timeout of a connection that never sends
+  anything;
+* **head size** (``max_header_bytes``): more bytes than this before the head is complete →
+  431 and close, before the parser sees them;
+* **per-client connections** (``max_connections_per_client``, by peer address): more → the
+  new connection is closed at once;
+* **total connections** (``max_connections``): at the limit, the oldest connection with no
+  request in flight is closed to make room (as nginx reuses idle keep-alive connections), so
+  idle connections can never keep a working client out.
+
+The body's read timeout is enforced where the body is read (:mod:`sova.daemon.manager_guard`);
+the idle time between requests on a kept-alive connection is uvicorn's ``timeout_keep_alive``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger("sova.manager")
+
+_431 = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
+    b"connection: close\r\n\r\n"
+)
+
+
+class ConnLimits(BaseModel):
+    """``[http]`` of the manager's settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    header_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    body_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    idle_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1 << 20)
+    max_connections_per_client: int = Field(default=64, ge=1, le=100_000)
+    max_connections: int = Field(default=8192, ge=16, le=1_000_000)
+
+
+@dataclass
+class _Book:
+    """Shared by every connection of one server (the event loop's thread only)."""
+
+    limits: ConnLimits
+    per_client: collections.Counter[str] = field(default_factory=collections.Counter)
+    # Insertion-ordered: the first entries are the connections idle the longest.
+    idle: dict[Any, None] = field(default_factory=dict)
+    open: int = 0
+    refused: int = 0
+    evicted: int = 0
+    timed_out: int = 0
+    too_large: int = 0
+
+
+def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Protocol]:
+    """A subclass of uvicorn's HTTP protocol ``base`` enforcing ``limits``."""
+    book = _Book(limits)
+
+    class Guarded(base):  # type: ignore[valid-type, misc]
+        guard_book = book
+
+        def connection_made(self, transport: Any) -> None:
+            peer = transport.get_extra_info("peername")
+            self._peer = str(peer[0]) if peer else ""
+            self._refused = False
+            self._in_head = False
+            self._head_bytes = 0
+            self._head_timer: asyncio.TimerHandle | None = None
+            if book.per_client[self._peer] >= limits.max_connections_per_client:
+                self._refused = True
+                book.refused += 1
+                transport.abort()
+                return
+            if book.open >= limits.max_connections:
+                if not book.idle:
+                    self._refused = True
+                    book.refused += 1
+                    transport.abort()
+                    return
+                oldest = next(iter(book.idle))
+                book.evicted += 1
+                oldest._close_idle()
+            book.per_client[self._peer] += 1
+            book.open += 1
+            super().connection_made(transport)
+            self._await_head(arm=True)
+
+        def _await_head(self, arm: bool) -> None:
+            """Waiting for a request head. On a new connection the head timer runs from now
+            (a connection that sends nothing is closed); between requests on a kept-alive
+            connection it starts with the next head's first byte, and idleness before it
+            is uvicorn's ``timeout_keep_alive``."""
+            self._in_head = True
+            self._head_bytes = 0
+            book.idle[self] = None
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            if arm:
+                self._arm_head_timer()
+
+        def _arm_head_timer(self) -> None:
+            loop = asyncio.get_running_loop()
+            self._head_timer = loop.call_later(limits.header_timeout_s, self._head_timeout)
+
+        def _head_done(self) -> None:
+            self._in_head = False
+            book.idle.pop(self, None)
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self._in_head:
+                book.timed_out += 1
+                self._close_idle()
+
+        def _close_idle(self) -> None:
+            book.idle.pop(self, None)
+            self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            if self._in_head:
+                if self._head_timer is None:
+                    self._arm_head_timer()  # a head begins on a kept-alive connection
+                self._head_bytes += len(data)
+                if self._head_bytes > limits.max_header_bytes:
+                    book.too_large += 1
+                    self._head_done()
+                    self.transport.write(_431)
+                    self.transport.close()
+                    return
+                before = self.cycle
+                super().data_received(data)
+                if self.cycle is not None and self.cycle is not before:
+                    self._head_done()  # a request began: its head is complete
+                return
+            super().data_received(data)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._await_head(arm=False)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._refused:
+                return
+            self._head_done()
+            book.open -= 1
+            book.per_client[self._peer] -= 1
+            if book.per_client[self._peer] <= 0:
+                del book.per_client[self._peer]
+            super().connection_lost(exc)
+
+    return Guarded
+
+
+def base_protocol() -> type[asyncio.Protocol]:
+    """The protocol uvicorn's ``http = "auto"`` would pick."""
+    try:
+        import httptools  # noqa: F401
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        return HttpToolsProtocol
+    except ImportError:  # pragma: no cover - depends on the install
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return H11Protocol

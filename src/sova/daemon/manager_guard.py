@@ -1,0 +1,196 @@
+"""The manager's HTTP guard: authentication, body-size limit and request timing, before
+FastAPI sees a request.
+
+Pure ASGI (no BaseHTTPMiddleware): it runs on every report, so it must cost microseconds.
+Authentication runs *before* the body is read or parsed, so a request with a missing or
+wrong token gets 401 and changes nothing, whatever its body; the body is then read up to
+``max_report_bytes`` and handed on unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sova.daemon.manager_service import ManagerService
+
+
+def _bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for k, v in headers:
+        if k == b"authorization":
+            scheme, _, token = v.partition(b" ")
+            if scheme.lower() == b"bearer" and token:
+                return token.strip()
+    return None
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for k, v in headers:
+        if k == name:
+            return v
+    return None
+
+
+ASGIApp = Callable[
+    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+    Awaitable[None],
+]
+
+
+class GuardMiddleware:
+    """Authentication, body-size limit and request timing, before FastAPI sees the request.
+
+    Pure ASGI (no BaseHTTPMiddleware): it runs on every report, so it must cost microseconds.
+    The body is read here, up to the limit, so that an oversized or unauthenticated request
+    is refused before any parsing, and handed on unchanged otherwise.
+    """
+
+    def __init__(self, app: ASGIApp, service: ManagerService) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        path: str = scope["path"]
+        method: str = scope["method"]
+        endpoint = _endpoint(path)
+        try:
+            await self._handle(scope, receive, send, path, method, endpoint)
+        finally:
+            self.service.metrics.request_duration.labels(endpoint).observe(
+                time.perf_counter() - started
+            )
+
+    async def _handle(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+        path: str,
+        method: str,
+        endpoint: str,
+    ) -> None:
+        svc = self.service
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        token = _bearer(headers)
+        parts = path.strip("/").split("/")
+        if endpoint in ("report", "directive"):
+            host = parts[2] if len(parts) > 2 else ""
+            ok = svc.check_host_token(host, token) or (
+                endpoint == "directive" and svc.admin_token_set and svc.check_admin_token(token)
+            )
+            if not ok:
+                if endpoint == "report":
+                    svc.metrics.reports.labels("unauthorized").inc()
+                await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
+                return
+            scope.setdefault("state", {})["sova_host"] = host
+        elif endpoint == "done":
+            host = (_header(headers, b"x-sova-host") or b"").decode("latin-1")
+            if not svc.check_host_token(host, token):
+                await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
+                return
+            scope.setdefault("state", {})["sova_host"] = host
+        elif endpoint in ("cluster", "decisions") and not svc.check_admin_token(token):
+            await _send_json(send, 401, {"detail": "missing or invalid admin token"})
+            return
+        if method in ("POST", "PUT", "PATCH"):
+            limit = svc.settings.max_report_bytes
+            declared = _header(headers, b"content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > limit):
+                if endpoint == "report":
+                    svc.metrics.reports.labels("too_large").inc()
+                await _send_json(send, 413, _too_large(limit))
+                return
+            chunks: list[bytes] = []
+            size = 0
+            deadline = time.monotonic() + svc.settings.http.body_timeout_s
+            while True:
+                try:
+                    # A client that sends its body slowly (or not at all) must not hold a
+                    # connection and a task for ever.
+                    msg = await asyncio.wait_for(receive(), deadline - time.monotonic())
+                except TimeoutError:
+                    await _send_json(send, 408, {"detail": "request body not received in time"})
+                    return
+                if msg["type"] == "http.disconnect":
+                    return
+                body = msg.get("body", b"")
+                size += len(body)
+                if size > limit:
+                    if endpoint == "report":
+                        svc.metrics.reports.labels("too_large").inc()
+                    await _send_json(send, 413, _too_large(limit))
+                    return
+                chunks.append(body)
+                if not msg.get("more_body", False):
+                    break
+            whole = b"".join(chunks)
+            sent = False
+
+            async def replay() -> Any:
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": whole, "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _too_large(limit: int) -> dict[str, Any]:
+    return {
+        "detail": [
+            {
+                "loc": ["body"],
+                "msg": f"request body larger than {limit} bytes",
+                "type": "too_large",
+                "field": "body",
+            }
+        ],
+        "error": f"body: larger than {limit} bytes",
+    }
+
+
+def _endpoint(path: str) -> str:
+    if path.startswith("/v1/hosts/"):
+        if path.endswith("/reports"):
+            return "report"
+        if path.endswith("/directive"):
+            return "directive"
+        return "other"
+    if path.startswith("/v1/migrations/"):
+        return "done"
+    return {
+        "/v1/cluster": "cluster",
+        "/v1/decisions": "decisions",
+        "/metrics": "metrics",
+        "/healthz": "healthz",
+        "/readyz": "readyz",
+    }.get(path, "other")
+
+
+async def _send_json(send: Callable[[Any], Awaitable[None]], status: int, body: Any) -> None:
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="sova"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,150 @@
+"""Secure defaults: who may talk to the manager, and what it refuses to expose.
+
+* **Exposure**: a manager bound to anything but loopback serves the cluster's decision log
+  and every host's load. It refuses to start there without an operator (admin) token *and*
+  TLS, unless the operator writes ``insecure = true`` — and then it says so, loudly, on
+  every start (as Kubernetes components do for ``--insecure-port``).
+* **Token hashes**: the manager keeps SHA-256 digests of tokens, never the tokens; the tokens
+  file may hold ``"sha256:<hex>"`` digests instead of tokens, so a leaked file (or a core
+  dump) leaks nothing an agent could use. Comparison is constant-time.
+* **Rotation**: :meth:`TokenBook.load` is called again on SIGHUP; a file that does not load
+  leaves the old tokens in force (and says why).
+* **Agents** warn about a plain-http manager URL (tokens would cross the network in clear)
+  and about a token file other users can read.
+
+``python -m sova.daemon.manager_security hash TOKEN`` prints the digest line for a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from sova.daemon.config import AgentSettings, ConfigError, ManagerSettings
+
+HASH_PREFIX = "sha256:"
+
+
+def digest(token: str) -> bytes:
+    """The digest a token is kept as (a ``sha256:<hex>`` entry is one already)."""
+    if token.startswith(HASH_PREFIX):
+        raw = token[len(HASH_PREFIX) :]
+        try:
+            out = bytes.fromhex(raw)
+        except ValueError:
+            raise ConfigError(f"token {token[:12]}…: not a sha256:<64 hex digits> digest") from None
+        if len(out) != 32:
+            raise ConfigError(f"token {token[:12]}…: not a sha256:<64 hex digits> digest")
+        return out
+    return hashlib.sha256(token.encode()).digest()
+
+
+@dataclass
+class TokenBook:
+    """Digests of the hosts' tokens and of the operator token."""
+
+    hosts: dict[str, bytes] = field(default_factory=dict)
+    admin: bytes | None = None
+
+    @classmethod
+    def load(cls, settings: ManagerSettings) -> TokenBook:
+        hosts = {h: digest(t) for h, t in settings.tokens().items()}
+        admin = digest(settings.admin_token.get_secret_value()) if settings.admin_token else None
+        return cls(hosts, admin)
+
+    def keys(self) -> set[str]:
+        return set(self.hosts)
+
+    def check_host(self, host: str, presented: bytes | None) -> bool:
+        expected = self.hosts.get(host)
+        if expected is None or presented is None:
+            return False
+        return hmac.compare_digest(expected, hashlib.sha256(presented).digest())
+
+    def check_admin(self, presented: bytes | None) -> bool:
+        if self.admin is None:
+            return True
+        if presented is None:
+            return False
+        return hmac.compare_digest(self.admin, hashlib.sha256(presented).digest())
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _world_readable(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & (stat.S_IROTH | stat.S_IWOTH))
+    except OSError:
+        return False
+
+
+def exposure_check(settings: ManagerSettings) -> list[str]:
+    """Refuse an exposed manager without a token and TLS; the warnings to log otherwise."""
+    warnings: list[str] = []
+    exposed = not is_loopback(settings.listen)
+    missing = [
+        what
+        for what, ok in (
+            ("admin_token", settings.admin_token is not None),
+            ("TLS (tls_certfile, tls_keyfile)", settings.tls_certfile is not None),
+        )
+        if not ok
+    ]
+    if exposed and missing:
+        if not settings.insecure:
+            raise ConfigError(
+                f"listen = {settings.listen!r} is reachable from the network but "
+                f"{' and '.join(missing)} is not set; set it, listen on 127.0.0.1, or "
+                "set insecure = true to accept an open manager"
+            )
+        warnings.append(
+            f"INSECURE: listening on {settings.listen} without {' and '.join(missing)} "
+            "(insecure = true): anyone who can reach it reads the cluster's state"
+        )
+    if settings.tokens_file is not None and _world_readable(settings.tokens_file):
+        warnings.append(
+            f"tokens_file {settings.tokens_file} is world-readable: chmod 600 it "
+            "(or store sha256: digests in it)"
+        )
+    return warnings
+
+
+def agent_warnings(settings: AgentSettings) -> list[str]:
+    out: list[str] = []
+    url = settings.manager_url
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+            out.append(
+                f"manager_url {url} is plain http: the host's token and reports cross the "
+                "network unencrypted; use https:// (the manager's TLS) and ca_file"
+            )
+    if settings.token_file is not None and _world_readable(settings.token_file):
+        out.append(f"token_file {settings.token_file} is world-readable: chmod 600 it")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "hash":
+        print("usage: python -m sova.daemon.manager_security hash TOKEN", file=sys.stderr)
+        return 2
+    print(f'"{HASH_PREFIX}{hashlib.sha256(args[1].encode()).hexdigest()}"')
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
