@@ -1,6 +1,6 @@
 """The production LibvirtDriver on real QEMU guests: guest-bond failover on a lab-nic.
 
-Figures measured on the 2-core machine kind under TCG, with the other helpers' load
+Figures measured on the 2-core machine kind under TCG, with other processes loading it
 (load average 13–16), over 3 sessions: attach (plug + netdev appears + enslaved + made
 active) 9–12 s, detach (bond moved to the backup and confirmed, unplug, DEVICE_REMOVED)
 4.5–5.5 s. Pings at 10/s over a plug and an unplug: largest gap between reply *arrivals*
