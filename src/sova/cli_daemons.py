@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 err = Console(stderr=True)
 
@@ -24,7 +25,7 @@ DriverOpt = Annotated[
 
 
 def _fail(msg: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True, markup=True)
+    err.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

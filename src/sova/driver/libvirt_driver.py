@@ -47,6 +47,7 @@ from sova.driver.libvirt_xml import (
     vf_interface_xml,
 )
 from sova.driver.netlink_vf import NetlinkVF, VFInfo, VFRateError
+from sova.install import install_hint
 from sova.model import (
     NIC,
     SLA,
@@ -77,8 +78,8 @@ except ImportError:  # pragma: no cover - exercised only where libvirt-python is
 def _require_libvirt() -> Any:
     if libvirt is None:
         raise DriverError(
-            "libvirt-python is not installed: pip install 'sova[libvirt]' "
-            "(needs libvirt-dev and pkg-config to build)"
+            f"libvirt-python is not installed: {install_hint('agent')} "
+            "(builds against libvirt-dev; or use the distribution's python3-libvirt)"
         )
     return libvirt
 
