@@ -24,9 +24,45 @@ DriverOpt = Annotated[
 ]
 
 
+LogFormatOpt = Annotated[
+    str | None,  # noqa: UP007
+    typer.Option(
+        "--log-format",
+        help="auto (journal under systemd, else text) | journal | json | text "
+        "[env: SOVA_LOG_FORMAT].",
+    ),
+]
+
+
 def _fail(msg: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
+    from sova.daemon.logs import stderr_is_journal
+
+    if stderr_is_journal():  # one journal entry at priority err, no colour codes
+        print(f"<3>error: {msg}", file=sys.stderr, flush=True)
+    else:
+        err.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def _fatal(role: str, exc: BaseException) -> typer.Exit:
+    """Any error that stops a daemon, as one line; the traceback only at debug level."""
+    import logging
+
+    logging.getLogger(f"sova.{role}").debug("fatal error", exc_info=exc)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return _fail(f"sova {role} stopped: {type(exc).__name__}: {first}", code=1)
+
+
+def _log_format(value: str | None) -> None:
+    import os
+
+    from sova.daemon.logs import FORMATS
+
+    if value is None:
+        return
+    if value not in FORMATS:
+        raise _fail(f"--log-format: {value!r} is not one of {', '.join(FORMATS)}")
+    os.environ["SOVA_LOG_FORMAT"] = value
 
 
 def agent(
@@ -71,6 +107,7 @@ def agent(
         str | None,  # noqa: UP007
         typer.Option("--policy", help="--driver sim/remote: the scenario policy to run."),
     ] = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the host agent: local VF scheduling and bandwidth allocation, reports to the manager.
 
@@ -80,6 +117,7 @@ def agent(
     """
     from sova.daemon.config import ConfigError, load_agent_settings
 
+    _log_format(log_format)
     overrides: dict[str, Any] = {
         "driver": driver,
         "connect": connect,
@@ -101,6 +139,8 @@ def agent(
         code = run_agent(settings, speed=speed, policy=policy)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    except Exception as exc:
+        raise _fatal("agent", exc) from None
     raise typer.Exit(code)
 
 
@@ -153,10 +193,12 @@ def manager(
         Path | None,  # noqa: UP007
         typer.Option("--openapi", help="Write the OpenAPI document to this file and exit."),
     ] = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the cluster manager: reports in, migration directives out, decision log, metrics."""
     from sova.daemon.config import ConfigError, load_manager_settings
 
+    _log_format(log_format)
     try:
         settings = load_manager_settings(
             config, overrides={"listen": listen, "port": port, "database_url": database_url}
@@ -174,6 +216,8 @@ def manager(
         run_manager(settings)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    except Exception as exc:
+        raise _fatal("manager", exc) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -758,11 +758,10 @@ def run_agent(
     stop: threading.Event | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT (or the simulated run ends). Returns the exit code."""
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    from sova.daemon import systemd
+    from sova.daemon.logs import configure as configure_logging
+
+    configure_logging(settings.log_level)
     stop = stop or threading.Event()
     wiring = build(settings, speed=speed, policy=policy)
     token = settings.resolved_token()
@@ -813,9 +812,13 @@ def run_agent(
         settings.manager_url or "none (standalone)",
         ", DRY RUN" if settings.dry_run else "",
     )
+    watchdog = systemd.Watchdog(metrics.turns).start()
+    systemd.ready(f"driver {settings.driver}")
     try:
         daemon.run(wiring.ticker_factory(stop), stop)
     finally:
+        systemd.stopping()
+        watchdog.stop()
         if client is not None:
             client.close()
     return 0

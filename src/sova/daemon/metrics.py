@@ -94,6 +94,15 @@ class AgentMetrics:
         )
         self._vms: set[str] = set()
 
+    def turns(self) -> float:
+        """Control, poll and bandwidth phases finished so far (the watchdog's progress)."""
+        return sum(
+            s.value
+            for metric in self.loop_duration.collect()
+            for s in metric.samples
+            if s.name.endswith("_count")
+        )
+
     def forget_missing(self, present: set[str]) -> None:
         per_vm = (
             self.vf_held,
