@@ -99,6 +99,14 @@ def agent(
         int | None,  # noqa: UP007
         typer.Option("--metrics-port", help="Serve Prometheus metrics on this port."),
     ] = None,
+    metrics_addr: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option(
+            "--metrics-addr",
+            help="Address the metrics port binds [default: 127.0.0.1; 0.0.0.0 or :: for a "
+            "central Prometheus].",
+        ),
+    ] = None,
     speed: Annotated[
         float | None,  # noqa: UP007
         typer.Option("--speed", help="--driver sim: simulated seconds per real second."),
@@ -124,6 +132,7 @@ def agent(
         "host": host,
         "manager_url": manager_url,
         "metrics_port": metrics_port,
+        "metrics_addr": metrics_addr,
     }
     if dry_run:
         overrides["dry_run"] = True

@@ -508,6 +508,7 @@ class AgentDaemon:
             m.vf_held.labels(vm).set(1.0 if st.nic is NicKind.VF else 0.0)
             rate = st.vf_max_bps if st.nic is NicKind.VF and st.vf_max_bps else 0.0
             m.vf_rate.labels(vm).set(rate if math.isfinite(rate) else 0.0)
+        m.export_sla(inv)
         self._export_table()
         for vm, f in rep.factors.items():
             if vm in present:
