@@ -29,10 +29,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _pings_after_ready(got: list[str]) -> int:
+    ready = [i for i, m in enumerate(got) if m.startswith("READY=1")]
+    return sum(m == "WATCHDOG=1" for m in got[ready[0] :]) if ready else 0
+
+
 def _serve_under_fake_systemd(
-    args: list[str], tmp_path: Path, seconds: float
+    args: list[str], tmp_path: Path, pings: int, seconds: float = 120
 ) -> tuple[list[str], str]:
-    """Run ``sova ARGS`` as systemd would for ``seconds``; the datagrams and stderr it wrote."""
+    """Run ``sova ARGS`` as systemd would until it has sent READY=1 and then ``pings``
+    watchdog pings (at most ``seconds``: start-up is slow on a loaded CI machine); the
+    datagrams and stderr it wrote."""
     sock_path = tmp_path / "notify"
     rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     rx.bind(str(sock_path))
@@ -51,7 +58,11 @@ def _serve_under_fake_systemd(
         got: list[str] = []
         deadline = time.monotonic() + seconds
         try:
-            while time.monotonic() < deadline and proc.poll() is None:
+            while (
+                time.monotonic() < deadline
+                and proc.poll() is None
+                and _pings_after_ready(got) < pings
+            ):
                 with contextlib.suppress(TimeoutError):
                     got.append(rx.recv(4096).decode())
         finally:
@@ -84,22 +95,24 @@ def test_manager_reports_ready_pings_the_watchdog_and_logs_for_the_journal(
             f"sqlite:///{tmp_path / 'm.db'}",
         ],
         tmp_path,
-        seconds=8,
+        pings=4,
     )
     assert any(m.startswith("READY=1") for m in got), got
     # WatchdogSec=2 s: pinged every 0.5 s once running.
-    assert sum(m == "WATCHDOG=1" for m in got) >= 4, got
+    assert _pings_after_ready(got) >= 4, got
     _check_journal_lines(text)
     assert "uvicorn" in text  # uvicorn's own lines in the same format
-    assert "alembic" not in text.lower() or "<4>" in text  # Alembic quiet at INFO
+    assert "sova manager" in text
+    # The store migrates its schema on start-up; Alembic's INFO lines stay out of the log.
+    assert not re.search(r"^<[67]>alembic", text, re.M), text
 
 
 def test_agent_reports_ready_and_pings_while_its_loop_runs(tmp_path: Path) -> None:
     cfg = tmp_path / "agent.toml"
     cfg.write_text('driver = "mock"\nhost = "hv1"\n[controller]\nperiod_s = "0.2s"\n')
-    got, text = _serve_under_fake_systemd(["agent", "--config", str(cfg)], tmp_path, seconds=6)
+    got, text = _serve_under_fake_systemd(["agent", "--config", str(cfg)], tmp_path, pings=3)
     assert any(m.startswith("READY=1") for m in got), got
-    assert sum(m == "WATCHDOG=1" for m in got) >= 3, got
+    assert _pings_after_ready(got) >= 3, got
     _check_journal_lines(text)
 
 
