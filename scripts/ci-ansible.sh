@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=.venv-ansible/bin
-export ANSIBLE_CONFIG="$PWD/deploy/ansible/ansible.cfg" ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
+export PATH="$PWD/$A:$PATH" ANSIBLE_CONFIG="$PWD/deploy/ansible/ansible.cfg" ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
 
 (cd deploy/ansible && "../../$A/ansible-lint" --offline -q site.yml roles/sova ../../tests/ansible/throwaway.yml)
 echo "ansible-lint: clean"
