@@ -15,8 +15,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 root="$work/root"
 mkdir -p "$root/etc" "$work/tls" "$work/wheel"
-.venv/bin/python -m pip wheel -q --no-deps -w "$work/wheel" . >/dev/null
-wheel="$(ls "$work"/wheel/sova_sriov-*.whl)"
+wheel="$(scripts/build-wheel.sh "$work/wheel")"
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=sova-manager.example \
   -keyout "$work/tls/manager.key" -out "$work/tls/manager.crt" 2>/dev/null
 
