@@ -1,4 +1,4 @@
-"""Each role's extra, installed from a locally built wheel into a fresh venv, runs its role.
+"""The packaging tier. Each role's extra, installed from a locally built wheel into a fresh venv, runs its role.
 
 What a fresh host gets: the agent's install stays small and starts without the simulator;
 the manager serves /healthz; the simulator and the demo run from a directory that is not
@@ -20,6 +20,15 @@ import pytest
 
 pytestmark = pytest.mark.packaging
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _only_when_selected(request: pytest.FixtureRequest) -> None:
+    # A few minutes and PyPI access: only when asked for (no conftest.py here, whose module
+    # name would shadow tests/libvirt's `from conftest import ...`).
+    if "packaging" not in (request.config.getoption("-m") or ""):
+        pytest.skip("packaging tier: run with -m packaging (scripts/ci-ops.sh)")
+
+
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_BUDGET_MB = 60
 
@@ -39,7 +48,7 @@ def _site_mb(env_dir: Path) -> float:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(_only_when_selected: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     r = _run(["bash", ROOT / "scripts/build-wheel.sh", out, sys.executable], ROOT)
     assert r.returncode == 0, r.stderr
