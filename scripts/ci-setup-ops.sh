@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)   # a throwaway TLS pair for the Ansible check
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need[*]} ..." >&2
