@@ -5,5 +5,6 @@
 # `sova demo` (e.g. another scenario, --out DIR, --no-live).
 set -euo pipefail
 cd "$(dirname "$0")"
+SOVA_EXTRAS="${SOVA_EXTRAS:-sim,manager}"  # the demo runs the simulator, the manager and agents
 source scripts/_venv.sh
 exec .venv/bin/sova demo "$@"

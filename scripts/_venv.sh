@@ -1,6 +1,7 @@
 # Sourced by run.sh and test.sh: create or reuse the project's own virtual environment in
 # .venv and install the package with the extras named in $SOVA_EXTRAS. Installs are skipped
-# when pyproject.toml has not changed since the last successful install.
+# when pyproject.toml and constraints.txt (the pinned versions, scripts/lock.sh) have not
+# changed since the last successful install.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
@@ -32,10 +33,10 @@ fi
 
 extras="${SOVA_EXTRAS:-}"
 stamp="$venv/.sova-installed${extras:+-$extras}"
-want="$(cat "$root/pyproject.toml" | "$venv/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+want="$(cat "$root/pyproject.toml" "$root/constraints.txt" | "$venv/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "installing Sova${extras:+ [$extras]} into .venv ..." >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$root${extras:+[$extras]}"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$root/constraints.txt" -e "$root${extras:+[$extras]}"
   echo "$want" > "$stamp"
 fi

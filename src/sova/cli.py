@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sova import __version__
 
@@ -48,7 +49,7 @@ def _root(
 
 @app.command()
 def simulate(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (see scenarios/).")],
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file or shipped name (see `sova scenarios`).")],
     out: Annotated[
         Path | None,  # noqa: UP007
         typer.Option("--out", "-o", help="Output directory [default: out/<scenario name>]."),
@@ -69,13 +70,15 @@ def simulate(
     A scenario with a bad value is refused before anything is written.
     """
     from sova.scenario import Scenario, ScenarioError, load_sweep
+    from sova.shipped import resolve_scenario
     from sova.sim.output import write_outputs
     from sova.sim.runner import PolicyRun, run_policy
 
+    scenario = resolve_scenario(scenario)
     try:
         points = load_sweep(scenario)
     except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     known = points[0].policies
     if policy:
@@ -136,20 +139,38 @@ def simulate(
 
 @app.command()
 def validate(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file or shipped name.")],
 ) -> None:
     """Check a scenario file and report every bad field, without running it."""
     from sova.scenario import ScenarioError, load_scenario
+    from sova.shipped import resolve_scenario
+
+    scenario = resolve_scenario(scenario)
 
     try:
         scn = load_scenario(scenario)
     except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     typer.echo(
         f"{scenario}: ok ({len(scn.hosts)} host(s), {len(scn.vms)} VM(s), "
         f"policies {', '.join(scn.policies)})"
     )
+
+
+@app.command()
+def scenarios() -> None:
+    """List the scenarios shipped with Sova (pass the name to simulate, demo or testbed)."""
+    from sova.shipped import list_shipped, shipped_root
+
+    found = list_shipped()
+    if not found:
+        err.print("[red]error:[/red] this install carries no scenarios", highlight=False)
+        raise typer.Exit(1)
+    width = max(len(name) for name, _ in found)
+    for name, about in found:
+        typer.echo(f"{name:<{width}}  {about}".rstrip())
+    typer.echo(f"({shipped_root()})")
 
 
 def _register_subcommands() -> None:
@@ -168,7 +189,20 @@ _register_subcommands()
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except ModuleNotFoundError as exc:
+        # A role's extra is not installed (e.g. `sova simulate` on an agent-only host):
+        # one line that says what to install, not a traceback.
+        from sova.install import missing_module_hint
+
+        hint = missing_module_hint(exc.name)
+        if hint is None:
+            raise
+        err.print(
+            f"[red]error:[/red] {escape(str(exc))}; {escape(hint)}", highlight=False, soft_wrap=True
+        )
+        sys.exit(2)
 
 
 if __name__ == "__main__":

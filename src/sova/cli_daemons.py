@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 err = Console(stderr=True)
 
@@ -23,9 +24,45 @@ DriverOpt = Annotated[
 ]
 
 
+LogFormatOpt = Annotated[
+    str | None,  # noqa: UP007
+    typer.Option(
+        "--log-format",
+        help="auto (journal under systemd, else text) | journal | json | text "
+        "[env: SOVA_LOG_FORMAT].",
+    ),
+]
+
+
 def _fail(msg: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True, markup=True)
+    from sova.daemon.logs import stderr_is_journal
+
+    if stderr_is_journal():  # one journal entry at priority err, no colour codes
+        print(f"<3>error: {msg}", file=sys.stderr, flush=True)
+    else:
+        err.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def _fatal(role: str, exc: BaseException) -> typer.Exit:
+    """Any error that stops a daemon, as one line; the traceback only at debug level."""
+    import logging
+
+    logging.getLogger(f"sova.{role}").debug("fatal error", exc_info=exc)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return _fail(f"sova {role} stopped: {type(exc).__name__}: {first}", code=1)
+
+
+def _log_format(value: str | None) -> None:
+    import os
+
+    from sova.daemon.logs import FORMATS
+
+    if value is None:
+        return
+    if value not in FORMATS:
+        raise _fail(f"--log-format: {value!r} is not one of {', '.join(FORMATS)}")
+    os.environ["SOVA_LOG_FORMAT"] = value
 
 
 def agent(
@@ -62,6 +99,14 @@ def agent(
         int | None,  # noqa: UP007
         typer.Option("--metrics-port", help="Serve Prometheus metrics on this port."),
     ] = None,
+    metrics_addr: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option(
+            "--metrics-addr",
+            help="Address the metrics port binds [default: 127.0.0.1; 0.0.0.0 or :: for a "
+            "central Prometheus].",
+        ),
+    ] = None,
     speed: Annotated[
         float | None,  # noqa: UP007
         typer.Option("--speed", help="--driver sim: simulated seconds per real second."),
@@ -70,6 +115,7 @@ def agent(
         str | None,  # noqa: UP007
         typer.Option("--policy", help="--driver sim/remote: the scenario policy to run."),
     ] = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the host agent: local VF scheduling and bandwidth allocation, reports to the manager.
 
@@ -79,12 +125,14 @@ def agent(
     """
     from sova.daemon.config import ConfigError, load_agent_settings
 
+    _log_format(log_format)
     overrides: dict[str, Any] = {
         "driver": driver,
         "connect": connect,
         "host": host,
         "manager_url": manager_url,
         "metrics_port": metrics_port,
+        "metrics_addr": metrics_addr,
     }
     if dry_run:
         overrides["dry_run"] = True
@@ -105,6 +153,8 @@ def agent(
         code = run_agent(settings, speed=speed, policy=policy, wiring=wiring)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    except Exception as exc:
+        raise _fatal("agent", exc) from None
     raise typer.Exit(code)
 
 
@@ -157,10 +207,12 @@ def manager(
         Path | None,  # noqa: UP007
         typer.Option("--openapi", help="Write the OpenAPI document to this file and exit."),
     ] = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the cluster manager: reports in, migration directives out, decision log, metrics."""
     from sova.daemon.config import ConfigError, load_manager_settings
 
+    _log_format(log_format)
     try:
         settings = load_manager_settings(
             config, overrides={"listen": listen, "port": port, "database_url": database_url}
@@ -178,6 +230,8 @@ def manager(
         run_manager(settings)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    except Exception as exc:
+        raise _fatal("manager", exc) from None
 
 
 def register(app: typer.Typer) -> None:

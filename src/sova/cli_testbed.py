@@ -35,10 +35,11 @@ PrefixOpt = Annotated[
 
 
 def _load(scenario: Path):  # type: ignore[no-untyped-def]
+    from sova.shipped import resolve_scenario
     from sova.testbed.scenario import TestbedScenarioError, load_testbed_scenario
 
     try:
-        return load_testbed_scenario(scenario)
+        return load_testbed_scenario(resolve_scenario(scenario))
     except TestbedScenarioError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

@@ -408,6 +408,9 @@ def demo(
     time. Writes the same files as `sova simulate` (timeline.csv, events.csv, summary.json,
     report.md) plus the daemons' logs under --out/logs.
     """
+    from sova.shipped import resolve_scenario
+
+    scenario = resolve_scenario(scenario)  # a shipped name, or the default outside the repo
     try:
         scn = load_scenario(scenario)
         spec = pick_policy(scn, policy)

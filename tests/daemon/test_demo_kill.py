@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sova.demo import Cluster, pick_policy
 
+from sova.demo import Cluster, pick_policy
 from sova.scenario import load_scenario
 from sova.sim.runner import run_policy
 

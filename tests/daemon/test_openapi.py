@@ -85,7 +85,12 @@ def test_no_server_errors(tmp_path: Path, mode: str, examples: int) -> None:
 
 
 def _names(registry) -> set[str]:  # type: ignore[no-untyped-def]
-    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_count", "_sum"),
+        "gauge": ("",),
+        "info": ("_info",),
+    }
     return {m.name + sfx for m in registry.collect() for sfx in suffixes[m.type]}
 
 
@@ -96,7 +101,10 @@ def test_dashboard_uses_only_metrics_the_daemons_export() -> None:
     assert used, "the dashboard queries no sova metric"
     assert used <= known, sorted(used - known)
     for name in known:
-        assert name.startswith(("sova_agent_", "sova_manager_")), name
+        # process_* / python_* are the client library's standard collectors.
+        assert name.startswith(
+            ("sova_agent_", "sova_manager_", "sova_build_info", "process_", "python_")
+        ), name
     counters = [
         m.name
         for r in (AgentMetrics().registry, ManagerMetrics().registry)

@@ -314,6 +314,7 @@ class AgentDaemon:
             m.vf_held.labels(vm).set(1.0 if st.nic is NicKind.VF else 0.0)
             rate = st.vf_max_bps if st.nic is NicKind.VF and st.vf_max_bps else 0.0
             m.vf_rate.labels(vm).set(rate if math.isfinite(rate) else 0.0)
+        m.export_sla(inv)
         self._export_table()
         for vm, f in rep.factors.items():
             if vm in present:
@@ -377,11 +378,10 @@ def run_agent(
 
     ``wiring`` (driver and clock) is built from ``settings.driver`` unless given.
     """
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    from sova.daemon import systemd
+    from sova.daemon.logs import configure as configure_logging
+
+    configure_logging(settings.log_level)
     stop = stop or threading.Event()
     for warning in agent_warnings(settings):
         log.warning(warning)
@@ -440,9 +440,13 @@ def run_agent(
         settings.manager_url or "none (standalone)",
         ", DRY RUN" if settings.dry_run else "",
     )
+    watchdog = systemd.Watchdog(metrics.turns).start()
+    systemd.ready(f"driver {settings.driver}")
     try:
         daemon.run(wiring.ticker_factory(stop), stop)
     finally:
+        systemd.stopping()
+        watchdog.stop()
         if client is not None:
             client.close()
     return 0

@@ -292,9 +292,10 @@ def run_manager(settings: ManagerSettings) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn's handlers), then flush the store and exit."""
     import uvicorn
 
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from sova.daemon.logs import configure as configure_logging
+    from sova.daemon.systemd import notifying_uvicorn_server
+
+    configure_logging(settings.log_level)
     # A planning round runs in a worker thread; with the default 5 ms GIL switch interval it
     # can hold up a report for tens of ms. 1 ms keeps the event loop responsive during it.
     sys.setswitchinterval(0.001)
@@ -317,6 +318,7 @@ def run_manager(settings: ManagerSettings) -> None:
         ssl_certfile=str(settings.tls_certfile) if settings.tls_certfile else None,
         ssl_keyfile=str(settings.tls_keyfile) if settings.tls_keyfile else None,
         log_level=settings.log_level,
+        log_config=None,  # uvicorn logs through the handler configure_logging installed
         access_log=False,  # 1,000 reports/s would drown the journal
         timeout_keep_alive=int(max(1, settings.http.idle_timeout_s)),
         # uvicorn's limit counts idle connections too (idle clients would 503 everyone);
@@ -335,7 +337,7 @@ def run_manager(settings: ManagerSettings) -> None:
         store.dialect,
     )
     try:
-        uvicorn.Server(config).run()
+        notifying_uvicorn_server(config).run()
     finally:
         store.close()
 

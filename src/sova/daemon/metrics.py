@@ -1,7 +1,7 @@
 """Prometheus metrics of both daemons, named by Prometheus conventions.
 
 ``sova_`` prefix, ``sova_agent_*`` / ``sova_manager_*`` per daemon, base units in the
-name (``_seconds``, ``_bits_per_second``, ``_ratio``), ``_total`` on counters. Each daemon
+name (``_seconds``, ``_bytes_per_second``, ``_ratio``), ``_total`` on counters. Each daemon
 uses its own :class:`CollectorRegistry` so tests can build many of them in one process and
 the dashboard in ``deploy/grafana-sova.json`` can rely on exactly these names.
 
@@ -12,17 +12,68 @@ churn does not accumulate dead series.
 from __future__ import annotations
 
 import contextlib
+import math
+import platform
 from collections.abc import Mapping
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from sova import __version__
+from sova.model import Inventory, NicKind
 
 LOOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
+def add_process_and_build_info(registry: CollectorRegistry, role: str) -> None:
+    """``process_*`` (CPU, memory, fds, start time), ``python_*`` and ``sova_build_info``.
+
+    The default registry gets these from prometheus_client; each daemon has its own
+    registry (see the module docstring), so they are added here.
+    """
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    Info("sova_build", "version of the running Sova daemon", registry=registry).info(
+        {"version": __version__, "role": role, "python": platform.python_version()}
+    )
+
+
+class _BitsAsBytes:
+    """The agent works in bit/s (as ``ip link`` and the papers do); Prometheus's base unit
+    is bytes, so the gauge is ``…_bytes_per_second`` and values are divided by 8 here."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+
+    def labels(self, *values: str) -> Any:
+        child = self.gauge.labels(*values)
+
+        class _Child:
+            @staticmethod
+            def set(bits: float) -> None:
+                child.set(bits / 8)
+
+        return _Child()
+
+    def remove(self, *values: str) -> None:
+        self.gauge.remove(*values)
+
+
 class AgentMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        add_process_and_build_info(r, "agent")
         self.vf_holders = Gauge("sova_agent_vf_holders", "VMs holding a VF now", registry=r)
         self.vf_pool = Gauge("sova_agent_vf_pool", "VFs Sova may hand out", registry=r)
         self.vf_held = Gauge(
@@ -31,11 +82,13 @@ class AgentMetrics:
             ["vm"],
             registry=r,
         )
-        self.vf_rate = Gauge(
-            "sova_agent_vf_max_rate_bits_per_second",
-            "VF tier: max_tx_rate of the VM's VF (0 = untiered)",
-            ["vm"],
-            registry=r,
+        self.vf_rate = _BitsAsBytes(
+            Gauge(
+                "sova_agent_vf_max_rate_bytes_per_second",
+                "VF tier: max_tx_rate of the VM's VF (0 = untiered)",
+                ["vm"],
+                registry=r,
+            )
         )
         self.io_factor = Gauge(
             "sova_agent_io_factor", "Sova IF of the VM (eq. 1)", ["vm"], registry=r
@@ -92,7 +145,39 @@ class AgentMetrics:
         self.signals = Counter(
             "sova_agent_migration_signals_total", "flagged migration signals applied", registry=r
         )
+        self.guarantee = Gauge(
+            "sova_agent_vm_guarantee_bytes_per_second",
+            "the VM's guaranteed minimum bandwidth (SLA; 0 = best effort)",
+            ["vm"],
+            registry=r,
+        )
+        self.limit = Gauge(
+            "sova_agent_vm_limit_bytes_per_second",
+            "the cap Sova enforces on the VM now (VF max rate or guest limit; 0 = none)",
+            ["vm"],
+            registry=r,
+        )
         self._vms: set[str] = set()
+
+    def export_sla(self, inv: Inventory) -> None:
+        """Guarantee and enforced cap per VM: a cap below the guarantee is a missed one."""
+        for vm, st in inv.vms.items():
+            self.guarantee.labels(vm).set(st.vm.sla.bandwidth.minimum / 8)
+            caps = [
+                c
+                for c in (st.vf_max_bps if st.nic is NicKind.VF else None, st.guest_limit_bps)
+                if c and math.isfinite(c)
+            ]
+            self.limit.labels(vm).set(min(caps) / 8 if caps else 0.0)
+
+    def turns(self) -> float:
+        """Control, poll and bandwidth phases finished so far (the watchdog's progress)."""
+        return sum(
+            s.value
+            for metric in self.loop_duration.collect()
+            for s in metric.samples
+            if s.name.endswith("_count")
+        )
 
     def forget_missing(self, present: set[str]) -> None:
         per_vm = (
@@ -102,6 +187,8 @@ class AgentMetrics:
             self.net_factor,
             self.io_degree,
             self.net_degree,
+            self.guarantee,
+            self.limit,
         )
         for vm in self._vms - present:
             for g in per_vm:
@@ -118,6 +205,7 @@ class ManagerMetrics:
         self, registry: CollectorRegistry | None = None, host_metrics: bool = True
     ) -> None:
         r = self.registry = registry or CollectorRegistry()
+        add_process_and_build_info(r, "manager")
         self.host_metrics = host_metrics
         self.reports = Counter(
             "sova_manager_reports_total",

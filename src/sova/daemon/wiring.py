@@ -87,8 +87,10 @@ def build(
         try:
             from sova.driver.libvirt_driver import LibvirtDriver
         except ImportError as exc:  # pragma: no cover - depends on the host
+            from sova.install import install_hint
+
             raise ConfigError(
-                f"driver: 'libvirt' needs libvirt-python ({exc}); install sova[libvirt]"
+                f"driver: 'libvirt' needs libvirt-python ({exc}); {install_hint('agent')}"
             ) from None
         drv = LibvirtDriver.open(settings.connect or "qemu:///system", read_only=settings.dry_run)
         return Wiring(

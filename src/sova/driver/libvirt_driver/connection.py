@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from sova.driver.base import DriverError
+from sova.install import install_hint
 
 try:
     import libvirt  # type: ignore[import-untyped]
@@ -16,8 +17,8 @@ except ImportError:  # pragma: no cover - exercised only where libvirt-python is
 def require_libvirt() -> Any:
     if libvirt is None:
         raise DriverError(
-            "libvirt-python is not installed: pip install 'sova[libvirt]' "
-            "(needs libvirt-dev and pkg-config to build)"
+            f"libvirt-python is not installed: {install_hint('agent')} "
+            "(builds against libvirt-dev; or use the distribution's python3-libvirt)"
         )
     return libvirt
 

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Build the sova-sriov wheel into DIR from a clean copy of this checkout, so nothing left
+# in an earlier in-tree build/ (e.g. a module since deleted) can end up in the wheel.
+#   scripts/build-wheel.sh DIR [PYTHON]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="$(realpath -m "$1")"
+py="${2:-$root/.venv/bin/python}"
+src="$(mktemp -d)"
+trap 'rm -rf "$src"' EXIT
+tar -C "$root" --exclude=./.git --exclude='./.venv*' --exclude=./build --exclude=./dist \
+  --exclude=./out --exclude='*.egg-info' --exclude=__pycache__ --exclude=.mypy_cache \
+  --exclude=.pytest_cache --exclude=.ruff_cache --exclude=.hypothesis -cf - . | tar -C "$src" -xf -
+mkdir -p "$out"
+"$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$out" "$src" >/dev/null
+ls "$out"/sova_sriov-*.whl

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Operations checks (issue 14), called by .ci/run after the test suite; prints each check's
+# wall time. Tools: scripts/ci-setup-ops.sh (systemd-analyze, promtool, ansible venv).
+#   units      systemd-analyze security <= 2.5 for both units, docs show the shipped unit,
+#              sova(1) current (tests/test_deploy.py)
+#   daemons    Type=notify readiness, watchdog, journald/JSON logs (tests/test_systemd.py)
+#   prometheus promtool check metrics on live scrapes of both daemons, check/test rules,
+#              scrape config (tests/test_observability.py)
+#   ansible    ansible-lint; the role applied twice to a throwaway root (scripts/ci-ansible.sh)
+#   packaging  wheel -> fresh venv per extra (tests/packaging, -m packaging)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SOVA_EXTRAS="${SOVA_EXTRAS:-test}"
+if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libvirt; then
+  SOVA_EXTRAS=test,libvirt
+fi
+source scripts/_venv.sh
+scripts/ci-setup-ops.sh
+
+declare -a summary=()
+step() {
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "== $name" >&2
+  "$@"
+  summary+=("$(printf '%-10s %4ds' "$name" $((SECONDS - t0)))")
+}
+step units .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_deploy.py tests/test_shipped.py
+step daemons .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_systemd.py
+step prometheus .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_observability.py
+step ansible scripts/ci-ansible.sh
+step packaging .venv/bin/python -m pytest -q -p no:cacheprovider -m packaging tests/packaging
+printf 'ops checks passed:\n' >&2
+printf '  %s\n' "${summary[@]}" >&2

@@ -1,0 +1,36 @@
+"""How Sova is installed: the distribution's name and the extra each role needs.
+
+The command and the import package are ``sova``; the distribution on PyPI is
+``sova-sriov`` because ``sova`` there is an unrelated project. Every install hint the
+program prints comes from here, so a rename touches one line.
+"""
+
+from __future__ import annotations
+
+DIST = "sova-sriov"
+
+# Top-level module → the extra that provides it, for "missing dependency" hints.
+EXTRA_OF_MODULE = {
+    "httpx": "agent",
+    "prometheus_client": "agent",
+    "libvirt": "agent",
+    "pyroute2": "agent",
+    "fastapi": "manager",
+    "uvicorn": "manager",
+    "sqlalchemy": "manager",
+    "alembic": "manager",
+    "psycopg": "manager",
+    "numpy": "sim",
+    "matplotlib": "sim",
+}
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs ``extra``, quoted for a POSIX shell."""
+    return f"pip install '{DIST}[{extra}]'"
+
+
+def missing_module_hint(module: str | None) -> str | None:
+    """The install command for a missing top-level module, or None if it is not ours."""
+    extra = EXTRA_OF_MODULE.get((module or "").split(".")[0])
+    return None if extra is None else install_hint(extra)

@@ -1,0 +1,186 @@
+"""The packaging tier. Each role's extra, installed from a locally built wheel into a fresh venv, runs its role.
+
+What a fresh host gets: the agent's install stays small and starts without the simulator;
+the manager serves /healthz; the simulator and the demo run from a directory that is not
+the repository (scenarios come from the wheel). Versions come from constraints.txt, as in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.packaging
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _only_when_selected(request: pytest.FixtureRequest) -> None:
+    # A few minutes and PyPI access: only when asked for (no conftest.py here, whose module
+    # name would shadow tests/libvirt's `from conftest import ...`).
+    if "packaging" not in (request.config.getoption("-m") or ""):
+        pytest.skip("packaging tier: run with -m packaging (scripts/ci-ops.sh)")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_BUDGET_MB = 60
+
+
+def _run(
+    cmd: list[str | Path], cwd: Path, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _site_mb(env_dir: Path) -> float:
+    site = next(env_dir.glob("lib/python3*/site-packages"))
+    return sum(f.stat().st_size for f in site.rglob("*") if f.is_file()) / 1e6
+
+
+@pytest.fixture(scope="module")
+def wheel(_only_when_selected: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    r = _run(["bash", ROOT / "scripts/build-wheel.sh", out, sys.executable], ROOT)
+    assert r.returncode == 0, r.stderr
+    (whl,) = out.glob("sova_sriov-*.whl")
+    return whl
+
+
+def _fresh(tmp: Path, wheel: Path, extras: str) -> tuple[Path, float]:
+    """A venv with ``wheel[extras]``; returns its bin/ and the MB the install added."""
+    env_dir = tmp / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    before = _site_mb(env_dir)
+    r = _run(
+        [
+            env_dir / "bin/python",
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-c",
+            ROOT / "constraints.txt",
+            f"{wheel}[{extras}]",
+        ],
+        tmp,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return env_dir / "bin", _site_mb(env_dir) - before
+
+
+def _libvirt_buildable() -> bool:
+    return (
+        shutil.which("pkg-config") is not None
+        and subprocess.run(["pkg-config", "--exists", "libvirt"], check=False).returncode == 0
+    )
+
+
+def test_agent_extra_is_small_and_starts_without_the_simulator(tmp_path: Path, wheel: Path) -> None:
+    if not _libvirt_buildable():
+        pytest.skip(
+            "libvirt-python needs libvirt-dev and pkg-config to build (ci-setup-libvirt.sh)"
+        )
+    bin_, added = _fresh(tmp_path, wheel, "agent")
+    print(f"[agent] adds {added:.1f} MB to site-packages")
+    assert added < AGENT_BUDGET_MB, f"[agent] adds {added:.1f} MB"
+    r = _run([bin_ / "sova", "agent", "--help"], tmp_path)
+    assert r.returncode == 0 and "--manager-url" in r.stdout, r.stderr
+    r = _run(
+        [bin_ / "python", "-c", "import sova.daemon.agent_daemon, sova.driver.libvirt_driver"],
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    # The agent's install carries no simulator: asking for one says what to install.
+    r = _run([bin_ / "sova", "simulate", "sova-fig5"], tmp_path)
+    assert r.returncode == 2
+    assert "pip install 'sova-sriov[sim]'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_manager_extra_serves(tmp_path: Path, wheel: Path) -> None:
+    import httpx
+
+    bin_, added = _fresh(tmp_path, wheel, "manager")
+    print(f"[manager] adds {added:.1f} MB to site-packages")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            bin_ / "sova",
+            "manager",
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--database-url",
+            f"sqlite:///{tmp_path / 'm.db'}",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
+                break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        assert status == 200, (
+            proc.stdout.read() if proc.poll() is not None and proc.stdout else status
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_sim_extra_runs_shipped_scenarios_and_the_demo_outside_the_repository(
+    tmp_path: Path, wheel: Path
+) -> None:
+    bin_, added = _fresh(tmp_path, wheel, "sim,manager")
+    print(f"[sim,manager] adds {added:.1f} MB to site-packages")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = _run([bin_ / "sova", "scenarios"], elsewhere)
+    assert r.returncode == 0, r.stderr
+    names = {line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith("(")}
+    shipped = {
+        p.relative_to(ROOT / "scenarios").with_suffix("").as_posix()
+        for p in (ROOT / "scenarios").rglob("*.yaml")
+        if p.relative_to(ROOT / "scenarios").parts[0] not in ("profiles", "traces")
+    }
+    assert names == shipped
+    r = _run([bin_ / "sova", "simulate", "trace-replay", "--no-progress", "-o", "tr"], elsewhere)
+    assert r.returncode == 0, r.stderr
+    assert (elsewhere / "tr" / "summary.json").is_file()
+    r = _run([bin_ / "sova", "demo", "--no-live", "-o", "demo"], elsewhere)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (elsewhere / "demo" / "events.csv").is_file()
+
+
+def test_testbed_extra_imports_its_entry_point(tmp_path: Path, wheel: Path) -> None:
+    bin_, added = _fresh(tmp_path, wheel, "testbed")
+    print(f"[testbed] adds {added:.1f} MB to site-packages")
+    r = _run([bin_ / "python", "-c", "import sova.testbed.runner, pyroute2"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = _run([bin_ / "sova", "testbed", "--help"], tmp_path)
+    assert r.returncode == 0, r.stderr

@@ -1,0 +1,77 @@
+"""What ships in deploy/: systemd units hardened and documented as shipped, sova(1) current."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+UNITS = ["sova-agent.service", "sova-manager.service"]
+MAX_EXPOSURE = 2.5
+
+
+def _unit(name: str) -> dict[str, list[str]]:
+    keys: dict[str, list[str]] = {}
+    for line in (ROOT / "deploy" / name).read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            keys.setdefault(k, []).append(v)
+    return keys
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_unit_exposure_is_at_most_2_5(unit: str) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed (scripts/ci-setup-ops.sh installs it)")
+    r = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(ROOT / "deploy" / unit)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert float(m.group(1)) <= MAX_EXPOSURE, r.stdout
+
+
+def test_agent_unit_runs_unprivileged_with_only_net_admin() -> None:
+    u = _unit("sova-agent.service")
+    assert u["User"] != ["root"]
+    assert u["SupplementaryGroups"] == ["libvirt"]
+    assert u["AmbientCapabilities"] == ["CAP_NET_ADMIN"]
+    assert u["CapabilityBoundingSet"] == ["CAP_NET_ADMIN"]
+    # Fits monolithic (libvirtd) and modular (virtqemud) hosts: ordered, never required.
+    assert "Requires" not in u
+    assert {"libvirtd.service", "virtqemud.socket"} <= set(u["After"][0].split())
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_units_are_notify_with_watchdog_and_documented_by_the_shipped_man_page(unit: str) -> None:
+    u = _unit(unit)
+    assert u["Type"] == ["notify"] and u["WatchdogSec"]
+    assert u["Documentation"] == ["man:sova(1)"]
+    assert (ROOT / "deploy/man/sova.1").is_file()
+
+
+def test_deployment_guide_shows_the_shipped_agent_unit() -> None:
+    doc = (ROOT / "docs/deployment.md").read_text()
+    section = doc[doc.index("## 9. systemd unit") :]
+    shown = re.search(r"```ini\n(.*?)```", section, re.S)
+    assert shown, "no ini block in section 9"
+    assert shown.group(1) == (ROOT / "deploy/sova-agent.service").read_text()
+
+
+def test_man_page_matches_the_cli() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import manpages
+    finally:
+        sys.path.pop(0)
+    assert (ROOT / "deploy/man/sova.1").read_text() == manpages.render(), (
+        "deploy/man/sova.1 is stale: run python scripts/manpages.py"
+    )
