@@ -437,7 +437,20 @@ def run_demo(
             final: dict[str, Any] = {}
             with Live(console=console, refresh_per_second=4, transient=False) as lv:
                 while time.monotonic() < deadline:
-                    world, cl = cluster.view()
+                    try:
+                        world, cl = cluster.view()
+                    except httpx.TimeoutException:
+                        # A busy machine can delay the world's answer: skip this frame (the
+                        # processes are checked below, the deadline bounds the wait).
+                        world, cl = {}, None
+                    if not world:
+                        for name, p in cluster.procs.items():
+                            if p.poll() is not None:
+                                raise RuntimeError(
+                                    f"{name} exited with {p.returncode}; see {out}/logs"
+                                )
+                        time.sleep(0.25)
+                        continue
                     final = world
                     if live:
                         lv.update(live_view(world, cl, spec.name))
