@@ -119,8 +119,15 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
         k = max(1, int(round(scn.controller.period / scn.tick)))
         for j, h in enumerate(hosts):
             series = np.array([row[j] for row in st.series_host_net])
+            # edge-padded, so the average does not dip to zero at the run's ends
             smooth = (
-                np.convolve(series, np.ones(k) / k, mode="same") if series.size >= k else series
+                np.convolve(
+                    np.pad(series, (k // 2, k - 1 - k // 2), mode="edge"),
+                    np.ones(k) / k,
+                    mode="valid",
+                )
+                if series.size >= k
+                else series
             )
             colour = writer.HOST_COLOURS[j % len(writer.HOST_COLOURS)]
             ax.plot(t, smooth, lw=1.4, label=f"{h} net", color=colour)
@@ -248,7 +255,9 @@ def _did(scn: Scenario, run: PolicyRun, s: dict[str, Any]) -> list[str]:
         first: dict[str, float] = {}
         for e in attaches:
             first.setdefault(f"{e.vm} on {e.src_host}", e.time_s)
-        moved = ", ".join(f"{k} ({t:.0f} s)" for k, t in first.items())
+        moved = ", ".join(f"{k} ({t:.0f} s)" for k, t in list(first.items())[:10])
+        if len(first) > 10:
+            moved += f" and {len(first) - 10} more"
         lines.append(
             f"- **VFs followed the network-intensive VMs**: {len(attaches)} VF attach(es), "
             f"{s['vf_changes']} VF changes in all. First VF of each holder: {moved}."
