@@ -36,7 +36,7 @@ def jobs() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         out[f"simulate/{path.stem}"] = [*SOVA, "simulate", str(path), "--no-progress", "--out"]
-    out["demo/sova-fig5"] = [*SOVA, "demo", "--no-live", "--out"]
+    out["demo/sova-tour"] = [*SOVA, "demo", "--no-live", "--out"]
     return out
 
 

@@ -121,11 +121,14 @@ def simulate(
             results.append((scn, runs))
     summary = write_outputs(out_dir, results)
     if "policies" in summary:
+        from sova.sim.report import holder_verdict
+
+        specs = {p.name: p for p in points[0].policy_specs}
         for name, s in summary["policies"].items():
             match = s.get("paper_vf_holders_match")
             tag = ""
             if match is not None:
-                tag = "  paper VF holders: " + ("match" if match else "MISMATCH")
+                tag = "  paper VF holders: " + holder_verdict(specs.get(name), match)
             resp = s.get("mean_response_ms")
             extra = f", mean response {resp:.2f} ms" if resp is not None else ""
             typer.echo(

@@ -17,6 +17,7 @@ Processes (all ``sys.executable``, all bound to 127.0.0.1 on free ports)::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -39,7 +40,7 @@ from rich.table import Table
 from sova.agent.registry import vf_policy
 from sova.scenario import PolicySpec, Scenario, ScenarioError, load_scenario
 
-DEFAULT_SCENARIO = Path("scenarios/sova-fig5.yaml")
+DEFAULT_SCENARIO = Path("scenarios/sova-tour.yaml")
 LOOPBACK = "127.0.0.1"
 
 
@@ -93,6 +94,17 @@ def pick_policy(scn: Scenario, name: str | None) -> PolicySpec:
     users = [p for p in specs if vf_policy(p.vf).uses_manager]
     users.sort(key=lambda p: not vf_policy(p.vf).grants_vfs)
     return users[0] if users else specs[-1]
+
+
+def pick_baseline(scn: Scenario, chosen: PolicySpec) -> PolicySpec | None:
+    """What the demo's policy is compared with: the first compared policy that neither
+    grants VFs nor allocates bandwidth nor uses the manager (doing nothing), if any."""
+    for p in scn.policy_specs:
+        vf = vf_policy(p.vf)
+        quiet = not vf.grants_vfs and not vf.uses_manager and p.bandwidth == "none"
+        if quiet and p.name != chosen.name:
+            return p
+    return None
 
 
 def manager_toml(scn: Scenario, tokens: dict[str, str], db: Path, port: int) -> str:
@@ -282,10 +294,11 @@ class Cluster:
                 return out
             after = page["next_after"]
 
-    def finish(self) -> None:
-        r = httpx.post(
-            self.world_url + "/v1/world/finish", json={"decisions": self.decisions()}, timeout=60.0
-        )
+    def finish(self, baseline: str | None = None) -> None:
+        body: dict[str, Any] = {"decisions": self.decisions()}
+        if baseline is not None:
+            body["baseline"] = baseline  # simulated by the world, in-process, for the report
+        r = httpx.post(self.world_url + "/v1/world/finish", json=body, timeout=300.0)
         r.raise_for_status()
 
 
@@ -300,25 +313,64 @@ def render(world: dict[str, Any], cluster: dict[str, Any] | None, policy: str) -
         title=f"sova demo [{policy}]  t = {world['now']:.0f} / {world['until']:.0f} s"
         + ("  (done)" if world["done"] else ""),
     )
-    for col in ("host", "cpu", "mem", "net", "hotspot", "VMs (* = VF, > = migrating)"):
+    for col in ("host", "link use", "cpu", "hotspot", "VFs", "VMs (* = on a VF, > = migrating)"):
         t.add_column(col)
+    link = world.get("link", {})
     for h, info in world["hosts"].items():
         u = util.get(h)
         vms = " ".join(
-            ("*" if v["nic"] == "vf" else "") + n + (">" if v["migrating"] else "")
+            ("[bold cyan]*" + n + "[/]" if v["nic"] == "vf" else n)
+            + (">" if v["migrating"] else "")
             for n, v in info["vms"].items()
         )
+        used = sum(1 for v in info["vms"].values() if v["nic"] == "vf")
         t.add_row(
             h,
-            *(f"{x:.2f}" for x in u) if u else ("-", "-", "-"),
+            f"{link[h]:.0%}" if h in link else "-",
+            f"{u[0]:.2f}" if u else "-",
             "[red]HOT[/]" if hot.get(h) else "",
+            f"{used}/{info.get('vf_pool', '?')}",
             vms,
         )
     return t
 
 
+def guarantees_table(world: dict[str, Any]) -> Table:
+    t = Table(title="SLA guarantees (rate over the last period; held = share of the time so far)")
+    for col in ("VM", "guarantee", "rate now", "held"):
+        t.add_column(col)
+    for vm, g in world.get("guarantees", {}).items():
+        held = g["held"]
+        ok = held is not None and held >= 0.9
+        t.add_row(
+            vm,
+            f"{g['guarantee_mbps'] / 1000:.1f} Gbit/s",
+            f"{g['rate_mbps'] / 1000:.2f} Gbit/s",
+            "-" if held is None else f"[{'green' if ok else 'red'}]{held:.0%}[/]",
+        )
+    return t
+
+
+def migrations_table(world: dict[str, Any], cluster: dict[str, Any] | None) -> Table:
+    t = Table(title="migrations (done, and leases in flight)")
+    for col in ("t (s)", "VM", "from", "to", "downtime", "copied"):
+        t.add_column(col)
+    for m in world.get("migrations", []):
+        t.add_row(
+            f"{m['start_s']:.0f}",
+            m["vm"],
+            m["src"],
+            m["dst"],
+            f"{m['downtime_ms']:.0f} ms",
+            f"{m['copied_mib']:.0f} MiB",
+        )
+    for lease in (cluster or {}).get("leases", []):
+        t.add_row(f"{lease['since_s']:.0f}", lease["vm"], lease["src"], lease["dst"], "...", "")
+    return t
+
+
 def events_table(world: dict[str, Any]) -> Table:
-    t = Table(title="recent events")
+    t = Table(title="recent VF and migration events")
     for col in ("t (s)", "event", "VM", "host", "to"):
         t.add_column(col)
     for e in world.get("recent_events", [])[-8:]:
@@ -333,6 +385,22 @@ def leases_table(cluster: dict[str, Any] | None) -> Table:
     for lease in (cluster or {}).get("leases", []):
         t.add_row(lease["vm"], lease["src"], lease["dst"], f"{lease['since_s']:.0f} s")
     return t
+
+
+def live_view(world: dict[str, Any], cluster: dict[str, Any] | None, policy: str) -> Group:
+    return Group(
+        render(world, cluster, policy),
+        guarantees_table(world),
+        migrations_table(world, cluster),
+        events_table(world),
+    )
+
+
+def headline(summary: dict[str, Any]) -> list[str]:
+    """The demo's last words: what the policy did and what it bought over the baseline."""
+    from sova.sim.report import compare_lines
+
+    return compare_lines(summary)
 
 
 @contextlib.contextmanager
@@ -352,8 +420,13 @@ def run_demo(
     live: bool = True,
     timeout_s: float = 600.0,
     console: Console | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
-    """Run the demo to the scenario's end; returns the world's final view."""
+    """Run the demo to the scenario's end; returns the world's final view.
+
+    With ``baseline`` (a compared policy), the world also simulates it in-process at the
+    end, and the files compare the two.
+    """
     console = console or Console(stderr=True)
     scn = load_scenario(scenario)
     spec = pick_policy(scn, policy)
@@ -364,14 +437,23 @@ def run_demo(
             final: dict[str, Any] = {}
             with Live(console=console, refresh_per_second=4, transient=False) as lv:
                 while time.monotonic() < deadline:
-                    world, cl = cluster.view()
+                    try:
+                        world, cl = cluster.view()
+                    except httpx.TimeoutException:
+                        # A busy machine can delay the world's answer: skip this frame (the
+                        # processes are checked below, the deadline bounds the wait).
+                        world, cl = {}, None
+                    if not world:
+                        for name, p in cluster.procs.items():
+                            if p.poll() is not None:
+                                raise RuntimeError(
+                                    f"{name} exited with {p.returncode}; see {out}/logs"
+                                )
+                        time.sleep(0.25)
+                        continue
                     final = world
                     if live:
-                        lv.update(
-                            Group(
-                                render(world, cl, spec.name), leases_table(cl), events_table(world)
-                            )
-                        )
+                        lv.update(live_view(world, cl, spec.name))
                     if world["done"]:
                         break
                     for name, p in cluster.procs.items():
@@ -380,13 +462,13 @@ def run_demo(
                     time.sleep(0.25)
                 else:
                     raise RuntimeError(f"the demo did not finish within {timeout_s:.0f} s")
-            cluster.finish()
+            cluster.finish(baseline)
     return final
 
 
 def demo(
     scenario: Annotated[
-        Path, typer.Argument(help="Scenario YAML [default: scenarios/sova-fig5.yaml].")
+        Path, typer.Argument(help="Scenario YAML [default: scenarios/sova-tour.yaml].")
     ] = DEFAULT_SCENARIO,
     out: Annotated[
         Path | None,  # noqa: UP007 - typer needs Optional here
@@ -401,6 +483,13 @@ def demo(
         typer.Option("--speed", help="Max simulated seconds per real second [default: no limit]."),
     ] = None,
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,
+    baseline: Annotated[
+        bool,
+        typer.Option(
+            help="Also simulate the scenario's do-nothing policy (in-process, same seed) "
+            "and compare with it in the report."
+        ),
+    ] = True,
 ) -> None:
     """Run a scenario through the real daemons: a world, the manager and one agent per host.
 
@@ -419,12 +508,18 @@ def demo(
         raise typer.Exit(2) from None
     out_dir = out or Path("out") / f"demo-{scn.name}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    final = run_demo(scenario, out_dir, spec.name, speed, live)
+    base = pick_baseline(scn, spec) if baseline else None
+    final = run_demo(
+        scenario, out_dir, spec.name, speed, live, baseline=base.name if base else None
+    )
     events = out_dir / "events.csv"
     migrations = [line for line in events.read_text().splitlines()[1:] if ",migrate_end," in line]
     typer.echo(f"{len(migrations)} migration(s); VM placement at the end:")
     for h, info in final.get("hosts", {}).items():
         typer.echo(f"  {h}: {', '.join(info['vms']) or '-'}")
+    summary = json.loads((out_dir / "summary.json").read_text())
+    for line in headline(summary):
+        typer.echo(line)
     if final.get("violation_count"):
         typer.echo(f"INVARIANT VIOLATIONS: {final['violation_count']} (see world-check.json)")
     typer.echo(f"report: {out_dir / 'report.md'}")

@@ -108,6 +108,19 @@ class HolderPanel:
     title: str
     spans: Mapping[str, Sequence[tuple[float, float]]]  # VM -> (start_s, width_s) on a VF
     marks: Sequence[float] = ()  # times worth a vertical line (phase changes, VF switches)
+    # VM -> the host of each span (same order): bars are coloured by host, so a VF holder
+    # that migrated shows on which host it held a VF
+    hosts: Mapping[str, Sequence[str]] | None = None
+
+
+# Orange is the expected holders' colour: hosts get the others.
+HOST_COLOURS = ("tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:cyan", "tab:olive")
+
+Plotted = dict[str, int]  # series label -> points (or bars) drawn: what a PNG shows
+
+
+def holder_count(panels: Sequence[HolderPanel]) -> int:
+    return sum(len(v) for p in panels for v in p.spans.values())
 
 
 def plot_vf_holders(
@@ -118,10 +131,14 @@ def plot_vf_holders(
     expected: Sequence[tuple[Sequence[str], float, float]] = (),
     title: str,
     minutes: bool = False,
-) -> None:
+) -> Plotted:
     """VF holders over time, one panel per run, the expected holders (vms, start, end) in
-    orange beside them."""
+    orange beside them. Returns the bars drawn per panel (the caller leaves out a plot
+    with none: an empty plot says nothing)."""
     unit = 60.0 if minutes else 1.0
+    plotted: Plotted = {}
+    all_hosts = sorted({h for p in panels for v in (p.hosts or {}).values() for h in v})
+    colour = {h: HOST_COLOURS[i % len(HOST_COLOURS)] for i, h in enumerate(all_hosts)}
     fig, axes = plt.subplots(
         len(panels),
         1,
@@ -130,10 +147,19 @@ def plot_vf_holders(
         sharex=True,
     )
     for ax, panel in zip(axes[:, 0], panels, strict=True):
+        drawn = 0
         for i, vm in enumerate(vms):
             bars = [(s / unit, w / unit) for s, w in panel.spans.get(vm, [])]
-            if bars:
+            if not bars:
+                continue
+            drawn += len(bars)
+            where = (panel.hosts or {}).get(vm)
+            if where:
+                colors = [colour[h] for h in where]
+                ax.broken_barh(bars, (i - 0.35, 0.7), color=colors)
+            else:
                 ax.broken_barh(bars, (i - 0.35, 0.7), color="tab:blue")
+        plotted[panel.title] = drawn
         for holders, start, end in expected:
             for vm in holders:
                 if vm in vms:
@@ -147,7 +173,25 @@ def plot_vf_holders(
         ax.set_title(panel.title, fontsize=10, loc="left")
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("time (min)" if minutes else "time (s)")
+    if len(all_hosts) > 1:
+        from matplotlib.patches import Patch
+
+        axes[0, 0].legend(
+            handles=[Patch(color=colour[h], label=f"VF on {h}") for h in all_hosts],
+            fontsize=7,
+            ncol=len(all_hosts),
+            loc="upper right",
+        )
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=90, metadata=PNG_META)
     plt.close(fig)
+    return plotted
+
+
+def write_plot_index(out: Path, plots: Mapping[str, Plotted]) -> None:
+    """``plots.json``: every PNG of a report and the series it draws with their point
+    counts, so a check (and a reader) can tell a plot with content from an empty frame."""
+    (out / "plots.json").write_text(
+        json.dumps({k: dict(v) for k, v in sorted(plots.items())}, indent=1, sort_keys=True) + "\n"
+    )

@@ -23,6 +23,7 @@ Two more loops share the executor:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -42,7 +43,7 @@ from sova.model import (
     SetGuestRateLimit,
     SetVFRate,
 )
-from sova.policy.bandwidth import FlowDemand
+from sova.policy.bandwidth import FlowDemand, SovaAllocator
 from sova.policy.hotspot import HostReport, Utilisation, VMLoad
 from sova.policy.operation import Migration, Operation, algorithm1
 from sova.policy.sensing import (
@@ -361,9 +362,18 @@ class HostAgent:
                 FlowDemand(vm, min(demand, capacity), state.vm.sla, pkt, state.vm.created_seq)
             )
         alloc = self.allocator.allocate(capacity, demands)
+        extra = 0.0
+        if isinstance(self.allocator, SovaAllocator) and alloc:
+            # Work conservation: an allocation is a VM's fair share of what was measured, and
+            # a cap at exactly that would hold a bursty VM (requests) at its mean rate and
+            # queue it while the link idles. Capacity nobody is allocated is spread over the
+            # caps, which then add up to the link, so no allocation (no guarantee) is eaten
+            # into. The published baselines (DBA-VM, DAQS, static caps) keep their own caps.
+            spare = capacity - math.fsum(a.rate_bps for a in alloc.values())
+            extra = max(0.0, spare) / len(alloc)
         actions: list[Action] = []
         for vm, a in sorted(alloc.items()):
-            rate: float | None = a.rate_bps
+            rate: float | None = a.rate_bps + extra
             if rate is not None and self.config.probe > 0:
                 # An idle VM allocated ~0 would be capped at ~0 and could never show that
                 # it wants to send (a VM below its cap is not probed): keep a probing floor.

@@ -49,6 +49,9 @@ class VFPolicy:
     name: ClassVar[str]
     uses_manager: ClassVar[bool] = False
     grants_vfs: ClassVar[bool] = True
+    # It picks holders from measured load: a paper's published holders are its yardstick
+    # (a baseline that never moves VFs is not "mismatching" them, it is the baseline).
+    follows_load: ClassVar[bool] = False
 
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         raise NotImplementedError
@@ -87,6 +90,7 @@ class DsrIov(VFPolicy):
     """``dsr-iov``: the DSR-IOV scheduler (:func:`sova.policy.vfsched.schedule`) each period."""
 
     name = "dsr-iov"
+    follows_load = True
 
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         actual = ctx.actual

@@ -93,10 +93,7 @@ def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
         "vf_changes": len(changes),
         "failed_actions": len(failures),
         "migrations": sum(1 for e in run.events if e.event == "migrate_end"),
-        "migration_log": [
-            {k: (round(v, 3) if isinstance(v, float) else v) for k, v in m.items()}
-            for m in eng.migration_log
-        ],
+        "migration_log": migrations(eng),
         "files_done": len(files),
         "mean_transfer_s": round(sum(files) / len(files), 3) if files else None,
         "periods": len({r.time_s for r in run.timeline}),
@@ -121,6 +118,41 @@ def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
         summary["paper_vf_holders"] = matches
         summary["paper_vf_holders_match"] = all(m["match"] for m in matches)
     return summary
+
+
+def migrations(eng: Any) -> list[dict[str, Any]]:
+    """The run's migrations, rounded as summary.json has them."""
+    return [
+        {k: (round(v, 3) if isinstance(v, float) else v) for k, v in m.items()}
+        for m in eng.migration_log
+    ]
+
+
+def live_figures(run: PolicyRun, eng: Any, scn: Scenario | None) -> dict[str, Any]:
+    """A running world's figures for a live view: link use per host and each guaranteed
+    VM's rate over the last control period, how often its guarantee held so far, and the
+    migrations so far."""
+    st = run.stats
+    if not st.series_t:
+        return {}
+    k = 10
+    if scn is not None:
+        k = max(1, int(round(scn.controller.period / scn.tick)))
+    net = st.series_host_net[-k:]
+    link = {h: sum(row[j] for row in net) / len(net) for j, h in enumerate(eng.host_names)}
+    tx = st.series_vm_tx[-k:]
+    guarantees = {}
+    for i, vm in enumerate(eng.vm_names):
+        g = float(eng.vms[i].sla.bandwidth.minimum)
+        if g <= 0:
+            continue
+        n = float(st.guar_intervals[i])
+        guarantees[vm] = {
+            "guarantee_mbps": g / 1e6,
+            "rate_mbps": sum(row[i] for row in tx) / len(tx),
+            "held": float(st.guar_met[i]) / n if n else None,
+        }
+    return {"link": link, "guarantees": guarantees, "migrations": migrations(eng)}
 
 
 def build_summary(scn: Scenario, runs: Sequence[PolicyRun]) -> dict[str, Any]:

@@ -228,6 +228,7 @@ class WorldService:
                 },
             }
         return {
+            **live_figures(self.world),
             "now": self.world.now,
             "until": self.until_s,
             "done": self.done,
@@ -250,6 +251,19 @@ class WorldService:
             "violations": self.violations[:50],
             "violation_count": len(self.violations),
         }
+
+
+def live_figures(world: Any) -> dict[str, Any]:
+    """What the demo's live view shows beside the placement: each host's link use and each
+    guaranteed VM's rate and how often its guarantee held so far, from the world's own
+    per-tick statistics (a stub world without them shows none)."""
+    from sova.sim.output import live_figures as figures
+
+    run = getattr(world, "run", None)
+    eng = getattr(world, "engine", None)
+    if run is None or eng is None or not hasattr(run, "stats"):
+        return {}
+    return figures(run, eng, getattr(world, "scn", None))
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -374,7 +388,7 @@ def create_world_app(
         body = await request.json()
         if out_dir is None or scn is None:
             return err(409, "this world was started without an output directory")
-        path = write_run(svc, scn, out_dir, body.get("decisions", []))
+        path = write_run(svc, scn, out_dir, body.get("decisions", []), body.get("baseline"))
         return JSONResponse({"out": str(path)})
 
     routes = [
@@ -436,9 +450,17 @@ def hotspot_events(decisions: list[dict[str, Any]], policy: str) -> list[Any]:
 
 
 def write_run(
-    svc: WorldService, scn: Scenario, out_dir: Path, decisions: list[dict[str, Any]]
+    svc: WorldService,
+    scn: Scenario,
+    out_dir: Path,
+    decisions: list[dict[str, Any]],
+    baseline: str | None = None,
 ) -> Path:
+    """The run's files; with ``baseline`` (a compared policy's name), that policy is also
+    simulated here, same scenario and seed, so the report can say what the daemons' policy
+    bought over it."""
     from sova.sim.output import write_outputs
+    from sova.sim.runner import run_policy
 
     run = svc.world.run
     run.events.extend(hotspot_events(decisions, svc.policy))
@@ -450,7 +472,10 @@ def write_run(
         {k: d[k] for k in ("time_s", "host", "flag", "target", "vm", "reason")} for d in decisions
     ]
     run.engine = svc.world.engine
-    write_outputs(out_dir, [(scn, [run])])
+    runs = [run]
+    if baseline is not None and baseline != svc.policy:
+        runs.insert(0, run_policy(scn, baseline))
+    write_outputs(out_dir, [(scn, runs)])
     (out_dir / "world-check.json").write_text(
         json.dumps({"violations": svc.violations, "ticks": svc.ticks}, indent=2) + "\n"
     )
