@@ -37,37 +37,79 @@ def run(scn: TestbedScenario, prefix: str, tmp_path: Path, **kw: Any) -> dict[st
 
 
 def per_second(tmp_path: Path, label: str, vm: str) -> list[float]:
+    return [v for _, v in timed(tmp_path, label, vm)]
+
+
+def timed(tmp_path: Path, label: str, vm: str) -> list[tuple[float, float]]:
+    """(end of the 1-second interval, Mbit/s the sink received from ``vm``) under ``label``."""
     rows = (tmp_path / "out" / "testbed.csv").read_text().splitlines()
     head = rows[0].split(",")
-    i_pol, i_vm, i_got = head.index("policy"), head.index("vm"), head.index("delivered_mbps")
+    i_pol, i_vm, i_t = head.index("policy"), head.index("vm"), head.index("time_s")
+    i_got = head.index("delivered_mbps")
     return [
-        float(c[i_got])
+        (float(c[i_t]), float(c[i_got]))
         for c in (r.split(",") for r in rows[1:])
         if c[i_pol] == label and c[i_vm] == vm
     ]
 
 
+def idle_phase_mbps(tmp_path: Path, label: str, start: float, vms: tuple[str, ...]) -> float:
+    """Mean total delivered over the intervals that end after ``start``."""
+    totals: dict[float, float] = {}
+    for vm in vms:
+        for t, v in timed(tmp_path, label, vm):
+            if t > start:
+                totals[t] = totals.get(t, 0.0) + v
+    assert totals, f"{label}: no interval after {start} s"
+    return sum(totals.values()) / len(totals)
+
+
 def test_daqs_fig3_sova_holds_37_5_percent_at_full_utilisation(prefix: str, tmp_path: Path) -> None:
+    """DAQS Fig. 3 at g = 37.5 %: 25 s with the guarantee VM sending, then 10 s idle.
+
+    SPREAD
+    """
     scn = load_testbed_scenario(SCENARIOS / "daqs-fig3.yaml")
-    # 30 one-second intervals: the 95 % bar then tolerates one bad second (29/30 = 96.7 %);
-    # with 20 a single second of TCP ramp-up would already fail it.
-    scn = scn.model_copy(
-        update={"duration": 30.0, "variants": [v for v in scn.variants if v.name == "g37"]}
-    )
+    scn = scn.model_copy(update={"variants": [v for v in scn.variants if v.name == "g37"]})
+    guar_stop = next(f.stop for f in scn.traffic if f.vm == "guar")
+    assert guar_stop is not None and scn.duration - guar_stop >= 10
     pol = run(scn, prefix, tmp_path)["policies"]
     sova, none, ip, daqs = (pol[f"{p}@g37"] for p in ("sova", "none", "ip-link-static", "daqs"))
+    # Two seconds for Sova to learn the guarantee VM left its reservation unused.
+    idle_from = guar_stop + 2.0
+    ip_idle = idle_phase_mbps(tmp_path, "ip-link-static@g37", idle_from, ("guar", "be"))
+    sova_idle = idle_phase_mbps(tmp_path, "sova@g37", idle_from, ("guar", "be"))
+    daqs_guar = [v for t, v in timed(tmp_path, "daqs@g37", "guar") if t <= guar_stop]
+    print(
+        "FIGURES fig3",
+        json.dumps(
+            {
+                "sova_held": sova["guarantee_held_fraction"],
+                "sova_vs_baseline": sova["vs_baseline"],
+                "sova_idle_mbps": sova_idle,
+                "none_held": none["guarantee_held_fraction"],
+                "none_guar_mbps": none["per_vm"]["guar"]["throughput_mbps"],
+                "ip_idle_mbps": ip_idle,
+                "ip_vs_baseline": ip["vs_baseline"],
+                "daqs_held": daqs["guarantee_held_fraction"],
+                "daqs_tail_mbps": sum(daqs_guar[-5:]) / 5,
+                "daqs_vs_baseline": daqs["vs_baseline"],
+            }
+        ),
+    )
 
     assert sova["guarantee_held_fraction"] >= 0.95
     assert sova["vs_baseline"] >= 0.95
     # Without control the one stream gets about a sixth of the port: far below 37.5 %.
     assert none["guarantee_held_fraction"] <= 0.1
     assert none["per_vm"]["guar"]["throughput_mbps"] < 250
-    # ip-link with the natural cap (link - guarantee) misses it or wastes the link.
-    assert ip["guarantee_held_fraction"] < 0.95 or ip["vs_baseline"] < 0.9
+    # ip-link's weakness: the cap (link - guarantee) stays when the guarantee VM goes idle,
+    # and the link it reserved is wasted; Sova hands it to the best-effort VM.
+    assert ip_idle < 0.75 * 1000
+    assert sova_idle > 0.9 * 1000
     # DAQS gets there by 0.75 % steps every 200 ms: it misses at first, then holds.
     assert daqs["guarantee_held_fraction"] < sova["guarantee_held_fraction"]
-    tail = per_second(tmp_path, "daqs@g37", "guar")[-5:]
-    assert sum(tail) / len(tail) >= 0.95 * 375
+    assert sum(daqs_guar[-5:]) / 5 >= 0.95 * 375
     assert daqs["vs_baseline"] >= 0.9
 
 
@@ -97,6 +139,18 @@ def test_daqs_fig4_sova_holds_the_guarantee_as_best_effort_vms_join(
             strict=True,
         )
     ]
+    print(
+        "FIGURES fig4",
+        json.dumps(
+            {
+                "sova_held": sova["guarantee_held_fraction"],
+                "sova_vs_baseline": sova["vs_baseline"],
+                "none_held": none["guarantee_held_fraction"],
+                "ip_min_total_one_newcomer": min(ip_total[5:13]),
+                "ip_min_guar_three": min(ip_guar[-5:]),
+            }
+        ),
+    )
     assert min(ip_total[5:13]) < 0.85 * 1000  # one newcomer: the link is under-used
     assert min(ip_guar[-5:]) < 0.98 * 250  # three: the guarantee is broken
 
@@ -108,6 +162,18 @@ def test_vf_scheduling_moves_vfs_to_network_bound_vms_without_breaks(
     summary = run(scn, prefix, tmp_path, only=["dsr-iov"])
     m = summary["policies"]["dsr-iov"]
     checks = summary["acceptance"]["checks"]
+    print(
+        "FIGURES vf",
+        json.dumps(
+            {
+                "vf_changes": m["vf_changes"],
+                "failed_actions": m["failed_actions"],
+                "max_ping_gap_s": m["max_ping_gap_s"],
+                "max_tcp_gap_s": m["max_tcp_gap_s"],
+                "checks_hold": all(c["holds"] for c in checks),
+            }
+        ),
+    )
     assert checks and all(c["holds"] for c in checks), checks
     assert m["vf_changes"] >= 6  # 2 attaches, then 2 detaches and 2 attaches
     assert m["failed_actions"] == 0
