@@ -208,16 +208,21 @@ class RealTrafficAllocator:
         per cent less (a one-stream TCP sender behind a busy port refills its cap slowly).
         An integral controller on the measured rate closes that gap: each period it is held
         below its minimum, half the shortfall is added (at most 15 % of the minimum); once
-        it delivers more than its minimum the extra decays.
+        it delivers more than its minimum the extra decays, and an idle VM has none.
         """
         if g <= 0:
             return g
         boost = self._boost.get(vm, 0.0)
         cap = self.limits.get(vm)
         at_minimum = cap is not None and cap >= 0.99 * g
-        if held and at_minimum and rate < g * (1 - 0.01):
+        if rate < self.active_bps:
+            # Idle: nothing to deliver. A remnant of the extra would make the allocation
+            # reserve its whole minimum again (the extra raises the minimum and the demand
+            # together), wasting the link the VM left: measured, 39 % of it for 10 s.
+            boost = 0.0
+        elif held and at_minimum and rate < g * (1 - 0.01):
             boost = min(0.15 * g, boost + 0.5 * (g - rate))
-        elif rate > g * 1.01 or rate < self.active_bps:
+        elif rate > g * 1.01:
             boost *= 0.8
         self._boost[vm] = boost
         return g + boost
