@@ -64,8 +64,8 @@ class _Strict(BaseModel):
 
 class NICSpec(_Strict):
     name: str = "pf0"
-    capacity: Rate = Field(description="PF line rate")
-    vf_pool: int = Field(ge=0, description="VFs Sova may hand out")
+    capacity: Rate = Field(gt=0, description="PF line rate")
+    vf_pool: int = Field(ge=0, le=4096, description="VFs Sova may hand out")
     tiers: list[Rate] = Field(default_factory=list, description="VF max rates, eq. 7")
     min_rate_supported: bool = False
 
@@ -81,8 +81,8 @@ class NICSpec(_Strict):
 
 class HostSpec(_Strict):
     name: str
-    cores: int = Field(gt=0)
-    memory: Size
+    cores: int = Field(gt=0, le=4096)
+    memory: Size = Field(gt=0)
     nic: NICSpec
     vms: list[str] = Field(default_factory=list)
     # A driver domain (Xen IDD) pinned to its own cores runs the virtio/netback backend;
@@ -96,7 +96,7 @@ class SLASpec(_Strict):
     max: Rate | None = None
     max_pps: float | None = Field(default=None, ge=0)
     priority: int = 0
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, ge=1e-6, le=1e6)
 
     @model_validator(mode="after")
     def _ordered(self) -> SLASpec:
@@ -107,8 +107,8 @@ class SLASpec(_Strict):
 
 class VMSpec(_Strict):
     name: str
-    vcpus: int = Field(default=1, gt=0)
-    memory: Size = 512 * 1024 * 1024
+    vcpus: int = Field(default=1, gt=0, le=4096)
+    memory: Size = Field(default=512 * 1024 * 1024, gt=0)
     sla: SLASpec = Field(default_factory=SLASpec)
     failover_ready: bool = True
     # Device-level ingress QoS (chapter §7): incoming requests above this bit rate are
@@ -294,7 +294,7 @@ class ProfileSpec(_Strict):
     dirty_rate: Rate = 200e6  # bit/s of pages dirtied by an idle-ish guest
     dirty_per_tx: float = Field(default=0.05, ge=0)  # extra dirtying per bit sent
     max_downtime: Duration = 0.03
-    max_rounds: int = Field(default=30, ge=1)
+    max_rounds: int = Field(default=30, ge=1, le=1000)
     migration_setup: Duration = 1.0
     migration_failure_rate: Fraction = 0.0
     cycle_min: Duration = 4.0
@@ -358,8 +358,8 @@ class VMGroup(_Strict):
     count: int = Field(ge=0, le=100_000)
     start: int = Field(default=1, ge=0)
     hosts: list[str] = Field(min_length=1)
-    vcpus: int = Field(default=1, gt=0)
-    memory: Size = 512 * 1024 * 1024
+    vcpus: int = Field(default=1, gt=0, le=4096)
+    memory: Size = Field(default=512 * 1024 * 1024, gt=0)
     sla: SLASpec = Field(default_factory=SLASpec)
     workload: Workload | None = None
 
@@ -706,10 +706,12 @@ def _resolve_traces(data: Any, path: Path) -> Any:
     if not isinstance(data, dict):
         return data
     workloads: list[tuple[str, Any]] = []
-    for i, phase in enumerate(data.get("workload") or []):
+    phases, groups = data.get("workload"), data.get("vm_groups")
+    # Anything but lists is left for validation to report with its field path.
+    for i, phase in enumerate(phases if isinstance(phases, list) else []):
         if isinstance(phase, dict) and isinstance(phase.get("vms"), dict):
             workloads.extend((f"workload[{i}].vms.{vm}", w) for vm, w in phase["vms"].items())
-    for i, group in enumerate(data.get("vm_groups") or []):
+    for i, group in enumerate(groups if isinstance(groups, list) else []):
         if isinstance(group, dict):
             workloads.append((f"vm_groups[{i}].workload", group.get("workload")))
     base = os.path.normpath(os.path.abspath(path.parent))
@@ -750,7 +752,8 @@ def load_sweep(path: str | Path) -> list[Scenario]:
             point_text = point_text.replace("${" + key + "}", str(sub))
         x = subs[sweep.variable]
         point = _resolve_traces(_resolve_profile(_yaml(point_text, str(p)), p), p)
-        point["sweep_value"] = x
+        if isinstance(point, dict):
+            point["sweep_value"] = x
         out.append(parse_scenario(point, f"{p} ({sweep.variable}={x})"))
     return out
 

@@ -133,10 +133,23 @@ def testbed_session_lock() -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+# Niceness the testbed runs at (the test process and every iperf3, relay and tc it starts).
+# Its figures measure the mechanisms, not how the kernel shares 2 cores with whatever else
+# the machine runs: measured with a busy-loop on one core and other sessions' tests on the
+# other (load average 14-18), the runner's loop fell seconds behind at niceness 0 and its
+# 1-second intervals no longer described the traffic (docs/testbed.md).
+NICENESS = -10
+
+
 @pytest.fixture
 def prefix(testbed_ok: None, testbed_session_lock: None) -> Iterator[str]:
     from sova.testbed.topology import teardown
 
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, NICENESS)  # root: the tests need it anyway
     teardown(PREFIX)
-    yield PREFIX
-    teardown(PREFIX)
+    try:
+        yield PREFIX
+    finally:
+        teardown(PREFIX)
+        os.setpriority(os.PRIO_PROCESS, 0, before)
