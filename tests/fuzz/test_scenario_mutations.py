@@ -37,7 +37,7 @@ from sova.sim.runner import run_policy
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 FIELDS = set(Scenario.model_fields)
-DEFAULT_EXAMPLES = 4
+DEFAULT_EXAMPLES = 10
 FULL_EXAMPLES = 500
 SIM_SECONDS = 60.0
 # A 60-s run of any shipped scenario takes < 2 s here; a mutation may make it much bigger
@@ -216,3 +216,30 @@ def test_mutated_scenarios_are_refused_or_run(folder: Path, source: Path) -> Non
 @pytest.mark.parametrize("source", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_500_mutations_per_scenario(folder: Path, source: Path) -> None:
     _run(folder, source, FULL_EXAMPLES, derandomize=False)
+
+
+# Mutations the random tier found (or the issue lists) that the code before the fix
+# answered with a traceback, a hang or a simulation that crashed after validate passed.
+FOUND: list[tuple[str, Path_, Any]] = [
+    ("sova-fig5", ("hosts", 2, "nic", "vf_pool"), 10**20),  # simulate hung
+    ("sova-fig5", ("vms", 2, "memory"), 0),  # simulate raised
+    ("native-vs-driver-domain", ("workload",), 1.5),  # validate raised TypeError
+    ("sova-fig5", ("duration",), 1e12),
+    ("sova-fig5", ("tick",), 1e-9),
+    ("sova-fig5", ("seed",), -5),
+    ("sova-fig5", ("hosts", 0, "memory"), 0),
+    ("sova-fig5", ("hosts", 0, "nic", "capacity"), 0),
+    ("sova-fig5", ("vms", 0, "sla", "weight"), float("inf")),
+    ("sova-fig5", ("profile",), "../../../../etc/passwd"),
+]
+
+
+@pytest.mark.parametrize(("name", "where", "value"), FOUND, ids=[f"{n}:{w}" for n, w, _ in FOUND])
+def test_found_mutations(folder: Path, name: str, where: Path_, value: Any) -> None:
+    source = ROOT / "scenarios" / f"{name}.yaml"
+    data: dict[str, Any] = yaml.safe_load(source.read_text())
+    node: Any = data
+    for key in where[:-1]:
+        node = node[key] if isinstance(key, int) else node.setdefault(key, {})
+    node[where[-1]] = value
+    check(folder, source, data, where, "replace")
