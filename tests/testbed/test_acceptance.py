@@ -68,22 +68,22 @@ def idle_phase_mbps(tmp_path: Path, label: str, start: float, vms: tuple[str, ..
 def test_daqs_fig3_sova_holds_37_5_percent_at_full_utilisation(prefix: str, tmp_path: Path) -> None:
     """DAQS Fig. 3 at g = 37.5 %: 25 s with the guarantee VM sending, then 10 s idle.
 
-    Spread over 6 runs, min / median / max, with a busy-loop keeping one core busy AND
+    Spread over 10 runs, min / median / max, with a busy-loop keeping one core busy AND
     six other sessions' builds and tests on this 2-core machine (load average 14-18;
     the testbed runs at niceness -10, see conftest.py). On a machine with only the
     busy-loop the figures should be no worse, so the bars are conservative.
 
-    Sova held (bar >= 0.75): 0.833 / 0.958 / 1.000
-    Sova vs baseline (bar >= 0.85): 0.883 / 0.939 / 0.960
-    Sova Mbit/s, guarantee VM idle (bar > 780): 837 / 960 / 986
-    ip-link Mbit/s, guarantee VM idle (bar < 700): 581 / 607 / 622
-    none Mbit/s, guarantee VM idle (no bar): 943 / 985 / 989
+    Sova held (bar >= 0.75): 0.833 / 0.979 / 1.000
+    Sova vs baseline (bar >= 0.85): 0.883 / 0.942 / 0.969
+    Sova Mbit/s, guarantee VM idle (bar > 780): 837 / 965 / 986
+    ip-link Mbit/s, guarantee VM idle (bar < 700): 581 / 609 / 622
+    none Mbit/s, guarantee VM idle (no bar): 943 / 988 / 993
     none held (bar <= 0.1): 0.000 / 0.000 / 0.000
-    none guarantee VM Mbit/s (bar < 250): 117 / 122 / 127
-    ip-link held (no bar: a coin flip): 0.667 / 0.729 / 0.833
-    DAQS held (bar < Sova's): 0.333 / 0.417 / 0.542
-    DAQS last 5 s Mbit/s (bar >= 337.5): 349 / 378 / 388
-    DAQS vs baseline (bar >= 0.9): 0.970 / 0.996 / 1.012
+    none guarantee VM Mbit/s (bar < 250): 117 / 124 / 127
+    ip-link held (no bar: a coin flip): 0.625 / 0.771 / 0.875
+    DAQS held (bar < Sova's): 0.333 / 0.500 / 0.542
+    DAQS last 5 s Mbit/s (bar >= 337.5): 349 / 383 / 402
+    DAQS vs baseline (bar >= 0.9): 0.970 / 0.997 / 1.014
     """
     scn = load_testbed_scenario(SCENARIOS / "daqs-fig3.yaml")
     scn = scn.model_copy(update={"variants": [v for v in scn.variants if v.name == "g37"]})
@@ -117,16 +117,16 @@ def test_daqs_fig4_sova_holds_the_guarantee_as_best_effort_vms_join(
 ) -> None:
     """DAQS Fig. 4 shortened to 30 s: three best-effort VMs join.
 
-    Spread over 6 runs, min / median / max, with a busy-loop keeping one core busy AND
+    Spread over 10 runs, min / median / max, with a busy-loop keeping one core busy AND
     six other sessions' builds and tests on this 2-core machine (load average 14-18;
     the testbed runs at niceness -10, see conftest.py). On a machine with only the
     busy-loop the figures should be no worse, so the bars are conservative.
 
     Sova held (bar >= 0.75): 0.828 / 0.966 / 1.000
-    Sova vs baseline (bar >= 0.8): 0.845 / 0.911 / 0.957
-    none held (bar < 0.7): 0.414 / 0.483 / 0.552
-    ip-link min total, one newcomer, Mbit/s (bar < 850): 667 / 727 / 767
-    ip-link min guarantee VM, three newcomers (bar < 245): 0 / 51 / 119
+    Sova vs baseline (bar >= 0.8): 0.845 / 0.919 / 0.957
+    none held (bar < 0.7): 0.414 / 0.466 / 0.552
+    ip-link min total, one newcomer, Mbit/s (bar < 850): 667 / 749 / 770
+    ip-link min guarantee VM, three newcomers (bar < 245): 0 / 45 / 119
     """
     scn = load_testbed_scenario(SCENARIOS / "daqs-fig4.yaml")
     scn = scn.model_copy(
@@ -160,16 +160,21 @@ def test_vf_scheduling_moves_vfs_to_network_bound_vms_without_breaks(
 ) -> None:
     """DSR-IOV, 2 VFs for 4 VMs whose load swaps.
 
-    Spread over 6 runs, min / median / max, with a busy-loop keeping one core busy AND
+    Spread over 10 runs, min / median / max, with a busy-loop keeping one core busy AND
     six other sessions' builds and tests on this 2-core machine (load average 14-18;
     the testbed runs at niceness -10, see conftest.py). On a machine with only the
     busy-loop the figures should be no worse, so the bars are conservative.
 
     VF changes (bar >= 6): 6 / 6 / 6
     failed actions (bar == 0): 0 / 0 / 0
-    longest ping silence, s (bar <= 1.0): 0.092 / 0.117 / 0.390
-    longest TCP stall, s (bar <= 1.0): 0.001 / 0.003 / 0.200
-    scenario checks hold (1 = yes): 1 / 1 / 1
+    longest ping silence, s (bar <= 1.0): 0.092 / 0.210 / 2.417
+    longest TCP stall, s (bar <= 1.0): 0.001 / 0.045 / 1.298
+    scenario checks hold (1 = yes): 0 / 1 / 1
+
+    The 1 s bar is the requirement, not a measured margin, and it did NOT hold in 2 of
+    these 10 runs: a 2.4 s ping silence at the first attaches (TCP 0.09 s: the ping
+    processes, not the path, starved at start-up) and a 1.8 s ping / 1.3 s TCP break at a
+    detach under load average ~15. Not relaxed: see docs/testbed.md, "Flake-proofing".
     """
     scn = load_testbed_scenario(SCENARIOS / "vf-scheduling.yaml")
     summary = run(scn, prefix, tmp_path, only=["dsr-iov"])
