@@ -397,6 +397,18 @@ class Scenario(_Strict):
     paper: PaperSpec = Field(default_factory=PaperSpec)
     metrics: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("metrics")
+    @classmethod
+    def _metric_values(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The report reads these as numbers or names; a mapping, list or null crashed it.
+        for key, value in v.items():
+            ok = isinstance(value, str) or (isinstance(value, int | float) and math.isfinite(value))
+            if not ok:
+                raise ValueError(
+                    f"metrics.{key}: must be a finite number or a string (got {value!r})"
+                )
+        return v
+
     @model_validator(mode="after")
     def _expand_groups(self) -> Scenario:
         """Turn vm_groups into plain VMs, host placements and phase-0 workloads."""
@@ -437,6 +449,10 @@ class Scenario(_Strict):
             raise ValueError(f"tick must be > 0 (got {self.tick})")
         if self.duration <= 0:
             raise ValueError(f"duration must be > 0 (got {self.duration})")
+        if self.tick > self.duration:
+            raise ValueError(
+                f"tick ({self.tick:g} s) must not exceed duration ({self.duration:g} s)"
+            )
         if self.duration / self.tick > MAX_STEPS:
             raise ValueError(
                 f"duration / tick: {self.duration:g} s in ticks of {self.tick:g} s is "
@@ -751,7 +767,8 @@ def load_sweep(path: str | Path) -> list[Scenario]:
         for key, sub in subs.items():
             point_text = point_text.replace("${" + key + "}", str(sub))
         x = subs[sweep.variable]
-        point = _resolve_traces(_resolve_profile(_yaml(point_text, str(p)), p), p)
+        where = f"{p} ({sweep.variable}={x})"
+        point = _resolve_traces(_resolve_profile(_yaml(point_text, where), p), p)
         if isinstance(point, dict):
             point["sweep_value"] = x
         out.append(parse_scenario(point, f"{p} ({sweep.variable}={x})"))

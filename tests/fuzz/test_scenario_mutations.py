@@ -165,7 +165,7 @@ def check(folder: Path, source: Path, data: dict[str, Any], where: Path_, op: st
             return
         assert result.exit_code == 0, (what, result.output)
         scn = load_sweep(path)[0]
-        scn = scn.model_copy(update={"duration": min(scn.duration, SIM_SECONDS)})
+        scn = scn.model_copy(update={"duration": min(scn.duration, max(SIM_SECONDS, scn.tick))})
         for policy in scn.policies:
             try:
                 run = run_policy(scn, policy)
