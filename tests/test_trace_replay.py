@@ -62,7 +62,8 @@ def test_missing_trace_file_or_column_is_refused(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(ScenarioError, match=r"workload\[0\]\.vms\.web: .*cannot read"):
         load_scenario(bad)
-    data["workload"][0]["vms"]["web"]["trace"] = str(ROOT / "scenarios/traces/mixed-demand.csv")
+    (tmp_path / "traces").symlink_to(ROOT / "scenarios" / "traces")
+    data["workload"][0]["vms"]["web"]["trace"] = "traces/mixed-demand.csv"
     data["workload"][0]["vms"]["web"]["column"] = "mail"
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(ScenarioError, match="needs columns time_s and 'mail'"):

@@ -143,6 +143,7 @@ def agent(
     if settings.driver == "libvirt" and settings.dry_run and not loop:
         raise typer.Exit(_libvirt_dry_run(settings))
     from sova.daemon.agent_daemon import run_agent
+    from sova.daemon.preflight import check_agent
 
     try:
         wiring = None
@@ -150,6 +151,7 @@ def agent(
             from sova.demo import sim_agent_wiring
 
             wiring = sim_agent_wiring(settings, speed=speed, policy=policy)
+        check_agent(settings)
         code = run_agent(settings, speed=speed, policy=policy, wiring=wiring)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
@@ -226,7 +228,10 @@ def manager(
         openapi.write_text(openapi_document(create_app(settings, Store("sqlite://"))))
         typer.echo(f"wrote {openapi}")
         return
+    from sova.daemon.preflight import check_manager
+
     try:
+        check_manager(settings)
         run_manager(settings)
     except ConfigError as exc:
         raise _fail(str(exc)) from None

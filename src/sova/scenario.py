@@ -7,6 +7,12 @@ typo in a scenario should never silently turn into a default.
 
 from __future__ import annotations
 
+import csv
+import io
+import math
+import os
+import re
+import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -35,19 +41,31 @@ from sova.units import Size as Size
 # The controller's schema is the agent's, one for every world; scenarios re-export it.
 ControllerSpec = ControllerConfig
 
+# Explicit bounds, so that a scenario `validate` accepts is one `simulate` can run: far
+# above any real link, memory or run, far below where the simulator's arithmetic breaks.
+# (The unit types' own bounds, MAX_RATE, MAX_SIZE, MAX_TIME, live in sova.units.)
+MAX_DURATION = 7 * 86400.0  # s of simulated time
+MIN_TICK = 1e-3  # s
+MAX_STEPS = 10_000_000  # duration / tick, per policy
+MAX_SEED = 2**64 - 1
+MAX_REQUESTS_PER_S = 1e9
+MAX_FILE_BYTES = 64 * 2**20  # a scenario, profile or trace file larger than this is refused
+MAX_NESTING = 64  # mapping/list depth of a scenario (the shipped ones use <= 6)
+
 
 class ScenarioError(ValueError):
     """A scenario that cannot be run; the message lists every bad field."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan pass every ge/le bound and then hang or crash the simulator.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class NICSpec(_Strict):
     name: str = "pf0"
-    capacity: Rate = Field(description="PF line rate")
-    vf_pool: int = Field(ge=0, description="VFs Sova may hand out")
+    capacity: Rate = Field(gt=0, description="PF line rate")
+    vf_pool: int = Field(ge=0, le=4096, description="VFs Sova may hand out")
     tiers: list[Rate] = Field(default_factory=list, description="VF max rates, eq. 7")
     min_rate_supported: bool = False
 
@@ -63,8 +81,8 @@ class NICSpec(_Strict):
 
 class HostSpec(_Strict):
     name: str
-    cores: int = Field(gt=0)
-    memory: Size
+    cores: int = Field(gt=0, le=4096)
+    memory: Size = Field(gt=0)
     nic: NICSpec
     vms: list[str] = Field(default_factory=list)
     # A driver domain (Xen IDD) pinned to its own cores runs the virtio/netback backend;
@@ -78,7 +96,7 @@ class SLASpec(_Strict):
     max: Rate | None = None
     max_pps: float | None = Field(default=None, ge=0)
     priority: int = 0
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, ge=1e-6, le=1e6)
 
     @model_validator(mode="after")
     def _ordered(self) -> SLASpec:
@@ -89,8 +107,8 @@ class SLASpec(_Strict):
 
 class VMSpec(_Strict):
     name: str
-    vcpus: int = Field(default=1, gt=0)
-    memory: Size = 512 * 1024 * 1024
+    vcpus: int = Field(default=1, gt=0, le=4096)
+    memory: Size = Field(default=512 * 1024 * 1024, gt=0)
     sla: SLASpec = Field(default_factory=SLASpec)
     failover_ready: bool = True
     # Device-level ingress QoS (chapter §7): incoming requests above this bit rate are
@@ -119,7 +137,7 @@ class Workload(_Strict):
     packet_bytes: int = Field(default=1448, gt=0, le=65536)
     # netperf TCP_STREAM: data out, one 66-byte ACK per two 1448-byte segments in
     rx_share: Fraction = 0.023
-    requests_per_s: float = Field(default=0.0, ge=0)
+    requests_per_s: float = Field(default=0.0, ge=0, le=MAX_REQUESTS_PER_S)
     response: Size = 10_000
     request: Size = 200
     size: Size = 0
@@ -136,15 +154,7 @@ class Workload(_Strict):
         if self.kind == "trace":
             if not (self.trace and self.column):
                 raise ValueError("kind 'trace' needs trace (a CSV path) and column")
-            try:
-                with Path(self.trace).open() as fh:
-                    header = fh.readline().strip().split(",")
-            except OSError as exc:
-                raise ValueError(f"trace: cannot read {self.trace!r}: {exc.strerror}") from None
-            if "time_s" not in header or self.column not in header:
-                raise ValueError(
-                    f"trace {self.trace!r} needs columns time_s and {self.column!r}, has {header}"
-                )
+            _check_trace(self.trace, self.column)
         return self
 
     @property
@@ -214,7 +224,7 @@ class ProfileSpec(_Strict):
     dirty_rate: Rate = 200e6  # bit/s of pages dirtied by an idle-ish guest
     dirty_per_tx: float = Field(default=0.05, ge=0)  # extra dirtying per bit sent
     max_downtime: Duration = 0.03
-    max_rounds: int = Field(default=30, ge=1)
+    max_rounds: int = Field(default=30, ge=1, le=1000)
     migration_setup: Duration = 1.0
     migration_failure_rate: Fraction = 0.0
     cycle_min: Duration = 4.0
@@ -278,8 +288,8 @@ class VMGroup(_Strict):
     count: int = Field(ge=0, le=100_000)
     start: int = Field(default=1, ge=0)
     hosts: list[str] = Field(min_length=1)
-    vcpus: int = Field(default=1, gt=0)
-    memory: Size = 512 * 1024 * 1024
+    vcpus: int = Field(default=1, gt=0, le=4096)
+    memory: Size = Field(default=512 * 1024 * 1024, gt=0)
     sla: SLASpec = Field(default_factory=SLASpec)
     workload: Workload | None = None
 
@@ -300,9 +310,9 @@ class SweepSpec(_Strict):
 class Scenario(_Strict):
     name: str
     description: str = ""
-    seed: int = 0
-    duration: Duration
-    tick: Duration = 1.0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    duration: Duration = Field(le=MAX_DURATION)
+    tick: Duration = Field(default=1.0, ge=MIN_TICK)
     hosts: list[HostSpec] = Field(min_length=1)
     vms: list[VMSpec] = Field(default_factory=list)
     vm_groups: list[VMGroup] = Field(default_factory=list)
@@ -321,6 +331,18 @@ class Scenario(_Strict):
         for p in v:
             if isinstance(p, str):
                 check_vf_policy(p)
+        return v
+
+    @field_validator("metrics")
+    @classmethod
+    def _metric_values(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The report reads these as numbers or names; a mapping, list or null crashed it.
+        for key, value in v.items():
+            ok = isinstance(value, str) or (isinstance(value, int | float) and math.isfinite(value))
+            if not ok:
+                raise ValueError(
+                    f"metrics.{key}: must be a finite number or a string (got {value!r})"
+                )
         return v
 
     @model_validator(mode="after")
@@ -363,6 +385,15 @@ class Scenario(_Strict):
             raise ValueError(f"tick must be > 0 (got {self.tick})")
         if self.duration <= 0:
             raise ValueError(f"duration must be > 0 (got {self.duration})")
+        if self.tick > self.duration:
+            raise ValueError(
+                f"tick ({self.tick:g} s) must not exceed duration ({self.duration:g} s)"
+            )
+        if self.duration / self.tick > MAX_STEPS:
+            raise ValueError(
+                f"duration / tick: {self.duration:g} s in ticks of {self.tick:g} s is "
+                f"{self.duration / self.tick:.3g} steps, above the limit {MAX_STEPS:,}"
+            )
         vm_names = [v.name for v in self.vms]
         # Counter, not list.count per name: O(N) matters with 20k VMs (sim_scale benchmark)
         dup = {n for n, c in Counter(vm_names).items() if c > 1}
@@ -379,6 +410,14 @@ class Scenario(_Strict):
                         f"hosts[{i}].vms[{j}]: VM {name!r} is already on host {placed[name]!r}"
                     )
                 placed[name] = h.name
+        memory = {v.name: v.memory for v in self.vms}
+        for i, h in enumerate(self.hosts):
+            for j, name in enumerate(h.vms):
+                if memory[name] > h.memory:
+                    raise ValueError(
+                        f"hosts[{i}].vms[{j}]: VM {name!r} needs {memory[name]} B of memory, "
+                        f"above host {h.name!r}'s {h.memory} B"
+                    )
         unplaced = known - set(placed)
         if unplaced:
             raise ValueError(f"vms: {sorted(unplaced)} are on no host (list them in hosts[].vms)")
@@ -476,18 +515,109 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(_format_errors(err, source)) from None
 
 
-def _read(path: Path) -> str:
+def _read_bytes(path: Path, what: str) -> bytes:
+    """The file's bytes, if it is a regular file of a sane size.
+
+    A FIFO would block ``validate`` forever and /dev/zero would fill the memory, so only
+    regular files are opened (O_NONBLOCK: opening a FIFO must not wait for a writer).
+    """
     try:
-        return path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
+        raise ValueError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{what} {str(path)!r} is not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise ValueError(
+                f"{what} {str(path)!r} is {st.st_size} B, above the limit {MAX_FILE_BYTES} B"
+            )
+        return fh.read(MAX_FILE_BYTES + 1)
+
+
+def _decode(data: bytes, path: Path, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{what} {str(path)!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start})"
+        ) from None
+
+
+def _read(path: Path, what: str = "scenario") -> str:
+    try:
+        return _decode(_read_bytes(path, what), path, what)
+    except ValueError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
+
+
+def _check_trace(trace: str, column: str) -> None:
+    """The whole CSV as the simulator will read it: a header, then a number in every cell."""
+    path = Path(trace)
+    text = _decode(_read_bytes(path, "trace"), path, "trace")
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows, [])
+    if "time_s" not in header or column not in header:
+        raise ValueError(f"trace {trace!r} needs columns time_s and {column!r}, has {header}")
+    i_t, i_v = header.index("time_s"), header.index(column)
+    last, n_rows = -math.inf, 0
+    for n, row in enumerate(rows, start=2):
+        if not row:
+            continue  # the simulator's reader skips blank lines too
+        try:
+            if len(row) != len(header):
+                raise ValueError
+            cells = [float(x) for x in row]
+        except ValueError:
+            raise ValueError(
+                f"trace {trace!r} line {n}: needs {len(header)} numbers, one per column"
+            ) from None
+        t, v = cells[i_t], cells[i_v]
+        if not all(math.isfinite(x) for x in cells) or v < 0 or t < last:
+            raise ValueError(
+                f"trace {trace!r} line {n}: needs finite numbers, time_s in order "
+                f"and {column!r} >= 0"
+            )
+        last, n_rows = t, n_rows + 1
+    if n_rows == 0:
+        raise ValueError(f"trace {trace!r} has no rows")
+
+
+def _depth_error(data: Any, source: str) -> str | None:
+    """Where ``data`` nests deeper than MAX_NESTING (walked without recursion), or None."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return f"{source}: {where or 'the document'}: nested deeper than {MAX_NESTING} levels"
+        if isinstance(node, dict):
+            stack.extend(
+                (v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in node.items()
+            )
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(node))
+    return None
 
 
 def _yaml(text: str, source: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(
+            f"{source}: not a scenario: nested deeper than the YAML parser can follow "
+            f"(a scenario nests at most {MAX_NESTING} levels)"
+        ) from None
+    error = _depth_error(data, source)
+    if error is not None:
+        raise ScenarioError(error)
+    return data
+
+
+_PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 def _resolve_profile(data: Any, path: Path) -> Any:
@@ -495,14 +625,20 @@ def _resolve_profile(data: Any, path: Path) -> Any:
 
     One hardware profile per paper, calibrated once and shared by all of that paper's
     experiments (docs/design.md#profiles), so scenarios name it instead of copying its numbers.
+    A name is a file name, never a path: ``profile:`` cannot reach outside ``profiles/``.
     """
     if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
         return data
     name = data["profile"]
+    if not _PROFILE_NAME.match(name) or ".." in name:
+        raise ScenarioError(
+            f"{path}: profile: a profile name is a file name in profiles/ (letters, digits, "
+            f"'.', '_', '-'), not a path (got {name!r})"
+        )
     for folder in (path.parent / "profiles", path.parent.parent / "profiles"):
         candidate = folder / f"{name}.yaml"
         if candidate.is_file():
-            loaded = _yaml(_read(candidate), str(candidate))
+            loaded = _yaml(_read(candidate, "profile"), str(candidate))
             if not isinstance(loaded, dict):
                 raise ScenarioError(f"{candidate}: a profile is a YAML mapping")
             return {**data, "profile": {"name": name, **loaded}}
@@ -512,21 +648,34 @@ def _resolve_profile(data: Any, path: Path) -> Any:
 
 
 def _resolve_traces(data: Any, path: Path) -> Any:
-    """Trace CSV paths are relative to the scenario file, wherever sova is run from."""
+    """Trace CSV paths are relative to the scenario file, wherever sova is run from.
+
+    A trace must lie in the scenario's folder or below it: a scenario someone sent must
+    not make ``validate`` read (and print the first line of) any file on the machine.
+    Checked on the path as written (``..`` and absolute paths); links the folder's owner
+    placed in it are theirs to place.
+    """
     if not isinstance(data, dict):
         return data
-    workloads: list[Any] = []
-    for phase in data.get("workload") or []:
+    workloads: list[tuple[str, Any]] = []
+    phases, groups = data.get("workload"), data.get("vm_groups")
+    # Anything but lists is left for validation to report with its field path.
+    for i, phase in enumerate(phases if isinstance(phases, list) else []):
         if isinstance(phase, dict) and isinstance(phase.get("vms"), dict):
-            workloads.extend(phase["vms"].values())
-    for group in data.get("vm_groups") or []:
+            workloads.extend((f"workload[{i}].vms.{vm}", w) for vm, w in phase["vms"].items())
+    for i, group in enumerate(groups if isinstance(groups, list) else []):
         if isinstance(group, dict):
-            workloads.append(group.get("workload"))
-    for w in workloads:
+            workloads.append((f"vm_groups[{i}].workload", group.get("workload")))
+    base = os.path.normpath(os.path.abspath(path.parent))
+    for where, w in workloads:
         if isinstance(w, dict) and isinstance(w.get("trace"), str):
-            trace = Path(w["trace"])
-            if not trace.is_absolute():
-                w["trace"] = str(path.parent / trace)
+            full = os.path.normpath(os.path.join(base, w["trace"]))
+            if os.path.commonpath([base, full]) != base:
+                raise ScenarioError(
+                    f"{path}: {where}.trace: must be a file in the scenario's folder "
+                    f"{base!r} or below it (got {w['trace']!r})"
+                )
+            w["trace"] = full
     return data
 
 
@@ -554,8 +703,10 @@ def load_sweep(path: str | Path) -> list[Scenario]:
         for key, sub in subs.items():
             point_text = point_text.replace("${" + key + "}", str(sub))
         x = subs[sweep.variable]
-        point = _resolve_traces(_resolve_profile(_yaml(point_text, str(p)), p), p)
-        point["sweep_value"] = x
+        where = f"{p} ({sweep.variable}={x})"
+        point = _resolve_traces(_resolve_profile(_yaml(point_text, where), p), p)
+        if isinstance(point, dict):
+            point["sweep_value"] = x
         out.append(parse_scenario(point, f"{p} ({sweep.variable}={x})"))
     return out
 

@@ -87,7 +87,13 @@ def parse_duration(value: object) -> float:
 
 # Field types for the pydantic schemas (scenarios, the controller, the daemons' TOML): a
 # value is parsed from its human form, then bounded.
-Rate = Annotated[float, BeforeValidator(parse_rate), Field(ge=0)]
-Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+# Explicit bounds, so that a file `validate` accepts is one the simulator and the agent can
+# run: far above any real link, memory or run, far below where the arithmetic breaks.
+MAX_RATE = 1e15  # bit/s (1 Pbit/s)
+MAX_SIZE = 2**50  # bytes (1 PiB)
+MAX_TIME = 30 * 86400.0  # s: any duration, delay or period
+
+Rate = Annotated[float, BeforeValidator(parse_rate), Field(ge=0, le=MAX_RATE)]
+Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0, le=MAX_SIZE)]
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=MAX_TIME)]
 Fraction = Annotated[float, Field(ge=0, le=1)]

@@ -103,10 +103,53 @@ def testbed_ok() -> None:
         pytest.skip(f"testbed: {why}")
 
 
+@pytest.fixture(scope="session")
+def testbed_session_lock() -> Iterator[None]:
+    """One pytest session's testbed tests at a time on this machine.
+
+    Every test here builds and tears down namespaces named ``svt-*``; two sessions at
+    once (a CI job and a developer, or two CI jobs) would tear down each other's. The
+    second session waits here instead (up to 20 minutes), and says so.
+    """
+    import fcntl
+    import time
+
+    from sova.testbed.topology import STATE_DIR
+
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with (STATE_DIR / "tests.lock").open("w") as fh:
+        deadline = time.monotonic() + 1200
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail("another session's testbed tests held the machine for 20 min")
+                time.sleep(1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# Niceness the testbed runs at (the test process and every iperf3, relay and tc it starts).
+# Its figures measure the mechanisms, not how the kernel shares 2 cores with whatever else
+# the machine runs: measured with a busy-loop on one core and other sessions' tests on the
+# other (load average 14-18), the runner's loop fell seconds behind at niceness 0 and its
+# 1-second intervals no longer described the traffic (docs/testbed.md).
+NICENESS = -10
+
+
 @pytest.fixture
-def prefix(testbed_ok: None) -> Iterator[str]:
+def prefix(testbed_ok: None, testbed_session_lock: None) -> Iterator[str]:
     from sova.testbed.topology import teardown
 
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, NICENESS)  # root: the tests need it anyway
     teardown(PREFIX)
-    yield PREFIX
-    teardown(PREFIX)
+    try:
+        yield PREFIX
+    finally:
+        teardown(PREFIX)
+        os.setpriority(os.PRIO_PROCESS, 0, before)

@@ -128,7 +128,7 @@ def test_a_guaranteed_vm_that_had_its_minimum_and_left_it_is_not_forced_back() -
         g_rate = min(100e6, limits.get("g") or C)  # only ever wants 100 Mbit/s
         be_rate = min(limits.get("be") or C, C - g_rate)
         caps = step(alloc, limits, {"g": g_rate, "be": be_rate}, slas)
-    # After testing it twice the 300 Mbit/s reservation is released to the busy VM.
+    # After testing it three times the 300 Mbit/s reservation is released to the busy VM.
     assert caps["be"] >= 0.85 * C
 
 
@@ -165,3 +165,31 @@ def test_a_guarantee_capped_exactly_but_not_delivered_gets_its_cap_raised() -> N
     for _ in range(15):
         caps = step(alloc, limits, {**rates, "g": 0.99 * (limits["g"] or 0)}, slas)
     assert caps["g"] < second["g"]
+
+
+def test_minimums_that_fill_the_link_are_not_cut_by_the_slack() -> None:
+    # DBA-VM's 150/700/150 Mbit/s on 1 GbE: nothing left to take a margin from.
+    limits: dict[str, float | None] = {"a": 1.5e8, "b": 7e8, "c": 1.5e8}
+    slas = {"a": sla(150e6), "b": sla(700e6), "c": sla(150e6)}
+    caps = step(make(limits), limits, {vm: 0.99 * limits[vm] for vm in limits}, slas)  # type: ignore[operator]
+    assert caps["b"] >= 0.99 * 700e6 * 0.99
+    assert sum(caps.values()) <= C
+
+
+def test_a_guarantee_vm_that_goes_idle_leaves_the_link_to_the_others() -> None:
+    # daqs-fig3 on real packets: the one-stream guarantee VM delivers a little less than
+    # its minimum at a cap of that minimum, so the integral controller adds to it. When it
+    # goes idle, what remains of that extra must not keep its whole minimum reserved (a
+    # static cap's weakness, not Sova's): measured, the best-effort VM stayed at 611 of
+    # 1000 Mbit/s for the whole 10 s idle phase.
+    limits: dict[str, float | None] = {}
+    alloc = make(limits)
+    slas = {"guar": sla(375e6), "be": sla()}
+    for _ in range(40):
+        g = min(0.95 * (limits.get("guar") or C), 360e6)
+        b = min(limits.get("be") or C, C - g)
+        step(alloc, limits, {"guar": g, "be": 0.97 * b}, slas)
+    assert alloc._boost["guar"] > 0  # the situation this test is about
+    for _ in range(6):  # 3 s at 0.5 s
+        caps = step(alloc, limits, {"guar": 0.0, "be": 0.99 * min(limits["be"] or C, C)}, slas)
+    assert caps["be"] >= 0.9 * C

@@ -1,0 +1,162 @@
+"""Scenario files someone else wrote: what `sova validate` must refuse, in one clear error.
+
+Issue 10, finding 9: a trace or profile path must not reach outside the scenario's folder,
+special files must not hang or exhaust `validate`, bad encodings and absurd nesting get a
+message instead of a traceback, and `validate` refuses every value `simulate` cannot run,
+with the bound it broke. Each case runs the `sova` CLI in-process (exit code, stderr).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sova.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A copy of scenarios/ (profiles and traces beside the scenarios) to write into."""
+    shutil.copytree(SCENARIOS / "profiles", tmp_path / "profiles")
+    shutil.copytree(SCENARIOS / "traces", tmp_path / "traces")
+    return tmp_path
+
+
+def write(folder: Path, data: dict[str, Any], name: str = "s.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def trace_scenario() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((SCENARIOS / "trace-replay.yaml").read_text())
+    return data
+
+
+def refused(path: Path, *needles: str) -> str:
+    code, out = cli("validate", str(path))
+    assert code == 2, out
+    assert "Traceback" not in out
+    for n in needles:
+        assert n in out, (n, out)
+    return out
+
+
+def test_a_trace_outside_the_scenario_folder_is_refused_and_not_read(folder: Path) -> None:
+    secret = folder.parent / "secret.csv"
+    secret.write_text("time_s,web\nTOP-SECRET-LINE,1\n")
+    data = trace_scenario()
+    for bad in ("../secret.csv", str(secret), "traces/../../secret.csv", "../../../../etc/passwd"):
+        data["workload"][0]["vms"]["web"]["trace"] = bad
+        out = refused(write(folder, data), "workload[0].vms.web.trace", repr(bad))
+        assert "TOP-SECRET" not in out and "root:" not in out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_a_device_is_refused_without_blocking(folder: Path, kind: str) -> None:
+    data = trace_scenario()
+    target = folder / "traces" / "special.csv"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")  # a link the folder's owner placed: still no device
+    data["workload"][0]["vms"]["web"]["trace"] = "traces/special.csv"
+    path = write(folder, data)
+    done: list[str] = []
+    worker = threading.Thread(target=lambda: done.append(refused(path, "not a regular file")))
+    worker.start()
+    worker.join(timeout=20)
+    assert done, "validate blocked on a special file"
+
+
+def test_the_scenario_file_itself_may_not_be_a_fifo(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "s.yaml")
+    done: list[str] = []
+    t = threading.Thread(target=lambda: done.append(refused(tmp_path / "s.yaml", "regular file")))
+    t.start()
+    t.join(timeout=20)
+    assert done, "validate blocked on a FIFO"
+
+
+def test_a_profile_name_cannot_leave_profiles(folder: Path) -> None:
+    (folder.parent / "evil.yaml").write_text("hotplug_attach: 1s\n")
+    data: dict[str, Any] = yaml.safe_load((SCENARIOS / "sova-fig5.yaml").read_text())
+    for bad in ("../../evil", "../evil", "/etc/passwd", "sub/../../evil"):
+        data["profile"] = bad
+        refused(write(folder, data), "profile", repr(bad))
+
+
+def test_non_utf8_scenario_names_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_bytes(b"name: caf\xe9\nduration: 10\n")
+    refused(path, "not UTF-8", "0xe9", "offset 9")
+
+
+def test_5000_deep_nesting_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: deep\nduration: 10\nmetrics: " + "[" * 5000 + "]" * 5000 + "\n")
+    refused(path, "nested deeper")
+    path.write_text("name: deep\nduration: 10\nmetrics: " + "[" * 200 + "]" * 200 + "\n")
+    refused(path, "metrics", "nested deeper than 64")
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "needles"),
+    [
+        (("duration",), 1e12, ("duration", "604800")),
+        (("tick",), 1e-9, ("tick", "0.001")),
+        (("seed",), -5, ("seed", "greater than or equal to 0")),
+        (("workload", 0, "vms", "VM1", "requests_per_s"), float("inf"), ("requests_per_s",)),
+        (("workload", 0, "vms", "VM1", "requests_per_s"), 1e30, ("requests_per_s", "1000000000")),
+        (("vms", 0, "memory"), "1TiB", ("VM1", "memory")),
+        (("controller", "scheduler", "hysteresis"), float("inf"), ("hysteresis",)),
+        (("duration",), float("nan"), ("duration",)),
+    ],
+)
+def test_validate_refuses_what_simulate_cannot_run(
+    folder: Path, where: tuple[str | int, ...], value: Any, needles: tuple[str, ...]
+) -> None:
+    data: dict[str, Any] = yaml.safe_load((SCENARIOS / "sova-fig5.yaml").read_text())
+    if where[-1] == "requests_per_s":
+        data["workload"][0]["vms"]["VM1"] = {"kind": "requests", "requests_per_s": 1.0}
+    node: Any = data
+    for key in where[:-1]:
+        node = node[key] if isinstance(key, int) else node.setdefault(key, {})
+    node[where[-1]] = value
+    refused(write(folder, data), *needles)
+
+
+def test_too_many_steps_is_refused_with_the_bound(folder: Path) -> None:
+    data: dict[str, Any] = yaml.safe_load((SCENARIOS / "sova-fig5.yaml").read_text())
+    data["duration"], data["tick"] = "100h", "10ms"
+    refused(write(folder, data), "duration / tick", "10,000,000")
+
+
+def test_a_trace_with_garbage_rows_is_refused_by_validate(folder: Path) -> None:
+    (folder / "traces" / "bad.csv").write_text("time_s,web\n0,1\n1,lots\n")
+    data = trace_scenario()
+    data["workload"][0]["vms"]["web"]["trace"] = "traces/bad.csv"
+    refused(write(folder, data), "line 3")
+
+
+def test_every_shipped_scenario_still_validates() -> None:
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        code, out = cli("validate", str(path))
+        assert code == 0, out
