@@ -327,7 +327,7 @@ def render(world: dict[str, Any], cluster: dict[str, Any] | None, policy: str) -
         t.add_row(
             h,
             f"{link[h]:.0%}" if h in link else "-",
-            f"{u[0]:.2f}" if u else "-",
+            f"{u['cpu']:.2f}" if u else "-",
             "[red]HOT[/]" if hot.get(h) else "",
             f"{used}/{info.get('vf_pool', '?')}",
             vms,

@@ -113,3 +113,37 @@ def test_dashboard_uses_only_metrics_the_daemons_export() -> None:
     ]
     assert counters and all(not c.endswith("_total") for c in counters)  # client adds _total
     assert ADMIN  # keep the import: read endpoints are open in this app (admin_token None)
+
+
+# Client generators name their functions after operationIds; FastAPI's defaults are built
+# from the Python function name, path and method, so renaming a handler would break them.
+STABLE_OPERATION_IDS = {
+    ("post", "/v1/hosts/{host}/reports"): "postReport",
+    ("get", "/v1/hosts/{host}/directive"): "getDirective",
+    ("post", "/v1/migrations/{vm}/done"): "postMigrationDone",
+    ("get", "/v1/cluster"): "getCluster",
+    ("get", "/v1/decisions"): "getDecisions",
+    ("get", "/healthz"): "getLiveness",
+    ("get", "/readyz"): "getReadiness",
+    ("get", "/metrics"): "getMetrics",
+}
+
+
+def test_every_operation_has_its_stable_operation_id(tmp_path: Path) -> None:
+    spec = json.loads(openapi_document(_app(tmp_path)))
+    got = {
+        (method, path): op.get("operationId")
+        for path, ops in spec["paths"].items()
+        for method, op in ops.items()
+    }
+    assert got == STABLE_OPERATION_IDS
+
+
+def test_the_cluster_view_labels_each_resource(tmp_path: Path) -> None:
+    # Reports keep their compact [cpu, mem, net] wire form; what operators read is labelled.
+    spec = json.loads(openapi_document(_app(tmp_path)))
+    schemas = spec["components"]["schemas"]
+    host = schemas["HostView"]["properties"]
+    assert host["utilisation"]["$ref"].endswith("/ResourceUse")
+    assert host["vms"]["additionalProperties"]["$ref"].endswith("/ResourceUse")
+    assert set(schemas["ResourceUse"]["properties"]) == {"cpu", "mem", "net"}

@@ -159,6 +159,7 @@ def create_app(
 
     @app.post(
         "/v1/hosts/{host}/reports",
+        operation_id="postReport",
         response_model=Directive,
         dependencies=auth,
         responses={**_BODY_RESPONSES, **_REPORT_RESPONSES},
@@ -178,6 +179,7 @@ def create_app(
 
     @app.get(
         "/v1/hosts/{host}/directive",
+        operation_id="getDirective",
         response_model=Directive,
         dependencies=auth,
         responses=_AUTH_RESPONSES,
@@ -195,6 +197,7 @@ def create_app(
 
     @app.post(
         "/v1/migrations/{vm}/done",
+        operation_id="postMigrationDone",
         response_model=MigrationDoneAck,
         dependencies=auth,
         responses={**_BODY_RESPONSES, **_DONE_RESPONSES},
@@ -217,6 +220,7 @@ def create_app(
 
     @app.get(
         "/v1/cluster",
+        operation_id="getCluster",
         response_model=ClusterView,
         dependencies=auth,
         responses=_AUTH_RESPONSES,
@@ -231,6 +235,7 @@ def create_app(
 
     @app.get(
         "/v1/decisions",
+        operation_id="getDecisions",
         response_model=DecisionPage,
         dependencies=auth,
         responses=_AUTH_RESPONSES,
@@ -248,6 +253,7 @@ def create_app(
 
     @app.get(
         "/healthz",
+        operation_id="getLiveness",
         response_model=Health,
         tags=["operators"],
         summary="Liveness: the process serves requests (restart it if this fails)",
@@ -257,6 +263,7 @@ def create_app(
 
     @app.get(
         "/readyz",
+        operation_id="getReadiness",
         response_model=Health,
         tags=["operators"],
         summary="Readiness: the knowledge store takes writes (else no decision can be made)",
@@ -271,6 +278,7 @@ def create_app(
 
     @app.get(
         "/metrics",
+        operation_id="getMetrics",
         tags=["operators"],
         response_class=Response,
         responses={200: {"content": {"text/plain": {}}, "description": "Prometheus metrics"}},

@@ -61,6 +61,7 @@ from sova.daemon.schema import (
     LeaseView,
     MigrationDone,
     Report,
+    ResourceUse,
     epoch_of,
 )
 from sova.daemon.store import (
@@ -731,10 +732,13 @@ class ManagerService:
                     age_s=round(now - st.received_s, 3),
                     state="stale" if h in stale else "fresh",
                     seq=st.seq,
-                    utilisation=list(st.util),
+                    utilisation=ResourceUse(**dict(zip(RESOURCES, st.util, strict=True))),
                     hot=hot,
                     reason=reason,
-                    vms={n: list(v.util.as_tuple()) for n, v in sorted(st.vms.items())},
+                    vms={
+                        n: ResourceUse(**dict(zip(RESOURCES, v.util.as_tuple(), strict=True)))
+                        for n, v in sorted(st.vms.items())
+                    },
                     directive=d if d.id else None,
                 )
             )

@@ -214,16 +214,24 @@ class MigrationDoneAck(_Wire):
     released: bool = Field(description="a lease existed and is now released")
 
 
+class ResourceUse(_Wire):
+    """Utilisation of one host or VM, each a share of the host's capacity (0..1)."""
+
+    cpu: float
+    mem: float
+    net: float
+
+
 class HostView(_Wire):
     host: str
     last_seen_s: float
     age_s: float = Field(description="seconds since the host's last report")
     state: str = Field(description="fresh | stale (silent for longer than stale_after)")
     seq: int
-    utilisation: list[float]
+    utilisation: ResourceUse
     hot: bool
     reason: str
-    vms: dict[str, list[float]]
+    vms: dict[str, ResourceUse]
     directive: Directive | None = None
 
 
