@@ -180,6 +180,29 @@ def test_a_namesake_on_the_target_does_not_close_the_lease(api_factory) -> None:
     assert api.svc.store.migration_rows("h1-vm1")[0]["result"] == "succeeded"
 
 
+def test_a_source_restarted_after_the_move_lets_the_arrival_close_the_lease(api_factory) -> None:  # type: ignore[no-untyped-def]
+    """The source agent died after the copy finished (kill -9 at the first migration in the
+    demo, when the switch-over beat the kill): the restarted agent has no memory of the
+    migration and the VM is gone from its host, so no end will ever be reported. Its new
+    boot id says so; from then on the VM showing up on the lease's target is the only
+    evidence there will be, and it closes the lease (before: held for lease_timeout_s,
+    900 s, blocking both hosts and the VM's next move)."""
+    api = api_factory(clock="agent", plan_period_s=10)
+    _hot_until_signalled(api)
+
+    def send(host: str, seq: int, t: float, util: Any, vms: Any, boot: str, ack: int = 0) -> None:
+        body = report(seq, t, util, vms, ack, boot=boot)
+        r = api.post(f"/v1/hosts/{host}/reports", content=body, headers=auth(host))
+        assert r.status_code == 200, r.text
+
+    send("h1", 5, 50.0, WARM, {"h1-vm2": VMS1["h1-vm2"]}, boot="b0000002")  # no memory
+    send("h2", 5, 50.0, COLD, {**VMS2, "h1-vm1": VMS1["h1-vm1"]}, boot="b0000003")
+    api.tick(50.0)
+    assert "h1-vm1" not in [x["vm"] for x in api.get("/v1/cluster").json()["leases"]]
+    api.drain()
+    assert api.svc.store.migration_rows("h1-vm1")[0]["result"] == "succeeded"
+
+
 # ------------------------------------------------------------------ 4. replays and clocks
 
 

@@ -388,6 +388,7 @@ class ManagerService:
             # The agent restarted (its sequence starts again): its reports are new, not old.
             self.planned_seq[host] = -1
             self._past_boots.setdefault(host, deque(maxlen=MAX_PAST_BOOTS)).append(last.boot)
+            self.core.source_restarted(host)
         self.latest_t = max(self.latest_t, report.time_s)
         self._live_t = max(self._live_t, report.time_s)
         now = self.now()

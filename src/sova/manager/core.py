@@ -105,6 +105,10 @@ class ManagerCore:
     # turns this off: there only the source, which moved that very domain, ends a lease.
     close_on_arrival: bool = True
     seen: dict[str, float] = field(default_factory=dict)  # host -> time of its last report
+    # Leases whose source agent restarted while they were open: it lost its memory of the
+    # migration, so if the copy had finished no end will ever be reported; the VM showing
+    # up on the target is then the only evidence left, and closes the lease.
+    orphaned: set[str] = field(default_factory=set)
 
     def ingest(
         self,
@@ -124,9 +128,12 @@ class ManagerCore:
         # A VM that shows up on its lease's target has arrived: the lease is done. Closed
         # first, so that this report (it spans the copy) is the one the restart drops.
         closed = []
-        for vm, lease in list(self.leases.items()) if self.close_on_arrival else ():
+        for vm, lease in list(self.leases.items()):
+            if not (self.close_on_arrival or vm in self.orphaned):
+                continue
             if lease.dst == host and vm in vms:
                 del self.leases[vm]
+                self.orphaned.discard(vm)
                 self._restart_windows(lease)
                 closed.append(LeaseEnd(lease, "arrived"))
         if self._skip.get(host, 0) > 0:
@@ -135,6 +142,10 @@ class ManagerCore:
             window.append(load)
         self.vms[host] = dict(vms)
         return closed
+
+    def source_restarted(self, host: str) -> None:
+        """``host``'s agent restarted: its open leases may close by arrival from now on."""
+        self.orphaned |= {vm for vm, lease in self.leases.items() if lease.src == host}
 
     def forget(self, host: str) -> None:
         self.history.pop(host, None)
@@ -153,6 +164,7 @@ class ManagerCore:
         ``ran=False``: the source declined the signal; nothing moved, the windows stay.
         """
         lease = self.leases.pop(vm, None)
+        self.orphaned.discard(vm)
         if lease is None:
             return None
         if ran:
@@ -177,6 +189,7 @@ class ManagerCore:
         those closes restarted, the departures it recorded."""
         for end in result.closed:
             self.leases.pop(end.lease.vm, None)
+            self.orphaned.discard(end.lease.vm)
             if end.why == "stale":
                 self._restart_windows(end.lease)
         for lease in result.opened:
@@ -196,11 +209,13 @@ class ManagerCore:
         for vm, lease in list(self.leases.items()):
             if now_s - lease.since_s > self.lease_timeout_s:
                 del self.leases[vm]  # the agent never confirmed: do not block the hosts forever
+                self.orphaned.discard(vm)
                 closed.append(LeaseEnd(lease, "timeout"))
             elif lease.src in stale:
                 # Nobody is left to report how it ended; whatever happened, both hosts'
                 # loads changed, so both windows restart (the source's will on return).
                 del self.leases[vm]
+                self.orphaned.discard(vm)
                 self._restart_windows(lease)
                 closed.append(LeaseEnd(lease, "stale"))
         reports = {
