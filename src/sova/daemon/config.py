@@ -185,10 +185,16 @@ class PlannerSettings(_Strict):
     metric: Literal["volume", "skewness"] = "volume"
     ceiling: float | None = Field(default=None, gt=0, le=1.5)
     lease_timeout_s: float = Field(default=900.0, gt=0)
-    # See ManagerCore: restart the source's and target's windows when a migration ends.
-    restart_window_after_migration: bool = False
-    # See ManagerCore: a VM is not sent back to a host it left less than this long ago.
-    return_tabu_s: Duration = 0.0
+    # Anti-thrash, on by default (docs/design.md#anti-thrash; sova.manager.core.ManagerCore).
+    # Restart the source's and target's windows when a migration ends.
+    restart_window_after_migration: bool = True
+    # A VM is not sent back to a host it left less than this long ago (0 = off).
+    return_tabu_s: Duration = 900.0
+    # Cluster-wide limits (0 = none): migrations in flight at once, started in the last
+    # hour, and how long a VM stays put after it was sent somewhere.
+    max_concurrent_migrations: int = Field(default=4, ge=0, le=10_000)
+    max_migrations_per_hour: int = Field(default=30, ge=0, le=1_000_000)
+    vm_cooldown_s: Duration = 300.0
     # A flagged directive the source never acknowledges is withdrawn (and its lease
     # released) after this many planning periods: a dead agent must not pin a target.
     directive_ttl_periods: int = Field(default=3, ge=1, le=1000)
