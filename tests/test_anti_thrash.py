@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from sova.agent.config import ManagerSpec
 from sova.manager.core import ManagerCore
 from sova.policy.hotspot import HotspotDetector, Utilisation, VMLoad
@@ -29,8 +27,8 @@ def _fig5_without_anti_thrash_options() -> object:
     )
 
 
-@pytest.mark.slow
 def test_fig5_without_options_does_not_ping_pong() -> None:
+    # ~0.2 s: the simulator runs the 600 s scenario vectorised
     run = run_policy(_fig5_without_anti_thrash_options(), "sova")  # type: ignore[arg-type]
     moves = [(e.vm, e.src_host, e.dst_host) for e in run.events if e.event == "migrate_start"]
     # The paper's two moves, and nothing after: no VM goes back to a host it left.
