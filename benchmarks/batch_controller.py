@@ -450,6 +450,9 @@ def unsupported(config: ControllerConfig, engine: Engine) -> list[str]:
         out.append("manager.restart_window_after_migration=True")
     if m.return_tabu:
         out.append(f"manager.return_tabu={m.return_tabu:g}")
+    for limit in ("max_concurrent_migrations", "max_migrations_per_hour", "vm_cooldown"):
+        if getattr(m, limit):
+            out.append(f"manager.{limit}={getattr(m, limit):g}")
     tiered = [h.name for h in engine.hosts if h.nic.tiers_bps]
     if tiered:
         out.append(f"VF rate tiers (nic.tiers on {', '.join(tiered)})")

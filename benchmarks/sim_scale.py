@@ -39,6 +39,7 @@ import numpy as np
 import yaml
 from batch_controller import BatchController
 
+from sova.agent.config import PAPERS_MANAGER
 from sova.scenario import Scenario, Workload, parse_scenario
 from sova.sim.engine import Engine
 
@@ -79,7 +80,8 @@ def build(hosts: int, per_host: int, duration: float, seed: int) -> Scenario:
             "vf_policy": "sova",
             "sensing": {"window": 6, "epsilon": 0.7},
             "scheduler": {"io_threshold": 62, "tolerance": 0.25, "min_dwell": 30},
-            "manager": {"alpha": 0.75, "k": 3, "n": 5},
+            # the papers' manager: the batch harness models no anti-thrash rule
+            "manager": {"alpha": 0.75, "k": 3, "n": 5, **PAPERS_MANAGER},
         },
         "workload": [{"at": 0, "vms": {}}],
     }

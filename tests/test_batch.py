@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sova.agent.config import PAPERS_MANAGER
 from sova.agent.loop import plan_actions
 from sova.model import (
     NIC,
@@ -387,7 +388,7 @@ def small_world(failures: float, seed: int) -> Scenario:
             "controller": {
                 "vf_policy": "sova",
                 "scheduler": {"io_threshold": 50, "tolerance": 0.2, "min_dwell": "30s"},
-                "manager": {"alpha": 0.6, "ceiling": 1.0},
+                "manager": {"alpha": 0.6, "ceiling": 1.0, **PAPERS_MANAGER},
             },
             "profile": {"hotplug_failure_rate": failures, "migration_failure_rate": failures},
         }
@@ -446,6 +447,9 @@ def test_batch_refuses_what_it_does_not_model() -> None:
     [
         ({"restart_window_after_migration": True}, "manager.restart_window_after_migration=True"),
         ({"return_tabu": 300.0}, "manager.return_tabu=300"),
+        ({"max_concurrent_migrations": 2}, "manager.max_concurrent_migrations=2"),
+        ({"max_migrations_per_hour": 10}, "manager.max_migrations_per_hour=10"),
+        ({"vm_cooldown": 60.0}, "manager.vm_cooldown=60"),
     ],
 )
 def test_batch_refuses_manager_options_it_does_not_model(

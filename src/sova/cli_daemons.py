@@ -185,7 +185,11 @@ def _libvirt_dry_run(settings: Any) -> int:
         planned = agent.step().planned
         return [(a, verdicts[a]) if a in verdicts else a for a in planned]
 
-    return dry_run(settings.connect or "qemu:///system", plan, sys.stdout)
+    from sova.daemon.wiring import libvirt_options
+
+    return dry_run(
+        settings.connect or "qemu:///system", plan, sys.stdout, **libvirt_options(settings)
+    )
 
 
 def manager(

@@ -126,6 +126,9 @@ def manager_toml(scn: Scenario, tokens: dict[str, str], db: Path, port: int) -> 
         f'metric = "{m.metric}"',
         f"restart_window_after_migration = {str(m.restart_window_after_migration).lower()}",
         f"return_tabu_s = {m.return_tabu}",
+        f"max_concurrent_migrations = {m.max_concurrent_migrations}",
+        f"max_migrations_per_hour = {m.max_migrations_per_hour}",
+        f"vm_cooldown_s = {m.vm_cooldown}",
     ]
     if m.ceiling is not None:
         lines.append(f"ceiling = {m.ceiling}")

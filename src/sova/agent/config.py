@@ -74,17 +74,34 @@ class ManagerSpec(_Strict):
     # (docs/design.md#cold-spot).
     ceiling: float | None = Field(default=None, gt=0, le=1)
     migration_bandwidth: Rate | None = None
+    # Anti-thrash, on by default (docs/design.md#anti-thrash; sova.manager.core.ManagerCore).
     # After a migration, restart the source's and target's windows (drop the reports that
     # describe the old placement and the copy traffic). Off = judge the raw last n reports.
-    restart_window_after_migration: bool = False
+    restart_window_after_migration: bool = True
     # Anti-ping-pong: a VM is not sent back to a host it left less than this long ago (0 = off).
-    return_tabu: Duration = 0.0
+    return_tabu: Duration = 900.0
+    # Cluster-wide limits (0 = none): migrations in flight at once, started per hour, and
+    # how long a VM stays put after it was sent somewhere.
+    max_concurrent_migrations: int = Field(default=4, ge=0, le=10_000)
+    max_migrations_per_hour: int = Field(default=30, ge=0, le=1_000_000)
+    vm_cooldown: Duration = 300.0
 
     @model_validator(mode="after")
     def _k_le_n(self) -> ManagerSpec:
         if self.k > self.n:
             raise ValueError(f"k ({self.k}) must be <= n ({self.n})")
         return self
+
+
+# The papers' manager: Alg. 2 over the raw last n reports, no anti-thrash rule or limit
+# (e.g. for a harness that models only that; scenarios get the defaults above).
+PAPERS_MANAGER: dict[str, bool | float] = {
+    "restart_window_after_migration": False,
+    "return_tabu": 0.0,
+    "max_concurrent_migrations": 0,
+    "max_migrations_per_hour": 0,
+    "vm_cooldown": 0.0,
+}
 
 
 class ControllerConfig(_Strict):

@@ -17,14 +17,14 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from sova.agent.config import ControllerConfig
 from sova.daemon.conn_guard import ConnLimits
 from sova.orchestrator.settings import OrchestratorSettings
-from sova.units import Duration
+from sova.units import Duration, Rate
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -49,6 +49,62 @@ class ControllerSettings(ControllerConfig):
     the full Sova policy."""
 
     vf_policy: str = "sova"
+
+
+class LibvirtSettings(_Strict):
+    """The libvirt driver's host settings (``[libvirt]``; docs/deployment.md §7).
+
+    Mapped onto :class:`sova.driver.libvirt_driver.LibvirtDriverConfig` by
+    :func:`sova.daemon.wiring.libvirt_options`; a key left out keeps the value of the file
+    named by ``$SOVA_LIBVIRT_DRIVER`` (the lab's per-agent strategies), else the driver's
+    default. Checked here, at start-up, so a bad value is one line naming it, not a
+    traceback from the driver.
+    """
+
+    # A Linux netdev name: at most 15 bytes, no '/', ':' or whitespace.
+    pf: str | None = Field(default=None, pattern=r"^[^/:\s]{1,15}$")
+    vf_pool: int | None = Field(default=None, ge=0, le=4096)
+    # Where the source libvirtd sends a VM: {host} becomes the target host's name.
+    migration_uri_template: str | None = Field(
+        default=None, pattern=r"^[a-z][a-z0-9+]*://[^\s]*\{host\}[^\s]*$"
+    )
+    hotplug_timeout_s: Duration | None = Field(default=None, gt=0, le=600)
+    hotplug_attempts: int | None = Field(default=None, ge=1, le=20)
+    retry_backoff_s: Duration | None = Field(default=None, le=60)
+    migration_bandwidth_bps: Rate | None = Field(default=None, gt=0)
+    migration_poll_s: Duration | None = Field(default=None, gt=0, le=60)
+    migration_abort_grace_s: Duration | None = Field(default=None, gt=0, le=3600)
+    migration_unsafe: bool | None = None
+    sampling: Literal["host", "guest-agent"] | None = None
+    guest_exec_timeout_s: Duration | None = Field(default=None, gt=0, le=600)
+    host_side_shaping: Literal["auto", "bandwidth", "tap-htb"] | None = None
+    fast_path: Literal["sriov-vf", "lab-nic"] | None = None
+    failover: Literal["teaming", "guest-bond"] | None = None
+    lab_nic_bridge: str | None = Field(default=None, pattern=r"^[^/:\s]{1,15}$")
+    lab_nic_taps: list[Annotated[str, Field(pattern=r"^[^/:\s]{1,15}$")]] | None = None
+    lab_nic_speed_mbit: int | None = Field(default=None, ge=1, le=10_000_000)
+    host_name: str | None = Field(default=None, min_length=1, max_length=253)
+    sysfs_root: str | None = Field(default=None, min_length=1)
+    max_workers: int | None = Field(default=None, ge=1, le=64)
+    keepalive: tuple[int, int] | None = None
+
+    def driver_options(self) -> dict[str, Any]:
+        """The keys an operator set, as :class:`LibvirtDriverConfig` keyword arguments."""
+        out = {k: getattr(self, k) for k in sorted(self.model_fields_set)}
+        if "lab_nic_taps" in out and out["lab_nic_taps"] is not None:
+            out["lab_nic_taps"] = tuple(out["lab_nic_taps"])
+        return {k: v for k, v in out.items() if v is not None}
+
+    def hotplug_budget_s(self) -> float | None:
+        """Longest a confirmed plug or unplug may take with the hot-plug keys set here
+        (the driver's defaults for the others); None when none of them is set."""
+        keys = {"hotplug_timeout_s", "hotplug_attempts", "retry_backoff_s"}
+        if not keys & self.model_fields_set:
+            return None
+        timeout = self.hotplug_timeout_s if self.hotplug_timeout_s is not None else 20.0
+        attempts = self.hotplug_attempts if self.hotplug_attempts is not None else 3
+        backoff = self.retry_backoff_s if self.retry_backoff_s is not None else 1.0
+        return float(timeout * attempts + backoff * attempts * (attempts - 1) / 2)
 
 
 class AgentSettings(_Strict, OrchestratorSettings):
@@ -79,11 +135,25 @@ class AgentSettings(_Strict, OrchestratorSettings):
     metrics_addr: str = "127.0.0.1"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
+    libvirt: LibvirtSettings = Field(default_factory=LibvirtSettings)
 
     @model_validator(mode="after")
     def _token_source(self) -> AgentSettings:
         if self.token is not None and self.token_file is not None:
             raise ValueError("give token or token_file, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _hotplug_fits_op_timeout(self) -> AgentSettings:
+        # The executor gives up on a plug after controller.op_timeout; retries the driver
+        # would still make after that are work nobody waits for, and a VF held meanwhile.
+        budget = self.libvirt.hotplug_budget_s()
+        if budget is not None and budget > self.controller.op_timeout:
+            raise ValueError(
+                f"libvirt.hotplug_timeout_s x hotplug_attempts (+ back-off) = {budget:g}s "
+                f"exceeds controller.op_timeout = {self.controller.op_timeout:g}s; "
+                "lower them or raise op_timeout"
+            )
         return self
 
     def resolved_token(self) -> str | None:
@@ -115,10 +185,16 @@ class PlannerSettings(_Strict):
     metric: Literal["volume", "skewness"] = "volume"
     ceiling: float | None = Field(default=None, gt=0, le=1.5)
     lease_timeout_s: float = Field(default=900.0, gt=0)
-    # See ManagerCore: restart the source's and target's windows when a migration ends.
-    restart_window_after_migration: bool = False
-    # See ManagerCore: a VM is not sent back to a host it left less than this long ago.
-    return_tabu_s: Duration = 0.0
+    # Anti-thrash, on by default (docs/design.md#anti-thrash; sova.manager.core.ManagerCore).
+    # Restart the source's and target's windows when a migration ends.
+    restart_window_after_migration: bool = True
+    # A VM is not sent back to a host it left less than this long ago (0 = off).
+    return_tabu_s: Duration = 900.0
+    # Cluster-wide limits (0 = none): migrations in flight at once, started in the last
+    # hour, and how long a VM stays put after it was sent somewhere.
+    max_concurrent_migrations: int = Field(default=4, ge=0, le=10_000)
+    max_migrations_per_hour: int = Field(default=30, ge=0, le=1_000_000)
+    vm_cooldown_s: Duration = 300.0
     # A flagged directive the source never acknowledges is withdrawn (and its lease
     # released) after this many planning periods: a dead agent must not pin a target.
     directive_ttl_periods: int = Field(default=3, ge=1, le=1000)

@@ -176,6 +176,9 @@ class ManagerService:
             lease_timeout_s=p.lease_timeout_s,
             restart_window_after_migration=p.restart_window_after_migration,
             return_tabu_s=p.return_tabu_s,
+            max_concurrent_migrations=p.max_concurrent_migrations,
+            max_migrations_per_hour=p.max_migrations_per_hour,
+            vm_cooldown_s=p.vm_cooldown_s,
             keep_log=False,
             close_on_arrival=False,
             stale_after_s=p.stale_after_periods * (settings.plan_period_s or 10.0),
@@ -261,10 +264,9 @@ class ManagerService:
         # Leases after the windows: replaying old reports must not "arrive" a live lease.
         self.core.leases = {r.vm: Lease(r.vm, r.src, r.dst, r.since_s) for r in state.leases}
         self.lease_ids = {r.vm: r.decision_id for r in state.leases}
-        if self.core.return_tabu_s > 0:
-            # Which host each VM left, and when: the anti-ping-pong rule survives a restart.
-            for m in self.store.migration_rows():
-                self.core.departed.setdefault(m["vm"], {})[m["src"]] = float(m["started_s"])
+        # Which host each VM left, and when: the anti-thrash rules survive a restart.
+        for m in sorted(self.store.migration_rows(), key=lambda m: float(m["started_s"])):
+            self.core.note_start(m["vm"], m["src"], float(m["started_s"]))
         self.directives = DirectiveBook({d.host: d for d in state.directives})
         epoch = max(int(self._clock()), epoch_of(state.next_id - 1) + 1)
         self.next_id = max(state.next_id, (epoch << EPOCH_SHIFT) + 1)

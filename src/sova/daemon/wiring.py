@@ -77,6 +77,17 @@ class Wiring:
     config: ControllerConfig | None = None  # from the scenario (sim) or the world (remote)
 
 
+def libvirt_options(settings: AgentSettings) -> dict[str, Any]:
+    """``LibvirtDriverConfig`` keywords from the agent's settings: every ``[libvirt]`` key
+    the operator set, over ``$SOVA_LIBVIRT_DRIVER``'s file (read by the driver), and the
+    migration deadline from ``controller.migration_timeout``, so that the driver aborts a
+    migration when the executor stops waiting for it, not at a second, hidden deadline."""
+    return {
+        "migration_timeout_s": settings.controller.migration_timeout,
+        **settings.libvirt.driver_options(),
+    }
+
+
 def build(
     settings: AgentSettings, *, speed: float | None = None, policy: str | None = None
 ) -> Wiring:
@@ -92,7 +103,14 @@ def build(
             raise ConfigError(
                 f"driver: 'libvirt' needs libvirt-python ({exc}); {install_hint('agent')}"
             ) from None
-        drv = LibvirtDriver.open(settings.connect or "qemu:///system", read_only=settings.dry_run)
+        try:
+            drv = LibvirtDriver.open(
+                settings.connect or "qemu:///system",
+                read_only=settings.dry_run,
+                **libvirt_options(settings),
+            )
+        except ValueError as exc:  # a strategy the driver refuses, a bad driver file
+            raise ConfigError(f"libvirt: {exc}") from None
         return Wiring(
             drv, lambda stop: WallTicker(drv, c.period, bw, settings.poll_interval_s, stop)
         )

@@ -76,17 +76,29 @@ class ManagerCore:
     metric: HotnessMetric | str = HotnessMetric.VOLUME
     ceiling: float | None = None
     lease_timeout_s: float = 900.0
-    # Off by default (the k-of-n test over the raw last n reports). On: when a migration
-    # ends, its source's and target's windows restart, and the report spanning the copy is
-    # dropped too. Those reports describe a placement that no longer exists (the VM's load
-    # on the source, the copy traffic on both links), so judging the new placement by them
-    # flags the source again at once and moves a second VM off a host already relieved.
-    restart_window_after_migration: bool = False
+    # Anti-thrash, on by default (docs/design.md#anti-thrash): without these rules sova-fig5's
+    # cluster moves VM1 HM2 <-> HM3 every ~50 s. False = the papers' k-of-n test over the raw
+    # last n reports. On: when a migration ends, its source's and target's windows restart,
+    # and the report spanning the copy is dropped too. Those reports describe a placement
+    # that no longer exists (the VM's load on the source, the copy traffic on both links),
+    # so judging the new placement by them flags the source again at once and moves a
+    # second VM off a host already relieved.
+    restart_window_after_migration: bool = True
     # 0 = off. Otherwise a VM is not sent back to a host it left less than this long ago.
     # Without it, a move that leaves the target above alpha (Sova Fig. 5 stage 3) is
     # reversed as soon as the target's window fills, and the VM ping-pongs every minute.
-    return_tabu_s: float = 0.0
+    return_tabu_s: float = 900.0
+    # Cluster-wide brakes (0 = no limit): migrations in flight at once, migrations started
+    # in the last hour, and the time a VM stays put after it was sent somewhere. A migration
+    # they hold back is not signalled this round; its decision says which limit held it.
+    # Each migration costs both links a copy of the VM's memory, so a cluster whose
+    # detector misfires (bad thresholds, a flapping report) must not spend them unbounded.
+    max_concurrent_migrations: int = 4
+    max_migrations_per_hour: int = 30
+    vm_cooldown_s: float = 300.0
     departed: dict[str, dict[str, float]] = field(default_factory=dict)  # vm -> host -> t
+    last_moved: dict[str, float] = field(default_factory=dict)  # vm -> when it was last sent
+    started: deque[float] = field(default_factory=deque)  # start times within the last hour
     history: dict[str, deque[Utilisation]] = field(default_factory=dict)
     vms: dict[str, Mapping[str, VMLoad]] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)  # vm -> lease
@@ -194,10 +206,41 @@ class ManagerCore:
                 self._restart_windows(end.lease)
         for lease in result.opened:
             self.leases[lease.vm] = lease
-            if self.return_tabu_s > 0:
-                self.departed.setdefault(lease.vm, {})[lease.src] = lease.since_s
+            self.note_start(lease.vm, lease.src, lease.since_s)
         if self.keep_log:
             self.log.extend(result.decisions)
+
+    def note_start(self, vm: str, src: str, t: float) -> None:
+        """A migration of ``vm`` off ``src`` started at ``t`` (signalled by this core, or
+        read back from the store after a restart): what the anti-thrash rules remember."""
+        if self.return_tabu_s > 0:
+            self.departed.setdefault(vm, {})[src] = t
+        self.last_moved[vm] = max(t, self.last_moved.get(vm, -math.inf))
+        self.started.append(t)
+
+    def hold(self, vm: str, now_s: float) -> str | None:
+        """Why a migration of ``vm`` may not start now (which limit holds it), or None."""
+        while self.started and now_s - self.started[0] >= 3600.0:
+            self.started.popleft()
+        if self.vm_cooldown_s > 0 and vm in self.last_moved:
+            since = now_s - self.last_moved[vm]
+            if since < self.vm_cooldown_s:
+                return f"held: {vm} moved {since:.0f}s ago (vm_cooldown_s = {self.vm_cooldown_s:g})"
+        if self.max_concurrent_migrations > 0:
+            running = len(self.leases)
+            if running >= self.max_concurrent_migrations:
+                return (
+                    f"held: {running} migration(s) in flight "
+                    f"(max_concurrent_migrations = {self.max_concurrent_migrations})"
+                )
+        if self.max_migrations_per_hour > 0:
+            hour = len(self.started)
+            if hour >= self.max_migrations_per_hour:
+                return (
+                    f"held: {hour} migration(s) started in the last hour "
+                    f"(max_migrations_per_hour = {self.max_migrations_per_hour})"
+                )
+        return None
 
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
@@ -242,27 +285,32 @@ class ManagerCore:
         # 10,000 names in every decision row were megabytes per round in the store.
         candidates: list[str] | int = sorted(reports) if len(reports) <= 100 else len(reports)
         for host, sig in sorted(signals.items()):
-            if sig.flag and sig.target and sig.vm:
-                lease = Lease(sig.vm, host, sig.target, now_s)
-                self.leases[sig.vm] = lease
-                opened.append(lease)
-                if self.return_tabu_s > 0:
-                    self.departed.setdefault(sig.vm, {})[host] = now_s
-            verdict_hot = bool(sig.hot_resources) or sig.flag
-            if verdict_hot:
-                last = reports[host].history[-1]
-                decisions.append(
-                    Decision(
-                        now_s,
-                        host,
-                        sig,
-                        {
-                            "utilisation": [last.cpu, last.mem, last.net],
-                            "history": [[u.cpu, u.mem, u.net] for u in reports[host].history],
-                            "candidates": candidates,
-                        },
+            held: str | None = None
+            mover, target = sig.vm, sig.target
+            if sig.flag and target and mover:
+                # Leases opened earlier in this round already count (in leases, started).
+                held = self.hold(mover, now_s)
+                if held is not None:
+                    sig = MigrationSignal(
+                        False, None, f"{sig.reason}; {held}", mover, sig.hot_resources
                     )
-                )
+                    signals[host] = sig
+                else:
+                    lease = Lease(mover, host, target, now_s)
+                    self.leases[mover] = lease
+                    opened.append(lease)
+                    self.note_start(mover, host, now_s)
+            verdict_hot = bool(sig.hot_resources) or sig.flag
+            if verdict_hot or held is not None:
+                last = reports[host].history[-1]
+                inputs: dict[str, Any] = {
+                    "utilisation": [last.cpu, last.mem, last.net],
+                    "history": [[u.cpu, u.mem, u.net] for u in reports[host].history],
+                    "candidates": candidates,
+                }
+                if held is not None:
+                    inputs["held"] = held
+                decisions.append(Decision(now_s, host, sig, inputs))
         if self.keep_log:
             self.log.extend(decisions)
         return RoundResult(now_s, signals, tuple(decisions), tuple(opened), tuple(closed))

@@ -100,6 +100,9 @@ class World:
                 ceiling=m.ceiling,
                 restart_window_after_migration=m.restart_window_after_migration,
                 return_tabu_s=m.return_tabu,
+                max_concurrent_migrations=m.max_concurrent_migrations,
+                max_migrations_per_hour=m.max_migrations_per_hour,
+                vm_cooldown_s=m.vm_cooldown,
             )
         self.engine.on_submit.append(self._on_submit)
         self.tick_s = scn.tick
