@@ -23,7 +23,8 @@ __all__ = ["ControllerConfig", "ManagerSpec", "SchedulerSpec", "SensingSpec"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan pass every ge/le bound and then hang or crash a control loop.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SchedulerSpec(_Strict):
