@@ -58,7 +58,7 @@ def live_scrapes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (tmp_path / "agent.toml").write_text(
         f'driver = "mock"\nhost = "hv1"\nmanager_url = "http://127.0.0.1:{mport}"\n'
         f'token = "t0ken-hv1-0123456789abcdef"\nmetrics_port = {aport}\n'
-        '[controller]\nperiod_s = "0.2s"\n'
+        '[controller]\nperiod = "0.2s"\n'
     )
     env = {**os.environ, "SOVA_MANAGER_TOKENS_FILE": str(tmp_path / "hosts.tokens")}
     sova = [sys.executable, "-m", "sova.cli"]

@@ -109,7 +109,7 @@ def test_manager_reports_ready_pings_the_watchdog_and_logs_for_the_journal(
 
 def test_agent_reports_ready_and_pings_while_its_loop_runs(tmp_path: Path) -> None:
     cfg = tmp_path / "agent.toml"
-    cfg.write_text('driver = "mock"\nhost = "hv1"\n[controller]\nperiod_s = "0.2s"\n')
+    cfg.write_text('driver = "mock"\nhost = "hv1"\n[controller]\nperiod = "0.2s"\n')
     got, text = _serve_under_fake_systemd(["agent", "--config", str(cfg)], tmp_path, pings=3)
     assert any(m.startswith("READY=1") for m in got), got
     assert _pings_after_ready(got) >= 3, got
