@@ -12,6 +12,10 @@ Processes (all ``sys.executable``, all bound to 127.0.0.1 on free ports)::
     world   python -m sova.sim.world_server SCENARIO --out OUT
     manager python -m sova.cli_daemons manager --config <generated manager.toml>
     agents  python -m sova.cli_daemons agent --driver remote --connect WORLD --host H  (x hosts)
+
+Why one module over 500 lines: it is the composition point, the only module that may put
+two worlds together (the layers contract), so the process orchestration, the live view
+and the baseline comparison stay here rather than leak into a world.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Validation is strict (unknown keys are errors) and every error names the field path and
 the offending value, e.g. ``workload[0].vms.VM1.net: must be <= 1 (got 1.4)``, because a
 typo in a scenario should never silently turn into a default.
+
+Why one module over 500 lines: it is the scenario file's schema, one pydantic model per
+YAML section plus the loader that checks paths and bounds; split, the error paths that
+name ``section.field`` would be spread over files that must agree.
 """
 
 from __future__ import annotations

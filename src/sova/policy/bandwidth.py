@@ -31,6 +31,10 @@ Units are SI: bit/s and packets/s. ``Allocation.rate_bps`` is always a *ceiling*
 enforce; for the exact allocators (Sova, equal share, DBA-VM) it is also the intended
 throughput. "No cap" is expressed as a cap at the link rate, so that every value stays a
 finite float a driver can apply. The module does no I/O.
+
+Why one module over 500 lines: every allocator answers the same ``allocate`` call over
+the same ``FlowDemand``/``Allocation`` types; keeping them side by side is what lets a
+reader compare DBA-VM, DAQS and Sova line by line (docs/design.md#bandwidth).
 """
 
 from __future__ import annotations

@@ -42,6 +42,10 @@ reports, this module only decides. Where the paper is wrong or silent:
   measure). On heterogeneous hosts pass :class:`HostCapacity` per host. A VM's share on the
   target is then ``share_src · cap_src / cap_dst`` per resource. Without capacities, hosts
   are taken as identical.
+
+Why one module over 500 lines: detection (skewness/volume, AR(1), k-of-n), the VM's
+migration factor and the cold-spot screening are one algorithm (Alg. 2) read top to
+bottom; split, each half would need the other's types and the reading order would go.
 """
 
 from __future__ import annotations

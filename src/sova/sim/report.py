@@ -2,6 +2,10 @@
 
 Formatting, the VF-holders plot and the atomic write are :mod:`sova.writer`'s, shared
 with the testbed's report.
+
+Why one module over 500 lines: report.md is written top to bottom here, each section
+beside the plot it embeds; the shared parts (cell format, atomic writes, the VF-holders
+panel) are already in :mod:`sova.writer`.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ SR-IOV hosts rather than what the happy path needs:
   tap names change; VF traffic, invisible on the tap, comes from the PF's IFLA_VF_STATS.
 * A read-only connection (``--dry-run``) refuses every action and writes nothing, not even
   a capability probe.
+
+Why one module over 500 lines: it is the Driver protocol's one production implementation,
+the class that dispatches each action to the package's parts (events, PF discovery,
+sampling, hot-plug, migration) and owns the operation table they share; what can stand
+alone already lives beside it in the package.
 """
 
 from __future__ import annotations
