@@ -21,7 +21,8 @@ from typing import Any
 
 from sova.agent.executor import EVENT_KIND, Outcome
 from sova.agent.loop import StepReport
-from sova.model import AttachVF, Migrate, NicKind, SetGuestRateLimit, SetVFRate
+from sova.model import AttachVF, Migrate, NicKind, SetGuestRateLimit, SetVFRate, VMState
+from sova.policy.sensing import VMFactors
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,42 @@ def step_rows(rep: StepReport, *, policy: str = "", host: str = "") -> Iterator[
             response_ms=None,
             limit_mbps=st.guest_limit_bps / 1e6 if st.guest_limit_bps else None,
         )
+
+
+def measured_row(
+    *,
+    policy: str,
+    time_s: float,
+    host: str,
+    vm: str,
+    state: VMState,
+    tx_mbps: float,
+    rx_mbps: float,
+    cpu_usage: float,
+    factors: VMFactors | None,
+    **world: Any,
+) -> TimelineRow:
+    """A row of a world that measures rates itself each second (testbed, lab): its own
+    tx/rx/CPU beside the agent's latest sensing factors (neutral before the first ones).
+    """
+    f = factors
+    on_vf = state.nic is NicKind.VF
+    return timeline_row(
+        policy=policy,
+        time_s=time_s,
+        host=host,
+        vm=vm,
+        nic=state.nic.value,
+        vf_rate_mbps=state.vf_max_bps / 1e6 if on_vf and state.vf_max_bps else None,
+        tx_mbps=tx_mbps,
+        rx_mbps=rx_mbps,
+        cpu_usage=min(1.0, cpu_usage),
+        io_degree=f.io_degree if f else 100.0,
+        net_factor=f.net_factor if f else 0.0,
+        net_degree=f.net_degree if f else 0.0,
+        io_factor=f.io_factor if f else 0.0,
+        **world,
+    )
 
 
 def complete_row(row: TimelineRow, **world: Any) -> TimelineRow:

@@ -25,7 +25,7 @@ from sova.lab.loads import Loads, Peer, ping_gaps
 from sova.lab.scenario import LabScenario
 from sova.lab.settings import LabSettings
 from sova.model import DetachVF, NicKind
-from sova.record import EventRow, TimelineRow, outcome_event, timeline_row
+from sova.record import EventRow, TimelineRow, measured_row, outcome_event
 
 POLL_S = 0.5
 HOST = "HV1"
@@ -207,20 +207,16 @@ def _measure(
         cpu = max(0, c.cpu_time_ns - p.cpu_time_ns) / (dt * 1e9 * c.vcpus) if p else 0.0
         f = factors.get(name)
         out.timeline.append(
-            timeline_row(
+            measured_row(
                 policy=label,
                 time_s=t,
                 host=HOST,
                 vm=name,
-                nic=state.nic.value,
-                vf_rate_mbps=state.vf_max_bps / 1e6 if state.vf_max_bps else None,
+                state=state,
                 tx_mbps=tx,
                 rx_mbps=rx,
-                cpu_usage=min(1.0, cpu),
-                io_degree=f.io_degree if f else 100.0,
-                net_factor=f.net_factor if f else 0.0,
-                net_degree=f.net_degree if f else 0.0,
-                io_factor=f.io_factor if f else 0.0,
+                cpu_usage=cpu,
+                factors=f,
             )
         )
     return sample, now

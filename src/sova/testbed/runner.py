@@ -32,7 +32,7 @@ from sova.clock import RealtimeEnvironment
 from sova.model import HostSample, NicKind
 from sova.policy.bandwidth import DaqsController
 from sova.policy.sensing import RateMeter
-from sova.record import RunRecord, outcome_event, timeline_row
+from sova.record import RunRecord, measured_row, outcome_event
 from sova.testbed.netns_driver import LimitSide, NetnsDriver
 from sova.testbed.probing import RealTrafficAllocator
 from sova.testbed.scenario import RunSpec, TestbedScenario
@@ -286,20 +286,16 @@ def _measure(
             )
         )
         out.run.timeline.append(
-            timeline_row(
+            measured_row(
                 policy=spec.label,
                 time_s=t,
                 host="testbed",
                 vm=name,
-                nic=state.nic.value,
-                vf_rate_mbps=vf_rate,
+                state=state,
                 tx_mbps=tx,
                 rx_mbps=rx,
-                cpu_usage=min(1.0, cpu),
-                io_degree=f.io_degree if f else 100.0,
-                net_factor=f.net_factor if f else 0.0,
-                net_degree=f.net_degree if f else 0.0,
-                io_factor=f.io_factor if f else 0.0,
+                cpu_usage=cpu,
+                factors=f,
                 offered_mbps=offered,
                 limit_mbps=limit,
             )
