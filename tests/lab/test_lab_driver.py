@@ -96,6 +96,7 @@ def test_plug_makes_the_fast_nic_active_and_unplug_moves_back_first(lab):
     drv = open_driver(lab)
     dom = dom_of(drv, "g1")
     ping = Pinger(lab, lab.guest_ip(1))
+    started = time.monotonic()
     try:
         st = wait_op(drv, drv.submit(AttachVF("g1", max_bps=200e6)))
         assert st.state.value == "succeeded", st
@@ -120,8 +121,11 @@ def test_plug_makes_the_fast_nic_active_and_unplug_moves_back_first(lab):
         assert drv.inventory().vms["g1"].nic is NicKind.VIRTIO
     finally:
         gap, n = ping.stop()
+        window = time.monotonic() - started
         drv.close()
-    assert n > 50
+    # Pings go out every 0.1 s; at least half must be answered over the plug and unplug
+    # (measured: 46 answers in a ~5 s window on a quiet machine, 150+ over ~15 s loaded).
+    assert n >= max(10, 0.5 * window / 0.1), (n, window)
     assert gap < 1.0, f"ping gap {gap:.2f} s over plug + unplug"
 
 
