@@ -171,8 +171,12 @@ def test_vf_scheduling_moves_vfs_to_network_bound_vms_without_breaks(
     longest TCP stall, s (bar <= 1.0): 0.001 / 0.045 / 1.298
     scenario checks hold (1 = yes): 0 / 1 / 1
 
-    The 1 s bar is the requirement, not a measured margin, and it did NOT hold in 2 of
-    these 10 runs: a 2.4 s ping silence at the first attaches (TCP 0.09 s: the ping
+    With only the busy-loop (the condition CI can meet): 10 of 10 runs passed; the last
+    4 runs' figures (pytest keeps 3-4 temp dirs): VF changes 6 / 6 / 6, failed actions 0,
+    longest ping silence 0.071 / 0.086 / 0.112 s, longest TCP stall 0 / 0 / 0 s.
+
+    The 1 s bar is the requirement, not a measured margin, and under the heavy sharing
+    above it did NOT hold in 2 of those 10 runs: a 2.4 s ping silence at the first attaches (TCP 0.09 s: the ping
     processes, not the path, starved at start-up) and a 1.8 s ping / 1.3 s TCP break at a
     detach under load average ~15. Not relaxed: see docs/testbed.md, "Flake-proofing".
     """
