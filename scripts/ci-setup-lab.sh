@@ -13,22 +13,8 @@ APT_PKGS=(
     mmdebstrap e2fsprogs
     iproute2 iperf3 iputils-ping
 )
-missing=()
-for p in "${APT_PKGS[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$p")
-    fi
-done
-if ((${#missing[@]})); then
-    SUDO=""
-    [[ "$(id -u)" == 0 ]] || SUDO="sudo"
-    echo "ci-setup-lab: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-    echo "ci-setup-lab: apt packages present"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/_apt.sh"
+apt_ensure ci-setup-lab "${APT_PKGS[@]}"
 
 # libvirt's QEMU driver resolves its compiled-in default user (libvirt-qemu:kvm) before
 # reading qemu.conf, and fails to start without them; libvirt-daemon-system would create

@@ -21,25 +21,8 @@ if [[ ! -x "$PY" ]]; then
 fi
 
 APT_PKGS=(libvirt-dev libvirt-clients libxml2-utils pkg-config gcc python3-dev iproute2)
-missing=()
-for p in "${APT_PKGS[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$p")
-    fi
-done
-
-if ((${#missing[@]})); then
-    SUDO=""
-    if [[ "$(id -u)" != 0 ]]; then
-        SUDO="sudo"
-    fi
-    echo "ci-setup-libvirt: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-    echo "ci-setup-libvirt: apt packages present"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/_apt.sh"
+apt_ensure ci-setup-libvirt "${APT_PKGS[@]}"
 
 # python3-dev provides headers for the *system* python; the venv may be another build,
 # so let pip find out: it fails loudly here rather than in the tests.

@@ -32,20 +32,10 @@ if [[ "$(id -u)" != 0 ]]; then
 fi
 
 APT_PKGS=(iproute2 iperf3 iputils-ping)
-missing=()
-for p in "${APT_PKGS[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$p")
-    fi
-done
-if ((${#missing[@]})); then
-    echo "ci-testbed: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    # iperf3's Debian package asks whether to start a daemon; the answer is no.
-    echo "iperf3 iperf3/start_daemon boolean false" | debconf-set-selections 2>/dev/null || true
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# iperf3's Debian package asks whether to start a daemon; the answer is no.
+echo "iperf3 iperf3/start_daemon boolean false" | debconf-set-selections 2>/dev/null || true
+source "$(dirname "${BASH_SOURCE[0]}")/_apt.sh"
+apt_ensure ci-testbed "${APT_PKGS[@]}"
 
 if ! "$PY" -c "import pyroute2" 2>/dev/null; then
     echo "ci-testbed: installing pyroute2 into $VENV"
