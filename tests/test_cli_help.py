@@ -38,7 +38,9 @@ def _flat(text: str) -> str:
 COMMANDS = _commands()
 
 
-@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=[" ".join(p) or "sova" for p, _ in COMMANDS])
+@pytest.mark.parametrize(
+    ("path", "cmd"), COMMANDS, ids=[" ".join(p) or "sova" for p, _ in COMMANDS]
+)
 def test_help_shows_brackets_and_defaults(path: list[str], cmd: Any) -> None:
     res = CliRunner().invoke(app, [*path, "--help"], terminal_width=200)
     assert res.exit_code == 0, res.output

@@ -49,7 +49,9 @@ def _root(
 
 @app.command()
 def simulate(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file or shipped name (see `sova scenarios`).")],
+    scenario: Annotated[
+        Path, typer.Argument(help="Scenario YAML file or shipped name (see `sova scenarios`).")
+    ],
     out: Annotated[
         Path | None,  # noqa: UP007
         typer.Option("--out", "-o", help="Output directory [default: out/<scenario name>]."),

@@ -244,6 +244,12 @@ class Cluster:
     def pause(self, paused: bool = True) -> None:
         httpx.post(self.world_url + "/v1/world/pause", json={"paused": paused}, timeout=5.0)
 
+    def pause_at_migration(self) -> None:
+        """Arm the world's breakpoint: it pauses itself at the end of the first tick in which
+        a VM is migrating (fault tests act mid-migration without racing the world)."""
+        r = httpx.post(self.world_url + "/v1/world/pause", json={"at": "migration"}, timeout=5.0)
+        r.raise_for_status()
+
     def wait_ready(self, url: str, what: str, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -256,9 +262,11 @@ class Cluster:
             time.sleep(0.1)
         raise RuntimeError(f"{what} did not answer at {url} within {timeout_s:.0f} s")
 
-    def start(self) -> None:
+    def start(self, *, pause_at_migration: bool = False) -> None:
         self.start_world()
         self.wait_ready(self.world_url + "/v1/world", "world")
+        if pause_at_migration:  # armed before any agent runs, so no migration can slip past
+            self.pause_at_migration()
         if self.uses_manager:
             self.start_manager()
             self.wait_ready(self.manager_url + "/healthz", "manager")

@@ -5,10 +5,14 @@ The world is paused while the source agent is killed and restarted, so simulated
 not run on without it; what the restarted agent does not have is its memory (sensing window,
 the migration operation it started). The migrations must still be the in-process run's:
 the restarted agent adopts the migration in flight and reports its end, and the manager's
-lease and windows follow it — no second VM leaves the relieved source. ~45 s per run.
-Measured: 9 of 9 runs that reached the kill made exactly the reference migrations (a 10th
-missed the migration at full speed, hence the pacing); on the code before issue 10's fixes
-1 of 2 runs made a different set.
+lease and windows follow it — no second VM leaves the relieved source.
+
+The world pauses itself at the first tick with a VM migrating (its breakpoint), so the kill
+lands mid-migration every run. Measured: ~11 s per run; 10 of 10 runs made exactly the
+reference migrations with one core kept busy by another process (`yes`), and again quiet.
+Before the breakpoint the test polled for the migration and once (in CI) waited 120 s for
+one that had come and gone between two polls. On the code before issue 10's fixes 1 of 2
+runs made a different set.
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ from .conftest import REPO, wait_until
 
 FIG5 = REPO / "scenarios" / "sova-fig5.yaml"
 RUNS = 10
+
+
+def _migrating_host(c: Cluster) -> str | None:
+    view = httpx.get(c.world_url + "/v1/world/view", timeout=5).json()
+    for h, info in view["hosts"].items():
+        if any(s["migrating"] for s in info["vms"].values()):
+            return str(h)
+    return None
 
 
 def _moves(events: list[dict[str, str]]) -> list[tuple[str, str, str]]:
@@ -58,24 +70,20 @@ def test_kill_9_of_the_source_agent_at_the_first_migration(
             pick_policy(scn, "sova"),
             tmp_path / "out",
             Path(work),
-            # Paced: at full speed a migration lasts milliseconds of real time and the poll
-            # below could miss it (1 of 10 runs did); at 40x it lasts a second or more.
-            speed=40.0,
             log_dir=tmp_path / "logs",
         )
         try:
-            c.start()
+            # The world pauses itself at the end of the first tick with a VM migrating: the
+            # kill lands mid-migration every run (polling for it raced the world: CI once
+            # waited 120 s for a migration that had come and gone between two polls).
+            c.start(pause_at_migration=True)
 
-            def migrating() -> str | None:
-                view = httpx.get(c.world_url + "/v1/world/view", timeout=5).json()
-                for h, info in view["hosts"].items():
-                    if any(s["migrating"] for s in info["vms"].values()):
-                        return str(h)
-                return None
+            def paused() -> bool:
+                return bool(httpx.get(c.world_url + "/v1/world/view", timeout=5).json()["paused"])
 
-            src = wait_until(migrating, 120, "the first migration", every=0.01)
-            c.pause()
-            src = migrating() or src
+            wait_until(paused, 300, "the world to pause at the first migration")
+            src = _migrating_host(c)
+            assert src is not None, "the world paused with no VM migrating"
             assert c.kill(f"agent-{src}", signal.SIGKILL) == -signal.SIGKILL
             c.start_agent(src)
             c.pause(False)

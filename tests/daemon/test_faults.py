@@ -31,7 +31,8 @@ VMS = {"A", "B", "C", "D", "E"}
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    pause_at_migration = bool(getattr(request, "param", False))
     scn = load_scenario(SCENARIO)
     with tempfile.TemporaryDirectory() as work:
         c = Cluster(
@@ -46,7 +47,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             agent_metrics=True,
         )
         try:
-            c.start()
+            # With the breakpoint armed, the world pauses itself at the first tick with a VM
+            # migrating, so a test acts mid-migration without racing it (polling did race).
+            c.start(pause_at_migration=pause_at_migration)
             yield c
         finally:
             c.stop()
@@ -80,15 +83,11 @@ def _table(metrics: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("cluster", [True], indirect=True, ids=["paused-at-migration"])
 def test_kill_9_agent_mid_migration_and_restart(cluster: Cluster) -> None:
     c = cluster
 
-    def migrating() -> bool:
-        v = _view(c)
-        return any(s["migrating"] for s in v["hosts"]["H1"]["vms"].values())
-
-    wait_until(migrating, 60, "a VM migrating off H1")
-    c.pause()
+    wait_until(lambda: _view(c)["paused"], 60, "the world to pause at the first migration")
     view = _view(c)
     moving = [vm for vm, s in view["hosts"]["H1"]["vms"].items() if s["migrating"]]
     assert moving == ["A"]

@@ -103,6 +103,9 @@ class WorldService:
         self.last_seen: dict[str, float] = {}
         self.done = False
         self.paused = False
+        # A breakpoint for fault tests: pause by itself at the end of the first tick in which
+        # a VM is migrating, so a test can act mid-migration without racing the world.
+        self.pause_at_migration = False
         self.violations: list[str] = []
         self.ticks = 0
         self.cond = asyncio.Condition()
@@ -151,6 +154,10 @@ class WorldService:
                             log.warning("agent of %s stopped syncing; its host runs on", h)
                             break
             self.turn = None
+            if self.pause_at_migration and self._any_migrating():
+                self.pause_at_migration = False
+                self.paused = True
+                log.info("paused at t=%g: a VM is migrating (breakpoint)", self.world.now)
             if self.speed:
                 await asyncio.sleep(
                     max(0.0, self.tick_s / self.speed - (time.monotonic() - started))
@@ -183,6 +190,13 @@ class WorldService:
         if t is not None and t[2] == host and (t[0], t[1]) > done_turn:
             return t[0], t[1], False
         return self.world.now, -1, self.done
+
+    def _any_migrating(self) -> bool:
+        return any(
+            s.migrating
+            for h in self.world.hosts
+            for s in self.world.driver(h).inventory().vms.values()
+        )
 
     # ------------------------------------------------------------------ invariants
 
@@ -378,10 +392,19 @@ def create_world_app(
         return await on_host(request, go)
 
     async def pause(request: Request) -> JSONResponse:
-        svc.paused = bool((await request.json()).get("paused", True))
+        body = await request.json()
+        at = body.get("at")
+        if at is not None:
+            if at != "migration":
+                return err(422, f"at = {at!r}: the only breakpoint is 'migration'")
+            svc.pause_at_migration = True
+        else:
+            svc.paused = bool(body.get("paused", True))
         async with svc.cond:
             svc.cond.notify_all()
-        return JSONResponse({"paused": svc.paused})
+        return JSONResponse(
+            {"paused": svc.paused, "at": "migration" if svc.pause_at_migration else None}
+        )
 
     async def finish(request: Request) -> JSONResponse:
         """Merge the manager's decisions and write the run's output files."""
