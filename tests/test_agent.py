@@ -604,3 +604,34 @@ def test_executor_rate_limits_do_not_wait_behind_a_hotplug() -> None:
     ex.apply(SetGuestRateLimit("a", 1e8), inv)
     ex.apply(SetVFRate("a", 1e9), inv)
     assert drv.submitted() == [AttachVF("a"), SetGuestRateLimit("a", 1e8)]
+
+
+def test_vf_freeze_keeps_assignments_as_they_are() -> None:
+    """Operator fence (issue 11): a frozen VM keeps what it has, the rest is scheduled.
+
+    web holds the one VF; then the loads swap (db becomes the network VM). Unfrozen, the VF
+    would move web -> db. With web frozen it stays on web (and db, not frozen, gets none:
+    the pool is web's). With db frozen instead, db gets nothing and web keeps it anyway.
+    With the whole host frozen nothing moves; lifting the freeze lets the scheduler act.
+    """
+    swapped = {
+        "batch": LOADS3["batch"],
+        "db": Load(cpu=0.05, bytes_per_s=50e6),
+        "web": Load(cpu=0.10, bytes_per_s=5e6),
+    }
+    for freeze_host, frozen, holders in [
+        (False, {"web"}, {"web"}),
+        (False, {"db"}, {"web"}),
+        (True, set(), {"web"}),
+        (False, set(), {"db"}),
+    ]:
+        world = HostWorld(LOADS3, pool=1)
+        drv = MockDriver(world)
+        agent = HostAgent(drv)
+        run(agent, world, 4)
+        assert world.holders() == {"web"}
+        assert agent.set_vf_freeze(freeze_host, frozen) == bool(freeze_host or frozen)
+        world.loads = swapped
+        run(agent, world, 8)
+        assert world.holders() == holders, (freeze_host, frozen)
+        assert world.violations == []

@@ -183,11 +183,13 @@ def _register_subcommands() -> None:
     # commands, so `sova --help` and `sova simulate` stay fast.
     from sova.cli_daemons import register as register_daemons
     from sova.cli_lab import register as register_lab
+    from sova.cli_operator import register as register_operator
     from sova.cli_testbed import register as register_testbed
 
     register_daemons(app)
     register_testbed(app)
     register_lab(app)
+    register_operator(app)
 
 
 _register_subcommands()

@@ -159,6 +159,7 @@ class Cluster:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     uses_manager: bool = False
     agent_metrics: bool = False  # give each agent a Prometheus port (fault tests read it)
+    manager_env: dict[str, str] = field(default_factory=dict)  # SOVA_MANAGER_* overrides
     metrics_ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -207,7 +208,11 @@ class Cluster:
         cfg.write_text(
             manager_toml(self.scn, self.tokens, self.workdir / "manager.db", self.manager_port)
         )
-        self._spawn("manager", ["-m", "sova.cli_daemons", "manager", "--config", str(cfg)])
+        self._spawn(
+            "manager",
+            ["-m", "sova.cli_daemons", "manager", "--config", str(cfg)],
+            self.manager_env,
+        )
 
     def start_agent(self, host: str) -> None:
         # Full precision: the demo must decide exactly as the in-process run does, and its

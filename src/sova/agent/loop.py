@@ -24,13 +24,13 @@ Two more loops share the executor:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from sova.agent.config import ControllerConfig
 from sova.agent.executor import Executor, Outcome
 from sova.agent.registry import make_allocator, vf_policy
-from sova.agent.vf_policies import VFContext
+from sova.agent.vf_policies import VFContext, VFPolicy
 from sova.driver.base import Driver
 from sova.model import (
     Action,
@@ -165,6 +165,10 @@ class HostAgent:
         self.allocator = make_allocator(self.config.bandwidth_policy, self.config.static_caps)
         self.rate_meter = RateMeter()
         self.limits: dict[str, float | None] = {}
+        # Operator fences from the manager (docs/operations.md#fencing): VMs (or the whole
+        # host) whose VF assignment stays as it is — neither attached nor detached.
+        self.vf_freeze_host = False
+        self.vf_freeze_vms: frozenset[str] = frozenset()
 
     # ----------------------------------------------------------------- events
 
@@ -183,6 +187,14 @@ class HostAgent:
             self.limits[a.vm] = a.rate_bps
         if self._on_outcome is not None:
             self._on_outcome(outcome)
+
+    def set_vf_freeze(self, whole_host: bool, vms: Iterable[str]) -> bool:
+        """The operator's VF fences; returns whether they changed."""
+        new = (bool(whole_host), frozenset(vms))
+        if new == (self.vf_freeze_host, self.vf_freeze_vms):
+            return False
+        self.vf_freeze_host, self.vf_freeze_vms = new
+        return True
 
     def signal(self, flag: bool, target: str | None = None, vm: str | None = None) -> None:
         """The manager's migration signal for this host (Alg. 2 line 13)."""
@@ -240,6 +252,23 @@ class HostAgent:
                 self.config.manager.metric,
             )
             self.migrating.update(table.migrate)
+        frozen = set(actual.vms) if self.vf_freeze_host else self.vf_freeze_vms & actual.vms.keys()
+        if frozen and policy.grants_vfs:
+            # The policy schedules the rest: frozen VMs are not candidates, and the VFs
+            # frozen holders keep are not in its pool.
+            kept = {vm: actual.vms[vm].vf_max_bps for vm in frozen & actual.vf_holders}
+            nic = actual.host.nic
+            actual = Inventory(
+                replace(actual.host, nic=replace(nic, vf_pool=max(0, nic.vf_pool - len(kept)))),
+                {n: st for n, st in actual.vms.items() if n not in frozen},
+            )
+            decision, desired = self._desired(policy, factors, actual, now)
+            return decision, {**desired, **kept}
+        return self._desired(policy, factors, actual, now)
+
+    def _desired(
+        self, policy: VFPolicy, factors: Mapping[str, VMFactors], actual: Inventory, now: float
+    ) -> tuple[VFDecision | None, dict[str, float | None]]:
         ctx = VFContext(
             factors=factors,
             actual=actual,

@@ -234,6 +234,14 @@ class AgentDaemon:
 
     def apply(self, d: Directive) -> None:
         """Apply a directive at most once per id (the manager repeats it until acked)."""
+        # The operator's VF fences ride on every response, whatever the directive's id.
+        if self.agent.set_vf_freeze(d.vf_freeze_host, d.vf_freeze_vms):
+            log.warning(
+                "VF freeze from the manager: %s",
+                "the whole host"
+                if d.vf_freeze_host
+                else (", ".join(d.vf_freeze_vms) if d.vf_freeze_vms else "lifted"),
+            )
         if note := epoch_note(self.applied, d.id):
             log.warning(note)
         if not d.flag or d.id <= self.applied or d.target is None:

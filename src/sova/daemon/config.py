@@ -232,6 +232,18 @@ class ManagerSettings(_Strict, OrchestratorSettings):
         default="wall", description='"agent": the newest agent clock (simulated time)'
     )
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
+    # Operator control (docs/operations.md#modes-and-plans). The mode an operator sets
+    # through the API is kept in the store and wins over these until reset.
+    mode: Literal["autonomic", "recommend"] = Field(
+        default="autonomic",
+        description='"recommend": decisions become plans an operator approves or rejects',
+    )
+    host_modes: dict[str, Literal["autonomic", "recommend"]] = Field(
+        default_factory=dict, description="per-host mode, over the cluster's"
+    )
+    plan_ttl_s: Duration = Field(
+        default=600.0, description="a proposed plan not approved within this expires"
+    )
     max_report_bytes: int = Field(default=1024, ge=128, le=65536)
     # How far an agent's clock may drift from the manager's pace within one agent boot
     # (wall clock), or run ahead of the newest report (agent clock); beyond it: 422.

@@ -17,9 +17,9 @@ import logging
 import math
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi import Path as PathParam
@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.conn_guard import base_protocol, guarded
+from sova.daemon.manager_control import FENCE_KINDS, PLAN_STATES, PlanConflict, PlanNotFound
 from sova.daemon.manager_guard import GuardMiddleware
 from sova.daemon.manager_security import exposure_check
 from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
@@ -38,17 +39,26 @@ from sova.daemon.schema import (
     FIELD_NAMES,
     NAME_MAX,
     NAME_PATTERN,
+    AuditPage,
     ClusterView,
     DecisionPage,
     Directive,
+    FenceView,
     Health,
     MigrationDone,
     MigrationDoneAck,
+    ModeChange,
+    ModeView,
+    OperatorAction,
+    PlanPage,
+    PlanView,
     Report,
 )
 from sova.daemon.store import Store
+from sova.orchestrator.base import Actuator
 
 log = logging.getLogger("sova.manager")
+T = TypeVar("T")
 
 
 def _field_name(loc: tuple[Any, ...]) -> str:
@@ -100,6 +110,20 @@ _REPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
 _DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "the host is not the migration's source; nothing was changed"},
 }
+_PLAN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **_AUTH_RESPONSES,
+    404: {"description": "no plan with this id"},
+    409: {"description": "the plan is not open, expired, or cannot run now (says why)"},
+}
+_OPERATOR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **_AUTH_RESPONSES,
+    503: {"description": "the knowledge store cannot be written; nothing was changed"},
+}
+FenceKind = Annotated[str, PathParam(pattern="^(" + "|".join(FENCE_KINDS) + ")$")]
+PlanId = Annotated[int, PathParam(ge=1, le=2**62)]
+By = Annotated[str, Query(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Why = Annotated[str, Query(max_length=500)]
+
 _BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_AUTH_RESPONSES,
     413: {"description": "body larger than max_report_bytes; nothing was changed"},
@@ -114,12 +138,18 @@ def create_app(
     registry: CollectorRegistry | None = None,
     migrate: bool = True,
     fork_planner: bool = False,
+    actuator_for: Callable[[str], Actuator] | None = None,
 ) -> FastAPI:
     """The manager's ASGI app: migrates the store, restores state, wires the routes."""
     if migrate:
         store.migrate()
     service = ManagerService(
-        settings, store, clock=clock, registry=registry, fork_planner=fork_planner
+        settings,
+        store,
+        clock=clock,
+        registry=registry,
+        fork_planner=fork_planner,
+        actuator_for=actuator_for,
     )
     service.restore()
 
@@ -251,6 +281,199 @@ def create_app(
     ) -> DecisionPage:
         return await service.decision_page(after, limit, host)
 
+    async def _stored(coro: Awaitable[T]) -> T:
+        """An operator change: 503 (nothing changed) when the store refuses it."""
+        try:
+            return await coro
+        except (PlanNotFound, PlanConflict, ValueError):
+            raise
+        except Exception as exc:
+            log.error("operator change not stored: %s", exc)
+            raise HTTPException(503, f"knowledge store cannot be written: {exc}") from None
+
+    def _plan_errors(exc: Exception) -> HTTPException:
+        if isinstance(exc, PlanNotFound):
+            return HTTPException(404, str(exc))
+        return HTTPException(409, str(exc))
+
+    @app.get(
+        "/v1/plans",
+        operation_id="listPlans",
+        response_model=PlanPage,
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["operators"],
+        summary="Proposed plans (recommend mode) and what became of them, oldest first",
+    )
+    async def list_plans(
+        state: Annotated[str | None, Query(pattern="^(" + "|".join(PLAN_STATES) + ")$")] = None,
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> PlanPage:
+        return await service.plan_page(after, limit, state)
+
+    @app.get(
+        "/v1/plans/{plan_id}",
+        operation_id="getPlan",
+        response_model=PlanView,
+        dependencies=auth,
+        responses=_PLAN_RESPONSES,
+        tags=["operators"],
+        summary="One plan: inputs, actions, expected effect, expiry and its fate",
+    )
+    async def get_plan(plan_id: PlanId) -> PlanView:
+        try:
+            return await service.plan_view(plan_id)
+        except (PlanNotFound, PlanConflict) as exc:
+            raise _plan_errors(exc) from None
+
+    @app.post(
+        "/v1/plans/{plan_id}/approve",
+        operation_id="approvePlan",
+        response_model=PlanView,
+        dependencies=auth,
+        responses={**_PLAN_RESPONSES, **_OPERATOR_RESPONSES},
+        tags=["operators"],
+        summary="Approve an open plan: its migration is signalled (audit-logged)",
+    )
+    async def approve_plan(plan_id: PlanId, body: OperatorAction) -> PlanView:
+        try:
+            return await _stored(service.approve_plan(plan_id, body.by, body.reason))
+        except (PlanNotFound, PlanConflict) as exc:
+            raise _plan_errors(exc) from None
+
+    @app.post(
+        "/v1/plans/{plan_id}/reject",
+        operation_id="rejectPlan",
+        response_model=PlanView,
+        dependencies=auth,
+        responses={**_PLAN_RESPONSES, **_OPERATOR_RESPONSES},
+        tags=["operators"],
+        summary="Reject an open plan: nothing moves (audit-logged)",
+    )
+    async def reject_plan(plan_id: PlanId, body: OperatorAction) -> PlanView:
+        try:
+            return await _stored(service.reject_plan(plan_id, body.by, body.reason))
+        except (PlanNotFound, PlanConflict) as exc:
+            raise _plan_errors(exc) from None
+
+    @app.get(
+        "/v1/fences",
+        operation_id="listFences",
+        response_model=list[FenceView],
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["operators"],
+        summary="Fences in force: maintenance hosts, pinned VMs, frozen VF assignments",
+    )
+    async def list_fences() -> list[FenceView]:
+        return service.fence_views()
+
+    @app.put(
+        "/v1/fences/{kind}/{name}",
+        operation_id="setFence",
+        response_model=FenceView,
+        dependencies=auth,
+        responses=_OPERATOR_RESPONSES,
+        tags=["operators"],
+        summary="Set a fence (maintenance | pin | vf-freeze-host | vf-freeze-vm); audit-logged",
+    )
+    async def set_fence(kind: FenceKind, name: HostName, body: OperatorAction) -> FenceView:
+        try:
+            return await _stored(service.set_fence(kind, name, body.by, body.reason))
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
+
+    @app.delete(
+        "/v1/fences/{kind}/{name}",
+        operation_id="clearFence",
+        dependencies=auth,
+        responses={**_OPERATOR_RESPONSES, 404: {"description": "no such fence"}},
+        tags=["operators"],
+        summary="Lift a fence; audit-logged",
+    )
+    async def clear_fence(
+        kind: FenceKind, name: HostName, by: By = "admin", reason: Why = ""
+    ) -> Any:
+        if not await _stored(service.clear_fence(kind, name, by, reason)):
+            raise HTTPException(404, f"no {kind} fence on {name}")
+        return {"cleared": True}
+
+    @app.get(
+        "/v1/mode",
+        operation_id="getMode",
+        response_model=ModeView,
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["operators"],
+        summary="The cluster's mode and hosts whose mode differs",
+    )
+    async def get_mode() -> ModeView:
+        return service.mode_view()
+
+    @app.put(
+        "/v1/mode",
+        operation_id="setMode",
+        response_model=ModeView,
+        dependencies=auth,
+        responses=_OPERATOR_RESPONSES,
+        tags=["operators"],
+        summary="Set the cluster's mode (autonomic | recommend); kept across restarts",
+    )
+    async def set_mode(body: ModeChange) -> ModeView:
+        return await _stored(service.set_mode("*", body.mode, body.by, body.reason))
+
+    @app.delete(
+        "/v1/mode",
+        operation_id="resetMode",
+        response_model=ModeView,
+        dependencies=auth,
+        responses=_OPERATOR_RESPONSES,
+        tags=["operators"],
+        summary="Return the cluster to the config file's mode",
+    )
+    async def reset_mode(by: By = "admin", reason: Why = "") -> ModeView:
+        return await _stored(service.set_mode("*", None, by, reason))
+
+    @app.put(
+        "/v1/hosts/{host}/mode",
+        operation_id="setHostMode",
+        response_model=ModeView,
+        dependencies=auth,
+        responses=_OPERATOR_RESPONSES,
+        tags=["operators"],
+        summary="Set one host's mode, over the cluster's; kept across restarts",
+    )
+    async def set_host_mode(host: HostName, body: ModeChange) -> ModeView:
+        return await _stored(service.set_mode(host, body.mode, body.by, body.reason))
+
+    @app.delete(
+        "/v1/hosts/{host}/mode",
+        operation_id="resetHostMode",
+        response_model=ModeView,
+        dependencies=auth,
+        responses=_OPERATOR_RESPONSES,
+        tags=["operators"],
+        summary="Return one host to the cluster's mode",
+    )
+    async def reset_host_mode(host: HostName, by: By = "admin", reason: Why = "") -> ModeView:
+        return await _stored(service.set_mode(host, None, by, reason))
+
+    @app.get(
+        "/v1/audit",
+        operation_id="getAudit",
+        response_model=AuditPage,
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["operators"],
+        summary="The audit log of operator actions and plan fates: who, what, when",
+    )
+    async def get_audit(
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> AuditPage:
+        return await service.audit_page(after, limit)
+
     @app.get(
         "/healthz",
         operation_id="getLiveness",
@@ -311,7 +534,7 @@ def run_manager(settings: ManagerSettings) -> None:
     for warning in exposure_check(settings):  # refuses an exposed manager without auth/TLS
         log.warning(warning)
     store = Store(settings.database_url)
-    app = create_app(settings, store, fork_planner=True)
+    app = create_app(settings, store, fork_planner=True, actuator_for=_actuators(settings))
     # The manager keeps ~100 objects per host alive (windows, VM loads) and every report
     # makes short-lived garbage; with CPython's default thresholds a full collection walks
     # all of them every few seconds (tens of ms at 10,000 hosts). Collect young objects
@@ -348,6 +571,23 @@ def run_manager(settings: ManagerSettings) -> None:
         notifying_uvicorn_server(config).run()
     finally:
         store.close()
+
+
+def _actuators(settings: ManagerSettings) -> Callable[[str], Actuator] | None:
+    """orchestrator = "openstack": approved plans are carried out through Nova by the
+    manager (one actuator per source host, made when first needed)."""
+    if settings.orchestrator != "openstack":
+        return None
+    from sova.orchestrator.settings import openstack_actuator
+
+    made: dict[str, Actuator] = {}
+
+    def actuator_for(host: str) -> Actuator:
+        if host not in made:
+            made[host] = openstack_actuator(settings, host)
+        return made[host]
+
+    return actuator_for
 
 
 def _raise_nofile(want: int) -> None:

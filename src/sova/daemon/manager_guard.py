@@ -103,7 +103,7 @@ class GuardMiddleware:
                 await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
                 return
             scope.setdefault("state", {})["sova_host"] = host
-        elif endpoint in ("cluster", "decisions") and not svc.check_admin_token(token):
+        elif endpoint == "operator" and not svc.check_admin_token(token):
             await _send_json(send, 401, {"detail": "missing or invalid admin token"})
             return
         if method in ("POST", "PUT", "PATCH"):
@@ -172,12 +172,12 @@ def _endpoint(path: str) -> str:
             return "report"
         if path.endswith("/directive"):
             return "directive"
-        return "other"
-    if path.startswith("/v1/migrations/"):
+    elif path.startswith("/v1/migrations/"):
         return "done"
+    # Everything else under /v1 is the operators' (reads and changes alike): admin token.
+    if path.startswith("/v1/"):
+        return "operator"
     return {
-        "/v1/cluster": "cluster",
-        "/v1/decisions": "decisions",
         "/metrics": "metrics",
         "/healthz": "healthz",
         "/readyz": "readyz",

@@ -42,33 +42,52 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from sova.daemon.config import ConfigError, ManagerSettings
+from sova.daemon.manager_control import (
+    CLUSTER,
+    FENCE_KINDS,
+    OperatorBook,
+    PlanConflict,
+    PlanNotFound,
+    expected_effect,
+)
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.metrics import ManagerMetrics
 from sova.daemon.schema import (
     EPOCH_SHIFT,
+    AuditPage,
+    AuditView,
     ClusterView,
     DecisionPage,
     DecisionView,
     Directive,
+    FenceView,
     HostView,
     LeaseView,
     MigrationDone,
+    ModeView,
+    PlanAction,
+    PlanPage,
+    PlanView,
     Report,
     ResourceUse,
     epoch_of,
 )
 from sova.daemon.store import (
+    AuditRow,
     DecisionRow,
     DirectiveRow,
+    FenceRow,
     LeaseRow,
     MigrationEnd,
+    ModeRow,
+    PlanRow,
     ReportRow,
     RoundWrite,
     Store,
@@ -76,7 +95,14 @@ from sova.daemon.store import (
 )
 from sova.manager.core import Lease, ManagerCore, RoundResult
 from sova.model import MIB
-from sova.policy.hotspot import HotspotDetector, MigrationSignal, Utilisation, VMLoad
+from sova.orchestrator.base import Actuator
+from sova.policy.hotspot import (
+    HotspotDetector,
+    MigrationSignal,
+    Utilisation,
+    VMLoad,
+    choose_target,
+)
 
 log = logging.getLogger("sova.manager")
 
@@ -108,6 +134,7 @@ class ReportRefused(ValueError):
 
 
 MAX_PAST_BOOTS = 16
+MAX_VF_FROZEN_VMS = 4096  # every agent is told the whole list (reports name only a few VMs)
 
 
 def plan_in_child(core: ManagerCore, now: float, timeout_s: float = 60.0) -> RoundResult:
@@ -164,8 +191,12 @@ class ManagerService:
         clock: Callable[[], float] | None = None,
         registry: CollectorRegistry | None = None,
         fork_planner: bool = False,
+        actuator_for: Callable[[str], Actuator] | None = None,
     ) -> None:
         self.settings = settings
+        # Set (orchestrator = "openstack"): an approved plan is carried out through this
+        # source host's actuator (Nova) by the manager itself, not sent to the agent.
+        self.actuator_for = actuator_for
         self.fork_planner = fork_planner and hasattr(os, "fork")
         self.store = store
         p = settings.planner
@@ -208,6 +239,8 @@ class ManagerService:
         self._writes: set[asyncio.Future[None]] = set()
         self._sync: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Condition] | None = None
         self._round_task: asyncio.Task[Any] | None = None
+        self.ops = OperatorBook(settings.mode, dict(settings.host_modes))
+        self._executions: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ loop
 
@@ -268,6 +301,23 @@ class ManagerService:
         for m in sorted(self.store.migration_rows(), key=lambda m: float(m["started_s"])):
             self.core.note_start(m["vm"], m["src"], float(m["started_s"]))
         self.directives = DirectiveBook({d.host: d for d in state.directives})
+        self.ops = OperatorBook.restore(
+            self.settings.mode,
+            self.settings.host_modes,
+            state.modes,
+            state.fences,
+            state.plans,
+        )
+        self._sync_fences()
+        stored = self.ops.modes.get(CLUSTER)
+        if stored is not None and stored.mode != self.settings.mode:
+            log.warning(
+                "cluster mode is %s (set by %s through the API), not the config file's %s; "
+                "`sova mode reset` returns to the file's",
+                stored.mode,
+                stored.set_by,
+                self.settings.mode,
+            )
         epoch = max(int(self._clock()), epoch_of(state.next_id - 1) + 1)
         self.next_id = max(state.next_id, (epoch << EPOCH_SHIFT) + 1)
         for host, st in self.hosts.items():
@@ -275,12 +325,16 @@ class ManagerService:
             self.metrics.last_report.labels(host).set(st.received_s)
         self._count_hosts(self.now())
         self.metrics.leases.set(len(self.core.leases))
-        if state.windows or state.leases:
+        if state.windows or state.leases or state.fences or state.plans or state.modes:
             log.info(
-                "restored %d host window(s), %d lease(s), %d directive(s) from the store",
+                "restored %d host window(s), %d lease(s), %d directive(s), %d fence(s), "
+                "%d open plan(s), %d mode setting(s) from the store",
                 len(state.windows),
                 len(state.leases),
                 len(state.directives),
+                len(state.fences),
+                len(state.plans),
+                len(state.modes),
             )
 
     def _window_restarts(self) -> dict[str, float]:
@@ -518,7 +572,12 @@ class ManagerService:
         self._write(w)
 
     def directive_for(self, host: str) -> Directive:
-        return self.directives.view(host)
+        d = self.directives.view(host)
+        whole, _ = self.ops.vf_frozen(host, ())
+        vms = sorted(self.ops.names("vf-freeze-vm"))
+        if whole or vms:
+            return d.model_copy(update={"vf_freeze_host": whole, "vf_freeze_vms": vms})
+        return d
 
     async def wait_directive(self, host: str, seq: int, timeout_s: float) -> Directive:
         """The directive of the first round that has seen this host's report ``seq``."""
@@ -598,6 +657,11 @@ class ManagerService:
         started = time.perf_counter()
         w = RoundWrite()
         self._expire_directives(now, w)
+        for p in self.ops.expire(now):
+            w.plans.append(p)
+            w.audit.append(AuditRow(now, "sova", "expire", f"plan {p.id}", p.detail))
+            self.metrics.plans.labels("expired").inc()
+        self.core.recommend = self.ops.recommend_hosts(self.hosts)
         seqs = {h: st.seq for h, st in self.hosts.items()}
         self._planning = True
         try:
@@ -608,8 +672,10 @@ class ManagerService:
                 result = await loop.run_in_executor(None, self.core.plan, now)
             signals = result.signals
             flagged: dict[str, int] = {}
+            decided: dict[str, tuple[int, Any]] = {}  # host -> (decision id, decision)
             for d in result.decisions:
                 did, self.next_id = self.next_id, self.next_id + 1
+                decided[d.host] = (did, d)
                 sig = d.signal
                 w.decisions.append(
                     DecisionRow(
@@ -639,6 +705,9 @@ class ManagerService:
                     )
                     w.migration_ends.append(MigrationEnd(did_or_none, now, "expired", why))
                     self.metrics.migrations.labels("expired").inc()
+            plans_before = dict(self.ops.open_plans)
+            for lease in result.proposed:
+                self._propose(lease, decided[lease.src], now, w)
             new = [lease.vm for lease in result.opened]
             for lease in result.opened:
                 did = flagged[lease.src]
@@ -655,6 +724,7 @@ class ManagerService:
                 for vm in new:
                     self.core.leases.pop(vm, None)
                     self.lease_ids.pop(vm, None)
+                self.ops.open_plans = plans_before
                 raise
             for dr in w.directives:
                 self.directives[dr.host] = dr
@@ -682,6 +752,7 @@ class ManagerService:
             self._hot_known |= self.verdicts.keys()
         self._was_hot = hot
         m.leases.set(len(self.core.leases))
+        m.open_plans.set(len(self.ops.open_plans))
         self._count_hosts(now)
         m.plan_duration.observe(time.perf_counter() - started)
         _, cond = self._primitives()
@@ -718,11 +789,363 @@ class ManagerService:
         if fresh and all(fresh):
             self._round_task = asyncio.get_running_loop().create_task(self.tick())
 
+    # ------------------------------------------------------------------ operator control
+
+    def _propose(self, lease: Lease, decided: tuple[int, Any], now: float, w: RoundWrite) -> None:
+        """A recommend-mode decision becomes a plan (or keeps the identical open one)."""
+        did, d = decided
+        src = self.hosts.get(lease.src)
+        dst = self.hosts.get(lease.dst)
+        vm = src.vms.get(lease.vm) if src is not None else None
+        expected: dict[str, Any] = {}
+        if src is not None and dst is not None and vm is not None:
+            expected = expected_effect(src.util, dst.util, vm.util)
+        plan = PlanRow(
+            did,
+            now,
+            now + self.settings.plan_ttl_s,
+            lease.src,
+            lease.vm,
+            lease.dst,
+            "proposed",
+            _cap(d.signal.reason),
+            d.inputs,
+            expected,
+        )
+        new, superseded = self.ops.propose(plan, now)
+        for old in superseded:
+            w.plans.append(old)
+            w.audit.append(AuditRow(now, "sova", "supersede", f"plan {old.id}", old.detail))
+            self.metrics.plans.labels("superseded").inc()
+        if new is not None:
+            w.plans.append(new)
+            w.audit.append(
+                AuditRow(
+                    now,
+                    "sova",
+                    "propose",
+                    f"plan {new.id}",
+                    f"migrate {new.vm} {new.host} -> {new.dst}",
+                )
+            )
+            self.metrics.plans.labels("proposed").inc()
+            log.info(
+                "proposed plan %d: migrate %s %s -> %s (recommend mode; expires in %.0f s)",
+                new.id,
+                new.vm,
+                new.host,
+                new.dst,
+                self.settings.plan_ttl_s,
+            )
+
+    def _sync_fences(self) -> None:
+        self.core.maintenance = self.ops.maintenance()
+        self.core.pinned = self.ops.names("pin")
+        for kind in FENCE_KINDS:
+            self.metrics.fences.labels(kind).set(len(self.ops.names(kind)))
+
+    async def _operator_write(self, w: RoundWrite) -> None:
+        """Persist an operator's change (with its audit row) before it takes effect."""
+        lock, _ = self._primitives()
+        async with lock:  # never in the middle of a round
+            await self._write(w)
+
+    async def set_fence(self, kind: str, name: str, by: str, reason: str) -> FenceView:
+        if kind not in FENCE_KINDS:
+            raise ValueError(f"kind = {kind!r}: one of {', '.join(FENCE_KINDS)}")
+        if kind == "vf-freeze-vm" and len(self.ops.names(kind)) >= MAX_VF_FROZEN_VMS:
+            raise ValueError(f"vf-freeze-vm: at most {MAX_VF_FROZEN_VMS} VMs may be frozen")
+        now = self.now()
+        row = FenceRow(kind, name, by, now, reason)
+        detail = reason or ""
+        await self._operator_write(
+            RoundWrite(fences_set=[row], audit=[AuditRow(now, by, f"fence:{kind}", name, detail)])
+        )
+        self.ops.fences[(kind, name)] = row
+        self._sync_fences()
+        log.warning("%s set %s on %s%s", by, kind, name, f" ({reason})" if reason else "")
+        return _fence_view(row)
+
+    async def clear_fence(self, kind: str, name: str, by: str, reason: str) -> bool:
+        if kind not in FENCE_KINDS:
+            raise ValueError(f"kind = {kind!r}: one of {', '.join(FENCE_KINDS)}")
+        if (kind, name) not in self.ops.fences:
+            return False
+        now = self.now()
+        await self._operator_write(
+            RoundWrite(
+                fences_cleared=[(kind, name)],
+                audit=[AuditRow(now, by, f"unfence:{kind}", name, reason)],
+            )
+        )
+        self.ops.fences.pop((kind, name), None)
+        self._sync_fences()
+        log.warning("%s cleared %s on %s", by, kind, name)
+        return True
+
+    def fence_views(self) -> list[FenceView]:
+        return [_fence_view(f) for _, f in sorted(self.ops.fences.items())]
+
+    async def set_mode(self, scope: str, mode: str | None, by: str, reason: str) -> ModeView:
+        """``scope`` = "*" (the cluster) or a host; ``mode`` None = back to the config's."""
+        now = self.now()
+        subject = "cluster" if scope == CLUSTER else scope
+        w = RoundWrite(audit=[AuditRow(now, by, "mode", subject, f"{mode or 'reset'} {reason}")])
+        if mode is None:
+            w.modes_cleared.append(scope)
+        else:
+            w.modes_set.append(ModeRow(scope, mode, by, now))
+        await self._operator_write(w)
+        if mode is None:
+            self.ops.modes.pop(scope, None)
+        else:
+            self.ops.modes[scope] = w.modes_set[0]
+        log.warning("%s set the mode of %s to %s", by, subject, mode or "the config file's")
+        return self.mode_view()
+
+    def mode_view(self) -> ModeView:
+        row = self.ops.modes.get(CLUSTER)
+        hosts = sorted(set(self.hosts) | set(self.ops.modes) | set(self.ops.default_host_modes))
+        return ModeView(
+            cluster=self.ops.cluster_mode,
+            cluster_set_by=row.set_by if row is not None else None,
+            hosts={
+                h: self.ops.mode_of(h)
+                for h in hosts
+                if h != CLUSTER and self.ops.mode_of(h) != self.ops.cluster_mode
+            },
+        )
+
+    async def plan_page(self, after: int, limit: int, state: str | None) -> PlanPage:
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, self.store.plans, after, limit, state)
+        views = [_plan_view(r) for r in rows]
+        return PlanPage(plans=views, next_after=views[-1].id if views else after)
+
+    async def plan_view(self, plan_id: int) -> PlanView:
+        row = self.ops.open_plans.get(plan_id)
+        if row is None:
+            loop = asyncio.get_running_loop()
+            row = await loop.run_in_executor(None, self.store.plan, plan_id)
+        if row is None:
+            raise PlanNotFound(f"no plan {plan_id}")
+        return _plan_view(row)
+
+    async def audit_page(self, after: int, limit: int) -> AuditPage:
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, self.store.audit_rows, after, limit)
+        views = [
+            AuditView(
+                id=r.id,
+                time_s=r.time_s,
+                who=r.who,
+                action=r.action,
+                subject=r.subject,
+                detail=r.detail,
+            )
+            for r in rows
+        ]
+        return AuditPage(entries=views, next_after=views[-1].id if views else after)
+
+    async def _closed_plan(self, plan_id: int) -> PlanRow:
+        """The open plan ``plan_id``, or PlanNotFound/PlanConflict saying why not."""
+        row = self.ops.open_plans.get(plan_id)
+        if row is not None:
+            return row
+        loop = asyncio.get_running_loop()
+        stored = await loop.run_in_executor(None, self.store.plan, plan_id)
+        if stored is None:
+            raise PlanNotFound(f"no plan {plan_id}")
+        raise PlanConflict(
+            f"plan {plan_id} is {stored.state}"
+            + (f" ({stored.decided_by}: {stored.detail})" if stored.detail else "")
+        )
+
+    async def reject_plan(self, plan_id: int, by: str, reason: str) -> PlanView:
+        await self._closed_plan(plan_id)
+        now = self.now()
+        lock, _ = self._primitives()
+        async with lock:
+            plan = self.ops.open_plans.get(plan_id)
+            if plan is None:
+                raise PlanConflict(f"plan {plan_id} was closed meanwhile")
+            done = replace(
+                plan, state="rejected", decided_by=by, decided_s=now, detail=reason or "rejected"
+            )
+            await self._write(
+                RoundWrite(
+                    plans=[done], audit=[AuditRow(now, by, "reject", f"plan {plan_id}", reason)]
+                )
+            )
+            self.ops.close(plan_id)
+        self.metrics.plans.labels("rejected").inc()
+        self.metrics.open_plans.set(len(self.ops.open_plans))
+        log.warning("plan %d rejected by %s%s", plan_id, by, f": {reason}" if reason else "")
+        return _plan_view(done)
+
+    def _precondition(self, plan: PlanRow, now: float) -> str | None:
+        """Why ``plan`` cannot be carried out now (Watcher's pre-condition), or None."""
+        stale = self.core.stale(now)
+        for role, h in (("source", plan.host), ("target", plan.dst)):
+            if h not in self.hosts:
+                return f"{role} {h} has never reported"
+            if h in stale:
+                return f"{role} {h} is stale (no report for {now - self.hosts[h].received_s:.0f} s)"
+            if ("maintenance", h) in self.ops.fences:
+                return f"{role} {h} is in maintenance"
+        if plan.vm in self.ops.names("pin"):
+            return f"{plan.vm} is pinned"
+        vm = self.hosts[plan.host].vms.get(plan.vm)
+        if vm is None:
+            return f"{plan.vm} is not in {plan.host}'s last report"
+        if vm.migrating or plan.vm in self.core.leases:
+            return f"{plan.vm} is already migrating"
+        busy = self.core.leased_hosts() & {plan.host, plan.dst}
+        if busy:
+            return f"{', '.join(sorted(busy))} already sending or receiving a migration"
+        held = self.core.hold(plan.vm, now)
+        if held is not None:
+            return held
+        # The planner's own screening, on the two hosts' latest reports.
+        util = {h: Utilisation(*self.hosts[h].util) for h in (plan.host, plan.dst)}
+        core = self.core
+        alpha = core.detector.alpha
+        if (
+            choose_target(util, plan.host, vm, alpha, metric=core.metric, ceiling=core.ceiling)
+            is None
+        ):
+            return f"target {plan.dst} is no longer a cold spot for {plan.vm}"
+        return None
+
+    async def approve_plan(self, plan_id: int, by: str, reason: str) -> PlanView:
+        """Carry out an open plan through the normal directive path (or the actuator)."""
+        await self._closed_plan(plan_id)
+        lock, _ = self._primitives()
+        async with lock:  # the round's state is consistent between rounds only
+            plan = self.ops.open_plans.get(plan_id)
+            if plan is None:
+                raise PlanConflict(f"plan {plan_id} was closed meanwhile")
+            now = self.now()
+            if now >= plan.expires_s:
+                raise PlanConflict(f"plan {plan_id} expired at t={plan.expires_s:.0f}")
+            why = self._precondition(plan, now)
+            if why is not None:
+                failed = replace(
+                    plan, state="failed", decided_by=by, decided_s=now, detail=f"not run: {why}"
+                )
+                await self._write(
+                    RoundWrite(
+                        plans=[failed],
+                        audit=[AuditRow(now, by, "approve", f"plan {plan_id}", failed.detail)],
+                    )
+                )
+                self.ops.close(plan_id)
+                self.metrics.plans.labels("failed").inc()
+                raise PlanConflict(f"plan {plan_id} cannot run now: {why}")
+            did, self.next_id = self.next_id, self.next_id + 1
+            lease = Lease(plan.vm, plan.host, plan.dst, now)
+            via = "openstack" if self.actuator_for is not None else f"directive {did}"
+            approved = replace(
+                plan,
+                state="approved",
+                decided_by=by,
+                decided_s=now,
+                detail=f"approved; carried out as migration {did} ({via})",
+            )
+            hot = tuple(plan.inputs.get("hot_resources", ()))
+            w = RoundWrite(
+                decisions=[
+                    DecisionRow(
+                        did,
+                        now,
+                        plan.host,
+                        True,
+                        plan.dst,
+                        plan.vm,
+                        f"plan {plan_id} approved by {by}: move {plan.vm} to {plan.dst}",
+                        hot,
+                        {**plan.inputs, "plan": plan_id, "approved_by": by},
+                    )
+                ],
+                new_leases=[LeaseRow(plan.vm, plan.host, plan.dst, now, did)],
+                plans=[approved],
+                audit=[AuditRow(now, by, "approve", f"plan {plan_id}", reason)],
+            )
+            directive = DirectiveRow(plan.host, did, True, plan.dst, plan.vm, now, False)
+            if self.actuator_for is None:
+                w.directives.append(directive)
+            await self._write(w)  # persisted before anything can act on it
+            self.ops.close(plan_id)
+            self.core.leases[plan.vm] = lease
+            self.core.note_start(plan.vm, plan.host, now)
+            self.lease_ids[plan.vm] = did
+            if self.actuator_for is None:
+                self.directives[plan.host] = directive
+            self.metrics.migrations.labels("signalled").inc()
+            self.metrics.plans.labels("approved").inc()
+            self.metrics.leases.set(len(self.core.leases))
+            self.metrics.open_plans.set(len(self.ops.open_plans))
+        log.warning(
+            "plan %d approved by %s: migrating %s %s -> %s (%s)",
+            plan_id,
+            by,
+            plan.vm,
+            plan.host,
+            plan.dst,
+            via,
+        )
+        if self.actuator_for is not None:
+            task = asyncio.get_running_loop().create_task(self._execute(approved, did))
+            self._executions.add(task)
+            task.add_done_callback(self._executions.discard)
+        return _plan_view(approved)
+
+    async def _execute(self, plan: PlanRow, did: int) -> None:
+        """Run an approved plan through the source's actuator (Nova), bounded; record the end."""
+        from sova.orchestrator.recommend import Proposal, execute_approved, to_watcher_action_plan
+
+        assert self.actuator_for is not None
+        wplan = to_watcher_action_plan(
+            [Proposal(plan.vm, plan.host, plan.dst, plan.reason, plan.vm)],
+            audit_uuid=str(plan.id),
+        )
+        action = wplan["actions"][0]["uuid"]
+        timeout = self.settings.openstack.migration_timeout_s
+        loop = asyncio.get_running_loop()
+        try:
+            ex = await loop.run_in_executor(
+                None,
+                lambda: execute_approved(wplan, action, self.actuator_for, timeout_s=timeout),  # type: ignore[arg-type]
+            )
+            result, detail = ex.result, ex.detail
+        except Exception as exc:  # an API or credential error ends the run, not the manager
+            result, detail = "failed", f"{type(exc).__name__}: {exc}"
+        now = self.now()
+        self.lease_ids.pop(plan.vm, None)
+        self._release(plan.vm, ran=True)
+        end = replace(
+            plan,
+            state="executed" if result == "succeeded" else "failed",
+            detail=f"{plan.detail}; {result}" + (f": {detail}" if detail else ""),
+        )
+        await self._write(
+            RoundWrite(
+                dropped_leases=[plan.vm],
+                migration_ends=[MigrationEnd(did, now, result, detail or "via openstack")],
+                plans=[end],
+            )
+        )
+        self.metrics.migrations.labels(result).inc()
+        log.info("plan %d through openstack: %s %s", plan.id, result, detail)
+
     # ------------------------------------------------------------------ views
 
     def cluster_view(self, offset: int = 0, limit: int = 1000) -> ClusterView:
         now = self.now()
         stale = self.core.stale(now)
+        maint = self.ops.maintenance()
+        pinned = self.ops.names("pin")
+        frozen = self.ops.names("vf-freeze-vm")
         hosts = []
         for h in sorted(self.hosts)[offset : offset + limit]:
             st = self.hosts[h]
@@ -743,13 +1166,26 @@ class ManagerService:
                         for n, v in sorted(st.vms.items())
                     },
                     directive=d if d.id else None,
+                    mode=self.ops.mode_of(h),
+                    maintenance=maint.get(h),
+                    vf_frozen=("vf-freeze-host", h) in self.ops.fences,
+                    pinned_vms=sorted(pinned & st.vms.keys()),
+                    vf_frozen_vms=sorted(frozen & st.vms.keys()),
                 )
             )
         leases = [
             LeaseView(vm=vm, src=lease.src, dst=lease.dst, since_s=lease.since_s)
             for vm, lease in sorted(self.core.leases.items())
         ]
-        return ClusterView(now_s=self.now(), rounds=self.rounds, hosts=hosts, leases=leases)
+        return ClusterView(
+            now_s=self.now(),
+            rounds=self.rounds,
+            hosts=hosts,
+            leases=leases,
+            mode=self.ops.cluster_mode,
+            fences=self.fence_views(),
+            open_plans=len(self.ops.open_plans),
+        )
 
     async def decision_page(self, after: int, limit: int, host: str | None) -> DecisionPage:
         loop = asyncio.get_running_loop()
@@ -814,6 +1250,9 @@ class ManagerService:
                 log.error("pruning report history failed: %s", exc)
 
     async def close(self) -> None:
+        for task in list(self._executions):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), 5.0)
         if self._round_task is not None:
             with contextlib.suppress(Exception):
                 await self._round_task
@@ -822,6 +1261,27 @@ class ManagerService:
 
 
 MAX_REASON = 4000
+
+
+def _fence_view(f: FenceRow) -> FenceView:
+    return FenceView(kind=f.kind, name=f.name, set_by=f.set_by, since_s=f.since_s, reason=f.reason)
+
+
+def _plan_view(p: PlanRow) -> PlanView:
+    return PlanView(
+        id=p.id,
+        state=p.state,
+        created_s=p.created_s,
+        expires_s=p.expires_s,
+        host=p.host,
+        reason=p.reason,
+        actions=[PlanAction(action="migrate", vm=p.vm, src=p.host, dst=p.dst)],
+        inputs=dict(p.inputs),
+        expected=dict(p.expected),
+        decided_by=p.decided_by,
+        decided_s=p.decided_s,
+        detail=p.detail,
+    )
 
 
 def _cap(reason: str) -> str:

@@ -258,6 +258,20 @@ class ManagerMetrics:
             ["result"],
             registry=r,
         )
+        self.open_plans = Gauge(
+            "sova_manager_open_plans",
+            "proposed plans awaiting an operator (recommend mode)",
+            registry=r,
+        )
+        self.plans = Counter(
+            "sova_manager_plans_total",
+            "plans by what became of them (proposed, approved, rejected, expired, ...)",
+            ["state"],
+            registry=r,
+        )
+        self.fences = Gauge(
+            "sova_manager_fences", "operator fences in force by kind", ["kind"], registry=r
+        )
         self.decisions = Counter(
             "sova_manager_decisions_total",
             "logged decisions by verdict (migrate, no_migration)",

@@ -174,6 +174,19 @@ class Directive(_Wire):
         serialization_alias="v",
         description="VM the target was checked for",
     )
+    vf_freeze_host: bool = Field(
+        default=False,
+        validation_alias="z",
+        serialization_alias="z",
+        description="operator fence: keep every VF assignment on this host as it is",
+    )
+    vf_freeze_vms: list[Name] = Field(
+        default_factory=list,
+        validation_alias="k",
+        serialization_alias="k",
+        max_length=4096,
+        description="operator fence: these VMs keep their VF assignment as it is",
+    )
 
 
 # Decision (= directive) ids carry the store epoch in their high bits: the wall-clock second
@@ -233,6 +246,15 @@ class HostView(_Wire):
     reason: str
     vms: dict[str, ResourceUse]
     directive: Directive | None = None
+    mode: str = Field(default="autonomic", description="autonomic | recommend (this host's)")
+    maintenance: str | None = Field(
+        default=None, description="why the host is in maintenance (None = it is not)"
+    )
+    vf_frozen: bool = Field(default=False, description="the host's VF assignments are frozen")
+    pinned_vms: list[str] = Field(default_factory=list, description="its VMs that never move")
+    vf_frozen_vms: list[str] = Field(
+        default_factory=list, description="its VMs whose VF assignment is frozen"
+    )
 
 
 class LeaseView(_Wire):
@@ -242,11 +264,92 @@ class LeaseView(_Wire):
     since_s: float
 
 
+class FenceView(_Wire):
+    kind: str = Field(description="maintenance | pin | vf-freeze-host | vf-freeze-vm")
+    name: str = Field(description="the host or VM it applies to")
+    set_by: str
+    since_s: float
+    reason: str
+
+
+class ModeView(_Wire):
+    cluster: str = Field(description="the cluster's mode: autonomic | recommend")
+    cluster_set_by: str | None = Field(
+        default=None, description="operator who set it (None = the config file's mode)"
+    )
+    hosts: dict[str, str] = Field(
+        default_factory=dict, description="hosts whose mode differs from the cluster's setting"
+    )
+
+
 class ClusterView(_Wire):
     now_s: float
     rounds: int
     hosts: list[HostView]
     leases: list[LeaseView]
+    mode: str = Field(default="autonomic", description="the cluster's mode")
+    fences: list[FenceView] = Field(default_factory=list)
+    open_plans: int = Field(default=0, description="proposed plans awaiting a decision")
+
+
+class OperatorAction(_Wire):
+    """Who does it, and why (kept in the audit log)."""
+
+    by: str = Field(
+        default="admin",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="the operator's name for the audit log (the admin token is shared)",
+    )
+    reason: str = Field(default="", max_length=500)
+
+
+class ModeChange(OperatorAction):
+    mode: str = Field(pattern=r"^(autonomic|recommend)$", description="autonomic | recommend")
+
+
+class PlanAction(_Wire):
+    action: str = Field(description="migrate")
+    vm: str
+    src: str
+    dst: str
+
+
+class PlanView(_Wire):
+    id: int = Field(description="the id of the decision that proposed it")
+    state: str = Field(
+        description="proposed | approved | executed | rejected | expired | superseded | failed"
+    )
+    created_s: float
+    expires_s: float
+    host: str = Field(description="the source host")
+    reason: str = Field(description="the decision's reason")
+    actions: list[PlanAction]
+    inputs: dict[str, Any] = Field(description="the decision's inputs (utilisation, window)")
+    expected: dict[str, Any] = Field(description="expected utilisation of both hosts after")
+    decided_by: str | None = None
+    decided_s: float | None = None
+    detail: str = ""
+
+
+class PlanPage(_Wire):
+    plans: list[PlanView]
+    next_after: int = Field(description="pass as ?after= to get the following page")
+
+
+class AuditView(_Wire):
+    id: int
+    time_s: float
+    who: str
+    action: str
+    subject: str
+    detail: str
+
+
+class AuditPage(_Wire):
+    entries: list[AuditView]
+    next_after: int
 
 
 class DecisionView(_Wire):

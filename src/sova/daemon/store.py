@@ -8,7 +8,10 @@ it did what it did. Four things are kept:
 * **decisions** with the inputs that caused them: the audit log ("why did VM1 move?");
 * **leases and directives**: a migration in flight and the signal its source has not yet
   acknowledged — lose these and a restarted manager would signal the same move twice;
-* **migrations**: one row per signalled move, closed with its result.
+* **migrations**: one row per signalled move, closed with its result;
+* **operator control**: proposed plans (recommend mode) and what became of them, fences
+  (maintenance, pinning, VF freeze), modes, and the audit log of every operator action —
+  who did what, when.
 
 SQLite (a file) is the default so a small cluster needs no database server; PostgreSQL by
 URL for large ones. The schema is versioned with Alembic and migrated on start-up.
@@ -95,6 +98,55 @@ migrations = sa.Table(
     sa.Index("ix_migrations_vm", "vm", "id"),
 )
 
+plans = sa.Table(
+    "plans",
+    metadata,
+    sa.Column("id", _ID, primary_key=True, autoincrement=False),
+    sa.Column("created_s", sa.Float(), nullable=False),
+    sa.Column("expires_s", sa.Float(), nullable=False),
+    sa.Column("host", sa.String(64), nullable=False),
+    sa.Column("vm", sa.String(64), nullable=False),
+    sa.Column("dst", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("inputs", sa.JSON(), nullable=False),
+    sa.Column("expected", sa.JSON(), nullable=False),
+    sa.Column("decided_by", sa.String(128), nullable=True),
+    sa.Column("decided_s", sa.Float(), nullable=True),
+    sa.Column("detail", sa.Text(), nullable=False),
+    sa.Index("ix_plans_state", "state", "id"),
+)
+
+fences = sa.Table(
+    "fences",
+    metadata,
+    sa.Column("kind", sa.String(16), primary_key=True),
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("set_by", sa.String(128), nullable=False),
+    sa.Column("since_s", sa.Float(), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+)
+
+modes = sa.Table(
+    "modes",
+    metadata,
+    sa.Column("scope", sa.String(64), primary_key=True),  # "*" = the cluster, else a host
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("set_by", sa.String(128), nullable=False),
+    sa.Column("since_s", sa.Float(), nullable=False),
+)
+
+audit = sa.Table(
+    "audit",
+    metadata,
+    sa.Column("id", _ID, primary_key=True, autoincrement=True),
+    sa.Column("time_s", sa.Float(), nullable=False),
+    sa.Column("who", sa.String(128), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("subject", sa.String(160), nullable=False),
+    sa.Column("detail", sa.Text(), nullable=False),
+)
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
@@ -152,6 +204,52 @@ class MigrationEnd:
     detail: str
 
 
+@dataclass(frozen=True)
+class PlanRow:
+    """A proposed migration (recommend mode) and what became of it."""
+
+    id: int  # the id of the decision that proposed it
+    created_s: float
+    expires_s: float
+    host: str  # source
+    vm: str
+    dst: str
+    state: str  # proposed | approved | rejected | expired | superseded | failed
+    reason: str
+    inputs: Mapping[str, Any]
+    expected: Mapping[str, Any]
+    decided_by: str | None = None
+    decided_s: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class FenceRow:
+    kind: str  # maintenance (host) | pin (VM) | vf-freeze-host | vf-freeze-vm
+    name: str
+    set_by: str
+    since_s: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ModeRow:
+    scope: str  # "*" = the cluster, else a host
+    mode: str
+    set_by: str
+    since_s: float
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    time_s: float
+    who: str
+    action: str
+    subject: str
+    detail: str = ""
+    id: int = 0  # assigned by the store
+
+
 @dataclass
 class RoundWrite:
     """Everything one planning round (or one agent message) changes, written atomically."""
@@ -162,6 +260,12 @@ class RoundWrite:
     directives: list[DirectiveRow] = field(default_factory=list)
     acked: list[tuple[str, int]] = field(default_factory=list)  # (host, directive id)
     migration_ends: list[MigrationEnd] = field(default_factory=list)
+    plans: list[PlanRow] = field(default_factory=list)  # inserted or replaced by id
+    fences_set: list[FenceRow] = field(default_factory=list)
+    fences_cleared: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
+    modes_set: list[ModeRow] = field(default_factory=list)
+    modes_cleared: list[str] = field(default_factory=list)  # scopes
+    audit: list[AuditRow] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (
@@ -171,6 +275,12 @@ class RoundWrite:
             or self.directives
             or self.acked
             or self.migration_ends
+            or self.plans
+            or self.fences_set
+            or self.fences_cleared
+            or self.modes_set
+            or self.modes_cleared
+            or self.audit
         )
 
 
@@ -182,6 +292,9 @@ class StoredState:
     leases: list[LeaseRow]
     directives: list[DirectiveRow]
     next_id: int  # next decision id (also the directive and migration id)
+    plans: list[PlanRow] = field(default_factory=list)  # those still proposed
+    fences: list[FenceRow] = field(default_factory=list)
+    modes: list[ModeRow] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- store
@@ -358,6 +471,47 @@ class Store:
                     .where(migrations.c.id == m.id, migrations.c.ended_s.is_(None))
                     .values(ended_s=m.ended_s, result=m.result, detail=m.detail[:500])
                 )
+            for p in w.plans:
+                conn.execute(plans.delete().where(plans.c.id == p.id))
+                conn.execute(plans.insert().values(**_plan_values(p)))
+            for kind, name in w.fences_cleared:
+                conn.execute(fences.delete().where(fences.c.kind == kind, fences.c.name == name))
+            for f in w.fences_set:
+                conn.execute(
+                    fences.delete().where(fences.c.kind == f.kind, fences.c.name == f.name)
+                )
+                conn.execute(
+                    fences.insert().values(
+                        kind=f.kind,
+                        name=f.name,
+                        set_by=f.set_by,
+                        since_s=f.since_s,
+                        reason=f.reason[:500],
+                    )
+                )
+            for scope in w.modes_cleared:
+                conn.execute(modes.delete().where(modes.c.scope == scope))
+            for m2 in w.modes_set:
+                conn.execute(modes.delete().where(modes.c.scope == m2.scope))
+                conn.execute(
+                    modes.insert().values(
+                        scope=m2.scope, mode=m2.mode, set_by=m2.set_by, since_s=m2.since_s
+                    )
+                )
+            if w.audit:
+                conn.execute(
+                    audit.insert(),
+                    [
+                        {
+                            "time_s": a.time_s,
+                            "who": a.who,
+                            "action": a.action,
+                            "subject": a.subject[:160],
+                            "detail": a.detail[:2000],
+                        }
+                        for a in w.audit
+                    ],
+                )
 
     def prune(self, before_s: float, keep_per_host: int) -> int:
         """Drop reports older than ``before_s`` except each host's last ``keep_per_host``."""
@@ -411,8 +565,45 @@ class Store:
             ]
             last_d = conn.execute(sa.select(sa.func.max(decisions.c.id))).scalar()
             last_m = conn.execute(sa.select(sa.func.max(migrations.c.id))).scalar()
+            open_plans = [
+                _plan_row(r)
+                for r in conn.execute(
+                    sa.select(plans).where(plans.c.state == "proposed").order_by(plans.c.id)
+                ).mappings()
+            ]
+            fence_rows = [
+                FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
+                for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
+            ]
+            mode_rows = [
+                ModeRow(r.scope, r.mode, r.set_by, r.since_s)
+                for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
+            ]
         next_id = max(int(last_d or 0), int(last_m or 0)) + 1
-        return StoredState(windows, lease_rows, directive_rows, next_id)
+        return StoredState(
+            windows, lease_rows, directive_rows, next_id, open_plans, fence_rows, mode_rows
+        )
+
+    def plans(self, after: int = 0, limit: int = 100, state: str | None = None) -> list[PlanRow]:
+        q = sa.select(plans).where(plans.c.id > after)
+        if state is not None:
+            q = q.where(plans.c.state == state)
+        q = q.order_by(plans.c.id).limit(limit)
+        with self.engine.connect() as conn:
+            return [_plan_row(r) for r in conn.execute(q).mappings()]
+
+    def plan(self, plan_id: int) -> PlanRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(plans).where(plans.c.id == plan_id)).mappings().first()
+        return _plan_row(r) if r is not None else None
+
+    def audit_rows(self, after: int = 0, limit: int = 100) -> list[AuditRow]:
+        q = sa.select(audit).where(audit.c.id > after).order_by(audit.c.id).limit(limit)
+        with self.engine.connect() as conn:
+            return [
+                AuditRow(r.time_s, r.who, r.action, r.subject, r.detail, r.id)
+                for r in conn.execute(q)
+            ]
 
     def decisions(
         self, after: int = 0, limit: int = 100, host: str | None = None
@@ -448,6 +639,42 @@ class Store:
         t = metadata.tables[table]
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+
+
+def _plan_values(p: PlanRow) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "created_s": p.created_s,
+        "expires_s": p.expires_s,
+        "host": p.host,
+        "vm": p.vm,
+        "dst": p.dst,
+        "state": p.state,
+        "reason": p.reason[:4000],
+        "inputs": dict(p.inputs),
+        "expected": dict(p.expected),
+        "decided_by": p.decided_by,
+        "decided_s": p.decided_s,
+        "detail": p.detail[:2000],
+    }
+
+
+def _plan_row(r: Any) -> PlanRow:  # a RowMapping
+    return PlanRow(
+        int(r["id"]),
+        float(r["created_s"]),
+        float(r["expires_s"]),
+        r["host"],
+        r["vm"],
+        r["dst"],
+        r["state"],
+        r["reason"],
+        r["inputs"],
+        r["expected"],
+        r["decided_by"],
+        r["decided_s"],
+        r["detail"],
+    )
 
 
 def iter_report_vms(vms: Mapping[str, Any]) -> Iterable[tuple[str, list[float], int, bool]]:

@@ -64,6 +64,9 @@ class RoundResult:
     decisions: tuple[Decision, ...]
     opened: tuple[Lease, ...]
     closed: tuple[LeaseEnd, ...]
+    # Migrations of sources in recommend mode: decided exactly as the others, but only
+    # proposed (no lease, no directive) until an operator approves them.
+    proposed: tuple[Lease, ...] = ()
 
     @property
     def flagged(self) -> list[str]:
@@ -121,6 +124,12 @@ class ManagerCore:
     # migration, so if the copy had finished no end will ever be reported; the VM showing
     # up on the target is then the only evidence left, and closes the lease.
     orphaned: set[str] = field(default_factory=set)
+    # Operator fences (docs/operations.md#fencing): hosts in maintenance (host -> why) are
+    # neither sources nor targets; pinned VMs are never chosen to move.
+    maintenance: dict[str, str] = field(default_factory=dict)
+    pinned: set[str] = field(default_factory=set)
+    # Sources in recommend mode: their migrations are proposed, not started.
+    recommend: set[str] = field(default_factory=set)
 
     def ingest(
         self,
@@ -261,8 +270,16 @@ class ManagerCore:
                 self.orphaned.discard(vm)
                 self._restart_windows(lease)
                 closed.append(LeaseEnd(lease, "stale"))
+        pinned = self.pinned
         reports = {
-            h: HostReport(tuple(w), self.vms.get(h, {}))
+            # A pinned VM's load still counts in its host's utilisation (the window); it
+            # is only never a candidate to move.
+            h: HostReport(
+                tuple(w),
+                {n: v for n, v in self.vms.get(h, {}).items() if n not in pinned}
+                if pinned
+                else self.vms.get(h, {}),
+            )
             for h, w in self.history.items()
             if w and h not in stale
         }
@@ -278,14 +295,17 @@ class ManagerCore:
             }
             if self.return_tabu_s > 0
             else None,
+            fenced={h: f"host in maintenance ({why})" for h, why in self.maintenance.items()},
         )
         opened: list[Lease] = []
+        proposed: list[Lease] = []
         decisions: list[Decision] = []
         # The hosts the round considered. Listed by name up to a hundred; beyond, a count:
         # 10,000 names in every decision row were megabytes per round in the store.
         candidates: list[str] | int = sorted(reports) if len(reports) <= 100 else len(reports)
         for host, sig in sorted(signals.items()):
             held: str | None = None
+            proposal = False
             mover, target = sig.vm, sig.target
             if sig.flag and target and mover:
                 # Leases opened earlier in this round already count (in leases, started).
@@ -293,6 +313,18 @@ class ManagerCore:
                 if held is not None:
                     sig = MigrationSignal(
                         False, None, f"{sig.reason}; {held}", mover, sig.hot_resources
+                    )
+                    signals[host] = sig
+                elif host in self.recommend:
+                    # Not flagged (nothing acts on it); the target stays for the operator.
+                    proposal = True
+                    proposed.append(Lease(mover, host, target, now_s))
+                    sig = MigrationSignal(
+                        False,
+                        target,
+                        f"{sig.reason}; proposed for approval (recommend mode)",
+                        mover,
+                        sig.hot_resources,
                     )
                     signals[host] = sig
                 else:
@@ -310,7 +342,11 @@ class ManagerCore:
                 }
                 if held is not None:
                     inputs["held"] = held
+                if proposal:
+                    inputs["proposed"] = True
                 decisions.append(Decision(now_s, host, sig, inputs))
         if self.keep_log:
             self.log.extend(decisions)
-        return RoundResult(now_s, signals, tuple(decisions), tuple(opened), tuple(closed))
+        return RoundResult(
+            now_s, signals, tuple(decisions), tuple(opened), tuple(closed), tuple(proposed)
+        )

@@ -447,6 +447,7 @@ def coordinate(
     ceiling: float | None = None,
     leased: Collection[str] = frozenset(),
     barred: Mapping[str, Collection[str]] | None = None,
+    fenced: Mapping[str, str] | None = None,
 ) -> dict[str, MigrationSignal]:
     """One round of Sova Alg. 2: a signal for every reported host.
 
@@ -456,8 +457,11 @@ def coordinate(
     rest of the round. Leased hosts (already sending or receiving) are neither source nor
     target. Hosts without observations cannot be targets because their load is unknown.
     ``barred`` maps a VM to hosts it may not be sent to (the manager's anti-ping-pong rule:
-    a VM does not go back to a host it left recently); default none.
+    a VM does not go back to a host it left recently); default none. ``fenced`` maps a host
+    an operator took out of play (maintenance) to why: like a leased host it is neither
+    source nor target, and a hot one says why it was skipped.
     """
+    fenced = fenced or {}
     capacities: dict[str, HostCapacity] | None = {
         name: rep.capacity for name, rep in reports.items() if rep.capacity is not None
     }
@@ -476,12 +480,15 @@ def coordinate(
         if name not in hot:
             signals[name] = MigrationSignal(False, None, verdicts[name].reason)
 
-    taken: set[str] = set(hot) | set(leased)
+    taken: set[str] = set(hot) | set(leased) | set(fenced)
     ranked: list[tuple[float, str]] | None = None  # all hosts by (hotness, name), once a round
     for name in sorted(hot, key=lambda h: (-hotness(current[h], metric), h)):
         verdict = verdicts[name]
         hot_res = verdict.hot_resources
 
+        if name in fenced:
+            signals[name] = _refusal(verdict, f"skipped: {fenced[name]}")
+            continue
         if name in leased:
             signals[name] = _refusal(verdict, "skipped: a migration of this host is in progress")
             continue

@@ -1,0 +1,393 @@
+"""``sova plans``, ``sova fence``, ``sova mode`` and ``sova audit``: operator control of a
+running manager over its HTTP API (docs/operations.md#operator-control).
+
+Every command reaches the manager at ``--manager-url`` (``SOVA_MANAGER_URL``) with the admin
+token from ``SOVA_ADMIN_TOKEN`` or ``--token-file`` (a file holding the token, or the
+manager's environment file with ``SOVA_MANAGER_ADMIN_TOKEN=...``), within ``--timeout``.
+The admin token is shared, so the audit log's "who" is ``--by`` (``SOVA_OPERATOR``, default:
+the login name).
+
+Exit codes: 0 done; 1 the manager refused (plan not open, expired, or cannot run now; no such
+plan or fence); 2 bad input; 3 the manager could not be reached or refused the token.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+ENV_TOKEN_KEYS = ("SOVA_ADMIN_TOKEN", "SOVA_MANAGER_ADMIN_TOKEN")
+
+
+class _Conn:
+    def __init__(self, url: str, token: str | None, by: str, timeout_s: float, as_json: bool):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.by = by
+        self.timeout_s = timeout_s
+        self.as_json = as_json
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            r = httpx.request(
+                method, self.url + path, headers=headers, timeout=self.timeout_s, **kw
+            )
+        except httpx.HTTPError as exc:
+            _fail(f"manager at {self.url} not reachable: {exc}", 3)
+        if r.status_code == 401:
+            _fail(f"manager at {self.url} refused the admin token (401)", 3)
+        if r.status_code in (404, 409):
+            _fail(_detail(r), 1)
+        if r.status_code == 422:
+            _fail(_detail(r), 2)
+        if r.status_code >= 400:
+            _fail(f"manager answered {r.status_code}: {_detail(r)}", 1)
+        return r.json()
+
+
+def _detail(r: Any) -> str:
+    try:
+        body = r.json()
+    except ValueError:
+        return str(r.text)[:300]
+    if isinstance(body, dict):
+        if "error" in body:
+            return str(body["error"])
+        d = body.get("detail")
+        if isinstance(d, str):
+            return d
+        if isinstance(d, list) and d:
+            return "; ".join(f"{x.get('field', x.get('loc'))}: {x.get('msg')}" for x in d[:3])
+    return str(body)[:300]
+
+
+def _fail(msg: str, code: int) -> Any:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _read_token(path: Path) -> str:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return str(_fail(f"--token-file {path}: cannot read it: {exc.strerror}", 2))
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key.strip() in ENV_TOKEN_KEYS:
+            return value.strip().strip("'\"")
+    token = text.strip()
+    if not token or "\n" in token or "=" in token:
+        _fail(f"--token-file {path}: holds neither a token nor SOVA_MANAGER_ADMIN_TOKEN=", 2)
+    return token
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "admin"
+
+
+def _connect(
+    ctx: typer.Context,
+    manager_url: Annotated[
+        str,
+        typer.Option(
+            "--manager-url", envvar="SOVA_MANAGER_URL", help="Manager base URL.", show_default=True
+        ),
+    ] = "http://127.0.0.1:8700",
+    token_file: Annotated[
+        Path | None,  # noqa: UP007 - typer needs Optional here
+        typer.Option(
+            "--token-file",
+            help="File with the admin token (or the manager's env file). "
+            "[default: $SOVA_ADMIN_TOKEN]",
+        ),
+    ] = None,
+    by: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option(
+            "--by",
+            envvar="SOVA_OPERATOR",
+            help="Your name in the audit log. [default: your login name]",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, max=600, help="Seconds per request.")
+    ] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the manager's JSON.")] = False,
+) -> None:
+    token = _read_token(token_file) if token_file is not None else None
+    if token is None:
+        token = next((os.environ[k] for k in ENV_TOKEN_KEYS if os.environ.get(k)), None)
+    ctx.obj = _Conn(manager_url, token, by or _login(), timeout, as_json)
+
+
+def _conn(ctx: typer.Context) -> _Conn:
+    c = ctx.find_object(_Conn)
+    assert c is not None
+    return c
+
+
+def _out(c: _Conn, data: Any, text: str) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=True) if c.as_json else text)
+
+
+def _util(d: dict[str, Any]) -> str:
+    return " ".join(f"{k} {float(v):.2f}" for k, v in d.items())
+
+
+# --------------------------------------------------------------------------- plans
+
+plans_app = typer.Typer(
+    name="plans",
+    help="Proposed plans (recommend mode): list, show, approve, reject.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+plans_app.callback()(_connect)
+
+
+def _plan_line(p: dict[str, Any]) -> str:
+    a = p["actions"][0] if p["actions"] else {}
+    who = f"  {p['decided_by']}" if p.get("decided_by") else ""
+    return (
+        f"{p['id']:>20}  {p['state']:<10}  migrate {a.get('vm', '?')} "
+        f"{a.get('src', '?')} -> {a.get('dst', '?')}  expires t={p['expires_s']:.0f}{who}"
+    )
+
+
+@plans_app.command("list")
+def plans_list(
+    ctx: typer.Context,
+    state: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option("--state", help="Only this state (proposed, approved, rejected, ...)."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
+) -> None:
+    """List plans, oldest first."""
+    c = _conn(ctx)
+    params: dict[str, Any] = {"limit": limit}
+    if state:
+        params["state"] = state
+    page = c.call("GET", "/v1/plans", params=params)
+    lines = [_plan_line(p) for p in page["plans"]] or ["(no plans)"]
+    _out(c, page, "\n".join(lines))
+
+
+@plans_app.command("show")
+def plans_show(ctx: typer.Context, plan_id: Annotated[int, typer.Argument(min=1)]) -> None:
+    """One plan: why, what, the expected effect, and its fate."""
+    c = _conn(ctx)
+    p = c.call("GET", f"/v1/plans/{plan_id}")
+    lines = [_plan_line(p), f"reason: {p['reason']}"]
+    exp = p.get("expected") or {}
+    for role in ("src", "dst"):
+        if role in exp:
+            lines.append(f"{role}: {_util(exp[role]['before'])}  ->  {_util(exp[role]['after'])}")
+    if p.get("detail"):
+        lines.append(f"detail: {p['detail']}")
+    _out(c, p, "\n".join(lines))
+
+
+def _decide(ctx: typer.Context, plan_id: int, verb: str, reason: str, by: str | None) -> None:
+    c = _conn(ctx)
+    p = c.call("POST", f"/v1/plans/{plan_id}/{verb}", json={"by": _who(c, by), "reason": reason})
+    _out(c, p, _plan_line(p) + (f"\n{p['detail']}" if p.get("detail") else ""))
+
+
+Reason = Annotated[str, typer.Option("--reason", "-m", help="Why (kept in the audit log).")]
+By = Annotated[
+    str | None,  # noqa: UP007
+    typer.Option("--by", help="Your name in the audit log (over the group's --by)."),
+]
+
+
+def _who(c: _Conn, by: str | None) -> str:
+    return by or c.by
+
+
+@plans_app.command("approve")
+def plans_approve(
+    ctx: typer.Context,
+    plan_id: Annotated[int, typer.Argument(min=1)],
+    reason: Reason = "",
+    by: By = None,
+) -> None:
+    """Approve an open plan: its migration is carried out now (pre-conditions re-checked)."""
+    _decide(ctx, plan_id, "approve", reason, by)
+
+
+@plans_app.command("reject")
+def plans_reject(
+    ctx: typer.Context,
+    plan_id: Annotated[int, typer.Argument(min=1)],
+    reason: Reason = "",
+    by: By = None,
+) -> None:
+    """Reject an open plan: nothing moves."""
+    _decide(ctx, plan_id, "reject", reason, by)
+
+
+# --------------------------------------------------------------------------- fences
+
+fence_app = typer.Typer(
+    name="fence",
+    help=(
+        "Fences: maintenance (a host is neither source nor target), pin (a VM never "
+        "migrates), vf-freeze-host / vf-freeze-vm (VF assignments stay as they are)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+)
+fence_app.callback()(_connect)
+
+Kind = Annotated[str, typer.Argument(help="maintenance | pin | vf-freeze-host | vf-freeze-vm")]
+Name = Annotated[str, typer.Argument(help="The host or VM.")]
+
+
+@fence_app.command("list")
+def fence_list(ctx: typer.Context) -> None:
+    """Fences in force."""
+    c = _conn(ctx)
+    rows = c.call("GET", "/v1/fences")
+    lines = [
+        f"{f['kind']:<15} {f['name']:<20} by {f['set_by']} at t={f['since_s']:.0f}"
+        + (f"  ({f['reason']})" if f["reason"] else "")
+        for f in rows
+    ] or ["(no fences)"]
+    _out(c, rows, "\n".join(lines))
+
+
+@fence_app.command("set")
+def fence_set(
+    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = "", by: By = None
+) -> None:
+    """Set a fence (kept across manager restarts)."""
+    c = _conn(ctx)
+    f = c.call("PUT", f"/v1/fences/{kind}/{name}", json={"by": _who(c, by), "reason": reason})
+    _out(c, f, f"{f['kind']} set on {f['name']} by {f['set_by']}")
+
+
+@fence_app.command("clear")
+def fence_clear(
+    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = "", by: By = None
+) -> None:
+    """Lift a fence."""
+    c = _conn(ctx)
+    r = c.call("DELETE", f"/v1/fences/{kind}/{name}", params={"by": _who(c, by), "reason": reason})
+    _out(c, r, f"{kind} lifted from {name}")
+
+
+# --------------------------------------------------------------------------- mode
+
+mode_app = typer.Typer(
+    name="mode",
+    help="autonomic (decisions are carried out) or recommend (they become plans to approve).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+mode_app.callback()(_connect)
+
+HostOpt = Annotated[
+    str | None,  # noqa: UP007
+    typer.Option("--host", help="One host instead of the whole cluster."),
+]
+
+
+def _mode_text(m: dict[str, Any]) -> str:
+    who = f" (set by {m['cluster_set_by']})" if m.get("cluster_set_by") else " (config file)"
+    lines = [f"cluster: {m['cluster']}{who}"]
+    lines += [f"{h}: {mode}" for h, mode in sorted(m.get("hosts", {}).items())]
+    return "\n".join(lines)
+
+
+@mode_app.command("show")
+def mode_show(ctx: typer.Context) -> None:
+    """The cluster's mode and hosts whose mode differs."""
+    c = _conn(ctx)
+    m = c.call("GET", "/v1/mode")
+    _out(c, m, _mode_text(m))
+
+
+@mode_app.command("set")
+def mode_set(
+    ctx: typer.Context,
+    mode: Annotated[str, typer.Argument(help="autonomic | recommend")],
+    host: HostOpt = None,
+    reason: Reason = "",
+    by: By = None,
+) -> None:
+    """Set the mode of the cluster (or of one host); kept across manager restarts."""
+    if mode not in ("autonomic", "recommend"):
+        _fail(f"mode = {mode!r}: one of autonomic, recommend", 2)
+    c = _conn(ctx)
+    path = f"/v1/hosts/{host}/mode" if host else "/v1/mode"
+    m = c.call("PUT", path, json={"mode": mode, "by": _who(c, by), "reason": reason})
+    _out(c, m, _mode_text(m))
+
+
+@mode_app.command("reset")
+def mode_reset(
+    ctx: typer.Context, host: HostOpt = None, reason: Reason = "", by: By = None
+) -> None:
+    """Back to the config file's mode (or a host back to the cluster's)."""
+    c = _conn(ctx)
+    path = f"/v1/hosts/{host}/mode" if host else "/v1/mode"
+    m = c.call("DELETE", path, params={"by": _who(c, by), "reason": reason})
+    _out(c, m, _mode_text(m))
+
+
+# --------------------------------------------------------------------------- audit
+
+audit_app = typer.Typer(
+    name="audit",
+    help="The audit log: every operator action and plan fate, who and when.",
+    no_args_is_help=False,
+    add_completion=False,
+    invoke_without_command=True,
+)
+
+
+@audit_app.callback(invoke_without_command=True)
+def audit(
+    ctx: typer.Context,
+    manager_url: Annotated[
+        str, typer.Option("--manager-url", envvar="SOVA_MANAGER_URL", help="Manager base URL.")
+    ] = "http://127.0.0.1:8700",
+    token_file: Annotated[
+        Path | None,  # noqa: UP007
+        typer.Option("--token-file", help="File with the admin token (or the manager's env file)."),
+    ] = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, max=600)] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the manager's JSON.")] = False,
+    after: Annotated[int, typer.Option("--after", min=0, help="Entries after this id.")] = 0,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
+) -> None:
+    """Print the audit log, oldest first."""
+    _connect(ctx, manager_url, token_file, None, timeout, as_json)
+    c = _conn(ctx)
+    page = c.call("GET", "/v1/audit", params={"after": after, "limit": limit})
+    lines = [
+        f"{e['id']:>6}  t={e['time_s']:.0f}  {e['who']:<12} {e['action']:<22} {e['subject']}"
+        + (f"  {e['detail']}" if e["detail"] else "")
+        for e in page["entries"]
+    ] or ["(empty)"]
+    _out(c, page, "\n".join(lines))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the operator commands to the ``sova`` CLI."""
+    app.add_typer(plans_app)
+    app.add_typer(fence_app)
+    app.add_typer(mode_app)
+    app.add_typer(audit_app)
