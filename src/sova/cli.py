@@ -22,6 +22,7 @@ app = typer.Typer(
     epilog=(
         "Exit codes: 0 done; 1 the run failed (a host, a daemon or the kernel refused); "
         "2 bad input (a scenario, config or option, named in the one-line error); "
+        "3 the manager could not be reached or refused the token (plans, fence, mode, audit); "
         "130 interrupted (Ctrl-C or SIGTERM; nothing half-written is left)."
     ),
     no_args_is_help=True,
