@@ -199,13 +199,20 @@ def plans_show(ctx: typer.Context, plan_id: Annotated[int, typer.Argument(min=1)
     _out(c, p, "\n".join(lines))
 
 
-def _decide(ctx: typer.Context, plan_id: int, verb: str, reason: str, by: str | None) -> None:
+def _decide(
+    ctx: typer.Context, plan_id: int, verb: str, reason: str | None, by: str | None
+) -> None:
     c = _conn(ctx)
-    p = c.call("POST", f"/v1/plans/{plan_id}/{verb}", json={"by": _who(c, by), "reason": reason})
+    p = c.call(
+        "POST", f"/v1/plans/{plan_id}/{verb}", json={"by": _who(c, by), "reason": reason or ""}
+    )
     _out(c, p, _plan_line(p) + (f"\n{p['detail']}" if p.get("detail") else ""))
 
 
-Reason = Annotated[str, typer.Option("--reason", "-m", help="Why (kept in the audit log).")]
+Reason = Annotated[
+    str | None,  # noqa: UP007 - typer needs Optional here
+    typer.Option("--reason", "-m", help="Why (kept in the audit log)."),
+]
 By = Annotated[
     str | None,  # noqa: UP007
     typer.Option("--by", help="Your name in the audit log (over the group's --by)."),
@@ -220,7 +227,7 @@ def _who(c: _Conn, by: str | None) -> str:
 def plans_approve(
     ctx: typer.Context,
     plan_id: Annotated[int, typer.Argument(min=1)],
-    reason: Reason = "",
+    reason: Reason = None,
     by: By = None,
 ) -> None:
     """Approve an open plan: its migration is carried out now (pre-conditions re-checked)."""
@@ -231,7 +238,7 @@ def plans_approve(
 def plans_reject(
     ctx: typer.Context,
     plan_id: Annotated[int, typer.Argument(min=1)],
-    reason: Reason = "",
+    reason: Reason = None,
     by: By = None,
 ) -> None:
     """Reject an open plan: nothing moves."""
@@ -270,21 +277,23 @@ def fence_list(ctx: typer.Context) -> None:
 
 @fence_app.command("set")
 def fence_set(
-    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = "", by: By = None
+    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = None, by: By = None
 ) -> None:
     """Set a fence (kept across manager restarts)."""
     c = _conn(ctx)
-    f = c.call("PUT", f"/v1/fences/{kind}/{name}", json={"by": _who(c, by), "reason": reason})
+    f = c.call("PUT", f"/v1/fences/{kind}/{name}", json={"by": _who(c, by), "reason": reason or ""})
     _out(c, f, f"{f['kind']} set on {f['name']} by {f['set_by']}")
 
 
 @fence_app.command("clear")
 def fence_clear(
-    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = "", by: By = None
+    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = None, by: By = None
 ) -> None:
     """Lift a fence."""
     c = _conn(ctx)
-    r = c.call("DELETE", f"/v1/fences/{kind}/{name}", params={"by": _who(c, by), "reason": reason})
+    r = c.call(
+        "DELETE", f"/v1/fences/{kind}/{name}", params={"by": _who(c, by), "reason": reason or ""}
+    )
     _out(c, r, f"{kind} lifted from {name}")
 
 
@@ -324,7 +333,7 @@ def mode_set(
     ctx: typer.Context,
     mode: Annotated[str, typer.Argument(help="autonomic | recommend")],
     host: HostOpt = None,
-    reason: Reason = "",
+    reason: Reason = None,
     by: By = None,
 ) -> None:
     """Set the mode of the cluster (or of one host); kept across manager restarts."""
@@ -332,33 +341,24 @@ def mode_set(
         _fail(f"mode = {mode!r}: one of autonomic, recommend", 2)
     c = _conn(ctx)
     path = f"/v1/hosts/{host}/mode" if host else "/v1/mode"
-    m = c.call("PUT", path, json={"mode": mode, "by": _who(c, by), "reason": reason})
+    m = c.call("PUT", path, json={"mode": mode, "by": _who(c, by), "reason": reason or ""})
     _out(c, m, _mode_text(m))
 
 
 @mode_app.command("reset")
 def mode_reset(
-    ctx: typer.Context, host: HostOpt = None, reason: Reason = "", by: By = None
+    ctx: typer.Context, host: HostOpt = None, reason: Reason = None, by: By = None
 ) -> None:
     """Back to the config file's mode (or a host back to the cluster's)."""
     c = _conn(ctx)
     path = f"/v1/hosts/{host}/mode" if host else "/v1/mode"
-    m = c.call("DELETE", path, params={"by": _who(c, by), "reason": reason})
+    m = c.call("DELETE", path, params={"by": _who(c, by), "reason": reason or ""})
     _out(c, m, _mode_text(m))
 
 
 # --------------------------------------------------------------------------- audit
 
-audit_app = typer.Typer(
-    name="audit",
-    help="The audit log: every operator action and plan fate, who and when.",
-    no_args_is_help=False,
-    add_completion=False,
-    invoke_without_command=True,
-)
 
-
-@audit_app.callback(invoke_without_command=True)
 def audit(
     ctx: typer.Context,
     manager_url: Annotated[
@@ -366,9 +366,15 @@ def audit(
     ] = "http://127.0.0.1:8700",
     token_file: Annotated[
         Path | None,  # noqa: UP007
-        typer.Option("--token-file", help="File with the admin token (or the manager's env file)."),
+        typer.Option(
+            "--token-file",
+            help="File with the admin token (or the manager's env file). "
+            "[default: $SOVA_ADMIN_TOKEN]",
+        ),
     ] = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.1, max=600)] = 10.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, max=600, help="Seconds per request.")
+    ] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manager's JSON.")] = False,
     after: Annotated[int, typer.Option("--after", min=0, help="Entries after this id.")] = 0,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
@@ -390,4 +396,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(plans_app)
     app.add_typer(fence_app)
     app.add_typer(mode_app)
-    app.add_typer(audit_app)
+    app.command("audit", help="The audit log: every operator action and plan fate, who and when.")(
+        audit
+    )
