@@ -47,6 +47,7 @@ host_reports = sa.Table(
     sa.Column("mem", sa.Float(), nullable=False),
     sa.Column("net", sa.Float(), nullable=False),
     sa.Column("vms", sa.JSON(), nullable=False),
+    sa.Column("capacity", sa.JSON(), nullable=True),  # [cores, MiB, Mbit/s] (revision 0003)
     sa.Index("ix_host_reports_host_id", "host", "id"),
     sa.Index("ix_host_reports_received", "received_s"),
 )
@@ -161,6 +162,7 @@ class ReportRow:
     received_s: float
     util: tuple[float, float, float]
     vms: Mapping[str, Any]  # name -> [cpu, mem, net, mib, migrating]
+    capacity: tuple[float, float, float] | None = None  # cores, MiB, Mbit/s
 
 
 @dataclass(frozen=True)
@@ -393,6 +395,7 @@ class Store:
                 "mem": r.util[1],
                 "net": r.util[2],
                 "vms": dict(r.vms),
+                "capacity": list(r.capacity) if r.capacity is not None else None,
             }
             for r in rows
         ]
@@ -553,6 +556,7 @@ class Store:
                         r["received_s"],
                         (r["cpu"], r["mem"], r["net"]),
                         r["vms"],
+                        tuple(r["capacity"]) if r["capacity"] else None,
                     )
                 )
             lease_rows = [
