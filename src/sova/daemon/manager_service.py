@@ -301,6 +301,7 @@ class ManagerService:
                 last.received_s,
                 last.util,
                 dict(self.core.vms[host]),
+                boot=last.boot,
                 capacity=self.core.capacity.get(host),
             )
             self.latest_t = max(self.latest_t, last.agent_t)
@@ -311,6 +312,8 @@ class ManagerService:
         for m in sorted(self.store.migration_rows(), key=lambda m: float(m["started_s"])):
             self.core.note_start(m["vm"], m["src"], float(m["started_s"]))
         self.directives = DirectiveBook({d.host: d for d in state.directives})
+        for host, boots in state.past_boots.items():
+            self._past_boots[host] = deque(boots[-MAX_PAST_BOOTS:], maxlen=MAX_PAST_BOOTS)
         self.ops = OperatorBook.restore(
             self.settings.mode,
             self.settings.host_modes,
@@ -478,6 +481,7 @@ class ManagerService:
                 util.as_tuple(),
                 {e.name: [*e.util, e.memory_mib, e.migrating] for e in report.vms},
                 cap.as_tuple() if cap is not None else None,
+                report.boot,
             )
         )
         if self._planning:

@@ -1,4 +1,7 @@
-"""Host capacity with each report: what the shares are parts of (heterogeneous hosts).
+"""Host capacity and the agent's boot id with each report.
+
+The capacity is what the shares are parts of (heterogeneous hosts); the boot id lets a
+restarted manager still refuse a replayed report of an agent's earlier boot.
 
 Revision ID: 0003
 Revises: 0002
@@ -19,8 +22,10 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("host_reports") as batch:
         batch.add_column(sa.Column("capacity", sa.JSON(), nullable=True))
+        batch.add_column(sa.Column("boot", sa.String(16), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("host_reports") as batch:
+        batch.drop_column("boot")
         batch.drop_column("capacity")
