@@ -635,3 +635,19 @@ def test_vf_freeze_keeps_assignments_as_they_are() -> None:
         run(agent, world, 8)
         assert world.holders() == holders, (freeze_host, frozen)
         assert world.violations == []
+
+
+def test_the_agent_reports_its_hosts_capacity() -> None:
+    """Shares are of this host: the manager needs the whole to compare hosts (issue 11's
+    heterogeneous-host fix)."""
+    from sova.policy.hotspot import HostCapacity
+
+    world = HostWorld(LOADS3, pool=1)
+    agent = HostAgent(MockDriver(world))
+    for _ in range(2):
+        agent.step()
+        world.advance(10.0)
+    rep = agent.host_report()
+    assert rep is not None
+    h = world.inventory().host
+    assert rep.capacity == HostCapacity(h.cores, h.memory_bytes, h.nic.capacity_bps)

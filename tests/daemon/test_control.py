@@ -14,7 +14,7 @@ import pytest
 
 from sova.daemon.schema import Directive
 
-from .conftest import Api, auth, report
+from .conftest import Api, auth, manager_settings, report
 
 HOT = (0.2, 0.3, 0.9)
 COLD = (0.1, 0.2, 0.1)
@@ -368,3 +368,25 @@ def test_readiness_fails_while_the_store_cannot_be_written(tmp_path) -> None:  #
     finally:
         api.close()
         store.close()
+
+
+def test_an_old_boot_cannot_come_back_after_a_manager_restart(store) -> None:  # type: ignore[no-untyped-def]
+    """The boot ids live in the store: a restarted manager knows the agent's earlier boots
+    (before, every host looked restarted to it, and one replay of an old boot got in)."""
+    now = [1000.0]
+    settings = manager_settings()
+    api = Api(settings, store, clock=lambda: now[0])
+    assert _send(api, 7, 1000.0, "0000000a").status_code == 200
+    now[0] = 1010.0
+    assert _send(api, 1, 1010.0, "0000000b").status_code == 200
+    api.drain()
+    api.close()
+
+    again = Api(settings, store, clock=lambda: now[0])
+    now[0] = 1015.0
+    r = _send(again, 8, 1005.0, "0000000a")
+    assert r.status_code == 409 and "not new" in r.text, r.text
+    now[0] = 1020.0
+    assert _send(again, 2, 1020.0, "0000000b").status_code == 200  # the live boot goes on
+    assert again.svc.hosts["h1"].seq == 2
+    again.close()

@@ -7,10 +7,19 @@ import random
 import pytest
 
 from sova.manager.fastplan import FAST_MIN_HOSTS, fast_coordinate
-from sova.policy.hotspot import HostReport, HotspotDetector, Utilisation, VMLoad, coordinate
+from sova.policy.hotspot import (
+    HostCapacity,
+    HostReport,
+    HotspotDetector,
+    Utilisation,
+    VMLoad,
+    coordinate,
+)
 
 
-def _cluster(seed: int, hosts: int) -> tuple[dict[str, HostReport], set[str], dict[str, list[str]]]:
+def _cluster(
+    seed: int, hosts: int, capacities: bool = False
+) -> tuple[dict[str, HostReport], set[str], dict[str, list[str]]]:
     rng = random.Random(seed)
     hot_share = rng.choice((0.0, 0.005, 0.05, 0.3))
     reports = {}
@@ -33,16 +42,22 @@ def _cluster(seed: int, hosts: int) -> tuple[dict[str, HostReport], set[str], di
             )
             for j in range(rng.randint(0, 5))
         }
-        reports[f"h{i:04d}"] = HostReport(tuple(hist), vms)
+        cap = None
+        if capacities:  # a fleet of three generations: a VM takes 1/4x to 4x the share
+            cap = rng.choice(
+                (HostCapacity(16, 64, 10), HostCapacity(32, 256, 25), HostCapacity(64, 512, 40))
+            )
+        reports[f"h{i:04d}"] = HostReport(tuple(hist), vms, cap)
     names = sorted(reports)
     leased = set(rng.sample(names, k=min(len(names), rng.randint(0, 10))))
     barred = {f"vm{i}-0": rng.sample(names, k=3) for i in range(0, hosts, 7)}
     return reports, leased, barred
 
 
+@pytest.mark.parametrize("capacities", [False, True], ids=["equal-hosts", "heterogeneous"])
 @pytest.mark.parametrize("seed", range(40))
-def test_fast_round_equals_coordinate(seed: int) -> None:
-    reports, leased, barred = _cluster(seed, FAST_MIN_HOSTS + seed * 25)
+def test_fast_round_equals_coordinate(seed: int, capacities: bool) -> None:
+    reports, leased, barred = _cluster(seed, FAST_MIN_HOSTS + seed * 25, capacities)
     det = HotspotDetector(3, 5, 0.75)
     for metric in ("volume", "skewness"):
         for ceiling in (None, 0.9):

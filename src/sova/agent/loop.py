@@ -44,7 +44,7 @@ from sova.model import (
     SetVFRate,
 )
 from sova.policy.bandwidth import FlowDemand, SovaAllocator
-from sova.policy.hotspot import HostReport, Utilisation, VMLoad
+from sova.policy.hotspot import HostCapacity, HostReport, Utilisation, VMLoad
 from sova.policy.operation import Migration, Operation, algorithm1
 from sova.policy.sensing import (
     HostSensor,
@@ -424,9 +424,13 @@ class HostAgent:
         if not self.load_history:
             return None
         actual = self.driver.inventory()
+        h = actual.host
         return HostReport(
             history=tuple(Utilisation(s.cpu, s.mem, s.net) for s in self.load_history),
             vms=self._vm_load_reports(actual),
+            # Shares are of this host's capacity: the manager needs it to judge how much of
+            # a smaller or larger target a VM would take (heterogeneous hosts).
+            capacity=HostCapacity(float(h.cores), float(h.memory_bytes), h.nic.capacity_bps),
         )
 
 

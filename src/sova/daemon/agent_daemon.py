@@ -198,6 +198,7 @@ class AgentDaemon:
             k=self.settings.report_top_k,
             metric=self.cfg.manager.metric,
             decimals=self.settings.report_decimals,
+            capacity=hr.capacity,
         )
         try:
             directive = self.client.report(encode(body))

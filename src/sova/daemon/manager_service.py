@@ -97,6 +97,7 @@ from sova.manager.core import Lease, ManagerCore, RoundResult
 from sova.model import MIB
 from sova.orchestrator.base import Actuator
 from sova.policy.hotspot import (
+    HostCapacity,
     HotspotDetector,
     MigrationSignal,
     Utilisation,
@@ -122,6 +123,7 @@ class HostState:
     util: tuple[float, float, float]
     vms: dict[str, VMLoad]
     boot: str = ""
+    capacity: HostCapacity | None = None
 
 
 class ReportRefused(ValueError):
@@ -283,15 +285,24 @@ class ManagerService:
                     n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
                     for n, u, mib, mig in iter_report_vms(row.vms)
                 }
-                self.core.ingest(host, Utilisation(*row.util), vms, at=row.received_s)
+                cap = HostCapacity(*row.capacity) if row.capacity else None
+                self.core.ingest(host, Utilisation(*row.util), vms, at=row.received_s, capacity=cap)
             last = all_rows[-1]
             if not rows:
                 self.core.vms[host] = {
                     n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
                     for n, u, mib, mig in iter_report_vms(last.vms)
                 }
+            if last.capacity:
+                self.core.capacity[host] = HostCapacity(*last.capacity)
             self.hosts[host] = HostState(
-                last.seq, last.agent_t, last.received_s, last.util, dict(self.core.vms[host])
+                last.seq,
+                last.agent_t,
+                last.received_s,
+                last.util,
+                dict(self.core.vms[host]),
+                boot=last.boot,
+                capacity=self.core.capacity.get(host),
             )
             self.latest_t = max(self.latest_t, last.agent_t)
         # Leases after the windows: replaying old reports must not "arrive" a live lease.
@@ -301,6 +312,8 @@ class ManagerService:
         for m in sorted(self.store.migration_rows(), key=lambda m: float(m["started_s"])):
             self.core.note_start(m["vm"], m["src"], float(m["started_s"]))
         self.directives = DirectiveBook({d.host: d for d in state.directives})
+        for host, boots in state.past_boots.items():
+            self._past_boots[host] = deque(boots[-MAX_PAST_BOOTS:], maxlen=MAX_PAST_BOOTS)
         self.ops = OperatorBook.restore(
             self.settings.mode,
             self.settings.host_modes,
@@ -450,8 +463,9 @@ class ManagerService:
         now = self.now()
         util = report.utilisation()
         vms = report.vm_loads()
+        cap = report.host_capacity()
         self.hosts[host] = HostState(
-            report.seq, report.time_s, now, util.as_tuple(), vms, report.boot
+            report.seq, report.time_s, now, util.as_tuple(), vms, report.boot, cap
         )
         if report.ack:
             self._ack(host, report.ack)
@@ -466,12 +480,14 @@ class ManagerService:
                 now,
                 util.as_tuple(),
                 {e.name: [*e.util, e.memory_mib, e.migrating] for e in report.vms},
+                cap.as_tuple() if cap is not None else None,
+                report.boot,
             )
         )
         if self._planning:
-            self._deferred.append(lambda: self._core_ingest(host, util, vms, now))
+            self._deferred.append(lambda: self._core_ingest(host, util, vms, now, cap))
         else:
-            self._core_ingest(host, util, vms, now)
+            self._core_ingest(host, util, vms, now, cap)
         self.metrics.reports.labels("accepted").inc()
         if self.metrics.host_metrics:
             self.metrics.set_utilisation(host, dict(zip(RESOURCES, util.as_tuple(), strict=True)))
@@ -483,9 +499,14 @@ class ManagerService:
         return self.directive_for(host)
 
     def _core_ingest(
-        self, host: str, util: Utilisation, vms: dict[str, VMLoad], now: float
+        self,
+        host: str,
+        util: Utilisation,
+        vms: dict[str, VMLoad],
+        now: float,
+        capacity: HostCapacity | None = None,
     ) -> None:
-        arrived = self.core.ingest(host, util, vms, at=now)
+        arrived = self.core.ingest(host, util, vms, at=now, capacity=capacity)
         if arrived:
             self._close_leases(
                 {e.lease.vm for e in arrived}, now, "succeeded", f"reported by target {host}"

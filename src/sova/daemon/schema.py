@@ -26,6 +26,7 @@ from sova.model import MIB
 from sova.policy.hotspot import (
     RESOURCES,
     UTILISATION_SLACK,
+    HostCapacity,
     HotnessMetric,
     Utilisation,
     VMLoad,
@@ -49,6 +50,7 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "m": "VM memory (MiB)",
     "x": "VM is migrating",
     "b": "agent boot id",
+    "c": "host capacity [cores, memory MiB, link Mbit/s]",
 }
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0 + UTILISATION_SLACK, allow_inf_nan=False)]
@@ -135,9 +137,23 @@ class Report(_Wire):
         max_length=MAX_VMS_PER_REPORT,
         description="candidate VM loads (top-K by migration factor; see select_candidates)",
     )
+    capacity: list[Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)]] | None = Field(
+        default=None,
+        validation_alias="c",
+        serialization_alias="c",
+        min_length=3,
+        max_length=3,
+        description="host capacity [cores, memory MiB, link Mbit/s]: the whole of which the "
+        "shares in u and v are parts (heterogeneous hosts)",
+    )
 
     def utilisation(self) -> Utilisation:
         return Utilisation(*self.util)
+
+    def host_capacity(self) -> HostCapacity | None:
+        if self.capacity is None:
+            return None
+        return HostCapacity(*self.capacity)
 
     def vm_loads(self) -> dict[str, VMLoad]:
         return {
@@ -419,8 +435,13 @@ def build_report(
     metric: HotnessMetric | str = HotnessMetric.VOLUME,
     budget_bytes: int = REPORT_BUDGET_BYTES,
     decimals: int = 4,
+    capacity: HostCapacity | None = None,
 ) -> Report:
-    """A report within ``budget_bytes``; lowest-MF candidates are dropped to fit."""
+    """A report within ``budget_bytes``; lowest-MF candidates are dropped to fit.
+
+    ``capacity`` in the driver's units (cores, bytes, bit/s) goes on the wire as whole
+    cores, MiB and Mbit/s (the manager only compares hosts' capacities with each other).
+    """
     names = select_candidates(vms, k, metric)
     entries = [
         VMEntry(
@@ -438,6 +459,13 @@ def build_report(
         util=[_r(x, decimals) for x in util.as_tuple()],
         boot=boot,
         vms=entries,
+        capacity=None
+        if capacity is None
+        else [
+            round(capacity.cpu, 2),
+            max(1, round(capacity.mem / MIB)),
+            max(1, round(capacity.net / 1e6)),
+        ],
     )
     while entries and len(encode(report)) > budget_bytes:
         entries = entries[:-1]

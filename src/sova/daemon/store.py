@@ -47,6 +47,8 @@ host_reports = sa.Table(
     sa.Column("mem", sa.Float(), nullable=False),
     sa.Column("net", sa.Float(), nullable=False),
     sa.Column("vms", sa.JSON(), nullable=False),
+    sa.Column("capacity", sa.JSON(), nullable=True),  # [cores, MiB, Mbit/s] (revision 0003)
+    sa.Column("boot", sa.String(16), nullable=True),  # the agent's boot id (revision 0003)
     sa.Index("ix_host_reports_host_id", "host", "id"),
     sa.Index("ix_host_reports_received", "received_s"),
 )
@@ -161,6 +163,8 @@ class ReportRow:
     received_s: float
     util: tuple[float, float, float]
     vms: Mapping[str, Any]  # name -> [cpu, mem, net, mib, migrating]
+    capacity: tuple[float, float, float] | None = None  # cores, MiB, Mbit/s
+    boot: str = ""
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,9 @@ class StoredState:
     plans: list[PlanRow] = field(default_factory=list)  # those still proposed
     fences: list[FenceRow] = field(default_factory=list)
     modes: list[ModeRow] = field(default_factory=list)
+    # host -> its agents' earlier boot ids, oldest first (within the report retention): a
+    # report of one of those after a manager restart is still a replay
+    past_boots: Mapping[str, list[str]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- store
@@ -393,6 +400,8 @@ class Store:
                 "mem": r.util[1],
                 "net": r.util[2],
                 "vms": dict(r.vms),
+                "capacity": list(r.capacity) if r.capacity is not None else None,
+                "boot": r.boot,
             }
             for r in rows
         ]
@@ -553,6 +562,8 @@ class Store:
                         r["received_s"],
                         (r["cpu"], r["mem"], r["net"]),
                         r["vms"],
+                        tuple(r["capacity"]) if r["capacity"] else None,
+                        r["boot"] or "",
                     )
                 )
             lease_rows = [
@@ -575,13 +586,29 @@ class Store:
                 FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
                 for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
             ]
+            newest = sa.func.max(host_reports.c.id).label("newest")
+            boots: dict[str, list[str]] = {}
+            for b in conn.execute(
+                sa.select(host_reports.c.host, host_reports.c.boot, newest)
+                .where(host_reports.c.boot.is_not(None))
+                .group_by(host_reports.c.host, host_reports.c.boot)
+                .order_by(host_reports.c.host, newest)
+            ):
+                boots.setdefault(b.host, []).append(b.boot)
             mode_rows = [
                 ModeRow(r.scope, r.mode, r.set_by, r.since_s)
                 for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
             ]
         next_id = max(int(last_d or 0), int(last_m or 0)) + 1
         return StoredState(
-            windows, lease_rows, directive_rows, next_id, open_plans, fence_rows, mode_rows
+            windows,
+            lease_rows,
+            directive_rows,
+            next_id,
+            open_plans,
+            fence_rows,
+            mode_rows,
+            {h: b[:-1] for h, b in boots.items()},  # the newest is the live boot
         )
 
     def plans(self, after: int = 0, limit: int = 100, state: str | None = None) -> list[PlanRow]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from sova.manager.fastplan import fast_coordinate
 from sova.policy.hotspot import (
+    HostCapacity,
     HostReport,
     HotnessMetric,
     HotspotDetector,
@@ -130,6 +131,9 @@ class ManagerCore:
     pinned: set[str] = field(default_factory=set)
     # Sources in recommend mode: their migrations are proposed, not started.
     recommend: set[str] = field(default_factory=set)
+    # Each host's capacity as its agent last reported it. Used only when every planned host
+    # has one (shares cannot be compared against a host of unknown size).
+    capacity: dict[str, HostCapacity] = field(default_factory=dict)
 
     def ingest(
         self,
@@ -138,9 +142,12 @@ class ManagerCore:
         vms: Mapping[str, VMLoad],
         *,
         at: float | None = None,
+        capacity: HostCapacity | None = None,
     ) -> list[LeaseEnd]:
         """One host report (Monitor), received at ``at``. Returns the leases it closed."""
         window = self.history.setdefault(host, deque(maxlen=self.detector.n))
+        if capacity is not None:
+            self.capacity[host] = capacity
         if at is not None:
             last = self.seen.get(host)
             if last is not None and at - last > self.stale_after_s:
@@ -172,6 +179,7 @@ class ManagerCore:
         self.history.pop(host, None)
         self.vms.pop(host, None)
         self.seen.pop(host, None)
+        self.capacity.pop(host, None)
 
     def stale(self, now_s: float) -> set[str]:
         """Hosts whose last report is older than ``stale_after_s``."""
@@ -271,6 +279,8 @@ class ManagerCore:
                 self._restart_windows(lease)
                 closed.append(LeaseEnd(lease, "stale"))
         pinned = self.pinned
+        planned = [h for h, w in self.history.items() if w and h not in stale]
+        caps = self.capacity if all(h in self.capacity for h in planned) else {}
         reports = {
             # A pinned VM's load still counts in its host's utilisation (the window); it
             # is only never a candidate to move.
@@ -279,6 +289,7 @@ class ManagerCore:
                 {n: v for n, v in self.vms.get(h, {}).items() if n not in pinned}
                 if pinned
                 else self.vms.get(h, {}),
+                caps.get(h),
             )
             for h, w in self.history.items()
             if w and h not in stale

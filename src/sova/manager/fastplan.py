@@ -86,7 +86,10 @@ def fast_coordinate(
     spare: int = 64,
 ) -> dict[str, MigrationSignal]:
     """Exactly ``coordinate(reports, detector, ...)``, in a fraction of its time."""
-    if len(reports) < FAST_MIN_HOSTS or any(r.capacity is not None for r in reports.values()):
+    # With capacities the search below stays exact: the subset is a prefix of the hosts
+    # ranked by hotness, the screening walks that ranking and takes the first host that
+    # passes, so a pass inside the prefix is the first pass overall (and none falls back).
+    if len(reports) < FAST_MIN_HOSTS:
         return coordinate(
             reports,
             detector,

@@ -208,7 +208,7 @@ class World:
         for h, agent in self.agents.items():
             rep = agent.host_report()
             if rep is not None:
-                self.manager.ingest(h, rep.history[-1], rep.vms)
+                self.manager.ingest(h, rep.history[-1], rep.vms, capacity=rep.capacity)
         before = len(self.manager.log)
         signals = self.manager.plan(t).signals
         for d in self.manager.log[before:]:
