@@ -267,11 +267,13 @@ class Cluster:
             time.sleep(0.1)
         raise RuntimeError(f"{what} did not answer at {url} within {timeout_s:.0f} s")
 
-    def start(self, *, pause_at_migration: bool = False) -> None:
+    def start(self, *, pause_at_migration: bool = False, paused: bool = False) -> None:
         self.start_world()
         self.wait_ready(self.world_url + "/v1/world", "world")
         if pause_at_migration:  # armed before any agent runs, so no migration can slip past
             self.pause_at_migration()
+        if paused:  # the world waits at its first tick until pause(False)
+            self.pause()
         if self.uses_manager:
             self.start_manager()
             self.wait_ready(self.manager_url + "/healthz", "manager")

@@ -63,7 +63,9 @@ def migrations(c: Cluster) -> list[tuple[str, str, str]]:
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    env = {"SOVA_MANAGER_MODE": "recommend", **getattr(request, "param", {})}
+    param = dict(getattr(request, "param", {}))
+    paused = bool(param.pop("paused", False))
+    env = {"SOVA_MANAGER_MODE": "recommend", **param}
     scn = load_scenario(SCENARIO)
     with tempfile.TemporaryDirectory() as work:
         c = Cluster(
@@ -77,7 +79,7 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]
             manager_env=env,
         )
         try:
-            c.start()
+            c.start(paused=paused)
             yield c
         finally:
             c.stop()
@@ -157,3 +159,30 @@ def test_maintenance_set_with_the_cli_keeps_the_host_out_of_play(cluster: Cluste
         if d["host"] == "H1"
     ]
     assert reasons and all("no cold spot" in r for r in reasons), reasons[-1:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "cluster", [{"SOVA_MANAGER_MODE": "autonomic", "paused": True}], indirect=True
+)
+def test_mode_and_a_pin_set_with_the_cli_survive_a_manager_restart(cluster: Cluster) -> None:
+    """The file says autonomic; the operator switches to recommend and pins A (the VM the
+    manager would move first) with the CLI, then the manager restarts: both still hold, and
+    what it proposes never moves A."""
+    import signal
+
+    c = cluster  # the world has not ticked yet: nothing was decided in autonomic mode
+    sova(c, "mode", "set", "recommend", "-m", "change freeze")
+    sova(c, "fence", "set", "pin", "A", "-m", "licence")
+    assert c.kill("manager", signal.SIGTERM) in (0, -signal.SIGTERM)
+    c.start_manager()
+    c.wait_ready(c.manager_url + "/healthz", "manager")
+    assert "cluster: recommend (set by alice)" in sova(c, "mode", "show")
+    assert "pin             A" in sova(c, "fence", "list")
+    c.pause(False)
+    wait_until(lambda: _done(c), 120, "the run to finish")
+    c.finish()
+    assert migrations(c) == []  # recommend mode: nothing moves unapproved
+    proposed = plans(c, "proposed") + plans(c, "expired") + plans(c, "superseded")
+    assert proposed, "H1 stayed hot, yet nothing was proposed"
+    assert all(p["actions"][0]["vm"] != "A" for p in proposed)
