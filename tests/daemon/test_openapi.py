@@ -125,6 +125,7 @@ STABLE_OPERATION_IDS = {
     ("get", "/v1/decisions"): "getDecisions",
     ("get", "/v1/plans"): "listPlans",
     ("get", "/v1/plans/{plan_id}"): "getPlan",
+    ("get", "/v1/plans/{plan_id}/watcher"): "getPlanAsWatcherActionPlan",
     ("post", "/v1/plans/{plan_id}/approve"): "approvePlan",
     ("post", "/v1/plans/{plan_id}/reject"): "rejectPlan",
     ("get", "/v1/fences"): "listFences",

@@ -163,6 +163,17 @@ def test_recommend_proposes_and_approval_signals_the_migration(api_factory: Any)
     assert p["expected"]["dst"]["after"]["net"] == pytest.approx(0.55)
     assert p["expires_s"] == pytest.approx(p["created_s"] + 600)
     assert p["inputs"]["history"], "a plan carries the window it was decided from"
+    # The same plan as OpenStack Watcher shows an action plan (what its operators review).
+    w = api.get(f"/v1/plans/{p['id']}/watcher", headers=ADMIN_H).json()
+    (action,) = w["actions"]
+    assert (action["action_type"], w["state"]) == ("migrate", "RECOMMENDED")
+    assert action["input_parameters"] == {
+        "migration_type": "live",
+        "source_node": "h1",
+        "destination_node": "h2",
+        "resource_id": "h1-vm1",
+        "resource_name": "h1-vm1",
+    }
     # Later rounds keep the same open plan instead of piling up copies.
     rounds(api, range(4, 6))
     assert [q["id"] for q in plans(api, "proposed")] == [p["id"]]

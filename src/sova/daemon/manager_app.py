@@ -327,6 +327,26 @@ def create_app(
         except (PlanNotFound, PlanConflict) as exc:
             raise _plan_errors(exc) from None
 
+    @app.get(
+        "/v1/plans/{plan_id}/watcher",
+        operation_id="getPlanAsWatcherActionPlan",
+        dependencies=auth,
+        responses=_PLAN_RESPONSES,
+        tags=["operators"],
+        summary="One plan in OpenStack Watcher's action-plan shape (migrate, live)",
+    )
+    async def get_plan_watcher(plan_id: PlanId) -> dict[str, Any]:
+        from sova.orchestrator.recommend import Proposal, to_watcher_action_plan
+
+        try:
+            p = await service.plan_view(plan_id)
+        except (PlanNotFound, PlanConflict) as exc:
+            raise _plan_errors(exc) from None
+        return to_watcher_action_plan(
+            [Proposal(a.vm, a.src, a.dst, p.reason, a.vm) for a in p.actions],
+            audit_uuid=str(p.id),
+        )
+
     @app.post(
         "/v1/plans/{plan_id}/approve",
         operation_id="approvePlan",
