@@ -1143,7 +1143,10 @@ class ManagerService:
             result, detail = "failed", f"{type(exc).__name__}: {exc}"
         now = self.now()
         self.lease_ids.pop(plan.vm, None)
-        self._release(plan.vm, ran=True)
+        if self._planning:  # the round's snapshot must not change under it
+            self._deferred.append(lambda: self._release(plan.vm, True))
+        else:
+            self._release(plan.vm, ran=True)
         end = replace(
             plan,
             state="executed" if result == "succeeded" else "failed",
