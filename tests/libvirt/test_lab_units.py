@@ -36,6 +36,10 @@ def test_shipped_lab_scenarios_load():
         (GOOD.replace("loads: {g1: net}", "loads: {g1: disk}"), "phases.0.loads.g1"),
         (GOOD.replace("expect_holders: [g1]", "expect_holders: [g1, g2]"), "fast_slots is 1"),
         (GOOD + "bogus: 1\n", "bogus"),
+        (
+            GOOD + "controller: {op_timeout: 30s}\n",
+            "op_timeout: 30s is shorter than the lab driver's worst-case plug",
+        ),
     ],
 )
 def test_bad_lab_scenario_is_one_line_naming_the_field(tmp_path, text, needle):

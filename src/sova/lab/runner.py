@@ -23,7 +23,7 @@ from sova.driver.libvirt_driver import LibvirtDriver
 from sova.lab.lab import connect, load_state, shape_backups
 from sova.lab.loads import Loads, Peer, ping_gaps
 from sova.lab.scenario import LabScenario
-from sova.lab.settings import LabSettings
+from sova.lab.settings import LAB_HOTPLUG, LabSettings
 from sova.model import DetachVF, NicKind
 from sova.record import EventRow, TimelineRow, measured_row, outcome_event
 
@@ -67,7 +67,7 @@ def driver_settings(s: LabSettings, scn: LabScenario, host: str) -> dict[str, An
         "lab_nic_speed_mbit": int(scn.tier_mbit * scn.fast_slots),
         "migration_uri_template": s.uri_template(),
         "migration_unsafe": True,
-        "hotplug_timeout_s": 20.0,
+        **LAB_HOTPLUG,
     }
 
 

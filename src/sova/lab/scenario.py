@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sova.agent.config import ControllerConfig, SchedulerSpec, SensingSpec
+from sova.lab.settings import LAB_HOTPLUG, lab_hotplug_budget_s
 from sova.units import Duration
 
 Load = Literal["net", "cpu", "idle"]
@@ -51,6 +52,17 @@ class LabController(ControllerConfig):
         given = sorted(self.model_fields_set & set(elsewhere))
         if given:
             raise ValueError(f"{given[0]}: not a lab setting; {elsewhere[given[0]]}")
+        return self
+
+    @model_validator(mode="after")
+    def _op_timeout_covers_a_plug(self) -> LabController:
+        budget = lab_hotplug_budget_s()
+        if self.op_timeout < budget:
+            raise ValueError(
+                f"op_timeout: {self.op_timeout:g}s is shorter than the lab driver's worst-case "
+                f"plug ({LAB_HOTPLUG['hotplug_timeout_s']:g}s x hotplug_attempts "
+                f"{LAB_HOTPLUG['hotplug_attempts']} + back-off = {budget:g}s)"
+            )
         return self
 
 

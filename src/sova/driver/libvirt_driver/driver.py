@@ -65,7 +65,12 @@ from sova.driver.libvirt_driver.hotplug import (
 )
 from sova.driver.libvirt_driver.migration import run_migration
 from sova.driver.libvirt_driver.pf import PFView
-from sova.driver.libvirt_driver.sampling import domain_stats, host_totals, sample_domain
+from sova.driver.libvirt_driver.sampling import (
+    DomainTotals,
+    domain_stats,
+    host_totals,
+    sample_domain,
+)
 from sova.driver.libvirt_driver.tap_shaping import (
     ShapingError,
     TapShaper,
@@ -119,7 +124,9 @@ class LibvirtDriverConfig:
     pf: str | None = None  # PF netdev; None = the first SR-IOV PF libvirt reports
     vf_pool: int | None = None  # VFs Sova may hand out; None = all of the PF's VFs
     sysfs_root: str = "/sys"
-    hotplug_timeout_s: float = 20.0  # per attempt, waiting for DEVICE_ADDED/REMOVED
+    # per attempt, waiting for DEVICE_ADDED/REMOVED; 8 s x 3 + back-off = 27 s fits the
+    # agent's default op_timeout (30 s): a plug the executor gave up on must not go on
+    hotplug_timeout_s: float = 8.0
     hotplug_attempts: int = 3
     retry_backoff_s: float = 1.0  # multiplied by the attempt number
     migration_uri_template: str = "qemu+ssh://{host}/system"
@@ -142,6 +149,20 @@ class LibvirtDriverConfig:
     # Host-side limit without a guest agent: libvirt <bandwidth> or HTB on the tap;
     # "auto" probes the kernel (<bandwidth> needs sfq, u32 and police).
     host_side_shaping: str = "auto"  # "auto" | "bandwidth" | "tap-htb"
+    # What the host reports as its own load and size (docs/lab.md#host-totals). "node": the
+    # machine's counters (getCPUStats, getMemoryStats, the PF's bytes), right when one
+    # hypervisor owns the machine. "domains": the sum of this daemon's running domains, for
+    # hypervisors that share a machine (the lab's two daemons), where the node's counters
+    # are the same for both.
+    host_totals: str = "node"  # "node" | "domains"
+    host_cpus: int | None = None  # cores the host reports; None = the node's
+    host_memory_mib: int | None = None  # memory the host reports; None = the node's
+
+    def hotplug_budget_s(self) -> float:
+        """Longest a confirmed plug or unplug may take: every attempt's timeout plus the
+        back-off between attempts (attempt x retry_backoff_s)."""
+        n = self.hotplug_attempts
+        return float(self.hotplug_timeout_s * n + self.retry_backoff_s * n * (n - 1) / 2)
 
     def __post_init__(self) -> None:
         if self.fast_path not in FAST_PATHS:
@@ -159,6 +180,12 @@ class LibvirtDriverConfig:
             )
         if self.sampling not in ("host", "guest-agent"):
             raise ValueError(f"sampling: {self.sampling!r} is not 'host' or 'guest-agent'")
+        if self.host_totals not in ("node", "domains"):
+            raise ValueError(f"host_totals: {self.host_totals!r} is not 'node' or 'domains'")
+        for k in ("host_cpus", "host_memory_mib"):
+            v = getattr(self, k)
+            if v is not None and v < 1:
+                raise ValueError(f"{k}: {v!r} must be >= 1")
 
 
 FAST_PATHS = frozenset({"sriov-vf", "lab-nic"})
@@ -238,6 +265,7 @@ class LibvirtDriver:
         self._caps_lock = threading.Lock()
         self._bandwidth_usable: bool | None = None
         self._agent_silent: set[str] = set()  # VMs sampled black-box: their agent is silent
+        self._domain_totals = DomainTotals()  # host_totals = "domains"
         self._callback_ids: list[int] = []
         self._fast: FastPathSource = (
             LabNic(
@@ -454,6 +482,10 @@ class LibvirtDriver:
             cores, mem = int(info_h[2]), int(info_h[1]) * 1024 * 1024
         except lv.libvirtError:
             cores, mem = 0, 0
+        if self.config.host_cpus is not None:
+            cores = self.config.host_cpus
+        if self.config.host_memory_mib is not None:
+            mem = self.config.host_memory_mib * 1024 * 1024
         nic = NIC(
             name=pf.name,
             capacity_bps=pf.speed_mbit * 1e6,
@@ -477,9 +509,12 @@ class LibvirtDriver:
             except lv.libvirtError:
                 continue  # domain went away between listing and reading
             vms[c.vm] = c
-        return HostSample(
-            self._host_name(), t, vms, host_totals(self._conn, pf, self.config.sysfs_root)
+        totals = (
+            self._domain_totals.update(vms)
+            if self.config.host_totals == "domains"
+            else host_totals(self._conn, pf, self.config.sysfs_root)
         )
+        return HostSample(self._host_name(), t, vms, totals)
 
     # ------------------------------------------------------------------ actions
 
