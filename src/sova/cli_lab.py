@@ -118,7 +118,12 @@ def run(
 
     out_dir = out or Path("out") / "lab" / scn.name
     try:
-        result = run_scenario(_settings(), scn, out_dir / "logs", say=_say)
+        if scn.experiment == "hotspot-migration":
+            from sova.lab.hotspot import run_hotspot
+
+            result = run_hotspot(_settings(), scn, out_dir / "logs", say=_say)
+        else:
+            result = run_scenario(_settings(), scn, out_dir / "logs", say=_say)
     except LabRunError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,14 +40,40 @@ class Loads:
         self.agent = agent
         self.jobs: list[GuestJob] = []
 
-    def start(
+    def start_phase(
+        self, phases: Sequence[Any], i: int, dom_of: Callable[[str], Any], net_mbit: float
+    ) -> list[GuestJob]:
+        """Start phase ``i``'s loads in every guest (``net+cpu``: both); the jobs started.
+
+        A guest sending in consecutive phases keeps one TCP stream across them (iperf3's
+        server takes one test at a time, and a stream that lives through a fast-path switch
+        or a migration is what shows none broke it): it is started in the first of them
+        for all of them, and not again.
+        """
+        started: list[GuestJob] = []
+        ph = phases[i]
+        for g, load in sorted(ph.loads.items()):
+            parts = set(load.split("+")) - {"idle"}
+            before = set(phases[i - 1].loads.get(g, "idle").split("+")) if i > 0 else set()
+            if "net" in parts and "net" in before:
+                parts.discard("net")  # its stream from the previous phase goes on
+            for one in sorted(parts):
+                secs = ph.duration_s
+                if one == "net":
+                    j = i + 1
+                    while j < len(phases) and "net" in phases[j].loads.get(g, "idle").split("+"):
+                        secs += phases[j].duration_s
+                        j += 1
+                started.append(self._start_one(dom_of(g), g, one, secs, net_mbit))
+        return started
+
+    def _start_one(
         self, dom: Any, guest: str, load: str, duration_s: float, net_mbit: float
-    ) -> GuestJob | None:
+    ) -> GuestJob:
         n = int(guest[1:])
         secs = max(1, int(duration_s))
         if load == "net":
             secs = max(1, secs - 3)  # its end-of-test exchange finishes inside the phase
-        if load == "net":
             args = [
                 "-c",
                 self.s.peer_ip,
@@ -60,11 +87,9 @@ class Loads:
                 "5000",
             ]
             path = "/usr/bin/iperf3"
-        elif load == "cpu":
+        else:
             args = ["--cpu", "1", "--timeout", f"{secs}s", "--quiet"]
             path = "/usr/bin/stress-ng"
-        else:
-            return None
         ret = self.agent.command(
             dom, "guest-exec", {"path": path, "arg": args, "capture-output": True}
         )
@@ -72,17 +97,19 @@ class Loads:
         self.jobs.append(job)
         return job
 
-    def finish(self, dom_of: dict[str, Any], wait_s: float = 30.0) -> None:
+    def finish(self, dom_of: Any, wait_s: float = 30.0) -> None:
         """Collect every job's exit code, waiting up to ``wait_s`` for stragglers (a TCP
         stream's last exchange under TCG can take seconds); one still running then keeps
-        ``exitcode`` None and is reported as not finished."""
+        ``exitcode`` None and is reported as not finished. ``dom_of`` maps a guest to its
+        domain, or is a function doing so (a guest that migrated is found where it is now)."""
         deadline = time.monotonic() + wait_s
         while True:
             for j in self.jobs:
                 if j.exitcode is not None:
                     continue
                 try:
-                    st = self.agent.command(dom_of[j.guest], "guest-exec-status", {"pid": j.pid})
+                    dom = dom_of(j.guest) if callable(dom_of) else dom_of[j.guest]
+                    st = self.agent.command(dom, "guest-exec-status", {"pid": j.pid})
                 except GuestAgentError as e:
                     j.stderr = str(e)
                     continue

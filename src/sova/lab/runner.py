@@ -43,6 +43,7 @@ class PhaseResult:
     expected: list[str]
     holders: list[str]
     ok: bool
+    simulated: list[str] | None = None  # what the same policy decides in the simulator
 
 
 @dataclass
@@ -54,6 +55,7 @@ class LabRun:
     ping: dict[str, dict[str, float]] = field(default_factory=dict)
     streams: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # what one experiment alone measures
 
 
 def driver_settings(s: LabSettings, scn: LabScenario, host: str) -> dict[str, Any]:
@@ -94,6 +96,10 @@ def run_scenario(
     log_dir.mkdir(parents=True, exist_ok=True)
     label = "dsr-iov"
     out = LabRun(label)
+    from sova.lab.simulated import simulated_holders
+
+    simulated = simulated_holders(scn)
+    say(f"simulator, same policy and phases: holders per phase {simulated}")
     drv = LibvirtDriver.open(s.uri(HOST), **driver_settings(s, scn, HOST))
     out.notes.extend(drv.capabilities().notes)
     conn = connect(s, HOST)
@@ -138,11 +144,10 @@ def run_scenario(
         t_phase = 0.0
         last_sample = drv.sample()
         last_t = time.monotonic()
-        for ph in scn.phases:
+        for i, ph in enumerate(scn.phases):
             start = now()
             say(f"t={start:6.1f} phase {ph.name}: {ph.loads}")
-            for g, load in sorted(ph.loads.items()):
-                loads.start(doms[g], g, load, ph.duration_s, scn.net_mbit)
+            loads.start_phase(scn.phases, i, doms.__getitem__, scn.net_mbit)
             end = t_phase + ph.duration_s
             next_step = time.monotonic()
             next_measure = time.monotonic() + 1.0
@@ -158,13 +163,16 @@ def run_scenario(
                     next_measure += 1.0
                 time.sleep(POLL_S)
             holders = sorted(g for g, v in drv.inventory().vms.items() if v.nic is NicKind.VF)
-            ok = holders == sorted(ph.expect_holders)
+            ok = holders == sorted(ph.expect_holders) == simulated[i]
             out.phases.append(
-                PhaseResult(ph.name, start, now(), sorted(ph.expect_holders), holders, ok)
+                PhaseResult(
+                    ph.name, start, now(), sorted(ph.expect_holders), holders, ok, simulated[i]
+                )
             )
             say(
                 f"t={now():6.1f} phase {ph.name} ends: holders {holders}, expected "
-                f"{sorted(ph.expect_holders)} {'ok' if ok else 'MISMATCH'}"
+                f"{sorted(ph.expect_holders)}, simulated {simulated[i]} "
+                f"{'ok' if ok else 'MISMATCH'}"
             )
             t_phase = end
         time.sleep(3.0)  # let the last iperf3 report and exit

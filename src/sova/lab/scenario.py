@@ -12,7 +12,9 @@ from sova.agent.config import ControllerConfig, SchedulerSpec, SensingSpec
 from sova.lab.settings import LAB_HOTPLUG, lab_hotplug_budget_s
 from sova.units import Duration
 
-Load = Literal["net", "cpu", "idle"]
+#: what a guest runs in a phase: iperf3 to the peer, stress-ng on its vCPU, both, nothing
+Load = Literal["net", "cpu", "net+cpu", "idle"]
+Experiment = Literal["vf-scheduling", "hotspot-migration"]
 
 
 class LabScenarioError(ValueError):
@@ -46,8 +48,7 @@ class LabController(ControllerConfig):
     @model_validator(mode="after")
     def _lab(self) -> LabController:
         elsewhere = {
-            "manager": "nothing yet: the lab's experiment runs one host",
-            "bandwidth_policy": "nothing yet: the lab's experiment schedules the fast path",
+            "bandwidth_policy": "nothing yet: the lab's experiments schedule the fast path",
         }
         given = sorted(self.model_fields_set & set(elsewhere))
         if given:
@@ -74,11 +75,31 @@ class LabChecks(BaseModel):
     )  # holders are checked this long after a phase starts
 
 
+class LabHosts(BaseModel):
+    """What each lab hypervisor reports as its size (``host_cpus``/``host_memory_mib`` of
+    its driver, ``host_totals = "domains"``): both daemons share this machine, so each
+    reports its own domains' load over this capacity (docs/lab.md#host-totals)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpus: int = Field(default=2, ge=1, le=64)
+    memory_mib: int = Field(default=2048, ge=256, le=1 << 20)
+
+
+class MigrationChecks(BaseModel):
+    """hotspot-migration: what the run must show."""
+
+    model_config = ConfigDict(extra="forbid")
+    migrations: int = Field(default=1, ge=0)  # exactly this many
+    max_downtime_ms: float = Field(default=5000.0, gt=0)
+    max_migration_ping_gap_s: float = Field(default=5.0, gt=0)
+    fast_path_on_target: bool = True  # the migrated guest holds a fast path on its target
+
+
 class LabScenario(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
-    experiment: Literal["vf-scheduling"] = "vf-scheduling"
+    experiment: Experiment = "vf-scheduling"
     guests: int = Field(default=4, ge=1, le=8)
     fast_slots: int = Field(default=2, ge=1, le=8)
     tier_mbit: float = Field(default=300.0, gt=0)
@@ -88,6 +109,21 @@ class LabScenario(BaseModel):
     controller: LabController = Field(default_factory=LabController)
     checks: LabChecks = Field(default_factory=LabChecks)
     phases: list[Phase] = Field(min_length=1)
+    # hotspot-migration: the hypervisors' declared size, the manager's planning period, and
+    # what must hold; the detector (alpha, k of n, ceiling) is controller.manager, as in
+    # every world's scenario.
+    hosts: LabHosts = Field(default_factory=LabHosts)
+    plan_period_s: float = Field(default=5.0, gt=0, le=600)
+    migration: MigrationChecks = Field(default_factory=MigrationChecks)
+
+    @model_validator(mode="after")
+    def _manager_only_where_one_runs(self) -> LabScenario:
+        if self.experiment != "hotspot-migration" and "manager" in self.controller.model_fields_set:
+            raise ValueError(
+                f"controller.manager: only hotspot-migration runs a manager "
+                f"(experiment is {self.experiment!r})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _guests_named(self) -> LabScenario:
