@@ -122,6 +122,10 @@ def run(
             from sova.lab.hotspot import run_hotspot
 
             result = run_hotspot(_settings(), scn, out_dir / "logs", say=_say)
+        elif scn.experiment == "guarantee":
+            from sova.lab.guarantee import run_guarantee
+
+            result = run_guarantee(_settings(), scn, out_dir / "logs", say=_say)
         else:
             result = run_scenario(_settings(), scn, out_dir / "logs", say=_say)
     except LabRunError as exc:

@@ -45,7 +45,7 @@ def _observer(s: LabSettings, scn: LabScenario, host: str) -> LibvirtDriver:
     return LibvirtDriver.open(s.uri(host), read_only=True, **opts)
 
 
-def _unplug_all(s: LabSettings, scn: LabScenario, say: Callable[[str], None]) -> None:
+def unplug_all(s: LabSettings, scn: LabScenario, say: Callable[[str], None]) -> None:
     """Start clean: no fast NIC held on either host (a previous run may have left some)."""
     for host in s.hosts:
         opts = libvirt_section(s, scn, host)
@@ -63,7 +63,7 @@ def _unplug_all(s: LabSettings, scn: LabScenario, say: Callable[[str], None]) ->
             drv.close()
 
 
-def _gather_on_source(
+def gather_on_source(
     s: LabSettings, scn: LabScenario, need: set[str], say: Callable[[str], None]
 ) -> None:
     """Setup, not the experiment: a guest an earlier run (or test) left on HV2 is migrated
@@ -100,7 +100,7 @@ def run_hotspot(
     if st is None:
         raise LabRunError("no lab is up: run `sova lab up` first")
     need = {f"g{n}" for n in range(1, scn.guests + 1)}
-    _gather_on_source(s, scn, need, say)
+    gather_on_source(s, scn, need, say)
     conns = {h: connect(s, h) for h in s.hosts}
     on_src = {d.name() for d in conns[SOURCE].listAllDomains(1)}
     if not need <= on_src:
@@ -113,7 +113,7 @@ def run_hotspot(
         )
     log_dir.mkdir(parents=True, exist_ok=True)
     out = LabRun(POLICY)
-    _unplug_all(s, scn, say)
+    unplug_all(s, scn, say)
     shaped = shape_backups(s, scn.slow_mbit * 1e6)
     out.notes.append(f"slow path: {len(shaped)} backup taps shaped to {scn.slow_mbit:g} Mbit/s")
     out.notes.append(

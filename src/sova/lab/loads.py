@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,16 +32,25 @@ class GuestJob:
     pid: int
     exitcode: int | None = None
     stderr: str = ""
+    stdout: str = ""
+    started_s: float = 0.0  # monotonic time it was started
 
 
 class Loads:
-    def __init__(self, s: LabSettings, agent: GuestAgent) -> None:
+    def __init__(self, s: LabSettings, agent: GuestAgent, iperf_json: bool = False) -> None:
         self.s = s
         self.agent = agent
         self.jobs: list[GuestJob] = []
+        # iperf3 -J: the guest's own per-second throughput, read back when the job ends
+        self.iperf_json = iperf_json
 
     def start_phase(
-        self, phases: Sequence[Any], i: int, dom_of: Callable[[str], Any], net_mbit: float
+        self,
+        phases: Sequence[Any],
+        i: int,
+        dom_of: Callable[[str], Any],
+        net_mbit: float,
+        streams: Mapping[str, int] | None = None,
     ) -> list[GuestJob]:
         """Start phase ``i``'s loads in every guest (``net+cpu``: both); the jobs started.
 
@@ -64,11 +73,12 @@ class Loads:
                     while j < len(phases) and "net" in phases[j].loads.get(g, "idle").split("+"):
                         secs += phases[j].duration_s
                         j += 1
-                started.append(self._start_one(dom_of(g), g, one, secs, net_mbit))
+                n = (streams or {}).get(g, 1)
+                started.append(self._start_one(dom_of(g), g, one, secs, net_mbit, n))
         return started
 
     def _start_one(
-        self, dom: Any, guest: str, load: str, duration_s: float, net_mbit: float
+        self, dom: Any, guest: str, load: str, duration_s: float, net_mbit: float, streams: int = 1
     ) -> GuestJob:
         n = int(guest[1:])
         secs = max(1, int(duration_s))
@@ -85,7 +95,9 @@ class Loads:
                 f"{net_mbit:g}M",
                 "--connect-timeout",
                 "5000",
-            ]
+            ] + (["-J"] if self.iperf_json else [])
+            if streams > 1:  # parallel TCP streams, each offering net_mbit
+                args += ["-P", str(streams)]
             path = "/usr/bin/iperf3"
         else:
             args = ["--cpu", "1", "--timeout", f"{secs}s", "--quiet"]
@@ -93,7 +105,7 @@ class Loads:
         ret = self.agent.command(
             dom, "guest-exec", {"path": path, "arg": args, "capture-output": True}
         )
-        job = GuestJob(guest, load, int(ret["pid"]))
+        job = GuestJob(guest, load, int(ret["pid"]), started_s=time.monotonic())
         self.jobs.append(job)
         return job
 
@@ -117,6 +129,8 @@ class Loads:
                     j.exitcode = int(st.get("exitcode", -1))
                     err = st.get("err-data")
                     j.stderr = base64.b64decode(err).decode(errors="replace")[-300:] if err else ""
+                    out = st.get("out-data")
+                    j.stdout = base64.b64decode(out).decode(errors="replace") if out else ""
             if all(j.exitcode is not None for j in self.jobs) or time.monotonic() > deadline:
                 return
             time.sleep(1.0)

@@ -126,3 +126,38 @@ def plot_hosts(
     fig.savefig(out, dpi=90, metadata=PNG_META)
     plt.close(fig)
     return plotted
+
+
+def plot_goodput(
+    out: Path,
+    goodput: Sequence[dict[str, Any]],
+    minimums: dict[str, float],
+    link_mbit: float,
+    title: str,
+    marks: Sequence[float] = (),
+) -> Plotted:
+    """Each guest's own iperf3 throughput per second, its minimum, and the shared link."""
+    plotted: Plotted = {}
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    for vm in sorted({r["vm"] for r in goodput}):
+        mine = [r for r in goodput if r["vm"] == vm]
+        (line,) = ax.plot([r["time_s"] for r in mine], [r["mbps"] for r in mine], lw=1.0, label=vm)
+        plotted[f"{vm} Mbit/s"] = len(mine)
+        if vm in minimums:
+            ax.axhline(minimums[vm], color=line.get_color(), lw=1, ls=":", label=f"{vm} minimum")
+    if not plotted:
+        plt.close(fig)
+        return {}
+    ax.axhline(link_mbit, color="black", lw=0.8, ls="--", label="shared link")
+    for m in marks:
+        ax.axvline(m, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("Mbit/s (iperf3 in the guest)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylim(0, link_mbit * 1.3)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right", ncol=3)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90, metadata=PNG_META)
+    plt.close(fig)
+    return plotted

@@ -28,9 +28,12 @@ def _cell(v: Any) -> str:
 def summarize(scn: LabScenario, run: LabRun) -> dict[str, Any]:
     max_gap = max((p["max_gap_s"] for p in run.ping.values()), default=float("inf"))
     broken = [s for s in run.streams if s["exitcode"] != 0]
-    extra = {k: v for k, v in run.extra.items() if k != "hosts"}
+    extra = {k: v for k, v in run.extra.items() if k not in ("hosts", "goodput")}
     if scn.experiment == "hotspot-migration":
         checks, extra = _hotspot_checks(scn, run, extra)
+        checks["no_tcp_stream_lost"] = not broken
+    elif scn.experiment == "guarantee":
+        checks = _guarantee_checks(scn, run)
         checks["no_tcp_stream_lost"] = not broken
     else:
         checks = {
@@ -67,6 +70,27 @@ def summarize(scn: LabScenario, run: LabRun) -> dict[str, Any]:
         "notes": run.notes,
         **extra,
     }
+
+
+def _guarantee_checks(scn: LabScenario, run: LabRun) -> dict[str, bool]:
+    """The minimum held where a controller enforced it, not held without one (else the
+    link was no bottleneck and the run shows nothing), and the link's cap held."""
+    rows = run.extra.get("guarantee", [])
+    checks: dict[str, bool] = {}
+    for r in rows:
+        phase = r["phase"]
+        if r["enforcement"] == "none":
+            checks[f"baseline_misses_the_minimum_{phase}"] = not all(r["held"].values())
+        else:
+            checks[f"minimum_held_{phase}"] = bool(r["held"]) and all(r["held"].values())
+            want = "guest HTB" if r["enforcement"] == "guest-side" else "no <bandwidth>"
+            start = r["from_s"] - scn.guarantee.settle_s
+            checks[f"limits_applied_{phase}"] = any(
+                e.event == "rate_limit" and want in e.detail and start <= e.time_s <= r["to_s"]
+                for e in run.events
+            )
+        checks[f"link_holds_{phase}"] = r["total_mbps"] <= 1.05 * scn.guarantee.link_mbit
+    return checks
 
 
 def _last_host(run: LabRun) -> dict[str, str]:
@@ -183,7 +207,7 @@ def write_outputs(out: Path, scn: LabScenario, run: LabRun) -> dict[str, Any]:
 
 
 def _plots(tmp: Path, scn: LabScenario, run: LabRun) -> dict[str, dict[str, int]]:
-    from sova.lab.plots import plot_holders, plot_hosts, plot_rates
+    from sova.lab.plots import plot_goodput, plot_holders, plot_hosts, plot_rates
     from sova.writer import write_plot_index
 
     guests = [f"g{n}" for n in range(1, scn.guests + 1)]
@@ -205,6 +229,18 @@ def _plots(tmp: Path, scn: LabScenario, run: LabRun) -> dict[str, dict[str, int]
     drawn = plot_rates(tmp / "rates.png", run.timeline, guests, f"{scn.name}: guests", marks)
     if drawn:
         plots["rates.png"] = drawn
+    goodput = run.extra.get("goodput", [])
+    if goodput:
+        drawn = plot_goodput(
+            tmp / "goodput.png",
+            goodput,
+            scn.guarantee.min_mbit,
+            scn.guarantee.link_mbit,
+            f"{scn.name}: what each guest's iperf3 got",
+            marks,
+        )
+        if drawn:
+            plots["goodput.png"] = drawn
     hosts_rows = run.extra.get("hosts", [])
     if hosts_rows:
         drawn = plot_hosts(
@@ -233,6 +269,8 @@ def _report(scn: LabScenario, s: dict[str, Any]) -> str:
     ]
     if scn.experiment == "hotspot-migration":
         lines += _hotspot_report(s)
+    elif scn.experiment == "guarantee":
+        lines += _guarantee_report(scn, s)
     else:
         lines += [
             "## Fast-path holders per phase",
@@ -280,6 +318,33 @@ def _f(v: Any, spec: str = ".1f") -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _guarantee_report(scn: LabScenario, s: dict[str, Any]) -> list[str]:
+    g = scn.guarantee
+    guests = sorted({vm for r in s.get("guarantee", []) for vm in r["mean_mbps"]})
+    lines = [
+        "## The minimum on a shared link",
+        "",
+        f"Shared link {g.link_mbit:g} Mbit/s (HTB on the peer's veth). Minimums (domain "
+        f"metadata): {', '.join(f'{k} {v:g} Mbit/s' for k, v in sorted(g.min_mbit.items()))}. "
+        "Means of each guest's own iperf3 per-second throughput, from "
+        f"{g.settle_s:g} s into the phase to its end; held = mean >= "
+        f"{1 - g.tolerance:.0%} of the minimum.",
+        "",
+        "| phase | limits enforced | from s | to s | "
+        + " | ".join(f"{vm} Mbit/s" for vm in guests)
+        + " | total | minimum held |",
+        "|---|---|---|---|" + "---|" * len(guests) + "---|---|",
+    ]
+    for r in s.get("guarantee", []):
+        held = ", ".join(f"{vm} {'yes' if ok else 'no'}" for vm, ok in r["held"].items())
+        lines.append(
+            f"| {r['phase']} | {r['enforcement']} | {r['from_s']:.0f} | {r['to_s']:.0f} | "
+            + " | ".join(_f(r["mean_mbps"].get(vm)) for vm in guests)
+            + f" | {r['total_mbps']:.1f} | {held or '—'} |"
+        )
+    return lines
+
+
 def _hotspot_report(s: dict[str, Any]) -> list[str]:
     lines = [
         "## What the manager flagged",
@@ -296,13 +361,14 @@ def _hotspot_report(s: dict[str, Any]) -> list[str]:
         "",
         "## Migrations",
         "",
-        "Signalled: the agent logged the manager's directive. Migrated: the agent's migrate "
-        "outcome (after the fast NIC was unplugged, bond moved first). Arrived: first "
+        "Signalled: the agent logged the manager's directive. Agent done: the agent logged "
+        "the migrate outcome (it polls its operations every 0.5 s and reports each period; "
+        "the fast NIC was unplugged first, bond moved first). Arrived: the first "
         "second the guest ran on the target. libvirt time and downtime: the destination's "
         "completed-job statistics. Ping: requests at 10/s from the peer namespace, from the "
         "signal to 10 s after arrival.",
         "",
-        "| vm | from | to | signalled s | migrated s | arrived s | libvirt ms | downtime ms "
+        "| vm | from | to | signalled s | agent done s | arrived s | libvirt ms | downtime ms "
         "| ping gap s | lost | fast path on target at s | ends on |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -14,7 +14,9 @@ from sova.units import Duration
 
 #: what a guest runs in a phase: iperf3 to the peer, stress-ng on its vCPU, both, nothing
 Load = Literal["net", "cpu", "net+cpu", "idle"]
-Experiment = Literal["vf-scheduling", "hotspot-migration"]
+Experiment = Literal["vf-scheduling", "hotspot-migration", "guarantee"]
+#: guarantee: how a phase's limits reach the guests (none = no bandwidth controller)
+Enforcement = Literal["none", "guest-side", "host-side"]
 
 
 class LabScenarioError(ValueError):
@@ -27,6 +29,10 @@ class Phase(BaseModel):
     duration_s: float = Field(gt=0, le=3600)
     loads: dict[str, Load]
     expect_holders: list[str] = Field(default_factory=list)
+    # guarantee: "guest-side" = the bandwidth controller's limits as HTB inside the guests,
+    # set through the guest agent (guest-exec, exit status checked); "host-side" = HTB on
+    # the guests' taps, no guest agent; "none" = no controller (the baseline)
+    guarantee: Enforcement | None = None
 
 
 def _lab_scheduler() -> SchedulerSpec:
@@ -47,12 +53,6 @@ class LabController(ControllerConfig):
 
     @model_validator(mode="after")
     def _lab(self) -> LabController:
-        elsewhere = {
-            "bandwidth_policy": "nothing yet: the lab's experiments schedule the fast path",
-        }
-        given = sorted(self.model_fields_set & set(elsewhere))
-        if given:
-            raise ValueError(f"{given[0]}: not a lab setting; {elsewhere[given[0]]}")
         return self
 
     @model_validator(mode="after")
@@ -95,6 +95,18 @@ class MigrationChecks(BaseModel):
     fast_path_on_target: bool = True  # the migrated guest holds a fast path on its target
 
 
+class GuaranteeSpec(BaseModel):
+    """guarantee: the shared bottleneck and the minimums declared for guests."""
+
+    model_config = ConfigDict(extra="forbid")
+    # the peer link every guest sends through, shaped on the host (HTB both ways)
+    link_mbit: float = Field(default=50.0, gt=0, le=10_000)
+    # guest -> its minimum, declared in its domain's <metadata> (sova:sla min_bps)
+    min_mbit: dict[str, float] = Field(default_factory=dict)
+    tolerance: float = Field(default=0.1, ge=0, lt=1)  # held = mean >= (1 - tolerance) x min
+    settle_s: float = Field(default=15.0, ge=0)  # a phase's first seconds are not judged
+
+
 class LabScenario(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -105,6 +117,8 @@ class LabScenario(BaseModel):
     tier_mbit: float = Field(default=300.0, gt=0)
     slow_mbit: float = Field(default=100.0, gt=0)
     net_mbit: float = Field(default=60.0, gt=0)  # what a "net" guest's iperf3 offers
+    # parallel TCP streams of a guest's iperf3 (default 1): an aggressive neighbour
+    net_streams: dict[str, int] = Field(default_factory=dict)
     ping_interval_s: float = Field(default=0.1, ge=0.01)
     controller: LabController = Field(default_factory=LabController)
     checks: LabChecks = Field(default_factory=LabChecks)
@@ -115,6 +129,7 @@ class LabScenario(BaseModel):
     hosts: LabHosts = Field(default_factory=LabHosts)
     plan_period_s: float = Field(default=5.0, gt=0, le=600)
     migration: MigrationChecks = Field(default_factory=MigrationChecks)
+    guarantee: GuaranteeSpec = Field(default_factory=GuaranteeSpec)
 
     @model_validator(mode="after")
     def _manager_only_where_one_runs(self) -> LabScenario:
@@ -123,6 +138,24 @@ class LabScenario(BaseModel):
                 f"controller.manager: only hotspot-migration runs a manager "
                 f"(experiment is {self.experiment!r})"
             )
+        if (
+            self.experiment != "guarantee"
+            and "bandwidth_policy" in self.controller.model_fields_set
+        ):
+            raise ValueError(
+                f"controller.bandwidth_policy: only guarantee runs a bandwidth controller "
+                f"(experiment is {self.experiment!r})"
+            )
+        if self.experiment == "guarantee":
+            for i, ph in enumerate(self.phases):
+                if ph.guarantee is None:
+                    raise ValueError(
+                        f"phases.{i}.guarantee: a guarantee phase says how limits are enforced "
+                        "(none, guest-side or host-side)"
+                    )
+            for g in self.guarantee.min_mbit:
+                if g not in {f"g{n}" for n in range(1, self.guests + 1)}:
+                    raise ValueError(f"guarantee.min_mbit: guest {g!r} does not exist")
         return self
 
     @model_validator(mode="after")

@@ -91,13 +91,16 @@ def controller_section(scn: LabScenario) -> dict[str, Any]:
     return out
 
 
-def agent_toml(s: LabSettings, scn: LabScenario, host: str, manager_url: str, token: str) -> str:
+def agent_toml(
+    s: LabSettings, scn: LabScenario, host: str, manager_url: str | None, token: str
+) -> str:
+    """``manager_url`` None: a standalone agent (schedules its fast path, reports nothing)."""
     data: dict[str, Any] = {
         "host": host,
         "driver": "libvirt",
         "connect": s.uri(host),
         "manager_url": manager_url,
-        "token": token,
+        "token": token if manager_url else None,
         "report_timeout_s": 5.0,
         "poll_interval_s": 0.5,
         "log_level": "info",
@@ -184,10 +187,14 @@ class SovaDaemons:
                 time.sleep(0.3)
         raise RuntimeError(f"sova manager did not answer within {timeout_s:g}s: {tail(p.log)}")
 
-    def start_agent(self, host: str) -> SovaProc:
+    def start_agent(self, host: str, standalone: bool = False, log_name: str = "") -> SovaProc:
+        """``host``'s agent; ``log_name`` gives a restarted agent a log of its own."""
         cfg = self.work / f"agent-{host}.toml"
-        cfg.write_text(agent_toml(self.s, self.scn, host, self.url, self.tokens[host]))
-        return self._spawn(f"agent-{host}", ["agent", "--config", str(cfg)])
+        url = None if standalone else self.url
+        cfg.write_text(agent_toml(self.s, self.scn, host, url, self.tokens[host]))
+        name = log_name or f"agent-{host}"
+        p = self._spawn(name, ["agent", "--config", str(cfg)])
+        return p
 
     def get(self, path: str, timeout_s: float = 5.0) -> Any:
         with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:  # noqa: S310 - loopback
