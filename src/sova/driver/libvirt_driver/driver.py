@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import threading
 import time
@@ -112,6 +113,7 @@ __all__ = [
 ]
 
 _require_libvirt = require_libvirt
+_log = logging.getLogger("sova.driver.libvirt")
 
 # --------------------------------------------------------------------------- config
 
@@ -307,7 +309,48 @@ class LibvirtDriver:
                 netlink = None
         drv._netlink = netlink
         drv._agent = GuestAgent(exec_timeout_s=config.guest_exec_timeout_s)
+        if not read_only:
+            for note in drv.adopt_fast_paths():
+                _log.info("%s", note)
         return drv
+
+    def adopt_fast_paths(self) -> list[str]:
+        """After a restart, the live XML is the truth: each fast NIC found in a running
+        domain is made to carry the guest's traffic (the failover's after-plug step, which
+        is idempotent), or unplugged (backup confirmed first) when that fails. A plug the
+        previous process was killed in the middle of then leaves no NIC that holds a slot
+        but carries nothing. With ``teaming`` there is nothing to do (the guest's
+        net_failover switches by itself)."""
+        lv = _require_libvirt()
+        notes: list[str] = []
+        try:
+            doms = self._conn.listAllDomains(lv.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+        except lv.libvirtError as e:
+            return [f"adopting fast paths: cannot list domains: {e}"]
+        for dom in doms:
+            try:
+                info = self._live(dom)
+            except (lv.libvirtError, _OpFailed):
+                continue
+            fast, backup = self._fast.nic(info), self._failover.backup(info)
+            if fast is None or backup is None:
+                continue
+            try:
+                done = self._failover.after_plug(dom, fast, backup)
+            except FailoverError as e:
+                op = _Op(f"adopt:{info.name}", DetachVF(info.name))
+                try:
+                    undone = f"unplugged ({self._detach(op, info.name)})"
+                except _OpFailed as e2:
+                    undone = f"left plugged, unplug failed: {e2}"
+                notes.append(
+                    f"fast NIC of {info.name} found in the live XML but not made active: {e}; "
+                    f"{undone}"
+                )
+                continue
+            if done:
+                notes.append(f"fast NIC of {info.name} found in the live XML: {done}")
+        return notes
 
     # ------------------------------------------------------------------ plumbing
 
