@@ -30,9 +30,9 @@ from sova.agent.loop import HostAgent
 from sova.driver.libvirt_driver import LibvirtDriver
 from sova.driver.libvirt_driver.tap_shaping import TapShaper
 from sova.driver.libvirt_xml import SOVA_METADATA_NS
-from sova.lab.hotspot import SOURCE, gather_on_source, unplug_all
 from sova.lab.lab import connect, load_state, shape_backups
 from sova.lab.loads import GuestJob, Loads, Peer
+from sova.lab.placement import SOURCE, PlacementError, gather_on_source, unplug_all
 from sova.lab.runner import (
     LabRun,
     LabRunError,
@@ -90,7 +90,10 @@ def run_guarantee(
     if load_state(s) is None:
         raise LabRunError("no lab is up: run `sova lab up` first")
     need = {f"g{n}" for n in range(1, scn.guests + 1)}
-    gather_on_source(s, scn, need, say)
+    try:
+        gather_on_source(s, scn, need, say)
+    except PlacementError as e:
+        raise LabRunError(str(e)) from None
     unplug_all(s, scn, say)
     log_dir.mkdir(parents=True, exist_ok=True)
     label = scn.controller.bandwidth_policy
@@ -102,7 +105,7 @@ def run_guarantee(
     link = TapShaper(f"{s.prefix}-peer", ifb=f"{s.prefix}ipeer")
     out.notes.append(link.apply(scn.guarantee.link_mbit * 1e6) + " (the shared link)")
     settings = driver_settings(s, scn, HOST) | {
-        "lab_nic_speed_mbit": int(scn.guarantee.link_mbit)  # the capacity the policy divides
+        "lab_nic_speed_mbit": int(scn.guarantee.capacity)  # the capacity the policy divides
     }
     with_agent = LibvirtDriver.open(s.uri(HOST), **settings)
     bare = LibvirtDriver(with_agent.config)  # no guest agent: limits go on the host side

@@ -25,17 +25,16 @@ from typing import Any
 from sova.driver.libvirt_driver import LibvirtDriver
 from sova.lab.lab import connect, load_state, shape_backups
 from sova.lab.loads import Loads, Peer, ping_gaps
+from sova.lab.placement import SOURCE, TARGET, PlacementError, gather_on_source, unplug_all
 from sova.lab.runner import LabRun, LabRunError, PhaseResult
 from sova.lab.scenario import LabScenario
 from sova.lab.settings import LabSettings
 from sova.lab.sova_procs import SovaDaemons, agent_events, libvirt_section
-from sova.model import DetachVF, HostSample, Migrate, NicKind
+from sova.model import HostSample, NicKind
 from sova.policy.sensing import host_load
 from sova.record import EventRow, measured_row
 
 POLICY = "sova"
-SOURCE = "HV1"
-TARGET = "HV2"
 
 
 def _observer(s: LabSettings, scn: LabScenario, host: str) -> LibvirtDriver:
@@ -45,54 +44,6 @@ def _observer(s: LabSettings, scn: LabScenario, host: str) -> LibvirtDriver:
     return LibvirtDriver.open(s.uri(host), read_only=True, **opts)
 
 
-def unplug_all(s: LabSettings, scn: LabScenario, say: Callable[[str], None]) -> None:
-    """Start clean: no fast NIC held on either host (a previous run may have left some)."""
-    for host in s.hosts:
-        opts = libvirt_section(s, scn, host)
-        opts["lab_nic_taps"] = tuple(opts["lab_nic_taps"])
-        drv = LibvirtDriver.open(s.uri(host), **opts)
-        try:
-            for g, vm in drv.inventory().vms.items():
-                if vm.nic is NicKind.VF:
-                    op = drv.submit(DetachVF(g))
-                    deadline = time.monotonic() + 60
-                    while not drv.poll(op).done and time.monotonic() < deadline:
-                        time.sleep(0.2)
-                    say(f"{host}: unplugged {g}'s fast NIC left by an earlier run")
-        finally:
-            drv.close()
-
-
-def gather_on_source(
-    s: LabSettings, scn: LabScenario, need: set[str], say: Callable[[str], None]
-) -> None:
-    """Setup, not the experiment: a guest an earlier run (or test) left on HV2 is migrated
-    back to HV1 first, so every run starts from the same placement."""
-    conn = connect(s, TARGET)
-    try:
-        away = sorted(need & {d.name() for d in conn.listAllDomains(1)})
-    finally:
-        conn.close()
-    if not away:
-        return
-    opts = libvirt_section(s, scn, TARGET)
-    opts["lab_nic_taps"] = tuple(opts["lab_nic_taps"])
-    drv = LibvirtDriver.open(s.uri(TARGET), **opts)
-    try:
-        for g in away:
-            op = drv.submit(Migrate(g, SOURCE))
-            deadline = time.monotonic() + 300
-            while not (st := drv.poll(op)).done:
-                if time.monotonic() > deadline:
-                    raise LabRunError(f"setup: {g} did not migrate back to {SOURCE}: {st.detail}")
-                time.sleep(0.5)
-            if st.state.value != "succeeded":
-                raise LabRunError(f"setup: {g} could not migrate back to {SOURCE}: {st.detail}")
-            say(f"setup: {g} migrated back from {TARGET} to {SOURCE}")
-    finally:
-        drv.close()
-
-
 def run_hotspot(
     s: LabSettings, scn: LabScenario, log_dir: Path, say: Callable[[str], None] = print
 ) -> LabRun:
@@ -100,7 +51,10 @@ def run_hotspot(
     if st is None:
         raise LabRunError("no lab is up: run `sova lab up` first")
     need = {f"g{n}" for n in range(1, scn.guests + 1)}
-    gather_on_source(s, scn, need, say)
+    try:
+        gather_on_source(s, scn, need, say)
+    except PlacementError as e:
+        raise LabRunError(str(e)) from None
     conns = {h: connect(s, h) for h in s.hosts}
     on_src = {d.name() for d in conns[SOURCE].listAllDomains(1)}
     if not need <= on_src:

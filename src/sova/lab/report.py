@@ -324,7 +324,8 @@ def _guarantee_report(scn: LabScenario, s: dict[str, Any]) -> list[str]:
     lines = [
         "## The minimum on a shared link",
         "",
-        f"Shared link {g.link_mbit:g} Mbit/s (HTB on the peer's veth). Minimums (domain "
+        f"Shared link {g.link_mbit:g} Mbit/s (HTB on the peer's veth), of which the "
+        f"allocator divides {g.capacity:g}. Minimums (domain "
         f"metadata): {', '.join(f'{k} {v:g} Mbit/s' for k, v in sorted(g.min_mbit.items()))}. "
         "Means of each guest's own iperf3 per-second throughput, from "
         f"{g.settle_s:g} s into the phase to its end; held = mean >= "

@@ -88,6 +88,13 @@ def run_scenario(
     if st is None:
         raise LabRunError("no lab is up: run `sova lab up` first")
     need = {f"g{n}" for n in range(1, scn.guests + 1)}
+    from sova.lab.placement import PlacementError, gather_on_source
+
+    if need <= set(st.guests):
+        try:
+            gather_on_source(s, scn, need, say)  # a guest an earlier run left on HV2
+        except PlacementError as e:
+            raise LabRunError(str(e)) from None
     if not need <= set(st.guests):
         raise LabRunError(
             f"the lab has guests {sorted(st.guests)}, the scenario needs {sorted(need)} "

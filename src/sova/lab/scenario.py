@@ -101,10 +101,18 @@ class GuaranteeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # the peer link every guest sends through, shaped on the host (HTB both ways)
     link_mbit: float = Field(default=50.0, gt=0, le=10_000)
+    # what the bandwidth policy divides; default 90 % of the link: as an operator sets a
+    # NIC's capacity to what it delivers, so that limits adding up to it leave the link
+    # itself uncongested (a full shared queue would let the many-stream guest win anyway)
+    capacity_mbit: float | None = Field(default=None, gt=0, le=10_000)
     # guest -> its minimum, declared in its domain's <metadata> (sova:sla min_bps)
     min_mbit: dict[str, float] = Field(default_factory=dict)
     tolerance: float = Field(default=0.1, ge=0, lt=1)  # held = mean >= (1 - tolerance) x min
     settle_s: float = Field(default=15.0, ge=0)  # a phase's first seconds are not judged
+
+    @property
+    def capacity(self) -> float:
+        return self.capacity_mbit if self.capacity_mbit is not None else 0.9 * self.link_mbit
 
 
 class LabScenario(BaseModel):

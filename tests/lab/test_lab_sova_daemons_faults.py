@@ -76,9 +76,9 @@ def test_agent_daemon_killed_mid_plug_restarts_and_reconciles_from_the_live_xml(
     """SIGKILL of `sova agent` once the fast NIC is in the live XML but before the plug is
     done; the restarted agent adopts it from the XML: one NIC, no slot twice, and the NIC
     that is there carries the guest's traffic (the bond's active slave) — none orphaned."""
-    from sova.lab.hotspot import gather_on_source, unplug_all
     from sova.lab.lab import connect
     from sova.lab.loads import Peer
+    from sova.lab.placement import gather_on_source, unplug_all
     from sova.lab.sova_procs import SovaDaemons, json_lines
 
     scn = _scenario(tmp_path, experiment="vf-scheduling", policy="dsr-iov", manager="")
@@ -131,9 +131,9 @@ def test_destination_killed_mid_migration_lease_released_and_fast_path_back(lab,
     NIC back on HV1 from its own agent."""
     from sova.driver.guest_agent import GuestAgent
     from sova.lab.daemons import start_daemon
-    from sova.lab.hotspot import gather_on_source, unplug_all
     from sova.lab.lab import connect
     from sova.lab.loads import Loads, Peer
+    from sova.lab.placement import gather_on_source, unplug_all
     from sova.lab.sova_procs import SovaDaemons, agent_events
 
     # alpha low so one burner makes HV1 hot; the migration is capped (the agent's
