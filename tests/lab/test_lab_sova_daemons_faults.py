@@ -65,6 +65,20 @@ def _wait(cond, timeout_s: float, what: str, step: float = 0.3) -> Any:
     raise AssertionError(f"{what}: not within {timeout_s:g}s")
 
 
+def _stop_loads(dom) -> None:
+    """The guest's burner and stream end with the test (the next one starts clean)."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        guest_sh(dom, "pkill stress-ng; pkill iperf3; true", 20)
+
+
+def _agent_answers(dom) -> bool:
+    from sova.lab.guests import agent_ping
+
+    return agent_ping(dom)
+
+
 def _start_net(lab, scn, dom, secs: float) -> None:
     from sova.driver.guest_agent import GuestAgent
     from sova.lab.loads import Loads
@@ -85,29 +99,29 @@ def test_agent_daemon_killed_mid_plug_restarts_and_reconciles_from_the_live_xml(
     gather_on_source(lab, scn, {"g1", "g2"}, print)
     unplug_all(lab, scn, print)
     conn = connect(lab, "HV1")
+    dom = conn.lookupByName("g1")
     peer = Peer(lab, tmp_path)
     daemons = SovaDaemons(lab, scn, tmp_path)
     try:
         peer.servers(1)
-        dom = conn.lookupByName("g1")
         _start_net(lab, scn, dom, 240)
-        at_kill = None
-        for attempt in range(3):
-            first = daemons.start_agent("HV1", standalone=True, log_name=f"agent-HV1-{attempt}")
-            _wait(lambda: _fast_nics(lab, conn).get("g1"), 120, "the agent plugging g1", 0.1)
-            # The NIC is in the live XML: the guest is paused so the agent's next step
-            # (enslaving it through the guest agent) cannot finish, and the agent is killed
-            # right there, mid-plug.
-            dom.suspend()
-            os.kill(first.proc.pid, signal.SIGKILL)  # the process we started, by its pid
-            first.proc.wait(10)
-            dom.resume()
-            time.sleep(3)  # a guest-exec the agent sent before it died runs now, if any
-            at_kill = perm_macs(dom).get(guest_sh(dom, BOND).strip())
-            if at_kill == lab.guest_mac(1):
-                break  # still on the backup: a half-done plug, what this test is about
-            unplug_all(lab, scn, print)  # the plug had finished after all: again
-        assert at_kill == lab.guest_mac(1), "the kill never landed mid-plug in 3 attempts"
+        # The guest agent goes away for 25 s (a transient unit, so stopping qemu-ga does
+        # not kill the script): the agent's plug gets its NIC in (DEVICE_ADDED needs no
+        # guest agent) but cannot enslave it, and the agent is killed right there.
+        guest_sh(
+            dom,
+            "systemd-run --no-block --unit=sova-ga-away sh -c "
+            "'sleep 1; systemctl stop qemu-guest-agent; sleep 25; "
+            "systemctl start qemu-guest-agent'",
+        )
+        time.sleep(3)
+        first = daemons.start_agent("HV1", standalone=True)
+        _wait(lambda: _fast_nics(lab, conn).get("g1"), 120, "the agent plugging g1", 0.2)
+        os.kill(first.proc.pid, signal.SIGKILL)  # the process we started, by its pid
+        first.proc.wait(10)
+        _wait(lambda: _agent_answers(dom), 90, "the guest agent back", step=1.0)
+        at_kill = perm_macs(dom).get(guest_sh(dom, BOND).strip())
+        assert at_kill == lab.guest_mac(1), "the plug was not left half-done"
         second = daemons.start_agent("HV1", standalone=True, log_name="agent-HV1-restarted")
         _wait(
             lambda: any("reconciled HV1" in r["msg"] for r in json_lines(second.log)),
@@ -131,6 +145,7 @@ def test_agent_daemon_killed_mid_plug_restarts_and_reconciles_from_the_live_xml(
     finally:
         daemons.stop_all()
         peer.stop()
+        _stop_loads(dom)
         conn.close()
         unplug_all(lab, scn, print)
 
@@ -157,11 +172,11 @@ def test_destination_killed_mid_migration_lease_released_and_fast_path_back(lab,
     gather_on_source(lab, scn, {"g1", "g2"}, print)
     unplug_all(lab, scn, print)
     conn = connect(lab, "HV1")
+    dom = conn.lookupByName("g1")
     peer = Peer(lab, tmp_path)
     daemons = SovaDaemons(lab, scn, tmp_path)
     try:
         peer.servers(1)
-        dom = conn.lookupByName("g1")
         _start_net(lab, scn, dom, 280)
         Loads(lab, GuestAgent())._start_one(dom, "g1", "cpu", 280, 0)
         daemons.start_manager()
@@ -197,6 +212,7 @@ def test_destination_killed_mid_migration_lease_released_and_fast_path_back(lab,
     finally:
         daemons.stop_all()
         peer.stop()
+        _stop_loads(dom)
         conn.close()
         start_daemon(lab, "HV2", 1)  # the lab's HV2 again, for the tests after this one
         unplug_all(lab, scn, print)

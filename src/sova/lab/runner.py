@@ -4,8 +4,10 @@ The controller is the production one — :class:`~sova.agent.loop.HostAgent` ove
 :class:`~sova.driver.libvirt_driver.LibvirtDriver` with the ``lab-nic`` fast path and the
 ``guest-bond`` failover — acting on HV1's real guests while their own iperf3 and CPU
 burners, started through the guest agent, change in phases. Each phase states which guests
-must hold the fast slots; the run checks that, the largest ping gap seen from outside, and
-that no guest's TCP stream (iperf3) broke.
+must hold the fast slots, and the same policy run on the same phases in the simulator says
+which it would give them to (:mod:`sova.lab.simulated`); the run checks the lab's holders
+against both, the largest ping gap seen from outside, and that no guest's TCP stream
+(iperf3) broke. The other experiments: :mod:`sova.lab.hotspot`, :mod:`sova.lab.guarantee`.
 """
 
 from __future__ import annotations
