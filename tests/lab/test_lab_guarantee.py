@@ -6,9 +6,11 @@ controller g1 misses it; with the production HostAgent's allocator it holds, by 
 guests set through the real guest agent (guest-exec, exit status checked) and by HTB on
 the taps with no guest agent (never libvirt <bandwidth>).
 
-MEASURED: see MEASURED_SPREAD below (g1's mean Mbit/s from 15 s into each phase, runs on the
-2-core machine kind under TCG with other sessions' tests beside it). The scenario's own
-bound is 90 % of the minimum (31.5 Mbit/s); the baseline must stay under the minimum.
+Measured (g1's mean Mbit/s of its own iperf3 over a phase's last 30-40 s; 2-core machine
+kind, TCG): baseline 10.0-18.6 (the minimum always missed), guest-side 33.5 (alone) and
+30.8 (in the tier, still converging with a 10 % probe: the probe is 20 % since), host-side
+33.4-33.5; the shared link carried 42-48 Mbit/s of 50. A guest held at exactly its minimum
+shows ~95 % of it in iperf3 (TCP payload against HTB's whole frames); the bound is 90 %.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def test_minimum_misses_without_a_controller_and_holds_guest_side_and_host_side(
     assert rows["none"]["mean_mbps"]["g1"] < minimum, rows["none"]
     for how in ("guest-side", "host-side"):
         g1 = rows[how]["mean_mbps"]["g1"]
-        assert g1 is not None and g1 >= 0.9 * minimum, rows[how]
+        assert g1 is not None and g1 >= 0.9 * minimum, rows[how]  # 31.5 of 35
         assert rows[how]["total_mbps"] <= 1.05 * 50, rows[how]  # the link's cap held
     # how the limits reached the guests: inside them through guest-exec, then on the taps
     events = _events(out)

@@ -70,7 +70,9 @@ def _stop_loads(dom) -> None:
     import contextlib
 
     with contextlib.suppress(Exception):
-        guest_sh(dom, "pkill stress-ng; pkill iperf3; true", 20)
+        guest_sh(
+            dom, "systemctl stop sova-net-load 2>/dev/null; pkill stress-ng; pkill iperf3; true", 20
+        )
 
 
 def _agent_answers(dom) -> bool:
@@ -104,7 +106,12 @@ def test_agent_daemon_killed_mid_plug_restarts_and_reconciles_from_the_live_xml(
     daemons = SovaDaemons(lab, scn, tmp_path)
     try:
         peer.servers(1)
-        _start_net(lab, scn, dom, 240)
+        # the stream runs in a unit of its own: stopping qemu-ga ends what guest-exec started
+        guest_sh(
+            dom,
+            f"systemd-run --no-block --unit=sova-net-load iperf3 -c {lab.peer_ip} -p 5201 "
+            f"-t 240 -b {scn.net_mbit:g}M",
+        )
         # The guest agent goes away for 25 s (a transient unit, so stopping qemu-ga does
         # not kill the script): the agent's plug gets its NIC in (DEVICE_ADDED needs no
         # guest agent) but cannot enslave it, and the agent is killed right there.

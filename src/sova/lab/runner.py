@@ -25,7 +25,7 @@ from sova.driver.libvirt_driver import LibvirtDriver
 from sova.lab.lab import connect, load_state, shape_backups
 from sova.lab.loads import Loads, Peer, ping_gaps
 from sova.lab.scenario import LabScenario
-from sova.lab.settings import LAB_HOTPLUG, LabSettings
+from sova.lab.settings import LAB_HOTPLUG, LAB_MAX_GUESTS, LabSettings
 from sova.model import DetachVF, NicKind
 from sova.record import EventRow, TimelineRow, measured_row, outcome_event
 
@@ -79,7 +79,9 @@ def agent_config(scn: LabScenario) -> ControllerConfig:
     """The scenario's controller; top-q keeps every guest in the ranking."""
     c = scn.controller
     if c.scheduler.io_filter == "top-q" and c.scheduler.top_q == 0:
-        c = c.model_copy(update={"scheduler": c.scheduler.model_copy(update={"top_q": scn.guests})})
+        c = c.model_copy(
+            update={"scheduler": c.scheduler.model_copy(update={"top_q": LAB_MAX_GUESTS})}
+        )
     return c
 
 

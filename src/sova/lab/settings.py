@@ -28,6 +28,12 @@ LAB_HOTPLUG: dict[str, float | int] = {
 }
 
 
+#: top-q's q in the lab: every guest the lab can have (a scenario may use fewer guests than
+#: the lab runs; q = the scenario's count would rank the others and could keep out the one
+#: that sends)
+LAB_MAX_GUESTS = 8
+
+
 def lab_hotplug_budget_s() -> float:
     n = int(LAB_HOTPLUG["hotplug_attempts"])
     return (

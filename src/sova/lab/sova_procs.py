@@ -25,7 +25,7 @@ from typing import Any
 
 from sova.lab.loads import _die_with_parent
 from sova.lab.scenario import LabScenario
-from sova.lab.settings import LAB_HOTPLUG, LabSettings
+from sova.lab.settings import LAB_HOTPLUG, LAB_MAX_GUESTS, LabSettings
 
 LOOPBACK = "127.0.0.1"
 
@@ -86,7 +86,9 @@ def libvirt_section(s: LabSettings, scn: LabScenario, host: str) -> dict[str, An
 def controller_section(scn: LabScenario) -> dict[str, Any]:
     c = scn.controller
     if c.scheduler.io_filter == "top-q" and c.scheduler.top_q == 0:
-        c = c.model_copy(update={"scheduler": c.scheduler.model_copy(update={"top_q": scn.guests})})
+        c = c.model_copy(
+            update={"scheduler": c.scheduler.model_copy(update={"top_q": LAB_MAX_GUESTS})}
+        )
     out: dict[str, Any] = c.model_dump(mode="json", exclude_none=True)
     return out
 
