@@ -127,7 +127,13 @@ def run(
 
             result = run_guarantee(_settings(), scn, out_dir / "logs", say=_say)
         else:
-            result = run_scenario(_settings(), scn, out_dir / "logs", say=_say)
+            # the same policy on the same phases in the simulator: composed here, where
+            # the worlds meet (sova.lab does not import sova.sim)
+            from sova.lab_simulated import simulated_holders
+
+            result = run_scenario(
+                _settings(), scn, out_dir / "logs", say=_say, simulated=simulated_holders(scn)
+            )
     except LabRunError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

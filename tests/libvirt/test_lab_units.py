@@ -111,7 +111,7 @@ def test_orphan_ifbs_are_sovas_whose_tap_is_gone(tmp_path):
 def test_vf_scheduling_expected_holders_are_what_the_simulator_decides():
     """The holders the shipped scenario states per phase are the ones the same policy
     decides in the simulator for the same phases (the lab run checks itself against both)."""
-    from sova.lab.simulated import simulated_holders
+    from sova.lab_simulated import simulated_holders
 
     scn = load_lab_scenario(ROOT / "scenarios" / "lab" / "vf-scheduling.yaml")
     assert simulated_holders(scn) == [sorted(p.expect_holders) for p in scn.phases]
@@ -120,7 +120,7 @@ def test_vf_scheduling_expected_holders_are_what_the_simulator_decides():
 def test_the_simulator_follows_the_phases_not_the_stated_list():
     """Swap the loads and the simulator's holders swap with them (it is not echoing
     expect_holders)."""
-    from sova.lab.simulated import simulated_holders
+    from sova.lab_simulated import simulated_holders
 
     scn = load_lab_scenario(ROOT / "scenarios" / "lab" / "vf-scheduling.yaml")
     swapped = scn.model_copy(

@@ -277,7 +277,7 @@ def _report(scn: LabScenario, s: dict[str, Any]) -> str:
             "",
             "Expected: as the scenario states them. Simulated: what the same policy, with "
             "the same controller settings, decides in the simulator for the same phases "
-            "(`sova.lab.simulated`). Lab: the holders on HV1 at the phase's end.",
+            "(`sova.lab_simulated`). Lab: the holders on HV1 at the phase's end.",
             "",
             "| phase | from s | to s | expected | simulated | lab | |",
             "|---|---|---|---|---|---|---|",

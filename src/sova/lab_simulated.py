@@ -7,6 +7,9 @@ the scenario's ``net_mbit`` all the time, ``cpu`` keeps the vCPU busy, ``idle`` 
 neither. The controller section is the lab scenario's own (the one schema of every world).
 The fast-path holders at each phase's end in the simulated run are the expected holders
 the lab run is checked against, beside the ones the scenario states.
+
+Outside ``sova.lab`` on purpose: it composes two worlds (the lab's scenario, the
+simulator), which only the composition point may (the import-linter layers).
 """
 
 from __future__ import annotations
