@@ -23,6 +23,6 @@ bash scripts/ci-setup-libvirt.sh "$VENV"
 bash scripts/lab-image.sh >/dev/null
 start=$SECONDS
 status=0
-"$PY" -m pytest tests/lab -m lab -ra || status=$?
+"$PY" -m pytest tests/lab -m lab -ra --durations=0 || status=$?
 echo "ci-lab: lab tier took $((SECONDS - start)) s"
 exit $status

@@ -118,7 +118,22 @@ def run(
 
     out_dir = out or Path("out") / "lab" / scn.name
     try:
-        result = run_scenario(_settings(), scn, out_dir / "logs", say=_say)
+        if scn.experiment == "hotspot-migration":
+            from sova.lab.hotspot import run_hotspot
+
+            result = run_hotspot(_settings(), scn, out_dir / "logs", say=_say)
+        elif scn.experiment == "guarantee":
+            from sova.lab.guarantee import run_guarantee
+
+            result = run_guarantee(_settings(), scn, out_dir / "logs", say=_say)
+        else:
+            # the same policy on the same phases in the simulator: composed here, where
+            # the worlds meet (sova.lab does not import sova.sim)
+            from sova.lab_simulated import simulated_holders
+
+            result = run_scenario(
+                _settings(), scn, out_dir / "logs", say=_say, simulated=simulated_holders(scn)
+            )
     except LabRunError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

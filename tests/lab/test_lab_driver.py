@@ -25,6 +25,7 @@ BOND = "cat /sys/class/net/bond0/bonding/active_slave"
 
 def open_driver(s: Any, host: str = "HV1", **kw: Any) -> Any:
     from sova.driver.libvirt_driver import LibvirtDriver
+    from sova.lab.settings import LAB_HOTPLUG
 
     settings = {
         "host_name": host,
@@ -34,6 +35,7 @@ def open_driver(s: Any, host: str = "HV1", **kw: Any) -> Any:
         "lab_nic_taps": (s.fast_tap(host, 0), s.fast_tap(host, 1)),
         "migration_uri_template": s.uri_template(),
         "migration_unsafe": True,
+        **LAB_HOTPLUG,
     } | kw
     return LibvirtDriver.open(s.uri(host), **settings)
 

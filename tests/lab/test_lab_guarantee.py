@@ -1,77 +1,63 @@
-"""Rate limits held on real guests: guest-side HTB through the guest agent (DAQS's place)
-and host-side HTB on the virtio tap where there is no agent (never libvirt <bandwidth>).
+"""A minimum held on a real bottleneck: `sova lab run scenarios/lab/guarantee.yaml`.
 
-A 20 Mbit/s limit must give 10–21 Mbit/s of iperf3 over 6 s, and lifting it must give at
-least 1.5x that (the slow path's own cap is 100 Mbit/s). The upper bound is the limit
-holding (HTB lets TCP reach ~95 % of the rate). The lower bound only catches a limit set
-far too low: measured 15–21 Mbit/s with the machine lightly loaded, and 12.4 Mbit/s once
-with a load average of ~15 on the 2 cores, when TCG starves the guest's sender.
+Both guests send through one 50 Mbit/s link the host shapes, g2 with four TCP streams;
+g1's 35 Mbit/s minimum is declared in its domain's metadata. Without a bandwidth
+controller g1 misses it; with the production HostAgent's allocator it holds, by HTB in the
+guests set through the real guest agent (guest-exec, exit status checked) and by HTB on
+the taps with no guest agent (never libvirt <bandwidth>).
+
+Measured (g1's mean Mbit/s of its own iperf3 over a phase's last 30-40 s; 2-core machine
+kind, TCG): baseline 10.0-18.6 (the minimum always missed), guest-side 33.5 (alone) and
+30.8 (in the tier, still converging with a 10 % probe: the probe is 20 % since), host-side
+33.4-33.5; the shared link carried 42-48 Mbit/s of 50. A guest held at exactly its minimum
+shows ~95 % of it in iperf3 (TCP payload against HTB's whole frames); the bound is 90 %.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import time
+import sys
 
-from .conftest import guest_sh, wait_op
-from .test_lab_driver import dom_of, open_driver
+from .conftest import ROOT
 
-LIMIT = 20e6
+SCENARIO = ROOT / "scenarios" / "lab" / "guarantee.yaml"
 
 
-def sent_mbit(lab, dom, port: int) -> float:
-    srv = subprocess.Popen(
-        ["ip", "netns", "exec", lab.peer_ns, "iperf3", "-s", "-1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def test_minimum_misses_without_a_controller_and_holds_guest_side_and_host_side(lab, tmp_path):
+    out = tmp_path / "out"
+    env = os.environ | {"SOVA_LAB_DIR": str(lab.root), "SOVA_LAB_PREFIX": lab.prefix}
+    r = subprocess.run(
+        [sys.executable, "-m", "sova.cli", "lab", "run", str(SCENARIO), "-o", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-    try:
-        time.sleep(0.5)
-        out = guest_sh(dom, f"iperf3 -c {lab.peer_ip} -p {port} -t 6 -J", 60)
-    finally:
-        srv.wait(20)
-    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((out / "summary.json").read_text())
+    rows = {row["enforcement"]: row for row in s["guarantee"]}
+    assert set(rows) == {"none", "guest-side", "host-side"}
+    minimum = rows["none"]["min_mbps"]["g1"]
+    # the link is a real bottleneck: without a controller g1 does not get its minimum
+    assert rows["none"]["mean_mbps"]["g1"] < minimum, rows["none"]
+    for how in ("guest-side", "host-side"):
+        g1 = rows[how]["mean_mbps"]["g1"]
+        assert g1 is not None and g1 >= 0.9 * minimum, rows[how]  # 31.5 of 35
+        assert rows[how]["total_mbps"] <= 1.05 * 50, rows[how]  # the link's cap held
+    # how the limits reached the guests: inside them through guest-exec, then on the taps
+    events = _events(out)
+    assert any(e["event"] == "rate_limit" and "guest HTB" in e["detail"] for e in events)
+    assert any(e["event"] == "rate_limit" and "no <bandwidth>" in e["detail"] for e in events)
+    assert not [e for e in events if e["event"] == "rate_limit_failed"], "a limit failed"
+    assert s["passed"], s["checks"]
+    plots = json.loads((out / "plots.json").read_text())
+    assert sum(plots["goodput.png"].values()) > 0 and sum(plots["rates.png"].values()) > 0
 
 
-def test_guest_side_limit_through_the_guest_agent_holds(lab):
-    from sova.model import DetachVF, SetGuestRateLimit
+def _events(out):
+    import csv
 
-    drv = open_driver(lab)
-    dom = dom_of(drv, "g1")
-    try:
-        wait_op(drv, drv.submit(DetachVF("g1")))
-        st = wait_op(drv, drv.submit(SetGuestRateLimit("g1", LIMIT)))
-        assert st.state.value == "succeeded" and "guest HTB" in st.detail, st
-        limited = sent_mbit(lab, dom, 5297)
-        st = wait_op(drv, drv.submit(SetGuestRateLimit("g1", None)))
-        assert st.state.value == "succeeded", st
-        free = sent_mbit(lab, dom, 5297)
-    finally:
-        drv.close()
-    assert 10 <= limited <= 21, limited
-    assert free > 1.5 * limited, (free, limited)
-
-
-def test_host_side_limit_without_an_agent_uses_tap_htb_not_bandwidth(lab):
-    from sova.driver.libvirt_driver import LibvirtDriver
-    from sova.model import SetGuestRateLimit
-
-    drv = open_driver(lab)
-    drv.close()
-    bare = LibvirtDriver(drv.config)  # no guest agent: the host side must do it
-    dom = dom_of(bare, "g1")
-    try:
-        st = wait_op(bare, bare.submit(SetGuestRateLimit("g1", LIMIT)))
-        assert st.state.value == "succeeded", st
-        assert "HTB" in st.detail and "no <bandwidth>" in st.detail, st.detail
-        limited = sent_mbit(lab, dom, 5296)
-        st = wait_op(bare, bare.submit(SetGuestRateLimit("g1", None)))
-        assert st.state.value == "succeeded", st
-    finally:
-        bare.close()
-        # the lab's own slow-path cap on that tap, as `up` left it
-        from sova.lab.lab import shape_backups
-
-        shape_backups(lab, 100e6)
-    assert 10 <= limited <= 21, limited
+    with (out / "events.csv").open() as fh:
+        return list(csv.DictReader(fh))

@@ -89,3 +89,67 @@ def test_a_bad_driver_file_is_a_config_error(tmp_path, node_uri, monkeypatch):
     monkeypatch.setenv("SOVA_LIBVIRT_DRIVER", str(f))
     with pytest.raises(wiring.ConfigError, match="unknown driver setting 'vf_pol'"):
         _agent(tmp_path, node_uri, "")
+
+
+def test_host_totals_from_this_daemons_domains_over_a_declared_capacity(
+    tmp_path, node_uri, monkeypatch, closing
+):
+    """Two hypervisors sharing one machine (the lab) report their own load: the sum of
+    their domains over the capacity the operator declared, not the machine's /proc."""
+    monkeypatch.delenv("SOVA_LIBVIRT_DRIVER", raising=False)
+    drv = _agent(
+        tmp_path,
+        node_uri,
+        '[libvirt]\nsysfs_root = "/nonexistent"\nhost_totals = "domains"\n'
+        "host_cpus = 2\nhost_memory_mib = 2048\n",
+    )
+    closing.append(drv)
+    host = drv.inventory().host
+    assert (host.cores, host.memory_bytes) == (2, 2048 * 2**20)  # not the node's 8 / 32 GiB
+    s1 = drv.sample()
+    s2 = drv.sample()
+    # memory is a level: what this daemon's running domains use now
+    assert s2.totals.memory_used_bytes == sum(c.memory_used_bytes for c in s2.vms.values()) > 0
+    # the busy counter counts only work done by domains seen in both samples
+    grown = sum(c.cpu_time_ns - s1.vms[v].cpu_time_ns for v, c in s2.vms.items() if v in s1.vms)
+    assert s2.totals.cpu_busy_ns - s1.totals.cpu_busy_ns == grown
+
+
+def test_a_domain_arriving_adds_no_past_work_to_the_host(tmp_path):
+    """A migrated-in VM brings its whole cumulative CPU time; counting it would make the
+    target look saturated for one period (and a leaving one would reset the counter)."""
+    from sova.driver.libvirt_driver.sampling import DomainTotals
+    from sova.model import VMCounters
+
+    def vm(name: str, cpu: int, rx: int) -> VMCounters:
+        return VMCounters(name, 1, cpu, 0, rx, 0, 0, 0, memory_used_bytes=100)
+
+    t = DomainTotals()
+    a = t.update({"a": vm("a", 10**12, 10**9)})
+    b = t.update({"a": vm("a", 10**12 + 5, 10**9 + 7), "b": vm("b", 9 * 10**12, 10**10)})
+    c = t.update({"b": vm("b", 9 * 10**12 + 3, 10**10 + 1)})  # a left
+    assert (a.cpu_busy_ns, b.cpu_busy_ns, c.cpu_busy_ns) == (0, 5, 8)
+    assert (a.nic_rx_bytes, b.nic_rx_bytes, c.nic_rx_bytes) == (0, 7, 8)
+    assert (a.memory_used_bytes, b.memory_used_bytes, c.memory_used_bytes) == (100, 200, 100)
+
+
+def test_driver_worst_case_hotplug_over_op_timeout_is_refused_naming_the_fields(
+    tmp_path, node_uri, monkeypatch
+):
+    """The driver file's (or the driver's default) hot-plug budget counts too, not only
+    the [libvirt] keys: 20 s x 3 attempts + back-off outlives a 30 s op_timeout."""
+    f = tmp_path / "driver.toml"
+    f.write_text('hotplug_timeout_s = 20.0\nsysfs_root = "/nonexistent"\n')
+    monkeypatch.setenv("SOVA_LIBVIRT_DRIVER", str(f))
+    with pytest.raises(wiring.ConfigError) as exc:
+        _agent(tmp_path, node_uri, "")
+    msg = str(exc.value)
+    assert "hotplug_timeout_s" in msg and "hotplug_attempts" in msg, msg
+    assert "controller.op_timeout = 30s" in msg and "63s" in msg, msg
+
+
+def test_the_driver_defaults_fit_the_default_op_timeout(tmp_path, node_uri, monkeypatch, closing):
+    monkeypatch.delenv("SOVA_LIBVIRT_DRIVER", raising=False)
+    drv = _agent(tmp_path, node_uri, '[libvirt]\nsysfs_root = "/nonexistent"\n')
+    closing.append(drv)
+    assert drv.config.hotplug_budget_s() <= 30.0

@@ -36,6 +36,10 @@ def test_shipped_lab_scenarios_load():
         (GOOD.replace("loads: {g1: net}", "loads: {g1: disk}"), "phases.0.loads.g1"),
         (GOOD.replace("expect_holders: [g1]", "expect_holders: [g1, g2]"), "fast_slots is 1"),
         (GOOD + "bogus: 1\n", "bogus"),
+        (
+            GOOD + "controller: {op_timeout: 30s}\n",
+            "op_timeout: 30s is shorter than the lab driver's worst-case plug",
+        ),
     ],
 )
 def test_bad_lab_scenario_is_one_line_naming_the_field(tmp_path, text, needle):
@@ -102,3 +106,27 @@ def test_orphan_ifbs_are_sovas_whose_tap_is_gone(tmp_path):
         (tmp_path / n).mkdir()
     assert ifb_name("vnet3") == "svivnet3"
     assert orphan_ifbs(tmp_path) == ["svivnet7"]  # vnet3 still has its tap; others not ours
+
+
+def test_vf_scheduling_expected_holders_are_what_the_simulator_decides():
+    """The holders the shipped scenario states per phase are the ones the same policy
+    decides in the simulator for the same phases (the lab run checks itself against both)."""
+    from sova.lab_simulated import simulated_holders
+
+    scn = load_lab_scenario(ROOT / "scenarios" / "lab" / "vf-scheduling.yaml")
+    assert simulated_holders(scn) == [sorted(p.expect_holders) for p in scn.phases]
+
+
+def test_the_simulator_follows_the_phases_not_the_stated_list():
+    """Swap the loads and the simulator's holders swap with them (it is not echoing
+    expect_holders)."""
+    from sova.lab_simulated import simulated_holders
+
+    scn = load_lab_scenario(ROOT / "scenarios" / "lab" / "vf-scheduling.yaml")
+    swapped = scn.model_copy(
+        update={
+            "phases": [p.model_copy(update={"loads": scn.phases[1].loads}) for p in scn.phases[:1]]
+            + [p.model_copy(update={"loads": scn.phases[0].loads}) for p in scn.phases[1:2]]
+        }
+    )
+    assert simulated_holders(swapped) == [["g3", "g4"], ["g1", "g2"]]

@@ -87,6 +87,9 @@ class LibvirtSettings(_Strict):
     sysfs_root: str | None = Field(default=None, min_length=1)
     max_workers: int | None = Field(default=None, ge=1, le=64)
     keepalive: tuple[int, int] | None = None
+    host_totals: Literal["node", "domains"] | None = None
+    host_cpus: int | None = Field(default=None, ge=1, le=100_000)
+    host_memory_mib: int | None = Field(default=None, ge=1, le=2**40)
 
     def driver_options(self) -> dict[str, Any]:
         """The keys an operator set, as :class:`LibvirtDriverConfig` keyword arguments."""
@@ -101,7 +104,7 @@ class LibvirtSettings(_Strict):
         keys = {"hotplug_timeout_s", "hotplug_attempts", "retry_backoff_s"}
         if not keys & self.model_fields_set:
             return None
-        timeout = self.hotplug_timeout_s if self.hotplug_timeout_s is not None else 20.0
+        timeout = self.hotplug_timeout_s if self.hotplug_timeout_s is not None else 8.0
         attempts = self.hotplug_attempts if self.hotplug_attempts is not None else 3
         backoff = self.retry_backoff_s if self.retry_backoff_s is not None else 1.0
         return float(timeout * attempts + backoff * attempts * (attempts - 1) / 2)

@@ -88,6 +88,23 @@ def libvirt_options(settings: AgentSettings) -> dict[str, Any]:
     }
 
 
+def check_hotplug_budget(
+    config: Any, op_timeout_s: float, close: Callable[[], None] = lambda: None
+) -> None:
+    """The driver's worst-case plug (its settings as resolved: [libvirt] over
+    ``$SOVA_LIBVIRT_DRIVER`` over its defaults) must end before the executor stops waiting
+    for it, or the driver keeps retrying a plug nobody waits for, holding the VF."""
+    budget = config.hotplug_budget_s()
+    if budget > op_timeout_s:
+        close()
+        raise ConfigError(
+            f"libvirt.hotplug_timeout_s = {config.hotplug_timeout_s:g}s x hotplug_attempts = "
+            f"{config.hotplug_attempts} (+ back-off retry_backoff_s = {config.retry_backoff_s:g}s)"
+            f" = {budget:g}s exceeds controller.op_timeout = {op_timeout_s:g}s; "
+            "lower them or raise op_timeout"
+        )
+
+
 def build(
     settings: AgentSettings, *, speed: float | None = None, policy: str | None = None
 ) -> Wiring:
@@ -111,6 +128,7 @@ def build(
             )
         except ValueError as exc:  # a strategy the driver refuses, a bad driver file
             raise ConfigError(f"libvirt: {exc}") from None
+        check_hotplug_budget(drv.config, c.op_timeout, drv.close)
         return Wiring(
             drv, lambda stop: WallTicker(drv, c.period, bw, settings.poll_interval_s, stop)
         )

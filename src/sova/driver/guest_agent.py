@@ -163,8 +163,12 @@ def htb_script(mac: str, rate_bps: float | None) -> list[str]:
         body = 'tc qdisc del dev "$dev" root 2>/dev/null; exit 0'
         return ["-c", find + body, "sova-htb", mac.lower()]
     rate = int(rate_bps)
+    # HTB refuses "qdisc replace" of an HTB root by itself ("Change operation not
+    # supported"): a root already there is kept and only the class rate changes, so the
+    # bandwidth controller can move a limit every period.
     body = (
-        'tc qdisc replace dev "$dev" root handle 1: htb default 10 && '
+        'tc qdisc show dev "$dev" root | grep -q "^qdisc htb 1: " || '
+        'tc qdisc replace dev "$dev" root handle 1: htb default 10 || exit; '
         f'tc class replace dev "$dev" parent 1: classid 1:10 htb rate {rate}bit ceil {rate}bit'
     )
     return ["-c", find + body, "sova-htb", mac.lower()]

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,22 +32,58 @@ class GuestJob:
     pid: int
     exitcode: int | None = None
     stderr: str = ""
+    stdout: str = ""
+    started_s: float = 0.0  # monotonic time it was started
 
 
 class Loads:
-    def __init__(self, s: LabSettings, agent: GuestAgent) -> None:
+    def __init__(self, s: LabSettings, agent: GuestAgent, iperf_json: bool = False) -> None:
         self.s = s
         self.agent = agent
         self.jobs: list[GuestJob] = []
+        # iperf3 -J: the guest's own per-second throughput, read back when the job ends
+        self.iperf_json = iperf_json
 
-    def start(
-        self, dom: Any, guest: str, load: str, duration_s: float, net_mbit: float
-    ) -> GuestJob | None:
+    def start_phase(
+        self,
+        phases: Sequence[Any],
+        i: int,
+        dom_of: Callable[[str], Any],
+        net_mbit: float,
+        streams: Mapping[str, int] | None = None,
+    ) -> list[GuestJob]:
+        """Start phase ``i``'s loads in every guest (``net+cpu``: both); the jobs started.
+
+        A guest sending in consecutive phases keeps one TCP stream across them (iperf3's
+        server takes one test at a time, and a stream that lives through a fast-path switch
+        or a migration is what shows none broke it): it is started in the first of them
+        for all of them, and not again.
+        """
+        started: list[GuestJob] = []
+        ph = phases[i]
+        for g, load in sorted(ph.loads.items()):
+            parts = set(load.split("+")) - {"idle"}
+            before = set(phases[i - 1].loads.get(g, "idle").split("+")) if i > 0 else set()
+            if "net" in parts and "net" in before:
+                parts.discard("net")  # its stream from the previous phase goes on
+            for one in sorted(parts):
+                secs = ph.duration_s
+                if one == "net":
+                    j = i + 1
+                    while j < len(phases) and "net" in phases[j].loads.get(g, "idle").split("+"):
+                        secs += phases[j].duration_s
+                        j += 1
+                n = (streams or {}).get(g, 1)
+                started.append(self._start_one(dom_of(g), g, one, secs, net_mbit, n))
+        return started
+
+    def _start_one(
+        self, dom: Any, guest: str, load: str, duration_s: float, net_mbit: float, streams: int = 1
+    ) -> GuestJob:
         n = int(guest[1:])
         secs = max(1, int(duration_s))
         if load == "net":
             secs = max(1, secs - 3)  # its end-of-test exchange finishes inside the phase
-        if load == "net":
             args = [
                 "-c",
                 self.s.peer_ip,
@@ -58,31 +95,33 @@ class Loads:
                 f"{net_mbit:g}M",
                 "--connect-timeout",
                 "5000",
-            ]
+            ] + (["-J"] if self.iperf_json else [])
+            if streams > 1:  # parallel TCP streams, each offering net_mbit
+                args += ["-P", str(streams)]
             path = "/usr/bin/iperf3"
-        elif load == "cpu":
+        else:
             args = ["--cpu", "1", "--timeout", f"{secs}s", "--quiet"]
             path = "/usr/bin/stress-ng"
-        else:
-            return None
         ret = self.agent.command(
             dom, "guest-exec", {"path": path, "arg": args, "capture-output": True}
         )
-        job = GuestJob(guest, load, int(ret["pid"]))
+        job = GuestJob(guest, load, int(ret["pid"]), started_s=time.monotonic())
         self.jobs.append(job)
         return job
 
-    def finish(self, dom_of: dict[str, Any], wait_s: float = 30.0) -> None:
+    def finish(self, dom_of: Any, wait_s: float = 30.0) -> None:
         """Collect every job's exit code, waiting up to ``wait_s`` for stragglers (a TCP
         stream's last exchange under TCG can take seconds); one still running then keeps
-        ``exitcode`` None and is reported as not finished."""
+        ``exitcode`` None and is reported as not finished. ``dom_of`` maps a guest to its
+        domain, or is a function doing so (a guest that migrated is found where it is now)."""
         deadline = time.monotonic() + wait_s
         while True:
             for j in self.jobs:
                 if j.exitcode is not None:
                     continue
                 try:
-                    st = self.agent.command(dom_of[j.guest], "guest-exec-status", {"pid": j.pid})
+                    dom = dom_of(j.guest) if callable(dom_of) else dom_of[j.guest]
+                    st = self.agent.command(dom, "guest-exec-status", {"pid": j.pid})
                 except GuestAgentError as e:
                     j.stderr = str(e)
                     continue
@@ -90,6 +129,8 @@ class Loads:
                     j.exitcode = int(st.get("exitcode", -1))
                     err = st.get("err-data")
                     j.stderr = base64.b64decode(err).decode(errors="replace")[-300:] if err else ""
+                    out = st.get("out-data")
+                    j.stdout = base64.b64decode(out).decode(errors="replace") if out else ""
             if all(j.exitcode is not None for j in self.jobs) or time.monotonic() > deadline:
                 return
             time.sleep(1.0)

@@ -4,8 +4,10 @@ The controller is the production one — :class:`~sova.agent.loop.HostAgent` ove
 :class:`~sova.driver.libvirt_driver.LibvirtDriver` with the ``lab-nic`` fast path and the
 ``guest-bond`` failover — acting on HV1's real guests while their own iperf3 and CPU
 burners, started through the guest agent, change in phases. Each phase states which guests
-must hold the fast slots; the run checks that, the largest ping gap seen from outside, and
-that no guest's TCP stream (iperf3) broke.
+must hold the fast slots, and the same policy run on the same phases in the simulator says
+which it would give them to (:mod:`sova.lab_simulated`); the run checks the lab's holders
+against both, the largest ping gap seen from outside, and that no guest's TCP stream
+(iperf3) broke. The other experiments: :mod:`sova.lab.hotspot`, :mod:`sova.lab.guarantee`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from sova.driver.libvirt_driver import LibvirtDriver
 from sova.lab.lab import connect, load_state, shape_backups
 from sova.lab.loads import Loads, Peer, ping_gaps
 from sova.lab.scenario import LabScenario
-from sova.lab.settings import LabSettings
+from sova.lab.settings import LAB_HOTPLUG, LAB_MAX_GUESTS, LabSettings
 from sova.model import DetachVF, NicKind
 from sova.record import EventRow, TimelineRow, measured_row, outcome_event
 
@@ -43,6 +45,7 @@ class PhaseResult:
     expected: list[str]
     holders: list[str]
     ok: bool
+    simulated: list[str] | None = None  # what the same policy decides in the simulator
 
 
 @dataclass
@@ -54,6 +57,7 @@ class LabRun:
     ping: dict[str, dict[str, float]] = field(default_factory=dict)
     streams: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # what one experiment alone measures
 
 
 def driver_settings(s: LabSettings, scn: LabScenario, host: str) -> dict[str, Any]:
@@ -67,7 +71,7 @@ def driver_settings(s: LabSettings, scn: LabScenario, host: str) -> dict[str, An
         "lab_nic_speed_mbit": int(scn.tier_mbit * scn.fast_slots),
         "migration_uri_template": s.uri_template(),
         "migration_unsafe": True,
-        "hotplug_timeout_s": 20.0,
+        **LAB_HOTPLUG,
     }
 
 
@@ -75,17 +79,33 @@ def agent_config(scn: LabScenario) -> ControllerConfig:
     """The scenario's controller; top-q keeps every guest in the ranking."""
     c = scn.controller
     if c.scheduler.io_filter == "top-q" and c.scheduler.top_q == 0:
-        c = c.model_copy(update={"scheduler": c.scheduler.model_copy(update={"top_q": scn.guests})})
+        c = c.model_copy(
+            update={"scheduler": c.scheduler.model_copy(update={"top_q": LAB_MAX_GUESTS})}
+        )
     return c
 
 
 def run_scenario(
-    s: LabSettings, scn: LabScenario, log_dir: Path, say: Callable[[str], None] = print
+    s: LabSettings,
+    scn: LabScenario,
+    log_dir: Path,
+    say: Callable[[str], None] = print,
+    simulated: list[list[str]] | None = None,
 ) -> LabRun:
+    """``simulated``: the holders per phase the same policy gives in the simulator
+    (:mod:`sova.lab_simulated`, composed by the command line: a world does not import
+    another); None checks the scenario's own list only."""
     st = load_state(s)
     if st is None:
         raise LabRunError("no lab is up: run `sova lab up` first")
     need = {f"g{n}" for n in range(1, scn.guests + 1)}
+    from sova.lab.placement import PlacementError, gather_on_source
+
+    if need <= set(st.guests):
+        try:
+            gather_on_source(s, scn, need, say)  # a guest an earlier run left on HV2
+        except PlacementError as e:
+            raise LabRunError(str(e)) from None
     if not need <= set(st.guests):
         raise LabRunError(
             f"the lab has guests {sorted(st.guests)}, the scenario needs {sorted(need)} "
@@ -94,6 +114,8 @@ def run_scenario(
     log_dir.mkdir(parents=True, exist_ok=True)
     label = "dsr-iov"
     out = LabRun(label)
+    if simulated is not None:
+        say(f"simulator, same policy and phases: holders per phase {simulated}")
     drv = LibvirtDriver.open(s.uri(HOST), **driver_settings(s, scn, HOST))
     out.notes.extend(drv.capabilities().notes)
     conn = connect(s, HOST)
@@ -138,11 +160,10 @@ def run_scenario(
         t_phase = 0.0
         last_sample = drv.sample()
         last_t = time.monotonic()
-        for ph in scn.phases:
+        for i, ph in enumerate(scn.phases):
             start = now()
             say(f"t={start:6.1f} phase {ph.name}: {ph.loads}")
-            for g, load in sorted(ph.loads.items()):
-                loads.start(doms[g], g, load, ph.duration_s, scn.net_mbit)
+            loads.start_phase(scn.phases, i, doms.__getitem__, scn.net_mbit)
             end = t_phase + ph.duration_s
             next_step = time.monotonic()
             next_measure = time.monotonic() + 1.0
@@ -158,13 +179,14 @@ def run_scenario(
                     next_measure += 1.0
                 time.sleep(POLL_S)
             holders = sorted(g for g, v in drv.inventory().vms.items() if v.nic is NicKind.VF)
-            ok = holders == sorted(ph.expect_holders)
+            sim = simulated[i] if simulated is not None else None
+            ok = holders == sorted(ph.expect_holders) and (sim is None or holders == sim)
             out.phases.append(
-                PhaseResult(ph.name, start, now(), sorted(ph.expect_holders), holders, ok)
+                PhaseResult(ph.name, start, now(), sorted(ph.expect_holders), holders, ok, sim)
             )
             say(
                 f"t={now():6.1f} phase {ph.name} ends: holders {holders}, expected "
-                f"{sorted(ph.expect_holders)} {'ok' if ok else 'MISMATCH'}"
+                f"{sorted(ph.expect_holders)}, simulated {sim} {'ok' if ok else 'MISMATCH'}"
             )
             t_phase = end
         time.sleep(3.0)  # let the last iperf3 report and exit

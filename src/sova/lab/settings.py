@@ -18,6 +18,30 @@ HOST_DIRS = {
 }
 
 
+#: The lab's hot-plug bounds (LibvirtDriverConfig keys). Under TCG a plug or an unplug takes
+#: seconds (docs/lab.md), so each attempt waits 20 s; two attempts and one back-off make a
+#: worst case of 41 s, which a lab controller's op_timeout must cover (checked at load).
+LAB_HOTPLUG: dict[str, float | int] = {
+    "hotplug_timeout_s": 20.0,
+    "hotplug_attempts": 2,
+    "retry_backoff_s": 1.0,
+}
+
+
+#: top-q's q in the lab: every guest the lab can have (a scenario may use fewer guests than
+#: the lab runs; q = the scenario's count would rank the others and could keep out the one
+#: that sends)
+LAB_MAX_GUESTS = 8
+
+
+def lab_hotplug_budget_s() -> float:
+    n = int(LAB_HOTPLUG["hotplug_attempts"])
+    return (
+        float(LAB_HOTPLUG["hotplug_timeout_s"]) * n
+        + float(LAB_HOTPLUG["retry_backoff_s"]) * n * (n - 1) / 2
+    )
+
+
 @dataclass(frozen=True)
 class LabSettings:
     root: Path = Path(os.environ.get("SOVA_LAB_DIR", "/var/lib/sova-lab"))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import threading
 import time
@@ -65,7 +66,12 @@ from sova.driver.libvirt_driver.hotplug import (
 )
 from sova.driver.libvirt_driver.migration import run_migration
 from sova.driver.libvirt_driver.pf import PFView
-from sova.driver.libvirt_driver.sampling import domain_stats, host_totals, sample_domain
+from sova.driver.libvirt_driver.sampling import (
+    DomainTotals,
+    domain_stats,
+    host_totals,
+    sample_domain,
+)
 from sova.driver.libvirt_driver.tap_shaping import (
     ShapingError,
     TapShaper,
@@ -107,6 +113,7 @@ __all__ = [
 ]
 
 _require_libvirt = require_libvirt
+_log = logging.getLogger("sova.driver.libvirt")
 
 # --------------------------------------------------------------------------- config
 
@@ -119,7 +126,9 @@ class LibvirtDriverConfig:
     pf: str | None = None  # PF netdev; None = the first SR-IOV PF libvirt reports
     vf_pool: int | None = None  # VFs Sova may hand out; None = all of the PF's VFs
     sysfs_root: str = "/sys"
-    hotplug_timeout_s: float = 20.0  # per attempt, waiting for DEVICE_ADDED/REMOVED
+    # per attempt, waiting for DEVICE_ADDED/REMOVED; 8 s x 3 + back-off = 27 s fits the
+    # agent's default op_timeout (30 s): a plug the executor gave up on must not go on
+    hotplug_timeout_s: float = 8.0
     hotplug_attempts: int = 3
     retry_backoff_s: float = 1.0  # multiplied by the attempt number
     migration_uri_template: str = "qemu+ssh://{host}/system"
@@ -142,6 +151,20 @@ class LibvirtDriverConfig:
     # Host-side limit without a guest agent: libvirt <bandwidth> or HTB on the tap;
     # "auto" probes the kernel (<bandwidth> needs sfq, u32 and police).
     host_side_shaping: str = "auto"  # "auto" | "bandwidth" | "tap-htb"
+    # What the host reports as its own load and size (docs/lab.md#host-totals). "node": the
+    # machine's counters (getCPUStats, getMemoryStats, the PF's bytes), right when one
+    # hypervisor owns the machine. "domains": the sum of this daemon's running domains, for
+    # hypervisors that share a machine (the lab's two daemons), where the node's counters
+    # are the same for both.
+    host_totals: str = "node"  # "node" | "domains"
+    host_cpus: int | None = None  # cores the host reports; None = the node's
+    host_memory_mib: int | None = None  # memory the host reports; None = the node's
+
+    def hotplug_budget_s(self) -> float:
+        """Longest a confirmed plug or unplug may take: every attempt's timeout plus the
+        back-off between attempts (attempt x retry_backoff_s)."""
+        n = self.hotplug_attempts
+        return float(self.hotplug_timeout_s * n + self.retry_backoff_s * n * (n - 1) / 2)
 
     def __post_init__(self) -> None:
         if self.fast_path not in FAST_PATHS:
@@ -159,6 +182,12 @@ class LibvirtDriverConfig:
             )
         if self.sampling not in ("host", "guest-agent"):
             raise ValueError(f"sampling: {self.sampling!r} is not 'host' or 'guest-agent'")
+        if self.host_totals not in ("node", "domains"):
+            raise ValueError(f"host_totals: {self.host_totals!r} is not 'node' or 'domains'")
+        for k in ("host_cpus", "host_memory_mib"):
+            v = getattr(self, k)
+            if v is not None and v < 1:
+                raise ValueError(f"{k}: {v!r} must be >= 1")
 
 
 FAST_PATHS = frozenset({"sriov-vf", "lab-nic"})
@@ -238,6 +267,7 @@ class LibvirtDriver:
         self._caps_lock = threading.Lock()
         self._bandwidth_usable: bool | None = None
         self._agent_silent: set[str] = set()  # VMs sampled black-box: their agent is silent
+        self._domain_totals = DomainTotals()  # host_totals = "domains"
         self._callback_ids: list[int] = []
         self._fast: FastPathSource = (
             LabNic(
@@ -279,7 +309,48 @@ class LibvirtDriver:
                 netlink = None
         drv._netlink = netlink
         drv._agent = GuestAgent(exec_timeout_s=config.guest_exec_timeout_s)
+        if not read_only:
+            for note in drv.adopt_fast_paths():
+                _log.info("%s", note)
         return drv
+
+    def adopt_fast_paths(self) -> list[str]:
+        """After a restart, the live XML is the truth: each fast NIC found in a running
+        domain is made to carry the guest's traffic (the failover's after-plug step, which
+        is idempotent), or unplugged (backup confirmed first) when that fails. A plug the
+        previous process was killed in the middle of then leaves no NIC that holds a slot
+        but carries nothing. With ``teaming`` there is nothing to do (the guest's
+        net_failover switches by itself)."""
+        lv = _require_libvirt()
+        notes: list[str] = []
+        try:
+            doms = self._conn.listAllDomains(lv.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+        except lv.libvirtError as e:
+            return [f"adopting fast paths: cannot list domains: {e}"]
+        for dom in doms:
+            try:
+                info = self._live(dom)
+            except (lv.libvirtError, _OpFailed):
+                continue
+            fast, backup = self._fast.nic(info), self._failover.backup(info)
+            if fast is None or backup is None:
+                continue
+            try:
+                done = self._failover.after_plug(dom, fast, backup)
+            except FailoverError as e:
+                op = _Op(f"adopt:{info.name}", DetachVF(info.name))
+                try:
+                    undone = f"unplugged ({self._detach(op, info.name)})"
+                except _OpFailed as e2:
+                    undone = f"left plugged, unplug failed: {e2}"
+                notes.append(
+                    f"fast NIC of {info.name} found in the live XML but not made active: {e}; "
+                    f"{undone}"
+                )
+                continue
+            if done:
+                notes.append(f"fast NIC of {info.name} found in the live XML: {done}")
+        return notes
 
     # ------------------------------------------------------------------ plumbing
 
@@ -454,6 +525,10 @@ class LibvirtDriver:
             cores, mem = int(info_h[2]), int(info_h[1]) * 1024 * 1024
         except lv.libvirtError:
             cores, mem = 0, 0
+        if self.config.host_cpus is not None:
+            cores = self.config.host_cpus
+        if self.config.host_memory_mib is not None:
+            mem = self.config.host_memory_mib * 1024 * 1024
         nic = NIC(
             name=pf.name,
             capacity_bps=pf.speed_mbit * 1e6,
@@ -477,9 +552,12 @@ class LibvirtDriver:
             except lv.libvirtError:
                 continue  # domain went away between listing and reading
             vms[c.vm] = c
-        return HostSample(
-            self._host_name(), t, vms, host_totals(self._conn, pf, self.config.sysfs_root)
+        totals = (
+            self._domain_totals.update(vms)
+            if self.config.host_totals == "domains"
+            else host_totals(self._conn, pf, self.config.sysfs_root)
         )
+        return HostSample(self._host_name(), t, vms, totals)
 
     # ------------------------------------------------------------------ actions
 

@@ -186,3 +186,31 @@ def host_totals(conn: Any, pf: PFView, sysfs_root: str) -> HostCounters:
             rx = int((stats / "rx_bytes").read_text())
             tx = int((stats / "tx_bytes").read_text())
     return HostCounters(busy, rx, tx, mem_used)
+
+
+class DomainTotals:
+    """Host totals as the sum of this daemon's domains (``host_totals = "domains"``).
+
+    The counters are cumulative like a node's, but only over work done *here*: each period
+    adds the growth of every domain seen in the previous sample too. A domain that arrives
+    (migrated in) adds nothing for its past, and one that leaves takes nothing back, so
+    the host's busy counter never jumps or runs backwards when a VM moves. Memory is a
+    level: what the running domains use now.
+    """
+
+    def __init__(self) -> None:
+        self._prev: dict[str, VMCounters] = {}
+        self._acc = [0, 0, 0]  # cpu ns, rx bytes, tx bytes
+
+    def update(self, vms: dict[str, VMCounters]) -> HostCounters:
+        for name, c in vms.items():
+            p = self._prev.get(name)
+            if p is None:
+                continue
+            # a counter that went back (reboot, re-plugged NIC) restarts from its new value
+            self._acc[0] += max(0, c.cpu_time_ns - p.cpu_time_ns)
+            self._acc[1] += max(0, c.rx_bytes - p.rx_bytes)
+            self._acc[2] += max(0, c.tx_bytes - p.tx_bytes)
+        self._prev = dict(vms)
+        mem = sum(c.memory_used_bytes for c in vms.values())
+        return HostCounters(self._acc[0], self._acc[1], self._acc[2], mem)

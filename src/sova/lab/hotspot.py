@@ -1,0 +1,300 @@
+"""``sova lab run`` of a hotspot-migration scenario: the production daemons on real guests.
+
+One ``sova manager`` and one ``sova agent --driver libvirt`` per lab hypervisor run as
+processes (:mod:`sova.lab.sova_procs`); they decide and act, nothing here does. The guests'
+own loads (iperf3, stress-ng through the guest agent) change in phases; HV1's agent reports
+its domains' load over the capacity the scenario declares (``host_totals = "domains"``),
+the manager's detector (k of n over alpha) flags HV1, its directive reaches HV1's agent,
+which unplugs the chosen guest's fast NIC (bond moved first) and live-migrates it to HV2,
+whose agent plugs a fast NIC once the guest earns one there.
+
+This module only watches, from outside: each second both daemons' inventories and counters
+through read-only connections (the timeline), each domain's migration job and, on arrival,
+libvirt's completed-job statistics on the destination (migration time and downtime), pings
+from the peer namespace, and, at the end, the agents' logged outcomes and the manager's
+decision log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sova.driver.libvirt_driver import LibvirtDriver
+from sova.lab.lab import connect, load_state, shape_backups
+from sova.lab.loads import Loads, Peer, ping_gaps
+from sova.lab.placement import SOURCE, TARGET, PlacementError, gather_on_source, unplug_all
+from sova.lab.runner import LabRun, LabRunError, PhaseResult
+from sova.lab.scenario import LabScenario
+from sova.lab.settings import LabSettings
+from sova.lab.sova_procs import SovaDaemons, agent_events, libvirt_section
+from sova.model import HostSample, NicKind
+from sova.policy.sensing import host_load
+from sova.record import EventRow, measured_row
+
+POLICY = "sova"
+
+
+def _observer(s: LabSettings, scn: LabScenario, host: str) -> LibvirtDriver:
+    """A read-only view of ``host`` with the same host totals its agent reports."""
+    opts = libvirt_section(s, scn, host)
+    opts["lab_nic_taps"] = tuple(opts["lab_nic_taps"])
+    return LibvirtDriver.open(s.uri(host), read_only=True, **opts)
+
+
+def run_hotspot(
+    s: LabSettings, scn: LabScenario, log_dir: Path, say: Callable[[str], None] = print
+) -> LabRun:
+    st = load_state(s)
+    if st is None:
+        raise LabRunError("no lab is up: run `sova lab up` first")
+    need = {f"g{n}" for n in range(1, scn.guests + 1)}
+    try:
+        gather_on_source(s, scn, need, say)
+    except PlacementError as e:
+        raise LabRunError(str(e)) from None
+    conns = {h: connect(s, h) for h in s.hosts}
+    on_src = {d.name() for d in conns[SOURCE].listAllDomains(1)}
+    if not need <= on_src:
+        for c in conns.values():
+            c.close()
+        missing = ", ".join(sorted(need - on_src))
+        raise LabRunError(
+            f"guest(s) {missing} not running on {SOURCE} or {TARGET}: "
+            f"`sova lab down && sova lab up --guests {scn.guests}` restores the lab"
+        )
+    log_dir.mkdir(parents=True, exist_ok=True)
+    out = LabRun(POLICY)
+    unplug_all(s, scn, say)
+    shaped = shape_backups(s, scn.slow_mbit * 1e6)
+    out.notes.append(f"slow path: {len(shaped)} backup taps shaped to {scn.slow_mbit:g} Mbit/s")
+    out.notes.append(
+        f"each hypervisor reports its own domains over {scn.hosts.cpus} CPUs and "
+        f'{scn.hosts.memory_mib} MiB (host_totals = "domains")'
+    )
+    obs = {h: _observer(s, scn, h) for h in s.hosts}
+    ga = obs[SOURCE]._agent
+    assert ga is not None  # LibvirtDriver.open gives every driver a guest agent
+    loads = Loads(s, ga)
+    peer = Peer(s, log_dir)
+    daemons = SovaDaemons(s, scn, log_dir)
+    t_wall0 = time.time()
+    t0 = time.monotonic()
+
+    def now() -> float:
+        return round(time.monotonic() - t0, 3)
+
+    def dom_of(g: str) -> Any:
+        for h in (TARGET, SOURCE):
+            try:
+                d = conns[h].lookupByName(g)
+                if d.isActive():
+                    return d
+            except Exception:  # noqa: BLE001 - not on that host
+                continue
+        raise LabRunError(f"guest {g} runs on neither host")
+
+    migrations: dict[str, dict[str, Any]] = {}  # guest -> what was seen of its migration
+    hosts_rows: list[dict[str, Any]] = []
+    prev: dict[str, HostSample] = {}
+    try:
+        daemons.start_manager()
+        say(f"t={now():6.1f} sova manager up at {daemons.url}")
+        for h in s.hosts:
+            p = daemons.start_agent(h)
+            say(f"t={now():6.1f} sova agent for {h}: pid {p.proc.pid}")
+        peer.servers(scn.guests)
+        time.sleep(0.5)
+        peer.pings(scn.guests, scn.ping_interval_s, scn.duration_s + 30)
+        t_phase = 0.0
+        next_measure = time.monotonic()
+        for i, ph in enumerate(scn.phases):
+            start = now()
+            say(f"t={start:6.1f} phase {ph.name}: {ph.loads}")
+            loads.start_phase(scn.phases, i, dom_of, scn.net_mbit)
+            end = t_phase + ph.duration_s
+            while now() < end:
+                if dead := daemons.check_alive():
+                    raise LabRunError(f"a Sova daemon died: {dead}")
+                if time.monotonic() >= next_measure:
+                    _measure(s, obs, conns, out, hosts_rows, prev, migrations, now(), say)
+                    next_measure += 1.0
+                time.sleep(0.2)
+            out.phases.append(PhaseResult(ph.name, start, now(), [], _holders(obs), True))
+            t_phase = end
+        time.sleep(3.0)  # let the last iperf3 report and exit
+        loads.finish(dom_of)
+        try:
+            out.extra["cluster"] = daemons.get("/v1/cluster")
+            out.extra["decisions"] = daemons.get("/v1/decisions")
+        except OSError as e:
+            out.notes.append(f"manager's cluster view unavailable at the end: {e}")
+    finally:
+        daemons.stop_all()
+        peer.stop()
+        for d in obs.values():
+            d.close()
+        for c in conns.values():
+            c.close()
+    t_wall1 = time.time()
+    out.extra["t_wall0"] = t_wall0
+    out.extra["exit_codes"] = {n: p.proc.returncode for n, p in daemons.procs.items()}
+    # What the daemons did, from their own logs (epoch times -> run time).
+    for host in s.hosts:
+        for ev in agent_events(log_dir / f"agent-{host}.log"):
+            out.events.append(
+                EventRow(
+                    POLICY,
+                    round(ev["ts"] - t_wall0, 3),
+                    ev["event"],
+                    ev["vm"],
+                    host,
+                    ev["dst"],
+                    ev["detail"],
+                )
+            )
+    out.events.sort(key=lambda r: (r.time_s, r.event))
+    for g, path in sorted(peer.ping_logs.items()):
+        out.ping[g] = ping_gaps(path, t_wall0 + 2.0, t_wall1 - 5.0, scn.ping_interval_s)
+    for g, m in migrations.items():
+        # the ping gap around this migration: from its start as the agent logged it to 10 s
+        # after the guest was seen running on the target
+        starts = [r.time_s for r in out.events if r.event == "migrate_start" and r.vm == g]
+        t_start = starts[0] if starts else m.get("job_seen_s", m["arrived_s"] - 30)
+        m["started_s"] = t_start
+        m["ping"] = ping_gaps(
+            peer.ping_logs[g],
+            t_wall0 + t_start - 1.0,
+            t_wall0 + m["arrived_s"] + 10.0,
+            scn.ping_interval_s,
+        )
+    out.extra["migrations"] = migrations
+    out.extra["hosts"] = hosts_rows
+    for j in loads.jobs:
+        if j.load == "net":
+            out.streams.append(
+                {"guest": j.guest, "exitcode": j.exitcode, "stderr": j.stderr.strip()[-200:]}
+            )
+    return out
+
+
+def _holders(obs: dict[str, LibvirtDriver]) -> list[str]:
+    out = []
+    for h, d in sorted(obs.items()):
+        out += [f"{g}@{h}" for g, v in d.inventory().vms.items() if v.nic is NicKind.VF]
+    return sorted(out)
+
+
+def _measure(
+    s: LabSettings,
+    obs: dict[str, LibvirtDriver],
+    conns: dict[str, Any],
+    out: LabRun,
+    hosts_rows: list[dict[str, Any]],
+    prev: dict[str, HostSample],
+    migrations: dict[str, dict[str, Any]],
+    t: float,
+    say: Callable[[str], None],
+) -> None:
+    import libvirt  # type: ignore[import-untyped]
+
+    for host, drv in sorted(obs.items()):
+        try:
+            inv = drv.inventory()
+            sample = drv.sample()
+        except Exception as e:  # noqa: BLE001 - a host mid-change; the next second reads it
+            out.notes.append(f"t={t:.0f} {host} unreadable: {e}")
+            continue
+        p = prev.get(host)
+        prev[host] = sample
+        h = inv.host
+        if p is not None:
+            load = host_load(p, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
+            if load is not None:
+                hosts_rows.append(
+                    {
+                        "time_s": t,
+                        "host": host,
+                        "cpu": round(load.cpu, 4),
+                        "mem": round(load.mem, 4),
+                        "net": round(load.net, 4),
+                    }
+                )
+        dt = max(1e-3, sample.time_s - p.time_s) if p else 1.0
+        for name, state in sorted(inv.vms.items()):
+            if not state.running:
+                continue
+            try:
+                if conns[host].lookupByName(name).state()[0] != libvirt.VIR_DOMAIN_RUNNING:
+                    continue  # an incoming guest, paused on the target until it arrives
+            except libvirt.libvirtError:
+                continue
+            c = sample.vms.get(name)
+            if c is None:
+                continue
+            q = p.vms.get(name) if p else None
+            tx = max(0, c.tx_bytes - q.tx_bytes) * 8 / dt / 1e6 if q else 0.0
+            rx = max(0, c.rx_bytes - q.rx_bytes) * 8 / dt / 1e6 if q else 0.0
+            cpu = max(0, c.cpu_time_ns - q.cpu_time_ns) / (dt * 1e9 * c.vcpus) if q else 0.0
+            out.timeline.append(
+                measured_row(
+                    policy=POLICY,
+                    time_s=t,
+                    host=host,
+                    vm=name,
+                    state=state,
+                    tx_mbps=tx,
+                    rx_mbps=rx,
+                    cpu_usage=cpu,
+                    factors=None,
+                )
+            )
+            if host == SOURCE:
+                try:
+                    job = conns[host].lookupByName(name).jobInfo()
+                except libvirt.libvirtError:
+                    continue
+                if job[0] != libvirt.VIR_DOMAIN_JOB_NONE:
+                    m = migrations.setdefault(name, {"source": SOURCE, "target": TARGET})
+                    m.setdefault("job_seen_s", t)
+    for name in sorted(obs[TARGET].inventory().vms):
+        if "arrived_s" in migrations.get(name, {}):
+            continue
+        try:
+            dom = conns[TARGET].lookupByName(name)
+            # an incoming guest exists, paused, on the target from the migration's start
+            if dom.state()[0] != libvirt.VIR_DOMAIN_RUNNING:
+                continue
+        except libvirt.libvirtError:
+            continue
+        try:
+            if conns[SOURCE].lookupByName(name).isActive():
+                continue
+        except libvirt.libvirtError:
+            pass  # undefined at the source: gone from there
+        m = migrations.setdefault(name, {"source": SOURCE, "target": TARGET})
+        m["arrived_s"] = t
+        try:
+            js = dom.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+        except libvirt.libvirtError as e:
+            js = {}
+            out.notes.append(f"{name}: no completed-job statistics on {TARGET}: {e}")
+        m["job"] = {
+            k: js[k]
+            for k in (
+                "time_elapsed",
+                "downtime",
+                "setup_time",
+                "memory_total",
+                "memory_transferred",
+                "memory_iteration",
+                "memory_dirty_rate",
+            )
+            if k in js
+        }
+        say(
+            f"t={t:6.1f} {name} running on {TARGET}: libvirt job "
+            f"{js.get('time_elapsed', '?')} ms, downtime {js.get('downtime', '?')} ms"
+        )

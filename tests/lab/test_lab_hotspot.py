@@ -1,0 +1,70 @@
+"""Hotspot and migration through Sova's own daemons: `sova lab run
+scenarios/lab/hotspot-migration.yaml` starts one `sova manager` and one `sova agent
+--driver libvirt` per lab hypervisor; the guests' own stress-ng make HV1 hot, the manager
+sends one guest to HV2, HV1's agent unplugs its fast NIC (bond moved first) and
+live-migrates it, and HV2's agent gives it a fast NIC there.
+
+Measured over 5 runs of the shipped scenario (2-core machine kind, TCG; 3 alone, with
+the lead's test runs beside them, and 2 in the tier): HV1 flagged 12-15 s into the burner
+phase, exactly one migration every time; signal to guest running on HV2 3.2-6.3 s; libvirt
+job 1.3-5.9 s, downtime 73-193 ms; longest unanswered ping stretch 0.2-0.3 s (1-2 of ~170 lost); a fast
+NIC on HV2 6-10 s after arrival. The bounds are ~10x the worst figure (2 s downtime, 3 s
+gap), for a busier CI machine; the scenario's own checks allow 5 s for both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from .conftest import ROOT
+
+SCENARIO = ROOT / "scenarios" / "lab" / "hotspot-migration.yaml"
+MAX_DOWNTIME_MS = 2000.0
+MAX_PING_GAP_S = 3.0
+
+
+def test_hot_hv1_sends_one_guest_to_hv2_through_the_real_daemons(lab, tmp_path):
+    out = tmp_path / "out"
+    env = os.environ | {"SOVA_LAB_DIR": str(lab.root), "SOVA_LAB_PREFIX": lab.prefix}
+    r = subprocess.run(
+        [sys.executable, "-m", "sova.cli", "lab", "run", str(SCENARIO), "-o", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((out / "summary.json").read_text())
+    # the manager, not the test, decided: HV1 flagged hot on cpu
+    assert s["flagged"] and s["flagged"][0]["host"] == "HV1", s["flagged"]
+    assert "cpu" in s["flagged"][0]["reason"]
+    # exactly one migration, none failed, and the guest ends on HV2
+    assert s["events"].get("migrate") == 1 and "migrate_failed" not in s["events"], s["events"]
+    (m,) = s["migration_rows"]
+    assert (m["src"], m["dst"], m["ends_on"]) == ("HV1", "HV2", "HV2"), m
+    # the fast NIC went before the migration and came back on HV2
+    events = [(e["event"], e["vm"]) for e in _events(out)]
+    assert events.index(("vf_detach", m["vm"])) < events.index(("migrate", m["vm"])), events
+    assert m["fast_path_on_target_s"] is not None and m["fast_path_on_target_s"] > m["arrived_s"]
+    # libvirt's job statistics and the ping from outside
+    assert m["downtime_ms"] is not None and 0 < m["downtime_ms"] <= MAX_DOWNTIME_MS, m
+    assert m["libvirt_time_ms"] is not None and m["libvirt_time_ms"] > m["downtime_ms"], m
+    assert m["ping_max_gap_s"] is not None and m["ping_max_gap_s"] <= MAX_PING_GAP_S, m
+    # the lease the manager held for the move is released; no TCP stream broke
+    assert s["checks"]["lease_released"], s.get("cluster")
+    assert s["checks"]["no_tcp_stream_lost"], s["streams"]
+    assert s["exit_codes"]["agent-HV1"] == 0 and s["exit_codes"]["agent-HV2"] == 0
+    # plots with content
+    plots = json.loads((out / "plots.json").read_text())
+    for name in ("holders.png", "rates.png", "hosts.png"):
+        assert (out / name).stat().st_size > 0 and sum(plots[name].values()) > 0, plots
+
+
+def _events(out):
+    import csv
+
+    with (out / "events.csv").open() as fh:
+        return list(csv.DictReader(fh))
