@@ -80,3 +80,17 @@ def test_the_csv_headers_are_the_published_ones() -> None:
         "response_ms", "limit_mbps",
     ]  # fmt: skip
     assert EVENT_COLUMNS == ["policy", "time_s", "event", "vm", "src_host", "dst_host", "detail"]
+
+
+def test_measured_rates_from_two_counter_readings() -> None:
+    from sova.model import VMCounters
+    from sova.record import measured_rates
+
+    a = VMCounters(
+        "v", 2, cpu_time_ns=0, steal_ns=0, rx_bytes=0, tx_bytes=0, rx_packets=0, tx_packets=0
+    )
+    # 2 s: 25 MB sent = 100 Mbit/s, 5 MB received = 20 Mbit/s, 2 s of CPU on 2 vCPUs = 0.5
+    b = VMCounters("v", 2, 2_000_000_000, 0, 5_000_000, 25_000_000, 0, 0)
+    assert measured_rates(a, b, 2.0) == (100.0, 20.0, 0.5)
+    assert measured_rates(None, b, 2.0) == (0.0, 0.0, 0.0)
+    assert measured_rates(b, a, 2.0) == (0.0, 0.0, 0.0)  # counters reset: no negative traffic

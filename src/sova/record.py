@@ -21,7 +21,15 @@ from typing import Any
 
 from sova.agent.executor import EVENT_KIND, Outcome
 from sova.agent.loop import StepReport
-from sova.model import AttachVF, Migrate, NicKind, SetGuestRateLimit, SetVFRate, VMState
+from sova.model import (
+    AttachVF,
+    Migrate,
+    NicKind,
+    SetGuestRateLimit,
+    SetVFRate,
+    VMCounters,
+    VMState,
+)
 from sova.policy.sensing import VMFactors
 
 
@@ -104,6 +112,21 @@ def step_rows(rep: StepReport, *, policy: str = "", host: str = "") -> Iterator[
             response_ms=None,
             limit_mbps=st.guest_limit_bps / 1e6 if st.guest_limit_bps else None,
         )
+
+
+def measured_rates(
+    prev: VMCounters | None, cur: VMCounters, dt: float
+) -> tuple[float, float, float]:
+    """tx and rx in Mbit/s and the share of the VM's vCPUs it used over ``dt`` seconds, from
+    two counter readings (all zero without an earlier one; a counter that went back counts
+    as zero, not as negative traffic)."""
+    if prev is None:
+        return 0.0, 0.0, 0.0
+    return (
+        max(0, cur.tx_bytes - prev.tx_bytes) * 8 / dt / 1e6,
+        max(0, cur.rx_bytes - prev.rx_bytes) * 8 / dt / 1e6,
+        max(0, cur.cpu_time_ns - prev.cpu_time_ns) / (dt * 1e9 * cur.vcpus),
+    )
 
 
 def measured_row(

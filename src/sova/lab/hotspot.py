@@ -32,7 +32,7 @@ from sova.lab.settings import LabSettings
 from sova.lab.sova_procs import SovaDaemons, agent_events, libvirt_section
 from sova.model import HostSample, NicKind
 from sova.policy.sensing import host_load
-from sova.record import EventRow, measured_row
+from sova.record import EventRow, measured_rates, measured_row
 
 POLICY = "sova"
 
@@ -235,9 +235,7 @@ def _measure(
             if c is None:
                 continue
             q = p.vms.get(name) if p else None
-            tx = max(0, c.tx_bytes - q.tx_bytes) * 8 / dt / 1e6 if q else 0.0
-            rx = max(0, c.rx_bytes - q.rx_bytes) * 8 / dt / 1e6 if q else 0.0
-            cpu = max(0, c.cpu_time_ns - q.cpu_time_ns) / (dt * 1e9 * c.vcpus) if q else 0.0
+            tx, rx, cpu = measured_rates(q, c, dt)
             out.timeline.append(
                 measured_row(
                     policy=POLICY,

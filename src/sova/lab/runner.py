@@ -27,7 +27,7 @@ from sova.lab.loads import Loads, Peer, ping_gaps
 from sova.lab.scenario import LabScenario
 from sova.lab.settings import LAB_HOTPLUG, LAB_MAX_GUESTS, LabSettings
 from sova.model import DetachVF, NicKind
-from sova.record import EventRow, TimelineRow, measured_row, outcome_event
+from sova.record import EventRow, TimelineRow, measured_rates, measured_row, outcome_event
 
 POLL_S = 0.5
 HOST = "HV1"
@@ -224,9 +224,7 @@ def _measure(
         c, p = sample.vms.get(name), prev.vms.get(name)
         if c is None:
             continue
-        tx = max(0, c.tx_bytes - p.tx_bytes) * 8 / dt / 1e6 if p else 0.0
-        rx = max(0, c.rx_bytes - p.rx_bytes) * 8 / dt / 1e6 if p else 0.0
-        cpu = max(0, c.cpu_time_ns - p.cpu_time_ns) / (dt * 1e9 * c.vcpus) if p else 0.0
+        tx, rx, cpu = measured_rates(p, c, dt)
         f = factors.get(name)
         out.timeline.append(
             measured_row(

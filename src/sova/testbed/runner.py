@@ -32,7 +32,7 @@ from sova.clock import RealtimeEnvironment
 from sova.model import HostSample, NicKind
 from sova.policy.bandwidth import DaqsController
 from sova.policy.sensing import RateMeter
-from sova.record import RunRecord, measured_row, outcome_event
+from sova.record import RunRecord, measured_rates, measured_row, outcome_event
 from sova.testbed.netns_driver import LimitSide, NetnsDriver
 from sova.testbed.probing import RealTrafficAllocator
 from sova.testbed.scenario import RunSpec, TestbedScenario
@@ -261,9 +261,7 @@ def _measure(
     prev_vms = s_prev.vms
     for name, state in sorted(inv.vms.items()):
         c, p = sample.vms[name], prev_vms.get(name)
-        tx = max(0, c.tx_bytes - p.tx_bytes) * 8 / dt / 1e6 if p else 0.0
-        rx = max(0, c.rx_bytes - p.rx_bytes) * 8 / dt / 1e6 if p else 0.0
-        cpu = max(0, c.cpu_time_ns - p.cpu_time_ns) / (dt * 1e9 * c.vcpus) if p else 0.0
+        tx, rx, cpu = measured_rates(p, c, dt)
         got = max(0, delivered[name] - d_prev.get(name, 0)) * 8 / dt / 1e6
         offered = scn.offered_bps(name, t - 1.0, t) / 1e6
         on_vf = state.nic is NicKind.VF
