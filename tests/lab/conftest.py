@@ -9,8 +9,11 @@ torn down at the end whatever happened.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,3 +106,18 @@ def wait_op(drv: Any, op: str, timeout_s: float = 120.0) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"{op} still pending after {timeout_s} s: {st}")
         time.sleep(0.2)
+
+
+def lab_run(lab: Any, scenario: Path, out: Path, timeout_s: float = 900.0) -> Any:
+    """``sova lab run SCENARIO -o OUT`` as an operator runs it, on the test's lab; its
+    summary.json (the run must exit 0)."""
+    env = os.environ | {"SOVA_LAB_DIR": str(lab.root), "SOVA_LAB_PREFIX": lab.prefix}
+    r = subprocess.run(
+        [sys.executable, "-m", "sova.cli", "lab", "run", str(scenario), "-o", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads((out / "summary.json").read_text())

@@ -16,27 +16,15 @@ shows ~95 % of it in iperf3 (TCP payload against HTB's whole frames); the bound 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from .conftest import ROOT
+from .conftest import ROOT, lab_run
 
 SCENARIO = ROOT / "scenarios" / "lab" / "guarantee.yaml"
 
 
 def test_minimum_misses_without_a_controller_and_holds_guest_side_and_host_side(lab, tmp_path):
     out = tmp_path / "out"
-    env = os.environ | {"SOVA_LAB_DIR": str(lab.root), "SOVA_LAB_PREFIX": lab.prefix}
-    r = subprocess.run(
-        [sys.executable, "-m", "sova.cli", "lab", "run", str(SCENARIO), "-o", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    s = json.loads((out / "summary.json").read_text())
+    s = lab_run(lab, SCENARIO, out)
     rows = {row["enforcement"]: row for row in s["guarantee"]}
     assert set(rows) == {"none", "guest-side", "host-side"}
     minimum = rows["none"]["min_mbps"]["g1"]

@@ -15,11 +15,8 @@ gap), for a busier CI machine; the scenario's own checks allow 5 s for both.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from .conftest import ROOT
+from .conftest import ROOT, lab_run
 
 SCENARIO = ROOT / "scenarios" / "lab" / "hotspot-migration.yaml"
 MAX_DOWNTIME_MS = 2000.0
@@ -28,16 +25,7 @@ MAX_PING_GAP_S = 3.0
 
 def test_hot_hv1_sends_one_guest_to_hv2_through_the_real_daemons(lab, tmp_path):
     out = tmp_path / "out"
-    env = os.environ | {"SOVA_LAB_DIR": str(lab.root), "SOVA_LAB_PREFIX": lab.prefix}
-    r = subprocess.run(
-        [sys.executable, "-m", "sova.cli", "lab", "run", str(SCENARIO), "-o", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    s = json.loads((out / "summary.json").read_text())
+    s = lab_run(lab, SCENARIO, out)
     # the manager, not the test, decided: HV1 flagged hot on cpu
     assert s["flagged"] and s["flagged"][0]["host"] == "HV1", s["flagged"]
     assert "cpu" in s["flagged"][0]["reason"]
