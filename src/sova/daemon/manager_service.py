@@ -943,14 +943,18 @@ class ManagerService:
         views = [_plan_view(r) for r in rows]
         return PlanPage(plans=views, next_after=views[-1].id if views else after)
 
-    async def plan_view(self, plan_id: int) -> PlanView:
+    async def _plan_row(self, plan_id: int) -> PlanRow:
+        """Plan ``plan_id``: an open one from memory, any other from the store."""
         row = self.ops.open_plans.get(plan_id)
         if row is None:
             loop = asyncio.get_running_loop()
             row = await loop.run_in_executor(None, self.store.plan, plan_id)
         if row is None:
             raise PlanNotFound(f"no plan {plan_id}")
-        return _plan_view(row)
+        return row
+
+    async def plan_view(self, plan_id: int) -> PlanView:
+        return _plan_view(await self._plan_row(plan_id))
 
     async def audit_page(self, after: int, limit: int) -> AuditPage:
         loop = asyncio.get_running_loop()
@@ -968,22 +972,17 @@ class ManagerService:
         ]
         return AuditPage(entries=views, next_after=views[-1].id if views else after)
 
-    async def _closed_plan(self, plan_id: int) -> PlanRow:
-        """The open plan ``plan_id``, or PlanNotFound/PlanConflict saying why not."""
-        row = self.ops.open_plans.get(plan_id)
-        if row is not None:
-            return row
-        loop = asyncio.get_running_loop()
-        stored = await loop.run_in_executor(None, self.store.plan, plan_id)
-        if stored is None:
-            raise PlanNotFound(f"no plan {plan_id}")
-        raise PlanConflict(
-            f"plan {plan_id} is {stored.state}"
-            + (f" ({stored.decided_by}: {stored.detail})" if stored.detail else "")
-        )
+    async def _require_open(self, plan_id: int) -> None:
+        """PlanNotFound, or PlanConflict saying what became of it, unless the plan is open."""
+        row = await self._plan_row(plan_id)
+        if row.state != "proposed":
+            raise PlanConflict(
+                f"plan {plan_id} is {row.state}"
+                + (f" ({row.decided_by}: {row.detail})" if row.detail else "")
+            )
 
     async def reject_plan(self, plan_id: int, by: str, reason: str) -> PlanView:
-        await self._closed_plan(plan_id)
+        await self._require_open(plan_id)
         now = self.now()
         lock, _ = self._primitives()
         async with lock:
@@ -1040,7 +1039,7 @@ class ManagerService:
 
     async def approve_plan(self, plan_id: int, by: str, reason: str) -> PlanView:
         """Carry out an open plan through the normal directive path (or the actuator)."""
-        await self._closed_plan(plan_id)
+        await self._require_open(plan_id)
         lock, _ = self._primitives()
         async with lock:  # the round's state is consistent between rounds only
             plan = self.ops.open_plans.get(plan_id)
