@@ -105,13 +105,6 @@ class OperatorBook:
             if k == "maintenance"
         }
 
-    def vf_frozen(self, host: str, vms: Iterable[str]) -> tuple[bool, list[str]]:
-        """What ``host``'s agent is told: the whole host frozen, or which of its VMs."""
-        if ("vf-freeze-host", host) in self.fences:
-            return True, []
-        frozen = self.names("vf-freeze-vm")
-        return False, sorted(v for v in vms if v in frozen)
-
     # ------------------------------------------------------------------ plans
 
     def open_for(self, host: str) -> PlanRow | None:

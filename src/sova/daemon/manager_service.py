@@ -242,6 +242,8 @@ class ManagerService:
         self._sync: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Condition] | None = None
         self._round_task: asyncio.Task[Any] | None = None
         self.ops = OperatorBook(settings.mode, dict(settings.host_modes))
+        self._vf_frozen_hosts: set[str] = set()
+        self._vf_frozen_vms: list[str] = []
         self._executions: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ loop
@@ -594,8 +596,8 @@ class ManagerService:
 
     def directive_for(self, host: str) -> Directive:
         d = self.directives.view(host)
-        whole, _ = self.ops.vf_frozen(host, ())
-        vms = sorted(self.ops.names("vf-freeze-vm"))
+        # Every agent gets the whole VM list: reports name only a few of a host's VMs.
+        whole, vms = host in self._vf_frozen_hosts, self._vf_frozen_vms
         if whole or vms:
             return d.model_copy(update={"vf_freeze_host": whole, "vf_freeze_vms": vms})
         return d
@@ -862,6 +864,9 @@ class ManagerService:
     def _sync_fences(self) -> None:
         self.core.maintenance = self.ops.maintenance()
         self.core.pinned = self.ops.names("pin")
+        # Read for every report's response: derived once per fence change, not per report.
+        self._vf_frozen_hosts = self.ops.names("vf-freeze-host")
+        self._vf_frozen_vms = sorted(self.ops.names("vf-freeze-vm"))
         for kind in FENCE_KINDS:
             self.metrics.fences.labels(kind).set(len(self.ops.names(kind)))
 
