@@ -66,8 +66,11 @@ build() {
   install_sova "$stack" "$dir"
 }
 
-# Sova itself goes in editable and without its own dependencies (the code under test needs
-# only openstacksdk and the stack); re-done when pyproject.toml (its entry points) changes.
+# Sova's distribution metadata (the entry points Watcher's loader reads) goes in without its
+# dependencies, re-done when pyproject.toml changes. The *code* never comes from this install:
+# an environment is shared by every checkout on the machine, so an install would be the code
+# of whichever checkout built it. Each run puts its own checkout's src/ first on PYTHONPATH
+# instead (see `test`), and every tier checks that sova is imported from it.
 install_sova() {
   local stack=$1 dir=$2 want
   want="$(sha256sum "$root/pyproject.toml" | cut -c1-64)"
@@ -110,7 +113,8 @@ case "$cmd" in
       fi
       dir="$(env_dir "$s")"
       # --confcutdir keeps the main suite's conftest (and its dependencies) out of these venvs.
-      (cd "$root" && SOVA_OPENSTACK_STACK="$s" "$dir/bin/python" -m pytest -q -p no:cacheprovider \
+      (cd "$root" && SOVA_OPENSTACK_STACK="$s" SOVA_CHECKOUT="$root" \
+        PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}" "$dir/bin/python" -m pytest -q -p no:cacheprovider \
         --confcutdir=tests/openstack -m openstack "tests/openstack/tier_$s") || rc=1
       echo "openstack tier, $s: $((SECONDS - t0)) s" >&2
     done

@@ -422,3 +422,57 @@ def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
         "uuid-db"
     ]
     assert agent.migrating == {}
+
+
+# --------------------------------------------------------------------------- an unreachable cloud
+
+
+class DiscoveryFailure(Exception):
+    """Stands for keystoneauth's ``DiscoveryFailure``: not an SDK exception, not an OSError
+    (the tier raises the real one against a closed port, tests/openstack/tier_nova)."""
+
+
+def test_agent_keeps_running_and_skips_the_period_while_the_cloud_is_unreachable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+    import threading
+
+    from sova.daemon.agent_daemon import STEP, AgentDaemon
+    from sova.daemon.config import AgentSettings
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    loads = {"web": (0.05, 50e6)}
+    cloud.add_server("web", "cmp1")
+    world = CloudHost(cloud, "cmp1", loads)
+    up = cloud.compute.servers
+    drv = OrchestratedDriver(
+        MockDriver(world),
+        OpenStackActuator(cloud, "cmp1", spawn=lambda fn: fn(), poll_s=0.0),  # default errors
+    )
+    settings = AgentSettings.model_validate(
+        {"driver": "mock", "host": "cmp1", "controller": {"period": 10, "vf_policy": "sova"}}
+    )
+    d = AgentDaemon(settings, drv)
+
+    def down(**_: Any) -> Any:
+        raise DiscoveryFailure("Could not find versioned identity endpoints")
+
+    turns = iter([True, False, True])  # cloud up?, per period
+
+    class Periods:
+        def next(self) -> tuple[float, list[int]] | None:
+            state = next(turns, None)
+            if state is None:
+                return None
+            cloud.compute.servers = up if state else down  # type: ignore[method-assign]
+            world.advance(10.0)
+            return world.t, [STEP]
+
+    caplog.set_level(logging.WARNING)
+    d.run(Periods(), threading.Event())  # returns when the periods run out: never raised
+    skipped = [r.getMessage() for r in caplog.records if "DiscoveryFailure" in r.getMessage()]
+    assert len(skipped) == 1, skipped  # one line for the one period the cloud was down
+    assert "inventory unavailable" in skipped[0]
+    # Periods before and after it were decided: the agent went on after the outage.
+    assert d.agent.load_history

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from sova.driver.base import Capabilities, Driver, OpStatus
+from sova.driver.base import Capabilities, Driver, DriverError, OpStatus
 from sova.model import Action, HostSample, Inventory
 
 
@@ -56,7 +56,19 @@ class OrchestratedDriver:
         return self.host.sample()
 
     def inventory(self) -> Inventory:
-        return self.actuator.reconcile(self.host.inventory())
+        """The host's inventory reconciled with the orchestrator's; :class:`DriverError` when
+        the orchestrator cannot be asked, whatever its client library raised (keystoneauth's
+        ``DiscoveryFailure``, a refused connection, a 5xx), so that the agent skips the period
+        with one log line instead of dying or deciding on a view it could not check."""
+        sensed = self.host.inventory()
+        try:
+            return self.actuator.reconcile(sensed)
+        except DriverError:
+            raise
+        except Exception as exc:
+            raise DriverError(
+                f"{self.actuator.name} inventory unavailable: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def submit(self, action: Action) -> str:
         return self.actuator.submit(action)

@@ -67,7 +67,7 @@ def connect(cloud: str, api_timeout_s: float = 30.0) -> Any:
         from openstack import exceptions as sdk_exc
     except ImportError as exc:
         raise CloudConfigError(
-            f"orchestrator = 'openstack' needs openstacksdk ({exc}); pip install 'sova[openstack]'"
+            f"orchestrator = 'openstack' needs openstacksdk ({exc}); pip install 'sova-sriov[openstack]'"
         ) from None
     try:
         return openstack.connect(cloud=cloud, api_timeout=api_timeout_s)
@@ -76,11 +76,16 @@ def connect(cloud: str, api_timeout_s: float = 30.0) -> Any:
 
 
 def _sdk_errors() -> tuple[type[Exception], ...]:
+    """What the client libraries raise when a cloud refuses or cannot be reached: the SDK's
+    own errors and keystoneauth's (``DiscoveryFailure``, ``ConnectFailure``, timeouts), which
+    are not the SDK's subclasses."""
     try:
+        from keystoneauth1 import exceptions as ksa_exc
+
         from openstack import exceptions as sdk_exc
     except ImportError:
         return ()
-    return (sdk_exc.SDKException,)
+    return (sdk_exc.SDKException, ksa_exc.ClientException)
 
 
 def is_vf_exhausted(message: str) -> bool:
