@@ -39,6 +39,7 @@ class Port:
     binding_vnic_type: str = "normal"
     binding_host_id: str = ""
     description: str = ""
+    fixed_ips: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Interface:
 class Net:
     id: str
     name: str
+    provider_network_type: str = "vlan"
 
 
 @dataclass
@@ -97,12 +99,24 @@ class FakeCloud:
         self.network = _Network(self)
         self.placement = _Placement(self)
 
-    def add_server(self, name: str, host: str, net: str = "net-data") -> Server:
+    def add_server(
+        self, name: str, host: str, net: str = "net-data", net_type: str = "vlan"
+    ) -> Server:
         s = Server(id=f"uuid-{name}", name=name, compute_host=host)
         self.servers[s.id] = s
-        self.networks.setdefault(net, Net(net, net))
+        self.networks.setdefault(net, Net(net, net, net_type))
         pid = f"port-{next(self._ids)}"
-        self.ports[pid] = Port(pid, f"{name}-eth0", net, s.project_id, s.id, "normal", host)
+        ip = f"192.0.2.{len(self.servers)}"
+        self.ports[pid] = Port(
+            pid,
+            f"{name}-eth0",
+            net,
+            s.project_id,
+            s.id,
+            "normal",
+            host,
+            fixed_ips=[{"ip_address": ip}],
+        )
         return s
 
     def bound_vfs(self, host: str) -> int:
@@ -178,6 +192,7 @@ class _Compute:
         ) >= self.c.vfs_per_host.get(s.compute_host, 0):
             raise FakeCloudError(f"Failed to claim PCI device for {s.id} during interface attach")
         p.device_id, p.binding_host_id = s.id, s.compute_host
+        self.c.calls.append(("create_server_interface", {"port": port_id}))
         return Interface(port_id)
 
     def delete_server_interface(self, port_id: str, server: str) -> None:
@@ -227,6 +242,9 @@ class _Network:
 
     def find_network(self, name_or_id: str, ignore_missing: bool = True) -> Net | None:
         return self.c.networks.get(name_or_id)
+
+    def get_network(self, network_id: str) -> Net:
+        return self.c.networks[network_id]
 
 
 class _Placement:

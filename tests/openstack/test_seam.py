@@ -476,3 +476,76 @@ def test_agent_keeps_running_and_skips_the_period_while_the_cloud_is_unreachable
     assert "inventory unavailable" in skipped[0]
     # Periods before and after it were decided: the agent went on after the outage.
     assert d.agent.load_history
+
+
+# --------------------------------------------------------------------------- guest-bond through Nova
+
+
+class BondHost:
+    """The host side of the guest's bond (what LibvirtDriver.to_fast/to_backup do through the
+    guest agent): records each step next to the cloud's calls, and can refuse to confirm."""
+
+    def __init__(self, cloud: FakeCloud, confirm: bool = True) -> None:
+        self.cloud, self.confirm = cloud, confirm
+
+    def _step(self, what: str, vm: str) -> str:
+        self.cloud.calls.append((what, {"vm": vm}))
+        if not self.confirm:
+            raise DriverError(f"{vm}: active slave not confirmed")
+        return f"bond: active slave {what}"
+
+    def to_fast(self, vm: str) -> str:
+        return self._step("to_fast", vm)
+
+    def to_backup(self, vm: str) -> str:
+        return self._step("to_backup", vm)
+
+
+def test_vf_joins_the_guests_bond_after_the_attach_and_leaves_it_before_the_detach() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, fallback=BondHost(cloud))
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    # Same network as the virtio port (the bond's backup), which may carry the VM's address.
+    [attrs] = [a for c, a in cloud.calls if c == "create_port"]
+    assert attrs["network_id"] == "net-data"
+    assert attrs["allowed_address_pairs"] == [{"ip_address": "192.0.2.1"}]
+    assert run(act, DetachVF("vm1")).state is OpState.SUCCEEDED
+    order = [
+        c
+        for c, _ in cloud.calls
+        if c in ("create_server_interface", "to_fast", "to_backup", "delete_server_interface")
+    ]
+    assert order == ["create_server_interface", "to_fast", "to_backup", "delete_server_interface"]
+
+
+def test_unconfirmed_bond_keeps_the_vf_on_detach_and_gives_it_back_on_attach() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    bond = BondHost(cloud)
+    act = actuator(cloud, fallback=bond)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    bond.confirm = False
+    st = run(act, DetachVF("vm1"))
+    assert st.state is OpState.FAILED and "VF kept" in st.detail
+    assert not any(c == "delete_server_interface" for c, _ in cloud.calls)
+    assert cloud.bound_vfs("cmp1") == 1
+    # An attach whose VF never becomes active does not keep a VF that carries nothing; giving
+    # it back needs the backup confirmed, which this guest cannot do: it is kept, and said.
+    cloud2 = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud2.add_server("vm1", "cmp1")
+    half = BondHost(cloud2)
+    act2 = actuator(cloud2, fallback=half)
+    half.to_fast = lambda vm: (_ for _ in ()).throw(DriverError("no netdev"))  # type: ignore[method-assign]
+    st = run(act2, AttachVF("vm1"))
+    assert st.state is OpState.FAILED and "not made active" in st.detail
+    assert "given back" in st.detail and cloud2.bound_vfs("cmp1") == 0
+
+
+def test_vf_is_refused_on_an_overlay_network_sriovnicswitch_cannot_bind() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1", net="tenant-net", net_type="vxlan")
+    st = run(actuator(cloud), AttachVF("vm1"))
+    assert st.state is OpState.FAILED
+    assert "'vxlan'" in st.detail and "vlan and flat" in st.detail
+    assert not any(c == "create_port" for c, _ in cloud.calls)

@@ -16,6 +16,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from xml.sax.saxutils import quoteattr
 
+GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
 #: libvirt only accepts user aliases with this prefix; `<teaming persistent=…>` must name one.
 USER_ALIAS_PREFIX = "ua-"
 #: Alias of the VF interface Sova plugs; a VM holds at most one VF, so one name suffices and
@@ -101,6 +102,9 @@ class DomainInfo:
     nics: tuple[DomainNic, ...] = ()
     plain_hostdev_pci: tuple[str, ...] = ()  # `<hostdev>` PCI devices: not live-migratable
     sla: SlaHint | None = None
+    # A virtio-serial channel named org.qemu.guest_agent.0: the guest agent can be reached
+    # (Nova adds it for images with hw_qemu_guest_agent=yes).
+    guest_agent_channel: bool = False
 
     def nic_by_mac(self, mac: str) -> list[DomainNic]:
         mac = mac.lower()
@@ -235,6 +239,11 @@ def parse_domain(xml: str) -> DomainInfo:
         nics=tuple(nics),
         plain_hostdev_pci=tuple(hostdevs),
         sla=_parse_sla(root),
+        guest_agent_channel=devices is not None
+        and any(
+            (t := ch.find("target")) is not None and t.get("name") == GUEST_AGENT_CHANNEL
+            for ch in devices.findall("channel")
+        ),
     )
 
 

@@ -39,6 +39,17 @@ class Actuator(Protocol):
         ...
 
 
+@runtime_checkable
+class FailoverHooks(Protocol):
+    """The host side of a fast NIC the orchestrator plugs: the guest's failover (guest-bond)
+    must make it carry the traffic after the plug and move the traffic off it before the
+    unplug, each confirmed. Raise :class:`DriverError` when it is not confirmed."""
+
+    def to_backup(self, vm: str) -> str: ...
+
+    def to_fast(self, vm: str) -> str: ...
+
+
 @dataclass
 class OrchestratedDriver:
     """A :class:`Driver` that senses through ``host`` and acts through ``actuator``."""

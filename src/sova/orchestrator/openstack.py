@@ -49,7 +49,7 @@ from sova.model import (
     SetVFRate,
     VMState,
 )
-from sova.orchestrator.base import CloudConfigError
+from sova.orchestrator.base import CloudConfigError, FailoverHooks
 
 PORT_PREFIX = "sova-vf-"
 PORT_DESCRIPTION = "Sova fast path (SR-IOV VF); created and deleted by sova"
@@ -351,6 +351,9 @@ class OpenStackActuator:
             self.conn.compute.migrations(server_id=server.id, migration_type="live-migration")
         )
 
+    def _hooks(self) -> FailoverHooks | None:
+        return self.fallback if isinstance(self.fallback, FailoverHooks) else None
+
     def _attach(self, a: AttachVF) -> str:
         server = self._server(a.vm)
         if _host_of(server) != self.host:
@@ -358,8 +361,10 @@ class OpenStackActuator:
         held = self._sova_ports(server)
         if held:
             return f"{a.vm} already holds VF port {held[0].id}"
-        network = self._network_for(server)
-        port = self.conn.network.create_port(**vf_port_attrs(a.vm, network, server.project_id))
+        network, backup = self._network_for(server)
+        port = self.conn.network.create_port(
+            **vf_port_attrs(a.vm, network, server.project_id, _addresses(backup))
+        )
         try:
             self.conn.compute.create_server_interface(server, port_id=port.id)
         except self._errors as exc:
@@ -368,24 +373,69 @@ class OpenStackActuator:
             if is_vf_exhausted(str(exc)):
                 raise _OpFailed(f"no VF left on {self.host} for {a.vm}: {exc}") from exc
             raise _OpFailed(f"Nova refused to attach a VF port to {a.vm}: {exc}") from exc
-        return f"{a.vm}: direct port {port.id} on network {network} attached"
+        detail = f"{a.vm}: direct port {port.id} on network {network} attached"
+        hooks = self._hooks()
+        if hooks is None:
+            return detail
+        try:
+            return f"{detail}; {hooks.to_fast(a.vm)}"
+        except DriverError as exc:
+            # A VF that carries nothing would be counted as the VM's fast path: give it back
+            # (the backup is confirmed active first, as for any detach).
+            give_back_errors: tuple[type[Exception], ...] = (_OpFailed, *self._errors)
+            try:
+                undone = f"given back ({self._detach(a.vm)})"
+            except give_back_errors as exc2:
+                undone = f"left attached, detach failed: {exc2}"
+            raise _OpFailed(f"{detail} but not made active: {exc}; VF {undone}") from exc
 
-    def _network_for(self, server: Any) -> str:
+    def _network_for(self, server: Any) -> tuple[str, Any]:
+        """The VF network and the server's port on it (the bond's backup: same L2 segment).
+
+        The VF must land where the VM's backup interface is, or the guest's bond would fail
+        over between two networks; and it must be a VLAN or flat network, the only types
+        Neutron's sriovnicswitch binds.
+        """
+        wanted: str | None = None
         if self.network is not None:
             net = self.conn.network.find_network(self.network, ignore_missing=True)
             if net is None:
                 raise _OpFailed(f"openstack.network = {self.network!r}: no such network")
-            return str(net.id)
-        for p in self.conn.network.ports(device_id=server.id):
-            if not (p.name or "").startswith(PORT_PREFIX):
-                return str(p.network_id)
-        raise _OpFailed(f"{server.name} has no port to take the VF network from; set network")
+            wanted = str(net.id)
+        ports = [
+            p
+            for p in self.conn.network.ports(device_id=server.id)
+            if not (p.name or "").startswith(PORT_PREFIX)
+        ]
+        backup = next((p for p in ports if wanted is None or str(p.network_id) == wanted), None)
+        if backup is None:
+            where = f"network {self.network!r}" if self.network else "any network"
+            raise _OpFailed(
+                f"{server.name} has no port on {where} to back the VF up (the guest's bond "
+                "needs its virtio port on the VF's network)"
+            )
+        network_id = str(backup.network_id)
+        net = self.conn.network.get_network(network_id)
+        kind = getattr(net, "provider_network_type", None)
+        if kind is not None and kind not in ("vlan", "flat"):
+            raise _OpFailed(
+                f"network {network_id} of {server.name} is {kind!r}: sriovnicswitch binds only "
+                "vlan and flat networks (set [openstack] network to a provider network)"
+            )
+        return network_id, backup
 
     def _detach(self, vm: str) -> str:
         server = self._server(vm)
         ports = self._sova_ports(server)
         if not ports:
             return f"{vm} holds no Sova VF port"
+        hooks = self._hooks()
+        if hooks is not None:
+            # Never pull the VF before the guest's bond is confirmed on its backup.
+            try:
+                moved = hooks.to_backup(vm)
+            except DriverError as exc:
+                raise _OpFailed(f"not detaching the VF of {vm}: {exc}; VF kept") from exc
         for port in ports:
             self.conn.compute.delete_server_interface(port.id, server=server.id)
         start = self.clock()
@@ -403,20 +453,35 @@ class OpenStackActuator:
             self.sleep(self.poll_s)
         for port in ports:
             self.conn.network.delete_port(port, ignore_missing=True)
-        return f"{vm}: VF port(s) {', '.join(p.id for p in ports)} detached and deleted"
+        done = f"{vm}: VF port(s) {', '.join(p.id for p in ports)} detached and deleted"
+        return done if hooks is None else f"{done} ({moved})"
 
 
-def vf_port_attrs(vm: str, network_id: str, project_id: str | None) -> dict[str, Any]:
-    """The Neutron port Sova asks for as a VM's fast path (openstacksdk attribute names)."""
+def vf_port_attrs(
+    vm: str, network_id: str, project_id: str | None, addresses: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The Neutron port Sova asks for as a VM's fast path (openstacksdk attribute names).
+
+    ``addresses`` are the backup port's IPs: the guest's bond carries them over whichever
+    slave is active (``fail_over_mac=active``: the VF sends with its own MAC), so the port
+    says it may carry them. Port security stays on: the VF's MAC anti-spoofing holds.
+    """
     attrs: dict[str, Any] = {
         "network_id": network_id,
         "binding_vnic_type": "direct",
         "name": PORT_PREFIX + vm,
         "description": PORT_DESCRIPTION,
     }
+    pairs = [{"ip_address": ip} for ip in addresses]
+    if pairs:
+        attrs["allowed_address_pairs"] = pairs
     if project_id:
         attrs["project_id"] = project_id
     return attrs
+
+
+def _addresses(port: Any) -> list[str]:
+    return [str(ip["ip_address"]) for ip in (getattr(port, "fixed_ips", None) or [])]
 
 
 def _is_sova_port(port: Any) -> bool:

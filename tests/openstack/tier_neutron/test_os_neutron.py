@@ -88,3 +88,16 @@ class TestSovaPortsOnSriovNicSwitch(plugin_tests.Ml2PluginV2TestCase):
         port = self.sova_port(net["id"])
         bound = self.nova_binds(port["id"], "cmp2")
         assert bound["binding:vif_type"] == "binding_failed"
+
+
+def test_sova_is_imported_from_this_checkout() -> None:
+    """The tier's environments are shared by every checkout on the machine: the code under
+    test must be this checkout's (scripts/openstack-envs.sh puts its src/ first on the path),
+    never the one an earlier run installed."""
+    import pathlib
+
+    import sova
+
+    here = pathlib.Path(__file__).resolve().parents[3] / "src"
+    imported = pathlib.Path(sova.__file__).resolve()
+    assert imported.is_relative_to(here), f"sova imported from {imported}, not from {here}"

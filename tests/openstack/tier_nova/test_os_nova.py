@@ -254,3 +254,16 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
         st = wait(self.act, self.act.submit(AttachVF(second)))
         assert st.state is OpState.SUCCEEDED, st.detail
         assert self.holder() == ["vm2"]
+
+
+def test_sova_is_imported_from_this_checkout() -> None:
+    """The tier's environments are shared by every checkout on the machine: the code under
+    test must be this checkout's (scripts/openstack-envs.sh puts its src/ first on the path),
+    never the one an earlier run installed."""
+    import pathlib
+
+    import sova
+
+    here = pathlib.Path(__file__).resolve().parents[3] / "src"
+    imported = pathlib.Path(sova.__file__).resolve()
+    assert imported.is_relative_to(here), f"sova imported from {imported}, not from {here}"

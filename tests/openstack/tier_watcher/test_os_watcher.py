@@ -127,3 +127,16 @@ class TestSovaHotspotStrategy(TestBaseStrategy):
         assert cls is SovaHotspot
         assert issubclass(cls, strategies.base.WorkloadStabilizationBaseStrategy)
         assert cls.get_goal_name() == "workload_balancing"
+
+
+def test_sova_is_imported_from_this_checkout() -> None:
+    """The tier's environments are shared by every checkout on the machine: the code under
+    test must be this checkout's (scripts/openstack-envs.sh puts its src/ first on the path),
+    never the one an earlier run installed."""
+    import pathlib
+
+    import sova
+
+    here = pathlib.Path(__file__).resolve().parents[3] / "src"
+    imported = pathlib.Path(sova.__file__).resolve()
+    assert imported.is_relative_to(here), f"sova imported from {imported}, not from {here}"

@@ -809,6 +809,43 @@ class LibvirtDriver:
             ) from e
         return f"; {done}" if done else ""
 
+    # -- the failover around a fast NIC another actor plugs (orchestrator = "openstack")
+
+    def to_backup(self, vm: str) -> str:
+        """Before Nova unplugs ``vm``'s fast NIC: the failover moves the traffic to the backup
+        and confirms it. :class:`DriverError` when it cannot: the NIC must then stay."""
+        dom, fast, backup = self._failover_pair(vm)
+        if fast is None:
+            return f"{vm} has no fast NIC"
+        if backup.link_state == "down":
+            raise DriverError(f"{vm}: backup path {backup.mac} is link-down; fast NIC kept")
+        try:
+            return self._failover.before_unplug(dom, fast, backup) or "backup active"
+        except FailoverError as e:
+            raise DriverError(f"{vm}: backup path not confirmed active: {e}") from e
+
+    def to_fast(self, vm: str) -> str:
+        """After Nova plugged ``vm``'s fast NIC: the failover makes it carry the traffic and
+        confirms it; :class:`DriverError` when it cannot (the caller unplugs it again)."""
+        dom, fast, backup = self._failover_pair(vm)
+        if fast is None:
+            raise DriverError(f"{vm}: no fast NIC in the live XML")
+        try:
+            return self._failover.after_plug(dom, fast, backup) or "fast NIC active"
+        except FailoverError as e:
+            raise DriverError(f"{vm}: fast NIC not made active: {e}") from e
+
+    def _failover_pair(self, vm: str) -> tuple[Any, DomainNic | None, DomainNic]:
+        try:
+            dom = self._dom(vm)
+        except _OpFailed as e:
+            raise DriverError(str(e)) from e
+        info = self._live(dom)
+        backup = self._failover.backup(info)
+        if backup is None:
+            raise DriverError(f"{vm}: no backup interface for the {self._failover.name} failover")
+        return dom, self._fast.nic(info), backup
+
     def _detach(self, op: _Op, vm: str) -> str:
         lv = _require_libvirt()
         dom = self._dom(vm)

@@ -128,6 +128,10 @@ class GuestBond:
     def readiness(self, info: DomainInfo) -> Readiness:
         if self.agent is None:
             return Readiness(False, "guest-bond failover needs the guest agent")
+        if not info.guest_agent_channel:
+            # Without the channel no bond can be driven or confirmed, so the fast NIC could
+            # never be made active nor safely pulled (Nova: hw_qemu_guest_agent=yes).
+            return Readiness(False, "no guest agent channel (org.qemu.guest_agent.0) in the domain")
         if self.backup(info) is None:
             return Readiness(False, "no virtio interface to act as the bond's backup slave")
         return Readiness(True)
