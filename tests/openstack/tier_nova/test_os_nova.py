@@ -12,8 +12,10 @@ Run with ``scripts/openstack-envs.sh test nova``.
 
 from __future__ import annotations
 
+import copy
 import time
 import types
+import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
@@ -74,6 +76,7 @@ class FixtureNetwork:
             binding_vnic_type=p.get("binding:vnic_type"),
             binding_host_id=p.get("binding:host_id"),
             binding_vif_type=p.get("binding:vif_type"),
+            fixed_ips=p.get("fixed_ips") or [],
         )
 
     def ports(self, **query: Any) -> list[Any]:
@@ -93,7 +96,8 @@ class FixtureNetwork:
             "binding:vif_details": {"vlan": 100},
             "binding:profile": {},
             "device_id": "",
-            "port_security_enabled": False,
+            "port_security_enabled": True,
+            "allowed_address_pairs": attrs.get("allowed_address_pairs", []),
         }
         self.fx.update_port(port["id"], {"port": body})
         self.created.append(port["id"])
@@ -102,6 +106,12 @@ class FixtureNetwork:
     def delete_port(self, port: Any, ignore_missing: bool = True) -> None:
         self.deleted.append(port.id)
         self.fx.delete_port(port.id)
+
+    def get_network(self, network_id: str) -> Any:
+        n = self.fx.show_network(network_id)["network"]
+        return types.SimpleNamespace(
+            id=n["id"], name=n.get("name"), provider_network_type=n.get("provider:network_type")
+        )
 
     def find_network(self, name_or_id: str, ignore_missing: bool = True) -> Any:
         nets = self.fx.list_networks()["networks"]
@@ -267,3 +277,300 @@ def test_sova_is_imported_from_this_checkout() -> None:
     here = pathlib.Path(__file__).resolve().parents[3] / "src"
     imported = pathlib.Path(sova.__file__).resolve()
     assert imported.is_relative_to(here), f"sova imported from {imported}, not from {here}"
+
+
+# --------------------------------------------------------------------------- Nova-made VMs
+
+NODE_XML = """<node>
+  <cpu><nodes>1</nodes><sockets>1</sockets><cores>8</cores><threads>1</threads>
+    <active>8</active><mhz>2400</mhz><model>x86_64</model></cpu>
+  <memory>16777216</memory>
+  <device><name>pci_0000_81_00_0</name><parent>computer</parent>
+    <capability type='pci'><domain>0</domain><bus>129</bus><slot>0</slot><function>0</function>
+      <product id='0x1528'/><vendor id='0x8086'/>
+      <capability type='virt_functions' maxCount='1'>
+        <address domain='0x0000' bus='0x81' slot='0x00' function='0x1'/>
+      </capability></capability></device>
+  <device><name>net_ens1f0</name><parent>pci_0000_81_00_0</parent>
+    <capability type='net'><interface>ens1f0</interface><address>52:54:00:aa:00:01</address>
+      <link speed='10000' state='up'/></capability></device>
+</node>
+"""
+# The one PF and VF of Nova's fake host (fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1)),
+# as a libvirt node file: the pool the host offers Sova.
+
+
+class Hypervisor:
+    """libvirt's own test driver (``test://<node file>``) holding the domains Nova's libvirt
+    driver generated for compute0: Nova's domain XML as Nova passed it to ``defineXML`` and
+    Nova's device XML as Nova passed it to ``attachDeviceFlags``/``detachDeviceFlags``
+    (Nova's fake libvirt keeps only a digest of them). The one change: the domain type,
+    ``kvm``, becomes ``test``, the only type the test driver runs."""
+
+    def __init__(self, node_file: str) -> None:
+        import libvirt
+
+        self.lv = libvirt
+        self.conn = libvirt.open(f"test://{node_file}")
+        self.xml: dict[str, Any] = {}  # domain name -> Nova's XML (ElementTree)
+        self.events: list[tuple[str, str, str]] = []  # (what, domain, detail)
+
+    def define(self, xml: str) -> None:
+        import xml.etree.ElementTree as ET
+
+        root = ET.fromstring(xml)
+        self.xml[root.findtext("name", "")] = root
+        self._redefine(root.findtext("name", ""))
+
+    def attach(self, name: str, device_xml: str) -> None:
+        import xml.etree.ElementTree as ET
+
+        self.xml[name].find("devices").append(ET.fromstring(device_xml))
+        self.events.append(("attach", name, device_xml))
+        self._redefine(name)
+
+    def detach(self, name: str, device_xml: str) -> None:
+        import xml.etree.ElementTree as ET
+
+        dev = ET.fromstring(device_xml)
+        mac = dev.find("mac")
+        devices = self.xml[name].find("devices")
+        for el in list(devices):
+            m = el.find("mac")
+            same = m is not None and mac is not None and m.get("address") == mac.get("address")
+            if el.tag == dev.tag and same:
+                devices.remove(el)
+                self.events.append(("detach", name, device_xml))
+        self._redefine(name)
+
+    def _redefine(self, name: str) -> None:
+        # The aliases libvirt's QEMU driver gives devices in the live XML (netN for an
+        # interface, hostdevN for a hostdev one), which Nova detaches by.
+        counters = {"net": 0, "hostdev": 0}
+        for iface in self.xml[name].iter("interface"):
+            kind = "hostdev" if iface.get("type") == "hostdev" else "net"
+            if iface.find("alias") is None:
+                ET.SubElement(iface, "alias", name=f"{kind}{counters[kind]}")
+            counters[kind] += 1
+
+        root = copy.deepcopy(self.xml[name])
+        root.set("type", "test")
+        try:
+            old = self.conn.lookupByName(name)
+            if old.isActive():
+                old.destroy()
+            old.undefine()
+        except self.lv.libvirtError:
+            pass
+        self.conn.defineXML(ET.tostring(root, encoding="unicode")).create()
+
+
+class BondGuest:
+    """The guest agent of a guest whose bond enslaves its virtio NIC (backup) and, once
+    plugged, its VF: answers Sova's guest-bond scripts as the guest would, from what the
+    hypervisor holds (a NIC that is not plugged cannot become the active slave)."""
+
+    def __init__(self, hv: Hypervisor) -> None:
+        self.hv = hv
+        self.active: dict[str, str] = {}  # domain -> MAC of the active slave
+        self.calls: list[tuple[str, str]] = []
+        self._out: dict[int, str] = {}
+
+    def __call__(self, dom: Any, cmd: str, timeout_s: int) -> str:
+        import base64
+        import json
+
+        from sova.driver.libvirt_driver.failover import TO_BACKUP, TO_FAST
+
+        req = json.loads(cmd)
+        if req["execute"] == "guest-exec":
+            _, script, _, fast, backup = req["arguments"]["arg"]
+            name = dom.name()
+            macs = {m.get("address") for m in self.hv.xml[name].iter("mac")}
+            if script == TO_FAST:
+                if fast not in macs:
+                    return json.dumps({"error": {"desc": f"no netdev with MAC {fast}"}})
+                self.active[name] = fast
+            elif script == TO_BACKUP:
+                self.active[name] = backup
+            self.calls.append((name, "to_fast" if script == TO_FAST else "to_backup"))
+            pid = len(self._out) + 1
+            self._out[pid] = f"bond0: active slave {self.active[name]}"
+            return json.dumps({"return": {"pid": pid}})
+        if req["execute"] == "guest-exec-status":
+            out = self._out[req["arguments"]["pid"]]
+            data = base64.b64encode(out.encode()).decode()
+            return json.dumps({"return": {"exited": True, "exitcode": 0, "out-data": data}})
+        return json.dumps({"error": {"desc": f"unexpected {req['execute']}"}})
+
+
+class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
+    """Two servers Nova made on compute0, both with a virtio port on the VLAN provider network
+    physnet2 (network_2, VLAN 24): ``bonded`` from an image with ``hw_qemu_guest_agent=yes``,
+    ``plain`` from one without. Sova's LibvirtDriver reads Nova's generated XML from libvirt's
+    test driver; its agent (static-sriov, creation order, pool 1) grants the VF through Nova."""
+
+    PCI_ALIAS: list[str] = []
+    ADMIN_API = True
+    microversion = "latest"
+    PCI_DEVICE_SPEC = sriov.SRIOVAttachDetachTest.PCI_DEVICE_SPEC
+
+    def setUp(self) -> None:
+        import tempfile
+
+        super().setUp()
+        pytest.importorskip("libvirt", reason="needs libvirt-python in the nova environment")
+        self.neutron = self.useFixture(sriov.nova_fixtures.NeutronFixture(self))
+        net2 = self.neutron.network_2
+        self.neutron._networks[net2["id"]] = net2
+        self.neutron._subnets[self.neutron.subnet_2["id"]] = self.neutron.subnet_2
+        with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as node:
+            node.write(NODE_XML)
+        self.addCleanup(__import__("os").unlink, node.name)
+        self.hv = Hypervisor(node.name)
+        hv = self.hv
+
+        real_define = fakelibvirt.Connection.defineXML
+        real_attach = fakelibvirt.Domain.attachDeviceFlags
+        real_detach = fakelibvirt.Domain.detachDeviceFlags
+
+        def define(conn: Any, xml: str) -> Any:
+            hv.define(xml)
+            return real_define(conn, xml)
+
+        def attach(dom: Any, xml: str, flags: int) -> Any:
+            out = real_attach(dom, xml, flags)
+            hv.attach(dom.name(), xml)
+            return out
+
+        def detach(dom: Any, xml: str, flags: int) -> Any:
+            hv.detach(dom.name(), xml)
+            return real_detach(dom, xml, flags)
+
+        # Fake libvirt sends no DEVICE_REMOVED event: Nova then confirms a live detach by
+        # reading the domain XML again, after this timeout (default 20 s).
+        self.flags(device_detach_timeout=1, group="libvirt")
+
+        real_xml = fakelibvirt.Domain.XMLDesc
+
+        def xml_desc(dom: Any, flags: int) -> str:
+            # Nova reads back what it wrote (finding an interface to detach by its config),
+            # not fake libvirt's digest of it: one hypervisor, seen alike by Nova and Sova.
+            root = hv.xml.get(dom.name())
+            if root is None:
+                return str(real_xml(dom, flags))
+            return ET.tostring(root, encoding="unicode")
+
+        self.stub_out("nova.tests.fixtures.libvirt.Domain.XMLDesc", xml_desc)
+        self.stub_out("nova.tests.fixtures.libvirt.Connection.defineXML", define)
+        self.stub_out("nova.tests.fixtures.libvirt.Domain.attachDeviceFlags", attach)
+        self.stub_out("nova.tests.fixtures.libvirt.Domain.detachDeviceFlags", detach)
+
+        host_info = fakelibvirt.HostInfo(cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2)
+        pci_info = fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1)
+        self.start_compute("compute0", host_info=host_info, pci_info=pci_info)
+        self.net = FixtureNetwork(self.neutron)
+        self.conn = types.SimpleNamespace(
+            compute=sdk(self.api_fixture.base_url, self.api.project_id).compute,
+            network=self.net,
+        )
+        base = self.glance.show(None, self.glance.auto_disk_config_enabled_image["id"])
+        images = {}
+        for name, props in (("plain", {}), ("bonded", {"hw_qemu_guest_agent": "yes"})):
+            img = {k: v for k, v in base.items() if k not in ("id", "properties")}
+            img["name"], img["properties"] = f"img-{name}", dict(props)
+            images[name] = self.glance.create(None, img)["id"]
+        # Each server's virtio port: an OVS port on the provider network (as a user would
+        # get one there), the fixture's normal port moved to network_2.
+        ports = {}
+        for i, name in enumerate(("plain", "bonded")):
+            port = copy.deepcopy(self.neutron.port_2)
+            port.update(
+                id=f"5460ee0c-0000-4000-8000-00000000000{i}",
+                network_id=net2["id"],
+                mac_address=f"52:54:00:bb:00:0{i}",
+                fixed_ips=[
+                    {"ip_address": f"192.168.13.{10 + i}", "subnet_id": self.neutron.subnet_2["id"]}
+                ],
+            )
+            self.neutron._ports[port["id"]] = port
+            ports[name] = port["id"]
+        # plain first: in creation order it would get the host's one VF, were it eligible.
+        self.servers = {
+            name: self._create_server(
+                name=name, image_uuid=images[name], networks=[{"port": ports[name]}]
+            )
+            for name in ("plain", "bonded")
+        }
+        self.domain = {n: s["OS-EXT-SRV-ATTR:instance_name"] for n, s in self.servers.items()}
+
+    def test_agent_grants_the_vf_to_the_vm_whose_xml_makes_it_eligible_and_takes_it_back(
+        self,
+    ) -> None:
+        from sova.agent.config import ControllerConfig
+        from sova.agent.loop import HostAgent
+        from sova.driver.guest_agent import GuestAgent
+        from sova.driver.libvirt_driver import LibvirtDriver, LibvirtDriverConfig
+        from sova.orchestrator.base import OrchestratedDriver
+
+        guest = BondGuest(self.hv)
+        host = LibvirtDriver(
+            LibvirtDriverConfig(
+                uri="test:///",
+                host_name="compute0",
+                failover="guest-bond",
+                sysfs_root="/nonexistent",
+            ),
+            conn=self.hv.conn,
+            agent=GuestAgent(guest, exec_timeout_s=5.0),
+        )
+        self.addCleanup(host.close)
+        act = OpenStackActuator(self.conn, "compute0", poll_s=0.2, fallback=host)
+        drv = OrchestratedDriver(host, act)
+
+        # Eligibility comes from Nova's XML: the agent channel Nova generated for the image
+        # with hw_qemu_guest_agent=yes, the virtio interface on the provider network.
+        inv = drv.inventory()
+        plain, bonded = self.domain["plain"], self.domain["bonded"]
+        assert set(inv.vms) == {plain, bonded}
+        assert inv.vms[bonded].failover_ready
+        assert not inv.vms[plain].failover_ready  # a hand-set default would say True
+        assert inv.host.nic.vf_pool == 1
+
+        agent = HostAgent(drv, ControllerConfig(vf_policy="static-sriov"))
+        agent.step()
+        deadline = time.monotonic() + 60
+        while agent.executor.in_flight and time.monotonic() < deadline:
+            agent.poll()
+            time.sleep(0.1)
+        assert not agent.executor.in_flight
+        assert sorted(drv.inventory().vf_holders) == [bonded]
+        # Through Nova and Neutron: a direct port on the provider network of bonded's
+        # virtio port, claimed by Nova's PCI tracker, plugged as Nova's hostdev interface.
+        [pid] = self.net.created
+        port = self.neutron.show_port(pid)["port"]
+        assert port["device_id"] == self.servers["bonded"]["id"]
+        assert port["network_id"] == self.neutron.network_2["id"]
+        assert port["binding:vnic_type"] == "direct"
+        self.assertPCIDeviceCounts("compute0", total=2, free=0)
+        [(what, dom, dev_xml)] = self.hv.events
+        assert (what, dom) == ("attach", bonded) and "hostdev" in dev_xml
+        vf_mac = port["mac_address"]
+        assert guest.active[bonded] == vf_mac  # the guest's bond made the VF active
+        # The backup's address may travel over the VF (the bond keeps the VM's one IP).
+        virtio_ip = next(
+            p["fixed_ips"][0]["ip_address"]
+            for p in self.neutron.list_ports(is_admin=True)["ports"]
+            if p["device_id"] == self.servers["bonded"]["id"] and p["id"] != pid
+        )
+        assert port["allowed_address_pairs"] == [{"ip_address": virtio_ip}]
+
+        # Taken back: the bond is moved to the backup (confirmed) before Nova detaches.
+        st = wait(act, drv.submit(DetachVF(bonded)))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert guest.calls == [(bonded, "to_fast"), (bonded, "to_backup")]
+        assert [e[0] for e in self.hv.events] == ["attach", "detach"]
+        assert guest.active[bonded] != vf_mac  # on the backup when the VF went
+        assert pid in self.net.deleted
+        assert drv.inventory().vf_holders == frozenset()
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)  # the PF and its VF
