@@ -8,8 +8,15 @@ hotspot test, largest-MF VM, cold spot that stays below the ceiling) and emits o
 ``migrate`` action (``live``) per hot host that has a cold spot, none otherwise.
 
 Where the inputs come from: a node's utilisation history is the datasource's
-``host_cpu_usage`` and ``host_ram_usage`` series over the last ``n`` granularity periods;
-a VM's share is its ``instance_cpu_usage`` scaled by vCPUs, and its flavor memory. Watcher's
+``host_cpu_usage`` and ``host_ram_usage`` over the last ``n`` granularity periods — the
+series (``statistic_series``, Gnocchi) where the datasource has one, else derived from ``n``
+nested means (``statistic_aggregation`` over 1..n periods, Prometheus, Aetos, Grafana, which
+have no series); a VM's share is its ``instance_cpu_usage`` scaled by vCPUs, and its flavor
+memory. Only ``active`` instances not tagged ``watcher_exclude`` (nor excluded by the audit's
+``optimize`` metadata rule) may be moved, and only to a node whose free vCPUs, RAM and disk
+(Watcher's model: capacity after allocation ratios, minus what its instances use) hold it.
+The solution carries the ``workload_balancing`` goal's efficacy indicators: migrations, the
+instances audited, and the spread (standard deviation) of node CPU use before and after. Watcher's
 datasources have no host network meter, so network load counts as 0 here: network hotspots
 are what Sova's own agents sense (orchestrator = "openstack"), this strategy covers the
 CPU/memory side inside Watcher.
@@ -21,6 +28,7 @@ so it is only importable where Watcher is installed.
 from __future__ import annotations
 
 import datetime
+import math
 from typing import Any
 
 from watcher.decision_engine.model import element
@@ -52,6 +60,9 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
     def __init__(self, config: Any, osc: Any = None) -> None:
         super().__init__(config, osc)
         self.signals: dict[str, MigrationSignal] = {}
+        self.migrations = 0
+        self.sd_before = 0.0
+        self.sd_after = 0.0
 
     @classmethod
     def get_name(cls) -> str:
@@ -88,7 +99,13 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
         self._pre_execute()
 
     def post_execute(self) -> None:
-        pass
+        self.solution.model = self.compute_model
+        self.solution.set_efficacy_indicators(
+            instance_migrations_count=self.migrations,
+            instances_count=len(self.compute_model.get_all_instances()),
+            standard_deviation_before_audit=self.sd_before,
+            standard_deviation_after_audit=self.sd_after,
+        )
 
     def do_execute(self, audit: Any = None) -> None:
         model = self.compute_model
@@ -102,34 +119,76 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
             and n.state == element.ServiceState.ONLINE.value
         }
         reports: dict[str, HostReport] = {}
+        movable: dict[str, Any] = {}
         for name, node in nodes.items():
-            report = self._report(model, node, detector.n)
+            report = self._report(model, node, detector.n, movable)
             if report is not None:
                 reports[name] = report
+        # A VM may only go where Watcher's model says it fits (vCPU, RAM, disk).
+        barred = {
+            uuid: {name for name, node in nodes.items() if not _fits(model, inst, node)}
+            for uuid, inst in movable.items()
+        }
         self.signals = coordinate(
-            reports, detector, metric=str(self._param("metric")), ceiling=self._param("ceiling")
+            reports,
+            detector,
+            metric=str(self._param("metric")),
+            ceiling=self._param("ceiling"),
+            barred=barred,
         )
+        cpu = {name: rep.history[-1].cpu for name, rep in reports.items() if rep.history}
+        self.sd_before = _stdev(cpu.values())
+        self.migrations = 0
         for src, sig in sorted(self.signals.items()):
             if sig.flag and sig.target and sig.vm:
                 instance = model.get_instance_by_uuid(sig.vm)
                 self.add_action_migrate(instance, "live", nodes[src], nodes[sig.target])
+                self.migrations += 1
+                share = reports[src].vms[sig.vm].util.cpu
+                cpu[src] -= share
+                cpu[sig.target] += share * nodes[src].vcpus / nodes[sig.target].vcpus
+        self.sd_after = _stdev(cpu.values())
 
     # ------------------------------------------------------------------ inputs
 
     def _series(self, node: Any, meter: str, n: int) -> list[float]:
         gran = int(self._param("granularity"))
+        ds = self.datasource_backend
         end = datetime.datetime.now(datetime.UTC)
-        data = self.datasource_backend.statistic_series(
-            resource=node,
-            resource_type="compute_node",
-            meter_name=meter,
-            start_time=end - datetime.timedelta(seconds=gran * n),
-            end_time=end,
-            granularity=gran,
-        )
+        try:
+            data = ds.statistic_series(
+                resource=node,
+                resource_type="compute_node",
+                meter_name=meter,
+                start_time=end - datetime.timedelta(seconds=gran * n),
+                end_time=end,
+                granularity=gran,
+            )
+        except NotImplementedError:
+            return self._series_from_means(node, meter, n, gran)
         return [float(v) for _, v in sorted((data or {}).items())][-n:]
 
-    def _report(self, model: Any, node: Any, n: int) -> HostReport | None:
+    def _series_from_means(self, node: Any, meter: str, n: int, gran: int) -> list[float]:
+        """Per-period values from the means over the last 1, 2, …, n periods: the mean over
+        i periods is the average of the i newest values, so the i-th newest value is
+        ``i·M(i) − (i−1)·M(i−1)``. Oldest first; stops at the first period without data."""
+        means: list[float] = []
+        for i in range(1, n + 1):
+            m = self.datasource_backend.statistic_aggregation(
+                resource=node,
+                resource_type="compute_node",
+                meter_name=meter,
+                period=gran * i,
+                aggregate="mean",
+                granularity=gran,
+            )
+            if m is None or (isinstance(m, float) and math.isnan(m)):
+                break
+            means.append(float(m))
+        values = [(i + 1) * m - (i * means[i - 1] if i else 0.0) for i, m in enumerate(means)]
+        return [max(0.0, v) for v in reversed(values)]
+
+    def _report(self, model: Any, node: Any, n: int, movable: dict[str, Any]) -> HostReport | None:
         cpu = self._series(node, "host_cpu_usage", n)
         ram_kib = self._series(node, "host_ram_usage", n)
         if not cpu or not ram_kib or not node.memory or not node.vcpus:
@@ -141,9 +200,18 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
         )
         gran = int(self._param("granularity"))
         vms: dict[str, VMLoad] = {}
-        for inst in model.get_node_instances(node):
+        instances = model.get_node_instances(node)
+        if getattr(self.config, "check_optimize_metadata", False):
+            instances = self.filter_instances_by_audit_tag(instances)
+        candidates = [
+            inst
+            for inst in instances
+            if inst.state == element.InstanceState.ACTIVE.value and not inst.watcher_exclude
+        ]
+        for inst in candidates:
             if not inst.memory:
                 continue
+            movable[inst.uuid] = inst
             usage = self.datasource_backend.get_instance_cpu_usage(inst, gran, "mean", gran)
             vms[inst.uuid] = VMLoad(
                 Utilisation(
@@ -154,3 +222,20 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
                 int(inst.memory) * 1024 * 1024,
             )
         return HostReport(history, vms)
+
+
+def _fits(model: Any, instance: Any, node: Any) -> bool:
+    free = model.get_node_free_resources(node)
+    return bool(
+        free["vcpu"] >= instance.vcpus
+        and free["memory"] >= instance.memory
+        and free["disk"] >= instance.disk
+    )
+
+
+def _stdev(values: Any) -> float:
+    xs = [float(v) for v in values]
+    if not xs:
+        return 0.0
+    mean = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))

@@ -22,13 +22,20 @@ pytest.importorskip(
     reason="needs the pinned watcher environment: scripts/openstack-envs.sh test watcher",
 )
 
+from watcher import objects  # noqa: E402
 from watcher.common import utils  # noqa: E402
+from watcher.decision_engine.audit import oneshot  # noqa: E402
+from watcher.decision_engine.datasources import prometheus_base  # noqa: E402
 from watcher.decision_engine.loading import default as loading  # noqa: E402
+from watcher.decision_engine.model import element  # noqa: E402
+from watcher.decision_engine.model.collector import manager as collector_manager  # noqa: E402
 from watcher.decision_engine.strategy import strategies  # noqa: E402
+from watcher.tests.unit.db import base as db_base  # noqa: E402
 from watcher.tests.unit.decision_engine.model import faker_cluster_state  # noqa: E402
 from watcher.tests.unit.decision_engine.strategy.strategies.test_base import (  # noqa: E402
     TestBaseStrategy,
 )
+from watcher.tests.unit.objects import utils as obj_utils  # noqa: E402
 
 from sova.openstack.watcher_strategy import SovaHotspot  # noqa: E402
 
@@ -63,6 +70,38 @@ class SeriesDatasource:
         return self.vm_cpu
 
 
+class MeansDatasource(SeriesDatasource):
+    """A datasource like Watcher's Prometheus, Aetos and Grafana ones: no series (their real
+    ``statistic_series``, which raises), only the mean over the last ``period`` seconds."""
+
+    statistic_series = prometheus_base.PrometheusBase.statistic_series
+
+    def statistic_aggregation(
+        self,
+        resource: Any,
+        resource_type: str,
+        meter_name: str,
+        period: int,
+        aggregate: str,
+        granularity: int,
+    ) -> float:
+        assert aggregate == "mean" and resource_type == "compute_node"
+        series = SeriesDatasource.statistic_series(
+            self, resource, resource_type, meter_name, None, None, granularity
+        )
+        return sum(series.values()) / len(series)
+
+
+HOT = {
+    "hostname_0": 0.90,
+    "hostname_1": 0.20,
+    "hostname_2": 0.20,
+    "hostname_3": 0.20,
+    "hostname_4": 0.05,
+}
+INSTANCE_0 = "d000ef1f-dc19-4982-9383-087498bfde03"
+
+
 class TestSovaHotspotStrategy(TestBaseStrategy):
     def setUp(self) -> None:
         super().setUp()
@@ -71,15 +110,69 @@ class TestSovaHotspotStrategy(TestBaseStrategy):
         p = mock.patch.object(SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock)
         self.m_ds = p.start()
         self.addCleanup(p.stop)
-        self.strategy = SovaHotspot(config=mock.Mock(datasources=None))
+        self.strategy = SovaHotspot(
+            config=mock.Mock(datasources=None, check_optimize_metadata=False)
+        )
         self.strategy.input_parameters = utils.Struct(
             {"alpha": 0.75, "k": 3, "n": 5, "metric": "volume", "ceiling": None, "granularity": 300}
         )
 
-    def run_with(self, cpu: dict[str, float]) -> list[dict[str, Any]]:
-        self.m_ds.return_value = SeriesDatasource(self.model, cpu)
-        solution = self.strategy.execute()
-        return list(solution.actions)
+    def run_with(
+        self, cpu: dict[str, float], ds: type[SeriesDatasource] = SeriesDatasource
+    ) -> list[dict[str, Any]]:
+        self.m_ds.return_value = ds(self.model, cpu)
+        params = self.strategy.input_parameters
+        # A fresh strategy per audit, as Watcher makes one: a solution accumulates actions.
+        self.strategy = SovaHotspot(config=self.strategy.config)
+        self.strategy.input_parameters = params
+        self.solution = self.strategy.execute()
+        return list(self.solution.actions)
+
+    def moved(self, actions: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+        return [
+            (
+                a["input_parameters"]["resource_name"],
+                a["input_parameters"]["source_node"],
+                a["input_parameters"]["destination_node"],
+            )
+            for a in actions
+        ]
+
+    def test_prometheus_datasource_without_series_gives_the_same_migration(self) -> None:
+        # Constant levels: each mean over 1..5 periods is the level, and so is each value
+        # recovered from them (i·M(i) − (i−1)·M(i−1)).
+        gnocchi = self.moved(self.run_with(HOT))
+        assert self.moved(self.run_with(HOT, MeansDatasource)) == gnocchi
+        assert gnocchi == [("INSTANCE_0", "hostname_0", "hostname_4")]
+
+    def test_efficacy_indicators_say_what_the_plan_changes(self) -> None:
+        self.run_with(HOT)
+        ind = {i["name"]: i["value"] for i in self.solution.efficacy_indicators}
+        assert ind["instance_migrations_count"] == 1
+        assert ind["instances_count"] == len(self.model.get_all_instances())
+        # CPU spread of (0.9, 0.2, 0.2, 0.2, 0.05) before; INSTANCE_0's share moved after.
+        assert ind["standard_deviation_after_audit"] < ind["standard_deviation_before_audit"]
+        [glob] = self.solution.global_efficacy
+        assert glob["value"] == 100.0 / len(self.model.get_all_instances())
+
+    def test_excluded_and_inactive_instances_are_never_moved(self) -> None:
+        inst0 = self.model.get_instance_by_uuid(INSTANCE_0)
+        inst0.watcher_exclude = True
+        assert ("INSTANCE_0", "hostname_0", "hostname_4") not in self.moved(self.run_with(HOT))
+        inst0.watcher_exclude = False
+        inst0.state = element.InstanceState.STOPPED.value
+        assert ("INSTANCE_0", "hostname_0", "hostname_4") not in self.moved(self.run_with(HOT))
+        inst0.state = element.InstanceState.ACTIVE.value
+        assert self.moved(self.run_with(HOT)) == [("INSTANCE_0", "hostname_0", "hostname_4")]
+
+    def test_a_node_the_vm_does_not_fit_is_no_target(self) -> None:
+        # hostname_4, the coldest, has its vCPUs all allocated: INSTANCE_0 (10 vCPUs) cannot go.
+        cold = self.model.get_node_by_name("hostname_4")
+        used = self.model.get_node_used_resources(cold)["vcpu"]
+        cold.vcpus = used + 5  # 5 free < 10
+        self.model._node_resource_cache.clear()
+        moves = self.moved(self.run_with(HOT))
+        assert moves and all(dst != "hostname_4" for _, _, dst in moves), moves
 
     def test_hot_node_gets_one_live_migration_to_the_coldest_node(self) -> None:
         actions = self.run_with(
@@ -140,3 +233,65 @@ def test_sova_is_imported_from_this_checkout() -> None:
     here = pathlib.Path(__file__).resolve().parents[3] / "src"
     imported = pathlib.Path(sova.__file__).resolve()
     assert imported.is_relative_to(here), f"sova imported from {imported}, not from {here}"
+
+
+class TestAuditThroughWatchersDecisionEngine(db_base.DbTestCase):
+    """A one-shot audit with goal workload_balancing and strategy sova_hotspot, run by
+    Watcher's own audit handler (strategy loaded by its entry point, planner, action plan
+    and efficacy written to Watcher's database)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        p = mock.patch("watcher.notifications.audit", autospec=True)
+        p.start()
+        self.addCleanup(p.stop)
+        p = mock.patch("watcher.notifications.action_plan", autospec=True)
+        p.start()
+        self.addCleanup(p.stop)
+        goal = obj_utils.create_test_goal(self.context, id=1, name="workload_balancing")
+        strategy = obj_utils.create_test_strategy(
+            self.context, name="sova_hotspot", goal_id=goal.id
+        )
+        template = obj_utils.create_test_audit_template(
+            self.context, goal_id=goal.id, strategy_id=strategy.id
+        )
+        self.audit = obj_utils.create_test_audit(
+            self.context,
+            goal_id=goal.id,
+            strategy_id=strategy.id,
+            audit_template_id=template.id,
+            goal=goal,
+            parameters={"n": 5, "k": 3, "alpha": 0.75},
+        )
+        self.model = faker_cluster_state.FakerModelCollector().generate_scenario_1()
+
+    def test_audit_yields_an_action_plan_with_the_expected_migrate(self) -> None:
+        ds = SeriesDatasource(self.model, HOT)
+        with (
+            mock.patch.object(collector_manager.CollectorManager, "get_cluster_model_collector"),
+            mock.patch.object(
+                SovaHotspot, "compute_model", new_callable=mock.PropertyMock
+            ) as m_model,
+            mock.patch.object(
+                SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock
+            ) as m_ds,
+        ):
+            m_model.return_value = self.model
+            m_ds.return_value = ds
+            oneshot.OneShotAuditHandler().execute(self.audit, self.context)
+        [plan] = objects.ActionPlan.list(self.context)
+        actions = objects.Action.list(self.context, filters={"action_plan_id": plan.id})
+        assert [(a.action_type, a.input_parameters) for a in actions] == [
+            (
+                "migrate",
+                {
+                    "resource_id": INSTANCE_0,
+                    "migration_type": "live",
+                    "source_node": "hostname_0",
+                    "destination_node": "hostname_4",
+                    "resource_name": "INSTANCE_0",
+                },
+            )
+        ]
+        [glob] = plan.global_efficacy
+        assert glob["name"] == "live_migrations_count" and glob["value"] > 0
