@@ -121,6 +121,24 @@ class FixtureNetwork:
         return None
 
 
+def virtio_ports(neutron: Any, names: tuple[str, ...]) -> dict[str, str]:
+    """One virtio (OVS) port per server on the VLAN provider network network_2 (physnet2), as
+    a user booting there gets: the fixture's normal port_2, moved to network_2. The VF port
+    goes on the same network, the bond's backup's."""
+    ports = {}
+    for i, name in enumerate(names):
+        port = copy.deepcopy(neutron.port_2)
+        port.update(
+            id=f"5460ee0c-0000-4000-8000-00000000000{i}",
+            network_id=neutron.network_2["id"],
+            mac_address=f"52:54:00:bb:00:0{i}",
+            fixed_ips=[{"ip_address": f"192.168.13.{10 + i}", "subnet_id": neutron.subnet_2["id"]}],
+        )
+        neutron._ports[port["id"]] = port
+        ports[name] = port["id"]
+    return ports
+
+
 def wait(act: OpenStackActuator, op_id: str, timeout_s: float = 60.0) -> OpStatus:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -196,7 +214,7 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
 
     PCI_ALIAS: list[str] = []
     ADMIN_API = True
-    microversion = "latest"  # servers without networks ("none") need >= 2.37
+    microversion = "latest"
     PCI_DEVICE_SPEC = sriov.SRIOVAttachDetachTest.PCI_DEVICE_SPEC
 
     def setUp(self) -> None:
@@ -213,8 +231,10 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
             compute=sdk(self.api_fixture.base_url, self.api.project_id).compute,
             network=self.net,
         )
+        ports = virtio_ports(self.neutron, ("vm1", "vm2"))
         self.vms = {
-            name: self._create_server(name=name, networks="none") for name in ("vm1", "vm2")
+            name: self._create_server(name=name, networks=[{"port": ports[name]}])
+            for name in ("vm1", "vm2")
         }
         self.act = OpenStackActuator(
             self.conn, "compute0", network=net2["id"], poll_s=0.2, detach_timeout_s=30
@@ -480,21 +500,7 @@ class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
             img = {k: v for k, v in base.items() if k not in ("id", "properties")}
             img["name"], img["properties"] = f"img-{name}", dict(props)
             images[name] = self.glance.create(None, img)["id"]
-        # Each server's virtio port: an OVS port on the provider network (as a user would
-        # get one there), the fixture's normal port moved to network_2.
-        ports = {}
-        for i, name in enumerate(("plain", "bonded")):
-            port = copy.deepcopy(self.neutron.port_2)
-            port.update(
-                id=f"5460ee0c-0000-4000-8000-00000000000{i}",
-                network_id=net2["id"],
-                mac_address=f"52:54:00:bb:00:0{i}",
-                fixed_ips=[
-                    {"ip_address": f"192.168.13.{10 + i}", "subnet_id": self.neutron.subnet_2["id"]}
-                ],
-            )
-            self.neutron._ports[port["id"]] = port
-            ports[name] = port["id"]
+        ports = virtio_ports(self.neutron, ("plain", "bonded"))
         # plain first: in creation order it would get the host's one VF, were it eligible.
         self.servers = {
             name: self._create_server(
