@@ -22,6 +22,7 @@ plugin_tests = pytest.importorskip(
 )
 
 from neutron.tests.common import helpers  # noqa: E402
+from openstack.network.v2.network import Network  # noqa: E402
 from openstack.network.v2.port import Port  # noqa: E402
 
 from sova.orchestrator.openstack import PORT_PREFIX, vf_port_attrs  # noqa: E402
@@ -39,6 +40,10 @@ class TestSovaPortsOnSriovNicSwitch(plugin_tests.Ml2PluginV2TestCase):
     _mechanism_drivers = ["logger", "sriovnicswitch"]
 
     def setUp(self) -> None:
+        from oslo_config import cfg
+
+        # As deployed: port security on, so address pairs are checked against it.
+        cfg.CONF.set_override("extension_drivers", ["port_security"], group="ml2")
         super().setUp()
         helpers.register_sriovnicswitch_agent(host="cmp1", device_mappings={"physnet1": ["ens1f0"]})
 
@@ -60,8 +65,8 @@ class TestSovaPortsOnSriovNicSwitch(plugin_tests.Ml2PluginV2TestCase):
         }
         return self._json(self.new_create_request("networks", body, as_admin=True), 201)["network"]
 
-    def sova_port(self, network_id: str) -> dict[str, Any]:
-        attrs = vf_port_attrs("vm1", network_id, self._project_id)
+    def sova_port(self, network_id: str, addresses: tuple[str, ...] = ()) -> dict[str, Any]:
+        attrs = vf_port_attrs("vm1", network_id, self._project_id, addresses)
         # The exact body openstacksdk POSTs for create_port(**attrs).
         body = Port(**attrs)._prepare_request(requires_id=False, prepend_key=True).body
         assert body["port"]["binding:vnic_type"] == "direct"
@@ -82,6 +87,32 @@ class TestSovaPortsOnSriovNicSwitch(plugin_tests.Ml2PluginV2TestCase):
         assert bound["binding:host_id"] == "cmp1"
         assert bound["binding:vif_type"] == "hw_veb"
         assert str(bound["binding:vif_details"]["vlan"]) == "42"
+
+    def test_sova_port_may_carry_the_virtio_ports_address_on_the_same_vlan(self) -> None:
+        """The actuator reads the network's type through openstacksdk (Neutron's own reply
+        parsed by the SDK's Network resource) and gives its port the virtio port's IP as an
+        address pair: Neutron accepts that with port security on, and it still binds."""
+        net = self.vlan_network()
+        assert Network(**net).provider_network_type == "vlan"
+        subnet = {
+            "subnet": {
+                "network_id": net["id"],
+                "cidr": "192.0.2.0/24",
+                "ip_version": 4,
+                "tenant_id": self._project_id,
+            }
+        }
+        self._json(self.new_create_request("subnets", subnet, as_admin=True), 201)
+        virtio = {"port": {"network_id": net["id"], "tenant_id": self._project_id}}
+        vport = self._json(self.new_create_request("ports", virtio, as_admin=True), 201)["port"]
+        ip = vport["fixed_ips"][0]["ip_address"]
+        port = self.sova_port(net["id"], (ip,))
+        assert port["allowed_address_pairs"] == [
+            {"ip_address": ip, "mac_address": port["mac_address"]}
+        ]
+        assert port["port_security_enabled"] is True
+        assert port["mac_address"] != vport["mac_address"]  # the VF keeps its own MAC
+        assert self.nova_binds(port["id"], "cmp1")["binding:vif_type"] == "hw_veb"
 
     def test_sova_port_does_not_bind_where_no_sriov_agent_runs(self) -> None:
         net = self.vlan_network()
