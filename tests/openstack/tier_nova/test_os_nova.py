@@ -189,6 +189,33 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         assert set(allocs) == {self._get_provider_uuid_by_host("host3")}
         assert self._get_provider_usages(self._get_provider_uuid_by_host("host1"))["VCPU"] == 0
 
+    def test_recommended_plan_once_approved_is_a_nova_live_migration(self) -> None:
+        """Recommend mode's own path: Sova's round exported as a Watcher-shaped plan, the
+        approved action run by execute_approved through the source's actuator, i.e. Nova."""
+        from sova.orchestrator.recommend import (
+            execute_approved,
+            proposals_from_signals,
+            to_watcher_action_plan,
+        )
+        from sova.policy.hotspot import MigrationSignal
+
+        sid = self.server["id"]
+        signals = {"host1": MigrationSignal(True, "host3", "cpu hot", sid)}
+        plan = to_watcher_action_plan(proposals_from_signals(signals, {sid: "vm1"}))
+        [action] = plan["actions"]
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host1"  # nothing yet
+        done = execute_approved(
+            plan,
+            action["uuid"],
+            lambda src: OpenStackActuator(self.conn, src, poll_s=0.2, migration_timeout_s=60),
+            poll_s=0.2,
+            timeout_s=60,
+        )
+        assert done.result == "succeeded", done.detail
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host3"
+        migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+        assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
+
     def test_refused_target_leaves_the_server_on_its_source(self) -> None:
         # The target's pre-check refuses (as a host whose CPU or PCI cannot take the VM).
         from nova import exception
@@ -580,3 +607,38 @@ class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
         assert pid in self.net.deleted
         assert drv.inventory().vf_holders == frozenset()
         self.assertPCIDeviceCounts("compute0", total=2, free=2)  # the PF and its VF
+
+
+def test_unreachable_keystone_is_a_skipped_period_not_a_crash() -> None:
+    """keystoneauth's own failure (nothing listens on the loopback port named as Keystone):
+    the orchestrated driver's inventory raises the DriverError the agent skips a period on."""
+    import socket
+
+    from sova.driver.base import DriverError, MockDriver
+    from sova.orchestrator.base import OrchestratedDriver
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conn = connection.Connection(
+        auth={
+            "auth_url": f"http://127.0.0.1:{port}/identity",
+            "username": "sova",
+            "password": "x",
+            "project_name": "service",
+            "user_domain_name": "Default",
+            "project_domain_name": "Default",
+        },
+        api_timeout=2,
+    )
+    host = Host("cmp1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=1))
+    sensed = Inventory(host, {"vm1": VMState(VM("vm1", 1, 512 << 20))})
+    drv = OrchestratedDriver(
+        MockDriver(lambda req: sensed if req.method == "inventory" else None),
+        OpenStackActuator(conn, "cmp1"),
+    )
+    with pytest.raises(DriverError, match="inventory unavailable") as err:
+        drv.inventory()
+    from keystoneauth1 import exceptions as ksa
+
+    assert isinstance(err.value.__cause__, ksa.ClientException), repr(err.value.__cause__)
