@@ -216,6 +216,32 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
 
+    def test_slow_target_pre_check_is_no_false_failure(self) -> None:
+        """The target's pre-check outlasts the API timeout and the actuator's 'no migration
+        started' grace (30 polls): Nova's migration record exists from the start, so the
+        actuator waits for it instead of reporting a failure that did not happen."""
+        from nova.virt import fake
+
+        real = fake.FakeDriver.check_can_live_migrate_destination
+
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(3.0)
+            return real(*args, **kwargs)
+
+        self.stub_out("nova.virt.fake.FakeDriver.check_can_live_migrate_destination", slow)
+        conn = types.SimpleNamespace(
+            compute=connection.Connection(
+                session=self.conn.compute.session,
+                compute_endpoint_override=self.api_fixture.base_url,
+                api_timeout=1,
+            ).compute,
+            network=self.conn.network,
+        )
+        act = OpenStackActuator(conn, "host1", poll_s=0.05, migration_timeout_s=60)
+        st = wait(act, act.submit(Migrate("vm1", "host3")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert self.api.get_server(self.server["id"])["OS-EXT-SRV-ATTR:host"] == "host3"
+
     def test_refused_target_leaves_the_server_on_its_source(self) -> None:
         # The target's pre-check refuses (as a host whose CPU or PCI cannot take the VM).
         from nova import exception
