@@ -85,10 +85,13 @@ class FakeNodeDev:
 class FakeDomain:
     """A running domain whose hot-plug and migration behaviour a test scripts.
 
-    on_attach: "ok" | "error" | "silent" (device appears, no DEVICE_ADDED event)
+    on_attach: "ok" | "error" | "silent" (device appears, no DEVICE_ADDED event) |
+        "migrated-quietly" (the domain migrates away meanwhile, its event missed)
     on_detach: list consumed one entry per detachDeviceFlags call, last one repeats:
         "ok" (removed + DEVICE_REMOVED) | "never" (nothing happens) |
-        "fail" (DEVICE_REMOVAL_FAILED) | "busy" (raises libvirtError at once)
+        "fail" (DEVICE_REMOVAL_FAILED) | "busy" (raises libvirtError at once) |
+        "migrated" / "migrated-quietly" (an outgoing migration ends meanwhile, with / without
+        its lifecycle event; never a DEVICE_REMOVED)
     on_migrate: "ok" | "hang" (until abortJob) | "error"
     """
 
@@ -97,6 +100,7 @@ class FakeDomain:
         self._name = name
         self.xml = xml
         self.active = True
+        self.gone = False
         self.on_attach = "ok"
         self.on_detach: list[str] = ["ok"]
         self.on_migrate = "ok"
@@ -107,11 +111,32 @@ class FakeDomain:
     def name(self) -> str:
         return self._name
 
+    def _exists(self) -> None:
+        if self.gone:
+            raise lv_error(
+                f"Domain not found: no domain with matching name '{self._name}'",
+                libvirt.VIR_ERR_NO_DOMAIN,
+            )
+
     def isActive(self) -> int:
+        self._exists()
         return int(self.active)
 
     def XMLDesc(self, flags: int = 0) -> str:
+        self._exists()
         return self.xml
+
+    def migrated_away(self, event: bool = True) -> None:
+        """A live migration someone else started ends: QEMU unplugged the failover primary
+        itself (no DEVICE_REMOVED), the domain is gone from this host (undefined on the
+        source), and the lifecycle event may be missed (a reconnect meanwhile)."""
+        self.active = False
+        self.gone = True
+        self.conn.domains.pop(self._name, None)
+        if event:
+            self.conn.fire_lifecycle(
+                self, libvirt.VIR_DOMAIN_EVENT_STOPPED, libvirt.VIR_DOMAIN_EVENT_STOPPED_MIGRATED
+            )
 
     def info(self) -> list[int]:
         return [1, 1048576, 1048576, 2, 5_000_000_000]
@@ -129,6 +154,11 @@ class FakeDomain:
 
     def attachDeviceFlags(self, xml: str, flags: int = 0) -> int:
         self.calls.append(("attach", xml))
+        if self.on_attach == "migrated-quietly":
+            t = threading.Timer(EVENT_DELAY_S, self.migrated_away, args=(False,))
+            t.daemon = True
+            t.start()
+            return 0
         if self.on_attach == "error":
             raise lv_error("internal error: unable to execute QEMU command 'device_add'")
         root, devs = self._devices()
@@ -139,8 +169,43 @@ class FakeDomain:
         return 0
 
     def detachDeviceFlags(self, xml: str, flags: int = 0) -> int:
+        """Like libvirt 9.0's qemu driver: an interface is found by its MAC, and a teamed
+        pair (VF and virtio backup share one MAC) makes that ambiguous: refused at once."""
         self.calls.append(("detach", xml))
+        el = ET.fromstring(xml)
+        mac_el = el.find("mac")
+        if el.tag == "interface" and mac_el is not None:
+            mac = mac_el.get("address", "").lower()
+            _root, devs = self._devices()
+            same = [
+                i
+                for i in devs.findall("interface")
+                if (m := i.find("mac")) is not None and m.get("address", "").lower() == mac
+            ]
+            if len(same) > 1:
+                raise lv_error(
+                    f"operation failed: multiple devices matching MAC address {mac} found",
+                    libvirt.VIR_ERR_OPERATION_FAILED,
+                )
+        return self._unplug("ua-sova-vf")
+
+    def detachDeviceAlias(self, alias: str, flags: int = 0) -> int:
+        self.calls.append(("detach", alias))
+        _root, devs = self._devices()
+        if not any((a := d.find("alias")) is not None and a.get("name") == alias for d in devs):
+            raise lv_error(
+                f"device not found: no device found with alias {alias}",
+                libvirt.VIR_ERR_DEVICE_MISSING,
+            )
+        return self._unplug(alias)
+
+    def _unplug(self, alias: str) -> int:
         mode = self.on_detach.pop(0) if len(self.on_detach) > 1 else self.on_detach[0]
+        if mode in ("migrated", "migrated-quietly"):
+            t = threading.Timer(EVENT_DELAY_S, self.migrated_away, args=(mode == "migrated",))
+            t.daemon = True
+            t.start()
+            return 0
         if mode == "busy":
             raise lv_error(
                 "operation failed: guest is busy, unplug request rejected",
@@ -152,11 +217,9 @@ class FakeDomain:
                 if iface.get("type") == "hostdev":
                     devs.remove(iface)
             self.xml = ET.tostring(root, encoding="unicode")
-            self.conn.fire_later(libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED, self, "ua-sova-vf")
+            self.conn.fire_later(libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED, self, alias)
         elif mode == "fail":
-            self.conn.fire_later(
-                libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVAL_FAILED, self, "ua-sova-vf"
-            )
+            self.conn.fire_later(libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVAL_FAILED, self, alias)
         return 0  # like QEMU: the request was sent; completion is the event's business
 
     def setInterfaceParameters(self, device: str, params: dict[str, int], flags: int) -> int:

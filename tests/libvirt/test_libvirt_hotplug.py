@@ -297,6 +297,82 @@ def test_migration_not_started_when_vf_unplug_fails(world, fast, closing):
     assert calls(world, "holder", "migrate") == 0
 
 
+def test_teamed_vf_is_detached_by_alias_not_by_its_shared_mac(world, fast, closing):
+    """libvirt finds an <interface> to detach by MAC; the VF shares it with its virtio
+    partner, so detach-by-XML is refused ("multiple devices matching MAC address … found",
+    measured with libvirt 9.0). Failed before the fix: every detach of a teamed VF."""
+    drv = make(world, fast, closing)
+    st = wait_done(drv, drv.submit(DetachVF("holder")))
+    assert st.state is OpState.SUCCEEDED, st
+    assert [c[1] for c in world.domains["holder"].calls if c[0] == "detach"] == ["ua-sova-vf"]
+
+
+def test_vf_plugged_by_someone_else_is_detached_by_its_own_alias(fast, closing):
+    """A VF found in the live XML after an agent restart (an operator's, alias hostdev0) is
+    taken back by the alias libvirt gave it."""
+    theirs = vf_iface(MAC_A, 0).replace("ua-sova-vf", "hostdev0")
+    world = FakeConn({"holder": domain_xml("holder", virtio(MAC_A) + theirs)})
+    drv = make(world, fast, closing)
+    st = wait_done(drv, drv.submit(DetachVF("holder")))
+    assert st.state is OpState.SUCCEEDED, st
+    assert [c[1] for c in world.domains["holder"].calls if c[0] == "detach"] == ["hostdev0"]
+    assert held_vf(world, "holder") is None
+
+
+def test_attached_vf_carries_sovas_user_alias(world, fast, closing):
+    drv = make(world, fast, closing)
+    assert wait_done(drv, drv.submit(AttachVF("ready"))).state is OpState.SUCCEEDED
+    vf = parse_domain(world.domains["ready"].xml).sova_vf()
+    assert vf is not None and vf.alias == "ua-sova-vf"
+
+
+@pytest.mark.parametrize("mode", ["migrated", "migrated-quietly"])
+def test_detach_racing_an_outgoing_migration_releases_the_vf(world, fast, closing, mode):
+    """Someone else live-migrates a teamed guest while Sova takes its VF back: QEMU unplugs
+    the failover primary itself, no DEVICE_REMOVED comes, the domain leaves (its lifecycle
+    event possibly missed). The VF is free on the source, not "still attached", and the
+    next VM gets it. Failed before the fix (migrated-quietly): the op failed with
+    ``libvirtError: Domain not found``."""
+    world.domains["holder"].on_detach = [mode]
+    drv = make(world, fast, closing)
+    st = wait_done(drv, drv.submit(DetachVF("holder")))
+    assert st.state is OpState.SUCCEEDED, st
+    assert "left this host" in st.detail or "stopped" in st.detail
+    assert "holder" not in drv.inventory().vms
+    st = wait_done(drv, drv.submit(AttachVF("ready")))
+    assert st.state is OpState.SUCCEEDED, st
+    assert held_vf(world, "ready") == "0000:03:10.0"  # holder's VF, back in the pool
+
+
+def test_attach_to_a_vm_that_migrates_away_meanwhile_books_nothing(world, fast, closing):
+    world.domains["ready"].on_attach = "migrated-quietly"
+    drv = make(world, fast, closing)
+    st = wait_done(drv, drv.submit(AttachVF("ready")))
+    assert st.state is OpState.FAILED and "left this host" in st.detail, st
+    assert drv.inventory().vms.keys() == {"holder", "legacy", "plain"}
+    # its reservation is gone: the pool has vf 2 (10.4) and vf 3 (10.6) free for others
+    assert drv._reserved == {}
+
+
+def test_destination_books_the_vf_qemu_replugged_after_a_migration(fast, closing):
+    """On the destination, libvirt re-plugs a VF of its own into the arriving teamed guest;
+    the destination's pool counts it from the live XML and gives the next VM another."""
+    dst = FakeConn({"ready": domain_xml("ready", virtio(MAC_B))})
+    drv = make(dst, fast, closing)
+    assert drv.inventory().vms["ready"].vf_index is None
+    dst.domains["arrived"] = FakeDomainFor(dst, "arrived", virtio(MAC_A) + vf_iface(MAC_A, 0))
+    inv = drv.inventory()
+    assert inv.vms["arrived"].vf_index == 0 and inv.vms["arrived"].nic.value == "vf"
+    assert wait_done(drv, drv.submit(AttachVF("ready"))).state is OpState.SUCCEEDED
+    assert held_vf(dst, "ready") != "0000:03:10.0"
+
+
+def FakeDomainFor(conn: FakeConn, name: str, nics: str) -> Any:
+    from libvirt_fakes import FakeDomain
+
+    return FakeDomain(conn, name, domain_xml(name, nics))
+
+
 def test_plain_hostdev_vm_is_not_migrated(world, fast, closing):
     drv = make(world, fast, closing)
     st = wait_done(drv, drv.submit(Migrate("plain", "hv2")))

@@ -772,6 +772,11 @@ class LibvirtDriver:
                 raise _OpFailed(
                     f"attaching vf {idx} to {a.vm} failed: {e} (not retried); VM stays on virtio"
                 ) from e
+            if out.gone:
+                raise _OpFailed(
+                    f"{a.vm} left this host while vf {idx} was being attached "
+                    f"(migrated away or undefined): vf {idx} stays in the pool"
+                )
             if out.stopped:
                 raise _OpFailed(f"{a.vm} stopped while vf {idx} was being attached")
             if not out.done:
@@ -879,13 +884,22 @@ class LibvirtDriver:
                 f"active: {e}; fast NIC kept"
             ) from e
         moved = f" ({moved})" if moved else ""
-        xml = self._fast.unplug_xml(vf)
+
+        def request() -> object:
+            # By alias: a teamed VF shares its MAC with the virtio backup, and libvirt finds
+            # an <interface> to detach by MAC, so detach-by-XML is refused ("multiple devices
+            # matching MAC address … found"). Every device in the live XML has an alias
+            # (ours ua-sova-vf, an operator's hostdevN): the XML is only for one without.
+            if vf.alias:
+                return dom.detachDeviceAlias(vf.alias, lv.VIR_DOMAIN_AFFECT_LIVE)
+            return dom.detachDeviceFlags(self._fast.unplug_xml(vf), lv.VIR_DOMAIN_AFFECT_LIVE)
+
         try:
             out = retry_until_event(
                 hub=self._hub,
                 vm=vm,
                 verb="detach",
-                request=lambda: dom.detachDeviceFlags(xml, lv.VIR_DOMAIN_AFFECT_LIVE),
+                request=request,
                 completed=lambda: self._fast.nic(self._live(dom)) is None,
                 success_kind="device-removed",
                 alias=vf.alias,
@@ -897,6 +911,8 @@ class LibvirtDriver:
                 f"detaching vf {idx} from {vm} failed: {e} (not retried); "
                 "VF still attached, virtio path unchanged"
             ) from e
+        if out.gone:
+            return f"{vm} left this host (migrated away or undefined): vf {idx} is back in the pool"
         if out.stopped:
             return f"{vm} stopped; its VF is released"
         if out.done:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sova.driver.libvirt_driver.connection import is_permanent, require_libvirt
 from sova.driver.libvirt_driver.events import DomainEvent, EventHub, is_stopped
@@ -37,8 +38,12 @@ class HotplugOutcome:
     done: bool
     how: str = ""  # "already" | "DEVICE_ADDED" | "DEVICE_REMOVED" | "live XML (no … event)"
     stopped: bool = False  # the domain stopped while we waited
+    gone: bool = False  # ... and left this host (migrated away or undefined)
     last: str = ""  # why the last attempt did not complete
     attempts: int = 0
+
+
+GONE = "the domain left this host (migrated away or undefined)"
 
 
 class PermanentRefusal(Exception):
@@ -75,14 +80,30 @@ def retry_until_event(
             return False
         return not alias or not e.alias or e.alias == alias
 
+    def gone(e: Any) -> bool:
+        # A migration someone else ran (QEMU unplugs a failover primary itself and sends no
+        # DEVICE_REMOVED) or an undefine: the lifecycle event may have been missed too.
+        return bool(e.get_error_code() == lv.VIR_ERR_NO_DOMAIN)
+
+    def left(attempt: int) -> HotplugOutcome:
+        return HotplugOutcome(False, stopped=True, gone=True, last=GONE, attempts=attempt)
+
     for attempt in range(1, policy.attempts + 1):
         progress(attempt)
-        if completed():
-            return HotplugOutcome(True, "already" if attempt == 1 else "live XML", attempts=attempt)
+        try:
+            if completed():
+                how = "already" if attempt == 1 else "live XML"
+                return HotplugOutcome(True, how, attempts=attempt)
+        except lv.libvirtError as e:
+            if gone(e):
+                return left(attempt)
+            raise
         mark = hub.mark()
         try:
             request()
         except lv.libvirtError as e:
+            if gone(e):
+                return left(attempt)
             last = f"{verb} refused: {e}"
             if is_permanent(e):
                 raise PermanentRefusal(last) from e
@@ -91,9 +112,15 @@ def retry_until_event(
         ev = hub.wait(relevant, mark, policy.timeout_s)
         if ev is not None and ev.kind == "lifecycle":
             return HotplugOutcome(False, stopped=True, last="domain stopped", attempts=attempt)
+        try:
+            done = completed()
+        except lv.libvirtError as e:
+            if gone(e):
+                return left(attempt)
+            raise
         if ev is not None and ev.kind == failure_kind:
             last = "the guest refused the unplug (DEVICE_REMOVAL_FAILED)"
-        elif completed():
+        elif done:
             how = (
                 EVENT_NAMES[success_kind]
                 if ev is not None
