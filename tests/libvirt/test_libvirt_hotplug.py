@@ -468,14 +468,15 @@ def test_guest_agent_sampling_takes_the_failover_master(world, fast, closing):
 class ScriptedNetlink:
     """NetlinkVF's surface with a NIC that caps max rate but refuses min rate (Intel-like)."""
 
-    def __init__(self, refuse_all: bool = False) -> None:
+    def __init__(self, refuse_all: bool = False, vf_stats: bool = True) -> None:
         self.refuse_all = refuse_all
+        self.vf_stats = vf_stats
         self.set_calls: list[tuple[int, float | None, float | None]] = []
 
     def probe(self, free_vf: int | None, link_mbit: int = 0) -> Any:
         from sova.driver.netlink_vf import RateProbe
 
-        return RateProbe(True, False, True, ("min_tx_rate unsupported: EINVAL",))
+        return RateProbe(True, False, self.vf_stats, ("min_tx_rate unsupported: EINVAL",))
 
     def set_rate(self, vf: int, max_bps: float | None, min_bps: float | None = None) -> None:
         from sova.driver.netlink_vf import VFRateError
@@ -542,3 +543,44 @@ def test_driver_config_rejects_unknown_strategies_by_name():
         LibvirtDriverConfig(fast_path="vf")
     with pytest.raises(ValueError, match="failover: 'bond'"):
         LibvirtDriverConfig(failover="bond")
+
+
+def test_without_vf_counters_every_vm_is_counted_inside_the_guest(world, fast, closing):
+    """igb leaves IFLA_VF_STATS at 0: a VF-holding VM's traffic is then on neither the tap
+    nor the PF. The driver says so in its capabilities and counts every VM through the
+    guest agent (the net_failover master carries VF and virtio traffic), though sampling is
+    "host". Failed before the fix: the tap's 1000/2000 bytes were reported."""
+    guest = FakeGuest()
+    guest.interfaces = [
+        {
+            "name": "eth0",
+            "hardware-address": MAC_A,
+            "statistics": {"rx-bytes": 7e6, "tx-bytes": 3e6, "rx-packets": 7, "tx-packets": 3},
+        }
+    ]
+    drv = LibvirtDriver(
+        LibvirtDriverConfig(uri="fake:///", sysfs_root="/nonexistent", **fast),
+        conn=world,
+        netlink=ScriptedNetlink(vf_stats=False),  # type: ignore[arg-type]
+        agent=GuestAgent(guest),
+    )
+    closing.append(drv)
+    caps = drv.capabilities()
+    assert not caps.nic.vf_stats
+    assert any(n.startswith("VF counters unavailable; fallback: every VM") for n in caps.notes)
+    c = drv.sample().vms["holder"]
+    assert (c.rx_bytes, c.tx_bytes) == (7_000_000, 3_000_000)
+
+
+def test_with_vf_counters_host_sampling_stays_black_box(world, fast, closing):
+    guest = FakeGuest()
+    drv = LibvirtDriver(
+        LibvirtDriverConfig(uri="fake:///", sysfs_root="/nonexistent", **fast),
+        conn=world,
+        netlink=ScriptedNetlink(vf_stats=True),  # type: ignore[arg-type]
+        agent=GuestAgent(guest),
+    )
+    closing.append(drv)
+    c = drv.sample().vms["holder"]
+    assert (c.rx_bytes, c.tx_bytes) == (1000, 2000)  # the tap (FakeDomain.interfaceStats)
+    assert not guest.commands  # the guest agent was never asked

@@ -98,3 +98,93 @@ def test_rate_conversion_never_rounds_a_cap_to_unlimited():
     assert to_mbit(None) == 0 and to_mbit(0) == 0
     assert to_mbit(1.0) == 1  # 1 bit/s must not become 0 = "no cap"
     assert to_mbit(2.5e9) == 2500
+
+
+class _Attrs:
+    """The slice of pyroute2's nla objects NetlinkVF reads: get_attr / get_attrs / [key]."""
+
+    def __init__(self, attrs: dict[str, Any], items: dict[str, Any] | None = None) -> None:
+        self._attrs = attrs
+        self._items = items or {}
+
+    def get_attr(self, name: str) -> Any:
+        return self._attrs.get(name)
+
+    def get_attrs(self, name: str) -> list[Any]:
+        v = self._attrs.get(name)
+        return v if isinstance(v, list) else []
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._items.get(key, default)
+
+
+class IgbLikePF:
+    """An IPRoute stand-in answering as an igb PF does (measured in the nested lab):
+    max_tx_rate accepted, any min_tx_rate refused with EINVAL, IFLA_VF_STATS all zero."""
+
+    def __init__(self, vfs: int = 2) -> None:
+        self.rates = {i: (0, 0) for i in range(vfs)}
+        self.sets: list[dict[str, Any]] = []
+
+    def link_lookup(self, ifname: str) -> list[int]:
+        return [7]
+
+    def link(self, cmd: str, **kw: Any) -> Any:
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        if cmd == "set":
+            vf = kw["vf"]
+            self.sets.append(vf)
+            if vf["rate"]["min_tx_rate"]:
+                raise NetlinkError(errno.EINVAL, "Invalid argument")
+            self.rates[vf["vf"]] = (vf["rate"]["max_tx_rate"], 0)
+            return []
+        infos = []
+        for i, (mx, mn) in self.rates.items():
+            zero = {
+                k: 0
+                for k in (
+                    "IFLA_VF_STATS_RX_BYTES",
+                    "IFLA_VF_STATS_TX_BYTES",
+                    "IFLA_VF_STATS_RX_PACKETS",
+                    "IFLA_VF_STATS_TX_PACKETS",
+                )
+            }
+            infos.append(
+                _Attrs(
+                    {
+                        "IFLA_VF_MAC": _Attrs({}, {"vf": i, "mac": f"00:00:00:00:00:0{i}"}),
+                        "IFLA_VF_RATE": _Attrs({}, {"max_tx_rate": mx, "min_tx_rate": mn}),
+                        "IFLA_VF_STATS": _Attrs(zero),
+                    }
+                )
+            )
+        return [_Attrs({"IFLA_VFINFO_LIST": _Attrs({"IFLA_VF_INFO": infos})})]
+
+    def close(self) -> None:
+        pass
+
+
+def test_probe_reports_what_an_igb_pf_can_and_cannot_do():
+    """Failed before the fix on vf_stats: all-zero IFLA_VF_STATS (the kernel's filler when
+    the driver does not count per VF) were taken as working VF counters."""
+    pf = IgbLikePF()
+    link = NetlinkVF("enp0s6", ipr_factory=lambda: pf)
+    probe = link.probe(free_vf=1, link_mbit=1000)
+    assert (probe.max_rate, probe.min_rate, probe.vf_stats) == (True, False, False)
+    notes = " | ".join(probe.notes)
+    assert "min_tx_rate unsupported" in notes and "EINVAL" in notes
+    assert "IFLA_VF_STATS all zero" in notes
+    assert "whether the NIC enforces it is not visible" in notes
+    assert pf.rates[1] == (0, 0)  # the probe restored the free VF's rates
+
+
+def test_vf_counters_that_moved_are_trusted():
+    from sova.driver.netlink_vf import VFInfo, stats_usable
+
+    moved = {0: VFInfo(0, rx_bytes=0, tx_bytes=0), 1: VFInfo(1, rx_bytes=1500, tx_bytes=0)}
+    assert stats_usable(moved) == (True, "")
+    assert stats_usable({0: VFInfo(0)})[0] is False  # no IFLA_VF_STATS at all

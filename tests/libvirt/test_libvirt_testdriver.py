@@ -16,7 +16,7 @@ from conftest import eventually, wait_done  # noqa: E402
 
 from sova.driver.base import Driver, OpState  # noqa: E402
 from sova.driver.libvirt_driver import LibvirtDriver, LibvirtDriverConfig  # noqa: E402
-from sova.driver.netlink_vf import VFInfo  # noqa: E402
+from sova.driver.netlink_vf import RateProbe, VFInfo, stats_usable  # noqa: E402
 from sova.model import AttachVF, NicKind, SetGuestRateLimit  # noqa: E402
 
 
@@ -95,13 +95,17 @@ def test_vf_counters_from_the_pf_are_added_to_the_vm(node_uri, closing):
         def vfs(self) -> dict[int, VFInfo]:
             return {0: VFInfo(0, "52:54:00:00:00:01", 1000, 0, 10**9, 2 * 10**9, 7, 9)}
 
+        def probe(self, free_vf: int | None, link_mbit: int = 0) -> RateProbe:
+            return RateProbe(True, False, stats_usable(self.vfs())[0])
+
         def close(self) -> None:
             pass
 
     drv = make(node_uri, closing)
     base = drv.sample().vms["web1"]
-    drv.capabilities()  # probed (and cached) without netlink
+    assert not drv.capabilities().nic.vf_stats  # probed without netlink
     drv._netlink = FakeNetlink()  # type: ignore[assignment]
+    assert drv.refresh_capabilities().nic.vf_stats  # counters that moved are trusted
     with_vf = drv.sample().vms["web1"]
     assert with_vf.rx_bytes - base.rx_bytes >= 10**9
     assert with_vf.tx_bytes - base.tx_bytes >= 2 * 10**9

@@ -170,7 +170,9 @@ class NetlinkVF:
             table = self.vfs()
         except VFRateError as e:
             return RateProbe(False, False, False, (f"rate control unavailable: {e}",))
-        vf_stats = any(v.rx_bytes is not None for v in table.values())
+        vf_stats, stats_note = stats_usable(table)
+        if stats_note:
+            notes.append(stats_note)
         if table and (free_vf is None or free_vf not in table):
             # Every VF is held: writing a rate would change a running VM's service.
             notes.append(
@@ -207,6 +209,31 @@ class NetlinkVF:
             self.set_rate(free_vf, cur.max_tx_mbit * MBIT, cur.min_tx_mbit * MBIT)
         except VFRateError as e:
             notes.append(f"could not restore vf {free_vf} rates after probing: {e}")
-        if not vf_stats:
-            notes.append("no IFLA_VF_STATS: VF traffic is not visible from the host")
+        if max_ok:
+            notes.append(
+                "max_tx_rate accepted by the kernel; whether the NIC enforces it is not "
+                "visible here (an emulated igb accepts it and does not)"
+            )
         return RateProbe(max_ok, min_ok, vf_stats, tuple(notes))
+
+
+def stats_usable(table: dict[int, VFInfo]) -> tuple[bool, str]:
+    """Whether the PF's per-VF counters can be trusted, and a note when not.
+
+    The kernel sends IFLA_VF_STATS for every VF, filled with zeros when the driver does not
+    count per VF (igb, ixgbe): its presence proves nothing. Only a counter that moved does,
+    so an all-zero table is taken as "no VF counters" (the conservative side: the driver
+    then counts inside the guest rather than seeing a VF-holding VM as idle).
+    """
+    if not any(v.rx_bytes is not None for v in table.values()):
+        return False, "no IFLA_VF_STATS: VF traffic is not visible from the host"
+    moved = any(
+        (v.rx_bytes or 0) + (v.tx_bytes or 0) + (v.rx_packets or 0) + (v.tx_packets or 0) > 0
+        for v in table.values()
+    )
+    if moved:
+        return True, ""
+    return False, (
+        "IFLA_VF_STATS all zero: the kernel sends zeros for a driver that does not count "
+        "per VF (igb does not); VF counters treated as unavailable"
+    )

@@ -435,6 +435,17 @@ class LibvirtDriver:
                 else "HTB on the virtio tap (host side)"
             )
             notes.append(f"min_tx_rate not available at the VF; fallback: {fallback}")
+        if fast == "sriov-vf" and not nic.vf_stats:
+            notes.append(
+                "VF counters unavailable; fallback: "
+                + (
+                    "every VM counted inside the guest (guest agent), a silent agent's VM on "
+                    "its tap (which misses its VF traffic)"
+                    if self._agent
+                    else "none: a VM's VF traffic is invisible (taps carry only the virtio "
+                    "path); run the agent with a guest agent channel"
+                )
+            )
         return Capabilities(
             host=self._host_name(),
             vf_total=len(pf.vfs),
@@ -544,7 +555,9 @@ class LibvirtDriver:
         pf = self.pf_view()
         vf_table = self._vf_table()
         lv = _require_libvirt()
-        gray = self._agent if self.config.sampling == "guest-agent" else None
+        gray = self._agent if self._gray_box() else None
+        if not self.capabilities().nic.vf_stats:
+            vf_table = {}  # zeros from a driver that does not count per VF are no counters
         vms: dict[str, VMCounters] = {}
         for dom, st in domain_stats(self._conn):
             try:
@@ -558,6 +571,14 @@ class LibvirtDriver:
             else host_totals(self._conn, pf, self.config.sysfs_root)
         )
         return HostSample(self._host_name(), t, vms, totals)
+
+    def _gray_box(self) -> bool:
+        """Sample inside the guests: when configured, or when the PF's VF counters are
+        unusable (igb) so that a VF-holding VM is not seen as idle. All VMs switch
+        together, from the first sample: one VM's counters never change source mid-run."""
+        if self.config.sampling == "guest-agent":
+            return True
+        return self._fast.name == "sriov-vf" and not self.capabilities().nic.vf_stats
 
     # ------------------------------------------------------------------ actions
 
