@@ -401,6 +401,9 @@ def test_guest_htb_checks_the_exit_code(world, fast, closing):
     assert st.state is OpState.FAILED
     assert "exited 2" in st.detail and "qdisc kind is unknown" in st.detail
     assert [c["execute"] for c in guest.commands] == ["guest-exec", "guest-exec-status"]
+    # one short line naming the command, not the whole script (failed before: ~600 chars)
+    assert "\n" not in st.detail and len(st.detail) < 200, st.detail
+    assert f"sova-htb {MAC_B}" in st.detail
 
 
 def test_guest_htb_success_shapes_the_failover_master_by_mac(world, fast, closing):

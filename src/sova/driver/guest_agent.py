@@ -98,7 +98,7 @@ class GuestAgent:
         ret = self.command(dom, "guest-exec", {"path": path, "arg": args, "capture-output": True})
         pid = int(ret["pid"])
         deadline = self._clock() + self.exec_timeout_s
-        what = " ".join([path, *args])
+        what = describe_command(path, args)
         while True:
             st = self.command(dom, "guest-exec-status", {"pid": pid})
             if st.get("exited"):
@@ -137,6 +137,17 @@ class GuestAgent:
                 )
             )
         return out
+
+
+def describe_command(path: str, args: list[str], limit: int = 120) -> str:
+    """A guest command as one short line for an error: ``sh -c SCRIPT NAME ARGS…`` is named
+    by its NAME and ARGS (the script can be kilobytes); anything else is cut at ``limit``."""
+    if len(args) >= 2 and args[0] == "-c":
+        words = args[2:] or [f"{path} -c <{len(args[1])}-char script>"]
+    else:
+        words = [path, *args]
+    line = " ".join(words).replace("\n", " ")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _b64(data: str | None) -> str:

@@ -61,17 +61,18 @@ class Teaming:
 
 
 # Shell run in the guest through guest-exec. Netdevs are found by their *permanent* MAC:
-# a bond slave's current address is the bond's.
+# a bond slave's current address is the bond's. $S is /sys (a test points it elsewhere).
 _FIND_DEV = (
-    'find_dev() { for d in /sys/class/net/*; do [ -e "$d/device" ] || continue; '
+    'S="${SOVA_SYSFS:-/sys}"; '
+    'find_dev() { for d in "$S"/class/net/*; do [ -e "$d/device" ] || continue; '
     'm=$(cat "$d/bonding_slave/perm_hwaddr" 2>/dev/null || cat "$d/address"); '
     '[ "$m" = "$1" ] && { echo "${d##*/}"; return 0; }; done; return 1; }; '
 )
 _FIND_BOND = (
     'bk=$(find_dev "$2") || { echo "no netdev with the backup MAC $2" >&2; exit 3; }; '
-    '[ -e "/sys/class/net/$bk/master" ] || { echo "backup $bk is in no bond" >&2; exit 4; }; '
-    'bond=$(basename "$(readlink "/sys/class/net/$bk/master")"); '
-    'active() { cat "/sys/class/net/$bond/bonding/active_slave"; }; '
+    '[ -e "$S/class/net/$bk/master" ] || { echo "backup $bk is in no bond" >&2; exit 4; }; '
+    'bond=$(basename "$(readlink "$S/class/net/$bk/master")"); '
+    'active() { cat "$S/class/net/$bond/bonding/active_slave"; }; '
     'confirm() { i=0; while [ "$(active)" != "$1" ]; do i=$((i+1)); '
     '[ $i -gt 50 ] && { echo "active slave is $(active), not $1" >&2; exit 6; }; '
     "sleep 0.1; done; }; "
@@ -79,7 +80,7 @@ _FIND_BOND = (
 
 # A fast NIC that is in no bond carries none of the bond's traffic: nothing to move.
 _FAST_UNUSED = (
-    'if f=$(find_dev "$1") && [ ! -e "/sys/class/net/$f/master" ]; then '
+    'if f=$(find_dev "$1") && [ ! -e "$S/class/net/$f/master" ]; then '
     'echo "fast NIC $f is in no bond: it carries nothing"; exit 0; fi; '
 )
 
@@ -88,26 +89,34 @@ TO_BACKUP = (
     + _FAST_UNUSED
     + _FIND_BOND
     + (
-        '[ "$(cat "/sys/class/net/$bk/carrier" 2>/dev/null)" = 1 ] '
+        '[ "$(cat "$S/class/net/$bk/carrier" 2>/dev/null)" = 1 ] '
         '|| { echo "backup $bk has no carrier" >&2; exit 5; }; '
-        'echo "$bk" > "/sys/class/net/$bond/bonding/active_slave"; confirm "$bk"; '
-        'if f=$(find_dev "$1") && [ -e "/sys/class/net/$f/master" ]; then '
-        'echo "-$f" > "/sys/class/net/$bond/bonding/slaves"; fi; '
+        'echo "$bk" > "$S/class/net/$bond/bonding/active_slave"; confirm "$bk"; '
+        'if f=$(find_dev "$1") && [ -e "$S/class/net/$f/master" ]; then '
+        'echo "-$f" > "$S/class/net/$bond/bonding/slaves"; fi; '
         'echo "$bond: active slave $bk"'
     )
 )
 
+# A hot-plugged NIC appears as ethN and udev renames it (ens5) moments later, so its name
+# is looked up again by MAC for every step ("step CMD [tries]": CMD sees the current name
+# as $f), never carried from one step to the next.
 TO_FAST = (
     _FIND_DEV
     + _FIND_BOND
     + (
-        'i=0; until f=$(find_dev "$1"); do i=$((i+1)); '
-        '[ $i -gt 100 ] && { echo "no netdev with MAC $1 after 10 s" >&2; exit 7; }; sleep 0.1; done; '
-        '[ -e "/sys/class/net/$f/master" ] || ip link set "$f" master "$bond" || exit 8; '
-        'ip link set "$f" up; i=0; '
-        'until [ "$(cat "/sys/class/net/$f/carrier" 2>/dev/null)" = 1 ]; do i=$((i+1)); '
-        '[ $i -gt 50 ] && { echo "$f has no carrier" >&2; exit 9; }; sleep 0.1; done; '
-        'echo "$f" > "/sys/class/net/$bond/bonding/active_slave"; confirm "$f"; '
+        'fm="$1"; '
+        'step() { n=0; until f=$(find_dev "$fm") && eval "$1" 2>/dev/null; do n=$((n+1)); '
+        '[ $n -gt "${2:-30}" ] && return 1; sleep 0.1; done; }; '
+        'step true 100 || { echo "no netdev with MAC $fm after 10 s" >&2; exit 7; }; '
+        'step \'[ -e "$S/class/net/$f/master" ] || ip link set "$f" master "$bond"\' '
+        '|| { echo "NIC with MAC $fm ($f) could not join $bond" >&2; exit 8; }; '
+        'step \'ip link set "$f" up\' || { echo "NIC $f could not be set up" >&2; exit 10; }; '
+        'step \'[ "$(cat "$S/class/net/$f/carrier")" = 1 ]\' 50 '
+        '|| { echo "$f has no carrier" >&2; exit 9; }; '
+        'step \'echo "$f" > "$S/class/net/$bond/bonding/active_slave"\' '
+        '|| { echo "$bond refused $f as active slave" >&2; exit 11; }; '
+        'confirm "$f"; '
         'echo "$bond: active slave $f"'
     )
 )
