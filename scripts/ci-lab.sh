@@ -14,6 +14,10 @@ if [[ ! -x "$PY" ]]; then
     echo "ci-lab: no python at $PY (create the venv first, e.g. by running ./test.sh)" >&2
     exit 2
 fi
+if ! "$PY" -c "import pytest" 2>/dev/null; then
+    echo "ci-lab: pytest is not installed in $VENV (sudo scripts/lab-setup.sh installs it)" >&2
+    exit 2
+fi
 if [[ "$(id -u)" != 0 ]]; then
     echo "ci-lab: not root: the lab tests will skip (they need libvirt daemons)" >&2
     exec "$PY" -m pytest tests/lab -m lab -ra

@@ -71,7 +71,7 @@ def test_destination_daemon_killed_mid_migration_guest_stays_and_gets_its_fast_p
     finally:
         gap, n = ping.stop()
         drv.close()
-        from sova.lab.daemons import start_daemon
+        from sova.lab.daemons import ensure_daemon
 
-        start_daemon(lab, "HV2", 1)  # HV2 again, for the tests after this one
+        ensure_daemon(lab, "HV2", 1)  # HV2 again if it was killed, for the tests after this one
     assert n > 20 and gap < 2.0, (gap, n)

@@ -162,7 +162,7 @@ def test_destination_killed_mid_migration_lease_released_and_fast_path_back(lab,
     agent reports the failure, the manager releases the lease, and the guest gets its fast
     NIC back on HV1 from its own agent."""
     from sova.driver.guest_agent import GuestAgent
-    from sova.lab.daemons import start_daemon
+    from sova.lab.daemons import ensure_daemon
     from sova.lab.lab import connect
     from sova.lab.loads import Loads, Peer
     from sova.lab.placement import gather_on_source, unplug_all
@@ -221,5 +221,5 @@ def test_destination_killed_mid_migration_lease_released_and_fast_path_back(lab,
         peer.stop()
         _stop_loads(dom)
         conn.close()
-        start_daemon(lab, "HV2", 1)  # the lab's HV2 again, for the tests after this one
+        ensure_daemon(lab, "HV2", 1)  # the lab's HV2 again if it was killed
         unplug_all(lab, scn, print)

@@ -130,3 +130,112 @@ def test_the_simulator_follows_the_phases_not_the_stated_list():
         }
     )
     assert simulated_holders(swapped) == [["g3", "g4"], ["g1", "g2"]]
+
+
+# --------------------------------------------------------------------------- lab up / down
+
+
+def test_up_without_libvirt_python_starts_nothing_and_names_the_checkouts_setup(
+    tmp_path, monkeypatch
+):
+    """Failed before the fix: `up` built the image, the network and the daemons first."""
+    import sys
+
+    from sova.lab import lab as lab_mod
+    from sova.lab.daemons import LabError
+    from sova.lab.settings import LabSettings
+
+    def started(*_a, **_k):
+        raise AssertionError("up started something before its checks")
+
+    monkeypatch.setattr(lab_mod, "LAB_TOOLS", ())
+    monkeypatch.setattr(lab_mod, "build_image", started)
+    monkeypatch.setattr(lab_mod.network, "up", started)
+    monkeypatch.setitem(sys.modules, "libvirt", None)  # import libvirt -> ImportError
+    s = LabSettings(root=tmp_path / "lab", prefix="svz")
+    with pytest.raises(LabError) as e:
+        lab_mod.up(s, ROOT)
+    msg = str(e.value)
+    assert "libvirt-python is not installed" in msg and "scripts/lab-setup.sh" in msg
+    assert "pip install 'sova-sriov" not in msg  # the checkout, not PyPI
+    assert not s.root.exists()
+
+
+def test_up_names_every_missing_tool_before_starting(tmp_path, monkeypatch):
+    from sova.lab import lab as lab_mod
+    from sova.lab.daemons import LabError
+    from sova.lab.settings import LabSettings
+
+    monkeypatch.setattr(lab_mod, "LAB_TOOLS", ("sova-no-such-tool", "sh"))
+    s = LabSettings(root=tmp_path / "lab", prefix="svz")
+    with pytest.raises(LabError, match=r"^sova-no-such-tool not found: run `sudo "):
+        lab_mod.up(s, ROOT)
+    assert not s.root.exists()
+
+
+def _fake_qemu(tmp_path, monkeypatch, body: str) -> str:
+    import os
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    q = bin_ / "qemu-system-x86_64"
+    q.write_text("#!/bin/sh\n" + body + "\n")
+    q.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    monkeypatch.delenv("SOVA_LAB_ACCEL", raising=False)
+    kvm = tmp_path / "kvm"
+    kvm.write_text("")
+    return str(kvm)
+
+
+def test_kvm_probe_of_a_silent_guest_gives_up_fast(tmp_path, monkeypatch):
+    """QEMU 10 on a PVM host runs the KVM guest without a word: the probe used to wait its
+    full 15 s on every `up`. Failed before the fix (15.0 s)."""
+    import time
+
+    from sova.lab.accel import KVM_PROBE_S, choose_accel
+
+    kvm = _fake_qemu(tmp_path, monkeypatch, "exec sleep 60")
+    t0 = time.monotonic()
+    got = choose_accel(tmp_path / "vmlinuz", kvm_dev=kvm)
+    took = time.monotonic() - t0
+    assert got.domain_type == "qemu" and "no kernel output within" in got.reason
+    assert took < KVM_PROBE_S + 2, took
+
+
+def test_kvm_probe_returns_at_the_kernel_banner(tmp_path, monkeypatch):
+    import time
+
+    from sova.lab.accel import choose_accel
+
+    kvm = _fake_qemu(tmp_path, monkeypatch, "echo 'Linux version 6.1.0'; exec sleep 60")
+    t0 = time.monotonic()
+    got = choose_accel(tmp_path / "vmlinuz", kvm_dev=kvm)
+    assert got.domain_type == "kvm", got
+    assert time.monotonic() - t0 < 2
+
+
+def test_down_kills_what_the_lab_recorded_even_when_its_command_line_names_nothing(tmp_path):
+    """A lab daemon's command line (libvirtd -f /etc/libvirt/…) does not name the lab: `down`
+    finds it in the ledger the lab keeps; a ledger pid now held by another process (reused)
+    is left alone. Failed before the fix: `down` matched command lines only."""
+    import subprocess
+
+    from sova.lab import daemons
+    from sova.lab.settings import LabSettings
+
+    s = LabSettings(root=tmp_path / "lab", prefix="svz")
+    ours = subprocess.Popen(["sleep", "300"])
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        daemons.record_pid(s, ours.pid, "HV2 libvirtd")
+        with (s.root / "pids").open("a") as f:
+            f.write(f"{other.pid} 1 HV1 libvirtd\n")  # the pid, but not that process
+        killed = daemons.kill_all(s, grace_s=2)
+        assert ours.pid in killed and other.pid not in killed
+        assert ours.wait(5) is not None
+        assert other.poll() is None
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()

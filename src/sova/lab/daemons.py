@@ -62,17 +62,101 @@ def prepare_host(s: LabSettings, host: str, index: int) -> Path:
     return d
 
 
+def proc_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), None if it is gone: with
+    the pid it names one process, so a pid the kernel reused is never taken for ours."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces: fields are counted after its ')'
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def record_pid(s: LabSettings, pid: int, what: str) -> None:
+    """Append a process the lab started to its ledger (``<root>/pids``), the record `down`
+    kills from: a daemon's command line does not name the lab, and a pid file can be
+    overwritten (a second start of the same host) or never written (a crash)."""
+    s.root.mkdir(parents=True, exist_ok=True)
+    with (s.root / "pids").open("a") as f:
+        f.write(f"{pid} {proc_start_time(pid) or '?'} {what}\n")
+
+
+def recorded_pids(s: LabSettings) -> dict[int, str]:
+    """pid -> what, for every process the lab recorded that is still that same process:
+    the ledger, each daemon's pid file, and the pid files libvirt itself writes in each
+    host's private directories (libvirtd's and each QEMU's)."""
+    out: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        for line in (s.root / "pids").read_text().splitlines():
+            parts = line.split(maxsplit=2)
+            if len(parts) == 3 and parts[0].isdigit():
+                pid, start, what = int(parts[0]), parts[1], parts[2]
+                if proc_start_time(pid) == start:
+                    out[pid] = what
+    for host in s.hosts:
+        d = s.host_dir(host)
+        files = [d / "daemon.pid", d / "run" / "libvirtd.pid"]
+        with contextlib.suppress(OSError):
+            files += sorted((d / "run" / "qemu").glob("*.pid"))
+        for f in files:
+            found = _pid_in(f)
+            # a pid file without a start time: ours only if that process sees the lab's
+            # directories in its mounts (the daemons' bind mounts, QEMU's disk paths)
+            if found is not None and found not in out and _sees_lab(found, s):
+                out[found] = f"{host} {f.name}"
+    return out
+
+
+def _pid_in(f: Path) -> int | None:
+    try:
+        return int(f.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _sees_lab(pid: int, s: LabSettings) -> bool:
+    mark = str(s.root)
+    for name in ("mountinfo", "cmdline"):
+        with contextlib.suppress(OSError):
+            if mark in (Path(f"/proc/{pid}") / name).read_bytes().decode(errors="replace"):
+                return True
+    return False
+
+
+def running_daemon(s: LabSettings, host: str) -> int | None:
+    """The pid of ``host``'s libvirtd the lab started, if that very process still runs."""
+    try:
+        pid_s, start = (s.host_dir(host) / "daemon.pid").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    pid = int(pid_s)
+    return pid if proc_start_time(pid) == start else None
+
+
 def start_daemon(s: LabSettings, host: str, index: int, timeout_s: float = 30.0) -> int:
-    """Start ``host``'s libvirtd in its own mount namespace; its pid once its socket answers."""
+    """Start ``host``'s libvirtd in its own mount namespace; its pid once *it* answers.
+
+    Refuses when one already serves the host: a second libvirtd would exit on the pid
+    file lock ("Failed to acquire pid file … Resource temporarily unavailable") while the
+    first one's socket still answers, and that must not pass for a start.
+    """
     for tool in ("libvirtd", "unshare", "qemu-system-x86_64"):
         if shutil.which(tool) is None:
             raise LabError(f"{tool} not found (scripts/ci-setup-lab.sh installs it)")
+    running = running_daemon(s, host)
+    if running is not None:
+        raise LabError(f"libvirtd for {host} already runs (pid {running}): not starting another")
     d = prepare_host(s, host, index)
+    sock = s.socket(host)
+    if sock.exists() and _answers(s.uri(host)):
+        raise LabError(f"a libvirtd the lab did not record already answers at {sock}")
     for target in HOST_DIRS.values():
         Path(target).mkdir(parents=True, exist_ok=True)
     binds = " && ".join(f"mount --bind {d / sub} {target}" for sub, target in HOST_DIRS.items())
     script = f"{binds} && exec libvirtd -f /etc/libvirt/libvirtd.conf -p /run/libvirt/libvirtd.pid"
     log = open(d / "daemon.out", "ab")  # noqa: SIM115 - handed to the child
+    # unshare and sh exec: the pid of this child is libvirtd's own
     proc = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
         stdin=subprocess.DEVNULL,
@@ -81,29 +165,41 @@ def start_daemon(s: LabSettings, host: str, index: int, timeout_s: float = 30.0)
         start_new_session=True,  # a Ctrl-C of `sova lab up` must not take the daemon down
     )
     log.close()
-    (d / "daemon.pid").write_text(str(proc.pid))
+    record_pid(s, proc.pid, f"{host} libvirtd")
+    (d / "daemon.pid").write_text(f"{proc.pid} {proc_start_time(proc.pid) or '?'}\n")
     deadline = time.monotonic() + timeout_s
-    sock = s.socket(host)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = (d / "daemon.out").read_text(errors="replace").strip().splitlines()[-3:]
-            raise LabError(f"libvirtd for {host} exited {proc.returncode}: {' | '.join(tail)}")
-        if sock.exists() and _answers(s.uri(host)):
+            break
+        # libvirtd writes its pid file once it holds the lock, before it opens the socket
+        ours = _pid_in(d / "run" / "libvirtd.pid") == proc.pid
+        if ours and _answers(s.uri(host)) and proc.poll() is None:
             return proc.pid
         time.sleep(0.2)
+    if proc.poll() is not None:
+        tail = (d / "daemon.out").read_text(errors="replace").strip().splitlines()[-3:]
+        raise LabError(f"libvirtd for {host} exited {proc.returncode}: {' | '.join(tail)}")
     raise LabError(f"libvirtd for {host} did not open {sock} within {timeout_s:g}s")
 
 
+def ensure_daemon(s: LabSettings, host: str, index: int) -> int:
+    """``host``'s libvirtd: the one running, or a new one if it is not (after a fault test
+    killed it). Never a second one beside a live first."""
+    pid = running_daemon(s, host)
+    return pid if pid is not None else start_daemon(s, host, index)
+
+
 def _answers(uri: str) -> bool:
-    r = subprocess.run(["virsh", "-c", uri, "uri"], capture_output=True, timeout=10, check=False)
+    try:
+        r = subprocess.run(["virsh", "-c", uri, "uri"], capture_output=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
     return r.returncode == 0
 
 
 def lab_pids(s: LabSettings) -> list[int]:
-    """Every process whose command line or root names the lab directory: daemons and QEMUs.
-
-    Found by the lab's own path, never by a program name, so nothing else is touched.
-    """
+    """Every process whose command line names the lab directory (the QEMUs: their disks
+    and logs are under it). Found by the lab's own path, never by a program name."""
     mark = str(s.root)
     out: list[int] = []
     for p in Path("/proc").iterdir():
@@ -119,31 +215,28 @@ def lab_pids(s: LabSettings) -> list[int]:
 
 
 def daemon_pid(s: LabSettings, host: str) -> int | None:
-    f = s.host_dir(host) / "daemon.pid"
-    try:
-        return int(f.read_text().strip())
-    except (OSError, ValueError):
-        return None
+    """The pid recorded for ``host``'s libvirtd (running or not)."""
+    return _pid_in(s.host_dir(host) / "daemon.pid")
 
 
 def kill_all(s: LabSettings, grace_s: float = 5.0) -> list[int]:
-    """TERM then KILL every lab process (daemons by pid file, QEMUs by their lab paths)."""
-    pids = set(lab_pids(s))
-    for host in s.hosts:
-        pid = daemon_pid(s, host)
-        if pid is not None and Path(f"/proc/{pid}").exists():
-            pids.add(pid)
+    """TERM then KILL every lab process: what the lab recorded (ledger, pid files, each
+    still the same process) and the QEMUs named by their lab paths."""
+    pids = set(lab_pids(s)) | set(recorded_pids(s))
+    pids.discard(os.getpid())
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        for pid in pids:  # reap our own children (daemons this process started) as they end
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
         time.sleep(0.1)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     for pid in pids:
-        # reap our own children (daemons started by this process) so none stays a zombie
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
     return sorted(pids)

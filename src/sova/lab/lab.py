@@ -102,6 +102,46 @@ def wait_network(s: LabSettings, ip: str, timeout_s: float) -> float:
     raise daemons.LabError(f"guest {ip} not reachable from {s.peer_ns} after {timeout_s:g}s")
 
 
+#: The tools `up` needs on the machine (scripts/ci-setup-lab.sh installs them).
+LAB_TOOLS = (
+    "libvirtd",
+    "virsh",
+    "unshare",
+    "qemu-system-x86_64",
+    "qemu-img",
+    "mmdebstrap",
+    "mkfs.ext4",
+    "ip",
+    "tc",
+    "ping",
+)
+
+
+def install_hint(repo: Path) -> str:
+    """How to get everything the lab needs into this checkout's own venv (.venv)."""
+    return f"run `sudo {repo / 'scripts' / 'lab-setup.sh'}` and use {repo / '.venv/bin/sova'}"
+
+
+def preflight(repo: Path) -> None:
+    """Everything `up` needs, checked before it starts anything: a failure leaves no
+    daemon, bridge, namespace or directory behind."""
+    missing = [t for t in LAB_TOOLS if shutil.which(t) is None]
+    if missing:
+        raise daemons.LabError(
+            f"{', '.join(missing)} not found: {install_hint(repo)} "
+            "(scripts/ci-setup-lab.sh installs the system packages)"
+        )
+    try:
+        import importlib
+
+        importlib.import_module("libvirt")
+        importlib.import_module("libvirt_qemu")
+    except ImportError:
+        raise daemons.LabError(
+            f"libvirt-python is not installed in this Python: {install_hint(repo)}"
+        ) from None
+
+
 def up(
     s: LabSettings,
     repo: Path,
@@ -113,6 +153,7 @@ def up(
     t0 = time.monotonic()
     if load_state(s) is not None:
         raise daemons.LabError(f"a lab is already up ({s.state_file}); run `sova lab down` first")
+    preflight(repo)
     s.root.mkdir(parents=True, exist_ok=True)
     n_guests = s.guests if guests is None else guests
     image = build_image(s, repo)
