@@ -77,23 +77,54 @@ def record_pid(s: LabSettings, pid: int, what: str) -> None:
     """Append a process the lab started to its ledger (``<root>/pids``), the record `down`
     kills from: a daemon's command line does not name the lab, and a pid file can be
     overwritten (a second start of the same host) or never written (a crash)."""
-    s.root.mkdir(parents=True, exist_ok=True)
-    with (s.root / "pids").open("a") as f:
+    record_pid_at(s.root, pid, what)
+
+
+def record_pid_at(root: Path, pid: int, what: str) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "pids").open("a") as f:
         f.write(f"{pid} {proc_start_time(pid) or '?'} {what}\n")
+
+
+def ledger_pids(root: Path) -> dict[int, str]:
+    """pid -> what, for every ledger entry that is still that same process."""
+    out: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        for line in (root / "pids").read_text().splitlines():
+            parts = line.split(maxsplit=2)
+            if len(parts) == 3 and parts[0].isdigit():
+                pid, start, what = int(parts[0]), parts[1], parts[2]
+                if proc_start_time(pid) == start:
+                    out[pid] = what
+    return out
+
+
+def kill_pids(pids: set[int], grace_s: float = 5.0) -> list[int]:
+    """TERM, then KILL what is left after ``grace_s``; our own children are reaped."""
+    pids = pids - {os.getpid()}
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        for pid in pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    return sorted(pids)
 
 
 def recorded_pids(s: LabSettings) -> dict[int, str]:
     """pid -> what, for every process the lab recorded that is still that same process:
     the ledger, each daemon's pid file, and the pid files libvirt itself writes in each
     host's private directories (libvirtd's and each QEMU's)."""
-    out: dict[int, str] = {}
-    with contextlib.suppress(OSError):
-        for line in (s.root / "pids").read_text().splitlines():
-            parts = line.split(maxsplit=2)
-            if len(parts) == 3 and parts[0].isdigit():
-                pid, start, what = int(parts[0]), parts[1], parts[2]
-                if proc_start_time(pid) == start:
-                    out[pid] = what
+    out = ledger_pids(s.root)
     for host in s.hosts:
         d = s.host_dir(host)
         files = [d / "daemon.pid", d / "run" / "libvirtd.pid"]
@@ -222,21 +253,4 @@ def daemon_pid(s: LabSettings, host: str) -> int | None:
 def kill_all(s: LabSettings, grace_s: float = 5.0) -> list[int]:
     """TERM then KILL every lab process: what the lab recorded (ledger, pid files, each
     still the same process) and the QEMUs named by their lab paths."""
-    pids = set(lab_pids(s)) | set(recorded_pids(s))
-    pids.discard(os.getpid())
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-        for pid in pids:  # reap our own children (daemons this process started) as they end
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.1)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    for pid in pids:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-    return sorted(pids)
+    return kill_pids(set(lab_pids(s)) | set(recorded_pids(s)), grace_s)

@@ -1,0 +1,290 @@
+"""The nested SR-IOV lab: real VFs, passed through with VFIO, under the production driver.
+
+This machine has no IOMMU, so a VF can only be had one level down: each hypervisor is an L1
+VM (QEMU 10 on this machine, under TCG, with an emulated VT-d and an emulated Intel 82576
+``igb`` whose SR-IOV gives real VFs), running Debian's libvirt 9.0 and QEMU 7.2; the
+guests Sova acts on are L2 VMs inside it. The production ``LibvirtDriver`` (``sriov-vf`` +
+``teaming``) drives an L1's libvirt over TCP from this machine: the PF and its VFs come
+from libvirt's node devices, the VF is a ``<interface type='hostdev'>`` with
+``<teaming type='transient'>`` next to the L2's persistent virtio NIC.
+
+The L1 flags are the ones measured to work (docs/lab.md, "The nested SR-IOV lab"): 2560 MiB
+and ``-global q35-pcihost.pci-hole64-size=0`` with the igb on ``pcie.0`` keep the VF BARs
+below 4 GiB, which QEMU 10.0.2 needs (it maps a 64-bit VF BAR above 4 GiB at its low 32
+bits only, and the VF's mailbox then reaches nothing); ``caching-mode=on`` lets VFIO in L1
+use the emulated VT-d; ``ICH9-LPC.noreboot=true`` after two spontaneous L1 resets.
+
+Everything lives in one network namespace (``<prefix>-l0``: the L0 bridge, one tap per L1
+NIC) joined to this machine by one veth, and under one directory; ``down`` kills what the
+ledger recorded, deletes the namespace and the veth, and removes the directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sova.lab.daemons import LabError, kill_pids, ledger_pids, record_pid_at
+
+#: Tools this machine needs for the nested lab (scripts/ci-setup-lab.sh installs them).
+TOOLS = ("ip", "unshare", "mmdebstrap", "mkfs.ext4", "qemu-img", "virsh", "apt-get", "dpkg")
+
+
+@dataclass(frozen=True)
+class NestedSettings:
+    root: Path = Path(os.environ.get("SOVA_LAB_SRIOV_DIR", "/var/lib/sova-lab-sriov"))
+    image_cache: Path = Path(os.environ.get("SOVA_LAB_CACHE", "/var/cache/sova-lab"))
+    prefix: str = os.environ.get("SOVA_LAB_SRIOV_PREFIX", "svn")
+    l1s: int = 1
+    vfs: int = 2
+    l1_memory_mib: int = 2560  # with pci-hole64-size=0: the VF BARs stay below 4 GiB
+    subnet: str = "10.78.0"  # /24: this machine is .1, L1 n is .10+n
+    boot_timeout_s: float = 300.0
+
+    @property
+    def netns(self) -> str:
+        return f"{self.prefix}-l0"
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.prefix}-br"
+
+    @property
+    def veth(self) -> str:
+        return f"{self.prefix}-h"
+
+    def l1_ip(self, n: int) -> str:
+        return f"{self.subnet}.{10 + n}"
+
+    def l1_uri(self, n: int) -> str:
+        return f"qemu+tcp://{self.l1_ip(n)}/system"
+
+    def ctl_mac(self, n: int) -> str:
+        return f"52:54:00:78:00:1{n}"
+
+    def pf_mac(self, n: int) -> str:
+        return f"52:54:00:78:01:1{n}"
+
+    def taps(self, n: int) -> tuple[str, str]:
+        return f"{self.prefix}{n}c", f"{self.prefix}{n}p"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+
+def _sh(*args: str, check: bool = True, timeout_s: float = 30.0) -> str:
+    r = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if check and r.returncode != 0:
+        raise LabError(f"{' '.join(args)} exited {r.returncode}: {r.stderr.strip()[-300:]}")
+    return r.stdout
+
+
+def _script(repo: Path, name: str, cache: Path, timeout_s: float = 1800) -> Path:
+    r = subprocess.run(
+        ["bash", str(repo / "scripts" / name), str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if r.returncode != 0:
+        tail = " | ".join(r.stderr.strip().splitlines()[-3:])
+        raise LabError(f"scripts/{name} exited {r.returncode}: {tail}")
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def unavailable() -> str | None:
+    """Why the nested lab cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the nested lab needs root (namespaces, taps, QEMU)"
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        return f"needs {', '.join(missing)} (scripts/ci-setup-lab.sh installs them)"
+    try:
+        import importlib
+
+        importlib.import_module("libvirt")
+    except ImportError:
+        return "needs libvirt-python (scripts/lab-setup.sh installs it)"
+    return None
+
+
+def _network_up(ns: NestedSettings) -> None:
+    _sh("ip", "netns", "add", ns.netns)
+    _sh("ip", "-n", ns.netns, "link", "set", "lo", "up")
+    _sh("ip", "-n", ns.netns, "link", "add", ns.bridge, "type", "bridge", "forward_delay", "0")
+    _sh("ip", "-n", ns.netns, "link", "set", ns.bridge, "up")
+    _sh("ip", "link", "add", ns.veth, "type", "veth", "peer", "name", f"{ns.veth}p")
+    _sh("ip", "link", "set", f"{ns.veth}p", "netns", ns.netns)
+    _sh("ip", "-n", ns.netns, "link", "set", f"{ns.veth}p", "master", ns.bridge, "up")
+    _sh("ip", "addr", "add", f"{ns.subnet}.1/24", "dev", ns.veth)
+    _sh("ip", "link", "set", ns.veth, "up")
+    for n in range(1, ns.l1s + 1):
+        for tap in ns.taps(n):
+            _sh("ip", "-n", ns.netns, "tuntap", "add", "mode", "tap", "name", tap)
+            _sh("ip", "-n", ns.netns, "link", "set", tap, "master", ns.bridge, "up")
+
+
+def l1_command(ns: NestedSettings, qemu: Path, image: Path, n: int) -> list[str]:
+    """The L1's QEMU 10, in the L0 namespace and a private mount namespace where QEMU 10's
+    own modules and firmware are bind-mounted over the machine's (QEMU 7.2's)."""
+    prefix = qemu.parents[2]
+    binds = [
+        (prefix / "usr/lib/x86_64-linux-gnu/qemu", Path("/usr/lib/x86_64-linux-gnu/qemu")),
+        (prefix / "usr/share/qemu", Path("/usr/share/qemu")),
+        (prefix / "usr/share/seabios", Path("/usr/share/seabios")),
+    ]
+    ctl, pf = ns.taps(n)
+    disk = ns.root / f"l1-{n}.qcow2"
+    args = [
+        str(qemu),
+        "-name", f"sova-l1-{n}",
+        "-accel", "tcg,thread=multi",
+        "-machine", "q35",
+        "-cpu", "max",
+        "-smp", "2",
+        "-m", str(ns.l1_memory_mib),
+        "-device", "intel-iommu,intremap=on,caching-mode=on",
+        "-global", "q35-pcihost.pci-hole64-size=0",
+        "-global", "ICH9-LPC.noreboot=true",
+        "-nodefaults",
+        "-display", "none",
+        "-serial", f"file:{ns.root / f'l1-{n}.serial'}",
+        "-kernel", str(image / "vmlinuz"),
+        "-initrd", str(image / "initrd.img"),
+        "-append",
+        f"root=/dev/vda rw console=ttyS0 intel_iommu=on iommu=pt sova.l1={n} sova.vfs={ns.vfs}",
+        "-drive", f"file={disk},if=virtio,format=qcow2",
+        "-netdev", f"tap,id=pf,ifname={pf},script=no,downscript=no",
+        "-device", f"igb,netdev=pf,bus=pcie.0,addr=0x6,mac={ns.pf_mac(n)}",
+        "-netdev", f"tap,id=ctl,ifname={ctl},script=no,downscript=no",
+        "-device", f"virtio-net-pci,netdev=ctl,mac={ns.ctl_mac(n)}",
+    ]  # fmt: skip
+    mounts = " && ".join(f"mount --bind '{a}' '{b}'" for a, b in binds)
+    inner = " ".join(f"'{a}'" for a in args)
+    return [
+        "ip", "netns", "exec", ns.netns,
+        "unshare", "--mount", "--propagation", "private",
+        "sh", "-c", f"{mounts} && exec {inner}",
+    ]  # fmt: skip
+
+
+def _answers(uri: str) -> bool:
+    try:
+        r = subprocess.run(["virsh", "-c", uri, "uri"], capture_output=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        return False
+    return r.returncode == 0
+
+
+def up(ns: NestedSettings, repo: Path, say: Callable[[str], None] = print) -> dict[str, object]:
+    """Build (cached) and boot the L1 hypervisors; the state written to ``state.json``."""
+    tell = say
+    why = unavailable()
+    if why:
+        raise LabError(why)
+    if ns.state_file.exists():
+        raise LabError(f"a nested lab is already up ({ns.state_file}); run its down first")
+    t0 = time.monotonic()
+    qemu = _script(repo, "lab-nested-qemu.sh", ns.image_cache)
+    tell(f"L0 QEMU: {qemu}")
+    image = _script(repo, "lab-nested-image.sh", ns.image_cache)
+    tell(f"L1 image: {image} ({time.monotonic() - t0:.0f} s)")
+    ns.root.mkdir(parents=True, exist_ok=True)
+    state: dict[str, object] = {"image": str(image), "qemu": str(qemu), "l1": {}}
+    ns.state_file.write_text(json.dumps(state))
+    _network_up(ns)
+    boot: dict[str, float] = {}
+    for n in range(1, ns.l1s + 1):
+        _sh(
+            "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+            "-b", str(image / "base.qcow2"), str(ns.root / f"l1-{n}.qcow2"),
+        )  # fmt: skip
+        log = open(ns.root / f"l1-{n}.out", "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(
+            l1_command(ns, qemu, image, n),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        record_pid_at(ns.root, proc.pid, f"L1 {n} qemu")
+        started = time.monotonic()
+        while not _answers(ns.l1_uri(n)):
+            if proc.poll() is not None:
+                tail = (ns.root / f"l1-{n}.out").read_text(errors="replace").strip()[-300:]
+                raise LabError(f"L1 {n}'s QEMU exited {proc.returncode}: {tail}")
+            if time.monotonic() - started > ns.boot_timeout_s:
+                raise LabError(
+                    f"L1 {n}'s libvirt not answering at {ns.l1_uri(n)} after "
+                    f"{ns.boot_timeout_s:g} s (serial log {ns.root / f'l1-{n}.serial'})"
+                )
+            time.sleep(2)
+        boot[f"l1-{n}"] = round(time.monotonic() - started, 1)
+        tell(f"l1-{n}: libvirt answers at {ns.l1_uri(n)} after {boot[f'l1-{n}']} s")
+    state["l1"] = {f"l1-{n}": ns.l1_uri(n) for n in range(1, ns.l1s + 1)}
+    state["boot_s"] = boot
+    state["up_s"] = round(time.monotonic() - t0, 1)
+    ns.state_file.write_text(json.dumps(state))
+    return state
+
+
+def down(ns: NestedSettings) -> list[str]:
+    """Remove every process, link, namespace and file of the nested lab; needs no state."""
+    removed: list[str] = []
+    pids = set(ledger_pids(ns.root))
+    mark = str(ns.root)
+    for p in Path("/proc").iterdir():  # QEMUs whose disks are the lab's (a lost ledger)
+        if p.name.isdigit() and int(p.name) != os.getpid():
+            try:
+                if mark.encode() in (p / "cmdline").read_bytes():
+                    pids.add(int(p.name))
+            except OSError:
+                continue
+    if pids:
+        removed.append(f"processes {kill_pids(pids)}")
+    if Path(f"/run/netns/{ns.netns}").exists():
+        _sh("ip", "netns", "del", ns.netns, check=False)
+        removed.append(f"namespace {ns.netns}")
+    if Path(f"/sys/class/net/{ns.veth}").exists():
+        _sh("ip", "link", "del", ns.veth, check=False)
+        removed.append(f"link {ns.veth}")
+    if ns.root.exists():
+        shutil.rmtree(ns.root, ignore_errors=True)
+        removed.append(str(ns.root))
+    return removed
+
+
+def l2_xml(name: str, mac: str, domain_type: str) -> str:
+    """An L2 guest inside an L1: the L1's kernel and a busybox initramfs, one virtio NIC
+    on the L1's br-back as the failover backup (persistent teaming, a user alias), and
+    spare PCIe root ports for the VF to be hot-plugged into."""
+    cpu = (
+        "<cpu mode='host-passthrough'/>"
+        if domain_type == "kvm"
+        else "<cpu mode='custom'><model>qemu64</model></cpu>"
+    )
+    ports = "".join("<controller type='pci' model='pcie-root-port'/>" for _ in range(4))
+    return (
+        f"<domain type='{domain_type}'><name>{name}</name>"
+        "<memory unit='MiB'>256</memory><vcpu>1</vcpu>"
+        "<os><type arch='x86_64' machine='q35'>hvm</type>"
+        "<kernel>/var/lib/sova-l2/vmlinuz</kernel><initrd>/var/lib/sova-l2/initrd.img</initrd>"
+        "<cmdline>console=ttyS0 panic=-1</cmdline></os>"
+        f"<features><acpi/></features>{cpu}<on_reboot>restart</on_reboot>"
+        "<devices><controller type='pci' model='pcie-root'/>"
+        f"{ports}"
+        f"<interface type='bridge'><mac address='{mac}'/><source bridge='br-back'/>"
+        "<model type='virtio'/><teaming type='persistent'/><alias name='ua-backup0'/>"
+        "</interface>"
+        f"<serial type='file'><source path='/var/log/libvirt/qemu/{name}.serial'/></serial>"
+        "<memballoon model='none'/></devices></domain>"
+    )
