@@ -69,14 +69,29 @@ def up(
     slow_mbit: Annotated[
         float, typer.Option(help="Host-side rate of every virtio backup path, Mbit/s.")
     ] = 100.0,
+    sriov: Annotated[
+        bool,
+        typer.Option(
+            "--sriov",
+            help="The nested SR-IOV lab instead: L1 hypervisors (QEMU 10, emulated VT-d and "
+            "igb with VFs) whose libvirt the production driver drives over TCP.",
+        ),
+    ] = False,
+    l1s: Annotated[int, typer.Option(help="--sriov: L1 hypervisors (1 or 2).")] = 1,
 ) -> None:
     """Start HV1 and HV2, the lab network and the guests; leave them up."""
     s = _settings(guests)
     if slow_mbit <= 0:
         err.print(f"[red]error:[/red] --slow-mbit: {slow_mbit} must be > 0", highlight=False)
         raise typer.Exit(2)
+    if not 1 <= l1s <= 2:
+        err.print(f"[red]error:[/red] --l1s: {l1s} is not 1 or 2", highlight=False)
+        raise typer.Exit(2)
     _require_root()
     _sigterm_as_interrupt()
+    if sriov:
+        _up_sriov(l1s)
+        return
     from sova.lab import lab
     from sova.lab.daemons import LabError
 
@@ -90,6 +105,23 @@ def up(
         typer.echo(f"  virsh -c '{s.uri(host)}' list")
     typer.echo(f"  ip netns exec {s.peer_ns} ping {s.guest_ip(1)}")
     typer.echo("remove with: sova lab down")
+
+
+def _up_sriov(l1s: int) -> None:
+    from sova.lab import nested
+    from sova.lab.daemons import LabError
+
+    ns = nested.NestedSettings(l1s=l1s)
+    try:
+        st = nested.up(ns, REPO, say=_say)
+    except LabError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err.print("remove what was started with: sova lab down --sriov", highlight=False)
+        raise typer.Exit(1) from None
+    typer.echo(f"nested lab up in {st['up_s']} s")
+    for n in range(1, l1s + 1):
+        typer.echo(f"  virsh -c '{ns.l1_uri(n)}' nodedev-list --cap net")
+    typer.echo("remove with: sova lab down --sriov")
 
 
 @lab_app.command()
@@ -146,12 +178,21 @@ def run(
 
 
 @lab_app.command()
-def down() -> None:
+def down(
+    sriov: Annotated[
+        bool, typer.Option("--sriov", help="Remove the nested SR-IOV lab instead.")
+    ] = False,
+) -> None:
     """Remove every guest, daemon, bridge, qdisc and file of the lab (also after a crash)."""
     _require_root()
-    from sova.lab import lab
+    from sova.lab import lab, nested
 
-    removed = lab.down(_settings(), say=_say)
+    if sriov:
+        removed = nested.down(nested.NestedSettings())
+        for r in removed:
+            _say(f"removed {r}")
+    else:
+        removed = lab.down(_settings(), say=_say)
     typer.echo(
         f"lab down: {len(removed)} item(s) removed" if removed else "lab down: nothing to remove"
     )
