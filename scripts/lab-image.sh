@@ -37,12 +37,22 @@ for tool in mmdebstrap mkfs.ext4 qemu-img; do
 done
 mkdir -p "$CACHE"
 work="$(mktemp -d "$CACHE/build.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+# mmdebstrap mounts /proc, /sys and /dev/shm (the machine's own) into the root it builds; it
+# runs in a private mount namespace so that a kill mid-build leaves no mount behind, and the
+# clean-up never recurses into a mount (it would delete the machine's /dev/shm files).
+cleanup() {
+    if grep -q " $work/" /proc/self/mountinfo; then
+        echo "lab-image: mounts left under $work: not removing it" >&2
+    else
+        rm -rf --one-file-system "$work"
+    fi
+}
+trap cleanup EXIT
 root="$work/root"
 t0=$SECONDS
 # Guest files (the boot-time network setup) are copied in by a customize hook so the image
 # is made in one pass; the services are enabled the way systemd itself would.
-mmdebstrap --variant=minbase --include="$(IFS=,; echo "${PKGS[*]}")" \
+unshare --mount --propagation private mmdebstrap --variant=minbase --include="$(IFS=,; echo "${PKGS[*]}")" \
     --customize-hook="cp -a $here/lab/guest/. \"\$1\"/" \
     --customize-hook='chroot "$1" systemctl enable sova-net.service' \
     --customize-hook='echo sova-guest > "$1/etc/hostname"' \

@@ -33,10 +33,20 @@ for tool in mmdebstrap mkfs.ext4 qemu-img; do
 done
 mkdir -p "$CACHE"
 work="$(mktemp -d "$CACHE/build-nested.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+# mmdebstrap mounts /proc, /sys and /dev/shm (the machine's own) into the root it builds; it
+# runs in a private mount namespace so that a kill mid-build leaves no mount behind, and the
+# clean-up never recurses into a mount (it would delete the machine's /dev/shm files).
+cleanup() {
+    if grep -q " $work/" /proc/self/mountinfo; then
+        echo "lab-nested-image: mounts left under $work: not removing it" >&2
+    else
+        rm -rf --one-file-system "$work"
+    fi
+}
+trap cleanup EXIT
 root="$work/root"
 t0=$SECONDS
-mmdebstrap --variant=minbase --include="$(IFS=,; echo "${PKGS[*]}")" \
+unshare --mount --propagation private mmdebstrap --variant=minbase --include="$(IFS=,; echo "${PKGS[*]}")" \
     --customize-hook="cp -a $here/lab/nested/l1/. \"\$1\"/" \
     --customize-hook="cp $here/lab/nested/l2/init \"\$1\"/tmp/l2-init" \
     --customize-hook="cp $here/lab/nested/build-l2.sh \"\$1\"/tmp/build-l2.sh" \
