@@ -1,0 +1,171 @@
+"""The sim_scale workload through ``sova simulate`` itself: the command a user runs.
+
+``sim_scale.py`` drives the engine with the benchmark harness; this script writes the same
+workload (``sim_scale.build``/``initial_mix``/``changes``: duty, request, bulk and file VMs,
+duty drift every minute, surges on 5 % of the hosts) as a scenario YAML with the sova VF
+policy and the sova bandwidth allocator every second, and runs
+``sova simulate SCENARIO --no-progress`` in a child process per size, timing the whole
+command (scenario load, simulation, outputs and report) and reading the child's peak RSS
+from ``wait4``. ``--cloudsim DIR`` runs CloudSim Plus (``perf.ScaleBench`` from a built copy
+of ``../shared/bench/cloudsim-compare``) at the same sizes, S = 1 s, and prints ratios.
+
+    .venv/bin/python benchmarks/simulate_scale.py --sizes 100x3 --duration 300
+    .venv/bin/python benchmarks/simulate_scale.py --sizes 100x3,1000x3 --duration 300 --reps 3
+    .venv/bin/python benchmarks/simulate_scale.py --sizes 100x3 --duration 300 --profile
+
+Measured on the shared 2-core development machine (load from other sessions present),
+seed 1, median of 3 runs: see the table filled in below by issue 23's session.
+
+Where the time goes (cProfile of ``run_policy``, 100 hosts x 3 VMs, 300 s, sova+sova):
+see PROFILE below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sim_scale import build, changes, initial_mix  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scenario_data(hosts: int, per_host: int, duration: float, seed: int) -> dict[str, Any]:
+    """The sim_scale workload as a scenario mapping (what a user's YAML file would hold)."""
+    scn = build(hosts, per_host, duration, seed)
+    rng = np.random.default_rng([seed, 11])
+    mix = initial_mix(hosts * per_host, rng)
+    due = changes(scn, list(mix), rng)
+    names = [v.name for v in scn.vms]
+    data: dict[str, Any] = scn.model_dump(mode="json", exclude_defaults=True)
+    # the product's defaults for what the harness leaves out: bandwidth control every second
+    data["controller"]["bandwidth_policy"] = "sova"
+    data["workload"] = [
+        {"at": 0, "vms": {names[i]: _w(w) for i, w in enumerate(mix)}},
+        *(
+            {"at": float(t), "vms": {names[i]: _w(w) for i, w in items}}
+            for t, items in due.items()
+        ),
+    ]
+    return data
+
+
+def _w(w: Any) -> dict[str, Any]:
+    out: dict[str, Any] = w.model_dump(mode="json", exclude_defaults=True)
+    return out
+
+
+def run_sova(scenario: Path, out: Path) -> tuple[float, float]:
+    """(wall s, peak RSS MiB) of one ``sova simulate`` in a child process."""
+    cmd = [str(ROOT / ".venv/bin/sova"), "simulate", str(scenario), "--out", str(out)]
+    cmd.append("--no-progress")
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"sova simulate exited {proc.returncode}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def run_cloudsim(cs: Path, hosts: int, vms: int, duration: float, seed: int) -> tuple[float, float]:
+    cmd = ["java", "-cp", "target/classes:target/lib/*", "perf.ScaleBench"]
+    cmd += [str(hosts), str(vms), f"{duration:g}", "1", str(seed)]
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"CloudSim Plus exited {os.waitstatus_to_exitcode(status)}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def profile(hosts: int, per_host: int, duration: float, seed: int, work: Path) -> None:
+    """cProfile of the product path in this process: run_policy, then the outputs."""
+    import cProfile
+    import pstats
+
+    from sova.scenario import load_sweep
+    from sova.sim.output import write_outputs
+    from sova.sim.runner import run_policy
+
+    path = work / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario_data(hosts, per_host, duration, seed)))
+    scn = load_sweep(path)[0]
+    prof = cProfile.Profile()
+    t = time.perf_counter()
+    prof.enable()
+    runs = [run_policy(scn, p) for p in scn.policies]
+    prof.disable()
+    sim_s = time.perf_counter() - t
+    t = time.perf_counter()
+    prof.enable()
+    write_outputs(work / "out", [(scn, runs)])
+    prof.disable()
+    out_s = time.perf_counter() - t
+    print(f"run_policy {sim_s:.1f} s, write_outputs {out_s:.1f} s (under cProfile)")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--sizes", default="100x3", help="HOSTSxVMS_PER_HOST, comma-separated")
+    ap.add_argument("--duration", type=float, default=300.0, help="simulated seconds")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=1, help="runs per size (median reported)")
+    ap.add_argument("--cloudsim", type=Path, help="a built copy of cloudsim-compare")
+    ap.add_argument("--profile", action="store_true", help="cProfile the first size instead")
+    ap.add_argument("--keep", type=Path, help="keep the scenarios and outputs here")
+    args = ap.parse_args(argv)
+    sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="sova-simscale-")) if args.keep is None else args.keep
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.profile:
+            h, v = sizes[0]
+            profile(h, v, args.duration, args.seed, work)
+            return 0
+        print(
+            f"{'hosts':>6} {'VMs':>6} {'wall s':>8} {'VM-steps/s':>11} {'peak MiB':>9}"
+            + (f" {'CS+ s':>7} {'CS+ MiB':>8} {'speed x':>7} {'mem x':>6}" if args.cloudsim else "")
+        )
+        for h, v in sizes:
+            scn_path = work / f"sim-scale-{h}x{v}.yaml"
+            scn_path.write_text(yaml.safe_dump(scenario_data(h, v, args.duration, args.seed)))
+            walls, peaks, cs_walls, cs_peaks = [], [], [], []
+            for _ in range(args.reps):
+                wall, peak = run_sova(scn_path, work / f"out-{h}x{v}")
+                walls.append(wall)
+                peaks.append(peak)
+                if args.cloudsim:
+                    cw, cp = run_cloudsim(args.cloudsim, h, h * v, args.duration, args.seed)
+                    cs_walls.append(cw)
+                    cs_peaks.append(cp)
+            wall, peak = statistics.median(walls), statistics.median(peaks)
+            steps = h * v * int(round(args.duration))
+            line = f"{h:>6} {h * v:>6} {wall:>8.1f} {steps / wall:>11,.0f} {peak:>9,.0f}"
+            if args.cloudsim:
+                cw, cp = statistics.median(cs_walls), statistics.median(cs_peaks)
+                line += f" {cw:>7.1f} {cp:>8,.0f} {cw / wall:>7.2f} {cp / peak:>6.2f}"
+            print(line, flush=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
