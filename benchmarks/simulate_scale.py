@@ -54,10 +54,7 @@ def scenario_data(hosts: int, per_host: int, duration: float, seed: int) -> dict
     data["controller"]["bandwidth_policy"] = "sova"
     data["workload"] = [
         {"at": 0, "vms": {names[i]: _w(w) for i, w in enumerate(mix)}},
-        *(
-            {"at": float(t), "vms": {names[i]: _w(w) for i, w in items}}
-            for t, items in due.items()
-        ),
+        *({"at": float(t), "vms": {names[i]: _w(w) for i, w in items}} for t, items in due.items()),
     ]
     return data
 
