@@ -64,21 +64,27 @@ def _w(w: Any) -> dict[str, Any]:
     return out
 
 
-def run_sova(scenario: Path, out: Path) -> tuple[float, float]:
-    """(wall s, peak RSS MiB) of one ``sova simulate`` in a child process."""
-    cmd = [str(ROOT / ".venv/bin/sova"), "simulate", str(scenario), "--out", str(out)]
-    cmd.append("--no-progress")
+def run_sova(scenario: Path, out: Path, src: Path | None = None) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MiB) of one ``sova simulate`` in a child process; ``src``
+    runs another tree's code (a checkout of the old version, for before/after)."""
+    cmd = [str(ROOT / ".venv/bin/python"), "-m", "sova", "simulate", str(scenario)]
+    cmd += ["--out", str(out), "--no-progress"]
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"sova simulate exited {proc.returncode}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def run_cloudsim(cs: Path, hosts: int, vms: int, duration: float, seed: int) -> tuple[float, float]:
+def run_cloudsim(
+    cs: Path, hosts: int, vms: int, duration: float, seed: int
+) -> tuple[float, float, float]:
     cmd = ["java", "-cp", "target/classes:target/lib/*", "perf.ScaleBench"]
     cmd += [str(hosts), str(vms), f"{duration:g}", "1", str(seed)]
     t = time.perf_counter()
@@ -87,7 +93,7 @@ def run_cloudsim(cs: Path, hosts: int, vms: int, duration: float, seed: int) -> 
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"CloudSim Plus exited {os.waitstatus_to_exitcode(status)}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def profile(hosts: int, per_host: int, duration: float, seed: int, work: Path) -> None:
@@ -126,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cloudsim", type=Path, help="a built copy of cloudsim-compare")
     ap.add_argument("--profile", action="store_true", help="cProfile the first size instead")
     ap.add_argument("--keep", type=Path, help="keep the scenarios and outputs here")
+    ap.add_argument("--sova-src", type=Path, help="run this src/ tree instead (before/after)")
     args = ap.parse_args(argv)
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="sova-simscale-")) if args.keep is None else args.keep
@@ -135,29 +142,32 @@ def main(argv: list[str] | None = None) -> int:
             h, v = sizes[0]
             profile(h, v, args.duration, args.seed, work)
             return 0
-        print(
-            f"{'hosts':>6} {'VMs':>6} {'wall s':>8} {'VM-steps/s':>11} {'peak MiB':>9}"
-            + (f" {'CS+ s':>7} {'CS+ MiB':>8} {'speed x':>7} {'mem x':>6}" if args.cloudsim else "")
+        head = (
+            f"{'hosts':>6} {'VMs':>6} {'wall s':>8} {'CPU s':>7} {'VM-steps/s':>11} {'peak MiB':>9}"
         )
+        if args.cloudsim:
+            head += f" {'CS+ wall':>8} {'CS+ CPU':>7} {'CS+ MiB':>8} {'speed x':>7} {'mem x':>6}"
+        print(head + "   (speed x, mem x: CloudSim Plus / Sova, wall and peak RSS)", flush=True)
         for h, v in sizes:
             scn_path = work / f"sim-scale-{h}x{v}.yaml"
             scn_path.write_text(yaml.safe_dump(scenario_data(h, v, args.duration, args.seed)))
-            walls, peaks, cs_walls, cs_peaks = [], [], [], []
-            for _ in range(args.reps):
-                wall, peak = run_sova(scn_path, work / f"out-{h}x{v}")
-                walls.append(wall)
-                peaks.append(peak)
+            ours: list[tuple[float, float, float]] = []
+            theirs: list[tuple[float, float, float]] = []
+            for _ in range(args.reps):  # interleaved: both see the same load
+                ours.append(run_sova(scn_path, work / f"out-{h}x{v}", args.sova_src))
                 if args.cloudsim:
-                    cw, cp = run_cloudsim(args.cloudsim, h, h * v, args.duration, args.seed)
-                    cs_walls.append(cw)
-                    cs_peaks.append(cp)
-            wall, peak = statistics.median(walls), statistics.median(peaks)
+                    theirs.append(run_cloudsim(args.cloudsim, h, h * v, args.duration, args.seed))
+            wall, cpu, peak = (statistics.median(x) for x in zip(*ours, strict=True))
             steps = h * v * int(round(args.duration))
-            line = f"{h:>6} {h * v:>6} {wall:>8.1f} {steps / wall:>11,.0f} {peak:>9,.0f}"
-            if args.cloudsim:
-                cw, cp = statistics.median(cs_walls), statistics.median(cs_peaks)
-                line += f" {cw:>7.1f} {cp:>8,.0f} {cw / wall:>7.2f} {cp / peak:>6.2f}"
+            line = (
+                f"{h:>6} {h * v:>6} {wall:>8.1f} {cpu:>7.1f} {steps / wall:>11,.0f} {peak:>9,.0f}"
+            )
+            if theirs:
+                cw, cc, cp = (statistics.median(x) for x in zip(*theirs, strict=True))
+                line += f" {cw:>8.1f} {cc:>7.1f} {cp:>8,.0f} {cw / wall:>7.2f} {cp / peak:>6.2f}"
             print(line, flush=True)
+            if args.reps > 1:
+                print("        walls: " + ", ".join(f"{w:.1f}" for w, _, _ in ours), flush=True)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
