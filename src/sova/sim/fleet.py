@@ -203,8 +203,15 @@ def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Pl
         band_ax.legend(fontsize=7, ncol=3, loc="upper right")
         band_ax.grid(alpha=0.3)
         band_ax.set_xlim(0, float(t[-1]) / 60.0 if t.size else 1.0)
-        _heat(fig, heat_ax, per.T, float(t[-1]) if t.size else 1.0, "link use", 1.0, "viridis")
-        heat_ax.set_title(f"policy: {run.policy} — link use per host", fontsize=10, loc="left")
+        # colours up to the busiest host: a fleet at 5 % on a 0-1 scale is one flat colour,
+        # and the map is there to show which hosts stand out (the band above has the scale)
+        top = max(float(np.nanmax(per)) if per.size else 0.0, 0.05)
+        _heat(fig, heat_ax, per.T, float(t[-1]) if t.size else 1.0, "link use", top, "viridis")
+        heat_ax.set_title(
+            f"policy: {run.policy} — link use per host (colour scale 0 to {top:.2f})",
+            fontsize=10,
+            loc="left",
+        )
         plotted[f"{run.policy}: link use heat map (hosts x periods)"] = int(per.size)
         # the band's own keys are shared by every policy: qualify them
         for key in [k_ for k_ in plotted if k_.startswith(("p10", "p25", "median"))]:
