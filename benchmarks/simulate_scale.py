@@ -13,11 +13,32 @@ of ``../shared/bench/cloudsim-compare``) at the same sizes, S = 1 s, and prints 
     .venv/bin/python benchmarks/simulate_scale.py --sizes 100x3,1000x3 --duration 300 --reps 3
     .venv/bin/python benchmarks/simulate_scale.py --sizes 100x3 --duration 300 --profile
 
-Measured on the shared 2-core development machine (load from other sessions present),
-seed 1, median of 3 runs: see the table filled in below by issue 23's session.
+Measured on the shared 2-core development machine while seven other sessions ran (load
+average 9-11, so wall times swing 2-4x between runs; CPU time is the steadier figure), seed 1,
+sova VF policy + sova bandwidth allocator, 100 hosts x 3 VMs, 300 simulated s, median of 3
+runs of the whole ``sova simulate`` command (issue 23's session):
 
-Where the time goes (cProfile of ``run_policy``, 100 hosts x 3 VMs, 300 s, sova+sova):
-see PROFILE below.
+    code                         wall s  CPU s  VM-steps/s (wall)  peak RSS
+    before (main c949132)          53.7   18.4              1,676   211 MiB
+    after (branch sim)             53.0    8.5              1,700   151 MiB
+    (walls before: 25.6, 53.7, 126.6 s; after: 53.0, 56.0, 36.1 s)
+
+The CPU halved: ~70 % of the old command was the report (a legend entry per VM: 49 s of
+66 s under cProfile), now aggregated past 20 VMs (sim/fleet.py); the engine's driver views
+no longer scan all VMs per read. CloudSim Plus 8.5.7 (``perf.ScaleBench 100 300 300 1 1``,
+one run in the same minutes): 28.4 s wall, 3.25 s user CPU, 315 MiB max RSS.
+
+1,000 hosts x 3 VMs, 300 simulated s, ``run_policy`` then the outputs in one process:
+simulation 250.8 s wall / 74.8 s CPU (~12 k VM-steps/s of CPU), peak RSS 384 MiB; writing
+every output file 6.1 s wall / 2.3 s CPU and the report alone 4.2 s wall / 1.4 s CPU (median
+of 3). An hour of it (1.08 M timeline rows) was not run in this session.
+
+Where the time of the simulation goes (cProfile of ``run_policy``, 100 x 3, 300 s, after):
+the agents' phases ~88 % (``HostAgent.bandwidth_step`` alone ~60 %: every host samples,
+reads its inventory, allocates and submits a VF rate every second), the engine's driver views
+(``sample``/``inventory``) ~24 % of that, operations on the event clock ~10 %; the vectorised
+physics (``Engine.tick``) and the World's per-tick statistics are a few per cent. The
+remaining speed-up is the issue's array kernels for the whole policy (src/sova/agent/**).
 """
 
 from __future__ import annotations
