@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -65,17 +65,39 @@ def simulate(
         list[str] | None,  # noqa: UP007
         typer.Option("--policy", "-p", help="Run only these policies (repeatable)."),
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    progress: Annotated[
+        bool,
+        typer.Option(help="Show a progress bar (simulated time, rate, ETA) on a terminal."),
+    ] = True,
+    workers: Annotated[
+        int | None,  # noqa: UP007
+        typer.Option(
+            min=1,
+            help="Local processes for a sweep's runs [default: the CPU count; 1 = serial].",
+        ),
+    ] = None,
+    dask: Annotated[
+        str | None,  # noqa: UP007
+        typer.Option(
+            help="Run a sweep's runs on Dask distributed: a scheduler address "
+            "(tcp://host:8786) or 'local' for a local cluster of --workers processes.",
+        ),
+    ] = None,
 ) -> None:
     """Run a scenario in the built-in simulated cluster and write its report.
 
     Writes timeline.csv, events.csv, summary.json, report.md and PNG plots into --out.
-    A scenario with a bad value is refused before anything is written.
+    A scenario with a bad value is refused before anything is written. A sweep's points
+    run in parallel (local processes, or Dask with --dask) with the serial run's outputs.
+    Ctrl-C writes the outputs of the policies (sweep points) already completed, then exits
+    130.
     """
-    from sova.scenario import Scenario, ScenarioError, load_sweep
+    import os
+
+    from sova.scenario import ScenarioError, load_sweep
     from sova.shipped import resolve_scenario
     from sova.sim.output import write_outputs
-    from sova.sim.runner import PolicyRun, run_policy
+    from sova.sim.runner import Interrupted, run_points
 
     scenario = resolve_scenario(scenario)
     try:
@@ -96,32 +118,31 @@ def simulate(
     updates: dict[str, object] = {} if seed is None else {"seed": seed}
     points = [p.model_copy(update=updates) for p in points]
     out_dir = out or Path("out") / points[0].name
-
-    results: list[tuple[Scenario, list[PolicyRun]]] = []
-    show = progress and sys.stderr.isatty()
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>5.1f}%"),
-        TimeRemainingColumn(),
-        console=err,
-        disable=not show,
-        transient=True,
-    ) as bar:
-        chosen = [p for p in known if not policy or p in policy]
-        total = sum(int(round(p.duration / p.tick)) for p in points) * len(chosen)
-        task = bar.add_task(points[0].name, total=total)
-        for scn in points:
-            runs = []
-            for p in chosen:
-                what = f"{scn.name} [{p}]"
-                if scn.sweep:
-                    what += f" {scn.sweep.variable}={scn.sweep_value}"
-                bar.update(task, description=what)
-                runs.append(run_policy(scn, p, lambda n: bar.advance(task, n)))
-            results.append((scn, runs))
+    chosen = [p for p in known if not policy or p in policy]
+    # quiet when the output goes to a file or a pipe: a bar there is noise in a log
+    show = progress and sys.stdout.isatty() and sys.stderr.isatty()
+    try:
+        with _SimProgress(points, chosen, show) as bar:
+            results = run_points(
+                points,
+                chosen,
+                workers=workers or os.cpu_count() or 1,
+                dask=dask,
+                on_tick=bar.advance,
+                on_start=bar.start,
+            )
+    except Interrupted as stop:
+        if stop.completed:
+            write_outputs(out_dir, stop.completed)
+            what = (
+                f"{len(stop.completed)} completed sweep point(s)"
+                if points[0].sweep is not None
+                else "completed policies " + ", ".join(r.policy for r in stop.completed[0][1])
+            )
+            err.print(f"interrupted: wrote the outputs of {what} to {out_dir}", highlight=False)
+        else:
+            err.print("interrupted: no policy completed, nothing written", highlight=False)
+        raise typer.Exit(130) from None
     summary = write_outputs(out_dir, results)
     if "policies" in summary:
         from sova.sim.report import holder_verdict
@@ -141,6 +162,66 @@ def simulate(
     else:
         typer.echo(f"{len(summary['sweep']['points'])} sweep points x {len(chosen)} policies")
     typer.echo(f"report: {out_dir / 'report.md'}")
+
+
+class _SimProgress:
+    """The progress bar of ``sova simulate``: simulated time, its rate and the ETA."""
+
+    def __init__(self, points: list[Any], policies: list[str], show: bool) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.tick = points[0].tick
+        self.duration = points[0].duration
+        self.total = sum(int(round(p.duration / p.tick)) for p in points) * len(policies)
+        self.show = show
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[sim]}"),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=err,
+            disable=not show,
+            transient=True,
+        )
+        self.task = self.bar.add_task(points[0].name, total=self.total, sim="", rate="")
+        self.done = 0
+        self.in_run = 0
+        self.t0 = 0.0
+
+    def __enter__(self) -> _SimProgress:
+        import time
+
+        self.t0 = time.monotonic()
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(None, None, None)
+
+    def start(self, scn: Any, policy: str) -> None:
+        what = f"{scn.name} [{policy}]"
+        if scn.sweep:
+            what += f" {scn.sweep.variable}={scn.sweep_value}"
+        self.in_run = 0
+        # escaped: rich would take "[sova]" for a style tag and drop it
+        self.bar.update(self.task, description=escape(what))
+
+    def advance(self, n: int) -> None:
+        import time
+
+        self.done += n
+        self.in_run += n
+        if not self.show:
+            return
+        wall = max(time.monotonic() - self.t0, 1e-9)
+        sim_s = self.done * self.tick
+        self.bar.update(
+            self.task,
+            advance=n,
+            sim=f"t = {min(self.in_run * self.tick, self.duration):,.0f}/{self.duration:,.0f} s",
+            rate=f"{sim_s / wall:,.0f} sim-s/s",
+        )
 
 
 @app.command()

@@ -22,6 +22,8 @@ EXTRA_OF_MODULE = {
     "psycopg": "manager",
     "numpy": "sim",
     "matplotlib": "sim",
+    "dask": "distributed",
+    "distributed": "distributed",
 }
 
 

@@ -149,6 +149,7 @@ class Engine:
         self.migration_log: list[dict[str, float | str]] = []
         self.on_op_done: list[Callable[[float, Op], None]] = []
         self.on_submit: list[Callable[[float, Op], None]] = []
+        self._members: list[np.ndarray] | None = None
         self._trace_cache: dict[str, dict[str, np.ndarray]] = {}
         for phase in sorted(scn.workload, key=lambda ph: ph.at):
             if phase.at <= 0:
@@ -348,7 +349,8 @@ class Engine:
                 return self._complete(op, "failed", "virtio interface not set up for failover")
             if self.migrating[i]:
                 return self._complete(op, "failed", "VM is migrating")
-            used = set(self.vf_index[(self.host == hi) & self.on_vf].tolist())
+            mine = self._members_of(hi)
+            used = set(self.vf_index[mine[self.on_vf[mine]]].tolist())
             free = [k for k in range(host.nic.vf_pool) if k not in used]
             if not free:
                 return self._complete(op, "failed", "no free VF in the pool")
@@ -376,26 +378,61 @@ class Engine:
     def abort_migration(self, vm: str) -> None:
         migration.abort(self, vm)
 
+    # ------------------------------------------------------------------ placement
+
+    def move(self, i: int, dst: int) -> None:
+        """VM ``i`` now runs on host ``dst`` (a finished migration): the only writer of
+        ``host``, so the per-host member lists the driver views read stay right."""
+        self.host[i] = dst
+        self._members = None
+
+    def _members_of(self, hi: int) -> np.ndarray:
+        # Every agent reads its host's VMs several times a second: a scan of all N VMs per
+        # read made a tick cost O(hosts x VMs). One stable sort per placement change keeps
+        # each host's VMs in index order, as the scan gave them.
+        if self._members is None:
+            order = np.argsort(self.host, kind="stable")
+            bounds = np.searchsorted(self.host[order], np.arange(self.H + 1))
+            self._members = [order[bounds[h] : bounds[h + 1]] for h in range(self.H)]
+        return self._members[hi]
+
     # ------------------------------------------------------------------ driver views
 
     def vms_on(self, host: str) -> list[int]:
-        return np.flatnonzero(self.host == self.host_index[host]).tolist()
+        out: list[int] = self._members_of(self.host_index[host]).tolist()
+        return out
 
     def sample(self, host: str) -> model.HostSample:
         hi = self.host_index[host]
-        vms = {}
-        for i in self.vms_on(host):
-            vms[self.vm_names[i]] = model.VMCounters(
-                vm=self.vm_names[i],
-                vcpus=int(self.vcpus[i]),
-                cpu_time_ns=int(self.cpu_ns[i]),
-                steal_ns=int(self.steal_ns[i]),
-                rx_bytes=int(self.rx_b[i]),
-                tx_bytes=int(self.tx_b[i]),
-                rx_packets=int(self.rx_pk[i]),
-                tx_packets=int(self.tx_pk[i]),
-                memory_used_bytes=int(self.mem[i]),
+        idx = self._members_of(hi)
+        names = self.vm_names
+        # one C-level conversion per column instead of a numpy scalar per cell
+        cols = zip(
+            idx.tolist(),
+            self.vcpus[idx].tolist(),
+            self.cpu_ns[idx].tolist(),
+            self.steal_ns[idx].tolist(),
+            self.rx_b[idx].tolist(),
+            self.tx_b[idx].tolist(),
+            self.rx_pk[idx].tolist(),
+            self.tx_pk[idx].tolist(),
+            self.mem[idx].tolist(),
+            strict=True,
+        )
+        vms = {
+            names[i]: model.VMCounters(
+                vm=names[i],
+                vcpus=int(vc),
+                cpu_time_ns=int(cpu),
+                steal_ns=int(steal),
+                rx_bytes=int(rxb),
+                tx_bytes=int(txb),
+                rx_packets=int(rxp),
+                tx_packets=int(txp),
+                memory_used_bytes=int(mem),
             )
+            for i, vc, cpu, steal, rxb, txb, rxp, txp, mem in cols
+        }
         return model.HostSample(
             host=host,
             time_s=self.env.now,
@@ -404,24 +441,35 @@ class Engine:
                 cpu_busy_ns=int(self.h_cpu_ns[hi]),
                 nic_rx_bytes=int(self.h_rx_b[hi]),
                 nic_tx_bytes=int(self.h_tx_b[hi]),
-                memory_used_bytes=int(self.mem[self.host == hi].sum()),
+                memory_used_bytes=int(self.mem[idx].sum()),
             ),
         )
 
     def inventory(self, host: str) -> model.Inventory:
         hi = self.host_index[host]
+        idx = self._members_of(hi)
         states = {}
-        for i in self.vms_on(host):
-            on = bool(self.on_vf[i])
+        cols = zip(
+            idx.tolist(),
+            self.on_vf[idx].tolist(),
+            self.vf_index[idx].tolist(),
+            self.vf_max[idx].tolist(),
+            self.vf_min[idx].tolist(),
+            self.guest_limit[idx].tolist(),
+            self.ready[idx].tolist(),
+            self.migrating[idx].tolist(),
+            strict=True,
+        )
+        for i, on, vfi, vmax, vmin, glim, ready, mig in cols:
             states[self.vm_names[i]] = model.VMState(
                 vm=self.vms[i],
                 nic=model.NicKind.VF if on else model.NicKind.VIRTIO,
-                vf_index=int(self.vf_index[i]) if on else None,
-                vf_max_bps=float(self.vf_max[i]) if on and self.vf_max[i] < INF else None,
-                vf_min_bps=float(self.vf_min[i]) if on and self.vf_min[i] > 0 else None,
-                guest_limit_bps=float(self.guest_limit[i]) if self.guest_limit[i] < INF else None,
-                failover_ready=bool(self.ready[i]),
-                backup_link_up=bool(self.ready[i]),
-                migrating=bool(self.migrating[i]),
+                vf_index=vfi if on else None,
+                vf_max_bps=vmax if on and vmax < INF else None,
+                vf_min_bps=vmin if on and vmin > 0 else None,
+                guest_limit_bps=glim if glim < INF else None,
+                failover_ready=ready,
+                backup_link_up=ready,
+                migrating=mig,
             )
         return model.Inventory(host=self.hosts[hi], vms=states)

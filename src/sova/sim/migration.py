@@ -91,7 +91,7 @@ def finish(
     eng.migrating[m.vm] = False
     i = m.vm
     if ok:
-        eng.host[i] = m.dst
+        eng.move(i, m.dst)
         # A new QEMU process at the target: its counters start from zero.
         for arr in (eng.cpu_ns, eng.steal_ns, eng.rx_b, eng.tx_b, eng.rx_pk, eng.tx_pk):
             arr[i] = 0.0

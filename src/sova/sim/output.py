@@ -139,8 +139,8 @@ def live_figures(run: PolicyRun, eng: Any, scn: Scenario | None) -> dict[str, An
     if scn is not None:
         k = max(1, int(round(scn.controller.period / scn.tick)))
     net = st.series_host_net[-k:]
-    link = {h: sum(row[j] for row in net) / len(net) for j, h in enumerate(eng.host_names)}
-    tx = st.series_vm_tx[-k:]
+    link = {h: float(sum(row[j] for row in net)) / len(net) for j, h in enumerate(eng.host_names)}
+    tx = list(st.series_vm_tx)[-k:]
     guarantees = {}
     for i, vm in enumerate(eng.vm_names):
         g = float(eng.vms[i].sla.bandwidth.minimum)
@@ -149,7 +149,7 @@ def live_figures(run: PolicyRun, eng: Any, scn: Scenario | None) -> dict[str, An
         n = float(st.guar_intervals[i])
         guarantees[vm] = {
             "guarantee_mbps": g / 1e6,
-            "rate_mbps": sum(row[i] for row in tx) / len(tx),
+            "rate_mbps": float(sum(row[i] for row in tx)) / len(tx),
             "held": float(st.guar_met[i]) / n if n else None,
         }
     return {"link": link, "guarantees": guarantees, "migrations": migrations(eng)}

@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 from sova import writer  # noqa: E402
 from sova.agent.registry import vf_policy  # noqa: E402
 from sova.scenario import PolicySpec, Scenario  # noqa: E402
+from sova.sim import fleet  # noqa: E402
 from sova.sim.world import PolicyRun  # noqa: E402
 from sova.writer import PNG_META, HolderPanel, Plotted, mark  # noqa: E402
 
@@ -284,8 +285,10 @@ def _did(scn: Scenario, run: PolicyRun, s: dict[str, Any]) -> list[str]:
         moves = ", ".join(
             f"{m['vm']} {m['src']}→{m['dst']} at {float(m['start_s']):.0f} s "
             f"({float(m['downtime_ms']):.0f} ms down)"
-            for m in log
+            for m in log[: fleet.TABLE_VMS]
         )
+        if len(log) > fleet.TABLE_VMS:
+            moves += f" and {len(log) - fleet.TABLE_VMS} more (all in the table below)"
         lines.append(f"- **Hotspots removed by migration**: {moves}.")
     refused = [e for e in run.events if e.event == "hotspot" and "no cold spot" in e.detail]
     if refused:
@@ -336,19 +339,38 @@ def write_report(
         plots[name] = plotted
         return True
 
-    has_holders = keep("vf_holders.png", plot_vf_holders(out / "vf_holders.png", scn, runs))
     main = next((r for r in runs if r.policy in ("sova", "dsr-iov")), runs[-1])
-    metric_pngs = [
-        (name, label)
-        for name, metric, label in (
-            ("throughput.png", "tx_mbps", "tx (Mbit/s)"),
-            ("net_degree.png", "net_degree", "net_degree (ranking score)"),
-            ("io_degree.png", "io_degree", "io_degree (I/O filter)"),
+    metrics = (
+        ("throughput.png", "tx_mbps", "tx (Mbit/s)"),
+        ("net_degree.png", "net_degree", "net_degree (ranking score)"),
+        ("io_degree.png", "io_degree", "io_degree (I/O filter)"),
+    )
+    if fleet.aggregates_vms(scn):
+        vms, hosts = [v.name for v in scn.vms], [h.name for h in scn.hosts]
+        grids = {r.policy: fleet.grid(r, vms, hosts, [m for _, m, _ in metrics]) for r in runs}
+        has_holders = keep(
+            "vf_holders.png",
+            fleet.plot_vf_holders_fleet(
+                out / "vf_holders.png", scn, runs, [grids[r.policy] for r in runs]
+            ),
         )
-        if keep(name, plot_metric(out / name, scn, main, metric, label))
-    ]
+        g = grids[main.policy]
+        metric_pngs = [
+            (name, label)
+            for name, metric, label in metrics
+            if keep(name, fleet.plot_metric_fleet(out / name, scn, main, g, metric, label))
+        ]
+    else:
+        has_holders = keep("vf_holders.png", plot_vf_holders(out / "vf_holders.png", scn, runs))
+        metric_pngs = [
+            (name, label)
+            for name, metric, label in metrics
+            if keep(name, plot_metric(out / name, scn, main, metric, label))
+        ]
     multi = len(scn.hosts) > 1
-    if multi:
+    if fleet.aggregates_hosts(scn):
+        keep("hosts.png", fleet.plot_hosts_fleet(out / "hosts.png", scn, runs))
+    elif multi:
         keep("hosts.png", plot_hosts(out / "hosts.png", scn, runs))
     specs = {p.name: p for p in scn.policy_specs}
 
@@ -479,13 +501,24 @@ def write_report(
         "| policy | VM | throughput (Mbit/s) | time on VF | VF on host | mean CPU |",
         "|---|---|---:|---:|---|---:|",
     ]
+    big = fleet.aggregates_vms(scn)
     for name, s in pol.items():
         where = vf_hosts(by_name[name]) if name in by_name else {}
-        for vm, v in s["per_vm"].items():
+        per_vm = list(s["per_vm"].items())
+        if big:
+            # a fleet's table: the busiest VMs; every VM is in summary.json
+            per_vm = sorted(per_vm, key=lambda kv: -kv[1]["throughput_mbps"])[: fleet.TABLE_VMS]
+        for vm, v in per_vm:
             lines.append(
                 f"| {name} | {vm} | {v['throughput_mbps']:.1f} | {v['vf_share']:.0%} | "
                 f"{' then '.join(where.get(vm, [])) or '–'} | {v['mean_cpu_usage']:.2f} |"
             )
+    if big:
+        lines += [
+            "",
+            f"The {fleet.TABLE_VMS} VMs with the most traffic per policy; every VM is in "
+            "`summary.json` (`per_vm`).",
+        ]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     writer.write_plot_index(out, plots)
 

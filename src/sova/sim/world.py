@@ -14,6 +14,7 @@ signals are acted on at the agents' next step, as they would be over the network
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -57,9 +58,12 @@ class Stats:
     guar_intervals: np.ndarray = field(default_factory=lambda: np.zeros(0))
     guar_met: np.ndarray = field(default_factory=lambda: np.zeros(0))
     series_t: list[float] = field(default_factory=list)
-    series_host_net: list[list[float]] = field(default_factory=list)
-    series_host_cpu: list[list[float]] = field(default_factory=list)
-    series_vm_tx: list[list[float]] = field(default_factory=list)
+    # one array per tick (a list of Python floats per tick cost ~4x the memory)
+    series_host_net: list[np.ndarray] = field(default_factory=list)
+    series_host_cpu: list[np.ndarray] = field(default_factory=list)
+    # only the last control period's (live views read it): per VM per tick for a whole
+    # run was most of a large run's memory
+    series_vm_tx: deque[np.ndarray] = field(default_factory=deque)
 
 
 RESP_BINS = np.logspace(-6, 3, 241)  # 1 µs … 1000 s
@@ -117,6 +121,7 @@ class World:
         st.host_tx_bits = np.zeros(self.engine.H)
         st.req_weight, st.req_time = np.zeros(n), np.zeros(n)
         st.guar_intervals, st.guar_met = np.zeros(n), np.zeros(n)
+        st.series_vm_tx = deque(maxlen=max(1, int(round(scn.controller.period / scn.tick))))
         self._guarantee = np.array([v.sla.bandwidth.minimum for v in self.engine.vms])
         self._tolerance = float(scn.metrics.get("guarantee_tolerance", 0.05))
         # Response times count only after this time (default 0: the whole run). A sweep point
@@ -131,8 +136,8 @@ class World:
         the pool), so the agent's first period finds nothing to change.
         """
         eng = self.engine
-        for hi, host in enumerate(eng.hosts):
-            vms = [i for i in np.flatnonzero(eng.host == hi) if eng.ready[i]]
+        for host in eng.hosts:
+            vms = [i for i in eng.vms_on(host.name) if eng.ready[i]]
             for k, i in enumerate(vms[: host.nic.vf_pool]):
                 eng.on_vf[i], eng.vf_index[i] = True, k
 
@@ -255,9 +260,9 @@ class World:
             st.guar_intervals += offering
             st.guar_met += offering & (eng.tx >= (1.0 - self._tolerance) * g)
         st.series_t.append(t)
-        st.series_host_net.append(eng.host_net_util.tolist())
-        st.series_host_cpu.append(eng.host_cpu_util.tolist())
-        st.series_vm_tx.append((eng.tx / 1e6).tolist())
+        st.series_host_net.append(eng.host_net_util.copy())
+        st.series_host_cpu.append(eng.host_cpu_util.copy())
+        st.series_vm_tx.append(eng.tx / 1e6)
 
     def _record(self, t: float, reports: dict[str, StepReport]) -> None:
         for host, report in reports.items():

@@ -1,0 +1,257 @@
+"""The report's plots at fleet scale: aggregates instead of one line per VM or host.
+
+Past :data:`AGGREGATE_VMS` VMs a line and a legend entry per VM says nothing (and laying
+out a 600-entry legend costs matplotlib tens of seconds), so the per-VM plots become
+percentile bands over the VMs with the top :data:`TOP_N` VMs by volume drawn on top; past
+:data:`AGGREGATE_HOSTS` hosts the per-host plots become host x time heat maps (link use,
+VF holders) under a percentile band over the hosts. No legend has more than
+:data:`MAX_LEGEND` entries. The timeline is turned into period x VM arrays in one pass
+(:class:`Grid`), so a 1,000-host report costs seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from sova.scenario import Scenario  # noqa: E402
+from sova.sim.world import PolicyRun  # noqa: E402
+from sova.writer import PNG_META, Plotted  # noqa: E402
+
+AGGREGATE_VMS = 20  # more VMs than this: per-VM plots aggregate
+AGGREGATE_HOSTS = 10  # more hosts than this: per-host plots become heat maps
+TOP_N = 5
+MAX_LEGEND = 12
+TABLE_VMS = 20  # rows of report.md's per-VM table (and migrations listed in prose)
+BANDS = ((10.0, 90.0, 0.18), (25.0, 75.0, 0.35))  # (low, high percentile, alpha)
+
+
+def aggregates_vms(scn: Scenario) -> bool:
+    return len(scn.vms) > AGGREGATE_VMS
+
+
+def aggregates_hosts(scn: Scenario) -> bool:
+    return len(scn.hosts) > AGGREGATE_HOSTS
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A run's timeline as arrays: one row per control period, one column per VM."""
+
+    times: np.ndarray  # period end times (s), ascending
+    vms: list[str]
+    hosts: list[str]
+    host: np.ndarray  # period x VM: index into hosts, -1 where the VM has no row
+    vf: np.ndarray  # period x VM: held a VF
+    values: dict[str, np.ndarray]  # metric -> period x VM (NaN where no row or no value)
+
+
+def grid(run: PolicyRun, vms: Sequence[str], hosts: Sequence[str], metrics: Sequence[str]) -> Grid:
+    tl = run.timeline
+    vindex = {v: i for i, v in enumerate(vms)}
+    hindex = {h: i for i, h in enumerate(hosts)}
+    t_all = np.array([r.time_s for r in tl], dtype=float)
+    times, ti = np.unique(t_all, return_inverse=True)
+    vi = np.array([vindex[r.vm] for r in tl], dtype=np.int64)
+    shape = (times.size, len(vms))
+    host = np.full(shape, -1, dtype=np.int64)
+    host[ti, vi] = [hindex[r.host] for r in tl]
+    vf = np.zeros(shape, dtype=bool)
+    vf[ti, vi] = [r.nic == "vf" for r in tl]
+    values = {}
+    for m in metrics:
+        a = np.full(shape, np.nan)
+        # None (a value the world does not know) becomes NaN
+        a[ti, vi] = np.array([getattr(r, m) for r in tl], dtype=float)
+        values[m] = a
+    return Grid(times, list(vms), list(hosts), host, vf, values)
+
+
+def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) -> None:
+    """Percentile bands and the median of ``a`` (rows: times, columns: members)."""
+    ok = np.isfinite(a).any(axis=1)
+    x, a = x[ok], a[ok]
+    if a.size == 0:
+        return
+    pct = np.nanpercentile(a, [10, 25, 50, 75, 90], axis=1)
+    at = {10.0: 0, 25.0: 1, 50.0: 2, 75.0: 3, 90.0: 4}
+    for lo, hi, alpha in BANDS:
+        label = f"p{lo:g}–p{hi:g} over {what}"
+        ax.fill_between(
+            x, pct[at[lo]], pct[at[hi]], color="tab:blue", alpha=alpha, lw=0, label=label
+        )
+        plotted[label] = int(x.size)
+    label = f"median over {what}"
+    ax.plot(x, pct[2], color="tab:blue", lw=1.6, label=label)
+    plotted[label] = int(x.size)
+
+
+def plot_metric_fleet(
+    path: Path, scn: Scenario, run: PolicyRun, g: Grid, metric: str, label: str
+) -> Plotted | None:
+    """Percentile bands over the VMs and the top :data:`TOP_N` VMs by volume."""
+    a = g.values[metric]
+    a = np.where(np.isfinite(a), a, np.nan)
+    if not np.isfinite(a).any():
+        return None
+    x = g.times / 60.0
+    plotted: Plotted = {}
+    fig, ax = plt.subplots(figsize=(10, 4))
+    _bands(ax, x, a, f"{len(g.vms)} VMs", plotted)
+    volume = np.nansum(np.abs(a), axis=0)
+    top = [int(i) for i in np.argsort(-volume, kind="stable")[:TOP_N] if volume[i] > 0]
+    colours = ("tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown")
+    for k, i in enumerate(top):
+        col = a[:, i]
+        ok = np.isfinite(col)
+        name = f"top {k + 1}: {g.vms[i]}"
+        ax.plot(x[ok], col[ok], lw=0.9, color=colours[k % len(colours)], label=name)
+        plotted[name] = int(ok.sum())
+    for p in scn.workload:
+        if p.at > 0 and len(scn.workload) <= 20:
+            ax.axvline(p.at / 60.0, color="grey", lw=0.6, ls="--")
+    ax.set_xlabel("time (min)")
+    ax.set_ylabel(label)
+    ax.set_title(
+        f"{scn.name} ({run.policy}): {label} — spread over {len(g.vms)} VMs, "
+        f"top {len(top)} by volume",
+        fontsize=10,
+        loc="left",
+    )
+    ax.legend(fontsize=8, ncol=2, loc="upper right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata=PNG_META)
+    plt.close(fig)
+    return plotted
+
+
+def _per_period(series: np.ndarray, k: int) -> np.ndarray:
+    """Mean over blocks of ``k`` ticks (rows), a trailing partial block included."""
+    n = series.shape[0]
+    if k <= 1 or n == 0:
+        return np.asarray(series, dtype=float)
+    full = n // k * k
+    out: np.ndarray = series[:full].reshape(n // k, k, -1).mean(axis=1)
+    if full < n:
+        out = np.vstack([out, series[full:].mean(axis=0, keepdims=True)])
+    return out
+
+
+def _heat(
+    fig: Figure, ax: Axes, m: np.ndarray, t_end: float, what: str, vmax: float, cmap: str
+) -> None:
+    """Hosts down, time across; ``m`` is hosts x periods."""
+    im = ax.imshow(
+        m,
+        aspect="auto",
+        origin="lower",
+        interpolation="nearest",
+        extent=(0.0, t_end / 60.0, -0.5, m.shape[0] - 0.5),
+        vmin=0.0,
+        vmax=vmax,
+        cmap=cmap,
+    )
+    ax.set_ylabel("host (index)")
+    fig.colorbar(im, ax=ax, pad=0.01, fraction=0.03, label=what)
+
+
+def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
+    """Per policy: link use over hosts as bands (max and α drawn), and a host x time heat
+    map of link use (control-period means)."""
+    plotted: Plotted = {}
+    k = max(1, int(round(scn.controller.period / scn.tick)))
+    alpha = scn.controller.manager.alpha
+    fig, axes = plt.subplots(
+        2 * len(runs),
+        1,
+        figsize=(10, 5.6 * len(runs)),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [1.0, 1.6] * len(runs)},
+    )
+    for n, run in enumerate(runs):
+        st = run.stats
+        band_ax, heat_ax = axes[2 * n, 0], axes[2 * n + 1, 0]
+        net = np.asarray(st.series_host_net, dtype=float).reshape(len(st.series_t), -1)
+        per = _per_period(net, k)
+        t = np.asarray(st.series_t, dtype=float)
+        tp = t[k - 1 :: k] if t.size >= k else t[-1:]
+        tp = np.append(tp, t[-1]) if tp.size < per.shape[0] else tp
+        _bands(band_ax, tp / 60.0, per, f"{per.shape[1]} hosts", plotted)
+        if per.size:
+            busiest = per.max(axis=1)
+            band_ax.plot(tp / 60.0, busiest, color="tab:red", lw=0.9, label="busiest host")
+            plotted[f"{run.policy}: busiest host"] = int(busiest.size)
+        band_ax.axhline(alpha, color="red", lw=0.8, ls=":", label=f"α = {alpha:g}")
+        moves = len(run.engine.migration_log) if run.engine is not None else 0
+        band_ax.set_ylim(0, 1.1)
+        band_ax.set_ylabel("link utilisation")
+        band_ax.set_title(
+            f"policy: {run.policy} — link use over {per.shape[1]} hosts, {moves} migrations",
+            fontsize=10,
+            loc="left",
+        )
+        band_ax.legend(fontsize=7, ncol=3, loc="upper right")
+        band_ax.grid(alpha=0.3)
+        band_ax.set_xlim(0, float(t[-1]) / 60.0 if t.size else 1.0)
+        # colours up to the busiest host: a fleet at 5 % on a 0-1 scale is one flat colour,
+        # and the map is there to show which hosts stand out (the band above has the scale)
+        top = max(float(np.nanmax(per)) if per.size else 0.0, 0.05)
+        _heat(fig, heat_ax, per.T, float(t[-1]) if t.size else 1.0, "link use", top, "viridis")
+        heat_ax.set_title(
+            f"policy: {run.policy} — link use per host (colour scale 0 to {top:.2f})",
+            fontsize=10,
+            loc="left",
+        )
+        plotted[f"{run.policy}: link use heat map (hosts x periods)"] = int(per.size)
+        # the band's own keys are shared by every policy: qualify them
+        for key in [k_ for k_ in plotted if k_.startswith(("p10", "p25", "median"))]:
+            plotted[f"{run.policy}: {key}"] = plotted.pop(key)
+    axes[-1, 0].set_xlabel("time (min)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata=PNG_META)
+    plt.close(fig)
+    return plotted
+
+
+def plot_vf_holders_fleet(
+    path: Path, scn: Scenario, runs: Sequence[PolicyRun], grids: Sequence[Grid]
+) -> Plotted | None:
+    """Per policy: a host x time heat map of how many VMs hold a VF on each host."""
+    counts = []
+    for g in grids:
+        c = np.zeros((len(g.hosts), g.times.size), dtype=float)
+        p, v = np.nonzero(g.vf)
+        np.add.at(c, (g.host[p, v], p), 1.0)
+        counts.append(c)
+    if not any(c.any() for c in counts):
+        return None
+    pool = max((h.nic.vf_pool for h in scn.hosts), default=1)
+    vmax = float(max(pool, max(int(c.max()) for c in counts), 1))
+    plotted: Plotted = {}
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 3.4 * len(runs)), squeeze=False)
+    for ax, run, g, c in zip(axes[:, 0], runs, grids, counts, strict=True):
+        end = float(g.times[-1]) if g.times.size else 1.0
+        _heat(fig, ax, c, end, "VMs on a VF", vmax, "magma")
+        held = int(g.vf.sum())
+        ax.set_title(
+            f"policy: {run.policy} — VF holders per host ({held} VM-periods on a VF)",
+            fontsize=10,
+            loc="left",
+        )
+        plotted[f"policy: {run.policy} (VF holders per host x period)"] = held
+    axes[-1, 0].set_xlabel("time (min)")
+    fig.suptitle(f"{scn.name}: VF holders per host", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata=PNG_META)
+    plt.close(fig)
+    return plotted

@@ -1,0 +1,99 @@
+"""Reports at fleet scale: past ~20 VMs the plots aggregate and no legend grows past 12.
+
+The run is a real ``sova simulate`` of a generated 12-host, 36-VM cluster (sova VF policy
+and bandwidth allocator); the legends are counted on the figures matplotlib draws.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib.axes
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sova.cli import app
+from sova.sim import fleet
+
+HOSTS, PER_HOST = 12, 3
+
+
+def fleet_scenario(path: Path, hosts: int = HOSTS, per_host: int = PER_HOST) -> Path:
+    names = [f"vm{i}" for i in range(hosts * per_host)]
+    data: dict[str, Any] = {
+        "name": "fleet",
+        "seed": 3,
+        "duration": 120,
+        "hosts": [
+            {
+                "name": f"h{h}",
+                "cores": 16,
+                "memory": "64GiB",
+                "nic": {"capacity": "10Gbit", "vf_pool": 2},
+                "vms": names[h * per_host : (h + 1) * per_host],
+            }
+            for h in range(hosts)
+        ],
+        "vms": [{"name": n, "vcpus": 2, "memory": "2GiB"} for n in names],
+        "controller": {"vf_policy": "sova", "bandwidth_policy": "sova"},
+        "workload": [
+            {
+                "at": 0,
+                "vms": {
+                    n: {"net": round(0.1 + 0.8 * ((i * 7) % 10) / 10, 2), "rate": "800Mbit"}
+                    for i, n in enumerate(names)
+                },
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_large_run_plots_aggregates_with_short_legends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    legends: list[int] = []
+    original = matplotlib.axes.Axes.legend
+
+    def counted(self: matplotlib.axes.Axes, *args: Any, **kwargs: Any) -> Any:
+        leg = original(self, *args, **kwargs)
+        legends.append(len(leg.get_texts()))
+        return leg
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "legend", counted)
+    scn = fleet_scenario(tmp_path / "fleet.yaml")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["simulate", str(scn), "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    plots = json.loads((out / "plots.json").read_text())
+    n = HOSTS * PER_HOST
+    assert n > fleet.AGGREGATE_VMS and HOSTS > fleet.AGGREGATE_HOSTS
+    for png in ("throughput.png", "net_degree.png", "io_degree.png"):
+        series = plots[png]
+        assert {f"median over {n} VMs", f"p10–p90 over {n} VMs", f"p25–p75 over {n} VMs"} <= set(
+            series
+        )
+        tops = [k for k in series if k.startswith("top ")]
+        assert 1 <= len(tops) <= fleet.TOP_N
+        assert not any(k.startswith("vm") for k in series)  # no line per VM
+        assert all(v > 0 for v in series.values())
+    hosts = plots["hosts.png"]
+    policy = "sova+sova"
+    assert hosts[f"{policy}: link use heat map (hosts x periods)"] == HOSTS * 12  # 120 s / 10 s
+    assert f"{policy}: median over {HOSTS} hosts" in hosts
+    assert plots["vf_holders.png"][f"policy: {policy} (VF holders per host x period)"] > 0
+    assert legends and max(legends) <= fleet.MAX_LEGEND
+    assert all((out / png).stat().st_size > 0 for png in plots)
+
+
+def test_small_run_keeps_a_line_per_vm(tmp_path: Path) -> None:
+    scn = fleet_scenario(tmp_path / "small.yaml", hosts=3, per_host=2)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["simulate", str(scn), "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    plots = json.loads((out / "plots.json").read_text())
+    assert set(plots["throughput.png"]) == {f"vm{i}" for i in range(6)}

@@ -1,0 +1,149 @@
+"""How `sova simulate` runs: progress on a terminal, Ctrl-C, and sweeps in parallel.
+
+Every check runs the real command in a child process (a pseudo-terminal where the test
+needs a terminal) and reads the files it wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+SOVA = [sys.executable, "-m", "sova", "simulate"]
+
+
+def cluster(path: Path, *, duration: int, sweep: bool = False) -> Path:
+    names = [f"vm{i}" for i in range(8)]
+    rate = "${rate}" if sweep else "400Mbit"
+    data: dict[str, Any] = {
+        "name": "runs",
+        "seed": 5,
+        "duration": duration,
+        "hosts": [
+            {
+                "name": f"h{h}",
+                "cores": 8,
+                "memory": "32GiB",
+                "nic": {"capacity": "10Gbit", "vf_pool": 1},
+                "vms": names[2 * h : 2 * h + 2],
+            }
+            for h in range(4)
+        ],
+        "vms": [{"name": n, "vcpus": 2, "memory": "1GiB"} for n in names],
+        "controller": {"vf_policy": "sova"},
+        "compare": [
+            {"name": "do-nothing", "vf": "default", "bandwidth": "none"},
+            {"name": "sova", "vf": "sova", "bandwidth": "sova"},
+        ],
+        "workload": [
+            {
+                "at": 0,
+                "vms": {n: {"net": 0.2 + 0.1 * i, "rate": rate} for i, n in enumerate(names)},
+            }
+        ],
+    }
+    text = yaml.safe_dump(data)
+    if sweep:
+        text = text.replace("'${rate}'", "${rate}Mbit")
+        text += "sweep:\n  variable: rate\n  values: [200, 500, 900]\n"
+    path.write_text(text)
+    return path
+
+
+def read_until(fd: int, needle: bytes, timeout: float) -> bytes:
+    seen = b""
+    end = time.monotonic() + timeout
+    while needle not in seen:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{needle!r} never shown; the terminal got {seen[-600:]!r}")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                seen += os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+    return seen
+
+
+def test_ctrl_c_keeps_the_completed_policies_and_the_bar_shows_time_rate_eta(
+    tmp_path: Path,
+) -> None:
+    """On a terminal the bar names the running policy, the simulated time and its rate;
+    Ctrl-C once the second policy is running leaves the first one's outputs, exit 130."""
+    scn = cluster(tmp_path / "runs.yaml", duration=3600)
+    out = tmp_path / "out"
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "160"}
+    proc = subprocess.Popen(
+        [*SOVA, str(scn), "--out", str(out)], stdout=slave, stderr=slave, env=env
+    )
+    os.close(slave)
+    try:
+        shown = read_until(master, b"[sova]", timeout=120)
+        # the second policy runs: the first one is complete
+        shown += read_until(master, b"sim-s/s", timeout=60)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        shown += read_until(master, b"interrupted", timeout=10)
+    finally:
+        proc.kill()
+        os.close(master)
+    text = shown.decode(errors="replace")
+    assert "runs [do-nothing]" in text and "/3,600 s" in text
+    assert "wrote the outputs of completed policies do-nothing" in text
+    summary = yaml.safe_load((out / "summary.json").read_text())
+    assert list(summary["policies"]) == ["do-nothing"]
+    rows = (out / "timeline.csv").read_text().splitlines()[1:]
+    assert rows and all(r.startswith("do-nothing,") for r in rows)
+    assert (out / "report.md").exists()
+
+
+def test_quiet_when_not_a_terminal(tmp_path: Path) -> None:
+    scn = cluster(tmp_path / "runs.yaml", duration=60)
+    res = subprocess.run(
+        [*SOVA, str(scn), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+    assert "report:" in res.stdout
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+@pytest.mark.parametrize("engine", ["processes", "dask"])
+def test_parallel_sweep_gives_the_serial_outputs(tmp_path: Path, engine: str) -> None:
+    """Local processes and a Dask LocalCluster of 2 processes: every file (CSV, summary,
+    report and PNGs) byte-identical to the serial run's, rows in the serial order."""
+    if engine == "dask":
+        pytest.importorskip("dask.distributed", reason="the 'distributed' extra is not installed")
+    scn = cluster(tmp_path / "sweep.yaml", duration=60, sweep=True)
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    run = [*SOVA, str(scn), "--no-progress"]
+    res = subprocess.run(
+        [*run, "--out", str(serial), "--workers", "1"], capture_output=True, timeout=600
+    )
+    assert res.returncode == 0, res.stderr
+    extra = ["--workers", "2"] + (["--dask", "local"] if engine == "dask" else [])
+    res = subprocess.run([*run, "--out", str(parallel), *extra], capture_output=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    a, b = _files(serial), _files(parallel)
+    assert list(a) == list(b) and "timeline.csv" in a
+    assert [k for k in a if a[k] != b[k]] == []
+    values = [line.split(",")[0] for line in a["timeline.csv"].decode().splitlines()[1:]]
+    assert values == sorted(values, key=lambda v: ["200", "500", "900"].index(v))
