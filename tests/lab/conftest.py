@@ -58,9 +58,8 @@ def unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"needs {tool} (scripts/ci-setup-lab.sh installs it)"
     try:
-        import libvirt_qemu  # type: ignore[import-untyped]  # noqa: F401
-
         import libvirt  # type: ignore[import-untyped]  # noqa: F401
+        import libvirt_qemu  # type: ignore[import-untyped]  # noqa: F401
     except ImportError:
         return "needs libvirt-python (scripts/ci-setup-libvirt.sh installs it)"
     return None

@@ -262,6 +262,7 @@ time.sleep(60)
 def test_live_migration_between_the_two_daemons(lab, guest):
     """HV1 → HV2 through the driver's production migration path; job stats on HV2."""
     import libvirt
+
     from sova.model import AttachVF, Migrate
 
     drv = open_driver(lab)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.packaging
 @pytest.fixture(autouse=True, scope="module")
 def _only_when_selected(request: pytest.FixtureRequest) -> None:
     # A few minutes and PyPI access: only when asked for (no conftest.py here, whose module
-    # name would shadow tests/libvirt's `from conftest import ...`).
+    # name would shadow tests/libvirt_driver's `from conftest import ...`).
     if "packaging" not in (request.config.getoption("-m") or ""):
         pytest.skip("packaging tier: run with -m packaging (scripts/ci-ops.sh)")
 

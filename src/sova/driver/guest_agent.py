@@ -53,7 +53,7 @@ class GuestInterface:
 
 
 def _default_call(dom: Any, cmd: str, timeout_s: int) -> str:
-    import libvirt_qemu  # type: ignore[import-untyped]
+    import libvirt_qemu
 
     return str(libvirt_qemu.qemuAgentCommand(dom, cmd, timeout_s, 0))
 

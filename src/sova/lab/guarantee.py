@@ -51,7 +51,7 @@ HOST = SOURCE
 
 def _declare_minimums(s: LabSettings, scn: LabScenario, doms: dict[str, Any]) -> None:
     """Each guest's ``<sova:sla min_bps>`` as the scenario gives it (removed for others)."""
-    import libvirt  # type: ignore[import-untyped]
+    import libvirt
 
     flags = libvirt.VIR_DOMAIN_AFFECT_LIVE
     for g, dom in sorted(doms.items()):

@@ -119,9 +119,8 @@ def domain_xml(s: LabSettings, image: Image, n: int, accel: str = "qemu") -> str
 
 
 def agent_ping(dom: Any, timeout_s: int = 2) -> bool:
-    import libvirt_qemu  # type: ignore[import-untyped]
-
-    import libvirt  # type: ignore[import-untyped]
+    import libvirt
+    import libvirt_qemu
 
     try:
         out = libvirt_qemu.qemuAgentCommand(

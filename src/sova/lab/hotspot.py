@@ -198,7 +198,7 @@ def _measure(
     t: float,
     say: Callable[[str], None],
 ) -> None:
-    import libvirt  # type: ignore[import-untyped]
+    import libvirt
 
     for host, drv in sorted(obs.items()):
         try:

@@ -45,7 +45,7 @@ def _save(s: LabSettings, st: LabState) -> None:
 
 
 def connect(s: LabSettings, host: str) -> Any:
-    import libvirt  # type: ignore[import-untyped]
+    import libvirt
 
     libvirt.registerErrorHandler(lambda _c, _e: None, None)
     return libvirt.open(s.uri(host))
@@ -71,6 +71,7 @@ def backup_taps(s: LabSettings, host: str) -> dict[str, str]:
 def shape_backups(s: LabSettings, rate_bps: float) -> list[str]:
     """The slow path's cost on every backup tap of both hosts (re-run after a migration)."""
     import libvirt
+
     from sova.driver.libvirt_driver.tap_shaping import TapShaper
 
     done = []

@@ -9,7 +9,7 @@ from sova.driver.base import DriverError
 from sova.install import install_hint
 
 try:
-    import libvirt  # type: ignore[import-untyped]
+    import libvirt
 except ImportError:  # pragma: no cover - exercised only where libvirt-python is absent
     libvirt = None
 

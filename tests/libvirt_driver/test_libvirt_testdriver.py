@@ -1,5 +1,5 @@
 """The driver against libvirt's own test driver: inventory, counters, interface parameters
-and lifecycle events, with a node XML describing one SR-IOV host (tests/libvirt/data)."""
+and lifecycle events, with a node XML describing one SR-IOV host (tests/libvirt_driver/data)."""
 
 from __future__ import annotations
 
