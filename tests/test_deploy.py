@@ -75,3 +75,26 @@ def test_man_page_matches_the_cli() -> None:
     assert (ROOT / "deploy/man/sova.1").read_text() == manpages.render(), (
         "deploy/man/sova.1 is stale: run python scripts/manpages.py"
     )
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_bad_config_is_not_restarted_forever(unit: str) -> None:
+    # Exit status 2 is the daemons' "bad configuration" (a one-line error naming the
+    # field): restarting every RestartSec cannot fix it, only floods the journal.
+    u = _unit(unit)
+    assert u["Restart"] == ["on-failure"]
+    assert "2" in " ".join(u.get("RestartPreventExitStatus", [])).split()
+
+
+def test_agent_and_manager_keep_their_state_apart() -> None:
+    # Different users (sova-agent, the manager's DynamicUser) must not share one
+    # StateDirectory: systemd would chown it back and forth on a combined host.
+    agent = _unit("sova-agent.service")["StateDirectory"]
+    manager = _unit("sova-manager.service")["StateDirectory"]
+    assert agent == ["sova-agent"] and manager == ["sova-manager"]
+    # The shipped manager config keeps its SQLite store in the manager's own directory.
+    for cfg in ("deploy/manager.toml", "deploy/ansible/roles/sova/defaults/main.yml"):
+        urls = re.findall(r"sqlite:///(/\S+?)[\"\s]", (ROOT / cfg).read_text())
+        assert urls and all(u.startswith("/var/lib/sova-manager/") for u in urls), (cfg, urls)
+    home = (ROOT / "deploy/sova.sysusers.conf").read_text()
+    assert re.search(r"^u sova-agent .* /var/lib/sova-agent$", home, re.M), home

@@ -157,3 +157,54 @@ def test_json_log_format(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().err.splitlines()
     assert [json.loads(ln)["msg"] for ln in lines] == ["disk full"]
     assert json.loads(lines[0])["level"] == "warning"
+
+
+def test_manager_watchdog_follows_planning_rounds_not_the_http_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planning round that hangs stops the pings; an idle planner does not (issue 24).
+
+    The real manager service on a real store, its planner stuck in a round whose planning
+    call never returns (as a wedged store or a deadlock would); the HTTP event loop stays
+    free meanwhile, which is why pinging from it proved nothing.
+    """
+    import asyncio
+    import threading
+
+    from sova.daemon.config import ManagerSettings
+    from sova.daemon.manager_app import create_app
+    from sova.daemon.store import Store
+
+    sent: list[str] = []
+    monkeypatch.setattr(systemd, "notify", lambda state: sent.append(state) or True)
+    store = Store(f"sqlite:///{tmp_path / 'm.db'}")
+    app = create_app(ManagerSettings.model_validate({"plan_period_s": 0}), store)
+    svc = app.state.service
+    now = [0.0]
+    wd = systemd.Watchdog(
+        systemd.round_progress(lambda: svc.rounds, lambda: svc._planning),
+        interval=10.0,
+        clock=lambda: now[0],
+    )
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(svc.tick(1.0))  # a round that finishes
+        assert svc.rounds == 1
+        now[0] += 30.0  # idle for longer than the interval: waiting is not a stall
+        assert wd.check()
+        release = threading.Event()
+        plan = svc.core.plan
+        monkeypatch.setattr(svc.core, "plan", lambda t: (release.wait(30), plan(t))[1])
+        task = loop.create_task(svc.tick(2.0))
+        loop.run_until_complete(asyncio.sleep(0.2))  # the round is now stuck in the planner
+        assert svc._planning
+        assert wd.check()  # just started
+        now[0] += 11.0
+        assert not wd.check(), "a hung round must stop the watchdog pings"
+        release.set()
+        loop.run_until_complete(task)
+        assert svc.rounds == 2 and wd.check()  # the round finished: pinging again
+    finally:
+        loop.run_until_complete(svc.close())
+        loop.close()
+        store.close()

@@ -544,7 +544,7 @@ def run_manager(settings: ManagerSettings) -> None:
     import uvicorn
 
     from sova.daemon.logs import configure as configure_logging
-    from sova.daemon.systemd import notifying_uvicorn_server
+    from sova.daemon.systemd import Watchdog, notifying_uvicorn_server, round_progress
 
     configure_logging(settings.log_level)
     # A planning round runs in a worker thread; with the default 5 ms GIL switch interval it
@@ -588,7 +588,11 @@ def run_manager(settings: ManagerSettings) -> None:
         store.dialect,
     )
     try:
-        notifying_uvicorn_server(config).run()
+        svc = app.state.service
+        # Pinged only while planning makes progress: a round hung past WatchdogSec restarts
+        # the manager (a ping from the HTTP loop alone would keep a dead planner alive).
+        watchdog = Watchdog(round_progress(lambda: svc.rounds, lambda: svc._planning))
+        notifying_uvicorn_server(config, watchdog).run()
     finally:
         store.close()
 

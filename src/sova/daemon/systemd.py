@@ -10,6 +10,7 @@ daemons run unchanged outside systemd and in tests.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -114,11 +115,29 @@ def stopping() -> bool:
     return notify("STOPPING=1")
 
 
-def notifying_uvicorn_server(config: Any) -> Any:
+def round_progress(rounds: Callable[[], int], busy: Callable[[], bool]) -> Callable[[], Any]:
+    """The manager's progress for :class:`Watchdog`: planning rounds, not HTTP.
+
+    While a round runs (``busy()``), progress is the count of finished rounds, so a round
+    that hangs (a store call that never returns, a deadlock) stops the pings once it has
+    run ``stale_after`` seconds and systemd restarts the manager. Between rounds the
+    planner waits for a timer or for reports, which is not a stall: every call is new
+    progress then.
+    """
+    idle = itertools.count()
+
+    def progress() -> Any:
+        return ("round", rounds()) if busy() else ("idle", next(idle))
+
+    return progress
+
+
+def notifying_uvicorn_server(config: Any, watchdog: Watchdog | None = None) -> Any:
     """A ``uvicorn.Server`` that reports ready once it listens and pings from its event loop.
 
     uvicorn calls ``on_tick`` every 0.1 s from the event loop's main task, so a ping from
-    there proves the loop that serves requests is running, not just the process.
+    there proves the loop that serves requests is running; with ``watchdog`` (the manager:
+    :func:`round_progress`) the ping also needs the planner to be making progress.
     """
     import uvicorn
 
@@ -136,7 +155,10 @@ def notifying_uvicorn_server(config: Any) -> Any:
                 and time.monotonic() - self._last_ping > self._interval / 4
             ):
                 self._last_ping = time.monotonic()
-                notify("WATCHDOG=1")
+                if watchdog is None:
+                    notify("WATCHDOG=1")
+                else:
+                    watchdog.check()
             return await super().on_tick(counter)
 
     return _Server(config)
