@@ -8,15 +8,16 @@ cd "$(dirname "$0")/.."
 need=()
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)   # amtool check-config
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # a throwaway TLS pair for the Ansible check
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need[*]} ..." >&2
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-    # The prometheus package starts a server on :9090; CI needs only promtool.
+    # The packages start servers on :9090 and :9093; CI needs only promtool and amtool.
     if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-      systemctl disable --now prometheus >/dev/null 2>&1 || true
+      systemctl disable --now prometheus prometheus-alertmanager >/dev/null 2>&1 || true
     fi
   else
     echo "warning: ${need[*]} missing and not root/apt: those checks will skip" >&2

@@ -7,8 +7,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 UNITS = ["sova-agent.service", "sova-manager.service"]
@@ -98,3 +100,61 @@ def test_agent_and_manager_keep_their_state_apart() -> None:
         assert urls and all(u.startswith("/var/lib/sova-manager/") for u in urls), (cfg, urls)
     home = (ROOT / "deploy/sova.sysusers.conf").read_text()
     assert re.search(r"^u sova-agent .* /var/lib/sova-agent$", home, re.M), home
+
+
+def _alerts() -> dict[str, dict[str, Any]]:
+    rules = yaml.safe_load((ROOT / "deploy/prometheus-rules.yaml").read_text())
+    return {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
+
+
+def test_every_alert_links_a_runbook_section() -> None:
+    doc = (ROOT / "docs/runbooks.md").read_text()
+    sections = set(re.findall(r"^## (Sova\w+)$", doc, re.M))
+    alerts = _alerts()
+    for name, rule in alerts.items():
+        assert rule["annotations"].get("runbook_url") == f"docs/runbooks.md#{name.lower()}", name
+        assert name in sections, f"docs/runbooks.md has no section '## {name}'"
+    assert sections <= alerts.keys(), (
+        f"runbooks for alerts that do not exist: {sections - alerts.keys()}"
+    )
+
+
+def test_every_alert_fires_in_a_promtool_test_case() -> None:
+    cases = yaml.safe_load((ROOT / "deploy/prometheus-rules.test.yaml").read_text())["tests"]
+    fired = {
+        t["alertname"] for c in cases for t in c.get("alert_rule_test", []) if t.get("exp_alerts")
+    }
+    assert set(_alerts()) <= fired, sorted(set(_alerts()) - fired)
+
+
+def test_operations_alerts_cover_the_planner_plans_and_agent_restarts() -> None:
+    rules = yaml.safe_load((ROOT / "deploy/prometheus-rules.yaml").read_text())
+    ops = next(g for g in rules["groups"] if g["name"] == "sova-operations")
+    assert {r["alert"] for r in ops["rules"]} >= {
+        "SovaPlannerStalled",
+        "SovaPlansWaiting",
+        "SovaPlansExpiring",
+        "SovaAgentRestarting",
+    }
+    store = _alerts()["SovaStoreWriteErrors"]["annotations"]["description"]
+    # Readiness says the store cannot be written; liveness (/healthz) stays 200.
+    assert "/readyz returns 503" in store and "/healthz returns 503" not in store
+
+
+def test_a_manager_outage_inhibits_the_per_agent_alerts() -> None:
+    am = yaml.safe_load((ROOT / "deploy/alertmanager.yml").read_text())
+    (rule,) = [
+        r for r in am["inhibit_rules"] if 'alertname="SovaManagerDown"' in r["source_matchers"]
+    ]
+    target = next(m for m in rule["target_matchers"] if m.startswith("alertname=~"))
+    pattern = re.compile(target.split("=~", 1)[1].strip('"'))
+    consequences = {"SovaManagerUnreachableFromAgents", "SovaHostStale", "SovaHostsStale"}
+    assert {a for a in _alerts() if pattern.fullmatch(a)} == consequences
+    if shutil.which("amtool"):
+        r = subprocess.run(
+            ["amtool", "check-config", str(ROOT / "deploy/alertmanager.yml")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
