@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Ansible role in CI: ansible-lint, then the role applied for real to a throwaway root
-# prefix (tests/ansible/throwaway.yml) twice; the second run must change nothing. Then the
+# prefix (tests/ansible/throwaway.yml): an agent-only and a manager-only host, twice each;
+# the second run must change nothing. Then the
 # result is checked: units identical to deploy/, secrets 0600, the agent's user in libvirt's
 # group, configs that Sova itself accepts. Needs .venv-ansible (scripts/ci-setup-ops.sh).
 set -euo pipefail
@@ -13,49 +14,78 @@ echo "ansible-lint: clean"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-root="$work/root"
-mkdir -p "$root/etc" "$work/tls" "$work/wheel"
+mkdir -p "$work/tls" "$work/wheel"
 wheel="$(scripts/build-wheel.sh "$work/wheel")"
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=sova-manager.example \
   -keyout "$work/tls/manager.key" -out "$work/tls/manager.crt" 2>/dev/null
 
-apply() {
+# An agent-only and a manager-only host (issue 24: the pip task restarted both daemons, so
+# a split host failed), each applied twice: the second run must change nothing.
+apply() {  # ROLE ROOT
   "$A/ansible-playbook" -i localhost, tests/ansible/throwaway.yml \
-    -e "sova_root=$root" -e "sova_package=$wheel" -e "sova_ci_tls_dir=$work/tls" \
-    -e "sova_pip_extra_args='-c $PWD/constraints.txt'" \
-    -e "ansible_python_interpreter=$PWD/$A/python"
+    -e "sova_ci_role=$1" -e "sova_root=$2" -e "sova_package=$wheel" \
+    -e "sova_ci_tls_dir=$work/tls" -e "ansible_python_interpreter=$PWD/$A/python"
 }
-apply > "$work/run1.log" || { cat "$work/run1.log"; exit 1; }
-grep -E "^localhost" "$work/run1.log"
-apply > "$work/run2.log" || { cat "$work/run2.log"; exit 1; }
-recap="$(grep -E "^localhost" "$work/run2.log")"
-echo "$recap"
-if ! grep -q "changed=0 " <<<"$recap"; then
-  echo "error: the second run changed something:" >&2
-  grep -B2 -E "^changed" "$work/run2.log" >&2 || true
-  exit 1
-fi
+for role in agent manager; do
+  root="$work/root-$role"
+  mkdir -p "$root/etc"
+  apply "$role" "$root" > "$work/$role-run1.log" || { cat "$work/$role-run1.log"; exit 1; }
+  echo "$role run 1: $(grep -E "^localhost" "$work/$role-run1.log")"
+  apply "$role" "$root" > "$work/$role-run2.log" || { cat "$work/$role-run2.log"; exit 1; }
+  recap="$(grep -E "^localhost" "$work/$role-run2.log")"
+  echo "$role run 2: $recap"
+  if ! grep -q "changed=0 " <<<"$recap"; then
+    echo "error: the second run on the $role host changed something:" >&2
+    grep -B2 -E "^changed" "$work/$role-run2.log" >&2 || true
+    exit 1
+  fi
+  test -e "$root/opt/sova/venv/share/man/man1/sova.1"
+  # The constraints the role shipped: CI's pins without libvirt-python's.
+  grep -q '^fastapi==' "$root/etc/sova/constraints.txt"
+  if grep -q '^libvirt-python==' "$root/etc/sova/constraints.txt"; then
+    echo "error: the shipped constraints pin libvirt-python (a compiler on every host)" >&2; exit 1
+  fi
+done
 
-# What the role left behind.
-for unit in sova-agent.service sova-manager.service; do
-  cmp "deploy/$unit" "$root/etc/systemd/system/$unit"
-done
-for secret in agent.token hosts.tokens tls/manager.key; do
-  mode="$(stat -c %a "$root/etc/sova/$secret")"
-  [ "$mode" = 600 ] || { echo "error: /etc/sova/$secret has mode $mode" >&2; exit 1; }
-done
-grep -q '^sova-agent:' "$root/etc/passwd"
-grep -Eq '^libvirt:[^:]*:[0-9]+:(.*,)?sova-agent(,|$)' "$root/etc/group"
-"$root/opt/sova/venv/bin/python" - "$root" <<'PY'
+# What the role left behind on each host, and nothing of the other daemon.
+a="$work/root-agent" m="$work/root-manager"
+cmp deploy/sova-agent.service "$a/etc/systemd/system/sova-agent.service"
+cmp deploy/sova-manager.service "$m/etc/systemd/system/sova-manager.service"
+test ! -e "$a/etc/systemd/system/sova-manager.service" && test ! -e "$a/etc/sova/manager.toml"
+test ! -e "$m/etc/systemd/system/sova-agent.service" && test ! -e "$m/etc/sova/agent.toml"
+secret_mode() {
+  local mode
+  mode="$(stat -c %a "$1")"
+  [ "$mode" = 600 ] || { echo "error: $1 has mode $mode" >&2; exit 1; }
+}
+secret_mode "$a/etc/sova/agent.token"
+for s in hosts.tokens tls/manager.key manager.env; do secret_mode "$m/etc/sova/$s"; done
+grep -q '^SOVA_MANAGER_ADMIN_TOKEN=ci-admin-token' "$m/etc/sova/manager.env"
+if grep -q 'admin' "$m/etc/sova/manager.toml"; then
+  echo "error: the admin token went into the world-readable manager.toml" >&2; exit 1
+fi
+cmp "$work/tls/manager.crt" "$a/etc/sova/tls/ca.pem"
+grep -q '^sova-agent:' "$a/etc/passwd"
+grep -Eq '^libvirt:[^:]*:[0-9]+:(.*,)?sova-agent(,|$)' "$a/etc/group"
+"$a/opt/sova/venv/bin/python" - "$a" <<'PY'
 import sys
 from pathlib import Path
-from sova.daemon.config import load_agent_settings, load_manager_settings
+from sova.daemon.config import load_agent_settings
 root = Path(sys.argv[1])
 a = load_agent_settings(root / "etc/sova/agent.toml", environ={})
-m = load_manager_settings(root / "etc/sova/manager.toml", environ={})
 assert a.host == "hv-ci" and a.controller.vf_policy == "sova", a
-assert m.port == 8700, m
-print("configs accepted by Sova: agent", a.host, "manager port", m.port)
+assert str(a.ca_file) == "/etc/sova/tls/ca.pem", a.ca_file
+print("agent config accepted by Sova:", a.host, "ca_file", a.ca_file)
 PY
-test -e "$root/opt/sova/venv/share/man/man1/sova.1"
-echo "ansible: applied twice, second run changed nothing"
+"$m/opt/sova/venv/bin/python" - "$m" <<'PY'
+import sys
+from pathlib import Path
+from sova.daemon.config import load_manager_settings
+root = Path(sys.argv[1])
+env = dict(line.split("=", 1) for line in (root / "etc/sova/manager.env").read_text().split())
+m = load_manager_settings(root / "etc/sova/manager.toml", environ=env)
+assert m.port == 8700 and m.listen == "0.0.0.0", m
+assert m.admin_token is not None, "the admin token from manager.env did not reach the settings"
+print("manager config accepted by Sova: port", m.port, "admin token set")
+PY
+echo "ansible: agent-only and manager-only hosts applied twice each, second runs changed nothing"

@@ -158,3 +158,40 @@ def test_a_manager_outage_inhibits_the_per_agent_alerts() -> None:
             check=False,
         )
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+ROLE = ROOT / "deploy/ansible/roles/sova"
+# The Python each distribution release ships (the role's venv is made from it).
+DISTRO_PYTHON = {
+    ("Debian", "bookworm"): (3, 11),
+    ("Debian", "trixie"): (3, 13),
+    ("Ubuntu", "jammy"): (3, 10),
+    ("Ubuntu", "noble"): (3, 12),
+}
+
+
+def test_role_claims_only_distributions_with_python_3_11() -> None:
+    meta = yaml.safe_load((ROLE / "meta/main.yml").read_text())["galaxy_info"]["platforms"]
+    claimed = [(p["name"], v) for p in meta for v in p["versions"]]
+    assert claimed
+    for release in claimed:
+        assert DISTRO_PYTHON[release] >= (3, 11), f"{release} ships Python {DISTRO_PYTHON[release]}"
+
+
+def test_a_daemon_is_restarted_only_on_hosts_that_run_it() -> None:
+    # The pip task notifies both handlers; on an agent-only host the manager's handler
+    # restarted a unit that does not exist and the run failed (issue 24).
+    handlers = yaml.safe_load((ROLE / "handlers/main.yml").read_text())
+    for h in handlers:
+        daemon = "agent" if "sova-agent" in h["name"] else "manager"
+        assert f"sova_{daemon}_enabled" in h["when"], h
+
+
+def test_role_ships_the_admin_token_outside_the_world_readable_config() -> None:
+    tasks = yaml.safe_load((ROLE / "tasks/manager.yml").read_text())
+    env = next(t for t in tasks if "manager.env" in t.get("ansible.builtin.copy", {}).get("dest", ""))
+    copy = env["ansible.builtin.copy"]
+    assert copy["mode"] == "0600" and "SOVA_MANAGER_ADMIN_TOKEN=" in copy["content"]
+    assert env["no_log"] is True
+    unit = _unit("sova-manager.service")
+    assert "-/etc/sova/manager.env" in unit["EnvironmentFile"]
