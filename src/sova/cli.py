@@ -278,8 +278,15 @@ _register_subcommands()
 
 
 def main() -> None:
+    import typer.main
+
+    from sova.cli_operator import hoist_group_options
+
     try:
-        app()
+        # Operators type --token-file and the other connection options after the
+        # subcommand too (sova plans list --token-file F).
+        argv = hoist_group_options(sys.argv[1:], typer.main.get_command(app))
+        app(args=argv, prog_name="sova")
     except ModuleNotFoundError as exc:
         # A role's extra is not installed (e.g. `sova simulate` on an agent-only host):
         # one line that says what to install, not a traceback.

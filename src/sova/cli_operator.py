@@ -16,6 +16,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -383,12 +384,57 @@ def audit(
     _connect(ctx, manager_url, token_file, None, timeout, as_json)
     c = _conn(ctx)
     page = c.call("GET", "/v1/audit", params={"after": after, "limit": limit})
-    lines = [
-        f"{e['id']:>6}  t={e['time_s']:.0f}  {e['who']:<12} {e['action']:<22} {e['subject']}"
-        + (f"  {e['detail']}" if e["detail"] else "")
-        for e in page["entries"]
-    ] or ["(empty)"]
+    lines = [audit_line(e) for e in page["entries"]] or ["(empty)"]
     _out(c, page, "\n".join(lines))
+
+
+def audit_line(e: dict[str, Any]) -> str:
+    """One audit entry; the time in ISO 8601 UTC (the API keeps epoch seconds)."""
+    when = datetime.fromtimestamp(e["time_s"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{e['id']:>6}  {when}  {e['who']:<12} {e['action']:<22} {e['subject']}" + (
+        f"  {e['detail']}" if e["detail"] else ""
+    )
+
+
+OPERATOR_GROUPS = ("plans", "fence", "mode")
+
+
+def hoist_group_options(argv: list[str], root: Any) -> list[str]:
+    """``sova plans list --token-file F`` as ``sova plans --token-file F list``.
+
+    The connection options belong to the group's callback, so click accepts them only
+    before the subcommand; operators type them anywhere. An option the subcommand has
+    itself stays where it is, and nothing after ``--`` moves. ``root`` is the click group
+    of the ``sova`` command.
+    """
+    if not argv or argv[0] not in OPERATOR_GROUPS or argv[0] not in root.commands:
+        return argv
+    group = root.commands[argv[0]]
+    takes_value = {o: not p.is_flag for p in group.params for o in p.opts}
+    i = 1
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        name = argv[i].split("=", 1)[0]
+        i += 2 if takes_value.get(name) and "=" not in argv[i] else 1
+    if i >= len(argv) or argv[i] not in group.commands:
+        return argv
+    own = {o for p in group.commands[argv[i]].params for o in p.opts}
+    hoisted: list[str] = []
+    rest: list[str] = []
+    j = i + 1
+    while j < len(argv):
+        tok = argv[j]
+        if tok == "--":
+            rest.extend(argv[j:])
+            break
+        name = tok.split("=", 1)[0]
+        if name in takes_value and name not in own:
+            n = 2 if takes_value[name] and "=" not in tok else 1
+            hoisted.extend(argv[j : j + n])
+            j += n
+            continue
+        rest.append(tok)
+        j += 1
+    return argv[:i] + hoisted + [argv[i]] + rest
 
 
 def register(app: typer.Typer) -> None:

@@ -519,6 +519,17 @@ def demo(
     time. Writes the same files as `sova simulate` (timeline.csv, events.csv, summary.json,
     report.md) plus the daemons' logs under --out/logs.
     """
+    from sova.install import install_hint, missing_extras
+
+    # The world and the reports need the simulator, the daemons the manager's stack; the
+    # processes would otherwise die one by one after start-up.
+    missing = missing_extras(("sim", "manager"))
+    if missing:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"error: sova demo runs the simulator and the manager: {install_hint(','.join(missing))}",
+            markup=False,
+        )
+        raise typer.Exit(2)
     from sova.shipped import resolve_scenario
 
     scenario = resolve_scenario(scenario)  # a shipped name, or the default outside the repo

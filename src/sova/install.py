@@ -7,6 +7,9 @@ program prints comes from here, so a rename touches one line.
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Iterable
+
 DIST = "sova-sriov"
 
 # Top-level module → the extra that provides it, for "missing dependency" hints.
@@ -36,3 +39,22 @@ def missing_module_hint(module: str | None) -> str | None:
     """The install command for a missing top-level module, or None if it is not ours."""
     extra = EXTRA_OF_MODULE.get((module or "").split(".")[0])
     return None if extra is None else install_hint(extra)
+
+
+def missing_extras(extras: Iterable[str]) -> list[str]:
+    """Those of ``extras`` whose modules are not importable here, in the order given.
+
+    Checked before a command that starts processes needing them (``sova demo``), so a
+    host with one role's extra gets one line saying what to install, not a child process
+    dying later.
+    """
+    wanted = list(extras)
+    return [
+        extra
+        for extra in wanted
+        if any(
+            importlib.util.find_spec(module) is None
+            for module, of in EXTRA_OF_MODULE.items()
+            if of == extra
+        )
+    ]

@@ -184,3 +184,40 @@ def test_testbed_extra_imports_its_entry_point(tmp_path: Path, wheel: Path) -> N
     assert r.returncode == 0, r.stderr
     r = _run([bin_ / "sova", "testbed", "--help"], tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+def test_sdist_carries_deploy_and_constraints(
+    _only_when_selected: None, tmp_path: Path
+) -> None:
+    """The sdist is what distributions and the Ansible role's users rebuild from: it carries
+    the units, the role, the alert rules and the tested versions (issue 24)."""
+    import tarfile
+
+    src = tmp_path / "src"
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", "build", "dist", "out", "*.egg-info", "__pycache__", ".*_cache"
+        ),
+    )
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    r = _run([env_dir / "bin/python", "-m", "pip", "install", "-q", "build"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = _run([env_dir / "bin/python", "-m", "build", "--sdist", "-o", tmp_path / "dist", src], src)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (sdist,) = (tmp_path / "dist").glob("sova_sriov-*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    for wanted in (
+        "constraints.txt",
+        "deploy/sova-agent.service",
+        "deploy/sova-manager.service",
+        "deploy/prometheus-rules.yaml",
+        "deploy/alertmanager.yml",
+        "deploy/ansible/site.yml",
+        "deploy/ansible/roles/sova/tasks/main.yml",
+        "docs/runbooks.md",
+    ):
+        assert wanted in names, f"{wanted} missing from {sdist.name}"
