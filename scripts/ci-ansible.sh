@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Ansible role in CI: ansible-lint, then the role applied for real to a throwaway root
 # prefix (tests/ansible/throwaway.yml): an agent-only and a manager-only host, twice each;
-# the second run must change nothing. Then the
-# result is checked: units identical to deploy/, secrets 0600, the agent's user in libvirt's
-# group, configs that Sova itself accepts. Needs .venv-ansible (scripts/ci-setup-ops.sh).
+# the second run must change nothing. Then the result is checked: units identical to
+# deploy/, nothing of the other daemon on each host, secrets 0600 (the admin token in
+# manager.env, not manager.toml), the CA on the agent, the agent's user in libvirt's group,
+# the shipped constraints without the libvirt-python pin, configs that Sova itself accepts. Needs .venv-ansible (scripts/ci-setup-ops.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=.venv-ansible/bin

@@ -5,9 +5,11 @@
 #              sova(1) current (tests/test_deploy.py)
 #   daemons    Type=notify readiness, watchdog, journald/JSON logs (tests/test_systemd.py)
 #   prometheus promtool check metrics on live scrapes of both daemons, check/test rules,
-#              scrape config (tests/test_observability.py)
-#   ansible    ansible-lint; the role applied twice to a throwaway root (scripts/ci-ansible.sh)
-#   packaging  wheel -> fresh venv per extra (tests/packaging, -m packaging)
+#              scrape config (tests/test_observability.py); runbooks and the Alertmanager
+#              inhibition (amtool) in tests/test_deploy.py
+#   ansible    ansible-lint; the role applied to an agent-only and a manager-only throwaway
+#              root, twice each (scripts/ci-ansible.sh)
+#   packaging  wheel -> fresh venv per extra, the sdist's contents (tests/packaging, -m packaging)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SOVA_EXTRAS="${SOVA_EXTRAS:-test}"
