@@ -1,4 +1,4 @@
-"""Every curl command in docs/operations.md, run verbatim against a live ``sova manager``.
+"""Every curl and sova command in docs/operations.md, run verbatim against a live ``sova manager``.
 
 The operator copies these; a command that silently does nothing (issue 24: the writes sent a
 form body, got 422, and curl exited 0) leaves a host out of maintenance while the operator
@@ -19,9 +19,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -74,14 +76,18 @@ def doc_blocks(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
     return blocks
 
 
-def doc_curls() -> list[tuple[str, str]]:
+def doc_commands(program: str) -> list[tuple[str, str]]:
     return [
         (cmd, out)
         for before, cmds in doc_blocks(DOC.read_text())
         if "illustrative:" not in before
         for cmd, out in cmds
-        if cmd.startswith("curl ")
+        if cmd.startswith(program + " ")
     ]
+
+
+def doc_curls() -> list[tuple[str, str]]:
+    return doc_commands("curl")
 
 
 def test_every_documented_write_fails_loudly_and_sends_json() -> None:
@@ -121,6 +127,56 @@ def _get(c: Cluster, path: str) -> httpx.Response:
     return r
 
 
+def _doc_names(plan: dict[str, Any]) -> dict[str, str]:
+    # The docs' example names -> this cluster's (two-hosts.yaml: H1 runs A, B, C; H2 D, E).
+    return {
+        "7301880420357": str(plan["id"]),
+        "hv001": "H1",
+        "hv007": "H1",
+        "hv012": "H2",
+        "HM1": "H1",
+        "web-42": plan["actions"][0]["vm"],
+        "db-primary": "D",
+        "trading-gw": "E",
+    }
+
+
+def _localise(cmd: str, names: dict[str, str]) -> str:
+    for doc_name, ours in names.items():
+        cmd = re.sub(rf"\b{re.escape(doc_name)}\b", ours, cmd)
+    return cmd
+
+
+@pytest.mark.slow
+def test_documented_sova_commands_work_against_a_live_manager(cluster: Cluster) -> None:
+    """The operator CLI lines of the same page, each must exit 0 (its exit codes: 1 refused,
+    2 bad input, 3 unreachable or token refused)."""
+    c = cluster
+    plan = wait_until(
+        lambda: _get(c, "/v1/plans?state=proposed").json()["plans"], 60, "a proposed plan"
+    )[0]
+    c.pause()
+    names = _doc_names(plan)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "SOVA_MANAGER_URL": c.manager_url,
+        "SOVA_ADMIN_TOKEN": ADMIN,
+        "SOVA_OPERATOR": "alice",
+    }
+    cmds = doc_commands("sova")
+    assert len(cmds) >= 10, cmds
+    for cmd, _shown in cmds:
+        live = _localise(cmd, names)
+        p = subprocess.run(["bash", "-c", live], env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (cmd, live, p.returncode, p.stdout, p.stderr)
+    actions = [(e["who"], e["action"]) for e in _get(c, "/v1/audit?limit=50").json()["entries"]]
+    assert ("alice", "approve") in actions, actions
+    fences = {(f["kind"], f["name"]) for f in _get(c, "/v1/fences").json()}
+    assert fences == {("pin", "D"), ("vf-freeze-vm", "E")}, fences  # maintenance was cleared
+    assert _get(c, "/v1/mode").json()["hosts"].get("H1") == "autonomic"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
 def test_documented_curl_commands_work_against_a_live_manager(
@@ -131,15 +187,7 @@ def test_documented_curl_commands_work_against_a_live_manager(
         lambda: _get(c, "/v1/plans?state=proposed").json()["plans"], 60, "a proposed plan"
     )[0]
     c.pause()
-    vm = plan["actions"][0]["vm"]
-    names = {
-        "7301880420357": str(plan["id"]),
-        "hv001": "H1",
-        "hv007": "H1",
-        "hv012": "H2",
-        "HM1": "H1",
-        "web-42": vm,
-    }
+    names = _doc_names(plan)
     env = {
         **os.environ,
         "ADMIN": ADMIN,
@@ -152,8 +200,7 @@ def test_documented_curl_commands_work_against_a_live_manager(
     for n, (cmd, shown) in enumerate(doc_curls()):
         live = cmd.replace("https://manager:8700", c.manager_url)
         live = live.replace("localhost:8700", c.manager_url).replace(" --cacert ca.pem", "")
-        for doc_name, ours in names.items():
-            live = re.sub(rf"\b{re.escape(doc_name)}\b", ours, live)
+        live = _localise(live, names)
         headers = tmp_path / f"h{n}"
         # The dumped response headers say the status even where the command discards it.
         script = f'curl() {{ command curl -D {headers} "$@"; }}\nset -o pipefail\n{live}\n'
