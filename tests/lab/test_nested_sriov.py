@@ -52,6 +52,7 @@ def _wait(drv: Any, op: str, timeout_s: float = 300.0) -> Any:
 
 def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nested):
     import libvirt  # type: ignore[import-untyped]
+
     from sova.driver.base import OpState
     from sova.driver.libvirt_driver import LibvirtDriver, LibvirtDriverConfig, ensure_event_loop
     from sova.driver.libvirt_xml import detach_xml_for, parse_domain
