@@ -36,7 +36,7 @@ import logging
 import math
 import os
 import pickle
-import select
+import selectors
 import signal
 import time
 from collections import deque
@@ -163,10 +163,13 @@ def plan_in_child(core: ManagerCore, now: float, timeout_s: float = 60.0) -> Rou
     os.close(w)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout_s
-    with os.fdopen(r, "rb", buffering=0) as f:
+    # A selector, not select(): select() refuses a descriptor numbered 1,024 or more, and a
+    # manager holding a thousand agent connections numbers its pipe past that.
+    with os.fdopen(r, "rb", buffering=0) as f, selectors.DefaultSelector() as sel:
+        sel.register(f, selectors.EVENT_READ)
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([f], [], [], left)[0]:
+            if left <= 0 or not sel.select(left):
                 os.kill(pid, signal.SIGKILL)  # hung: a round must never stall planning
                 os.waitpid(pid, 0)
                 raise TimeoutError(f"planning process gave no result in {timeout_s:.0f} s")
