@@ -52,6 +52,7 @@ from sova.daemon.schema import (
     OperatorAction,
     PlanPage,
     PlanView,
+    Readiness,
     Report,
 )
 from sova.daemon.store import Store
@@ -139,6 +140,7 @@ def create_app(
     migrate: bool = True,
     fork_planner: bool = False,
     actuator_for: Callable[[str], Actuator] | None = None,
+    monotonic: Callable[[], float] | None = None,
 ) -> FastAPI:
     """The manager's ASGI app: migrates the store, restores state, wires the routes."""
     if migrate:
@@ -150,6 +152,7 @@ def create_app(
         registry=registry,
         fork_planner=fork_planner,
         actuator_for=actuator_for,
+        monotonic=monotonic,
     )
     service.restore()
 
@@ -507,14 +510,27 @@ def create_app(
     @app.get(
         "/readyz",
         operation_id="getReadiness",
-        response_model=Health,
+        response_model=Readiness,
         tags=["operators"],
-        summary="Readiness: the knowledge store takes writes (else no decision can be made)",
-        responses={503: {"description": "the knowledge store cannot be written"}},
+        summary="Readiness: the store takes writes and the planner completes its rounds",
+        responses={
+            503: {
+                "description": "the knowledge store cannot be written, or planning rounds "
+                "fail or stopped (none completed in 2 periods)"
+            }
+        },
     )
     async def readyz() -> Any:
         ok, why = await service.ready()
-        body = Health(status=why, hosts=len(service.hosts), store=store.dialect)
+        ph = service.planner_health
+        body = Readiness(
+            status=why,
+            hosts=len(service.hosts),
+            store=store.dialect,
+            last_round_s=ph.last_ok_wall,
+            last_round_duration_s=ph.last_duration_s if ph.last_ok_mono is not None else None,
+            round_failures=ph.failures,
+        )
         if not ok:
             return JSONResponse(status_code=503, content=body.model_dump())
         return body

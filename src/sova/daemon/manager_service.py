@@ -59,6 +59,7 @@ from sova.daemon.manager_control import (
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.metrics import ManagerMetrics
+from sova.daemon.planner_health import PlannerHealth
 from sova.daemon.schema import (
     EPOCH_SHIFT,
     AuditPage,
@@ -197,6 +198,7 @@ class ManagerService:
         registry: CollectorRegistry | None = None,
         fork_planner: bool = False,
         actuator_for: Callable[[str], Actuator] | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
         # Set (orchestrator = "openstack"): an approved plan is carried out through this
@@ -221,6 +223,13 @@ class ManagerService:
         )
         self.tokens = TokenBook.load(settings)
         self._clock = clock or time.time
+        # Intervals (an agent's pace, the planner's health) on the monotonic clock: a step of
+        # the wall clock must neither refuse every report nor hide a stalled planner.
+        self._mono = monotonic or time.monotonic
+        timer = settings.plan_trigger == "timer"
+        self.planner_health = PlannerHealth(
+            settings.plan_period_s if timer else 0.0, monotonic=self._mono, wall=self._clock
+        )
         self.metrics = ManagerMetrics(registry, settings.host_metrics)
         self.hosts: dict[str, HostState] = {}
         self.verdicts: dict[str, tuple[bool, str]] = {}
@@ -412,11 +421,12 @@ class ManagerService:
 
     async def ready(self) -> tuple[bool, str]:
         """Readiness: the store takes a write now (a failed write earlier is retried by
-        the next round; what matters is whether a decision made now could be persisted)."""
+        the next round; what matters is whether a decision made now could be persisted),
+        and the planner completes its rounds (none failing, none overdue by 2 periods)."""
         loop = asyncio.get_running_loop()
         if not await loop.run_in_executor(None, self.store.can_write):
             return False, "store cannot be written"
-        return True, "ok"
+        return self.planner_health.verdict()
 
     async def flush(self) -> int:
         """Write buffered report rows; returns how many."""
@@ -675,7 +685,16 @@ class ManagerService:
         """One planning round: Analyse + Plan over every host, persisted, then published."""
         lock, _ = self._primitives()
         async with lock:
-            return await self._tick(now)
+            started = self._mono()
+            try:
+                signals = await self._tick(now)
+            except Exception as exc:
+                self.planner_health.failed(exc)
+                self.metrics.round_failed()
+                raise
+            self.planner_health.completed(self._mono() - started)
+            self.metrics.round_completed(self.planner_health)
+            return signals
 
     async def _tick(self, now: float | None) -> Mapping[str, MigrationSignal]:
         loop = asyncio.get_running_loop()

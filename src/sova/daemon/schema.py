@@ -391,6 +391,14 @@ class Health(_Wire):
     store: str
 
 
+class Readiness(Health):
+    # The planner's health (readiness): when the last round completed (wall clock, for
+    # display), how long it took, and how many rounds in a row have failed since.
+    last_round_s: float | None = None
+    last_round_duration_s: float | None = None
+    round_failures: int = 0
+
+
 # --------------------------------------------------------------------------- agent side
 
 
