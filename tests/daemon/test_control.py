@@ -364,6 +364,10 @@ def test_readiness_fails_while_the_store_cannot_be_written(tmp_path) -> None:  #
         finally:
             other.execute("ROLLBACK")
             other.close()
+        # The store takes writes again, but the planner has not yet completed a round.
+        r = api.get("/readyz")
+        assert r.status_code == 503 and "planning failed" in r.json()["status"]
+        api.tick(40.0)
         assert api.get("/readyz").status_code == 200
     finally:
         api.close()

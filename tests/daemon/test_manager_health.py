@@ -169,3 +169,36 @@ def test_readyz_turns_503_when_no_round_completes_for_two_periods(
     assert r.status_code == 503 and "planning stopped" in r.json()["status"], r.text
     timed.tick(clocks.wall())
     assert timed.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("step_s", [120.0, -120.0], ids=["forward", "back"])
+def test_a_wall_clock_step_refuses_no_report_and_makes_no_host_stale(
+    store: Store, clocks: Clocks, step_s: float
+) -> None:
+    """Three agents report every 10 s on their monotonic clocks; the manager's wall clock
+    steps by ±120 s after the 6th period (max_clock_skew_s = 60, stale after 3 periods).
+    Before, every report after the step was 422 ``drifted ±120 s`` and all hosts went
+    stale."""
+    a = InProcess(store, clocks, plan_period_s=10, max_clock_skew_s=60)
+    try:
+        agent_t = 500.0
+        for seq in range(1, 16):
+            if seq == 7:
+                clocks.wall_s += step_s
+            for h in ("h1", "h2", "h3"):
+                r = a.post(
+                    f"/v1/hosts/{h}/reports",
+                    content=report(seq, agent_t, UTIL["h2"], boot=BOOTS[h]),
+                    headers=auth(h),
+                )
+                assert r.status_code == 200, f"seq {seq} {h}: {r.text}"
+            a.tick(None)
+            text = a.get("/metrics").text
+            assert 'sova_manager_hosts{state="stale"} 0.0' in text, seq
+            assert 'sova_manager_hosts{state="fresh"} 3.0' in text, seq
+            assert a.get("/readyz").status_code == 200
+            clocks.advance(10)
+            agent_t += 10
+        assert 'sova_manager_reports_total{result="accepted"} 45.0' in a.get("/metrics").text
+    finally:
+        a.close()

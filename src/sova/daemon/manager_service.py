@@ -223,9 +223,12 @@ class ManagerService:
         )
         self.tokens = TokenBook.load(settings)
         self._clock = clock or time.time
-        # Intervals (an agent's pace, the planner's health) on the monotonic clock: a step of
-        # the wall clock must neither refuse every report nor hide a stalled planner.
-        self._mono = monotonic or time.monotonic
+        # Intervals (an agent's pace, staleness, leases, the planner's health) on the
+        # monotonic clock: a step of the wall clock must neither refuse every report nor make
+        # every host stale nor hide a stalled planner. A test that injects only a wall clock
+        # moves both.
+        self._mono = monotonic or (time.monotonic if clock is None else clock)
+        self._anchor = (self._clock(), self._mono())
         timer = settings.plan_trigger == "timer"
         self.planner_health = PlannerHealth(
             settings.plan_period_s if timer else 0.0, monotonic=self._mono, wall=self._clock
@@ -243,7 +246,7 @@ class ManagerService:
         self.store_ok = True  # the last write to the store succeeded
         self._live_t = 0.0  # newest agent clock accepted by this process (clock = "agent")
         self._past_boots: dict[str, deque[str]] = {}
-        self._pace: dict[str, float] = {}  # host -> agent clock - wall clock, this boot
+        self._pace: dict[str, float] = {}  # host -> agent clock - monotonic clock, this boot
         self._was_hot: set[str] = set()
         self._hot_known: set[str] = set()
         self._buffer: list[ReportRow] = []
@@ -271,12 +274,22 @@ class ManagerService:
     # ------------------------------------------------------------------ time
 
     def now(self) -> float:
-        """Manager time: the wall clock, or (``clock = "agent"``) the newest agent clock.
+        """Manager time: a steady wall clock, or (``clock = "agent"``) the newest agent clock.
+
+        Steady: the wall clock as read when this process started, advanced by the monotonic
+        clock since. It reads as wall time (stored times stay comparable across restarts)
+        but a step of the wall clock while the manager runs (NTP after a bad RTC, an
+        operator's ``date -s``) does not move it, so intervals measured on it (staleness,
+        lease timeouts, tabu windows) stay true. The step is taken at the next start.
 
         The agent clock is for simulated clusters (``sova demo``), where decision times must
         be simulated seconds so they compare with an in-process ``sova simulate`` run.
         """
-        return self.latest_t if self.settings.clock == "agent" else self._clock()
+        if self.settings.clock == "agent":
+            return self.latest_t
+        if self._mono is self._clock:  # one injected clock (tests): exactly its readings
+            return self._clock()
+        return self._anchor[0] + (self._mono() - self._anchor[1])
 
     # ------------------------------------------------------------------ restore
 
@@ -562,7 +575,7 @@ class ManagerService:
                     422, "t", f"t={t} is more than {bound - self._live_t:.0f} s ahead"
                 )
             return restarted
-        pace = t - self._clock()
+        pace = t - self._mono()  # the agent's clock is monotonic too (Driver.now)
         if restarted or host not in self._pace:
             self._pace[host] = pace
         elif abs(pace - self._pace[host]) > skew:

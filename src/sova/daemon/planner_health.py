@@ -42,7 +42,10 @@ class PlannerHealth:
 
     def failed(self, exc: BaseException) -> None:
         self.failures += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        # One line: a database error carries its SQL and parameters on the next lines.
+        self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[
+            :300
+        ]
 
     def overdue_s(self) -> float:
         """Seconds past when a round should have completed (0 if none is due)."""
