@@ -570,6 +570,7 @@ def run_manager(settings: ManagerSettings) -> None:
     for warning in exposure_check(settings):  # refuses an exposed manager without auth/TLS
         log.warning(warning)
     store = Store(settings.database_url)
+    store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
     app = create_app(settings, store, fork_planner=True, actuator_for=_actuators(settings))
     # The manager keeps ~100 objects per host alive (windows, VM loads) and every report
     # makes short-lived garbage; with CPython's default thresholds a full collection walks

@@ -23,7 +23,11 @@ SQLite allows one writer at a time and the manager is the only client anyway.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import socket
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +35,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+
+from sova.daemon.config import ConfigError
 
 metadata = sa.MetaData()
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -317,6 +323,20 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+class StoreBusy(ConfigError):
+    """The store is another manager's (one writer per SQLite store): refuse to start."""
+
+
+class StoreTooNew(ConfigError):
+    """The store's schema is newer than this code: a downgrade, refused (no way back)."""
+
+
+def _holder_line() -> str:
+    return (
+        f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"
+    )
+
+
 class Store:
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = url
@@ -334,10 +354,48 @@ class Store:
         if url.startswith("sqlite"):
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         self._lock = threading.Lock()
+        self._writer_lock: int | None = None  # descriptor of the held lock file
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The database file of a file-backed SQLite store (None otherwise)."""
+        if self.dialect != "sqlite":
+            return None
+        db = self.engine.url.database
+        return Path(db) if db and db != ":memory:" else None
+
+    def lock_writer(self) -> None:
+        """Become this SQLite store's only writer, or raise :class:`StoreBusy` naming the
+        holder. A kernel lock (``flock``) on ``<db>.lock`` beside the database: released
+        when the holder exits, however it exits, so a crashed manager never blocks the
+        next one. SQLite's own locks are per transaction and would let two managers
+        alternate as writers, each planning from its own memory (split brain).
+        PostgreSQL stores are shared by design (leadership: docs/design.md)."""
+        path = self.sqlite_path
+        if path is None or self._writer_lock is not None:
+            return
+        lock = path.with_name(path.name + ".lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreBusy(
+                f"store {path} is in use by another manager ({holder}; lock {lock})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (_holder_line() + "\n").encode(), 0)
+        self._writer_lock = fd
+
+    def unlock_writer(self) -> None:
+        if self._writer_lock is not None:
+            os.close(self._writer_lock)  # closing the descriptor releases the flock
+            self._writer_lock = None
 
     def migrate(self) -> str:
         """Bring the schema to the newest revision; returns it."""
@@ -355,6 +413,7 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+        self.unlock_writer()
 
     def ping(self) -> bool:
         try:
