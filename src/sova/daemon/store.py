@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
+import sqlite3
+import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,6 +335,32 @@ class StoreTooNew(ConfigError):
     """The store's schema is newer than this code: a downgrade, refused (no way back)."""
 
 
+class StoreError(ConfigError):
+    """A store operation (backup, restore) that cannot be done; one line says why."""
+
+
+def _version() -> str:
+    from sova import __version__
+
+    return __version__
+
+
+def _libpq_url(url: str) -> str:
+    """``postgresql+psycopg://…`` (SQLAlchemy) as libpq takes it: ``postgresql://…``."""
+    scheme, _, rest = url.partition("://")
+    return scheme.split("+", 1)[0] + "://" + rest
+
+
+def _pg_tool(tool: str, *args: str, timeout_s: float = 3600.0) -> None:
+    exe = shutil.which(tool)
+    if exe is None:
+        raise StoreError(f"{tool} not found on PATH (install the PostgreSQL client tools)")
+    r = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s, check=False)
+    if r.returncode != 0:
+        first = (r.stderr.strip().splitlines() or ["no message"])[0]
+        raise StoreError(f"{tool} failed (exit {r.returncode}): {first}")
+
+
 def _holder_line() -> str:
     return (
         f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"
@@ -402,10 +432,22 @@ class Store:
         from alembic import command
         from alembic.config import Config
         from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
 
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        known = ScriptDirectory.from_config(cfg)
         with self._lock, self.engine.begin() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+            if current is not None and current not in {r.revision for r in known.walk_revisions()}:
+                # Written by a newer Sova: upgrading would fail half-way and there is no
+                # way back; running on it would misread columns this code does not know.
+                raise StoreTooNew(
+                    f"store {self.engine.url.render_as_string(hide_password=True)} has schema "
+                    f"revision {current!r}, newer than this Sova {_version()} knows (newest "
+                    f"{known.get_current_head()!r}): run the newer Sova, or restore a backup "
+                    "made by this version (sova store restore)"
+                )
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
             rev = MigrationContext.configure(conn).get_current_revision()
@@ -414,6 +456,74 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
         self.unlock_writer()
+
+    # ------------------------------------------------------------------ backup, restore
+
+    def backup(self, dest: Path) -> None:
+        """A consistent copy of the whole store in ``dest`` while the manager runs.
+
+        SQLite: the online backup API (a WAL database's file alone is not consistent);
+        PostgreSQL: ``pg_dump --format=custom`` (a snapshot in one transaction).
+        """
+        if self.dialect == "sqlite":
+            src_path = self._sqlite_file()
+            dest.unlink(missing_ok=True)
+            with (
+                closing(sqlite3.connect(src_path, timeout=30)) as src,
+                closing(sqlite3.connect(dest)) as out,
+            ):
+                src.backup(out)
+            return
+        if self.dialect == "postgresql":
+            # Only the store's schema: the database may hold other applications' too.
+            with self.engine.connect() as conn:
+                schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar())
+            _pg_tool(
+                "pg_dump",
+                "--format=custom",
+                f"--schema={schema}",
+                f"--file={dest}",
+                _libpq_url(self.url),
+            )
+            return
+        raise StoreError(f"database_url: no backup for the {self.dialect!r} dialect")
+
+    def restore(self, src: Path) -> None:
+        """Replace the whole store with the backup in ``src`` (then migrate it to this code's
+        schema). The caller holds the writer lock: no manager may be running on it."""
+        if not src.is_file():
+            raise StoreError(f"backup {src}: no such file")
+        if self.dialect == "sqlite":
+            with closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as b:
+                try:
+                    ok = b.execute("PRAGMA quick_check").fetchone()
+                except sqlite3.DatabaseError as exc:
+                    raise StoreError(f"backup {src}: not an SQLite database ({exc})") from None
+                if ok is None or ok[0] != "ok":
+                    raise StoreError(f"backup {src}: damaged ({ok and ok[0]})")
+                self.engine.dispose()
+                with closing(sqlite3.connect(self._sqlite_file(), timeout=30)) as out:
+                    b.backup(out)
+        elif self.dialect == "postgresql":
+            self.engine.dispose()
+            _pg_tool(
+                "pg_restore",
+                "--clean",
+                "--if-exists",
+                "--no-owner",
+                "--single-transaction",
+                f"--dbname={_libpq_url(self.url)}",
+                str(src),
+            )
+        else:
+            raise StoreError(f"database_url: no restore for the {self.dialect!r} dialect")
+        self.migrate()
+
+    def _sqlite_file(self) -> str:
+        path = self.sqlite_path
+        if path is None:
+            raise StoreError("database_url: an in-memory SQLite store has nothing to back up")
+        return str(path)
 
     def ping(self) -> bool:
         try:
