@@ -54,6 +54,7 @@ from sova.daemon.schema import (
     PlanView,
     Readiness,
     Report,
+    for_agent,
 )
 from sova.daemon.store import Store
 from sova.orchestrator.base import Actuator
@@ -201,7 +202,7 @@ def create_app(
     )
     async def post_report(host: HostName, report: Report) -> Any:
         try:
-            return service.ingest(host, report)
+            return JSONResponse(for_agent(service.ingest(host, report), report.protocol))
         except ReportRefused as exc:
             long = FIELD_NAMES.get(exc.field)
             field = f"{exc.field} ({long})" if long else exc.field
@@ -223,10 +224,13 @@ def create_app(
         host: HostName,
         seq: Annotated[int | None, Query(ge=0, le=2**53)] = None,
         wait_s: Annotated[float, Query(ge=0, le=30)] = 5.0,
-    ) -> Directive:
+        p: Annotated[int, Query(ge=0, description="the agent's wire protocol version")] = 0,
+    ) -> Any:
         if seq is None:
-            return service.directive_for(host)
-        return await service.wait_directive(host, seq, wait_s)
+            d = service.directive_for(host)
+        else:
+            d = await service.wait_directive(host, seq, wait_s)
+        return JSONResponse(for_agent(d, p))
 
     @app.post(
         "/v1/migrations/{vm}/done",
