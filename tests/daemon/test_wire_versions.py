@@ -5,13 +5,14 @@ an unversioned (Sova 0.1) agent gets answers it can read."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from sova.daemon.schema import PROTOCOL, PROTOCOL_WINDOW, Directive
 
-from .conftest import Api, auth, report
+from .conftest import REPO, Api, auth, report
 
 
 def _post(api: Api, body: dict[str, object], host: str = "h1") -> tuple[int, dict[str, object]]:
@@ -69,3 +70,39 @@ def test_the_agent_reads_a_newer_managers_answer() -> None:
     assert (d.id, d.flag, d.target, d.protocol) == (3, True, "h2", PROTOCOL + 1)
     with pytest.raises(ValidationError):
         Directive.model_validate_json(json.dumps({"i": -3, "f": True}))
+
+
+def test_the_version_comes_from_git_and_every_build_says_it(tmp_path: Path) -> None:
+    """Before, every commit was 0.1.0. A fresh clone's version names its commit (no tag
+    yet: 0.1.devN+g<commit>; on a tag vX.Y.Z: X.Y.Z), and the installed build reports its
+    own in ``sova --version`` and ``sova_build_info``."""
+    import shutil
+    import subprocess
+    import sys
+
+    from prometheus_client import generate_latest
+
+    from sova import __version__
+    from sova.daemon.metrics import ManagerMetrics
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=9", "HEAD"], cwd=clone, capture_output=True, text=True
+    ).stdout.strip()
+    scm = subprocess.run(
+        [sys.executable, "-m", "setuptools_scm"], cwd=clone, capture_output=True, text=True
+    )
+    assert scm.returncode == 0, scm.stderr
+    described = subprocess.run(
+        ["git", "describe", "--tags", "--exact-match"], cwd=clone, capture_output=True
+    )
+    if described.returncode == 0:  # on a release tag: the plain release number
+        assert "+" not in scm.stdout.strip()
+    else:
+        assert scm.stdout.strip().endswith(f"+g{head}"), (scm.stdout, head)
+    assert __version__ != "0.1.0"
+    text = generate_latest(ManagerMetrics().registry).decode()
+    assert f'version="{__version__}"' in text

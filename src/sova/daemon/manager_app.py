@@ -39,6 +39,7 @@ from sova.daemon.schema import (
     FIELD_NAMES,
     NAME_MAX,
     NAME_PATTERN,
+    PROTOCOL,
     AuditPage,
     ClusterView,
     DecisionPage,
@@ -173,7 +174,7 @@ def create_app(
 
     app = FastAPI(
         title="Sova manager",
-        version=__version__,
+        version=f"{__version__} (wire protocol {PROTOCOL})",
         summary="Cluster manager of Sova: host reports in, migration directives out.",
         description=(
             "Agents POST a compact report each period and get their migration directive "
@@ -201,6 +202,7 @@ def create_app(
         summary="Send a host report; the response is the host's migration directive",
     )
     async def post_report(host: HostName, report: Report) -> Any:
+        service.metrics.report_protocols.labels(str(report.protocol)).inc()
         try:
             return JSONResponse(for_agent(service.ingest(host, report), report.protocol))
         except ReportRefused as exc:
@@ -556,7 +558,11 @@ def create_app(
 
 
 def openapi_document(app: FastAPI) -> str:
-    return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"
+    # The published document names the wire protocol, not the build: it changes with the
+    # API, not with every commit (a live manager's /openapi.json names its build too).
+    doc = {**app.openapi()}
+    doc["info"] = {**doc["info"], "version": f"wire protocol {PROTOCOL}"}
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
 def run_manager(settings: ManagerSettings) -> None:

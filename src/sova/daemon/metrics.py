@@ -228,6 +228,13 @@ class ManagerMetrics:
             registry=r,
         )
         self.rounds = Counter("sova_manager_plan_rounds_total", "planning rounds run", registry=r)
+        self.report_protocols = Counter(
+            "sova_manager_reports_by_protocol_total",
+            "reports received by the agent's wire protocol version (0: unversioned, Sova 0.1); "
+            "during a rolling upgrade, which agents are left to upgrade",
+            ["protocol"],
+            registry=r,
+        )
         # The planner's health (issue 20): a manager whose rounds fail still serves
         # reports, so these (and /readyz) are how an operator learns it stopped planning.
         self.round_last_success = Gauge(
