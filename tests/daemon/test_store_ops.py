@@ -249,3 +249,37 @@ def test_postgresql_backup_wipe_restore(tmp_path: Path) -> None:
         with admin.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         admin.dispose()
+
+
+@pytest.mark.skipif(
+    not PG_URL, reason="no PostgreSQL server: set SOVA_TEST_PG_URL (see scripts/ci-postgres.sh)"
+)
+def test_a_second_manager_on_one_postgresql_store_is_refused_naming_the_holder() -> None:
+    """A session-level advisory lock on a connection the manager holds: the second is
+    refused while the first lives, and takes the store once its session is gone."""
+    import sqlalchemy as sa
+
+    from sova.daemon.store import StoreBusy
+
+    assert PG_URL is not None
+    schema = f"sova_lock_{os.getpid()}"
+    admin = sa.create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in PG_URL else "?"
+    url = f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    first, second = Store(url), Store(url)
+    try:
+        first.lock_writer()
+        with pytest.raises(StoreBusy) as exc:
+            second.lock_writer()
+        line = str(exc.value)
+        assert "\n" not in line and schema in line and f"pid {os.getpid()}" in line, line
+        first.close()  # its session ends: the lock goes with it
+        second.lock_writer()
+    finally:
+        first.close()
+        second.close()
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.dispose()

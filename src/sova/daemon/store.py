@@ -24,6 +24,7 @@ SQLite allows one writer at a time and the manager is the only client anyway.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import socket
@@ -385,6 +386,7 @@ class Store:
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         self._lock = threading.Lock()
         self._writer_lock: int | None = None  # descriptor of the held lock file
+        self._pg_lock: sa.Connection | None = None  # the session holding the advisory lock
 
     @property
     def dialect(self) -> str:
@@ -404,7 +406,14 @@ class Store:
         when the holder exits, however it exits, so a crashed manager never blocks the
         next one. SQLite's own locks are per transaction and would let two managers
         alternate as writers, each planning from its own memory (split brain).
-        PostgreSQL stores are shared by design (leadership: docs/design.md)."""
+
+        PostgreSQL: a session-level advisory lock (keyed by the store's schema) on a
+        connection held for the manager's life; the server releases it when that session
+        ends, however the manager ends. (Active/standby managers, which would wait for
+        it instead of exiting, are not built yet: docs/operations.md, "One writer".)"""
+        if self.dialect == "postgresql":
+            self._lock_pg()
+            return
         path = self.sqlite_path
         if path is None or self._writer_lock is not None:
             return
@@ -422,10 +431,55 @@ class Store:
         os.pwrite(fd, (_holder_line() + "\n").encode(), 0)
         self._writer_lock = fd
 
+    def _lock_pg(self) -> None:
+        if self._pg_lock is not None:
+            return
+        conn = self.engine.connect()
+        try:
+            schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar())
+            digest = hashlib.sha256(f"sova-manager:{schema}".encode()).digest()[:8]
+            key = int.from_bytes(digest, "big", signed=True)
+            # Who holds it, for the one line a second manager prints.
+            conn.execute(
+                sa.text("SELECT set_config('application_name', :v, false)"),
+                {"v": ("sova manager " + _holder_line())[:63]},
+            )
+            got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+            if not got:
+                holder = conn.execute(
+                    sa.text(
+                        "SELECT a.application_name, host(a.client_addr), a.pid "
+                        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                        "AND l.classid::bigint = :c AND l.objid::bigint = :o"
+                    ),
+                    {"c": (key >> 32) & 0xFFFFFFFF, "o": key & 0xFFFFFFFF},
+                ).first()
+                who = (
+                    f"{holder[0] or 'a client'} from {holder[1] or 'local'}, backend {holder[2]}"
+                    if holder
+                    else "unknown"
+                )
+                raise StoreBusy(
+                    f"store {self.engine.url.render_as_string(hide_password=True)} "
+                    f"(schema {schema}) is in use by another manager ({who})"
+                )
+            conn.commit()  # the lock is the session's: it outlives the transaction
+        except BaseException:
+            conn.invalidate()
+            conn.close()
+            raise
+        self._pg_lock = conn
+
     def unlock_writer(self) -> None:
         if self._writer_lock is not None:
             os.close(self._writer_lock)  # closing the descriptor releases the flock
             self._writer_lock = None
+        if self._pg_lock is not None:
+            # Invalidate, not return to the pool: a pooled session would keep the lock.
+            self._pg_lock.invalidate()
+            self._pg_lock.close()
+            self._pg_lock = None
 
     def migrate(self) -> str:
         """Bring the schema to the newest revision; returns it."""
@@ -454,8 +508,8 @@ class Store:
         return rev or ""
 
     def close(self) -> None:
-        self.engine.dispose()
         self.unlock_writer()
+        self.engine.dispose()
 
     # ------------------------------------------------------------------ backup, restore
 
