@@ -12,5 +12,8 @@ tar -C "$root" --exclude=./.git --exclude='./.venv*' --exclude=./build --exclude
   --exclude=./out --exclude='*.egg-info' --exclude=__pycache__ --exclude=.mypy_cache \
   --exclude=.pytest_cache --exclude=.ruff_cache --exclude=.hypothesis -cf - . | tar -C "$src" -xf -
 mkdir -p "$out"
+# The copy has no .git: it builds as the version of this checkout (setuptools-scm).
+SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SOVA_SRIOV="$(cd "$root" && "$py" -m setuptools_scm)"
+export SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SOVA_SRIOV
 "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$out" "$src" >/dev/null
 ls "$out"/sova_sriov-*.whl

@@ -19,7 +19,6 @@ from typing import Any
 
 import typer.main
 
-from sova import __version__
 from sova.cli import app
 
 DATE = "2026-01-01"  # fixed, so regenerating yields the same bytes
@@ -45,7 +44,9 @@ def _commands(cmd: Any, path: str) -> list[tuple[str, Any]]:
 def render() -> str:
     root = typer.main.get_command(app)
     lines = [
-        f'.TH SOVA 1 "{DATE}" "sova {__version__}" "Sova manual"',
+        # No build version: it changes with every commit (setuptools-scm) while the page
+        # changes only with the CLI; `sova --version` says which build is installed.
+        f'.TH SOVA 1 "{DATE}" "sova" "Sova manual"',
         ".SH NAME",
         "sova \\- autonomic SR\\-IOV VF and bandwidth allocation for KVM/libvirt clusters",
         ".SH SYNOPSIS",

@@ -266,12 +266,14 @@ def _register_subcommands() -> None:
     from sova.cli_daemons import register as register_daemons
     from sova.cli_lab import register as register_lab
     from sova.cli_operator import register as register_operator
+    from sova.cli_store import register as register_store
     from sova.cli_testbed import register as register_testbed
 
     register_daemons(app)
     register_testbed(app)
     register_lab(app)
     register_operator(app)
+    register_store(app)
 
 
 _register_subcommands()

@@ -305,7 +305,7 @@ def test_decision_ids_never_repeat_across_store_loss(tmp_path, api_factory) -> N
             post(second, "h1", i, 10.0 * i, HOT, VMS1, ack=x)
             post(second, "h2", i, 10.0 * i, COLD, VMS2)
             second.tick(10.0 * i)
-        d = second.get("/v1/hosts/h1/directive", headers=auth("h1")).json()
+        d = second.get("/v1/hosts/h1/directive", params={"p": 1}, headers=auth("h1")).json()
         assert d["f"] is True and d["i"] > x, (d, x)
         again = post(second, "h1", 8, 80.0, HOT, VMS1, ack=x)
         assert again == d  # X acknowledges nothing the new store decided
@@ -364,6 +364,10 @@ def test_readiness_fails_while_the_store_cannot_be_written(tmp_path) -> None:  #
         finally:
             other.execute("ROLLBACK")
             other.close()
+        # The store takes writes again, but the planner has not yet completed a round.
+        r = api.get("/readyz")
+        assert r.status_code == 503 and "planning failed" in r.json()["status"]
+        api.tick(40.0)
         assert api.get("/readyz").status_code == 200
     finally:
         api.close()

@@ -39,6 +39,7 @@ from sova.daemon.schema import (
     FIELD_NAMES,
     NAME_MAX,
     NAME_PATTERN,
+    PROTOCOL,
     AuditPage,
     ClusterView,
     DecisionPage,
@@ -52,7 +53,9 @@ from sova.daemon.schema import (
     OperatorAction,
     PlanPage,
     PlanView,
+    Readiness,
     Report,
+    for_agent,
 )
 from sova.daemon.store import Store
 from sova.orchestrator.base import Actuator
@@ -139,6 +142,7 @@ def create_app(
     migrate: bool = True,
     fork_planner: bool = False,
     actuator_for: Callable[[str], Actuator] | None = None,
+    monotonic: Callable[[], float] | None = None,
 ) -> FastAPI:
     """The manager's ASGI app: migrates the store, restores state, wires the routes."""
     if migrate:
@@ -150,6 +154,7 @@ def create_app(
         registry=registry,
         fork_planner=fork_planner,
         actuator_for=actuator_for,
+        monotonic=monotonic,
     )
     service.restore()
 
@@ -169,7 +174,7 @@ def create_app(
 
     app = FastAPI(
         title="Sova manager",
-        version=__version__,
+        version=f"{__version__} (wire protocol {PROTOCOL})",
         summary="Cluster manager of Sova: host reports in, migration directives out.",
         description=(
             "Agents POST a compact report each period and get their migration directive "
@@ -197,8 +202,9 @@ def create_app(
         summary="Send a host report; the response is the host's migration directive",
     )
     async def post_report(host: HostName, report: Report) -> Any:
+        service.metrics.report_protocols.labels(str(report.protocol)).inc()
         try:
-            return service.ingest(host, report)
+            return JSONResponse(for_agent(service.ingest(host, report), report.protocol))
         except ReportRefused as exc:
             long = FIELD_NAMES.get(exc.field)
             field = f"{exc.field} ({long})" if long else exc.field
@@ -220,10 +226,13 @@ def create_app(
         host: HostName,
         seq: Annotated[int | None, Query(ge=0, le=2**53)] = None,
         wait_s: Annotated[float, Query(ge=0, le=30)] = 5.0,
-    ) -> Directive:
+        p: Annotated[int, Query(ge=0, description="the agent's wire protocol version")] = 0,
+    ) -> Any:
         if seq is None:
-            return service.directive_for(host)
-        return await service.wait_directive(host, seq, wait_s)
+            d = service.directive_for(host)
+        else:
+            d = await service.wait_directive(host, seq, wait_s)
+        return JSONResponse(for_agent(d, p))
 
     @app.post(
         "/v1/migrations/{vm}/done",
@@ -507,14 +516,27 @@ def create_app(
     @app.get(
         "/readyz",
         operation_id="getReadiness",
-        response_model=Health,
+        response_model=Readiness,
         tags=["operators"],
-        summary="Readiness: the knowledge store takes writes (else no decision can be made)",
-        responses={503: {"description": "the knowledge store cannot be written"}},
+        summary="Readiness: the store takes writes and the planner completes its rounds",
+        responses={
+            503: {
+                "description": "the knowledge store cannot be written, or planning rounds "
+                "fail or stopped (none completed in 2 periods)"
+            }
+        },
     )
     async def readyz() -> Any:
         ok, why = await service.ready()
-        body = Health(status=why, hosts=len(service.hosts), store=store.dialect)
+        ph = service.planner_health
+        body = Readiness(
+            status=why,
+            hosts=len(service.hosts),
+            store=store.dialect,
+            last_round_s=ph.last_ok_wall,
+            last_round_duration_s=ph.last_duration_s if ph.last_ok_mono is not None else None,
+            round_failures=ph.failures,
+        )
         if not ok:
             return JSONResponse(status_code=503, content=body.model_dump())
         return body
@@ -536,7 +558,11 @@ def create_app(
 
 
 def openapi_document(app: FastAPI) -> str:
-    return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"
+    # The published document names the wire protocol, not the build: it changes with the
+    # API, not with every commit (a live manager's /openapi.json names its build too).
+    doc = {**app.openapi()}
+    doc["info"] = {**doc["info"], "version": f"wire protocol {PROTOCOL}"}
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
 def run_manager(settings: ManagerSettings) -> None:
@@ -554,6 +580,7 @@ def run_manager(settings: ManagerSettings) -> None:
     for warning in exposure_check(settings):  # refuses an exposed manager without auth/TLS
         log.warning(warning)
     store = Store(settings.database_url)
+    store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
     app = create_app(settings, store, fork_planner=True, actuator_for=_actuators(settings))
     # The manager keeps ~100 objects per host alive (windows, VM loads) and every report
     # makes short-lived garbage; with CPython's default thresholds a full collection walks

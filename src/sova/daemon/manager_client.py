@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from sova.daemon.schema import Directive, MigrationDone, encode
+from sova.daemon.schema import PROTOCOL, Directive, MigrationDone, encode
 
 
 class ManagerUnreachable(RuntimeError):
@@ -84,7 +84,7 @@ class ManagerClient:
         r = self._request(
             "GET",
             f"/v1/hosts/{self.host}/directive",
-            params={"seq": seq, "wait_s": wait_s},
+            params={"seq": seq, "wait_s": wait_s, "p": PROTOCOL},
             timeout=wait_s + 2.0,
         )
         return Directive.model_validate_json(r.content)

@@ -36,7 +36,7 @@ import logging
 import math
 import os
 import pickle
-import select
+import selectors
 import signal
 import time
 from collections import deque
@@ -59,6 +59,7 @@ from sova.daemon.manager_control import (
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.metrics import ManagerMetrics
+from sova.daemon.planner_health import PlannerHealth
 from sova.daemon.schema import (
     EPOCH_SHIFT,
     AuditPage,
@@ -163,10 +164,13 @@ def plan_in_child(core: ManagerCore, now: float, timeout_s: float = 60.0) -> Rou
     os.close(w)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout_s
-    with os.fdopen(r, "rb", buffering=0) as f:
+    # A selector, not select(): select() refuses a descriptor numbered 1,024 or more, and a
+    # manager holding a thousand agent connections numbers its pipe past that.
+    with os.fdopen(r, "rb", buffering=0) as f, selectors.DefaultSelector() as sel:
+        sel.register(f, selectors.EVENT_READ)
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([f], [], [], left)[0]:
+            if left <= 0 or not sel.select(left):
                 os.kill(pid, signal.SIGKILL)  # hung: a round must never stall planning
                 os.waitpid(pid, 0)
                 raise TimeoutError(f"planning process gave no result in {timeout_s:.0f} s")
@@ -194,6 +198,7 @@ class ManagerService:
         registry: CollectorRegistry | None = None,
         fork_planner: bool = False,
         actuator_for: Callable[[str], Actuator] | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
         # Set (orchestrator = "openstack"): an approved plan is carried out through this
@@ -218,6 +223,16 @@ class ManagerService:
         )
         self.tokens = TokenBook.load(settings)
         self._clock = clock or time.time
+        # Intervals (an agent's pace, staleness, leases, the planner's health) on the
+        # monotonic clock: a step of the wall clock must neither refuse every report nor make
+        # every host stale nor hide a stalled planner. A test that injects only a wall clock
+        # moves both.
+        self._mono = monotonic or (time.monotonic if clock is None else clock)
+        self._anchor = (self._clock(), self._mono())
+        timer = settings.plan_trigger == "timer"
+        self.planner_health = PlannerHealth(
+            settings.plan_period_s if timer else 0.0, monotonic=self._mono, wall=self._clock
+        )
         self.metrics = ManagerMetrics(registry, settings.host_metrics)
         self.hosts: dict[str, HostState] = {}
         self.verdicts: dict[str, tuple[bool, str]] = {}
@@ -231,7 +246,7 @@ class ManagerService:
         self.store_ok = True  # the last write to the store succeeded
         self._live_t = 0.0  # newest agent clock accepted by this process (clock = "agent")
         self._past_boots: dict[str, deque[str]] = {}
-        self._pace: dict[str, float] = {}  # host -> agent clock - wall clock, this boot
+        self._pace: dict[str, float] = {}  # host -> agent clock - monotonic clock, this boot
         self._was_hot: set[str] = set()
         self._hot_known: set[str] = set()
         self._buffer: list[ReportRow] = []
@@ -259,12 +274,22 @@ class ManagerService:
     # ------------------------------------------------------------------ time
 
     def now(self) -> float:
-        """Manager time: the wall clock, or (``clock = "agent"``) the newest agent clock.
+        """Manager time: a steady wall clock, or (``clock = "agent"``) the newest agent clock.
+
+        Steady: the wall clock as read when this process started, advanced by the monotonic
+        clock since. It reads as wall time (stored times stay comparable across restarts)
+        but a step of the wall clock while the manager runs (NTP after a bad RTC, an
+        operator's ``date -s``) does not move it, so intervals measured on it (staleness,
+        lease timeouts, tabu windows) stay true. The step is taken at the next start.
 
         The agent clock is for simulated clusters (``sova demo``), where decision times must
         be simulated seconds so they compare with an in-process ``sova simulate`` run.
         """
-        return self.latest_t if self.settings.clock == "agent" else self._clock()
+        if self.settings.clock == "agent":
+            return self.latest_t
+        if self._mono is self._clock:  # one injected clock (tests): exactly its readings
+            return self._clock()
+        return self._anchor[0] + (self._mono() - self._anchor[1])
 
     # ------------------------------------------------------------------ restore
 
@@ -409,11 +434,12 @@ class ManagerService:
 
     async def ready(self) -> tuple[bool, str]:
         """Readiness: the store takes a write now (a failed write earlier is retried by
-        the next round; what matters is whether a decision made now could be persisted)."""
+        the next round; what matters is whether a decision made now could be persisted),
+        and the planner completes its rounds (none failing, none overdue by 2 periods)."""
         loop = asyncio.get_running_loop()
         if not await loop.run_in_executor(None, self.store.can_write):
             return False, "store cannot be written"
-        return True, "ok"
+        return self.planner_health.verdict()
 
     async def flush(self) -> int:
         """Write buffered report rows; returns how many."""
@@ -549,7 +575,7 @@ class ManagerService:
                     422, "t", f"t={t} is more than {bound - self._live_t:.0f} s ahead"
                 )
             return restarted
-        pace = t - self._clock()
+        pace = t - self._mono()  # the agent's clock is monotonic too (Driver.now)
         if restarted or host not in self._pace:
             self._pace[host] = pace
         elif abs(pace - self._pace[host]) > skew:
@@ -672,7 +698,16 @@ class ManagerService:
         """One planning round: Analyse + Plan over every host, persisted, then published."""
         lock, _ = self._primitives()
         async with lock:
-            return await self._tick(now)
+            started = self._mono()
+            try:
+                signals = await self._tick(now)
+            except Exception as exc:
+                self.planner_health.failed(exc)
+                self.metrics.round_failed()
+                raise
+            self.planner_health.completed(self._mono() - started)
+            self.metrics.round_completed(self.planner_health)
+            return signals
 
     async def _tick(self, now: float | None) -> Mapping[str, MigrationSignal]:
         loop = asyncio.get_running_loop()

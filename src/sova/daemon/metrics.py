@@ -29,6 +29,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from sova import __version__
+from sova.daemon.planner_health import PlannerHealth
 from sova.model import Inventory, NicKind
 
 LOOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -227,6 +228,33 @@ class ManagerMetrics:
             registry=r,
         )
         self.rounds = Counter("sova_manager_plan_rounds_total", "planning rounds run", registry=r)
+        self.report_protocols = Counter(
+            "sova_manager_reports_by_protocol_total",
+            "reports received by the agent's wire protocol version (0: unversioned, Sova 0.1); "
+            "during a rolling upgrade, which agents are left to upgrade",
+            ["protocol"],
+            registry=r,
+        )
+        # The planner's health (issue 20): a manager whose rounds fail still serves
+        # reports, so these (and /readyz) are how an operator learns it stopped planning.
+        self.round_last_success = Gauge(
+            "sova_manager_round_last_success_timestamp_seconds",
+            "when the last planning round completed (manager wall clock)",
+            registry=r,
+        )
+        self.round_last_duration = Gauge(
+            "sova_manager_round_last_duration_seconds",
+            "how long the last completed planning round took",
+            registry=r,
+        )
+        self.round_failures = Gauge(
+            "sova_manager_round_consecutive_failures",
+            "planning rounds failed in a row (0 after a round completes)",
+            registry=r,
+        )
+        self.round_failures_total = Counter(
+            "sova_manager_round_failures_total", "planning rounds that failed", registry=r
+        )
         self.hosts = Gauge(
             "sova_manager_hosts",
             "hosts that have reported, by state (fresh, or stale: silent beyond stale_after)",
@@ -292,6 +320,15 @@ class ManagerMetrics:
             "report rows dropped because the store fell behind",
             registry=r,
         )
+
+    def round_completed(self, health: PlannerHealth) -> None:
+        self.round_last_success.set(health.last_ok_wall or 0.0)
+        self.round_last_duration.set(health.last_duration_s)
+        self.round_failures.set(0)
+
+    def round_failed(self) -> None:
+        self.round_failures.inc()
+        self.round_failures_total.inc()
 
     def set_utilisation(self, host: str, u: Mapping[str, float]) -> None:
         if self.host_metrics:

@@ -51,7 +51,17 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "x": "VM is migrating",
     "b": "agent boot id",
     "c": "host capacity [cores, memory MiB, link Mbit/s]",
+    "p": "wire protocol version",
 }
+
+# The wire's version, raised with every change to a report or a directive. A message says
+# which version wrote it (``p``; absent = 0, the unversioned wire of Sova 0.1). Readers
+# ignore fields they do not know, so one version newer on either side still parses; a
+# manager serves agents one protocol version older and newer (docs/operations.md,
+# "Upgrades"). It answers an agent that sent no version in that agent's own terms: such
+# an agent refuses any field it does not know.
+PROTOCOL: Final = 1
+PROTOCOL_WINDOW: Final = 1
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0 + UTILISATION_SLACK, allow_inf_nan=False)]
 Triple = Annotated[list[Fraction], Field(min_length=3, max_length=3)]
@@ -63,6 +73,15 @@ class _Wire(BaseModel):
     # are the wire form, both are accepted on input, and encode() writes the aliases.
     # (validation_alias/serialization_alias rather than alias: mypy then types __init__
     # by the long names.)
+    # Unknown fields are ignored (a newer peer's additions), known fields stay strictly
+    # validated; the request body limit bounds what an unknown field can cost.
+    model_config = ConfigDict(
+        extra="ignore", frozen=True, validate_by_name=True, serialize_by_alias=True
+    )
+
+
+class _Strict(_Wire):
+    # An operator's request: a misspelt field must be an error, not silently dropped.
     model_config = ConfigDict(
         extra="forbid", frozen=True, validate_by_name=True, serialize_by_alias=True
     )
@@ -146,6 +165,15 @@ class Report(_Wire):
         description="host capacity [cores, memory MiB, link Mbit/s]: the whole of which the "
         "shares in u and v are parts (heterogeneous hosts)",
     )
+    protocol: int = Field(
+        default=0,
+        validation_alias="p",
+        serialization_alias="p",
+        ge=0,
+        le=PROTOCOL + PROTOCOL_WINDOW,
+        description="wire protocol version of the agent (absent: 0, an unversioned agent); "
+        f"this manager serves up to {PROTOCOL + PROTOCOL_WINDOW}",
+    )
 
     def utilisation(self) -> Utilisation:
         return Utilisation(*self.util)
@@ -203,6 +231,24 @@ class Directive(_Wire):
         max_length=4096,
         description="operator fence: these VMs keep their VF assignment as it is",
     )
+    protocol: int = Field(
+        default=0,
+        validation_alias="p",
+        serialization_alias="p",
+        ge=0,
+        description="wire protocol version of the manager (sent only to agents that sent one)",
+    )
+
+
+def for_agent(d: Directive, agent_protocol: int) -> dict[str, Any]:
+    """``d`` as the agent that speaks ``agent_protocol`` can read it: an unversioned agent
+    (0) refuses unknown fields, so it gets only the fields of its own wire."""
+    body = d.model_dump(mode="json", by_alias=True)
+    if agent_protocol >= 1:
+        body["p"] = PROTOCOL
+    else:
+        body.pop("p", None)
+    return body
 
 
 # Decision (= directive) ids carry the store epoch in their high bits: the wall-clock second
@@ -308,7 +354,7 @@ class ClusterView(_Wire):
     open_plans: int = Field(default=0, description="proposed plans awaiting a decision")
 
 
-class OperatorAction(_Wire):
+class OperatorAction(_Strict):
     """Who does it, and why (kept in the audit log)."""
 
     by: str = Field(
@@ -391,6 +437,14 @@ class Health(_Wire):
     store: str
 
 
+class Readiness(Health):
+    # The planner's health (readiness): when the last round completed (wall clock, for
+    # display), how long it took, and how many rounds in a row have failed since.
+    last_round_s: float | None = None
+    last_round_duration_s: float | None = None
+    round_failures: int = 0
+
+
 # --------------------------------------------------------------------------- agent side
 
 
@@ -459,6 +513,7 @@ def build_report(
         util=[_r(x, decimals) for x in util.as_tuple()],
         boot=boot,
         vms=entries,
+        protocol=PROTOCOL,
         capacity=None
         if capacity is None
         else [
