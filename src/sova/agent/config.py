@@ -67,7 +67,7 @@ class SensingSpec(_Strict):
     traffic_threshold: Rate = 10_000.0
 
 
-def _seconds(name: str) -> Any:
+def _seconds(name: str) -> AliasChoices:
     """A duration field also accepted as ``<name>_s`` (the manager daemon's spelling before
     the two schemas were one; docs/operations.md shows both)."""
     return AliasChoices(name, f"{name}_s")

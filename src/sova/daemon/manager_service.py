@@ -16,7 +16,11 @@ one module each, all sharing one :class:`~sova.daemon.manager_state.ManagerState
 
 This class wires them together, restores them from the store at start and runs the
 background loops; its methods are the API the routes call, each delegating to one part.
-A new responsibility gets a module of its own beside these and a line here.
+A new responsibility gets a module of its own beside these and a line here. Where the
+next ones fit: whether this process may plan at all (leadership) gates
+:meth:`Rounds.tick` and the loops of :meth:`run_background`; a new way for a lease to end
+(an operator withdrawing a directive) is a core method plus a ledger method
+(:mod:`~.manager_ledger` says how); who may call what stays in the guard.
 
 * **one writer, no locks**: every piece of state is touched only on the event loop;
 * **persist, then publish**: nothing an agent or operator sees precedes its store write;
