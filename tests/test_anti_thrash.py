@@ -42,7 +42,7 @@ def test_defaults_are_on() -> None:
 
     for restart, tabu in (
         (ManagerSpec().restart_window_after_migration, ManagerSpec().return_tabu),
-        (PlannerSettings().restart_window_after_migration, PlannerSettings().return_tabu_s),
+        (PlannerSettings().restart_window_after_migration, PlannerSettings().return_tabu),
         (ManagerCore().restart_window_after_migration, ManagerCore().return_tabu_s),
     ):
         assert restart is True and tabu > 0

@@ -112,7 +112,9 @@ def pick_baseline(scn: Scenario, chosen: PolicySpec) -> PolicySpec | None:
 
 
 def manager_toml(scn: Scenario, tokens: dict[str, str], db: Path, port: int) -> str:
-    m = scn.controller.manager
+    # The scenario's manager section is the daemon's [planner] as it is (one schema); the
+    # bandwidth of a migration's copy is the agents' to apply.
+    planner = scn.controller.manager.model_dump(exclude={"migration_bandwidth"})
     lines = [
         f'listen = "{LOOPBACK}"',
         f"port = {port}",
@@ -124,18 +126,8 @@ def manager_toml(scn: Scenario, tokens: dict[str, str], db: Path, port: int) -> 
         'log_level = "warning"',
         "",
         "[planner]",
-        f"alpha = {m.alpha}",
-        f"k = {m.k}",
-        f"n = {m.n}",
-        f'metric = "{m.metric}"',
-        f"restart_window_after_migration = {str(m.restart_window_after_migration).lower()}",
-        f"return_tabu_s = {m.return_tabu}",
-        f"max_concurrent_migrations = {m.max_concurrent_migrations}",
-        f"max_migrations_per_hour = {m.max_migrations_per_hour}",
-        f"vm_cooldown_s = {m.vm_cooldown}",
+        *(f"{k} = {json.dumps(v)}" for k, v in planner.items() if v is not None),
     ]
-    if m.ceiling is not None:
-        lines.append(f"ceiling = {m.ceiling}")
     for h, tok in tokens.items():
         lines += ["", f'[hosts."{h}"]', f'token = "{tok}"']
     return "\n".join(lines) + "\n"

@@ -203,6 +203,33 @@ def test_a_source_restarted_after_the_move_lets_the_arrival_close_the_lease(api_
     assert api.svc.store.migration_rows("h1-vm1")[0]["result"] == "succeeded"
 
 
+def test_a_withdrawn_directive_leaves_no_orphan_mark(api_factory) -> None:  # type: ignore[no-untyped-def]
+    """Issue 19: the source restarted before it acknowledged its directive (its leases are
+    marked orphaned: their end may be an arrival), then the directive was withdrawn. The
+    lease ended; so must its orphan mark, or a later lease of the same VM would close on
+    the VM merely being seen (before: the withdrawal dropped the lease by hand and left it)."""
+    api = api_factory(
+        clock="agent",
+        plan_period_s=10,
+        planner={"alpha": 0.75, "k": 3, "n": 5, "directive_ttl_periods": 2},
+    )
+    for i in range(1, 4):
+        post(api, "h1", i, 10.0 * i, HOT, VMS1)
+        post(api, "h2", i, 10.0 * i, COLD, VMS2)
+        api.tick(10.0 * i)
+    assert api.get("/v1/hosts/h1/directive", headers=auth("h1")).json()["f"] is True
+    for seq, t in ((1, 40.0), (2, 50.0)):  # a new boot that never acknowledges
+        body = report(seq, t, HOT, VMS1, boot="b0000009")
+        assert api.post("/v1/hosts/h1/reports", content=body, headers=auth("h1")).status_code == 200
+        post(api, "h2", seq + 3, t, COLD, VMS2)
+        api.tick(t)
+    assert api.svc.core.orphaned == {"h1-vm1"}
+    api.tick(55.0)  # 25 s > 2 periods without an ack: withdrawn
+    assert api.svc.core.leases == {} and api.svc.core.orphaned == set()
+    api.drain()
+    assert api.svc.store.migration_rows("h1-vm1")[0]["result"] == "expired"
+
+
 # ------------------------------------------------------------------ 4. replays and clocks
 
 

@@ -84,10 +84,12 @@ def test_a_round_planned_in_a_child_process_changes_the_core_exactly_like_plan()
             if rep.history and not (h.endswith("7") and k > 1):  # some go stale
                 core.ingest(h, rep.history[k % len(rep.history)], rep.vms, at=10.0 * k)
     names = sorted(reports)
-    core.leases = {
-        "gone": Lease("gone", "h0007", names[1], 0.0),  # its source is stale
-        "old": Lease("old", names[2], names[3], -1000.0),  # timed out
-    }
+    core.restore(
+        [
+            Lease("gone", "h0007", names[1], 0.0),  # its source is stale
+            Lease("old", names[2], names[3], -1000.0),  # timed out
+        ]
+    )
     twin = copy.deepcopy(core)
     direct = core.plan(50.0)
     forked = plan_in_child(twin, 50.0)

@@ -11,9 +11,16 @@ Every parameter, its default and where it comes from is in docs/design.md#parame
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from sova.agent.registry import check_bandwidth_policy, check_vf_policy
 from sova.policy.vfsched import VFSchedulerConfig
@@ -60,32 +67,54 @@ class SensingSpec(_Strict):
     traffic_threshold: Rate = 10_000.0
 
 
+def _seconds(name: str) -> AliasChoices:
+    """A duration field also accepted as ``<name>_s`` (the manager daemon's spelling before
+    the two schemas were one; docs/operations.md shows both)."""
+    return AliasChoices(name, f"{name}_s")
+
+
 class ManagerSpec(_Strict):
     """Hotspot detection and planning (docs/design.md#hotspots; Sova's own: 3 of 5).
 
-    The agent reads ``metric`` (which VM to move), ``n`` (load reports kept) and
-    ``migration_bandwidth``; the rest configures the manager a simulated world runs.
+    The one manager schema: a scenario's ``controller.manager`` and, with the daemon-only
+    fields on top (:class:`sova.daemon.config.PlannerSettings`), the manager daemon's
+    ``[planner]``; ``ManagerCore.from_spec`` builds the decision core from either. The agent
+    reads ``metric`` (which VM to move), ``n`` (load reports kept) and
+    ``migration_bandwidth``; the rest configures the manager.
     """
 
     alpha: float = Field(default=0.75, gt=0, le=1)
     k: int = Field(default=3, ge=1, le=100)
     n: int = Field(default=5, ge=1, le=100)
     metric: Literal["volume", "skewness"] = "volume"
-    # Limit on the target after receiving the VM; null = alpha, 1.0 = "it fits"
-    # (docs/design.md#cold-spot).
+    # Limit on the target after receiving the VM; null = alpha, 1.0 = "it fits": a target
+    # above 1 would be over its capacity (docs/design.md#cold-spot).
     ceiling: float | None = Field(default=None, gt=0, le=1)
     migration_bandwidth: Rate | None = None
+    # A migration's lease holds its source and target until the source reports its end or
+    # this passes (docs/design.md#leases); longer than controller.migration_timeout, which
+    # bounds the migration itself.
+    lease_timeout: Duration = Field(default=900.0, gt=0, validation_alias=_seconds("lease_timeout"))
     # Anti-thrash, on by default (docs/design.md#anti-thrash; sova.manager.core.ManagerCore).
     # After a migration, restart the source's and target's windows (drop the reports that
     # describe the old placement and the copy traffic). Off = judge the raw last n reports.
     restart_window_after_migration: bool = True
     # Anti-ping-pong: a VM is not sent back to a host it left less than this long ago (0 = off).
-    return_tabu: Duration = 900.0
+    return_tabu: Duration = Field(default=900.0, validation_alias=_seconds("return_tabu"))
     # Cluster-wide limits (0 = none): migrations in flight at once, started per hour, and
     # how long a VM stays put after it was sent somewhere.
     max_concurrent_migrations: int = Field(default=4, ge=0, le=10_000)
     max_migrations_per_hour: int = Field(default=30, ge=0, le=1_000_000)
-    vm_cooldown: Duration = 300.0
+    vm_cooldown: Duration = Field(default=300.0, validation_alias=_seconds("vm_cooldown"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in ("lease_timeout", "return_tabu", "vm_cooldown"):
+                if name in data and f"{name}_s" in data:
+                    raise ValueError(f"give {name} or {name}_s (the same setting), not both")
+        return data
 
     @model_validator(mode="after")
     def _k_le_n(self) -> ManagerSpec:

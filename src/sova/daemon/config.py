@@ -19,9 +19,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 
-from sova.agent.config import ControllerConfig
+from sova.agent.config import ControllerConfig, ManagerSpec
 from sova.daemon.conn_guard import ConnLimits
 from sova.orchestrator.settings import OrchestratorSettings
 from sova.units import Duration, Rate
@@ -179,25 +187,11 @@ class HostAuth(_Strict):
     token: SecretStr = Field(min_length=16, description="this host's bearer token")
 
 
-class PlannerSettings(_Strict):
-    """Hotspot detection and cold-spot planning (docs/design.md#hotspots)."""
+class PlannerSettings(ManagerSpec):
+    """The manager daemon's ``[planner]``: the one manager schema
+    (:class:`sova.agent.config.ManagerSpec`: detection, planning, leases, anti-thrash) plus
+    what only a daemon has — directives to deliver and hosts that may fall silent."""
 
-    alpha: float = Field(default=0.75, gt=0, le=1)
-    k: int = Field(default=3, ge=1, le=100)
-    n: int = Field(default=5, ge=1, le=100)
-    metric: Literal["volume", "skewness"] = "volume"
-    ceiling: float | None = Field(default=None, gt=0, le=1.5)
-    lease_timeout_s: float = Field(default=900.0, gt=0)
-    # Anti-thrash, on by default (docs/design.md#anti-thrash; sova.manager.core.ManagerCore).
-    # Restart the source's and target's windows when a migration ends.
-    restart_window_after_migration: bool = True
-    # A VM is not sent back to a host it left less than this long ago (0 = off).
-    return_tabu_s: Duration = 900.0
-    # Cluster-wide limits (0 = none): migrations in flight at once, started in the last
-    # hour, and how long a VM stays put after it was sent somewhere.
-    max_concurrent_migrations: int = Field(default=4, ge=0, le=10_000)
-    max_migrations_per_hour: int = Field(default=30, ge=0, le=1_000_000)
-    vm_cooldown_s: Duration = 300.0
     # A flagged directive the source never acknowledges is withdrawn (and its lease
     # released) after this many planning periods: a dead agent must not pin a target.
     directive_ttl_periods: int = Field(default=3, ge=1, le=1000)
@@ -206,9 +200,12 @@ class PlannerSettings(_Strict):
     stale_after_periods: float = Field(default=3.0, gt=0, le=1000)
 
     @model_validator(mode="after")
-    def _k_le_n(self) -> PlannerSettings:
-        if self.k > self.n:
-            raise ValueError(f"k must be <= n (got k={self.k}, n={self.n})")
+    def _agent_only(self) -> PlannerSettings:
+        if self.migration_bandwidth is not None:
+            raise ValueError(
+                "migration_bandwidth is read by the agents, not the manager: set it in "
+                "each agent's [controller.manager]"
+            )
         return self
 
 
@@ -291,11 +288,29 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
 
 
 def _fields_of(model: type[BaseModel]) -> dict[str, type[BaseModel] | None]:
+    """Every name a field is read under (its own and its alias spellings) -> its section
+    model, or None for a plain value."""
     out: dict[str, type[BaseModel] | None] = {}
     for name, info in model.model_fields.items():
         ann = info.annotation
-        out[name] = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        section = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        for spelling in _spellings(model, name):
+            out[spelling] = section
     return out
+
+
+def _spellings(model: type[BaseModel], key: str) -> set[str]:
+    """Every name of the field ``key`` names (e.g. ``return_tabu`` and ``return_tabu_s``)."""
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        names = {name} | (
+            {c for c in alias.choices if isinstance(c, str)}
+            if isinstance(alias, AliasChoices)
+            else set()
+        )
+        if key in names:
+            return names
+    return {key}
 
 
 def env_overrides(
@@ -324,6 +339,23 @@ def env_overrides(
         node[parts[-1]] = value
         origin[tuple(parts)] = var
     return data, origin
+
+
+def _without_other_spellings(
+    data: dict[str, Any], over: Mapping[str, Any], model: type[BaseModel]
+) -> dict[str, Any]:
+    """``data`` less the keys ``over`` sets under another spelling of the same field, so
+    that an override wins over the file whichever name each used."""
+    out = dict(data)
+    fields = _fields_of(model)
+    for k, v in over.items():
+        section = fields.get(k)
+        if isinstance(v, Mapping) and section is not None and isinstance(out.get(k), dict):
+            out[k] = _without_other_spellings(out[k], v, section)
+        else:
+            for other in _spellings(model, k) - {k}:
+                out.pop(other, None)
+    return out
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -364,7 +396,7 @@ def load_settings(
     environ = os.environ if environ is None else environ
     data: dict[str, Any] = _read_toml(path, "config") if path is not None else {}
     env, origin = env_overrides(model, prefix, environ)
-    data = _merge(data, env)
+    data = _merge(_without_other_spellings(data, env, model), env)
     if overrides:
         data = _merge(data, {k: v for k, v in overrides.items() if v is not None})
     try:

@@ -618,7 +618,7 @@ def run_manager(settings: ManagerSettings) -> None:
         svc = app.state.service
         # Pinged only while planning makes progress: a round hung past WatchdogSec restarts
         # the manager (a ping from the HTTP loop alone would keep a dead planner alive).
-        watchdog = Watchdog(round_progress(lambda: svc.rounds, lambda: svc._planning))
+        watchdog = Watchdog(round_progress(lambda: svc.rounds, lambda: svc.planning))
         notifying_uvicorn_server(config, watchdog).run()
     finally:
         store.close()

@@ -114,19 +114,9 @@ def agent_toml(
 
 def manager_toml(scn: LabScenario, tokens: Mapping[str, str], db: Path, port: int) -> str:
     """The manager's file: the scenario's detector and anti-thrash limits as [planner]."""
-    m = scn.controller.manager
-    planner: dict[str, Any] = {
-        "alpha": m.alpha,
-        "k": m.k,
-        "n": m.n,
-        "metric": m.metric,
-        "ceiling": m.ceiling,
-        "restart_window_after_migration": m.restart_window_after_migration,
-        "return_tabu_s": float(m.return_tabu),
-        "max_concurrent_migrations": m.max_concurrent_migrations,
-        "max_migrations_per_hour": m.max_migrations_per_hour,
-        "vm_cooldown_s": float(m.vm_cooldown),
-    }
+    # The scenario's manager section is the daemon's [planner] as it is (one schema); the
+    # bandwidth of a migration's copy is the agents' to apply.
+    planner = scn.controller.manager.model_dump(exclude={"migration_bandwidth"})
     data: dict[str, Any] = {
         "listen": LOOPBACK,
         "port": port,

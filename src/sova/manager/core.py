@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, Protocol
 
 from sova.manager.fastplan import fast_coordinate
 from sova.policy.hotspot import (
@@ -30,12 +31,45 @@ from sova.policy.hotspot import (
 )
 
 
+class ManagerParams(Protocol):
+    """What the core is built from: the one manager schema,
+    :class:`sova.agent.config.ManagerSpec` (the daemon's ``[planner]`` extends it). A
+    protocol, not an import: the agent and the manager are independent layers."""
+
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def ceiling(self) -> float | None: ...
+    @property
+    def lease_timeout(self) -> float: ...
+    @property
+    def restart_window_after_migration(self) -> bool: ...
+    @property
+    def return_tabu(self) -> float: ...
+    @property
+    def max_concurrent_migrations(self) -> int: ...
+    @property
+    def max_migrations_per_hour(self) -> int: ...
+    @property
+    def vm_cooldown(self) -> float: ...
+
+
 @dataclass(frozen=True)
 class Lease:
+    """A migration in flight: ``vm`` leaves ``src`` for ``dst``, signalled at ``since_s``
+    by decision ``id`` (the daemon's directive id; 0 where nothing numbers decisions)."""
+
     vm: str
     src: str
     dst: str
     since_s: float
+    id: int = 0
 
 
 @dataclass(frozen=True)
@@ -44,16 +78,37 @@ class Decision:
     host: str
     signal: MigrationSignal
     inputs: Mapping[str, Any]
+    id: int = 0  # numbered from ``plan``'s ``first_id``, in order
+
+
+class EndReason(StrEnum):
+    """Why a lease closed. Whether the hosts' windows restart follows from it
+    (:attr:`LeaseEnd.moved`): only a migration that ran, or may have, changed the loads."""
+
+    ARRIVED = "arrived"  # the VM showed up on its target
+    RELEASED = "released"  # the source reported the migration's end (either way)
+    DECLINED = "declined"  # the source never started it
+    TIMEOUT = "timeout"  # nobody confirmed within lease_timeout_s
+    STALE = "stale"  # the source went silent: nobody is left to report the end
+    WITHDRAWN = "withdrawn"  # its directive was never acknowledged: it never started
+    SUPERSEDED = "superseded"  # a newer store epoch's directive replaced it unapplied
+    UNDONE = "undone"  # the round that opened it could not be persisted: not decided
+
+
+# The ends after which the VM may have moved: both hosts' windows restart.
+MOVED = frozenset({EndReason.ARRIVED, EndReason.RELEASED, EndReason.STALE})
 
 
 @dataclass(frozen=True)
 class LeaseEnd:
-    """A lease that closed, and why: ``arrived`` (the VM showed up on its target),
-    ``released`` (the source reported the migration's end), ``declined`` (the source never
-    started it), ``timeout`` (nobody confirmed within ``lease_timeout_s``)."""
+    """A lease that closed, and why."""
 
     lease: Lease
-    why: str
+    why: EndReason
+
+    @property
+    def moved(self) -> bool:
+        return self.why in MOVED
 
 
 @dataclass(frozen=True)
@@ -105,7 +160,9 @@ class ManagerCore:
     started: deque[float] = field(default_factory=deque)  # start times within the last hour
     history: dict[str, deque[Utilisation]] = field(default_factory=dict)
     vms: dict[str, Mapping[str, VMLoad]] = field(default_factory=dict)
-    leases: dict[str, Lease] = field(default_factory=dict)  # vm -> lease
+    # vm -> lease. Written only by the lease lifecycle below (open, release, withdraw,
+    # supersede, revoke, expiry in plan, arrival in ingest, restore); everything else reads.
+    leases: dict[str, Lease] = field(default_factory=dict)
     # The simulator keeps every decision here for its report; the daemon persists each
     # round's RoundResult instead and turns this off so memory does not grow with uptime.
     keep_log: bool = True
@@ -135,6 +192,32 @@ class ManagerCore:
     # has one (shares cannot be compared against a host of unknown size).
     capacity: dict[str, HostCapacity] = field(default_factory=dict)
 
+    @classmethod
+    def from_spec(
+        cls,
+        spec: ManagerParams,
+        *,
+        keep_log: bool = True,
+        close_on_arrival: bool = True,
+        stale_after_s: float = math.inf,
+    ) -> ManagerCore:
+        """The core a configuration describes (the simulator's, the daemon's: the same). The
+        keyword arguments are what differs between a simulated and a real cluster."""
+        return cls(
+            detector=HotspotDetector(spec.k, spec.n, spec.alpha),
+            metric=spec.metric,
+            ceiling=spec.ceiling,
+            lease_timeout_s=spec.lease_timeout,
+            restart_window_after_migration=spec.restart_window_after_migration,
+            return_tabu_s=spec.return_tabu,
+            max_concurrent_migrations=spec.max_concurrent_migrations,
+            max_migrations_per_hour=spec.max_migrations_per_hour,
+            vm_cooldown_s=spec.vm_cooldown,
+            keep_log=keep_log,
+            close_on_arrival=close_on_arrival,
+            stale_after_s=stale_after_s,
+        )
+
     def ingest(
         self,
         host: str,
@@ -160,10 +243,7 @@ class ManagerCore:
             if not (self.close_on_arrival or vm in self.orphaned):
                 continue
             if lease.dst == host and vm in vms:
-                del self.leases[vm]
-                self.orphaned.discard(vm)
-                self._restart_windows(lease)
-                closed.append(LeaseEnd(lease, "arrived"))
+                closed.append(self._end(lease, EndReason.ARRIVED))
         if self._skip.get(host, 0) > 0:
             self._skip[host] -= 1  # it spans the migration's copy: not the new placement
         else:
@@ -171,9 +251,12 @@ class ManagerCore:
         self.vms[host] = dict(vms)
         return closed
 
-    def source_restarted(self, host: str) -> None:
-        """``host``'s agent restarted: its open leases may close by arrival from now on."""
-        self.orphaned |= {vm for vm, lease in self.leases.items() if lease.src == host}
+    def source_restarted(self, host: str) -> set[str]:
+        """``host``'s agent restarted: its open leases may close by arrival from now on.
+        Returns the VMs whose leases were orphaned so."""
+        orphans = {vm for vm, lease in self.leases.items() if lease.src == host}
+        self.orphaned |= orphans
+        return orphans
 
     def forget(self, host: str) -> None:
         self.history.pop(host, None)
@@ -187,18 +270,85 @@ class ManagerCore:
             return set()
         return {h for h, t in self.seen.items() if now_s - t > self.stale_after_s}
 
-    def release(self, vm: str, *, ran: bool = True) -> LeaseEnd | None:
+    # ------------------------------------------------------------------ lease lifecycle
+
+    def open(self, lease: Lease) -> Lease:
+        """A migration starts outside a round (an operator approved its plan)."""
+        self.leases[lease.vm] = lease
+        self.note_start(lease.vm, lease.src, lease.since_s)
+        return lease
+
+    def release(self, vm: str, *, ran: bool = True, lease_id: int | None = None) -> LeaseEnd | None:
         """A migration ended (either way); its hosts may take part in new ones.
 
         ``ran=False``: the source declined the signal; nothing moved, the windows stay.
+        ``lease_id``: only that lease (a newer one of the same VM stays).
         """
-        lease = self.leases.pop(vm, None)
-        self.orphaned.discard(vm)
-        if lease is None:
+        return self._close(vm, EndReason.RELEASED if ran else EndReason.DECLINED, lease_id)
+
+    def withdraw(self, vm: str, lease_id: int) -> LeaseEnd | None:
+        """Lease ``lease_id`` of ``vm`` ends unstarted: its directive was never acknowledged.
+        A newer lease of the same VM (another id) stays."""
+        return self._close(vm, EndReason.WITHDRAWN, lease_id)
+
+    def supersede(self, vm: str, lease_id: int) -> LeaseEnd | None:
+        """Lease ``lease_id`` ends unstarted: its source acknowledged a newer store epoch's
+        directive, so this one (restored from an older store) was never applied."""
+        return self._close(vm, EndReason.SUPERSEDED, lease_id)
+
+    def revoke(self, leases: Iterable[Lease]) -> list[LeaseEnd]:
+        """Leases a round opened that could not be persisted: not decided, so undone (the
+        next round decides again). Their departures stay recorded: the store keeps none,
+        so a restart forgets them, and until then the brakes err on the side of caution."""
+        out = []
+        for lease in leases:
+            end = self._close(lease.vm, EndReason.UNDONE, lease.id)
+            if end is not None:
+                out.append(end)
+        return out
+
+    def restore(
+        self,
+        leases: Iterable[Lease],
+        starts: Iterable[tuple[str, str, float]] = (),
+        drop_next: Iterable[str] = (),
+    ) -> None:
+        """State read back from a store after a restart (the windows are replayed through
+        ``ingest`` first): the open leases, every migration's start (``vm, src, t``: the
+        anti-thrash rules remember them), and the hosts whose next report spans a
+        migration's copy and is dropped, as the live core would have."""
+        self.leases = {lease.vm: lease for lease in leases}
+        self.orphaned.clear()
+        for vm, src, t in starts:
+            self.note_start(vm, src, t)
+        for host in drop_next:
+            self._skip[host] = 1
+
+    def _close(self, vm: str, why: EndReason, lease_id: int | None = None) -> LeaseEnd | None:
+        lease = self.leases.get(vm)
+        if lease is None or (lease_id is not None and lease.id != lease_id):
             return None
-        if ran:
+        return self._end(lease, why)
+
+    def _end(self, lease: Lease, why: EndReason) -> LeaseEnd:
+        del self.leases[lease.vm]
+        self.orphaned.discard(lease.vm)
+        end = LeaseEnd(lease, why)
+        if end.moved:
             self._restart_windows(lease)
-        return LeaseEnd(lease, "released" if ran else "declined")
+        return end
+
+    def _expire(self, now_s: float, stale: set[str]) -> list[LeaseEnd]:
+        """Leases nobody will end: timed out (the agent never confirmed: do not block the
+        hosts forever) or whose source went silent (whatever happened, both hosts' loads
+        changed, so both windows restart; the source's will on its return)."""
+        out = []
+        for lease in list(self.leases.values()):
+            if now_s - lease.since_s > self.lease_timeout_s:
+                out.append(self._end(lease, EndReason.TIMEOUT))
+            elif lease.src in stale:
+                out.append(self._end(lease, EndReason.STALE))
+        return out
 
     def _restart_windows(self, lease: Lease) -> None:
         # Whatever closes a migration's lease (the source's report of its end, or the VM
@@ -217,13 +367,10 @@ class ManagerCore:
         copy of this core, ran it): exactly the leases it closed and opened, the windows
         those closes restarted, the departures it recorded."""
         for end in result.closed:
-            self.leases.pop(end.lease.vm, None)
-            self.orphaned.discard(end.lease.vm)
-            if end.why == "stale":
-                self._restart_windows(end.lease)
+            if end.lease.vm in self.leases:
+                self._end(self.leases[end.lease.vm], end.why)
         for lease in result.opened:
-            self.leases[lease.vm] = lease
-            self.note_start(lease.vm, lease.src, lease.since_s)
+            self.open(lease)
         if self.keep_log:
             self.log.extend(result.decisions)
 
@@ -262,22 +409,13 @@ class ManagerCore:
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
 
-    def plan(self, now_s: float) -> RoundResult:
-        """One round of Analyse + Plan (Alg. 2) over every host that has reported."""
-        closed: list[LeaseEnd] = []
+    def plan(self, now_s: float, first_id: int = 1) -> RoundResult:
+        """One round of Analyse + Plan (Alg. 2) over every host that has reported.
+
+        Decisions are numbered from ``first_id`` in order; a lease carries the id of the
+        decision that opened it (the daemon's directive id)."""
         stale = self.stale(now_s)
-        for vm, lease in list(self.leases.items()):
-            if now_s - lease.since_s > self.lease_timeout_s:
-                del self.leases[vm]  # the agent never confirmed: do not block the hosts forever
-                self.orphaned.discard(vm)
-                closed.append(LeaseEnd(lease, "timeout"))
-            elif lease.src in stale:
-                # Nobody is left to report how it ended; whatever happened, both hosts'
-                # loads changed, so both windows restart (the source's will on return).
-                del self.leases[vm]
-                self.orphaned.discard(vm)
-                self._restart_windows(lease)
-                closed.append(LeaseEnd(lease, "stale"))
+        closed = self._expire(now_s, stale)
         pinned = self.pinned
         planned = [h for h, w in self.history.items() if w and h not in stale]
         caps = self.capacity if all(h in self.capacity for h in planned) else {}
@@ -314,6 +452,7 @@ class ManagerCore:
         # The hosts the round considered. Listed by name up to a hundred; beyond, a count:
         # 10,000 names in every decision row were megabytes per round in the store.
         candidates: list[str] | int = sorted(reports) if len(reports) <= 100 else len(reports)
+        next_id = first_id
         for host, sig in sorted(signals.items()):
             held: str | None = None
             proposal = False
@@ -329,7 +468,7 @@ class ManagerCore:
                 elif host in self.recommend:
                     # Not flagged (nothing acts on it); the target stays for the operator.
                     proposal = True
-                    proposed.append(Lease(mover, host, target, now_s))
+                    proposed.append(Lease(mover, host, target, now_s, next_id))
                     sig = MigrationSignal(
                         False,
                         target,
@@ -339,10 +478,7 @@ class ManagerCore:
                     )
                     signals[host] = sig
                 else:
-                    lease = Lease(mover, host, target, now_s)
-                    self.leases[mover] = lease
-                    opened.append(lease)
-                    self.note_start(mover, host, now_s)
+                    opened.append(self.open(Lease(mover, host, target, now_s, next_id)))
             verdict_hot = bool(sig.hot_resources) or sig.flag
             if verdict_hot or held is not None:
                 last = reports[host].history[-1]
@@ -355,7 +491,8 @@ class ManagerCore:
                     inputs["held"] = held
                 if proposal:
                     inputs["proposed"] = True
-                decisions.append(Decision(now_s, host, sig, inputs))
+                decisions.append(Decision(now_s, host, sig, inputs, next_id))
+                next_id += 1
         if self.keep_log:
             self.log.extend(decisions)
         return RoundResult(

@@ -27,7 +27,6 @@ from sova.agent.registry import vf_policy
 from sova.agent.schedule import STEP, PhaseSchedule, act
 from sova.manager.core import ManagerCore
 from sova.model import Migrate
-from sova.policy.hotspot import HotspotDetector
 from sova.record import (
     RunRecord,
     TimelineRow,
@@ -98,16 +97,7 @@ class World:
         m = scn.controller.manager
         self.manager: ManagerCore | None = None
         if with_agents and vf_policy(policy.vf).uses_manager and len(self.drivers) > 1:
-            self.manager = ManagerCore(
-                detector=HotspotDetector(k=m.k, n=m.n, alpha=m.alpha),
-                metric=m.metric,
-                ceiling=m.ceiling,
-                restart_window_after_migration=m.restart_window_after_migration,
-                return_tabu_s=m.return_tabu,
-                max_concurrent_migrations=m.max_concurrent_migrations,
-                max_migrations_per_hour=m.max_migrations_per_hour,
-                vm_cooldown_s=m.vm_cooldown,
-            )
+            self.manager = ManagerCore.from_spec(m)
         self.engine.on_submit.append(self._on_submit)
         self.tick_s = scn.tick
         self.k = 0

@@ -1,0 +1,394 @@
+"""The operator desk: fences, modes and plans as the service carries them out.
+
+:mod:`sova.daemon.manager_control` holds and derives the operator's state (the
+:class:`OperatorBook`); this module changes it. Every change is persisted with an audit
+row naming who and when, under the round lock (never in the middle of a round), before it
+takes effect. A plan an operator approves is carried out through the ordinary directive
+path (the ledger), or, with ``orchestrator = "openstack"``, by the manager itself through
+the source host's actuator (Watcher's pre-condition / execute, bounded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from sova.daemon.manager_control import (
+    CLUSTER,
+    FENCE_KINDS,
+    OperatorBook,
+    PlanConflict,
+    PlanNotFound,
+    expected_effect,
+)
+from sova.daemon.manager_ledger import Ledger
+from sova.daemon.manager_state import ManagerState, cap_reason
+from sova.daemon.store import (
+    AuditRow,
+    DecisionRow,
+    DirectiveRow,
+    FenceRow,
+    LeaseRow,
+    ModeRow,
+    PlanRow,
+    RoundWrite,
+    StoredState,
+)
+from sova.manager.core import Decision, Lease
+from sova.orchestrator.base import Actuator
+from sova.policy.hotspot import Utilisation, choose_target
+
+log = logging.getLogger("sova.manager")
+
+MAX_VF_FROZEN_VMS = 4096  # every agent is told the whole list (reports name only a few VMs)
+
+
+class OperatorDesk:
+    """Fences, modes and plans: changed by operators, read by every round."""
+
+    def __init__(
+        self,
+        st: ManagerState,
+        ledger: Ledger,
+        actuator_for: Callable[[str], Actuator] | None = None,
+    ) -> None:
+        self.st = st
+        self.ledger = ledger
+        # Set (orchestrator = "openstack"): an approved plan is carried out through this
+        # source host's actuator (Nova) by the manager itself, not sent to the agent.
+        self.actuator_for = actuator_for
+        self.ops = OperatorBook(st.settings.mode, dict(st.settings.host_modes))
+        self.executions: set[asyncio.Task[None]] = set()
+
+    def restore(self, state: StoredState) -> None:
+        settings = self.st.settings
+        self.ops = OperatorBook.restore(
+            settings.mode, settings.host_modes, state.modes, state.fences, state.plans
+        )
+        self.sync_fences()
+        stored = self.ops.modes.get(CLUSTER)
+        if stored is not None and stored.mode != settings.mode:
+            log.warning(
+                "cluster mode is %s (set by %s through the API), not the config file's %s; "
+                "`sova mode reset` returns to the file's",
+                stored.mode,
+                stored.set_by,
+                settings.mode,
+            )
+
+    async def close(self) -> None:
+        for task in list(self.executions):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), 5.0)
+
+    # ------------------------------------------------------------------ fences and modes
+
+    def sync_fences(self) -> None:
+        """The fences as the core plans with them and every response carries them."""
+        self.st.core.maintenance = self.ops.maintenance()
+        self.st.core.pinned = self.ops.names("pin")
+        self.ledger.vf_frozen_hosts = self.ops.names("vf-freeze-host")
+        self.ledger.vf_frozen_vms = sorted(self.ops.names("vf-freeze-vm"))
+        for kind in FENCE_KINDS:
+            self.st.metrics.fences.labels(kind).set(len(self.ops.names(kind)))
+
+    async def _operator_write(self, w: RoundWrite) -> None:
+        """Persist an operator's change (with its audit row) before it takes effect."""
+        lock, _ = self.st.primitives()
+        async with lock:  # never in the middle of a round
+            await self.st.writer.write(w)
+
+    async def set_fence(self, kind: str, name: str, by: str, reason: str) -> FenceRow:
+        if kind not in FENCE_KINDS:
+            raise ValueError(f"kind = {kind!r}: one of {', '.join(FENCE_KINDS)}")
+        if kind == "vf-freeze-vm" and len(self.ops.names(kind)) >= MAX_VF_FROZEN_VMS:
+            raise ValueError(f"vf-freeze-vm: at most {MAX_VF_FROZEN_VMS} VMs may be frozen")
+        now = self.st.now()
+        row = FenceRow(kind, name, by, now, reason)
+        detail = reason or ""
+        await self._operator_write(
+            RoundWrite(fences_set=[row], audit=[AuditRow(now, by, f"fence:{kind}", name, detail)])
+        )
+        self.ops.fences[(kind, name)] = row
+        self.sync_fences()
+        log.warning("%s set %s on %s%s", by, kind, name, f" ({reason})" if reason else "")
+        return row
+
+    async def clear_fence(self, kind: str, name: str, by: str, reason: str) -> bool:
+        if kind not in FENCE_KINDS:
+            raise ValueError(f"kind = {kind!r}: one of {', '.join(FENCE_KINDS)}")
+        if (kind, name) not in self.ops.fences:
+            return False
+        now = self.st.now()
+        await self._operator_write(
+            RoundWrite(
+                fences_cleared=[(kind, name)],
+                audit=[AuditRow(now, by, f"unfence:{kind}", name, reason)],
+            )
+        )
+        self.ops.fences.pop((kind, name), None)
+        self.sync_fences()
+        log.warning("%s cleared %s on %s", by, kind, name)
+        return True
+
+    async def set_mode(self, scope: str, mode: str | None, by: str, reason: str) -> None:
+        """``scope`` = "*" (the cluster) or a host; ``mode`` None = back to the config's."""
+        now = self.st.now()
+        subject = "cluster" if scope == CLUSTER else scope
+        w = RoundWrite(audit=[AuditRow(now, by, "mode", subject, f"{mode or 'reset'} {reason}")])
+        if mode is None:
+            w.modes_cleared.append(scope)
+        else:
+            w.modes_set.append(ModeRow(scope, mode, by, now))
+        await self._operator_write(w)
+        if mode is None:
+            self.ops.modes.pop(scope, None)
+        else:
+            self.ops.modes[scope] = w.modes_set[0]
+        log.warning("%s set the mode of %s to %s", by, subject, mode or "the config file's")
+
+    # ------------------------------------------------------------------ plans, in a round
+
+    def expire_plans(self, now: float, w: RoundWrite) -> None:
+        for p in self.ops.expire(now):
+            w.plans.append(p)
+            w.audit.append(AuditRow(now, "sova", "expire", f"plan {p.id}", p.detail))
+            self.st.metrics.plans.labels("expired").inc()
+
+    def propose(self, lease: Lease, d: Decision, now: float, w: RoundWrite) -> None:
+        """A recommend-mode decision becomes a plan (or keeps the identical open one)."""
+        src = self.st.hosts.get(lease.src)
+        dst = self.st.hosts.get(lease.dst)
+        vm = src.vms.get(lease.vm) if src is not None else None
+        expected: dict[str, Any] = {}
+        if src is not None and dst is not None and vm is not None:
+            expected = expected_effect(src.util, dst.util, vm.util)
+        ttl = self.st.settings.plan_ttl_s
+        plan = PlanRow(
+            d.id,
+            now,
+            now + ttl,
+            lease.src,
+            lease.vm,
+            lease.dst,
+            "proposed",
+            cap_reason(d.signal.reason),
+            d.inputs,
+            expected,
+        )
+        new, superseded = self.ops.propose(plan, now)
+        for old in superseded:
+            w.plans.append(old)
+            w.audit.append(AuditRow(now, "sova", "supersede", f"plan {old.id}", old.detail))
+            self.st.metrics.plans.labels("superseded").inc()
+        if new is not None:
+            w.plans.append(new)
+            w.audit.append(
+                AuditRow(
+                    now,
+                    "sova",
+                    "propose",
+                    f"plan {new.id}",
+                    f"migrate {new.vm} {new.host} -> {new.dst}",
+                )
+            )
+            self.st.metrics.plans.labels("proposed").inc()
+            log.info(
+                "proposed plan %d: migrate %s %s -> %s (recommend mode; expires in %.0f s)",
+                new.id,
+                new.vm,
+                new.host,
+                new.dst,
+                ttl,
+            )
+
+    # ------------------------------------------------------------------ plans, by operators
+
+    async def plan_row(self, plan_id: int) -> PlanRow:
+        """Plan ``plan_id``: an open one from memory, any other from the store."""
+        row = self.ops.open_plans.get(plan_id)
+        if row is None:
+            loop = asyncio.get_running_loop()
+            row = await loop.run_in_executor(None, self.st.store.plan, plan_id)
+        if row is None:
+            raise PlanNotFound(f"no plan {plan_id}")
+        return row
+
+    async def _require_open(self, plan_id: int) -> None:
+        """PlanNotFound, or PlanConflict saying what became of it, unless the plan is open."""
+        row = await self.plan_row(plan_id)
+        if row.state != "proposed":
+            raise PlanConflict(
+                f"plan {plan_id} is {row.state}"
+                + (f" ({row.decided_by}: {row.detail})" if row.detail else "")
+            )
+
+    async def reject_plan(self, plan_id: int, by: str, reason: str) -> PlanRow:
+        await self._require_open(plan_id)
+        now = self.st.now()
+        lock, _ = self.st.primitives()
+        async with lock:
+            plan = self.ops.open_plans.get(plan_id)
+            if plan is None:
+                raise PlanConflict(f"plan {plan_id} was closed meanwhile")
+            done = replace(
+                plan, state="rejected", decided_by=by, decided_s=now, detail=reason or "rejected"
+            )
+            await self.st.writer.write(
+                RoundWrite(
+                    plans=[done], audit=[AuditRow(now, by, "reject", f"plan {plan_id}", reason)]
+                )
+            )
+            self.ops.close(plan_id)
+        self.st.metrics.plans.labels("rejected").inc()
+        self.st.metrics.open_plans.set(len(self.ops.open_plans))
+        log.warning("plan %d rejected by %s%s", plan_id, by, f": {reason}" if reason else "")
+        return done
+
+    def precondition(self, plan: PlanRow, now: float) -> str | None:
+        """Why ``plan`` cannot be carried out now (Watcher's pre-condition), or None."""
+        core, hosts = self.st.core, self.st.hosts
+        stale = core.stale(now)
+        for role, h in (("source", plan.host), ("target", plan.dst)):
+            if h not in hosts:
+                return f"{role} {h} has never reported"
+            if h in stale:
+                return f"{role} {h} is stale (no report for {now - hosts[h].received_s:.0f} s)"
+            if ("maintenance", h) in self.ops.fences:
+                return f"{role} {h} is in maintenance"
+        if plan.vm in self.ops.names("pin"):
+            return f"{plan.vm} is pinned"
+        vm = hosts[plan.host].vms.get(plan.vm)
+        if vm is None:
+            return f"{plan.vm} is not in {plan.host}'s last report"
+        if vm.migrating or plan.vm in core.leases:
+            return f"{plan.vm} is already migrating"
+        busy = core.leased_hosts() & {plan.host, plan.dst}
+        if busy:
+            return f"{', '.join(sorted(busy))} already sending or receiving a migration"
+        held = core.hold(plan.vm, now)
+        if held is not None:
+            return held
+        # The planner's own screening, on the two hosts' latest reports.
+        util = {h: Utilisation(*hosts[h].util) for h in (plan.host, plan.dst)}
+        alpha = core.detector.alpha
+        if (
+            choose_target(util, plan.host, vm, alpha, metric=core.metric, ceiling=core.ceiling)
+            is None
+        ):
+            return f"target {plan.dst} is no longer a cold spot for {plan.vm}"
+        return None
+
+    async def approve_plan(self, plan_id: int, by: str, reason: str) -> PlanRow:
+        """Carry out an open plan through the normal directive path (or the actuator)."""
+        await self._require_open(plan_id)
+        st = self.st
+        lock, _ = st.primitives()
+        async with lock:  # the round's state is consistent between rounds only
+            plan = self.ops.open_plans.get(plan_id)
+            if plan is None:
+                raise PlanConflict(f"plan {plan_id} was closed meanwhile")
+            now = st.now()
+            if now >= plan.expires_s:
+                raise PlanConflict(f"plan {plan_id} expired at t={plan.expires_s:.0f}")
+            why = self.precondition(plan, now)
+            if why is not None:
+                failed = replace(
+                    plan, state="failed", decided_by=by, decided_s=now, detail=f"not run: {why}"
+                )
+                await st.writer.write(
+                    RoundWrite(
+                        plans=[failed],
+                        audit=[AuditRow(now, by, "approve", f"plan {plan_id}", failed.detail)],
+                    )
+                )
+                self.ops.close(plan_id)
+                st.metrics.plans.labels("failed").inc()
+                raise PlanConflict(f"plan {plan_id} cannot run now: {why}")
+            did = st.take_id()
+            via = "openstack" if self.actuator_for is not None else f"directive {did}"
+            approved = replace(
+                plan,
+                state="approved",
+                decided_by=by,
+                decided_s=now,
+                detail=f"approved; carried out as migration {did} ({via})",
+            )
+            hot = tuple(plan.inputs.get("hot_resources", ()))
+            w = RoundWrite(
+                decisions=[
+                    DecisionRow(
+                        did,
+                        now,
+                        plan.host,
+                        True,
+                        plan.dst,
+                        plan.vm,
+                        f"plan {plan_id} approved by {by}: move {plan.vm} to {plan.dst}",
+                        hot,
+                        {**plan.inputs, "plan": plan_id, "approved_by": by},
+                    )
+                ],
+                new_leases=[LeaseRow(plan.vm, plan.host, plan.dst, now, did)],
+                plans=[approved],
+                audit=[AuditRow(now, by, "approve", f"plan {plan_id}", reason)],
+            )
+            directive = None
+            if self.actuator_for is None:
+                directive = DirectiveRow(plan.host, did, True, plan.dst, plan.vm, now, False)
+                w.directives.append(directive)
+            await st.writer.write(w)  # persisted before anything can act on it
+            self.ops.close(plan_id)
+            self.ledger.open_approved(Lease(plan.vm, plan.host, plan.dst, now, did), directive)
+            st.metrics.plans.labels("approved").inc()
+            st.metrics.open_plans.set(len(self.ops.open_plans))
+        log.warning(
+            "plan %d approved by %s: migrating %s %s -> %s (%s)",
+            plan_id,
+            by,
+            plan.vm,
+            plan.host,
+            plan.dst,
+            via,
+        )
+        if self.actuator_for is not None:
+            task = asyncio.get_running_loop().create_task(self._execute(approved, did))
+            self.executions.add(task)
+            task.add_done_callback(self.executions.discard)
+        return approved
+
+    async def _execute(self, plan: PlanRow, did: int) -> None:
+        """Run an approved plan through the source's actuator (Nova), bounded; record the end."""
+        from sova.orchestrator.recommend import Proposal, execute_approved, to_watcher_action_plan
+
+        actuator_for = self.actuator_for
+        assert actuator_for is not None
+        wplan = to_watcher_action_plan(
+            [Proposal(plan.vm, plan.host, plan.dst, plan.reason, plan.vm)],
+            audit_uuid=str(plan.id),
+        )
+        action = wplan["actions"][0]["uuid"]
+        timeout = self.st.settings.openstack.migration_timeout_s
+        loop = asyncio.get_running_loop()
+        try:
+            ex = await loop.run_in_executor(
+                None,
+                lambda: execute_approved(wplan, action, actuator_for, timeout_s=timeout),
+            )
+            result, detail = ex.result, ex.detail
+        except Exception as exc:  # an API or credential error ends the run, not the manager
+            result, detail = "failed", f"{type(exc).__name__}: {exc}"
+        end = replace(
+            plan,
+            state="executed" if result == "succeeded" else "failed",
+            detail=f"{plan.detail}; {result}" + (f": {detail}" if detail else ""),
+        )
+        w = RoundWrite(plans=[end])
+        now = self.st.now()
+        self.ledger.ended_elsewhere(plan.vm, did, now, result, detail or "via openstack", w)
+        await self.st.writer.write(w)
+        log.info("plan %d through openstack: %s %s", plan.id, result, detail)
