@@ -45,7 +45,7 @@ from sova.model import (
 )
 from sova.policy.bandwidth import FlowDemand, SovaAllocator
 from sova.policy.hotspot import HostCapacity, HostReport, Utilisation, VMLoad
-from sova.policy.operation import Migration, Operation, algorithm1
+from sova.policy.operation import Migration, Operation, choose_migration
 from sova.policy.sensing import (
     HostSensor,
     LoadShares,
@@ -70,6 +70,17 @@ class StepReport:
     # Alg. 1's Operation Table as decided this period: VF, VNIC or VLM for every VM on the
     # host (a policy that does not grant VFs leaves them where they are: VF as found).
     operations: Mapping[str, Operation] = field(default_factory=dict)
+    # the VM this period labelled VLM on the manager's signal, and its target (or None)
+    migration: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :meth:`HostAgent.decide` chose for one period."""
+
+    vf: VFDecision | None  # the scheduler's decision, if the policy schedules
+    desired: dict[str, float | None]  # the VF holders and their max rate
+    migration: tuple[str, str] | None = None  # (vm, target) labelled VLM this period
 
 
 def plan_actions(
@@ -160,7 +171,10 @@ class HostAgent:
         self._last_ranking: tuple[str, ...] = ()
         self._ops_this_period = 0
         self._prev_sample: HostSample | None = None
-        self.load_history: list[LoadShares] = []
+        # The period's one read of the host (StepReport.actual); the report, the
+        # manager's directive and the next reconcile use it instead of asking again.
+        self.snapshot: Inventory | None = None
+        self.last_load: LoadShares | None = None
         self.last_vm_loads: dict[str, LoadShares] = {}
         self.allocator = make_allocator(self.config.bandwidth_policy, self.config.static_caps)
         self.rate_meter = RateMeter()
@@ -234,24 +248,16 @@ class HostAgent:
             if vm in actual.vms
         }
 
-    def decide(
-        self, factors: Mapping[str, VMFactors], actual: Inventory, now: float
-    ) -> tuple[VFDecision | None, dict[str, float | None]]:
+    def decide(self, factors: Mapping[str, VMFactors], actual: Inventory, now: float) -> Decision:
+        """Alg. 1 once: the VLM label on the manager's signal, then the VF policy."""
         policy = self.vf_policy
         signal, self._signal = self._signal, None
+        chosen = None
         if signal is not None and policy.uses_manager and not self.migrating:
             loads = self._vm_load_reports(actual)
-            table = algorithm1(
-                self._candidates(factors, actual),
-                loads,
-                {},
-                0,
-                now,
-                self.scheduler,
-                signal,
-                self.config.manager.metric,
-            )
-            self.migrating.update(table.migrate)
+            chosen = choose_migration(loads, signal, self.config.manager.metric)
+            if chosen is not None:
+                self.migrating[chosen[0]] = chosen[1]
         frozen = set(actual.vms) if self.vf_freeze_host else self.vf_freeze_vms & actual.vms.keys()
         if frozen and policy.grants_vfs:
             # The policy schedules the rest: frozen VMs are not candidates, and the VFs
@@ -263,8 +269,8 @@ class HostAgent:
                 {n: st for n, st in actual.vms.items() if n not in frozen},
             )
             decision, desired = self._desired(policy, factors, actual, now)
-            return decision, {**desired, **kept}
-        return self._desired(policy, factors, actual, now)
+            return Decision(decision, {**desired, **kept}, chosen)
+        return Decision(*self._desired(policy, factors, actual, now), chosen)
 
     def _desired(
         self, policy: VFPolicy, factors: Mapping[str, VMFactors], actual: Inventory, now: float
@@ -304,24 +310,33 @@ class HostAgent:
         load = host_load(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
         self.last_vm_loads = vm_loads(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
         if load is not None:
-            self.load_history = (self.load_history + [load])[-self.config.manager.n :]
+            self.last_load = load
         return load
 
     def step(self) -> StepReport:
         """One control period: sense, decide, plan, apply."""
         self.executor.poll()
         now = self.driver.now()
-        actual = self.driver.inventory()
+        actual = self.snapshot = self.driver.inventory()
         load = self._observe(self.driver.sample(), actual)
         factors = self.sensor.factors()
-        decision, desired = self.decide(factors, actual, now)
-        self._last_desired = desired
-        self._last_ranking = decision.ranking if decision else tuple(desired)
+        d = self.decide(factors, actual, now)
+        self._last_desired = d.desired
+        self._last_ranking = d.vf.ranking if d.vf else tuple(d.desired)
         self._ops_this_period = 0
         planned = self._reconcile(actual)
-        table = operation_table(actual, desired, self.migrating, self.vf_policy.grants_vfs)
+        table = operation_table(actual, d.desired, self.migrating, self.vf_policy.grants_vfs)
         return StepReport(
-            now, factors, actual, decision, desired, planned, load, dict(self.migrating), table
+            now,
+            factors,
+            actual,
+            d.vf,
+            d.desired,
+            planned,
+            load,
+            dict(self.migrating),
+            table,
+            d.migration,
         )
 
     def poll(self) -> list[Outcome]:
@@ -330,7 +345,8 @@ class HostAgent:
             return []
         done = self.executor.poll()
         if any(o.result == "succeeded" and isinstance(o.action, DetachVF) for o in done):
-            self._reconcile(self.driver.inventory())
+            self.snapshot = self.driver.inventory()
+            self._reconcile(self.snapshot)
         return done
 
     def _reconcile(self, actual: Inventory) -> list[Action]:
@@ -376,7 +392,7 @@ class HostAgent:
         rates = self.rate_meter.observe(self.driver.sample())
         if not rates:
             return []
-        actual = self.driver.inventory()
+        actual = self.snapshot = self.driver.inventory()
         capacity = actual.host.nic.capacity_bps
         demands = []
         for vm, (bps, pkt) in sorted(rates.items()):
@@ -420,13 +436,14 @@ class HostAgent:
     # ----------------------------------------------------------------- report
 
     def host_report(self) -> HostReport | None:
-        """What the manager needs from this host: load history and per-VM loads."""
-        if not self.load_history:
+        """What the manager needs from this host, from the last period's snapshot: its
+        latest load (the manager keeps the history) and per-VM loads."""
+        s, actual = self.last_load, self.snapshot
+        if s is None or actual is None:
             return None
-        actual = self.driver.inventory()
         h = actual.host
         return HostReport(
-            history=tuple(Utilisation(s.cpu, s.mem, s.net) for s in self.load_history),
+            history=(Utilisation(s.cpu, s.mem, s.net),),
             vms=self._vm_load_reports(actual),
             # Shares are of this host's capacity: the manager needs it to judge how much of
             # a smaller or larger target a VM would take (heterogeneous hosts).

@@ -98,7 +98,7 @@ class AgentDaemon:
 
     def reconcile(self) -> None:
         """Adopt the host as the driver shows it, instead of assuming a clean start."""
-        inv = self.driver.inventory()
+        inv = self.agent.snapshot = self.driver.inventory()
         now = self.driver.now()
         for vm, st in sorted(inv.vms.items()):
             if st.migrating:
@@ -155,17 +155,15 @@ class AgentDaemon:
                 self.report(rep)
 
     def step(self) -> StepReport:
-        before = set(self.agent.migrating)
         rep = self.agent.step()
         self.last_report = rep
         self._check_adopted(dict(rep.actual.vms))
-        chosen = set(self.agent.migrating) - before
         d, self.awaiting = self.awaiting, None
         if d is not None and d.vm is not None:
-            if chosen:
-                for vm in chosen:
-                    self.signalled[vm] = d.vm
-                    log.info("migrating %s to %s (manager directive %d)", vm, d.target, d.id)
+            if rep.migration is not None:
+                vm = rep.migration[0]
+                self.signalled[vm] = d.vm
+                log.info("migrating %s to %s (manager directive %d)", vm, d.target, d.id)
             elif d.vm not in self.agent.migrating:
                 why = f"no VM to move under vf_policy {self.cfg.vf_policy!r}"
                 log.info("declined directive %d: %s", d.id, why)
@@ -253,11 +251,10 @@ class AgentDaemon:
             log.info("directive %d: %s is already migrating; acknowledged", d.id, d.vm)
             return
         if d.vm is not None:
-            try:
-                here = d.vm in self.driver.inventory().vms
-            except DriverError:
-                here = True  # let the next step decide with fresh data
-            if not here:
+            # This period's snapshot (the report it answers was built from it); before
+            # the first period nothing was read, so the next step decides with fresh data.
+            snap = self.agent.snapshot
+            if snap is not None and d.vm not in snap.vms:
                 # The target was checked for this VM only; moving another one instead
                 # (e.g. after a restart, for a directive whose VM already left) would
                 # move load the manager never placed.
