@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from sova.agent.config import ControllerConfig
 from sova.agent.executor import Executor, Outcome
-from sova.agent.registry import make_allocator, vf_policy
+from sova.agent.registry import allocator_plugin, vf_policy
 from sova.agent.vf_policies import VFContext, VFPolicy
 from sova.driver.base import Driver
 from sova.model import (
@@ -43,7 +43,7 @@ from sova.model import (
     SetGuestRateLimit,
     SetVFRate,
 )
-from sova.policy.bandwidth import FlowDemand, SovaAllocator
+from sova.policy.bandwidth import FlowDemand
 from sova.policy.hotspot import HostCapacity, HostReport, Utilisation, VMLoad
 from sova.policy.operation import Migration, Operation, choose_migration
 from sova.policy.sensing import (
@@ -176,7 +176,9 @@ class HostAgent:
         self.snapshot: Inventory | None = None
         self.last_load: LoadShares | None = None
         self.last_vm_loads: dict[str, LoadShares] = {}
-        self.allocator = make_allocator(self.config.bandwidth_policy, self.config.static_caps)
+        plugin = allocator_plugin(self.config.bandwidth_policy)
+        self.allocator = plugin.build(self.config.static_caps) if plugin else None
+        self.spread_spare = plugin is not None and plugin.spread_spare
         self.rate_meter = RateMeter()
         self.limits: dict[str, float | None] = {}
         # Operator fences from the manager (docs/operations.md#fencing): VMs (or the whole
@@ -408,12 +410,12 @@ class HostAgent:
             )
         alloc = self.allocator.allocate(capacity, demands)
         extra = 0.0
-        if isinstance(self.allocator, SovaAllocator) and alloc:
-            # Work conservation: an allocation is a VM's fair share of what was measured, and
-            # a cap at exactly that would hold a bursty VM (requests) at its mean rate and
-            # queue it while the link idles. Capacity nobody is allocated is spread over the
-            # caps, which then add up to the link, so no allocation (no guarantee) is eaten
-            # into. The published baselines (DBA-VM, DAQS, static caps) keep their own caps.
+        if self.spread_spare and alloc:
+            # Work conservation (the allocator declares it, AllocatorPlugin.spread_spare): an
+            # allocation is a VM's fair share of what was measured, and a cap at exactly that
+            # would hold a bursty VM (requests) at its mean rate and queue it while the link
+            # idles. Capacity nobody is allocated is spread over the caps, which then add up
+            # to the link, so no allocation (no guarantee) is eaten into.
             spare = capacity - math.fsum(a.rate_bps for a in alloc.values())
             extra = max(0.0, spare) / len(alloc)
         actions: list[Action] = []
