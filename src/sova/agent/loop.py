@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sova.agent.config import ControllerConfig
-from sova.agent.executor import Executor, Outcome
+from sova.agent.executor import MIGRATION_ENDED, Executor, Outcome, Result
 from sova.agent.registry import allocator_plugin, vf_policy
 from sova.agent.vf_policies import VFContext, VFPolicy
 from sova.driver.base import Driver
@@ -190,12 +190,12 @@ class HostAgent:
 
     def _outcome(self, outcome: Outcome) -> None:
         a = outcome.action
-        ok = outcome.result == "succeeded"
+        ok = outcome.result is Result.SUCCEEDED
         if ok and isinstance(a, AttachVF):
             self.vf_since[a.vm] = outcome.time_s
         elif ok and isinstance(a, DetachVF):
             self.vf_since.pop(a.vm, None)
-        elif isinstance(a, Migrate) and outcome.result in ("succeeded", "failed", "timeout"):
+        elif isinstance(a, Migrate) and outcome.result in MIGRATION_ENDED:
             # Gone, or rolled back: either way this host stops treating it as leaving.
             self.migrating.pop(a.vm, None)
             self.vf_since.pop(a.vm, None)
@@ -346,7 +346,7 @@ class HostAgent:
         if not self.executor.in_flight:
             return []
         done = self.executor.poll()
-        if any(o.result == "succeeded" and isinstance(o.action, DetachVF) for o in done):
+        if any(o.result is Result.SUCCEEDED and isinstance(o.action, DetachVF) for o in done):
             self.snapshot = self.driver.inventory()
             self._reconcile(self.snapshot)
         return done

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sova.agent.config import ControllerConfig
-from sova.agent.executor import Outcome
+from sova.agent.executor import MIGRATION_ENDED, Outcome, Result
 from sova.agent.loop import HostAgent, StepReport, operation_table
-from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP, act
+from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, act
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
 from sova.daemon.manager_security import agent_warnings
@@ -141,8 +141,8 @@ class AgentDaemon:
 
     # ------------------------------------------------------------------ phases
 
-    def do_phase(self, phase: int) -> None:
-        with self.metrics.loop_duration.labels(PHASE_NAMES[phase]).time():
+    def do_phase(self, phase: Phase) -> None:
+        with self.metrics.loop_duration.labels(phase.label).time():
             if phase == POLL:
                 self._fetch_round_directive()
                 act(self.agent, POLL)
@@ -291,18 +291,18 @@ class AgentDaemon:
     def _on_outcome(self, o: Outcome) -> None:
         a = o.action
         self.metrics.actions.labels(a.kind, o.result).inc()
-        if o.result == "dry-run":
+        if o.result is Result.DRY_RUN:
             log.info("dry run: would %s", _describe(a))
-        elif o.result == "succeeded":
+        elif o.result is Result.SUCCEEDED:
             if not isinstance(a, SetGuestRateLimit):
                 log.info("%s: %s", _describe(a), o.detail or "done")
         else:
             log.warning("%s %s: %s", _describe(a), o.result, o.detail)
-        if isinstance(a, Migrate) and o.result in ("succeeded", "failed", "timeout"):
+        if isinstance(a, Migrate) and o.result in MIGRATION_ENDED:
             lease_vm = self.signalled.pop(a.vm, a.vm)
             self.pending_done.append(
                 _Done(
-                    lease_vm, MigrationDone(result=o.result, dst=a.dst_host, detail=o.detail[:400])
+                    lease_vm, MigrationDone(result=o.result.value, dst=a.dst_host, detail=o.detail[:400])
                 )
             )
         if self.recorder is not None:
@@ -354,7 +354,7 @@ class AgentDaemon:
                     self.do_phase(phase)
                 except DriverError as exc:
                     # The host's API failed this once; the next period reads it afresh.
-                    log.warning("%s phase failed: %s", PHASE_NAMES[phase], exc)
+                    log.warning("%s phase failed: %s", phase.label, exc)
 
 
 def _finite(x: float) -> float:
