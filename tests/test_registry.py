@@ -315,3 +315,26 @@ def _first_caps(bandwidth_policy: str) -> dict[str, float | None]:
     clock["t"] = 1.0
     actions = agent.bandwidth_step()
     return {a.vm: a.rate_bps for a in actions if isinstance(a, model.SetGuestRateLimit)}
+
+
+def test_a_plugged_in_driver_is_accepted_by_the_settings_and_built_by_name() -> None:
+    from sova.daemon.drivers import DRIVERS
+    from sova.daemon.wiring import Wiring, build, mock_wiring
+
+    built: list[str] = []
+
+    def toy(settings: Any, **_: Any) -> Wiring:
+        built.append(settings.host)
+        return mock_wiring(settings)
+
+    with pytest.raises(ConfigError, match=r"driver = 'toy-driver': unknown driver 'toy-driver'"):
+        load_agent_settings(None, environ={}, overrides={"driver": "toy-driver"})
+    DRIVERS.register("toy-driver", toy)
+    try:
+        s = load_agent_settings(None, environ={}, overrides={"driver": "toy-driver", "host": "hx"})
+        wiring = build(s)
+        assert built == ["hx"] and wiring.driver.capabilities().host == "hx"
+        with pytest.raises(RegistryError, match=r"driver 'mock' is already registered"):
+            DRIVERS.register("mock", toy)
+    finally:
+        DRIVERS.unregister("toy-driver")

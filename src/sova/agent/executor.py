@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sova.driver.base import Driver, DriverError, OpState
+from sova.driver_protocol import Driver, DriverError, OpState
 from sova.model import (
     Action,
     AttachVF,

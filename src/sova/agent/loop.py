@@ -31,7 +31,7 @@ from sova.agent.config import ControllerConfig
 from sova.agent.executor import MIGRATION_ENDED, Executor, Outcome, Result
 from sova.agent.registry import allocator_plugin, vf_policy
 from sova.agent.vf_policies import VFContext, VFPolicy
-from sova.driver.base import Driver
+from sova.driver_protocol import Driver
 from sova.model import (
     Action,
     AttachVF,

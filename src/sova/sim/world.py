@@ -40,7 +40,8 @@ from sova.record import (
 )
 from sova.scenario import PolicySpec, Scenario
 from sova.sim.driver import SimDriver
-from sova.sim.engine import Engine, Op
+from sova.sim.engine import Engine
+from sova.sim.state import Op
 
 
 @dataclass
