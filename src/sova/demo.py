@@ -493,15 +493,15 @@ def demo(
         Path, typer.Argument(help="Scenario YAML [default: scenarios/sova-tour.yaml].")
     ] = DEFAULT_SCENARIO,
     out: Annotated[
-        Path | None,  # noqa: UP007 - typer needs Optional here
+        Path | None,
         typer.Option("--out", "-o", help="Output directory [default: out/demo-<scenario>]."),
     ] = None,
     policy: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--policy", "-p", help="Policy to run [default: the one using the manager]."),
     ] = None,
     speed: Annotated[
-        float | None,  # noqa: UP007
+        float | None,
         typer.Option("--speed", help="Max simulated seconds per real second [default: no limit]."),
     ] = None,
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,

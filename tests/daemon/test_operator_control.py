@@ -398,7 +398,7 @@ def test_openstack_mode_carries_out_an_approved_plan_through_the_actuator(
         r = api.post(f"/v1/plans/{p['id']}/approve", json={"by": "alice"}, headers=ADMIN_H)
         assert r.status_code == 200, r.text
         assert not directive(api, "h1")["f"], "the agent was told to migrate as well"
-        api.run(asyncio.gather(*api.svc._executions))  # noqa: SLF001
+        api.run(asyncio.gather(*api.svc._executions))
         api.drain()
         assert nova.submitted == [("h1", Migrate("h1-vm1", "h2"))]
         done = api.get(f"/v1/plans/{p['id']}", headers=ADMIN_H).json()

@@ -305,7 +305,7 @@ class ManagerService:
                 newer = [r for r in all_rows if r.received_s > restarted[host]]
                 rows = newer[1:]
                 if not newer:
-                    self.core._skip[host] = 1  # noqa: SLF001 - the drop is still to come
+                    self.core._skip[host] = 1
             self.core.history.setdefault(host, deque(maxlen=self.core.detector.n))
             for row in rows:
                 vms = {
