@@ -400,15 +400,6 @@ def events_table(world: dict[str, Any]) -> Table:
     return t
 
 
-def leases_table(cluster: dict[str, Any] | None) -> Table:
-    t = Table(title="migrations in flight (leases)")
-    for col in ("VM", "from", "to", "since"):
-        t.add_column(col)
-    for lease in (cluster or {}).get("leases", []):
-        t.add_row(lease["vm"], lease["src"], lease["dst"], f"{lease['since_s']:.0f} s")
-    return t
-
-
 def live_view(world: dict[str, Any], cluster: dict[str, Any] | None, policy: str) -> Group:
     return Group(
         render(world, cluster, policy),

@@ -270,9 +270,6 @@ class Engine(EngineState):
             return self._complete(op, "succeeded", "")
         return self._complete(op, "failed", f"unsupported action {a.kind}")
 
-    def abort_migration(self, vm: str) -> None:
-        migration.abort(self, vm)
-
     # ------------------------------------------------------------------ driver views
 
     def vms_on(self, host: str) -> list[int]:

@@ -131,7 +131,3 @@ def start(eng: EngineState, op: Op, i: int, a: model.Migrate) -> None:
     )
 
 
-def abort(eng: EngineState, vm: str) -> None:
-    m = eng.migrations.get(eng.vm_index[vm])
-    if m is not None:
-        finish(eng, m, eng.env.now, ok=False, detail="aborted on timeout")

@@ -75,7 +75,7 @@ class EngineState:
         self.cores = np.array([h.cores for h in self.hosts], dtype=float)
         self.host_mem = np.array([h.memory_bytes for h in self.hosts], dtype=float)
         self.capacity = np.array([h.nic.capacity_bps for h in self.hosts], dtype=float)
-        # scn.home_of per VM is O(hosts): a map built once keeps 20k-VM worlds fast
+        # each VM's host, a map built once (a scan per VM is O(hosts): 20k-VM worlds)
         home: dict[str, str] = {}
         for hs in scn.hosts:
             for v in hs.vms:

@@ -34,7 +34,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -42,25 +42,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sova.agent.schedule import PhaseSchedule
-from sova.driver.base import Driver, DriverError
+from sova.driver.base import DriverError
 from sova.driver.remote import decode_action, encode
 from sova.scenario import PolicySpec, Scenario, load_scenario
 
 log = logging.getLogger("sova.world")
-
-
-class WorldLike(Protocol):
-    """What the server needs of :class:`sova.sim.world.World` (built without agents)."""
-
-    @property
-    def now(self) -> float: ...
-
-    @property
-    def hosts(self) -> list[str]: ...
-
-    def driver(self, host: str) -> Driver: ...
-
-    def advance(self) -> None: ...
 
 
 def make_world(scn: Scenario, policy: str | None = None) -> tuple[Any, PolicySpec]:
