@@ -27,7 +27,6 @@ import math
 import secrets
 import signal as signal_mod
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,13 +69,9 @@ class AgentDaemon:
     client: ManagerClient | None = None
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
     host: str = ""
-    wait_for_round: bool = False  # lockstep demo: fetch the directive of our report's round
-    directive_wait_s: float = 2.0  # a round ends ms after the last report; never stall long
-    recorder: Callable[[str, Any], None] | None = None  # demo: ("step"|"outcome", payload)
-    config: ControllerConfig | None = None  # a simulated world's own controller config
 
     def __post_init__(self) -> None:
-        self.cfg: ControllerConfig = self.config or self.settings.controller
+        self.cfg: ControllerConfig = self.settings.controller
         if not self.host:
             self.host = self.settings.host or self.driver.capabilities().host
         self.agent = HostAgent(
@@ -89,7 +84,6 @@ class AgentDaemon:
         self.signalled: dict[str, str] = {}  # VM we chose to move -> VM the lease names
         self.awaiting: Directive | None = None  # applied; the next step consumes it
         self.pending_done: collections.deque[_Done] = collections.deque(maxlen=MAX_PENDING_DONE)
-        self.wait_seq: int | None = None
         self.manager_up: bool | None = None
         self.last_report: StepReport | None = None
         self.table: dict[str, str] = {}
@@ -144,7 +138,6 @@ class AgentDaemon:
     def do_phase(self, phase: Phase) -> None:
         with self.metrics.loop_duration.labels(phase.label).time():
             if phase == POLL:
-                self._fetch_round_directive()
                 act(self.agent, POLL)
                 self.flush_done()
             elif phase == BANDWIDTH:
@@ -170,8 +163,6 @@ class AgentDaemon:
                 self.pending_done.append(_Done(d.vm, MigrationDone(result="declined", detail=why)))
         self.table = {vm: op.name for vm, op in rep.operations.items()}
         self._export(rep)
-        if self.recorder is not None:
-            self.recorder("step", rep)
         return rep
 
     def operation_table(self) -> dict[str, str]:
@@ -179,12 +170,14 @@ class AgentDaemon:
 
     # ------------------------------------------------------------------ manager
 
-    def report(self, rep: StepReport) -> None:
+    def report(self, rep: StepReport) -> int | None:
+        """Report the period to the manager and apply its answer; the report's sequence
+        number if the manager took it."""
         if self.client is None:
-            return
+            return None
         hr = self.agent.host_report()
         if hr is None:
-            return  # no full period measured yet
+            return None  # no full period measured yet
         self.seq += 1
         body = build_report(
             self.seq,
@@ -203,25 +196,15 @@ class AgentDaemon:
         except ManagerUnreachable as exc:
             self._manager_state(False, str(exc))
             self.metrics.reports.labels("unreachable").inc()
-            return
+            return None
         except ManagerRejected as exc:
             self.metrics.reports.labels("rejected").inc()
             log.error("manager rejected the report: %s", exc)
-            return
+            return None
         self._manager_state(True)
         self.metrics.reports.labels("sent").inc()
-        if self.wait_for_round:
-            self.wait_seq = self.seq
         self.apply(directive)
-
-    def _fetch_round_directive(self) -> None:
-        if self.client is None or self.wait_seq is None:
-            return
-        seq, self.wait_seq = self.wait_seq, None
-        try:
-            self.apply(self.client.wait_directive(seq, self.directive_wait_s))
-        except (ManagerUnreachable, ManagerRejected) as exc:
-            log.debug("no directive for report %d: %s", seq, exc)
+        return self.seq
 
     def _manager_state(self, up: bool, why: str = "") -> None:
         if up and self.manager_up is False:
@@ -305,8 +288,6 @@ class AgentDaemon:
                     lease_vm, MigrationDone(result=o.result.value, dst=a.dst_host, detail=o.detail[:400])
                 )
             )
-        if self.recorder is not None:
-            self.recorder("outcome", o)
 
     # ------------------------------------------------------------------ metrics
 
@@ -392,6 +373,8 @@ def run_agent(
     for warning in agent_warnings(settings):
         log.warning(warning)
     wiring = wiring or build(settings, speed=speed, policy=policy)
+    if wiring.config is not None:  # a simulated world's own controller
+        settings = settings.model_copy(update={"controller": wiring.config})
     try:  # orchestrator = "openstack": sense on the host, act through Nova and Neutron
         wiring.driver = orchestrate(wiring.driver, settings, settings.host)
     except CloudConfigError as exc:
@@ -415,21 +398,8 @@ def run_agent(
         from prometheus_client import start_http_server
 
         start_http_server(settings.metrics_port, settings.metrics_addr, registry=metrics.registry)
-    recorder = None
-    if wiring.lockstep and settings.record_to_world:
-        from sova.driver.remote import world_recorder
-
-        recorder = world_recorder(wiring.remote)
-    daemon = AgentDaemon(
-        settings,
-        wiring.driver,
-        client=client,
-        metrics=metrics,
-        host=host,
-        wait_for_round=wiring.lockstep,
-        recorder=recorder,
-        config=wiring.config,
-    )
+    make = wiring.make_daemon or AgentDaemon
+    daemon: AgentDaemon = make(settings, wiring.driver, client=client, metrics=metrics, host=host)
 
     def _stop(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping after the current turn", signum)
@@ -442,7 +412,7 @@ def run_agent(
         "sova agent for %s: driver %s, policy %s, manager %s%s",
         host,
         settings.driver,
-        (wiring.config.vf_policy if wiring.config else settings.controller.vf_policy),
+        settings.controller.vf_policy,
         settings.manager_url or "none (standalone)",
         ", DRY RUN" if settings.dry_run else "",
     )

@@ -4,7 +4,7 @@ policies and allocators (:mod:`sova.agent.registry`).
 A driver plug-in is a factory ``(settings, *, speed, policy) -> Wiring``
 (:class:`sova.daemon.wiring.Wiring`: the driver and the clock the agent runs on).
 The built-ins are named by reference and imported only when chosen (libvirt-python is not
-installed everywhere); an installed package adds one with an entry point in the group
+installed everywhere; the demo's drivers live with the demo, in the composition layer); an installed package adds one with an entry point in the group
 ``sova.drivers``. The settings validate ``driver`` against this registry's names, so a
 misspelt driver is an error naming the field and the value before anything is opened.
 """
@@ -32,8 +32,10 @@ DRIVERS: Registry[DriverFactory] = Registry(
     _factory,
     lazy={
         "libvirt": "sova.daemon.wiring:libvirt_wiring",
-        "sim": "sova.daemon.wiring:sim_wiring",
         "mock": "sova.daemon.wiring:mock_wiring",
-        "remote": "sova.daemon.wiring:remote_wiring",
+        # The demo's hosts compose the agent with the simulator: sova.demo wires them, and
+        # the production daemon imports the simulator only when one of them is chosen.
+        "sim": "sova.demo:sim_agent_wiring",
+        "remote": "sova.demo:remote_wiring",
     },
 )

@@ -54,11 +54,17 @@ class WallTicker:
         return self.driver.now(), turn[1]
 
 
+class Turns(Protocol):
+    """A world that hands out turns (the demo's, :class:`sova.sim.world_server.WorldHost`)."""
+
+    def sync(self, at: float, phase: int, wait_s: float = ...) -> tuple[float, int, bool]: ...
+
+
 @dataclass
 class LockstepTicker:
     """Turns handed out by a world server (``sova demo``): one phase per call."""
 
-    driver: Any  # RemoteDriver
+    driver: Turns
     stop: threading.Event
     wait_s: float = 2.0  # short: a stop request is noticed between long-polls
     _at: float = -1.0

@@ -17,7 +17,7 @@ from typing import Any
 from sova.agent.config import ControllerConfig
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.drivers import DRIVERS
-from sova.daemon.tickers import LockstepTicker, Ticker, WallTicker
+from sova.daemon.tickers import Ticker, WallTicker
 from sova.driver.base import Driver
 
 
@@ -74,9 +74,10 @@ class _ToyHost:
 class Wiring:
     driver: Driver
     ticker_factory: Callable[[threading.Event], Ticker]
-    lockstep: bool = False
-    remote: Any = None
-    config: ControllerConfig | None = None  # from the scenario (sim) or the world (remote)
+    config: ControllerConfig | None = None  # a world's own controller (replaces settings')
+    # builds the daemon (settings, driver, **kw) -> AgentDaemon; None: the production one.
+    # The demo's agents add their lockstep and records this way (sova.demo).
+    make_daemon: Callable[..., Any] | None = None
 
 
 def libvirt_options(settings: AgentSettings) -> dict[str, Any]:
@@ -136,28 +137,6 @@ def mock_wiring(settings: AgentSettings, **_: Any) -> Wiring:
 
     drv = MockDriver(_ToyHost(settings.host or "mock-host"))
     return Wiring(drv, wall_ticker(drv, settings))
-
-
-def remote_wiring(settings: AgentSettings, **_: Any) -> Wiring:
-    """``remote``: one host of a world served over HTTP (``sova demo``), in lockstep."""
-    from sova.driver.remote import RemoteDriver
-
-    if not settings.connect or not settings.host:
-        raise ConfigError("driver 'remote' needs connect (the world URL) and host")
-    drv = RemoteDriver(settings.connect, settings.host)
-    return Wiring(
-        drv,
-        lambda stop: LockstepTicker(drv, stop),
-        lockstep=True,
-        remote=drv,
-        config=drv.agent_config(),
-    )
-
-
-def sim_wiring(settings: AgentSettings, **_: Any) -> Wiring:
-    # One host of a scenario simulated in this process composes the agent with the
-    # simulator: sova.demo wires it and hands run_agent the result.
-    raise ConfigError(f"driver: {settings.driver!r} is wired by the caller (see sova.demo)")
 
 
 def wall_ticker(drv: Driver, settings: AgentSettings) -> Callable[[threading.Event], Ticker]:
