@@ -80,3 +80,15 @@ def test_the_documented_layers_are_the_enforced_ones() -> None:
     rows = [line.split("  ", 1)[0].strip() for line in block.splitlines() if line.strip()]
     documented = [{n.strip() for n in re.split(r"[|,]", row)} for row in rows]
     assert documented == _layer_modules()
+
+
+def test_the_base_modules_are_forbidden_every_other_module() -> None:
+    """A forbidden contract on the root package catches nothing (import-linter checks the
+    modules named); so every other module is named, and a new one must join the list."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    base = next(c for c in contracts if c["name"].startswith("the base modules"))
+    sources = {m.removeprefix("sova.") for m in base["source_modules"]}
+    forbidden = {m.removeprefix("sova.") for m in base["forbidden_modules"]}
+    assert sources == _layer_modules()[-1]
+    assert forbidden == set().union(*_layer_modules()) - sources
