@@ -61,7 +61,7 @@ from sova.policy.vfsched import Candidate, VFDecision
 class StepReport:
     time_s: float
     factors: Mapping[str, VMFactors]
-    actual: Inventory
+    actual: Inventory  # the period's one read of the host (HostAgent.snapshot)
     decision: VFDecision | None
     desired_rates: Mapping[str, float | None]
     planned: Sequence[Action]
