@@ -21,6 +21,10 @@ tier_rates  # unused function (src/sova/policy/tiers.py:39)
 fit_tiers  # unused function (src/sova/policy/tiers.py:87)
 waterfill  # unused function (src/sova/policy/waterfill.py:18)
 DutyWorkload  # unused variable (src/sova/scenario.py:171)
+ensure_daemon  # unused function (src/sova/lab/daemons.py): the lab's tests
+daemon_pid  # unused function (src/sova/lab/daemons.py): the lab's tests
+l2_xml  # unused function (src/sova/lab/nested.py): the nested lab's test
+MAX_LEGEND  # unused variable (src/sova/sim/fleet.py): tests/test_fleet_report.py
 
 # Kept for another branch of issue 19: `sova host forget` calls it
 _.forget  # unused method (src/sova/manager/core.py:178)
