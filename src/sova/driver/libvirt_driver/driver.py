@@ -401,6 +401,10 @@ class LibvirtDriver:
                 self._caps = self._probe()
             return self._caps
 
+    def refresh_capabilities(self) -> Capabilities:
+        self._caps = None
+        return self.capabilities()
+
     def _probe(self) -> Capabilities:
         pf = self.pf_view()
         notes = list(pf.notes)
