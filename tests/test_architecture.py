@@ -43,7 +43,8 @@ def _tree(path: Path) -> set[str]:
     return {
         p.name + ("/" if p.is_dir() else "")
         for p in path.iterdir()
-        if (p.suffix == ".py" and not p.name.startswith("__"))
+        # _version.py is written by the build (setuptools-scm), not kept in the tree
+        if (p.suffix == ".py" and not p.name.startswith("_"))
         or (p.is_dir() and (p / "__init__.py").exists())
     }
 

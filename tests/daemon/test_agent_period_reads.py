@@ -17,7 +17,7 @@ from sova.model import Action, HostSample, Inventory
 
 from .fakes import FakeHost, FakeManager, FakeVM
 
-NODE_XML = Path(__file__).resolve().parents[1] / "libvirt" / "data" / "node.xml"
+NODE_XML = Path(__file__).resolve().parents[1] / "libvirt_driver" / "data" / "node.xml"
 
 
 class Counting:
