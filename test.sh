@@ -13,4 +13,5 @@ source scripts/_venv.sh
 .venv/bin/ruff check src tests
 .venv/bin/mypy
 .venv/bin/lint-imports  # the layers: [tool.importlinter] in pyproject.toml
+.venv/bin/vulture  # dead code: [tool.vulture] in pyproject.toml, ci/vulture_whitelist.py
 exec .venv/bin/python -m pytest "$@"

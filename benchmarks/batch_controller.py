@@ -51,7 +51,8 @@ from sova.policy.hotspot import (
 from sova.policy.sensing import GOTTEN_FLOOR_FRACTION, NS
 from sova.policy.vfsched import VFSchedulerConfig
 from sova.scenario import PolicySpec, Scenario
-from sova.sim.engine import Engine, Op
+from sova.sim.engine import Engine
+from sova.sim.state import Op
 from sova.sim.world import agent_config
 
 # --------------------------------------------------------------------------- sensing

@@ -65,7 +65,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_scale import build, changes, initial_mix  # noqa: E402
+from sim_scale import build, changes, initial_mix
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,9 +10,9 @@ import math
 
 import pytest
 
+from sova.agent.registry import ALLOCATORS
 from sova.model import GBIT, MBIT, SLA, ResourceTuple
 from sova.policy.bandwidth import (
-    ALLOCATORS,
     Allocation,
     BandwidthAllocator,
     DaqsController,
@@ -523,8 +523,8 @@ def test_water_fill_examples() -> None:
 def test_registry_names_and_protocol() -> None:
     assert set(ALLOCATORS) == {"equal-share", "ip-link-static", "dba-vm", "daqs", "sova"}
     demands = [flow("a", 600, min_mbps=100), flow("b", 600)]
-    for name, factory in ALLOCATORS.items():
-        alloc: BandwidthAllocator = factory({}) if name == "ip-link-static" else factory()
+    for name, plugin in ALLOCATORS.items():
+        alloc: BandwidthAllocator = plugin.build({})
         assert alloc.name == name
         got = alloc.allocate(GBIT, demands)
         assert set(got) == {"a", "b"}
@@ -536,8 +536,7 @@ def test_registry_names_and_protocol() -> None:
 
 @pytest.mark.parametrize("name", sorted(ALLOCATORS))
 def test_negative_capacity_rejected(name: str) -> None:
-    factory = ALLOCATORS[name]
-    alloc = factory({}) if name == "ip-link-static" else factory()
+    alloc = ALLOCATORS[name].build({})
     with pytest.raises(ValueError, match=r"capacity_bps must be >= 0, got -1"):
         alloc.allocate(-1.0, [flow("a", 10)])
 

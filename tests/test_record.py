@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sova.agent.executor import Outcome
+from sova.agent.executor import Outcome, Result
 from sova.model import AttachVF, Migrate, SetGuestRateLimit
 from sova.record import (
     EVENT_COLUMNS,
@@ -19,7 +19,9 @@ from sova.record import (
 
 def test_outcomes_become_events_worded_once() -> None:
     ev = outcome_event(
-        Outcome(12.34567, AttachVF("vm1", max_bps=2e9), "succeeded", "vf0"), policy="p", host="h"
+        Outcome(12.34567, AttachVF("vm1", max_bps=2e9), Result.SUCCEEDED, "vf0"),
+        policy="p",
+        host="h",
     )
     assert ev is not None
     assert (ev.time_s, ev.event, ev.vm, ev.src_host, ev.detail) == (
@@ -29,16 +31,16 @@ def test_outcomes_become_events_worded_once() -> None:
         "h",
         "vf0; rate 2000 Mbit/s",
     )
-    failed = outcome_event(Outcome(1.0, Migrate("vm1", "h2"), "timeout", "late"), host="h1")
+    failed = outcome_event(Outcome(1.0, Migrate("vm1", "h2"), Result.TIMEOUT, "late"), host="h1")
     assert failed is not None and failed.event == "migrate_failed" and failed.dst_host == "h2"
 
 
 def test_rate_limits_are_events_only_where_the_world_asks() -> None:
-    o = Outcome(3.0, SetGuestRateLimit("vm1", 5e8), "succeeded")
+    o = Outcome(3.0, SetGuestRateLimit("vm1", 5e8), Result.SUCCEEDED)
     assert outcome_event(o) is None  # the simulator's timeline carries them
     ev = outcome_event(o, rate_limits=True, time_s=1.0)
     assert ev is not None and ev.detail == "limit 500.0 Mbit/s" and ev.time_s == 1.0
-    refused = outcome_event(Outcome(3.0, SetGuestRateLimit("vm1", None), "failed", "no agent"))
+    refused = outcome_event(Outcome(3.0, SetGuestRateLimit("vm1", None), Result.FAILED, "no agent"))
     assert refused is not None and refused.event == "rate_limit_failed"
 
 
@@ -66,7 +68,7 @@ def test_rows_cross_the_wire_unchanged() -> None:
         io_factor=0.2,
     )
     assert timeline_from_dict(row_dict(row)) == row
-    ev = outcome_event(Outcome(1.0, AttachVF("vm1"), "failed", "busy"))
+    ev = outcome_event(Outcome(1.0, AttachVF("vm1"), Result.FAILED, "busy"))
     assert ev is not None and event_from_dict(row_dict(ev)) == ev
     done = complete_row(row, policy="sova", host="h1", offered_mbps=3.0, response_ms=None)
     assert (done.policy, done.host, done.offered_mbps) == ("sova", "h1", 3.0)

@@ -41,7 +41,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool | None,  # noqa: UP007 - typer needs Optional here
+        bool | None,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = None,
 ) -> None:
@@ -54,15 +54,15 @@ def simulate(
         Path, typer.Argument(help="Scenario YAML file or shipped name (see `sova scenarios`).")
     ],
     out: Annotated[
-        Path | None,  # noqa: UP007
+        Path | None,
         typer.Option("--out", "-o", help="Output directory [default: out/<scenario name>]."),
     ] = None,
     seed: Annotated[
-        int | None,  # noqa: UP007
+        int | None,
         typer.Option(help="Override the scenario's seed."),
     ] = None,
     policy: Annotated[
-        list[str] | None,  # noqa: UP007
+        list[str] | None,
         typer.Option("--policy", "-p", help="Run only these policies (repeatable)."),
     ] = None,
     progress: Annotated[
@@ -70,14 +70,14 @@ def simulate(
         typer.Option(help="Show a progress bar (simulated time, rate, ETA) on a terminal."),
     ] = True,
     workers: Annotated[
-        int | None,  # noqa: UP007
+        int | None,
         typer.Option(
             min=1,
             help="Local processes for a sweep's runs [default: the CPU count; 1 = serial].",
         ),
     ] = None,
     dask: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option(
             help="Run a sweep's runs on Dask distributed: a scheduler address "
             "(tcp://host:8786) or 'local' for a local cluster of --workers processes.",

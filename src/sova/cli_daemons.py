@@ -19,13 +19,13 @@ from rich.markup import escape
 err = Console(stderr=True)
 
 DriverOpt = Annotated[
-    str | None,  # noqa: UP007 - typer needs Optional here
+    str | None,
     typer.Option("--driver", help="libvirt | sim | mock | remote (sim: --connect scenario.yaml)."),
 ]
 
 
 LogFormatOpt = Annotated[
-    str | None,  # noqa: UP007
+    str | None,
     typer.Option(
         "--log-format",
         help="auto (journal under systemd, else text) | journal | json | text "
@@ -67,20 +67,20 @@ def _log_format(value: str | None) -> None:
 
 def agent(
     config: Annotated[
-        Path | None,  # noqa: UP007
+        Path | None,
         typer.Option("--config", "-c", help="Agent TOML file (see deploy/agent.toml)."),
     ] = None,
     driver: DriverOpt = None,
     connect: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--connect", help="libvirt URI, scenario file (sim) or world URL (remote)."),
     ] = None,
     host: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--host", help="This host's name at the manager."),
     ] = None,
     manager_url: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--manager-url", help="Manager base URL; omit to run standalone."),
     ] = None,
     dry_run: Annotated[
@@ -96,11 +96,11 @@ def agent(
         ),
     ] = False,
     metrics_port: Annotated[
-        int | None,  # noqa: UP007
+        int | None,
         typer.Option("--metrics-port", help="Serve Prometheus metrics on this port."),
     ] = None,
     metrics_addr: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option(
             "--metrics-addr",
             help="Address the metrics port binds [default: 127.0.0.1; 0.0.0.0 or :: for a "
@@ -108,11 +108,11 @@ def agent(
         ),
     ] = None,
     speed: Annotated[
-        float | None,  # noqa: UP007
+        float | None,
         typer.Option("--speed", help="--driver sim: simulated seconds per real second."),
     ] = None,
     policy: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--policy", help="--driver sim/remote: the scenario policy to run."),
     ] = None,
     log_format: LogFormatOpt = None,
@@ -194,23 +194,23 @@ def _libvirt_dry_run(settings: Any) -> int:
 
 def manager(
     config: Annotated[
-        Path | None,  # noqa: UP007
+        Path | None,
         typer.Option("--config", "-c", help="Manager TOML file (see deploy/manager.toml)."),
     ] = None,
     listen: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--listen", help="Address to bind [default: 127.0.0.1]."),
     ] = None,
     port: Annotated[
-        int | None,  # noqa: UP007
+        int | None,
         typer.Option("--port", help="Port [default: 8700]."),
     ] = None,
     database_url: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--database-url", help="SQLAlchemy URL: sqlite:///path or postgresql://…"),
     ] = None,
     openapi: Annotated[
-        Path | None,  # noqa: UP007
+        Path | None,
         typer.Option("--openapi", help="Write the OpenAPI document to this file and exit."),
     ] = None,
     log_format: LogFormatOpt = None,

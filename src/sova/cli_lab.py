@@ -128,7 +128,7 @@ def _up_sriov(l1s: int) -> None:
 def run(
     scenario: Annotated[Path, typer.Argument(help="Lab scenario (scenarios/lab/).")],
     out: Annotated[
-        Path | None,  # noqa: UP007
+        Path | None,
         typer.Option("--out", "-o", help="Output directory [default: out/lab/<name>]."),
     ] = None,
     check: Annotated[

@@ -106,7 +106,7 @@ def _connect(
         ),
     ] = "http://127.0.0.1:8700",
     token_file: Annotated[
-        Path | None,  # noqa: UP007 - typer needs Optional here
+        Path | None,
         typer.Option(
             "--token-file",
             help="File with the admin token (or the manager's env file). "
@@ -114,7 +114,7 @@ def _connect(
         ),
     ] = None,
     by: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option(
             "--by",
             envvar="SOVA_OPERATOR",
@@ -170,7 +170,7 @@ def _plan_line(p: dict[str, Any]) -> str:
 def plans_list(
     ctx: typer.Context,
     state: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--state", help="Only this state (proposed, approved, rejected, ...)."),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
@@ -211,11 +211,11 @@ def _decide(
 
 
 Reason = Annotated[
-    str | None,  # noqa: UP007 - typer needs Optional here
+    str | None,
     typer.Option("--reason", "-m", help="Why (kept in the audit log)."),
 ]
 By = Annotated[
-    str | None,  # noqa: UP007
+    str | None,
     typer.Option("--by", help="Your name in the audit log (over the group's --by)."),
 ]
 
@@ -309,7 +309,7 @@ mode_app = typer.Typer(
 mode_app.callback()(_connect)
 
 HostOpt = Annotated[
-    str | None,  # noqa: UP007
+    str | None,
     typer.Option("--host", help="One host instead of the whole cluster."),
 ]
 
@@ -366,7 +366,7 @@ def audit(
         str, typer.Option("--manager-url", envvar="SOVA_MANAGER_URL", help="Manager base URL.")
     ] = "http://127.0.0.1:8700",
     token_file: Annotated[
-        Path | None,  # noqa: UP007
+        Path | None,
         typer.Option(
             "--token-file",
             help="File with the admin token (or the manager's env file). "

@@ -109,15 +109,15 @@ def up(
 def run(
     scenario: Annotated[Path, typer.Argument(help="Testbed scenario (scenarios/testbed/).")],
     out: Annotated[
-        Path | None,  # noqa: UP007
+        Path | None,
         typer.Option("--out", "-o", help="Output directory [default: out/testbed/<name>]."),
     ] = None,
     policy: Annotated[
-        list[str] | None,  # noqa: UP007
+        list[str] | None,
         typer.Option("--policy", "-p", help="Run only these compared policies (repeatable)."),
     ] = None,
     duration: Annotated[
-        float | None,  # noqa: UP007
+        float | None,
         typer.Option(help="Override the scenario's duration per run, in seconds."),
     ] = None,
     check: Annotated[
@@ -187,7 +187,7 @@ def run(
 @testbed_app.command()
 def down(
     scenario: Annotated[
-        Path | None,  # noqa: UP007
+        Path | None,
         typer.Argument(help="Ignored: everything with the prefix is removed."),
     ] = None,
     prefix: PrefixOpt = "sv-",

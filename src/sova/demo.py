@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import signal
@@ -78,6 +79,78 @@ def sim_agent_wiring(settings: Any, *, speed: float | None, policy: str | None) 
         lambda stop: LocalSimTicker(world, scn.tick, cfg.period, bw, scn.duration, speed, stop),
         config=cfg,
     )
+
+
+def remote_wiring(settings: Any, **_: Any) -> Any:
+    """``sova agent --driver remote``: one host of the demo's world process, in lockstep.
+
+    The agent daemon is the production one; what only the demo needs (its turns, the
+    scenario's controller, records sent to the world, the directive of the report's own
+    round) is added here, so that neither the daemon nor the remote driver knows of it.
+    """
+    from functools import partial
+
+    from sova.daemon.config import ConfigError
+    from sova.daemon.tickers import LockstepTicker
+    from sova.daemon.wiring import Wiring
+    from sova.sim.world_server import WorldHost
+
+    if not settings.connect or not settings.host:
+        raise ConfigError("driver 'remote' needs connect (the world URL) and host")
+    drv = WorldHost(settings.connect, settings.host)
+    return Wiring(
+        drv,
+        lambda stop: LockstepTicker(drv, stop),
+        config=drv.agent_config(),
+        make_daemon=partial(_lockstep_daemon, world=drv, record=settings.record_to_world),
+    )
+
+
+def _lockstep_daemon(*args: Any, world: Any, record: bool, **kw: Any) -> Any:
+    from sova.agent.schedule import POLL
+    from sova.daemon.agent_daemon import AgentDaemon
+    from sova.daemon.manager_client import ManagerRejected, ManagerUnreachable
+    from sova.sim.world_server import world_recorder
+
+    recorder = world_recorder(world) if record else None
+
+    class LockstepAgentDaemon(AgentDaemon):
+        """The production daemon, plus the demo's lockstep: the directive of the round its
+        report joined is fetched before the next turn, and its records go to the world."""
+
+        directive_wait_s = 2.0  # a round ends ms after the last report; never stall long
+        wait_seq: int | None = None
+
+        def do_phase(self, phase: Any) -> None:
+            if phase == POLL:
+                self._fetch_round_directive()
+            super().do_phase(phase)
+
+        def report(self, rep: Any) -> int | None:
+            self.wait_seq = super().report(rep)
+            return self.wait_seq
+
+        def _fetch_round_directive(self) -> None:
+            if self.client is None or self.wait_seq is None:
+                return
+            seq, self.wait_seq = self.wait_seq, None
+            try:
+                self.apply(self.client.wait_directive(seq, self.directive_wait_s))
+            except (ManagerUnreachable, ManagerRejected) as exc:
+                logging.getLogger("sova.agent").debug("no directive for report %d: %s", seq, exc)
+
+        def step(self) -> Any:
+            rep = super().step()
+            if recorder is not None:
+                recorder("step", rep)
+            return rep
+
+        def _on_outcome(self, o: Any) -> None:
+            super()._on_outcome(o)
+            if recorder is not None:
+                recorder("outcome", o)
+
+    return LockstepAgentDaemon(*args, **kw)
 
 
 def free_port() -> int:
@@ -392,15 +465,6 @@ def events_table(world: dict[str, Any]) -> Table:
     return t
 
 
-def leases_table(cluster: dict[str, Any] | None) -> Table:
-    t = Table(title="migrations in flight (leases)")
-    for col in ("VM", "from", "to", "since"):
-        t.add_column(col)
-    for lease in (cluster or {}).get("leases", []):
-        t.add_row(lease["vm"], lease["src"], lease["dst"], f"{lease['since_s']:.0f} s")
-    return t
-
-
 def live_view(world: dict[str, Any], cluster: dict[str, Any] | None, policy: str) -> Group:
     return Group(
         render(world, cluster, policy),
@@ -485,15 +549,15 @@ def demo(
         Path, typer.Argument(help="Scenario YAML [default: scenarios/sova-tour.yaml].")
     ] = DEFAULT_SCENARIO,
     out: Annotated[
-        Path | None,  # noqa: UP007 - typer needs Optional here
+        Path | None,
         typer.Option("--out", "-o", help="Output directory [default: out/demo-<scenario>]."),
     ] = None,
     policy: Annotated[
-        str | None,  # noqa: UP007
+        str | None,
         typer.Option("--policy", "-p", help="Policy to run [default: the one using the manager]."),
     ] = None,
     speed: Annotated[
-        float | None,  # noqa: UP007
+        float | None,
         typer.Option("--speed", help="Max simulated seconds per real second [default: no limit]."),
     ] = None,
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,

@@ -468,12 +468,6 @@ class Scenario(_Strict):
     def policies(self) -> list[str]:
         return [p.name for p in self.policy_specs]
 
-    def home_of(self, vm: str) -> str:
-        for h in self.hosts:
-            if vm in h.vms:
-                return h.name
-        raise KeyError(vm)
-
     def model_host(self, host: HostSpec) -> model.Host:
         nic = model.NIC(
             name=host.nic.name,

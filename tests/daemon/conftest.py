@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -174,3 +175,48 @@ def wait_until(pred: Callable[[], Any], timeout: float, what: str, every: float 
 
 def parse_report(body: bytes) -> Report:
     return Report.model_validate_json(body)
+
+
+# --------------------------------------------------------------------------- a daemon cluster
+
+
+@contextlib.contextmanager
+def running_cluster(
+    scenario: Path,
+    tmp_path: Path,
+    *,
+    policy: str = "sova",
+    show_logs: str | None = "*.log",
+    start: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Iterator[Any]:
+    """The processes ``sova demo`` runs (world, manager, one agent per host) on loopback,
+    started with ``start`` and stopped however the test ends; the logs matching
+    ``show_logs`` are printed on the way out (pytest shows them when a test fails)."""
+    from sova.demo import Cluster, pick_policy
+    from sova.scenario import load_scenario
+
+    scn = load_scenario(scenario)
+    with tempfile.TemporaryDirectory() as work:
+        c = Cluster(
+            scenario,
+            scn,
+            pick_policy(scn, policy),
+            tmp_path / "out",
+            Path(work),
+            log_dir=tmp_path / "logs",
+            **kw,
+        )
+        try:
+            c.start(**(start or {}))
+            yield c
+        finally:
+            c.stop()
+            for log in sorted((tmp_path / "logs").glob(show_logs)) if show_logs else ():
+                print(f"----- {log.name}\n{log.read_text()[-3000:]}")
+
+
+def world_view(c: Any) -> dict[str, Any]:
+    """The world's view of the cluster (hosts, VMs, paused, done)."""
+    view: dict[str, Any] = httpx.get(c.world_url + "/v1/world/view", timeout=5).json()
+    return view

@@ -19,25 +19,22 @@ from __future__ import annotations
 
 import csv
 import signal
-import tempfile
 from pathlib import Path
 
-import httpx
 import pytest
 
-from sova.demo import Cluster, pick_policy
+from sova.demo import Cluster
 from sova.scenario import load_scenario
 from sova.sim.runner import run_policy
 
-from .conftest import REPO, wait_until
+from .conftest import REPO, running_cluster, wait_until, world_view
 
 FIG5 = REPO / "scenarios" / "sova-fig5.yaml"
 RUNS = 10
 
 
 def _migrating_host(c: Cluster) -> str | None:
-    view = httpx.get(c.world_url + "/v1/world/view", timeout=5).json()
-    for h, info in view["hosts"].items():
+    for h, info in world_view(c)["hosts"].items():
         if any(s["migrating"] for s in info["vms"].values()):
             return str(h)
     return None
@@ -62,38 +59,19 @@ def reference() -> list[tuple[str, str, str]]:
 def test_kill_9_of_the_source_agent_at_the_first_migration(
     tmp_path: Path, reference: list[tuple[str, str, str]], run: int
 ) -> None:
-    scn = load_scenario(FIG5)
-    with tempfile.TemporaryDirectory() as work:
-        c = Cluster(
-            FIG5,
-            scn,
-            pick_policy(scn, "sova"),
-            tmp_path / "out",
-            Path(work),
-            log_dir=tmp_path / "logs",
+    # The world pauses itself at the end of the first tick with a VM migrating: the kill
+    # lands mid-migration every run (polling for it raced the world: CI once waited 120 s
+    # for a migration that had come and gone between two polls).
+    with running_cluster(FIG5, tmp_path, show_logs=None, start={"pause_at_migration": True}) as c:
+        wait_until(
+            lambda: world_view(c)["paused"], 300, "the world to pause at the first migration"
         )
-        try:
-            # The world pauses itself at the end of the first tick with a VM migrating: the
-            # kill lands mid-migration every run (polling for it raced the world: CI once
-            # waited 120 s for a migration that had come and gone between two polls).
-            c.start(pause_at_migration=True)
-
-            def paused() -> bool:
-                return bool(httpx.get(c.world_url + "/v1/world/view", timeout=5).json()["paused"])
-
-            wait_until(paused, 300, "the world to pause at the first migration")
-            src = _migrating_host(c)
-            assert src is not None, "the world paused with no VM migrating"
-            assert c.kill(f"agent-{src}", signal.SIGKILL) == -signal.SIGKILL
-            c.start_agent(src)
-            c.pause(False)
-            wait_until(
-                lambda: httpx.get(c.world_url + "/v1/world/view", timeout=5).json()["done"],
-                300,
-                "the run to finish",
-            )
-            c.finish()
-        finally:
-            c.stop()
+        src = _migrating_host(c)
+        assert src is not None, "the world paused with no VM migrating"
+        assert c.kill(f"agent-{src}", signal.SIGKILL) == -signal.SIGKILL
+        c.start_agent(src)
+        c.pause(False)
+        wait_until(lambda: world_view(c)["done"], 300, "the run to finish")
+        c.finish()
     events = list(csv.DictReader((tmp_path / "out" / "events.csv").open()))
     assert _moves(events) == reference, (run, src)

@@ -104,4 +104,4 @@ def test_a_round_planned_in_a_child_process_changes_the_core_exactly_like_plan()
     assert {h: list(w) for h, w in twin.history.items()} == {
         h: list(w) for h, w in core.history.items()
     }
-    assert twin._skip == core._skip  # noqa: SLF001
+    assert twin._skip == core._skip

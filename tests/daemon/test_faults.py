@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import re
 import signal
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from sova.demo import Cluster, pick_policy
-from sova.scenario import load_scenario
+from sova.demo import Cluster
 
-from .conftest import DATA, wait_until
+from .conftest import DATA, running_cluster, wait_until, world_view
 
 SCENARIO = DATA / "two-hosts.yaml"
 VMS = {"A", "B", "C", "D", "E"}
@@ -32,33 +30,17 @@ VMS = {"A", "B", "C", "D", "E"}
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    pause_at_migration = bool(getattr(request, "param", False))
-    scn = load_scenario(SCENARIO)
-    with tempfile.TemporaryDirectory() as work:
-        c = Cluster(
-            SCENARIO,
-            scn,
-            pick_policy(scn, "sova"),
-            tmp_path / "out",
-            Path(work),
-            speed=40.0,
-            agent_timeout_s=3.0,
-            log_dir=tmp_path / "logs",
-            agent_metrics=True,
-        )
-        try:
-            # With the breakpoint armed, the world pauses itself at the first tick with a VM
-            # migrating, so a test acts mid-migration without racing it (polling did race).
-            c.start(pause_at_migration=pause_at_migration)
-            yield c
-        finally:
-            c.stop()
-            for log in sorted((tmp_path / "logs").glob("*.log")):
-                print(f"----- {log.name}\n{log.read_text()[-3000:]}")
+    # With the breakpoint armed, the world pauses itself at the first tick with a VM
+    # migrating, so a test acts mid-migration without racing it (polling did race).
+    start = {"pause_at_migration": bool(getattr(request, "param", False))}
+    with running_cluster(
+        SCENARIO, tmp_path, speed=40.0, agent_timeout_s=3.0, agent_metrics=True, start=start
+    ) as c:
+        yield c
 
 
 def _view(c: Cluster) -> dict:  # type: ignore[type-arg]
-    return httpx.get(c.world_url + "/v1/world/view", timeout=5).json()
+    return world_view(c)
 
 
 def _where(view: dict) -> dict[str, list[str]]:  # type: ignore[type-arg]

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sova.demo import Cluster, pick_policy
-from sova.scenario import load_scenario
+from sova.demo import Cluster
 
-from .conftest import DATA, wait_until
+from .conftest import DATA, running_cluster, wait_until, world_view
 
 SCENARIO = DATA / "two-hosts.yaml"
 
@@ -49,7 +47,7 @@ def plans(c: Cluster, state: str) -> list[dict[str, Any]]:
 
 
 def _done(c: Cluster) -> bool:
-    return bool(httpx.get(c.world_url + "/v1/world/view", timeout=5).json()["done"])
+    return bool(world_view(c)["done"])
 
 
 def migrations(c: Cluster) -> list[tuple[str, str, str]]:
@@ -64,27 +62,12 @@ def migrations(c: Cluster) -> list[tuple[str, str, str]]:
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     param = dict(getattr(request, "param", {}))
-    paused = bool(param.pop("paused", False))
+    start = {"paused": bool(param.pop("paused", False))}
     env = {"SOVA_MANAGER_MODE": "recommend", **param}
-    scn = load_scenario(SCENARIO)
-    with tempfile.TemporaryDirectory() as work:
-        c = Cluster(
-            SCENARIO,
-            scn,
-            pick_policy(scn, "sova"),
-            tmp_path / "out",
-            Path(work),
-            speed=20.0,
-            log_dir=tmp_path / "logs",
-            manager_env=env,
-        )
-        try:
-            c.start(paused=paused)
-            yield c
-        finally:
-            c.stop()
-            for log in sorted((tmp_path / "logs").glob("manager.log")):
-                print(f"----- {log.name}\n{log.read_text()[-3000:]}")
+    with running_cluster(
+        SCENARIO, tmp_path, speed=20.0, manager_env=env, show_logs="manager.log", start=start
+    ) as c:
+        yield c
 
 
 def _first_plan(c: Cluster) -> dict[str, Any]:

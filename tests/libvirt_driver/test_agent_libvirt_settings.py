@@ -16,8 +16,8 @@ pytest.importorskip(
     "libvirt", reason="libvirt-python not installed (scripts/ci-setup-libvirt.sh installs it)"
 )
 
-from sova.daemon import wiring  # noqa: E402
-from sova.daemon.config import load_agent_settings  # noqa: E402
+from sova.daemon import wiring
+from sova.daemon.config import load_agent_settings
 
 
 def _agent(tmp_path: Path, node_uri: str, body: str, environ: dict[str, str] | None = None) -> Any:

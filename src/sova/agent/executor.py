@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from sova.driver.base import Driver, DriverError, OpState
+from sova.driver_protocol import Driver, DriverError, OpState
 from sova.model import (
     Action,
     AttachVF,
@@ -51,13 +52,27 @@ def channel(action: Action) -> str:
 Key = tuple[str, str]  # (vm, channel)
 
 
+class Result(StrEnum):
+    """How an operation ended (the strings are those of events.csv and the metrics)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    BLOCKED = "blocked"  # a pre-condition refused it; nothing was submitted
+    DRY_RUN = "dry-run"  # decided, not submitted
+
+
+# A migration that ended either way: the VM left, or it runs at the source again.
+MIGRATION_ENDED = frozenset({Result.SUCCEEDED, Result.FAILED, Result.TIMEOUT})
+
+
 @dataclass(frozen=True)
 class Outcome:
     """A finished (or refused) operation, as the agent reports it."""
 
     time_s: float
     action: Action
-    result: str  # "succeeded" | "failed" | "timeout" | "blocked" | "dry-run"
+    result: Result
     detail: str = ""
 
 
@@ -111,14 +126,14 @@ class Executor:
             return None
         why = self.precondition(action, actual)
         if why is not None:
-            return self._emit(Outcome(now, action, "blocked", why))
+            return self._emit(Outcome(now, action, Result.BLOCKED, why))
         if self.dry_run:
-            return self._emit(Outcome(now, action, "dry-run", "not submitted"))
+            return self._emit(Outcome(now, action, Result.DRY_RUN, "not submitted"))
         try:
             op_id = self.driver.submit(action)
         except DriverError as exc:
             self._record_failure(key, now)
-            return self._emit(Outcome(now, action, "failed", f"submit refused: {exc}"))
+            return self._emit(Outcome(now, action, Result.FAILED, f"submit refused: {exc}"))
         self.in_flight[key] = _InFlight(op_id, action, now)
         return None
 
@@ -134,18 +149,18 @@ class Executor:
             if status is not None and status.state is OpState.SUCCEEDED:
                 del self.in_flight[key]
                 self._failures.pop(key, None)
-                done.append(self._emit(Outcome(now, f.action, "succeeded", status.detail)))
+                done.append(self._emit(Outcome(now, f.action, Result.SUCCEEDED, status.detail)))
             elif status is not None and status.state is OpState.FAILED:
                 del self.in_flight[key]
                 self._record_failure(key, now)
-                done.append(self._emit(Outcome(now, f.action, "failed", status.detail)))
+                done.append(self._emit(Outcome(now, f.action, Result.FAILED, status.detail)))
             elif now - f.submitted_s > self.timeout_for(f.action):
                 # The operation may still complete on the host; reconciliation against the
                 # next inventory repairs whatever state it leaves.
                 del self.in_flight[key]
                 self._record_failure(key, now)
                 detail = f"no completion after {self.timeout_for(f.action):.0f} s"
-                done.append(self._emit(Outcome(now, f.action, "timeout", detail)))
+                done.append(self._emit(Outcome(now, f.action, Result.TIMEOUT, detail)))
         return done
 
     def timeout_for(self, action: Action) -> float:

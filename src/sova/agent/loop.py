@@ -28,10 +28,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sova.agent.config import ControllerConfig
-from sova.agent.executor import Executor, Outcome
-from sova.agent.registry import make_allocator, vf_policy
+from sova.agent.executor import MIGRATION_ENDED, Executor, Outcome, Result
+from sova.agent.registry import allocator_plugin, vf_policy
 from sova.agent.vf_policies import VFContext, VFPolicy
-from sova.driver.base import Driver
+from sova.driver_protocol import Driver
 from sova.model import (
     Action,
     AttachVF,
@@ -43,9 +43,9 @@ from sova.model import (
     SetGuestRateLimit,
     SetVFRate,
 )
-from sova.policy.bandwidth import FlowDemand, SovaAllocator
+from sova.policy.bandwidth import FlowDemand
 from sova.policy.hotspot import HostCapacity, HostReport, Utilisation, VMLoad
-from sova.policy.operation import Migration, Operation, algorithm1
+from sova.policy.operation import Migration, Operation, choose_migration
 from sova.policy.sensing import (
     HostSensor,
     LoadShares,
@@ -61,7 +61,7 @@ from sova.policy.vfsched import Candidate, VFDecision
 class StepReport:
     time_s: float
     factors: Mapping[str, VMFactors]
-    actual: Inventory
+    actual: Inventory  # the period's one read of the host (HostAgent.snapshot)
     decision: VFDecision | None
     desired_rates: Mapping[str, float | None]
     planned: Sequence[Action]
@@ -70,6 +70,17 @@ class StepReport:
     # Alg. 1's Operation Table as decided this period: VF, VNIC or VLM for every VM on the
     # host (a policy that does not grant VFs leaves them where they are: VF as found).
     operations: Mapping[str, Operation] = field(default_factory=dict)
+    # the VM this period labelled VLM on the manager's signal, and its target (or None)
+    migration: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :meth:`HostAgent.decide` chose for one period."""
+
+    vf: VFDecision | None  # the scheduler's decision, if the policy schedules
+    desired: dict[str, float | None]  # the VF holders and their max rate
+    migration: tuple[str, str] | None = None  # (vm, target) labelled VLM this period
 
 
 def plan_actions(
@@ -160,9 +171,14 @@ class HostAgent:
         self._last_ranking: tuple[str, ...] = ()
         self._ops_this_period = 0
         self._prev_sample: HostSample | None = None
-        self.load_history: list[LoadShares] = []
+        # The period's one read of the host (StepReport.actual); the report, the
+        # manager's directive and the next reconcile use it instead of asking again.
+        self.snapshot: Inventory | None = None
+        self.last_load: LoadShares | None = None
         self.last_vm_loads: dict[str, LoadShares] = {}
-        self.allocator = make_allocator(self.config.bandwidth_policy, self.config.static_caps)
+        plugin = allocator_plugin(self.config.bandwidth_policy)
+        self.allocator = plugin.build(self.config.static_caps) if plugin else None
+        self.spread_spare = plugin is not None and plugin.spread_spare
         self.rate_meter = RateMeter()
         self.limits: dict[str, float | None] = {}
         # Operator fences from the manager (docs/operations.md#fencing): VMs (or the whole
@@ -174,12 +190,12 @@ class HostAgent:
 
     def _outcome(self, outcome: Outcome) -> None:
         a = outcome.action
-        ok = outcome.result == "succeeded"
+        ok = outcome.result is Result.SUCCEEDED
         if ok and isinstance(a, AttachVF):
             self.vf_since[a.vm] = outcome.time_s
         elif ok and isinstance(a, DetachVF):
             self.vf_since.pop(a.vm, None)
-        elif isinstance(a, Migrate) and outcome.result in ("succeeded", "failed", "timeout"):
+        elif isinstance(a, Migrate) and outcome.result in MIGRATION_ENDED:
             # Gone, or rolled back: either way this host stops treating it as leaving.
             self.migrating.pop(a.vm, None)
             self.vf_since.pop(a.vm, None)
@@ -234,24 +250,16 @@ class HostAgent:
             if vm in actual.vms
         }
 
-    def decide(
-        self, factors: Mapping[str, VMFactors], actual: Inventory, now: float
-    ) -> tuple[VFDecision | None, dict[str, float | None]]:
+    def decide(self, factors: Mapping[str, VMFactors], actual: Inventory, now: float) -> Decision:
+        """Alg. 1 once: the VLM label on the manager's signal, then the VF policy."""
         policy = self.vf_policy
         signal, self._signal = self._signal, None
+        chosen = None
         if signal is not None and policy.uses_manager and not self.migrating:
             loads = self._vm_load_reports(actual)
-            table = algorithm1(
-                self._candidates(factors, actual),
-                loads,
-                {},
-                0,
-                now,
-                self.scheduler,
-                signal,
-                self.config.manager.metric,
-            )
-            self.migrating.update(table.migrate)
+            chosen = choose_migration(loads, signal, self.config.manager.metric)
+            if chosen is not None:
+                self.migrating[chosen[0]] = chosen[1]
         frozen = set(actual.vms) if self.vf_freeze_host else self.vf_freeze_vms & actual.vms.keys()
         if frozen and policy.grants_vfs:
             # The policy schedules the rest: frozen VMs are not candidates, and the VFs
@@ -263,8 +271,8 @@ class HostAgent:
                 {n: st for n, st in actual.vms.items() if n not in frozen},
             )
             decision, desired = self._desired(policy, factors, actual, now)
-            return decision, {**desired, **kept}
-        return self._desired(policy, factors, actual, now)
+            return Decision(decision, {**desired, **kept}, chosen)
+        return Decision(*self._desired(policy, factors, actual, now), chosen)
 
     def _desired(
         self, policy: VFPolicy, factors: Mapping[str, VMFactors], actual: Inventory, now: float
@@ -304,24 +312,33 @@ class HostAgent:
         load = host_load(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
         self.last_vm_loads = vm_loads(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
         if load is not None:
-            self.load_history = (self.load_history + [load])[-self.config.manager.n :]
+            self.last_load = load
         return load
 
     def step(self) -> StepReport:
         """One control period: sense, decide, plan, apply."""
         self.executor.poll()
         now = self.driver.now()
-        actual = self.driver.inventory()
+        actual = self.snapshot = self.driver.inventory()
         load = self._observe(self.driver.sample(), actual)
         factors = self.sensor.factors()
-        decision, desired = self.decide(factors, actual, now)
-        self._last_desired = desired
-        self._last_ranking = decision.ranking if decision else tuple(desired)
+        d = self.decide(factors, actual, now)
+        self._last_desired = d.desired
+        self._last_ranking = d.vf.ranking if d.vf else tuple(d.desired)
         self._ops_this_period = 0
         planned = self._reconcile(actual)
-        table = operation_table(actual, desired, self.migrating, self.vf_policy.grants_vfs)
+        table = operation_table(actual, d.desired, self.migrating, self.vf_policy.grants_vfs)
         return StepReport(
-            now, factors, actual, decision, desired, planned, load, dict(self.migrating), table
+            now,
+            factors,
+            actual,
+            d.vf,
+            d.desired,
+            planned,
+            load,
+            dict(self.migrating),
+            table,
+            d.migration,
         )
 
     def poll(self) -> list[Outcome]:
@@ -329,8 +346,9 @@ class HostAgent:
         if not self.executor.in_flight:
             return []
         done = self.executor.poll()
-        if any(o.result == "succeeded" and isinstance(o.action, DetachVF) for o in done):
-            self._reconcile(self.driver.inventory())
+        if any(o.result is Result.SUCCEEDED and isinstance(o.action, DetachVF) for o in done):
+            self.snapshot = self.driver.inventory()
+            self._reconcile(self.snapshot)
         return done
 
     def _reconcile(self, actual: Inventory) -> list[Action]:
@@ -376,7 +394,7 @@ class HostAgent:
         rates = self.rate_meter.observe(self.driver.sample())
         if not rates:
             return []
-        actual = self.driver.inventory()
+        actual = self.snapshot = self.driver.inventory()
         capacity = actual.host.nic.capacity_bps
         demands = []
         for vm, (bps, pkt) in sorted(rates.items()):
@@ -392,12 +410,12 @@ class HostAgent:
             )
         alloc = self.allocator.allocate(capacity, demands)
         extra = 0.0
-        if isinstance(self.allocator, SovaAllocator) and alloc:
-            # Work conservation: an allocation is a VM's fair share of what was measured, and
-            # a cap at exactly that would hold a bursty VM (requests) at its mean rate and
-            # queue it while the link idles. Capacity nobody is allocated is spread over the
-            # caps, which then add up to the link, so no allocation (no guarantee) is eaten
-            # into. The published baselines (DBA-VM, DAQS, static caps) keep their own caps.
+        if self.spread_spare and alloc:
+            # Work conservation (the allocator declares it, AllocatorPlugin.spread_spare): an
+            # allocation is a VM's fair share of what was measured, and a cap at exactly that
+            # would hold a bursty VM (requests) at its mean rate and queue it while the link
+            # idles. Capacity nobody is allocated is spread over the caps, which then add up
+            # to the link, so no allocation (no guarantee) is eaten into.
             spare = capacity - math.fsum(a.rate_bps for a in alloc.values())
             extra = max(0.0, spare) / len(alloc)
         actions: list[Action] = []
@@ -420,13 +438,14 @@ class HostAgent:
     # ----------------------------------------------------------------- report
 
     def host_report(self) -> HostReport | None:
-        """What the manager needs from this host: load history and per-VM loads."""
-        if not self.load_history:
+        """What the manager needs from this host, from the last period's snapshot: its
+        latest load (the manager keeps the history) and per-VM loads."""
+        s, actual = self.last_load, self.snapshot
+        if s is None or actual is None:
             return None
-        actual = self.driver.inventory()
         h = actual.host
         return HostReport(
-            history=tuple(Utilisation(s.cpu, s.mem, s.net) for s in self.load_history),
+            history=(Utilisation(s.cpu, s.mem, s.net),),
             vms=self._vm_load_reports(actual),
             # Shares are of this host's capacity: the manager needs it to judge how much of
             # a smaller or larger target a VM would take (heterogeneous hosts).

@@ -1,23 +1,48 @@
-"""The registries of pluggable policies: VF policies and bandwidth allocators, by name.
+"""The plug-in points: VF policies and bandwidth allocators by name (drivers use the same
+:class:`Registry`, see :mod:`sova.daemon.drivers`).
 
-Adding one is a new module with its class and one line here; a test or a site-specific
-package may also call :func:`register_vf_policy` / :func:`register_allocator` before the
-configuration is validated. Configuration fields are validated against these registries
-when they are parsed (:mod:`sova.agent.config`), so a misspelt name is an error naming
-the field and the value, never a silent default.
+As in the Kubernetes scheduler framework, each extension point is a small named registry:
+
+* a plug-in is registered once under its name; a second registration of the name is an
+  error naming both (nothing is silently replaced);
+* out-of-tree plug-ins come from installed packages' entry points (groups
+  ``sova.vf_policies``, ``sova.allocators``, ``sova.drivers``), loaded the first time the
+  registry is read; a test or a site package may also call :func:`register_vf_policy` /
+  :func:`register_allocator` before the configuration is validated;
+* a plug-in declares what it needs (a VF policy its ``uses_manager`` / ``grants_vfs``; an
+  allocator :class:`AllocatorPlugin`'s fields) instead of being recognised by its class.
+
+Configuration fields are validated against these registries when they are parsed
+(:mod:`sova.agent.config`), so a misspelt name is an error naming the field and the
+value, never a silent default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Generic, TypeVar
 
 from sova.agent.vf_policies import DsrIov, MigrationOnly, NoVF, Sova, StaticSriov, VFPolicy
-from sova.policy.bandwidth import ALLOCATORS, BandwidthAllocator
+from sova.policy.bandwidth import (
+    BandwidthAllocator,
+    DaqsController,
+    DbaVmAllocator,
+    EqualShareAllocator,
+    SovaAllocator,
+    StaticAllocator,
+)
 
 __all__ = [
     "ALLOCATORS",
     "NO_BANDWIDTH_POLICY",
     "VF_POLICIES",
+    "AllocatorPlugin",
+    "Registry",
+    "RegistryError",
+    "allocator_plugin",
     "check_bandwidth_policy",
     "check_vf_policy",
     "make_allocator",
@@ -26,35 +51,195 @@ __all__ = [
     "vf_policy",
 ]
 
-VF_POLICIES: dict[str, type[VFPolicy]] = {
-    p.name: p for p in (NoVF, StaticSriov, DsrIov, Sova, MigrationOnly)
-}
+T = TypeVar("T")
+
+
+class RegistryError(ValueError):
+    """A plug-in registered twice, or one that cannot be loaded."""
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """Plug-ins of one kind by name: built-ins, registered ones and entry points.
+
+    ``adapt`` turns what an entry point loads into a ``T`` (and refuses what is not one);
+    ``lazy`` built-ins are ``"module:attribute"`` references loaded when first used, so a
+    name can be validated without importing what it names (the libvirt driver).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        group: str,
+        adapt: Callable[[str, Any], T],
+        *,
+        lazy: Mapping[str, str] | None = None,
+    ) -> None:
+        self.kind, self.group = kind, group
+        self._adapt = adapt
+        self._items: dict[str, T] = {}
+        self._origin: dict[str, str] = {}
+        self._refs: dict[str, str] = {}
+        self._plugins_loaded = False
+        for name, ref in (lazy or {}).items():
+            self._claim(name, f"built-in {ref}")
+            self._refs[name] = ref
+
+    def _claim(self, name: str, origin: str) -> None:
+        if name in self._origin:
+            raise RegistryError(
+                f"{self.kind} {name!r} is already registered ({self._origin[name]}); "
+                f"refusing a second one ({origin}): choose another name"
+            )
+        self._origin[name] = origin
+
+    def register(self, name: str, item: T, origin: str = "") -> T:
+        """Add ``item`` under ``name``; a name already taken is refused."""
+        self._claim(name, origin or _describe(item))
+        self._items[name] = item
+        return item
+
+    def unregister(self, name: str) -> None:
+        """Remove a registered plug-in (tests, or a site package replacing its own)."""
+        self._origin.pop(name, None)
+        self._items.pop(name, None)
+        self._refs.pop(name, None)
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in entry_points(group=self.group):
+            where = f"entry point {ep.value!r} in group {self.group!r}"
+            self._claim(ep.name, where)
+            self._refs[ep.name] = ep.value
+
+    def _load(self, name: str) -> T:
+        ref = self._refs.pop(name)
+        module, _, attr = ref.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in attr.split(".") if attr else ():
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            self._refs[name] = ref
+            raise RegistryError(f"{self.kind} {name!r}: cannot load {ref!r}: {exc}") from None
+        item = self._adapt(name, obj)
+        self._items[name] = item
+        return item
+
+    def __getitem__(self, name: str) -> T:
+        self._load_plugins()
+        if name in self._items:
+            return self._items[name]
+        if name in self._refs:
+            return self._load(name)
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        self._load_plugins()
+        return name in self._origin
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_plugins()
+        return iter(list(self._origin))
+
+    def __len__(self) -> int:
+        self._load_plugins()
+        return len(self._origin)
+
+    def check(self, name: str) -> str:
+        """``name`` if registered, else a one-line error listing the known names."""
+        if name not in self:
+            raise ValueError(f"unknown {self.kind} {name!r}; choose from {', '.join(self)}")
+        return name
+
+
+def _describe(item: object) -> str:
+    module = getattr(item, "__module__", None) or type(item).__module__
+    qual = getattr(item, "__qualname__", None) or type(item).__qualname__
+    return f"{module}.{qual}"
+
+
+# --------------------------------------------------------------------------- VF policies
+
+
+def _vf_policy(name: str, obj: Any) -> type[VFPolicy]:
+    if not (isinstance(obj, type) and issubclass(obj, VFPolicy)):
+        raise RegistryError(f"VF policy {name!r}: {obj!r} is not a VFPolicy subclass")
+    if obj.name != name:
+        raise RegistryError(f"VF policy {name!r}: the class calls itself {obj.name!r}")
+    return obj
+
+
+VF_POLICIES: Registry[type[VFPolicy]] = Registry("VF policy", "sova.vf_policies", _vf_policy)
+for _p in (NoVF, StaticSriov, DsrIov, Sova, MigrationOnly):
+    VF_POLICIES.register(_p.name, _p)
+
+
+def register_vf_policy(policy: type[VFPolicy]) -> type[VFPolicy]:
+    """Add a VF policy under its ``name`` (usable as a class decorator)."""
+    return VF_POLICIES.register(policy.name, _vf_policy(policy.name, policy))
+
+
+def check_vf_policy(name: str) -> str:
+    return VF_POLICIES.check(name)
+
+
+def vf_policy(name: str) -> type[VFPolicy]:
+    return VF_POLICIES[check_vf_policy(name)]
+
+
+# --------------------------------------------------------------------------- allocators
 
 # The bandwidth policy that runs no allocator (no bandwidth loop at all).
 NO_BANDWIDTH_POLICY = "none"
 
 
-def register_vf_policy(policy: type[VFPolicy]) -> type[VFPolicy]:
-    """Add a VF policy under its ``name`` (usable as a class decorator)."""
-    VF_POLICIES[policy.name] = policy
-    return policy
+@dataclass(frozen=True)
+class AllocatorPlugin:
+    """A bandwidth allocator and what it declares it needs from the agent."""
+
+    factory: Callable[..., BandwidthAllocator]
+    # built as ``factory(static_caps)`` from the controller's ``static_caps``, else ``factory()``
+    needs_static_caps: bool = False
+    # Its allocations are fair shares of what was measured, not caps: the agent spreads the
+    # capacity nobody was allocated over them, so a bursty VM is not held at its mean rate
+    # while the link idles (the published baselines keep their own caps).
+    spread_spare: bool = False
+
+    def build(self, static_caps: Mapping[str, float]) -> BandwidthAllocator:
+        return self.factory(static_caps) if self.needs_static_caps else self.factory()
+
+
+def _allocator(name: str, obj: Any) -> AllocatorPlugin:
+    if isinstance(obj, AllocatorPlugin):
+        return obj
+    if callable(obj):
+        return AllocatorPlugin(obj)
+    raise RegistryError(f"allocator {name!r}: {obj!r} is neither an AllocatorPlugin nor callable")
+
+
+ALLOCATORS: Registry[AllocatorPlugin] = Registry("allocator", "sova.allocators", _allocator)
+ALLOCATORS.register(EqualShareAllocator.name, AllocatorPlugin(EqualShareAllocator))
+ALLOCATORS.register(StaticAllocator.name, AllocatorPlugin(StaticAllocator, needs_static_caps=True))
+ALLOCATORS.register(DbaVmAllocator.name, AllocatorPlugin(DbaVmAllocator))
+ALLOCATORS.register(DaqsController.name, AllocatorPlugin(DaqsController))
+ALLOCATORS.register(SovaAllocator.name, AllocatorPlugin(SovaAllocator, spread_spare=True))
 
 
 def register_allocator(
-    name: str, factory: Callable[..., BandwidthAllocator]
+    name: str,
+    factory: Callable[..., BandwidthAllocator],
+    *,
+    needs_static_caps: bool = False,
+    spread_spare: bool = False,
 ) -> Callable[..., BandwidthAllocator]:
-    """Add a bandwidth allocator; ``factory()`` (or ``factory(static_caps)`` if it declares
-    ``uses_static_caps``) builds one."""
+    """Add a bandwidth allocator under ``name``, declaring what it needs (see
+    :class:`AllocatorPlugin`)."""
     if name == NO_BANDWIDTH_POLICY:
-        raise ValueError(f"{name!r} is reserved for 'no bandwidth policy'")
-    ALLOCATORS[name] = factory
+        raise RegistryError(f"{name!r} is reserved for 'no bandwidth policy'")
+    ALLOCATORS.register(name, AllocatorPlugin(factory, needs_static_caps, spread_spare))
     return factory
-
-
-def check_vf_policy(name: str) -> str:
-    if name not in VF_POLICIES:
-        raise ValueError(f"unknown VF policy {name!r}; choose from {', '.join(VF_POLICIES)}")
-    return name
 
 
 def check_bandwidth_policy(name: str) -> str:
@@ -64,14 +249,13 @@ def check_bandwidth_policy(name: str) -> str:
     return name
 
 
-def vf_policy(name: str) -> type[VFPolicy]:
-    return VF_POLICIES[check_vf_policy(name)]
+def allocator_plugin(name: str) -> AllocatorPlugin | None:
+    """The allocator registered as ``name``; None for ``"none"``."""
+    if check_bandwidth_policy(name) == NO_BANDWIDTH_POLICY:
+        return None
+    return ALLOCATORS[name]
 
 
 def make_allocator(name: str, static_caps: Mapping[str, float]) -> BandwidthAllocator | None:
-    if check_bandwidth_policy(name) == NO_BANDWIDTH_POLICY:
-        return None
-    factory = ALLOCATORS[name]
-    if getattr(factory, "uses_static_caps", False):
-        return factory(static_caps)
-    return factory()
+    plugin = allocator_plugin(name)
+    return None if plugin is None else plugin.build(static_caps)

@@ -19,13 +19,29 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from sova.agent.loop import HostAgent, StepReport
 
-POLL, BANDWIDTH, STEP = 0, 1, 2  # in the order they run within one tick
-PHASE_NAMES = {POLL: "poll", BANDWIDTH: "bandwidth", STEP: "control"}
+
+class Phase(IntEnum):
+    """An agent's phases, numbered in the order they run within one tick (the number is
+    what the demo's world server and its agents exchange)."""
+
+    POLL = 0
+    BANDWIDTH = 1
+    STEP = 2
+
+    @property
+    def label(self) -> str:
+        """The name in metrics and logs (``loop`` label of the loop-duration histogram)."""
+        return _LABELS[self]
+
+
+_LABELS = {Phase.POLL: "poll", Phase.BANDWIDTH: "bandwidth", Phase.STEP: "control"}
+POLL, BANDWIDTH, STEP = Phase.POLL, Phase.BANDWIDTH, Phase.STEP
 
 
 class Clock(Protocol):
@@ -58,7 +74,7 @@ class PhaseSchedule:
     def bandwidth_ticks(self) -> int:
         return ticks(self.bandwidth_period_s, self.tick_s) if self.bandwidth_period_s else 0
 
-    def phases(self, k: int, since: int | None = None) -> list[int]:
+    def phases(self, k: int, since: int | None = None) -> list[Phase]:
         """The phases due after tick ``k``, in order; ``since``: the last tick taken
         (default ``k - 1``), so that a skipped period still runs once."""
         last = k - 1 if since is None else since
@@ -73,7 +89,7 @@ class PhaseSchedule:
 
     def turns(
         self, env: Clock, until: float = math.inf, *, at_start: bool = False
-    ) -> Iterator[tuple[float, list[int]]]:
+    ) -> Iterator[tuple[float, list[Phase]]]:
         """(time, phases) after each tick of ``env`` until ``until`` or the clock stops.
 
         ``at_start``: every phase once at time 0 too (a daemon acts on start; the
@@ -92,7 +108,7 @@ class PhaseSchedule:
             k = nxt
 
 
-def act(agent: HostAgent, phase: int) -> StepReport | None:
+def act(agent: HostAgent, phase: Phase) -> StepReport | None:
     """Run one phase on ``agent``; a control step returns its report."""
     if phase == POLL:
         agent.poll()

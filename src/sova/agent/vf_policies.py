@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from sova.model import Inventory
-from sova.policy.operation import algorithm1
 from sova.policy.sensing import VMFactors
-from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
+from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig, schedule
 
 Desired = dict[str, float | None]
 
@@ -102,12 +101,13 @@ class DsrIov(VFPolicy):
             # every VF on the host and re-granting it a period later.
             keep = [c.vm for c in ctx.candidates if c.eligible and c.vm in actual.vf_holders]
             return None, {vm: actual.vms[vm].vf_max_bps for vm in keep}
+        # Alg. 1 lines 10-28. Its VLM label (lines 3-9) was given by the agent already: the
+        # VM chosen to migrate is an ineligible candidate here.
         holders = {vm: ctx.vf_since[vm] for vm in actual.vf_holders}
-        table = algorithm1(
-            ctx.candidates, {}, holders, actual.host.nic.vf_pool, ctx.now, ctx.scheduler
+        decision = schedule(
+            ctx.candidates, holders, actual.host.nic.vf_pool, ctx.now, ctx.scheduler
         )
-        assert table.decision is not None
-        return table.decision, ctx.with_tiers(list(table.decision.pq))
+        return decision, ctx.with_tiers(list(decision.pq))
 
 
 class Sova(DsrIov):

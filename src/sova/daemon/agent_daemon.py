@@ -27,14 +27,13 @@ import math
 import secrets
 import signal as signal_mod
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sova.agent.config import ControllerConfig
-from sova.agent.executor import Outcome
+from sova.agent.executor import MIGRATION_ENDED, Outcome, Result
 from sova.agent.loop import HostAgent, StepReport, operation_table
-from sova.agent.schedule import BANDWIDTH, PHASE_NAMES, POLL, STEP, act
+from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, act
 from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
 from sova.daemon.manager_security import agent_warnings
@@ -70,13 +69,9 @@ class AgentDaemon:
     client: ManagerClient | None = None
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
     host: str = ""
-    wait_for_round: bool = False  # lockstep demo: fetch the directive of our report's round
-    directive_wait_s: float = 2.0  # a round ends ms after the last report; never stall long
-    recorder: Callable[[str, Any], None] | None = None  # demo: ("step"|"outcome", payload)
-    config: ControllerConfig | None = None  # a simulated world's own controller config
 
     def __post_init__(self) -> None:
-        self.cfg: ControllerConfig = self.config or self.settings.controller
+        self.cfg: ControllerConfig = self.settings.controller
         if not self.host:
             self.host = self.settings.host or self.driver.capabilities().host
         self.agent = HostAgent(
@@ -89,7 +84,6 @@ class AgentDaemon:
         self.signalled: dict[str, str] = {}  # VM we chose to move -> VM the lease names
         self.awaiting: Directive | None = None  # applied; the next step consumes it
         self.pending_done: collections.deque[_Done] = collections.deque(maxlen=MAX_PENDING_DONE)
-        self.wait_seq: int | None = None
         self.manager_up: bool | None = None
         self.last_report: StepReport | None = None
         self.table: dict[str, str] = {}
@@ -98,7 +92,7 @@ class AgentDaemon:
 
     def reconcile(self) -> None:
         """Adopt the host as the driver shows it, instead of assuming a clean start."""
-        inv = self.driver.inventory()
+        inv = self.agent.snapshot = self.driver.inventory()
         now = self.driver.now()
         for vm, st in sorted(inv.vms.items()):
             if st.migrating:
@@ -141,10 +135,9 @@ class AgentDaemon:
 
     # ------------------------------------------------------------------ phases
 
-    def do_phase(self, phase: int) -> None:
-        with self.metrics.loop_duration.labels(PHASE_NAMES[phase]).time():
+    def do_phase(self, phase: Phase) -> None:
+        with self.metrics.loop_duration.labels(phase.label).time():
             if phase == POLL:
-                self._fetch_round_directive()
                 act(self.agent, POLL)
                 self.flush_done()
             elif phase == BANDWIDTH:
@@ -155,25 +148,21 @@ class AgentDaemon:
                 self.report(rep)
 
     def step(self) -> StepReport:
-        before = set(self.agent.migrating)
         rep = self.agent.step()
         self.last_report = rep
         self._check_adopted(dict(rep.actual.vms))
-        chosen = set(self.agent.migrating) - before
         d, self.awaiting = self.awaiting, None
         if d is not None and d.vm is not None:
-            if chosen:
-                for vm in chosen:
-                    self.signalled[vm] = d.vm
-                    log.info("migrating %s to %s (manager directive %d)", vm, d.target, d.id)
+            if rep.migration is not None:
+                vm = rep.migration[0]
+                self.signalled[vm] = d.vm
+                log.info("migrating %s to %s (manager directive %d)", vm, d.target, d.id)
             elif d.vm not in self.agent.migrating:
                 why = f"no VM to move under vf_policy {self.cfg.vf_policy!r}"
                 log.info("declined directive %d: %s", d.id, why)
                 self.pending_done.append(_Done(d.vm, MigrationDone(result="declined", detail=why)))
         self.table = {vm: op.name for vm, op in rep.operations.items()}
         self._export(rep)
-        if self.recorder is not None:
-            self.recorder("step", rep)
         return rep
 
     def operation_table(self) -> dict[str, str]:
@@ -181,12 +170,14 @@ class AgentDaemon:
 
     # ------------------------------------------------------------------ manager
 
-    def report(self, rep: StepReport) -> None:
+    def report(self, rep: StepReport) -> int | None:
+        """Report the period to the manager and apply its answer; the report's sequence
+        number if the manager took it."""
         if self.client is None:
-            return
+            return None
         hr = self.agent.host_report()
         if hr is None:
-            return  # no full period measured yet
+            return None  # no full period measured yet
         self.seq += 1
         body = build_report(
             self.seq,
@@ -205,25 +196,15 @@ class AgentDaemon:
         except ManagerUnreachable as exc:
             self._manager_state(False, str(exc))
             self.metrics.reports.labels("unreachable").inc()
-            return
+            return None
         except ManagerRejected as exc:
             self.metrics.reports.labels("rejected").inc()
             log.error("manager rejected the report: %s", exc)
-            return
+            return None
         self._manager_state(True)
         self.metrics.reports.labels("sent").inc()
-        if self.wait_for_round:
-            self.wait_seq = self.seq
         self.apply(directive)
-
-    def _fetch_round_directive(self) -> None:
-        if self.client is None or self.wait_seq is None:
-            return
-        seq, self.wait_seq = self.wait_seq, None
-        try:
-            self.apply(self.client.wait_directive(seq, self.directive_wait_s))
-        except (ManagerUnreachable, ManagerRejected) as exc:
-            log.debug("no directive for report %d: %s", seq, exc)
+        return self.seq
 
     def _manager_state(self, up: bool, why: str = "") -> None:
         if up and self.manager_up is False:
@@ -253,11 +234,10 @@ class AgentDaemon:
             log.info("directive %d: %s is already migrating; acknowledged", d.id, d.vm)
             return
         if d.vm is not None:
-            try:
-                here = d.vm in self.driver.inventory().vms
-            except DriverError:
-                here = True  # let the next step decide with fresh data
-            if not here:
+            # This period's snapshot (the report it answers was built from it); before
+            # the first period nothing was read, so the next step decides with fresh data.
+            snap = self.agent.snapshot
+            if snap is not None and d.vm not in snap.vms:
                 # The target was checked for this VM only; moving another one instead
                 # (e.g. after a restart, for a directive whose VM already left) would
                 # move load the manager never placed.
@@ -294,22 +274,20 @@ class AgentDaemon:
     def _on_outcome(self, o: Outcome) -> None:
         a = o.action
         self.metrics.actions.labels(a.kind, o.result).inc()
-        if o.result == "dry-run":
+        if o.result is Result.DRY_RUN:
             log.info("dry run: would %s", _describe(a))
-        elif o.result == "succeeded":
+        elif o.result is Result.SUCCEEDED:
             if not isinstance(a, SetGuestRateLimit):
                 log.info("%s: %s", _describe(a), o.detail or "done")
         else:
             log.warning("%s %s: %s", _describe(a), o.result, o.detail)
-        if isinstance(a, Migrate) and o.result in ("succeeded", "failed", "timeout"):
+        if isinstance(a, Migrate) and o.result in MIGRATION_ENDED:
             lease_vm = self.signalled.pop(a.vm, a.vm)
             self.pending_done.append(
                 _Done(
-                    lease_vm, MigrationDone(result=o.result, dst=a.dst_host, detail=o.detail[:400])
+                    lease_vm, MigrationDone(result=o.result.value, dst=a.dst_host, detail=o.detail[:400])
                 )
             )
-        if self.recorder is not None:
-            self.recorder("outcome", o)
 
     # ------------------------------------------------------------------ metrics
 
@@ -357,7 +335,7 @@ class AgentDaemon:
                     self.do_phase(phase)
                 except DriverError as exc:
                     # The host's API failed this once; the next period reads it afresh.
-                    log.warning("%s phase failed: %s", PHASE_NAMES[phase], exc)
+                    log.warning("%s phase failed: %s", phase.label, exc)
 
 
 def _finite(x: float) -> float:
@@ -395,6 +373,8 @@ def run_agent(
     for warning in agent_warnings(settings):
         log.warning(warning)
     wiring = wiring or build(settings, speed=speed, policy=policy)
+    if wiring.config is not None:  # a simulated world's own controller
+        settings = settings.model_copy(update={"controller": wiring.config})
     try:  # orchestrator = "openstack": sense on the host, act through Nova and Neutron
         wiring.driver = orchestrate(wiring.driver, settings, settings.host)
     except CloudConfigError as exc:
@@ -418,21 +398,8 @@ def run_agent(
         from prometheus_client import start_http_server
 
         start_http_server(settings.metrics_port, settings.metrics_addr, registry=metrics.registry)
-    recorder = None
-    if wiring.lockstep and settings.record_to_world:
-        from sova.driver.remote import world_recorder
-
-        recorder = world_recorder(wiring.remote)
-    daemon = AgentDaemon(
-        settings,
-        wiring.driver,
-        client=client,
-        metrics=metrics,
-        host=host,
-        wait_for_round=wiring.lockstep,
-        recorder=recorder,
-        config=wiring.config,
-    )
+    make = wiring.make_daemon or AgentDaemon
+    daemon: AgentDaemon = make(settings, wiring.driver, client=client, metrics=metrics, host=host)
 
     def _stop(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping after the current turn", signum)
@@ -445,7 +412,7 @@ def run_agent(
         "sova agent for %s: driver %s, policy %s, manager %s%s",
         host,
         settings.driver,
-        (wiring.config.vf_policy if wiring.config else settings.controller.vf_policy),
+        settings.controller.vf_policy,
         settings.manager_url or "none (standalone)",
         ", DRY RUN" if settings.dry_run else "",
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     ConfigDict,
@@ -31,6 +32,7 @@ from pydantic import (
 
 from sova.agent.config import ControllerConfig, ManagerSpec
 from sova.daemon.conn_guard import ConnLimits
+from sova.daemon.drivers import DRIVERS
 from sova.orchestrator.settings import OrchestratorSettings
 from sova.units import Duration, Rate
 
@@ -122,7 +124,8 @@ class AgentSettings(_Strict, OrchestratorSettings):
     host: str | None = Field(
         default=None, description="this host's name at the manager; default: the driver's"
     )
-    driver: Literal["libvirt", "sim", "mock", "remote"] = "libvirt"
+    # a name in the drivers' registry (sova.daemon.drivers; plug-ins add theirs)
+    driver: Annotated[str, AfterValidator(DRIVERS.check)] = "libvirt"
     connect: str | None = Field(
         default=None,
         description="libvirt URI (libvirt), scenario file (sim), world URL (remote)",

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sova.agent.schedule import PhaseSchedule
+from sova.agent.schedule import Phase, PhaseSchedule
 from sova.clock import Environment, RealtimeEnvironment
 from sova.driver.base import Driver, DriverError
 
@@ -23,7 +23,7 @@ log = logging.getLogger("sova.agent")
 class Ticker(Protocol):
     """Hands the loop its turns: the driver time and the phases due then."""
 
-    def next(self) -> tuple[float, list[int]] | None: ...
+    def next(self) -> tuple[float, list[Phase]] | None: ...
 
 
 class WallTicker:
@@ -47,24 +47,30 @@ class WallTicker:
         schedule = PhaseSchedule(tick, period_s, bandwidth_period_s)
         self._turns = schedule.turns(RealtimeEnvironment(stop=stop), at_start=True)
 
-    def next(self) -> tuple[float, list[int]] | None:
+    def next(self) -> tuple[float, list[Phase]] | None:
         turn = next(self._turns, None)
         if turn is None:
             return None
         return self.driver.now(), turn[1]
 
 
+class Turns(Protocol):
+    """A world that hands out turns (the demo's, :class:`sova.sim.world_server.WorldHost`)."""
+
+    def sync(self, at: float, phase: int, wait_s: float = ...) -> tuple[float, int, bool]: ...
+
+
 @dataclass
 class LockstepTicker:
     """Turns handed out by a world server (``sova demo``): one phase per call."""
 
-    driver: Any  # RemoteDriver
+    driver: Turns
     stop: threading.Event
     wait_s: float = 2.0  # short: a stop request is noticed between long-polls
     _at: float = -1.0
-    _phase: int = 0
+    _phase: Phase = Phase.POLL
 
-    def next(self) -> tuple[float, list[int]] | None:
+    def next(self) -> tuple[float, list[Phase]] | None:
         while not self.stop.is_set():
             try:
                 t, phase, done = self.driver.sync(self._at, self._phase, self.wait_s)
@@ -77,8 +83,8 @@ class LockstepTicker:
                 return None
             if phase < 0:
                 continue
-            self._at, self._phase = t, phase
-            return t, [phase]
+            self._at, self._phase = t, Phase(phase)
+            return t, [self._phase]
         return None
 
 
@@ -104,7 +110,7 @@ class LocalSimTicker:
             else Environment()
         )
 
-    def next(self) -> tuple[float, list[int]] | None:
+    def next(self) -> tuple[float, list[Phase]] | None:
         if self.stop.is_set() or self.world.now >= self.until_s - 1e-9:
             return None
         self.world.advance()

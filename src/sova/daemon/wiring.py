@@ -1,4 +1,5 @@
-"""Which driver and clock an agent process runs with, chosen by ``settings.driver``.
+"""Which driver and clock an agent process runs with, chosen by ``settings.driver`` from
+the drivers' registry (:mod:`sova.daemon.drivers`; out-of-tree drivers plug in there).
 
 libvirt is imported only when chosen. ``sim`` (a scenario simulated in this process)
 composes the agent with the simulator and is wired by :mod:`sova.demo`, never here: the
@@ -15,7 +16,8 @@ from typing import Any
 
 from sova.agent.config import ControllerConfig
 from sova.daemon.config import AgentSettings, ConfigError
-from sova.daemon.tickers import LockstepTicker, Ticker, WallTicker
+from sova.daemon.drivers import DRIVERS
+from sova.daemon.tickers import Ticker, WallTicker
 from sova.driver.base import Driver
 
 
@@ -72,9 +74,10 @@ class _ToyHost:
 class Wiring:
     driver: Driver
     ticker_factory: Callable[[threading.Event], Ticker]
-    lockstep: bool = False
-    remote: Any = None
-    config: ControllerConfig | None = None  # from the scenario (sim) or the world (remote)
+    config: ControllerConfig | None = None  # a world's own controller (replaces settings')
+    # builds the daemon (settings, driver, **kw) -> AgentDaemon; None: the production one.
+    # The demo's agents add their lockstep and records this way (sova.demo).
+    make_daemon: Callable[..., Any] | None = None
 
 
 def libvirt_options(settings: AgentSettings) -> dict[str, Any]:
@@ -105,53 +108,56 @@ def check_hotplug_budget(
         )
 
 
+def libvirt_wiring(settings: AgentSettings, **_: Any) -> Wiring:
+    """``libvirt``: a real host; libvirt is imported only when chosen."""
+    c = settings.controller
+    try:
+        from sova.driver.libvirt_driver import LibvirtDriver
+    except ImportError as exc:  # pragma: no cover - depends on the host
+        from sova.install import install_hint
+
+        raise ConfigError(
+            f"driver: 'libvirt' needs libvirt-python ({exc}); {install_hint('agent')}"
+        ) from None
+    try:
+        drv = LibvirtDriver.open(
+            settings.connect or "qemu:///system",
+            read_only=settings.dry_run,
+            **libvirt_options(settings),
+        )
+    except ValueError as exc:  # a strategy the driver refuses, a bad driver file
+        raise ConfigError(f"libvirt: {exc}") from None
+    check_hotplug_budget(drv.config, c.op_timeout, drv.close)
+    return Wiring(drv, wall_ticker(drv, settings))
+
+
+def mock_wiring(settings: AgentSettings, **_: Any) -> Wiring:
+    """``mock``: a static toy host (smoke tests)."""
+    from sova.driver.base import MockDriver
+
+    drv = MockDriver(_ToyHost(settings.host or "mock-host"))
+    return Wiring(drv, wall_ticker(drv, settings))
+
+
+def wall_ticker(drv: Driver, settings: AgentSettings) -> Callable[[threading.Event], Ticker]:
+    """The wall clock, for a driver on a real (or toy) host."""
+    c = settings.controller
+    bw = c.bandwidth_period if c.bandwidth_policy != "none" else None
+    return lambda stop: WallTicker(drv, c.period, bw, settings.poll_interval_s, stop)
+
+
 def build(
     settings: AgentSettings, *, speed: float | None = None, policy: str | None = None
 ) -> Wiring:
-    """The driver and clock for ``settings.driver``; libvirt is imported only when chosen."""
-    c = settings.controller
-    bw = c.bandwidth_period if c.bandwidth_policy != "none" else None
-    if settings.driver == "libvirt":
-        try:
-            from sova.driver.libvirt_driver import LibvirtDriver
-        except ImportError as exc:  # pragma: no cover - depends on the host
-            from sova.install import install_hint
-
-            raise ConfigError(
-                f"driver: 'libvirt' needs libvirt-python ({exc}); {install_hint('agent')}"
-            ) from None
-        try:
-            drv = LibvirtDriver.open(
-                settings.connect or "qemu:///system",
-                read_only=settings.dry_run,
-                **libvirt_options(settings),
-            )
-        except ValueError as exc:  # a strategy the driver refuses, a bad driver file
-            raise ConfigError(f"libvirt: {exc}") from None
-        check_hotplug_budget(drv.config, c.op_timeout, drv.close)
-        return Wiring(
-            drv, lambda stop: WallTicker(drv, c.period, bw, settings.poll_interval_s, stop)
+    """The driver and clock for ``settings.driver``, from the drivers' registry."""
+    try:
+        factory = DRIVERS[DRIVERS.check(settings.driver)]
+    except ValueError as exc:
+        raise ConfigError(f"driver: {exc}") from None
+    wiring = factory(settings, speed=speed, policy=policy)
+    if not isinstance(wiring, Wiring):
+        raise ConfigError(
+            f"driver = {settings.driver!r}: its factory returned {type(wiring).__name__}, "
+            "not a Wiring"
         )
-    if settings.driver == "mock":
-        from sova.driver.base import MockDriver
-
-        mdrv = MockDriver(_ToyHost(settings.host or "mock-host"))
-        return Wiring(
-            mdrv, lambda stop: WallTicker(mdrv, c.period, bw, settings.poll_interval_s, stop)
-        )
-    if settings.driver == "remote":
-        from sova.driver.remote import RemoteDriver
-
-        if not settings.connect or not settings.host:
-            raise ConfigError("driver 'remote' needs connect (the world URL) and host")
-        rdrv = RemoteDriver(settings.connect, settings.host)
-        return Wiring(
-            rdrv,
-            lambda stop: LockstepTicker(rdrv, stop),
-            lockstep=True,
-            remote=rdrv,
-            config=rdrv.agent_config(),
-        )
-    # "sim" (one host of a scenario simulated in this process) composes the agent with
-    # the simulator: sova.demo wires it and hands run_agent the result.
-    raise ConfigError(f"driver: {settings.driver!r} is wired by the caller (see sova.demo)")
+    return wiring

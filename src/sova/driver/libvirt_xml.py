@@ -106,10 +106,6 @@ class DomainInfo:
     # (Nova adds it for images with hw_qemu_guest_agent=yes).
     guest_agent_channel: bool = False
 
-    def nic_by_mac(self, mac: str) -> list[DomainNic]:
-        mac = mac.lower()
-        return [n for n in self.nics if n.mac == mac]
-
     def failover_backup(self) -> DomainNic | None:
         """The virtio interface the VF would pair with (first one with persistent teaming)."""
         for n in self.nics:

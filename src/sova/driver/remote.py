@@ -10,6 +10,10 @@ type hints, so a field added to ``sova.model`` travels without touching this fil
 
 Every call has a timeout and a network failure is a :class:`DriverError`, which the
 executor already treats as "unreachable host: retry, let the deadline decide".
+
+Only the Driver protocol travels here. What is the demo's alone (its lockstep turns, the
+controller configuration and the records the agents send to the world) is spoken by
+:class:`sova.sim.world_server.WorldClient`, beside the server that answers it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import enum
 import functools
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -27,7 +31,6 @@ import httpx
 from sova import model
 from sova.driver.base import Capabilities, DriverError, OpState, OpStatus
 from sova.model import Action, HostSample, Inventory
-from sova.record import outcome_event, row_dict, step_rows
 
 ACTIONS: dict[str, type[Any]] = {
     cls.kind: cls
@@ -210,48 +213,3 @@ class RemoteDriver:
     def poll(self, op_id: str) -> OpStatus:
         d = self._get(f"/ops/{op_id}")
         return OpStatus(str(d["op_id"]), OpState(d["state"]), str(d.get("detail", "")))
-
-    # ------------------------------------------------------------------ lockstep
-
-    def sync(self, at: float, phase: int, wait_s: float = 10.0) -> tuple[float, int, bool]:
-        """Tell the world this agent finished ``phase`` at time ``at``; wait for its next turn.
-
-        Returns ``(time, phase, done)``: the turn to act on (phase -1 = none yet, call
-        again) and whether the run has ended.
-        """
-        d = self._call(
-            "POST",
-            "/sync",
-            json={"at": at, "phase": phase, "wait_s": wait_s},
-            timeout=wait_s + 5.0,
-        )
-        return float(d["now"]), int(d["phase"]), bool(d["done"])
-
-    def agent_config(self) -> Any:
-        """The scenario's controller configuration for this world's policy."""
-        from sova.agent.config import ControllerConfig
-
-        return ControllerConfig.model_validate(self._call("GET", "/agent-config"))
-
-    def records(self, timeline: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
-        """Hand the world the agent's step records and outcome events (for output files)."""
-        if timeline or events:
-            self._call("POST", "/records", json={"timeline": timeline, "events": events})
-
-
-# --------------------------------------------------------------------------- demo records
-
-
-def world_recorder(remote: RemoteDriver) -> Callable[[str, Any], None]:
-    """Send step records and outcome events to the world, as :mod:`sova.record` words them
-    (the world adds policy, host and what only it measures)."""
-
-    def record(kind: str, payload: Any) -> None:
-        if kind == "step":
-            remote.records([row_dict(r) for r in step_rows(payload)], [])
-            return
-        ev = outcome_event(payload)
-        if ev is not None:
-            remote.records([], [row_dict(ev)])
-
-    return record

@@ -153,7 +153,7 @@ class Peer:
                     stdout=fh,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads run yet
+                    preexec_fn=_die_with_parent,
                 )
             )
 

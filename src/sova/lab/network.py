@@ -16,7 +16,6 @@ import signal
 import subprocess
 from pathlib import Path
 
-from sova.driver.libvirt_driver.tap_shaping import TapShaper
 from sova.lab.settings import LabSettings
 
 
@@ -61,11 +60,6 @@ def up(s: LabSettings) -> None:
     sh("ip", "-n", s.peer_ns, "link", "set", "lo", "up")
     sh("ip", "-n", s.peer_ns, "addr", "replace", f"{s.peer_ip}/24", "dev", "eth0")
     sh("ip", "-n", s.peer_ns, "link", "set", "eth0", "up")
-
-
-def shape_slow_path(tap: str, rate_bps: float) -> None:
-    """The virtio path's cost: HTB both ways on a backup tap (see the module docstring)."""
-    TapShaper(tap).apply(rate_bps)
 
 
 def down(s: LabSettings) -> list[str]:

@@ -158,7 +158,7 @@ class SovaDaemons:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - a run's children die with it
+                preexec_fn=_die_with_parent,
             )
         p = SovaProc(name, proc, log)
         self.procs[name] = p
@@ -189,7 +189,7 @@ class SovaDaemons:
         return p
 
     def get(self, path: str, timeout_s: float = 5.0) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:  # noqa: S310 - loopback
+        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
             return json.loads(r.read())
 
     def check_alive(self) -> str | None:

@@ -40,14 +40,13 @@ reader compare DBA-VM, DAQS and Sova line by line (docs/design.md#bandwidth).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from sova.model import GBIT, SLA
 
 __all__ = [
-    "ALLOCATORS",
     "Allocation",
     "BandwidthAllocator",
     "DaqsController",
@@ -223,8 +222,6 @@ class StaticAllocator:
     """
 
     name: str = "ip-link-static"
-    # The registry builds it from the controller's ``static_caps`` (the others take no input).
-    uses_static_caps: ClassVar[bool] = True
 
     def __init__(self, caps_bps: Mapping[str, float], default_bps: float | None = None) -> None:
         for vm, cap in caps_bps.items():
@@ -556,14 +553,3 @@ class DaqsController:
         ):
             return None if r is None else min(link, r + self.step_bps)
         return r
-
-
-# --------------------------------------------------------------------------- registry
-
-ALLOCATORS: dict[str, Callable[..., BandwidthAllocator]] = {
-    EqualShareAllocator.name: EqualShareAllocator,
-    StaticAllocator.name: StaticAllocator,
-    DbaVmAllocator.name: DbaVmAllocator,
-    DaqsController.name: DaqsController,
-    SovaAllocator.name: SovaAllocator,
-}

@@ -45,6 +45,23 @@ class OperationTable:
         return frozenset(vm for vm, op in self.operations.items() if op is Operation.VF)
 
 
+def choose_migration(
+    loads: Mapping[str, VMLoad],
+    migration: Migration | None,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+    hot_resources: Sequence[str] | None = None,
+) -> tuple[str, str] | None:
+    """Alg. 1 lines 3-9: the VM to label VLM and its target, or None.
+
+    The manager's candidate if it still runs here, else the largest-MF VM."""
+    if migration is None or not migration.flag or migration.target is None:
+        return None
+    vm = migration.vm if migration.vm in loads else None
+    if vm is None:
+        vm = choose_vm(loads, metric=metric, resources=hot_resources)
+    return None if vm is None else (vm, migration.target)
+
+
 def algorithm1(
     candidates: Sequence[Candidate],
     loads: Mapping[str, VMLoad],
@@ -57,13 +74,8 @@ def algorithm1(
     hot_resources: Sequence[str] | None = None,
 ) -> OperationTable:
     """Label every VM VF / VNIC / VLM for this period."""
-    migrate: dict[str, str] = {}
-    if migration is not None and migration.flag and migration.target is not None:
-        vm = migration.vm if migration.vm in loads else None
-        if vm is None:
-            vm = choose_vm(loads, metric=metric, resources=hot_resources)
-        if vm is not None:
-            migrate[vm] = migration.target
+    chosen = choose_migration(loads, migration, metric, hot_resources)
+    migrate = dict([chosen]) if chosen is not None else {}
     # A VM chosen for migration neither keeps nor gets a VF (Alg. 1 lines 3-9, 14).
     pool = [replace(c, eligible=False) if c.vm in migrate else c for c in candidates]
     decision = schedule(pool, holders, vf_count, now_s, config)

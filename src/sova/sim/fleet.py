@@ -18,14 +18,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from sova.scenario import Scenario  # noqa: E402
-from sova.sim.world import PolicyRun  # noqa: E402
-from sova.writer import PNG_META, Plotted  # noqa: E402
+from sova.scenario import Scenario
+from sova.sim.world import PolicyRun
+from sova.writer import PNG_META, Plotted
 
 AGGREGATE_VMS = 20  # more VMs than this: per-VM plots aggregate
 AGGREGATE_HOSTS = 10  # more hosts than this: per-host plots become heat maps

@@ -9,33 +9,13 @@ aborted on the agent's timeout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
 
 from sova import model
-
-if TYPE_CHECKING:
-    from sova.sim.engine import Engine, Op
+from sova.sim.state import EngineState, MigrationState, Op
 
 
-@dataclass
-class MigrationState:
-    vm: int
-    src: int
-    dst: int
-    op: Op
-    cap_bps: float
-    start_s: float
-    copy_from_s: float
-    round_left_bytes: float
-    dirty_bytes: float = 0.0
-    rounds: int = 1
-    sent_bytes: float = 0.0
-    fail_at_round: int = 0  # 0 = does not fail
-
-
-def advance(eng: Engine, m: MigrationState, rate: float, dt: float, t: float) -> None:
+def advance(eng: EngineState, m: MigrationState, rate: float, dt: float, t: float) -> None:
     """Copy for one tick; rounds shorter than the tick follow each other inside it.
 
     A round of ``L`` bytes at ``r`` bytes/s takes ``L/r`` seconds and meanwhile the guest
@@ -80,12 +60,12 @@ def advance(eng: Engine, m: MigrationState, rate: float, dt: float, t: float) ->
         m.round_left_bytes, m.dirty_bytes = m.dirty_bytes, 0.0
 
 
-def finish_after_downtime(eng: Engine, m: MigrationState, downtime: float) -> None:
+def finish_after_downtime(eng: EngineState, m: MigrationState, downtime: float) -> None:
     finish(eng, m, eng.env.now, True, "", downtime)
 
 
 def finish(
-    eng: Engine, m: MigrationState, t: float, ok: bool, detail: str, downtime: float = 0.0
+    eng: EngineState, m: MigrationState, t: float, ok: bool, detail: str, downtime: float = 0.0
 ) -> None:
     eng.migrations.pop(m.vm, None)
     eng.migrating[m.vm] = False
@@ -115,7 +95,7 @@ def finish(
     eng._complete(m.op, "succeeded" if ok else "failed", detail)
 
 
-def start(eng: Engine, op: Op, i: int, a: model.Migrate) -> None:
+def start(eng: EngineState, op: Op, i: int, a: model.Migrate) -> None:
     p = eng.profile
     dst = eng.host_index.get(a.dst_host)
     if dst is None or dst == eng.host[i]:
@@ -151,7 +131,3 @@ def start(eng: Engine, op: Op, i: int, a: model.Migrate) -> None:
     )
 
 
-def abort(eng: Engine, vm: str) -> None:
-    m = eng.migrations.get(eng.vm_index[vm])
-    if m is not None:
-        finish(eng, m, eng.env.now, ok=False, detail="aborted on timeout")

@@ -19,8 +19,7 @@ import numpy as np
 from sova.policy.waterfill import floored_waterfill, grouped_waterfill
 
 if TYPE_CHECKING:
-    from sova.sim.engine import Engine
-    from sova.sim.migration import MigrationState
+    from sova.sim.state import EngineState, MigrationState
     from sova.sim.workload import Offer
 
 ACK_BYTES = 66.0
@@ -51,7 +50,7 @@ class Shares:
     virt: np.ndarray
 
 
-def share(eng: Engine, o: Offer, t0: float) -> Shares:
+def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     p = eng.profile
     dt = o.dt
     N, H = eng.N, eng.H

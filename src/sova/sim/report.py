@@ -18,15 +18,15 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: no display on servers, byte-stable PNGs
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from sova import writer  # noqa: E402
-from sova.agent.registry import vf_policy  # noqa: E402
-from sova.scenario import PolicySpec, Scenario  # noqa: E402
-from sova.sim import fleet  # noqa: E402
-from sova.sim.world import PolicyRun  # noqa: E402
-from sova.writer import PNG_META, HolderPanel, Plotted, mark  # noqa: E402
+from sova import writer
+from sova.agent.registry import vf_policy
+from sova.scenario import PolicySpec, Scenario
+from sova.sim import fleet
+from sova.sim.world import PolicyRun
+from sova.writer import PNG_META, HolderPanel, Plotted, mark
 
 EQUAL = 0.01  # throughputs within 1 % are "equal": the report then shows CPU and latency
 

@@ -26,7 +26,7 @@ import numpy as np
 from sova.scenario import Workload
 
 if TYPE_CHECKING:
-    from sova.sim.engine import Engine
+    from sova.sim.state import EngineState
 
 KIND = {"duty": 0, "bulk": 1, "requests": 2, "file": 3, "trace": 4}
 
@@ -46,7 +46,7 @@ class Offer:
     want: np.ndarray  # offered, capped by the guest's own limits
 
 
-def reset_cycles(eng: Engine, idx: np.ndarray, t: float) -> None:
+def reset_cycles(eng: EngineState, idx: np.ndarray, t: float) -> None:
     p = eng.profile
     for start, length in ((eng.net_start, eng.net_len), (eng.cpu_start, eng.cpu_len)):
         ln = eng.wrng.uniform(p.cycle_min, p.cycle_max, idx.size)
@@ -54,7 +54,7 @@ def reset_cycles(eng: Engine, idx: np.ndarray, t: float) -> None:
         start[idx] = t - eng.wrng.uniform(0.0, 1.0, idx.size) * ln
 
 
-def set_workload(eng: Engine, i: int, w: Workload, t: float) -> None:
+def set_workload(eng: EngineState, i: int, w: Workload, t: float) -> None:
     eng.kind[i] = KIND[w.kind]
     eng.net_duty[i] = w.net_duty
     eng.cpu_duty[i] = w.cpu
@@ -79,7 +79,7 @@ def set_workload(eng: Engine, i: int, w: Workload, t: float) -> None:
     reset_cycles(eng, np.array([i]), t)
 
 
-def load_trace(eng: Engine, path: str) -> dict[str, np.ndarray]:
+def load_trace(eng: EngineState, path: str) -> dict[str, np.ndarray]:
     if path not in eng._trace_cache:
         with Path(path).open() as fh:
             rows = list(csv.DictReader(fh))
@@ -90,7 +90,7 @@ def load_trace(eng: Engine, path: str) -> dict[str, np.ndarray]:
 
 
 def on_fraction(
-    eng: Engine, start: np.ndarray, length: np.ndarray, duty: np.ndarray, t0: float, t1: float
+    eng: EngineState, start: np.ndarray, length: np.ndarray, duty: np.ndarray, t0: float, t1: float
 ) -> np.ndarray:
     """Exact on-time share of [t0, t1) for every VM's on/off process (vectorised)."""
     p = eng.profile
@@ -120,7 +120,7 @@ def on_fraction(
     return frac
 
 
-def offer(eng: Engine, t0: float, t1: float) -> Offer:
+def offer(eng: EngineState, t0: float, t1: float) -> Offer:
     p = eng.profile
     dt = t1 - t0
     N = eng.N

@@ -24,7 +24,7 @@ from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
 from sova.agent.loop import HostAgent, StepReport
 from sova.agent.registry import vf_policy
-from sova.agent.schedule import STEP, PhaseSchedule, act
+from sova.agent.schedule import STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
 from sova.model import Migrate
 from sova.record import (
@@ -39,7 +39,8 @@ from sova.record import (
 )
 from sova.scenario import PolicySpec, Scenario
 from sova.sim.driver import SimDriver
-from sova.sim.engine import Engine, Op
+from sova.sim.engine import Engine
+from sova.sim.state import Op
 
 
 @dataclass
@@ -182,7 +183,7 @@ class World:
         if progress is not None:
             progress(1)
 
-    def _phase(self, phase: int, t: float) -> None:
+    def _phase(self, phase: Phase, t: float) -> None:
         reports = {h: act(a, phase) for h, a in self.agents.items()}
         if phase == STEP:
             self._record(t, {h: r for h, r in reports.items() if r is not None})

@@ -17,9 +17,11 @@ hypervisor does when its agent dies, and the agent rejoins when it comes back.
 The world also checks the cluster's invariants after every tick (a VF index held by two
 VMs, more holders than VFs, a VM on no host or two) so fault tests can assert on them.
 
-Why one module over 500 lines: the lockstep service, its HTTP routes and the records it
-merges are one protocol with the remote driver (:mod:`sova.driver.remote`); split, each
-half would be unreadable without the other.
+Why one module over 500 lines: the lockstep service, its HTTP routes, the records it
+merges and the agents' side of the demo-only calls (:class:`WorldHost`: ``/sync``,
+``/agent-config``, ``/records``) are one protocol; split, each half would be unreadable
+without the other. The Driver protocol itself is :mod:`sova.driver.remote`'s, which knows
+nothing of the demo.
 """
 
 from __future__ import annotations
@@ -32,35 +34,66 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from sova.agent.config import ControllerConfig
 from sova.agent.schedule import PhaseSchedule
-from sova.driver.base import Driver, DriverError
-from sova.driver.remote import decode_action, encode
+from sova.driver.base import DriverError
+from sova.driver.remote import RemoteDriver, decode_action, encode
+from sova.record import outcome_event, row_dict, step_rows
 from sova.scenario import PolicySpec, Scenario, load_scenario
 
 log = logging.getLogger("sova.world")
 
 
-class WorldLike(Protocol):
-    """What the server needs of :class:`sova.sim.world.World` (built without agents)."""
+class WorldHost(RemoteDriver):
+    """An agent's host in the demo's world: the remote driver plus the calls only the demo
+    makes (its lockstep turns, the scenario's controller, the agent's records)."""
 
-    @property
-    def now(self) -> float: ...
+    def sync(self, at: float, phase: int, wait_s: float = 10.0) -> tuple[float, int, bool]:
+        """Tell the world this agent finished ``phase`` at time ``at``; wait for its next turn.
 
-    @property
-    def hosts(self) -> list[str]: ...
+        Returns ``(time, phase, done)``: the turn to act on (phase -1 = none yet, call
+        again) and whether the run has ended.
+        """
+        d = self._call(
+            "POST",
+            "/sync",
+            json={"at": at, "phase": phase, "wait_s": wait_s},
+            timeout=wait_s + 5.0,
+        )
+        return float(d["now"]), int(d["phase"]), bool(d["done"])
 
-    def driver(self, host: str) -> Driver: ...
+    def agent_config(self) -> ControllerConfig:
+        """The scenario's controller configuration for this world's policy."""
+        return ControllerConfig.model_validate(self._call("GET", "/agent-config"))
 
-    def advance(self) -> None: ...
+    def records(self, timeline: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
+        """Hand the world the agent's step records and outcome events (for output files)."""
+        if timeline or events:
+            self._call("POST", "/records", json={"timeline": timeline, "events": events})
+
+
+def world_recorder(host: WorldHost) -> Callable[[str, Any], None]:
+    """Send step records and outcome events to the world, as :mod:`sova.record` words them
+    (the world adds policy, host and what only it measures)."""
+
+    def record(kind: str, payload: Any) -> None:
+        if kind == "step":
+            host.records([row_dict(r) for r in step_rows(payload)], [])
+            return
+        ev = outcome_event(payload)
+        if ev is not None:
+            host.records([], [row_dict(ev)])
+
+    return record
 
 
 def make_world(scn: Scenario, policy: str | None = None) -> tuple[Any, PolicySpec]:

@@ -24,13 +24,13 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: no display on servers, byte-stable PNGs
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from sova import writer  # noqa: E402
-from sova.record import EVENT_COLUMNS, TIMELINE_COLUMNS  # noqa: E402
-from sova.testbed.runner import TestbedRow, TestbedRun  # noqa: E402
-from sova.testbed.scenario import TestbedScenario  # noqa: E402
-from sova.writer import PNG_META, HolderPanel, cells, fmt, mark  # noqa: E402
+from sova import writer
+from sova.record import EVENT_COLUMNS, TIMELINE_COLUMNS
+from sova.testbed.runner import TestbedRow, TestbedRun
+from sova.testbed.scenario import TestbedScenario
+from sova.writer import PNG_META, HolderPanel, cells, fmt, mark
 
 TESTBED_COLUMNS = [
     "policy",

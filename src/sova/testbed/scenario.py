@@ -12,7 +12,6 @@ offending value (``traffic[2].vm: unknown VM 'be9' (got 'be9')``).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -387,9 +386,3 @@ def load_testbed_scenario(path: str | Path) -> TestbedScenario:
         raise TestbedScenarioError(f"{p}: not valid YAML: {exc}") from None
     return parse_testbed_scenario(data, str(p))
 
-
-def safe_name(name: str) -> str:
-    """A VM name as it may appear in a namespace or file name (already validated)."""
-    if not re.match(NAME_RE, name):
-        raise ValueError(f"bad name {name!r}")
-    return name

@@ -22,22 +22,22 @@ pytest.importorskip(
     reason="needs the pinned watcher environment: scripts/openstack-envs.sh test watcher",
 )
 
-from watcher import objects  # noqa: E402
-from watcher.common import utils  # noqa: E402
-from watcher.decision_engine.audit import oneshot  # noqa: E402
-from watcher.decision_engine.datasources import prometheus_base  # noqa: E402
-from watcher.decision_engine.loading import default as loading  # noqa: E402
-from watcher.decision_engine.model import element  # noqa: E402
-from watcher.decision_engine.model.collector import manager as collector_manager  # noqa: E402
-from watcher.decision_engine.strategy import strategies  # noqa: E402
-from watcher.tests.unit.db import base as db_base  # noqa: E402
-from watcher.tests.unit.decision_engine.model import faker_cluster_state  # noqa: E402
-from watcher.tests.unit.decision_engine.strategy.strategies.test_base import (  # noqa: E402
+from watcher import objects
+from watcher.common import utils
+from watcher.decision_engine.audit import oneshot
+from watcher.decision_engine.datasources import prometheus_base
+from watcher.decision_engine.loading import default as loading
+from watcher.decision_engine.model import element
+from watcher.decision_engine.model.collector import manager as collector_manager
+from watcher.decision_engine.strategy import strategies
+from watcher.tests.unit.db import base as db_base
+from watcher.tests.unit.decision_engine.model import faker_cluster_state
+from watcher.tests.unit.decision_engine.strategy.strategies.test_base import (
     TestBaseStrategy,
 )
-from watcher.tests.unit.objects import utils as obj_utils  # noqa: E402
+from watcher.tests.unit.objects import utils as obj_utils
 
-from sova.openstack.watcher_strategy import SovaHotspot  # noqa: E402
+from sova.openstack.watcher_strategy import SovaHotspot
 
 pytestmark = pytest.mark.openstack
 

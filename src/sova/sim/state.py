@@ -1,0 +1,162 @@
+"""The simulated cluster's state: every VM of every host in flat numpy arrays, and its
+operations (see :mod:`sova.sim.engine` for what a tick does with them).
+
+Split from the engine so that the tick's parts (:mod:`sova.sim.workload`,
+:mod:`sova.sim.network`, :mod:`sova.sim.migration`) are written against the state they
+read and write, and the engine, which composes them, is the only module importing them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from sova import model
+from sova.clock import Environment
+from sova.scenario import Scenario
+
+INF = float("inf")
+
+
+@dataclass
+class Op:
+    op_id: str
+    host: str
+    action: model.Action
+    state: str = "pending"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class FileDone:
+    vm: str
+    host: str
+    start_s: float
+    end_s: float
+    size_bytes: int
+
+
+@dataclass
+class MigrationState:
+    vm: int
+    src: int
+    dst: int
+    op: Op
+    cap_bps: float
+    start_s: float
+    copy_from_s: float
+    round_left_bytes: float
+    dirty_bytes: float = 0.0
+    rounds: int = 1
+    sent_bytes: float = 0.0
+    fail_at_round: int = 0  # 0 = does not fail
+
+
+class EngineState:
+    """The arrays, the operations and their listeners, and where each VM runs;
+    :class:`sova.sim.engine.Engine` adds the tick and the driver views."""
+
+    def __init__(self, scn: Scenario) -> None:
+        self.scn = scn
+        self.profile = scn.profile
+        self.env = Environment()
+        self.host_names = [h.name for h in scn.hosts]
+        self.host_index = {n: i for i, n in enumerate(self.host_names)}
+        self.hosts = [scn.model_host(h) for h in scn.hosts]
+        self.vm_names = [v.name for v in scn.vms]
+        self.vm_index = {n: i for i, n in enumerate(self.vm_names)}
+        self.vms = [scn.model_vm(v, i) for i, v in enumerate(scn.vms)]
+        H, N = len(self.hosts), len(self.vms)
+        self.H, self.N = H, N
+        f = np.zeros
+        self.cores = np.array([h.cores for h in self.hosts], dtype=float)
+        self.host_mem = np.array([h.memory_bytes for h in self.hosts], dtype=float)
+        self.capacity = np.array([h.nic.capacity_bps for h in self.hosts], dtype=float)
+        # each VM's host, a map built once (a scan per VM is O(hosts): 20k-VM worlds)
+        home: dict[str, str] = {}
+        for hs in scn.hosts:
+            for v in hs.vms:
+                home.setdefault(v, hs.name)
+        self.host = np.array([self.host_index[home[v]] for v in self.vm_names], dtype=np.int64)
+        self.vcpus = np.array([v.vcpus for v in self.vms], dtype=float)
+        self.mem = np.array([v.memory_bytes for v in self.vms], dtype=float)
+        self.ready = np.array([v.failover_ready for v in scn.vms], dtype=bool)
+        # Cores of a driver domain (Xen IDD) that runs the backend apart from the vCPUs;
+        # 0 = the backend shares the host's cores (KVM vhost).
+        self.backend_cores = np.array([h.backend_cores or 0.0 for h in scn.hosts], dtype=float)
+        self._dedicated_backend = bool((self.backend_cores > 0).any())
+        # device-level ingress QoS (bit/s of incoming requests; inf = none)
+        self.ingress_limit = np.array(
+            [INF if v.ingress_limit is None else v.ingress_limit for v in scn.vms], dtype=float
+        )
+        self._ingress_limited = bool(np.isfinite(self.ingress_limit).any())
+        # workload parameters
+        self.kind = f(N, dtype=np.int64)
+        self.net_duty, self.cpu_duty = f(N), f(N)
+        self.rate, self.streams = f(N), np.ones(N)
+        self.pkt_bytes, self.rx_share = np.full(N, 1448.0), np.full(N, 0.023)
+        self.req_rate, self.resp_bytes, self.req_bytes = f(N), f(N), f(N)
+        self.ns_per_byte = f(N)
+        self.file_left, self.file_size = f(N), f(N)
+        self.file_start = f(N)
+        self.trace_col: list[np.ndarray | None] = [None] * N
+        self.trace_t: list[np.ndarray | None] = [None] * N
+        # duty-cycle state: cycle start and length, for the network and the CPU benchmark
+        self.net_start, self.net_len = f(N), np.ones(N)
+        self.cpu_start, self.cpu_len = f(N), np.ones(N)
+        # NIC state
+        self.on_vf = f(N, dtype=bool)
+        self.vf_index = np.full(N, -1, dtype=np.int64)
+        self.vf_max = np.full(N, INF)
+        self.vf_min = f(N)
+        self.guest_limit = np.full(N, INF)
+        self.guest_pps = np.full(N, INF)
+        self.paused_until = np.full(N, -INF)
+        self.migrating = f(N, dtype=bool)
+        # counters (cumulative, what drivers read)
+        self.cpu_ns, self.steal_ns = f(N), f(N)
+        self.rx_b, self.tx_b, self.rx_pk, self.tx_pk = f(N), f(N), f(N), f(N)
+        self.h_cpu_ns, self.h_rx_b, self.h_tx_b = f(H), f(H), f(H)
+        # last tick, for reports
+        self.offered, self.tx, self.rx, self.cpu_use = f(N), f(N), f(N), f(N)
+        self.resp_s, self.served_req = f(N), f(N)
+        self.backlog_bits = f(N)
+        self.host_cpu_util, self.host_net_util = f(H), f(H)
+        self._pkts_per_bit, self._host_scale_vm, self._vcpu_load = f(N), np.ones(N), f(N)
+        self.wrng = np.random.default_rng([scn.seed, 1])  # workloads: policy-independent
+        self.orng = np.random.default_rng([scn.seed, 2])  # operations
+        self.ops: dict[str, Op] = {}
+        self._ids = itertools.count()
+        self.migrations: dict[int, MigrationState] = {}
+        self.files_done: list[FileDone] = []
+        self.migration_log: list[dict[str, float | str]] = []
+        self.on_op_done: list[Callable[[float, Op], None]] = []
+        self.on_submit: list[Callable[[float, Op], None]] = []
+        self._members: list[np.ndarray] | None = None
+        self._trace_cache: dict[str, dict[str, np.ndarray]] = {}
+
+    def _complete(self, op: Op, state: str, detail: str) -> None:
+        op.state, op.detail = state, detail
+        for listener in self.on_op_done:
+            listener(self.env.now, op)
+
+    # ------------------------------------------------------------------ placement
+
+    def move(self, i: int, dst: int) -> None:
+        """VM ``i`` now runs on host ``dst`` (a finished migration): the only writer of
+        ``host``, so the per-host member lists the driver views read stay right."""
+        self.host[i] = dst
+        self._members = None
+
+    def _members_of(self, hi: int) -> np.ndarray:
+        # Every agent reads its host's VMs several times a second: a scan of all N VMs per
+        # read made a tick cost O(hosts x VMs). One stable sort per placement change keeps
+        # each host's VMs in index order, as the scan gave them.
+        if self._members is None:
+            order = np.argsort(self.host, kind="stable")
+            bounds = np.searchsorted(self.host[order], np.arange(self.H + 1))
+            self._members = [order[bounds[h] : bounds[h + 1]] for h in range(self.H)]
+        return self._members[hi]
