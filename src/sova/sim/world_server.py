@@ -412,9 +412,10 @@ def create_world_app(
         if scn is None:
             return err(409, "this world was started without its scenario")
         spec = svc.world.policy
-        return await on_host(
-            request, lambda h: _aw(agent_config(scn, spec).model_dump(mode="json"))
-        )
+        # Only what differs from the defaults: an agent of the previous release (the
+        # rolling-upgrade test) then meets no setting newer than itself.
+        cfg = agent_config(scn, spec).model_dump(mode="json", exclude_defaults=True)
+        return await on_host(request, lambda h: _aw(cfg))
 
     async def records(request: Request) -> JSONResponse:
         async def go(h: str) -> Any:
