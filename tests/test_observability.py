@@ -154,6 +154,7 @@ def test_shipped_scrape_config_loads(tmp_path: Path) -> None:
     # The config names installed paths; point them at the repository's files.
     shutil.copy(ROOT / "deploy/prometheus-rules.yaml", tmp_path / "sova-rules.yaml")
     (tmp_path / "sova-ca.pem").write_text("")
+    (tmp_path / "sova-viewer.token").write_text("a-viewer-token-of-the-operators-file\n")
     cfg = cfg.replace("/etc/prometheus/", f"{tmp_path}/")
     (tmp_path / "prometheus.yml").write_text(cfg)
     r = subprocess.run(

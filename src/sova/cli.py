@@ -29,7 +29,7 @@ app = typer.Typer(
     # Help strings carry literal "[default: ...]" text; rich markup would eat it as tags.
     rich_markup_mode=None,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)  # ":x:" in a value is text, not an emoji
 
 
 def _version(value: bool) -> None:

@@ -1161,6 +1161,8 @@ class ManagerService:
                 dropped_leases=[plan.vm],
                 migration_ends=[MigrationEnd(did, now, result, detail or "via openstack")],
                 plans=[end],
+                # the plan's fate, as for expiry and supersession (issue 21)
+                audit=[AuditRow(now, "sova", end.state, f"plan {plan.id}", end.detail)],
             )
         )
         self.metrics.migrations.labels(result).inc()
