@@ -4,8 +4,8 @@ running manager over its HTTP API (docs/operations.md#operator-control).
 Every command reaches the manager at ``--manager-url`` (``SOVA_MANAGER_URL``) with the admin
 token from ``SOVA_ADMIN_TOKEN`` or ``--token-file`` (a file holding the token, or the
 manager's environment file with ``SOVA_MANAGER_ADMIN_TOKEN=...``), within ``--timeout``.
-The admin token is shared, so the audit log's "who" is ``--by`` (``SOVA_OPERATOR``, default:
-the login name).
+The audit log's "who" is the token's credential name (docs/operations.md#who-may-act);
+``--by`` (``SOVA_OPERATOR``, default: the login name) annotates it.
 
 Exit codes: 0 done; 1 the manager refused (plan not open, expired, or cannot run now; no such
 plan or fence); 2 bad input; 3 the manager could not be reached or refused the token.

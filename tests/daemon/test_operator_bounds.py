@@ -44,3 +44,22 @@ def test_a_plan_ttl_shorter_than_a_round_is_refused() -> None:
         load_manager_settings(
             None, environ={"SOVA_MANAGER_PLAN_TTL_S": "20", "SOVA_MANAGER_PLAN_PERIOD_S": "60"}
         )
+
+
+def test_a_store_failure_answers_503_without_sql(api_factory: Any, monkeypatch: Any) -> None:
+    """Before: the 503 body quoted the driver's message, SQL statement and parameters
+    included (table and column names to anyone with a token)."""
+    import sqlalchemy as sa
+
+    api = api_factory(admin_token=ADMIN)
+
+    async def locked(*_a: Any, **_k: Any) -> None:
+        raise sa.exc.OperationalError(
+            "INSERT INTO fences (kind, name, set_by) VALUES (?, ?, ?)", ("pin", "vm1", "x"),
+            Exception("database is locked"),
+        )  # fmt: skip
+
+    monkeypatch.setattr(api.svc, "_operator_write", locked)
+    r = api.run(api.client.put("/v1/fences/pin/vm1", json={}, headers=H))
+    assert r.status_code == 503
+    assert "INSERT" not in r.text and "fences" not in r.text and "OperationalError" in r.text
