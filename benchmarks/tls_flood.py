@@ -52,21 +52,27 @@ def free_port() -> int:
 
 def attacker(port: int, total: int, rate: float, stop: threading.Event, opened: list[int]) -> None:
     sel = selectors.DefaultSelector()
-    pending = list(range(total))
-    budget, last = float(total), time.monotonic()  # the first wave at once
+    pending: list[int] = []
+
+    def open_one() -> None:
+        s = socket.socket()
+        s.setblocking(False)
+        s.bind(("127.0.0.2", 0))
+        with contextlib.suppress(BlockingIOError, OSError):
+            s.connect(("127.0.0.1", port))
+        sel.register(s, selectors.EVENT_READ)
+        opened[0] += 1
+
+    for _ in range(total):  # the first wave at once
+        open_one()
+    budget, last = 0.0, time.monotonic()
     while not stop.is_set():
         now = time.monotonic()
         budget = min(budget + (now - last) * rate, max(rate, 1.0))
         last = now
         while pending and budget >= 1:
             pending.pop()
-            s = socket.socket()
-            s.setblocking(False)
-            s.bind(("127.0.0.2", 0))
-            with contextlib.suppress(BlockingIOError, OSError):
-                s.connect(("127.0.0.1", port))
-            sel.register(s, selectors.EVENT_READ)
-            opened[0] += 1
+            open_one()
             budget -= 1
         for key, _ in sel.select(0.01):
             s = key.fileobj
