@@ -27,13 +27,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+VIEWER = "scrape-viewer-token-0123456789"  # the manager's /metrics needs one (issue 21)
+
+
 def _scrape(url: str, proc: subprocess.Popen[bytes], want: str) -> str:
     """The first scrape that contains ``want`` (the daemon has run a turn), within 60 s."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"daemon exited with {proc.returncode}"
         try:
-            text = httpx.get(url, timeout=2).text
+            text = httpx.get(url, headers={"authorization": f"Bearer {VIEWER}"}, timeout=2).text
             if want in text:
                 return text
         except httpx.TransportError:
@@ -60,7 +63,11 @@ def live_scrapes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         f'token = "t0ken-hv1-0123456789abcdef"\nmetrics_port = {aport}\n'
         '[controller]\nperiod = "0.2s"\n'
     )
-    env = {**os.environ, "SOVA_MANAGER_TOKENS_FILE": str(tmp_path / "hosts.tokens")}
+    env = {
+        **os.environ,
+        "SOVA_MANAGER_TOKENS_FILE": str(tmp_path / "hosts.tokens"),
+        "SOVA_MANAGER_ADMIN_TOKEN": VIEWER,
+    }
     sova = [sys.executable, "-m", "sova.cli"]
     procs = [
         subprocess.Popen(
