@@ -35,6 +35,7 @@ from sova.daemon.schema import build_report, encode
 from sova.policy.hotspot import Utilisation, VMLoad
 
 GIB = 2**30
+SCRAPE_TOKEN = secrets.token_urlsafe(24)
 
 
 def free_port() -> int:
@@ -57,6 +58,7 @@ def start_manager(
                 f'tokens_file = "{work / "hosts.tokens"}"',
                 f"plan_period_s = {period}",
                 'log_level = "warning"',
+                f'admin_token = "{SCRAPE_TOKEN}"',  # /metrics needs a credential
             ]
         )
         + "\n"
@@ -243,7 +245,9 @@ async def drive(
 
 
 def scrape(url: str) -> dict[str, float]:
-    text = httpx.get(url + "/metrics", timeout=30).text
+    text = httpx.get(
+        url + "/metrics", headers={"authorization": f"Bearer {SCRAPE_TOKEN}"}, timeout=30
+    ).text
     out: dict[str, float] = {}
     for name in (
         "sova_manager_plan_rounds_total",

@@ -27,13 +27,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+VIEWER = "scrape-viewer-token-0123456789"  # the manager's /metrics needs one (issue 21)
+
+
 def _scrape(url: str, proc: subprocess.Popen[bytes], want: str) -> str:
     """The first scrape that contains ``want`` (the daemon has run a turn), within 60 s."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"daemon exited with {proc.returncode}"
         try:
-            text = httpx.get(url, timeout=2).text
+            text = httpx.get(url, headers={"authorization": f"Bearer {VIEWER}"}, timeout=2).text
             if want in text:
                 return text
         except httpx.TransportError:
@@ -60,7 +63,11 @@ def live_scrapes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         f'token = "t0ken-hv1-0123456789abcdef"\nmetrics_port = {aport}\n'
         '[controller]\nperiod = "0.2s"\n'
     )
-    env = {**os.environ, "SOVA_MANAGER_TOKENS_FILE": str(tmp_path / "hosts.tokens")}
+    env = {
+        **os.environ,
+        "SOVA_MANAGER_TOKENS_FILE": str(tmp_path / "hosts.tokens"),
+        "SOVA_MANAGER_ADMIN_TOKEN": VIEWER,
+    }
     sova = [sys.executable, "-m", "sova.cli"]
     procs = [
         subprocess.Popen(
@@ -154,6 +161,7 @@ def test_shipped_scrape_config_loads(tmp_path: Path) -> None:
     # The config names installed paths; point them at the repository's files.
     shutil.copy(ROOT / "deploy/prometheus-rules.yaml", tmp_path / "sova-rules.yaml")
     (tmp_path / "sova-ca.pem").write_text("")
+    (tmp_path / "sova-viewer.token").write_text("a-viewer-token-of-the-operators-file\n")
     cfg = cfg.replace("/etc/prometheus/", f"{tmp_path}/")
     (tmp_path / "prometheus.yml").write_text(cfg)
     r = subprocess.run(

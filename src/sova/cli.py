@@ -29,7 +29,7 @@ app = typer.Typer(
     # Help strings carry literal "[default: ...]" text; rich markup would eat it as tags.
     rich_markup_mode=None,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)  # ":x:" in a value is text, not an emoji
 
 
 def _version(value: bool) -> None:
@@ -118,6 +118,13 @@ def simulate(
     updates: dict[str, object] = {} if seed is None else {"seed": seed}
     points = [p.model_copy(update=updates) for p in points]
     out_dir = out or Path("out") / points[0].name
+    if out_dir.exists() and not out_dir.is_dir():
+        err.print(
+            f"[red]error:[/red] --out: {escape(str(out_dir))} exists and is not a folder",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
     chosen = [p for p in known if not policy or p in policy]
     # quiet when the output goes to a file or a pipe: a bar there is noise in a log
     show = progress and sys.stdout.isatty() and sys.stderr.isatty()

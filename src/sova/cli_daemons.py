@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)  # ":x:" in a value is text, not an emoji
 
 DriverOpt = Annotated[
     str | None,
@@ -240,7 +240,28 @@ def manager(
     except ConfigError as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:
+        bad = _bad_store(exc, settings.database_url)
+        if bad is not None:
+            raise _fail(bad) from None
         raise _fatal("manager", exc) from None
+
+
+def _bad_store(exc: BaseException, url: str) -> str | None:
+    """A store the operator pointed at that cannot be this manager's (bad input, exit 2),
+    as one line naming database_url; None for any other failure."""
+    from sova.cli_operator import _redact
+
+    text = (str(exc).strip().splitlines() or [""])[0]
+    where = f"database_url = {_redact(url)!r}"
+    if type(exc).__name__ == "DatabaseError" and "not a database" in text:
+        return f"{where}: not a SQLite database (file is not a database)"
+    if type(exc).__name__ == "CommandError" and "Can't locate revision" in text:
+        rev = text.rsplit(" ", 1)[-1]
+        return (
+            f"{where}: the store's schema revision {rev} is unknown to sova "
+            f"(written by a newer version?): upgrade sova or use another store"
+        )
+    return None
 
 
 def register(app: typer.Typer) -> None:

@@ -4,8 +4,8 @@ running manager over its HTTP API (docs/operations.md#operator-control).
 Every command reaches the manager at ``--manager-url`` (``SOVA_MANAGER_URL``) with the admin
 token from ``SOVA_ADMIN_TOKEN`` or ``--token-file`` (a file holding the token, or the
 manager's environment file with ``SOVA_MANAGER_ADMIN_TOKEN=...``), within ``--timeout``.
-The admin token is shared, so the audit log's "who" is ``--by`` (``SOVA_OPERATOR``, default:
-the login name).
+The audit log's "who" is the token's credential name (docs/operations.md#who-may-act);
+``--by`` (``SOVA_OPERATOR``, default: the login name) annotates it.
 
 Exit codes: 0 done; 1 the manager refused (plan not open, expired, or cannot run now; no such
 plan or fence); 2 bad input; 3 the manager could not be reached or refused the token.
@@ -16,18 +16,81 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import typer
+
+# The manager's name pattern (sova.daemon.schema.NAME_PATTERN), without importing the
+# daemon's schema into every CLI start.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
 
 ENV_TOKEN_KEYS = ("SOVA_ADMIN_TOKEN", "SOVA_MANAGER_ADMIN_TOKEN")
 
 
+def _check_url(url: str) -> tuple[str, str]:
+    """(the URL to call, the URL to show): http(s) only; user:password never echoed."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a bad port
+        host = parts.hostname
+    except ValueError as exc:
+        return _fail(f"--manager-url {_redact(url)!r}: not a URL ({exc})", 2)  # type: ignore[no-any-return]
+    if parts.scheme not in ("http", "https") or not host:
+        _fail(f"--manager-url {_redact(url)!r}: must be http://HOST[:PORT] or https://…", 2)
+    shown = urlunsplit(
+        (
+            parts.scheme,
+            (f"[{host}]" if ":" in str(host) else str(host)) + (f":{port}" if port else ""),
+            parts.path,
+            "",
+            "",
+        )
+    )
+    return url.rstrip("/"), shown.rstrip("/")
+
+
+def _redact(url: str) -> str:
+    """``url`` without anything between ``//`` and ``@`` (credentials)."""
+    head, sep, rest = url.partition("//")
+    if sep and "@" in rest.split("/", 1)[0]:
+        rest = "***@" + rest.split("@", 1)[1]
+    return head + sep + rest
+
+
+def check_name(what: str, value: str) -> str:
+    """A host or VM name as the manager accepts it, percent-encoded as one path segment:
+    ``..`` or ``a/b`` must never become another route (``--host ..`` reset the cluster)."""
+    if not NAME_RE.match(value):
+        _fail(
+            f"{what} = {value!r}: a name is 1-64 letters, digits, '.', '_', ':', '@', '-' "
+            "starting with a letter or digit",
+            2,
+        )
+    return quote(value, safe="")
+
+
+def check_reason(value: str | None) -> str:
+    text = value or ""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        _fail("--reason: control characters (newline, tab, escape) are not allowed", 2)
+    return text
+
+
+def _printable(value: Any) -> str:
+    """A value from the manager as one line: control characters shown escaped."""
+    text = str(value)
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        return text.encode("unicode_escape").decode("ascii")
+    return text
+
+
 class _Conn:
     def __init__(self, url: str, token: str | None, by: str, timeout_s: float, as_json: bool):
-        self.url = url.rstrip("/")
+        self.url, self.shown = _check_url(url)
         self.token = token
         self.by = by
         self.timeout_s = timeout_s
@@ -41,17 +104,28 @@ class _Conn:
             r = httpx.request(
                 method, self.url + path, headers=headers, timeout=self.timeout_s, **kw
             )
+        except httpx.InvalidURL as exc:
+            _fail(f"--manager-url {_redact(self.url)!r}: {exc}", 2)
         except httpx.HTTPError as exc:
-            _fail(f"manager at {self.url} not reachable: {exc}", 3)
+            _fail(f"manager at {self.shown} not reachable: {_redact(str(exc))}", 3)
         if r.status_code == 401:
-            _fail(f"manager at {self.url} refused the admin token (401)", 3)
+            _fail(f"manager at {self.shown} refused the token (401): {_detail(r)}", 3)
+        if r.status_code == 403:
+            _fail(f"manager at {self.shown} refused: {_detail(r)} (403)", 3)
         if r.status_code in (404, 409):
             _fail(_detail(r), 1)
         if r.status_code == 422:
             _fail(_detail(r), 2)
         if r.status_code >= 400:
             _fail(f"manager answered {r.status_code}: {_detail(r)}", 1)
-        return r.json()
+        try:
+            return r.json()
+        except ValueError:
+            return _fail(
+                f"manager at {self.shown} answered {r.status_code} but not with JSON "
+                f"(is it a Sova manager?): {_printable(r.text[:80])!r}",
+                1,
+            )
 
 
 def _detail(r: Any) -> str:
@@ -71,15 +145,17 @@ def _detail(r: Any) -> str:
 
 
 def _fail(msg: str, code: int) -> Any:
-    typer.echo(f"error: {msg}", err=True)
+    typer.echo(f"error: {_printable(msg)}", err=True)
     raise typer.Exit(code)
 
 
 def _read_token(path: Path) -> str:
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         return str(_fail(f"--token-file {path}: cannot read it: {exc.strerror}", 2))
+    except UnicodeDecodeError as exc:
+        return str(_fail(f"--token-file {path}: not UTF-8 text (byte at offset {exc.start})", 2))
     for line in text.splitlines():
         key, sep, value = line.strip().partition("=")
         if sep and key.strip() in ENV_TOKEN_KEYS:
@@ -205,7 +281,9 @@ def _decide(
 ) -> None:
     c = _conn(ctx)
     p = c.call(
-        "POST", f"/v1/plans/{plan_id}/{verb}", json={"by": _who(c, by), "reason": reason or ""}
+        "POST",
+        f"/v1/plans/{plan_id}/{verb}",
+        json={"by": _who(c, by), "reason": check_reason(reason)},
     )
     _out(c, p, _plan_line(p) + (f"\n{p['detail']}" if p.get("detail") else ""))
 
@@ -282,7 +360,8 @@ def fence_set(
 ) -> None:
     """Set a fence (kept across manager restarts)."""
     c = _conn(ctx)
-    f = c.call("PUT", f"/v1/fences/{kind}/{name}", json={"by": _who(c, by), "reason": reason or ""})
+    path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
+    f = c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)})
     _out(c, f, f"{f['kind']} set on {f['name']} by {f['set_by']}")
 
 
@@ -292,9 +371,8 @@ def fence_clear(
 ) -> None:
     """Lift a fence."""
     c = _conn(ctx)
-    r = c.call(
-        "DELETE", f"/v1/fences/{kind}/{name}", params={"by": _who(c, by), "reason": reason or ""}
-    )
+    path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
+    r = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})
     _out(c, r, f"{kind} lifted from {name}")
 
 
@@ -341,8 +419,8 @@ def mode_set(
     if mode not in ("autonomic", "recommend"):
         _fail(f"mode = {mode!r}: one of autonomic, recommend", 2)
     c = _conn(ctx)
-    path = f"/v1/hosts/{host}/mode" if host else "/v1/mode"
-    m = c.call("PUT", path, json={"mode": mode, "by": _who(c, by), "reason": reason or ""})
+    path = f"/v1/hosts/{check_name('--host', host)}/mode" if host is not None else "/v1/mode"
+    m = c.call("PUT", path, json={"mode": mode, "by": _who(c, by), "reason": check_reason(reason)})
     _out(c, m, _mode_text(m))
 
 
@@ -352,8 +430,8 @@ def mode_reset(
 ) -> None:
     """Back to the config file's mode (or a host back to the cluster's)."""
     c = _conn(ctx)
-    path = f"/v1/hosts/{host}/mode" if host else "/v1/mode"
-    m = c.call("DELETE", path, params={"by": _who(c, by), "reason": reason or ""})
+    path = f"/v1/hosts/{check_name('--host', host)}/mode" if host is not None else "/v1/mode"
+    m = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})
     _out(c, m, _mode_text(m))
 
 
@@ -391,8 +469,10 @@ def audit(
 def audit_line(e: dict[str, Any]) -> str:
     """One audit entry; the time in ISO 8601 UTC (the API keeps epoch seconds)."""
     when = datetime.fromtimestamp(e["time_s"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"{e['id']:>6}  {when}  {e['who']:<12} {e['action']:<22} {e['subject']}" + (
-        f"  {e['detail']}" if e["detail"] else ""
+    # control characters escaped: a newline in a value must not forge an audit line
+    return (
+        f"{e['id']:>6}  {when}  {_printable(e['who']):<12} {_printable(e['action']):<22} "
+        f"{_printable(e['subject'])}" + (f"  {_printable(e['detail'])}" if e["detail"] else "")
     )
 
 

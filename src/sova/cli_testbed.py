@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)  # ":x:" in a value is text, not an emoji
 
 testbed_app = typer.Typer(
     name="testbed",

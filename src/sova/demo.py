@@ -184,12 +184,15 @@ def pick_baseline(scn: Scenario, chosen: PolicySpec) -> PolicySpec | None:
     return None
 
 
-def manager_toml(scn: Scenario, tokens: dict[str, str], db: Path, port: int) -> str:
+def manager_toml(
+    scn: Scenario, tokens: dict[str, str], db: Path, port: int, admin_token: str | None = None
+) -> str:
     # The scenario's manager section is the daemon's [planner] as it is (one schema); the
     # bandwidth of a migration's copy is the agents' to apply.
     planner = scn.controller.manager.model_dump(exclude={"migration_bandwidth"})
     lines = [
         f'listen = "{LOOPBACK}"',
+        *([f'admin_token = "{admin_token}"'] if admin_token else []),
         f"port = {port}",
         f'database_url = "sqlite:///{db}"',
         f"plan_period_s = {scn.controller.period}",
@@ -221,6 +224,9 @@ class Cluster:
     world_port: int = field(default_factory=free_port)
     manager_port: int = field(default_factory=free_port)
     tokens: dict[str, str] = field(default_factory=dict)
+    # The demo's operator credential (role admin): its own reads of the manager, and
+    # `sova plans|fence|mode` against a demo (SOVA_ADMIN_TOKEN; in workdir/admin-token).
+    admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     uses_manager: bool = False
     agent_metrics: bool = False  # give each agent a Prometheus port (fault tests read it)
@@ -237,6 +243,10 @@ class Cluster:
     @property
     def world_url(self) -> str:
         return f"http://{LOOPBACK}:{self.world_port}"
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_token}"}
 
     @property
     def manager_url(self) -> str:
@@ -271,8 +281,17 @@ class Cluster:
     def start_manager(self) -> None:
         cfg = self.workdir / "manager.toml"
         cfg.write_text(
-            manager_toml(self.scn, self.tokens, self.workdir / "manager.db", self.manager_port)
+            manager_toml(
+                self.scn,
+                self.tokens,
+                self.workdir / "manager.db",
+                self.manager_port,
+                self.admin_token,
+            )
         )
+        token_file = self.workdir / "admin-token"
+        token_file.write_text(self.admin_token + "\n")
+        token_file.chmod(0o600)
         self._spawn(
             "manager",
             ["-m", "sova.cli_daemons", "manager", "--config", str(cfg)],
@@ -362,7 +381,9 @@ class Cluster:
         cluster = None
         if self.uses_manager:
             with contextlib.suppress(httpx.HTTPError):
-                cluster = httpx.get(self.manager_url + "/v1/cluster", timeout=2.0).json()
+                cluster = httpx.get(
+                    self.manager_url + "/v1/cluster", headers=self.admin_headers, timeout=2.0
+                ).json()
         return world, cluster
 
     def decisions(self) -> list[dict[str, Any]]:
@@ -374,6 +395,7 @@ class Cluster:
             page = httpx.get(
                 self.manager_url + "/v1/decisions",
                 params={"after": after, "limit": 1000},
+                headers=self.admin_headers,
                 timeout=10.0,
             ).json()
             out += page["decisions"]

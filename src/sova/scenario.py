@@ -393,6 +393,13 @@ class Scenario(_Strict):
             raise ValueError(
                 f"tick ({self.tick:g} s) must not exceed duration ({self.duration:g} s)"
             )
+        if self.duration < self.controller.period:
+            # The agents step (and the timeline gets its rows) once per control period: a
+            # shorter run would "succeed" with an empty timeline.
+            raise ValueError(
+                f"duration ({self.duration:g} s) must be at least controller.period "
+                f"({self.controller.period:g} s): a shorter run records nothing"
+            )
         if self.duration / self.tick > MAX_STEPS:
             raise ValueError(
                 f"duration / tick: {self.duration:g} s in ticks of {self.tick:g} s is "
@@ -523,10 +530,11 @@ def _read_bytes(path: Path, what: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ValueError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)  # fdopen would raise IsADirectoryError on a folder
+        raise ValueError(f"{what} {str(path)!r} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{what} {str(path)!r} is not a regular file")
         if st.st_size > MAX_FILE_BYTES:
             raise ValueError(
                 f"{what} {str(path)!r} is {st.st_size} B, above the limit {MAX_FILE_BYTES} B"
@@ -666,6 +674,13 @@ def _resolve_traces(data: Any, path: Path) -> Any:
             workloads.append((f"vm_groups[{i}].workload", group.get("workload")))
     base = os.path.normpath(os.path.abspath(path.parent))
     for where, w in workloads:
+        if isinstance(w, dict) and "trace" in w and not isinstance(w["trace"], str | None):
+            # ``!!binary`` and friends: a path that is not text would be coerced to one
+            # after this check, unresolved (an absolute path anywhere on the machine).
+            raise ScenarioError(
+                f"{path}: {where}.trace: must be a relative path written as text "
+                f"(got a {type(w['trace']).__name__})"
+            )
         if isinstance(w, dict) and isinstance(w.get("trace"), str):
             full = os.path.normpath(os.path.join(base, w["trace"]))
             if os.path.commonpath([base, full]) != base:

@@ -108,7 +108,9 @@ def test_kill_9_agent_mid_migration_and_restart(cluster: Cluster) -> None:
     assert "reconciled H1" in second and "migrating [A]" in second
     assert "adopted migration of A ended: succeeded" in second
     assert "migrating A to H2" not in second  # the new process never re-issued it
-    leases = httpx.get(c.manager_url + "/v1/cluster", timeout=5).json()["leases"]
+    leases = httpx.get(c.manager_url + "/v1/cluster", headers=c.admin_headers, timeout=5).json()[
+        "leases"
+    ]
     assert "A" not in [lease["vm"] for lease in leases]
 
 
@@ -117,15 +119,16 @@ def test_manager_outage_agents_schedule_locally_and_reporting_resumes(cluster: C
     api = c.manager_url
 
     def decisions() -> list[dict]:  # type: ignore[type-arg]
-        return httpx.get(api + "/v1/decisions", params={"limit": 1000}, timeout=5).json()[
-            "decisions"
-        ]
+        return httpx.get(
+            api + "/v1/decisions", params={"limit": 1000}, headers=c.admin_headers, timeout=5
+        ).json()["decisions"]
 
     before = wait_until(decisions, 60, "the manager's first decision")
     c.pause()
     before = decisions()
     seq_before = {
-        h["host"]: h["seq"] for h in httpx.get(api + "/v1/cluster", timeout=5).json()["hosts"]
+        h["host"]: h["seq"]
+        for h in httpx.get(api + "/v1/cluster", headers=c.admin_headers, timeout=5).json()["hosts"]
     }
     t_down = _view(c)["now"]
     # Graceful: the lifespan flushes the store; uvicorn then re-raises SIGTERM (exit -15).
@@ -154,7 +157,7 @@ def test_manager_outage_agents_schedule_locally_and_reporting_resumes(cluster: C
     c.pause(False)
 
     def resumed() -> bool:
-        hosts = httpx.get(api + "/v1/cluster", timeout=5).json()["hosts"]
+        hosts = httpx.get(api + "/v1/cluster", headers=c.admin_headers, timeout=5).json()["hosts"]
         return all(h["seq"] > seq_before.get(h["host"], 0) + 1 for h in hosts) and len(hosts) == 2
 
     wait_until(resumed, 60, "both agents to report again")

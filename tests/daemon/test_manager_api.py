@@ -78,7 +78,9 @@ def test_read_endpoints_need_the_admin_token_when_configured(api_factory) -> Non
         assert api.get(path, headers={"authorization": f"Bearer {TOKENS['h1']}"}).status_code == 401
         assert api.get(path, headers={"authorization": f"Bearer {ADMIN}"}).status_code == 200
     assert api.get("/healthz").status_code == 200
-    assert api.get("/metrics").status_code == 200
+    # /metrics names every host and its load: a viewer's read since issue 21
+    assert api.get("/metrics").status_code == 401
+    assert api.get("/metrics", headers={"authorization": f"Bearer {ADMIN}"}).status_code == 200
 
 
 # ------------------------------------------------------------------ validation

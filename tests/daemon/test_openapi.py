@@ -140,6 +140,9 @@ STABLE_OPERATION_IDS = {
     ("get", "/healthz"): "getLiveness",
     ("get", "/readyz"): "getReadiness",
     ("get", "/metrics"): "getMetrics",
+    ("get", "/v1/credentials"): "listCredentials",
+    ("post", "/v1/credentials/reload"): "reloadCredentials",
+    ("get", "/v1/whoami"): "whoAmI",
 }
 
 

@@ -29,8 +29,12 @@ SCENARIO = DATA / "two-hosts.yaml"
 
 
 def sova(c: Cluster, *args: str, code: int = 0) -> str:
-    env = {**os.environ, "SOVA_MANAGER_URL": c.manager_url, "SOVA_OPERATOR": "alice"}
-    env.pop("SOVA_ADMIN_TOKEN", None)
+    env = {
+        **os.environ,
+        "SOVA_MANAGER_URL": c.manager_url,
+        "SOVA_OPERATOR": "alice",
+        "SOVA_ADMIN_TOKEN": c.admin_token,  # the demo's admin credential, named "admin"
+    }
     p = subprocess.run(
         [sys.executable, "-m", "sova", *args],
         capture_output=True,
@@ -94,7 +98,7 @@ def test_operator_approves_and_the_agent_migrates(cluster: Cluster) -> None:
     # Exactly the approved move, carried out by the source's agent.
     assert migrations(c) == [(a["vm"], a["src"], a["dst"])]
     audit = sova(c, "audit")
-    assert "alice        approve" in audit and f"plan {p['id']}" in audit
+    assert "admin (alice) approve" in audit and f"plan {p['id']}" in audit
 
 
 @pytest.mark.slow
@@ -131,14 +135,14 @@ def test_maintenance_set_with_the_cli_keeps_the_host_out_of_play(cluster: Cluste
     c.finish()
     assert migrations(c) == []
     assert plans(c, "proposed") == []
-    view = httpx.get(c.manager_url + "/v1/cluster", timeout=5).json()
+    view = httpx.get(c.manager_url + "/v1/cluster", headers=c.admin_headers, timeout=5).json()
     h2 = next(h for h in view["hosts"] if h["host"] == "H2")
-    assert h2["maintenance"] == "set by alice: firmware"
+    assert h2["maintenance"] == "set by admin (alice): firmware"
     reasons = [
         d["reason"]
-        for d in httpx.get(c.manager_url + "/v1/decisions?limit=1000", timeout=5).json()[
-            "decisions"
-        ]
+        for d in httpx.get(
+            c.manager_url + "/v1/decisions?limit=1000", headers=c.admin_headers, timeout=5
+        ).json()["decisions"]
         if d["host"] == "H1"
     ]
     assert reasons and all("no cold spot" in r for r in reasons), reasons[-1:]
@@ -160,7 +164,7 @@ def test_mode_and_a_pin_set_with_the_cli_survive_a_manager_restart(cluster: Clus
     assert c.kill("manager", signal.SIGTERM) in (0, -signal.SIGTERM)
     c.start_manager()
     c.wait_ready(c.manager_url + "/healthz", "manager")
-    assert "cluster: recommend (set by alice)" in sova(c, "mode", "show")
+    assert "cluster: recommend (set by admin (alice))" in sova(c, "mode", "show")
     assert "pin             A" in sova(c, "fence", "list")
     c.pause(False)
     wait_until(lambda: _done(c), 120, "the run to finish")

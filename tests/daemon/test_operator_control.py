@@ -183,7 +183,7 @@ def test_recommend_proposes_and_approval_signals_the_migration(api_factory: Any)
         f"/v1/plans/{p['id']}/approve", json={"by": "alice", "reason": "ok"}, headers=ADMIN_H
     )
     assert r.status_code == 200, r.text
-    assert r.json()["state"] == "approved" and r.json()["decided_by"] == "alice"
+    assert r.json()["state"] == "approved" and r.json()["decided_by"] == "admin (alice)"
     d = directive(api, "h1")
     assert (d["f"], d["t"], d["v"]) == (True, "h2", "h1-vm1")
     api.drain()
@@ -191,14 +191,14 @@ def test_recommend_proposes_and_approval_signals_the_migration(api_factory: Any)
     assert [(x["vm"], x["src"], x["dst"]) for x in cluster["leases"]] == [("h1-vm1", "h1", "h2")]
     audit = api.get("/v1/audit", headers=ADMIN_H).json()["entries"]
     assert [(e["who"], e["action"], e["subject"]) for e in audit][-1] == (
-        "alice",
+        "admin (alice)",
         "approve",
         f"plan {p['id']}",
     )
     signalled = [
         d for d in api.get("/v1/decisions", headers=ADMIN_H).json()["decisions"] if d["flag"]
     ]
-    assert len(signalled) == 1 and signalled[0]["inputs"]["approved_by"] == "alice"
+    assert len(signalled) == 1 and signalled[0]["inputs"]["approved_by"] == "admin (alice)"
     # A plan decides once.
     again = api.post(f"/v1/plans/{p['id']}/approve", json={"by": "bob"}, headers=ADMIN_H)
     assert again.status_code == 409 and "approved" in again.json()["detail"]
@@ -274,7 +274,7 @@ def test_maintenance_and_pin_through_the_api(api_factory: Any) -> None:
     api.drain()
     view = api.get("/v1/cluster", headers=ADMIN_H).json()
     by_host = {h["host"]: h for h in view["hosts"]}
-    assert by_host["h2"]["maintenance"] == "set by ops"
+    assert by_host["h2"]["maintenance"] == "set by admin (ops)"
     assert by_host["h1"]["pinned_vms"] == ["h1-vm1"]
     assert {(f["kind"], f["name"]) for f in view["fences"]} == {
         ("maintenance", "h2"),
@@ -406,5 +406,13 @@ def test_openstack_mode_carries_out_an_approved_plan_through_the_actuator(
         assert api.get("/v1/cluster", headers=ADMIN_H).json()["leases"] == []
         (m,) = store.migration_rows("h1-vm1")
         assert m["result"] == result
+        # the plan's final fate is in the audit log too (issue 21: it was not)
+        audit = api.get("/v1/audit", headers=ADMIN_H).json()["entries"]
+        assert [(e["who"], e["action"], e["subject"]) for e in audit][-1] == (
+            "sova",
+            state,
+            f"plan {p['id']}",
+        )
+        assert result in audit[-1]["detail"]
     finally:
         api.close()

@@ -231,6 +231,9 @@ FOUND: list[tuple[str, Path_, Any]] = [
     ("sova-fig5", ("hosts", 0, "nic", "capacity"), 0),
     ("sova-fig5", ("vms", 0, "sla", "weight"), float("inf")),
     ("sova-fig5", ("profile",), "../../../../etc/passwd"),
+    # full_fuzz (issue 21): validate passed, simulate wrote an empty timeline
+    ("dba-vm", ("duration",), 1),
+    ("trace-replay", ("duration",), 1),
 ]
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import re
 import secrets
 import signal as signal_mod
 import threading
@@ -38,7 +39,14 @@ from sova.daemon.config import AgentSettings, ConfigError
 from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
 from sova.daemon.manager_security import agent_warnings
 from sova.daemon.metrics import AgentMetrics
-from sova.daemon.schema import Directive, MigrationDone, build_report, encode, epoch_note
+from sova.daemon.schema import (
+    NAME_PATTERN,
+    Directive,
+    MigrationDone,
+    build_report,
+    encode,
+    epoch_note,
+)
 from sova.daemon.tickers import Ticker
 from sova.daemon.wiring import Wiring, build
 from sova.driver.base import Driver, DriverError
@@ -385,6 +393,11 @@ def run_agent(
     if settings.manager_url:
         if not token:
             raise ConfigError("token: required when manager_url is set (or SOVA_TOKEN)")
+        if not re.match(NAME_PATTERN, host):
+            raise ConfigError(
+                f"host = {host!r} (from the driver): the manager accepts only names matching "
+                f"{NAME_PATTERN}; set host in the agent's config"
+            )
         client = ManagerClient(
             settings.manager_url,
             host,

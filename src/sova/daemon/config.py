@@ -39,6 +39,7 @@ from sova.units import Duration, Rate
 M = TypeVar("M", bound=BaseModel)
 
 AGENT_ENV_PREFIX = "SOVA_"
+MIN_PLAN_TTL_S = 10.0
 MANAGER_ENV_PREFIX = "SOVA_MANAGER_"
 
 
@@ -122,7 +123,10 @@ class LibvirtSettings(_Strict):
 
 class AgentSettings(_Strict, OrchestratorSettings):
     host: str | None = Field(
-        default=None, description="this host's name at the manager; default: the driver's"
+        default=None,
+        # the manager's NAME_PATTERN: a name it would reject must stop the agent at start
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$",
+        description="this host's name at the manager; default: the driver's",
     )
     # a name in the drivers' registry (sova.daemon.drivers; plug-ins add theirs)
     driver: Annotated[str, AfterValidator(DRIVERS.check)] = "libvirt"
@@ -133,7 +137,7 @@ class AgentSettings(_Strict, OrchestratorSettings):
     manager_url: str | None = Field(
         default=None, pattern=r"^https?://", description="None = standalone, no reports"
     )
-    token: SecretStr | None = None
+    token: SecretStr | None = Field(default=None, min_length=16)
     token_file: Path | None = None
     ca_file: Path | None = Field(default=None, description="CA bundle to verify the manager")
     report_timeout_s: float = Field(default=2.0, gt=0, le=60)
@@ -175,11 +179,21 @@ class AgentSettings(_Strict, OrchestratorSettings):
             return self.token.get_secret_value()
         if self.token_file is not None:
             try:
-                return self.token_file.read_text().strip()
+                token = self.token_file.read_bytes().decode("utf-8").strip()
             except OSError as exc:
                 raise ConfigError(
                     f"token_file: cannot read {self.token_file}: {exc.strerror}"
                 ) from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    f"token_file {self.token_file}: not UTF-8 text (byte at offset {exc.start})"
+                ) from None
+            if len(token) < 16 or any(c.isspace() for c in token):
+                raise ConfigError(
+                    f"token_file {self.token_file}: holds no token of >= 16 characters "
+                    "(one line, no spaces)"
+                )
+            return token
         return None
 
 
@@ -219,13 +233,23 @@ class ManagerSettings(_Strict, OrchestratorSettings):
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
     admin_token: SecretStr | None = Field(
-        default=None, description="bearer token for the read endpoints; None = open"
+        default=None,
+        min_length=16,
+        description="the secret of the operator credential named admin (role admin)",
+    )
+    operators_file: Path | None = Field(
+        default=None,
+        description="TOML of named operator credentials with roles (re-read on SIGHUP)",
     )
     insecure: bool = Field(
-        default=False, description="allow a non-loopback listen without admin_token and TLS"
+        default=False,
+        description="allow operator routes without a credential, and a non-loopback "
+        "listen without one and TLS",
     )
     hosts: dict[str, HostAuth] = Field(default_factory=dict)
-    tokens_file: Path | None = Field(default=None, description='TOML of host = "token" lines')
+    tokens_file: Path | None = Field(
+        default=None, description='TOML of host = "token" (or ["token", "next"]) lines'
+    )
     plan_period_s: float = Field(default=10.0, ge=0, description="0 = only explicit ticks")
     plan_trigger: Literal["timer", "round"] = Field(
         default="timer",
@@ -245,9 +269,15 @@ class ManagerSettings(_Strict, OrchestratorSettings):
         default_factory=dict, description="per-host mode, over the cluster's"
     )
     plan_ttl_s: Duration = Field(
-        default=600.0, description="a proposed plan not approved within this expires"
+        default=600.0,
+        # 0 made every plan born expired (and two audit rows per hot host each round);
+        # an operator needs time to read a plan before approving it.
+        ge=MIN_PLAN_TTL_S,
+        description="a proposed plan not approved within this expires",
     )
     max_report_bytes: int = Field(default=1024, ge=128, le=65536)
+    # Every fence is in /v1/cluster and the freeze lists in every report's answer: bounded.
+    max_fences_per_kind: int = Field(default=4096, ge=1, le=100_000)
     # How far an agent's clock may drift from the manager's pace within one agent boot
     # (wall clock), or run ahead of the newest report (agent clock); beyond it: 422.
     max_clock_skew_s: float = Field(default=60.0, gt=0, le=86400)
@@ -258,36 +288,57 @@ class ManagerSettings(_Strict, OrchestratorSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @model_validator(mode="after")
+    def _plan_outlives_a_round(self) -> ManagerSettings:
+        if self.plan_period_s > 0 and self.plan_ttl_s < self.plan_period_s:
+            raise ValueError(
+                f"plan_ttl_s = {self.plan_ttl_s:g} s is shorter than plan_period_s = "
+                f"{self.plan_period_s:g} s: every plan would expire before an operator sees it"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _tls_pair(self) -> ManagerSettings:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("tls_certfile and tls_keyfile go together")
         return self
 
-    def tokens(self) -> dict[str, str]:
-        out = {h: a.token.get_secret_value() for h, a in self.hosts.items()}
+    def tokens(self) -> dict[str, list[str]]:
+        """Each host's accepted tokens (several while one is rotated)."""
+        out = {h: [a.token.get_secret_value()] for h, a in self.hosts.items()}
         if self.tokens_file is not None:
             data = _read_toml(self.tokens_file, "tokens_file")
+            if not data:
+                # An emptied file (a failed deploy, a truncating editor) would lock every
+                # agent out at the next SIGHUP: refuse it, the old tokens stay in force.
+                raise ConfigError(f"tokens_file {self.tokens_file}: holds no host tokens")
             for h, tok in data.items():
-                if not isinstance(tok, str) or len(tok) < 16:
+                toks = tok if isinstance(tok, list) else [tok]
+                if not toks or not all(isinstance(t, str) and len(t) >= 16 for t in toks):
                     raise ConfigError(
                         f"tokens_file {self.tokens_file}: {h}: token must be a string of "
-                        ">= 16 characters"
+                        ">= 16 characters (or a non-empty list of them)"
                     )
-                out[h] = tok
+                out[h] = list(toks)
         return out
 
 
 # --------------------------------------------------------------------------- loading
 
 
-def _read_toml(path: Path, what: str) -> dict[str, Any]:
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file as a dict; ConfigError (one line naming the file) if it cannot be."""
     try:
         with path.open("rb") as f:
             return tomllib.load(f)
     except OSError as exc:
         raise ConfigError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes UTF-8 itself and lets this through
+        raise ConfigError(f"{path}: not UTF-8 text (byte at offset {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+_read_toml = read_toml
 
 
 def _fields_of(model: type[BaseModel]) -> dict[str, type[BaseModel] | None]:

@@ -20,6 +20,14 @@ subclasses whichever protocol uvicorn would use and adds, per connection:
   request in flight is closed to make room (as nginx reuses idle keep-alive connections), so
   idle connections can never keep a working client out.
 
+**TLS** is done here too, not by the event loop's server: there the connection reaches
+the protocol only once its handshake is complete, so 9,000 connections that never finished
+one escaped every limit above and held the manager's descriptors (issue 21). Here a TLS
+connection is counted, limited and timed from its first byte like a plain one: the
+handshake and the request head share ``header_timeout_s``. And an idle kept-alive TLS
+connection is aborted at shutdown (a TLS close waits up to 30 s for the peer's close_notify,
+which an idle agent never sends).
+
 The body's read timeout is enforced where the body is read (:mod:`sova.daemon.manager_guard`);
 the idle time between requests on a kept-alive connection is uvicorn's ``timeout_keep_alive``.
 """
@@ -29,12 +37,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
+from asyncio import sslproto
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger("sova.manager")
+
+# How long a TLS close waits for the peer's close_notify (asyncio's default: 30 s).
+_TLS_SHUTDOWN_S = 2.0
 
 _431 = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
@@ -68,10 +81,14 @@ class _Book:
     evicted: int = 0
     timed_out: int = 0
     too_large: int = 0
+    handshake_failed: int = 0
 
 
-def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Protocol]:
-    """A subclass of uvicorn's HTTP protocol ``base`` enforcing ``limits``."""
+def guarded(
+    base: type[asyncio.Protocol], limits: ConnLimits, tls: ssl.SSLContext | None = None
+) -> type[asyncio.Protocol]:
+    """A subclass of uvicorn's HTTP protocol ``base`` enforcing ``limits`` (and serving TLS
+    with ``tls``: then give uvicorn no certificate of its own)."""
     book = _Book(limits)
 
     class Guarded(base):  # type: ignore[valid-type, misc]
@@ -84,15 +101,24 @@ def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Pr
             self._in_head = False
             self._head_bytes = 0
             self._head_timer: asyncio.TimerHandle | None = None
+            self._counted = False
+            self._handshaking = False
+            self._early: list[bytes] = []
             if book.per_client[self._peer] >= limits.max_connections_per_client:
                 self._refused = True
                 book.refused += 1
+                log.debug(
+                    "refused %s: %d connections from it",
+                    self._peer,
+                    limits.max_connections_per_client,
+                )
                 transport.abort()
                 return
             if book.open >= limits.max_connections:
                 if not book.idle:
                     self._refused = True
                     book.refused += 1
+                    log.debug("refused %s: %d connections, none idle", self._peer, book.open)
                     transport.abort()
                     return
                 oldest = next(iter(book.idle))
@@ -100,8 +126,77 @@ def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Pr
                 oldest._close_idle()
             book.per_client[self._peer] += 1
             book.open += 1
-            super().connection_made(transport)
+            self._counted = True
+            if tls is None:
+                super().connection_made(transport)
+                self._await_head(arm=True)
+                return
+            # The handshake runs under the head's timer: a peer that never completes it is
+            # closed like one that never sends a head, and counts against the same limits.
+            self.transport = transport
+            self._handshaking = True
             self._await_head(arm=True)
+            # What loop.start_tls does, but now: an awaited start_tls begins a loop turn
+            # later, and uvloop starts reading as soon as connection_made returns, so the
+            # ClientHello could reach the HTTP parser first.
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            self._tls = sslproto.SSLProtocol(
+                loop,
+                self,
+                tls,
+                waiter,
+                server_side=True,
+                call_connection_made=False,
+                ssl_handshake_timeout=limits.header_timeout_s,  # type: ignore[arg-type]
+                ssl_shutdown_timeout=_TLS_SHUTDOWN_S,
+            )
+            transport.set_protocol(self._tls)
+            self._tls.connection_made(transport)
+            waiter.add_done_callback(self._handshake_done)
+
+        def _handshake_done(self, waiter: asyncio.Future[None]) -> None:
+            # A peer that closes mid-handshake wakes the waiter without an exception;
+            # the TLS transport is gone then.
+            failed = (
+                waiter.cancelled()
+                or waiter.exception() is not None
+                or self._tls._app_transport is None
+            )
+            if failed or not self._counted:
+                if failed:
+                    book.handshake_failed += 1
+                self.transport.abort()
+                self._release()
+                return
+            self._handshaking = False
+            in_head = self._in_head
+            super().connection_made(self._tls._app_transport)
+            self._in_head = in_head  # the head timer keeps running from the connect
+            early, self._early = self._early, []
+            for data in early:
+                self.data_received(data)
+
+        def shutdown(self) -> None:
+            """Server shutdown: an idle connection is aborted at once (nothing is lost;
+            a TLS close would wait for the peer's close_notify), a busy one finishes."""
+            if self._handshaking:
+                self.transport.abort()
+                return
+            if tls is not None and self._in_head and self._head_bytes == 0:
+                self.transport.abort()
+                return
+            super().shutdown()
+
+        def _release(self) -> None:
+            if not self._counted:
+                return
+            self._counted = False
+            self._head_done()
+            book.open -= 1
+            book.per_client[self._peer] -= 1
+            if book.per_client[self._peer] <= 0:
+                del book.per_client[self._peer]
 
         def _await_head(self, arm: bool) -> None:
             """Waiting for a request head. On a new connection the head timer runs from now
@@ -141,6 +236,15 @@ def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Pr
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return
+            if self._handshaking:
+                # Application data right behind the client's Finished (one TCP segment)
+                # arrives before the handshake's waiter callback has run: keep it for
+                # the HTTP parser, within the head's size limit.
+                self._early.append(data)
+                if sum(map(len, self._early)) > limits.max_header_bytes:
+                    book.too_large += 1
+                    self.transport.abort()
+                return
             if self._in_head:
                 if self._head_timer is None:
                     self._arm_head_timer()  # a head begins on a kept-alive connection
@@ -166,11 +270,9 @@ def guarded(base: type[asyncio.Protocol], limits: ConnLimits) -> type[asyncio.Pr
         def connection_lost(self, exc: Exception | None) -> None:
             if self._refused:
                 return
-            self._head_done()
-            book.open -= 1
-            book.per_client[self._peer] -= 1
-            if book.per_client[self._peer] <= 0:
-                del book.per_client[self._peer]
+            self._release()
+            if self._handshaking:
+                return  # uvicorn's protocol never saw this connection
             super().connection_lost(exc)
 
     return Guarded

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -31,8 +32,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.conn_guard import base_protocol, guarded
+from sova.daemon.credentials import Credential
 from sova.daemon.manager_control import FENCE_KINDS, PLAN_STATES, PlanConflict, PlanNotFound
-from sova.daemon.manager_guard import GuardMiddleware
+from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
 from sova.daemon.manager_security import exposure_check
 from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
 from sova.daemon.schema import (
@@ -120,13 +122,39 @@ _PLAN_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 _OPERATOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_AUTH_RESPONSES,
+    403: {"description": "the credential's role does not allow this; nothing was changed"},
     503: {"description": "the knowledge store cannot be written; nothing was changed"},
 }
 FenceKind = Annotated[str, PathParam(pattern="^(" + "|".join(FENCE_KINDS) + ")$")]
 PlanId = Annotated[int, PathParam(ge=1, le=2**62)]
-By = Annotated[str, Query(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
-Why = Annotated[str, Query(max_length=500)]
+By = Annotated[str | None, Query(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# No control characters: a newline in a reason would forge a line in `sova audit` output
+# and in the journal.
+Why = Annotated[str, Query(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
+
+def _who(request: Request, by: str | None) -> str:
+    """The audit log's "who": the credential's name; a ``by`` the client sent only
+    annotates it (it is self-declared)."""
+    cred: Credential = getattr(request.state, "sova_operator", ANONYMOUS)
+    if by is None or by == cred.name:
+        return cred.name
+    room = 128 - len(cred.name) - 3
+    return f"{cred.name} ({by[:room]})"
+
+
+def _body_who(request: Request, body: OperatorAction) -> tuple[str, str]:
+    """(who, reason) of an operator change's body; 422 on a reason with control characters."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in body.reason):
+        raise HTTPException(
+            422, "reason: control characters (newline, tab, escape) are not allowed"
+        )
+    return _who(request, body.by if "by" in body.model_fields_set else None), body.reason
+
+
+_FORBIDDEN: dict[int | str, dict[str, Any]] = {
+    403: {"description": "the credential's role does not allow this; nothing was changed"},
+}
 _BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_AUTH_RESPONSES,
     413: {"description": "body larger than max_report_bytes; nothing was changed"},
@@ -298,7 +326,11 @@ def create_app(
             raise
         except Exception as exc:
             log.error("operator change not stored: %s", exc)
-            raise HTTPException(503, f"knowledge store cannot be written: {exc}") from None
+            # The exception's text may quote SQL and table names: the journal has it, the
+            # client gets the kind only.
+            raise HTTPException(
+                503, f"knowledge store cannot be written ({type(exc).__name__}); nothing changed"
+            ) from None
 
     def _plan_errors(exc: Exception) -> HTTPException:
         if isinstance(exc, PlanNotFound):
@@ -365,9 +397,9 @@ def create_app(
         tags=["operators"],
         summary="Approve an open plan: its migration is signalled (audit-logged)",
     )
-    async def approve_plan(plan_id: PlanId, body: OperatorAction) -> PlanView:
+    async def approve_plan(plan_id: PlanId, body: OperatorAction, request: Request) -> PlanView:
         try:
-            return await _stored(service.approve_plan(plan_id, body.by, body.reason))
+            return await _stored(service.approve_plan(plan_id, *_body_who(request, body)))
         except (PlanNotFound, PlanConflict) as exc:
             raise _plan_errors(exc) from None
 
@@ -380,9 +412,9 @@ def create_app(
         tags=["operators"],
         summary="Reject an open plan: nothing moves (audit-logged)",
     )
-    async def reject_plan(plan_id: PlanId, body: OperatorAction) -> PlanView:
+    async def reject_plan(plan_id: PlanId, body: OperatorAction, request: Request) -> PlanView:
         try:
-            return await _stored(service.reject_plan(plan_id, body.by, body.reason))
+            return await _stored(service.reject_plan(plan_id, *_body_who(request, body)))
         except (PlanNotFound, PlanConflict) as exc:
             raise _plan_errors(exc) from None
 
@@ -407,9 +439,18 @@ def create_app(
         tags=["operators"],
         summary="Set a fence (maintenance | pin | vf-freeze-host | vf-freeze-vm); audit-logged",
     )
-    async def set_fence(kind: FenceKind, name: HostName, body: OperatorAction) -> FenceView:
+    async def set_fence(
+        kind: FenceKind, name: HostName, body: OperatorAction, request: Request
+    ) -> FenceView:
+        bound = service.settings.max_fences_per_kind
+        held = service.desk.ops.names(kind)
+        if name not in held and len(held) >= bound:
+            raise HTTPException(
+                422,
+                f"{kind}: at most max_fences_per_kind = {bound} fences of one kind; lift one first",
+            )
         try:
-            return await _stored(service.set_fence(kind, name, body.by, body.reason))
+            return await _stored(service.set_fence(kind, name, *_body_who(request, body)))
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
 
@@ -422,9 +463,9 @@ def create_app(
         summary="Lift a fence; audit-logged",
     )
     async def clear_fence(
-        kind: FenceKind, name: HostName, by: By = "admin", reason: Why = ""
+        kind: FenceKind, name: HostName, request: Request, by: By = None, reason: Why = ""
     ) -> Any:
-        if not await _stored(service.clear_fence(kind, name, by, reason)):
+        if not await _stored(service.clear_fence(kind, name, _who(request, by), reason)):
             raise HTTPException(404, f"no {kind} fence on {name}")
         return {"cleared": True}
 
@@ -449,8 +490,8 @@ def create_app(
         tags=["operators"],
         summary="Set the cluster's mode (autonomic | recommend); kept across restarts",
     )
-    async def set_mode(body: ModeChange) -> ModeView:
-        return await _stored(service.set_mode("*", body.mode, body.by, body.reason))
+    async def set_mode(body: ModeChange, request: Request) -> ModeView:
+        return await _stored(service.set_mode("*", body.mode, *_body_who(request, body)))
 
     @app.delete(
         "/v1/mode",
@@ -461,8 +502,8 @@ def create_app(
         tags=["operators"],
         summary="Return the cluster to the config file's mode",
     )
-    async def reset_mode(by: By = "admin", reason: Why = "") -> ModeView:
-        return await _stored(service.set_mode("*", None, by, reason))
+    async def reset_mode(request: Request, by: By = None, reason: Why = "") -> ModeView:
+        return await _stored(service.set_mode("*", None, _who(request, by), reason))
 
     @app.put(
         "/v1/hosts/{host}/mode",
@@ -473,8 +514,8 @@ def create_app(
         tags=["operators"],
         summary="Set one host's mode, over the cluster's; kept across restarts",
     )
-    async def set_host_mode(host: HostName, body: ModeChange) -> ModeView:
-        return await _stored(service.set_mode(host, body.mode, body.by, body.reason))
+    async def set_host_mode(host: HostName, body: ModeChange, request: Request) -> ModeView:
+        return await _stored(service.set_mode(host, body.mode, *_body_who(request, body)))
 
     @app.delete(
         "/v1/hosts/{host}/mode",
@@ -485,8 +526,10 @@ def create_app(
         tags=["operators"],
         summary="Return one host to the cluster's mode",
     )
-    async def reset_host_mode(host: HostName, by: By = "admin", reason: Why = "") -> ModeView:
-        return await _stored(service.set_mode(host, None, by, reason))
+    async def reset_host_mode(
+        host: HostName, request: Request, by: By = None, reason: Why = ""
+    ) -> ModeView:
+        return await _stored(service.set_mode(host, None, _who(request, by), reason))
 
     @app.get(
         "/v1/audit",
@@ -502,6 +545,46 @@ def create_app(
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> AuditPage:
         return await service.audit_page(after, limit)
+
+    @app.get(
+        "/v1/credentials",
+        operation_id="listCredentials",
+        response_model=dict[str, str],
+        dependencies=auth,
+        responses={**_AUTH_RESPONSES, **_FORBIDDEN},
+        tags=["operators"],
+        summary="Operator credentials in force: name -> role (admin role; no secrets)",
+    )
+    async def list_credentials() -> dict[str, str]:
+        return service.tokens.operators.names()
+
+    @app.get(
+        "/v1/whoami",
+        operation_id="whoAmI",
+        response_model=dict[str, str],
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["operators"],
+        summary="The credential this request's token belongs to: name and role",
+    )
+    async def whoami(request: Request) -> dict[str, str]:
+        cred: Credential = getattr(request.state, "sova_operator", ANONYMOUS)
+        return {"name": cred.name, "role": cred.role}
+
+    @app.post(
+        "/v1/credentials/reload",
+        operation_id="reloadCredentials",
+        response_model=dict[str, int],
+        dependencies=auth,
+        responses={**_AUTH_RESPONSES, **_FORBIDDEN, 409: {"description": "not reloaded"}},
+        tags=["operators"],
+        summary="Re-read the host tokens and operators files (as SIGHUP does); admin role",
+    )
+    async def reload_credentials(request: Request) -> dict[str, int]:
+        if not service.reload_tokens():
+            raise HTTPException(409, "credentials not reloaded; the old ones stay (see the log)")
+        log.warning("credentials reloaded by %s", _who(request, None))
+        return {"hosts": len(service.tokens.hosts), "operators": len(service.tokens.operators)}
 
     @app.get(
         "/healthz",
@@ -593,8 +676,6 @@ def run_manager(settings: ManagerSettings) -> None:
         app,
         host=settings.listen,
         port=settings.port,
-        ssl_certfile=str(settings.tls_certfile) if settings.tls_certfile else None,
-        ssl_keyfile=str(settings.tls_keyfile) if settings.tls_keyfile else None,
         log_level=settings.log_level,
         log_config=None,  # uvicorn logs through the handler configure_logging installed
         access_log=False,  # 1,000 reports/s would drown the journal
@@ -603,7 +684,8 @@ def run_manager(settings: ManagerSettings) -> None:
         # the guard bounds connections instead, evicting idle ones first.
         limit_concurrency=None,
         h11_max_incomplete_event_size=settings.http.max_header_bytes,
-        http=guarded(base_protocol(), settings.http),
+        # TLS in the connection guard, so a handshake is limited and timed (issue 21)
+        http=guarded(base_protocol(), settings.http, server_tls(settings)),
         backlog=4096,
     )
     log.info(
@@ -622,6 +704,15 @@ def run_manager(settings: ManagerSettings) -> None:
         notifying_uvicorn_server(config, watchdog).run()
     finally:
         store.close()
+
+
+def server_tls(settings: ManagerSettings) -> ssl.SSLContext | None:
+    """The manager's TLS context (uvicorn's defaults: TLS 1.2+, the certificate chain)."""
+    if settings.tls_certfile is None or settings.tls_keyfile is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(settings.tls_certfile), str(settings.tls_keyfile))
+    return ctx
 
 
 def _actuators(settings: ManagerSettings) -> Callable[[str], Actuator] | None:

@@ -15,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from sova.daemon.credentials import Credential
+
 if TYPE_CHECKING:
     from sova.daemon.manager_service import ManagerService
 
@@ -89,7 +91,7 @@ class GuardMiddleware:
         if endpoint in ("report", "directive"):
             host = parts[2] if len(parts) > 2 else ""
             ok = svc.check_host_token(host, token) or (
-                endpoint == "directive" and svc.admin_token_set and svc.check_admin_token(token)
+                endpoint == "directive" and svc.tokens.operator(token) is not None
             )
             if not ok:
                 if endpoint == "report":
@@ -103,9 +105,12 @@ class GuardMiddleware:
                 await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
                 return
             scope.setdefault("state", {})["sova_host"] = host
-        elif endpoint == "operator" and not svc.check_admin_token(token):
-            await _send_json(send, 401, {"detail": "missing or invalid admin token"})
-            return
+        elif endpoint in ("operator", "metrics"):
+            status, cred_or_why = authorize(svc, token, method, path)
+            if isinstance(cred_or_why, str):
+                await _send_json(send, status, {"detail": cred_or_why})
+                return
+            scope.setdefault("state", {})["sova_operator"] = cred_or_why
         if method in ("POST", "PUT", "PATCH"):
             limit = svc.settings.max_report_bytes
             declared = _header(headers, b"content-length")
@@ -152,6 +157,39 @@ class GuardMiddleware:
         await self.app(scope, receive, send)
 
 
+ANONYMOUS = Credential("anonymous", "admin")  # insecure = true and no credential configured
+
+
+def required_role(method: str, path: str) -> str:
+    """The least role a request needs: reads are a viewer's, credential management an
+    admin's, every other change an operator's."""
+    if path.startswith("/v1/credentials"):
+        return "admin"
+    if method in ("GET", "HEAD", "OPTIONS"):
+        return "viewer"
+    return "operator"
+
+
+def authorize(
+    svc: ManagerService, token: bytes | None, method: str, path: str
+) -> tuple[int, Credential | str]:
+    """(200, the caller's credential) or (401/403, why)."""
+    cred = svc.tokens.operator(token)
+    if cred is None:
+        if len(svc.tokens.operators) == 0:
+            if svc.settings.insecure:
+                return 200, ANONYMOUS
+            return 401, (
+                "no operator credential is configured (admin_token or operators_file): "
+                "every operator request is refused unless insecure = true"
+            )
+        return 401, "missing or invalid operator token"
+    need = required_role(method, path)
+    if not cred.may(need):
+        return 403, f"credential {cred.name} has role {cred.role}; {method} {path} needs {need}"
+    return 200, cred
+
+
 def _too_large(limit: int) -> dict[str, Any]:
     return {
         "detail": [
@@ -174,7 +212,8 @@ def _endpoint(path: str) -> str:
             return "directive"
     elif path.startswith("/v1/migrations/"):
         return "done"
-    # Everything else under /v1 is the operators' (reads and changes alike): admin token.
+    # Everything else under /v1 is the operators' (reads and changes alike): a credential
+    # whose role allows the method (viewer reads, operator changes, admin manages tokens).
     if path.startswith("/v1/"):
         return "operator"
     return {

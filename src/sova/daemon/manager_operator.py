@@ -387,8 +387,11 @@ class OperatorDesk:
             state="executed" if result == "succeeded" else "failed",
             detail=f"{plan.detail}; {result}" + (f": {detail}" if detail else ""),
         )
-        w = RoundWrite(plans=[end])
         now = self.st.now()
+        # the plan's fate gets an audit row, as expiry and supersession do (issue 21)
+        w = RoundWrite(
+            plans=[end], audit=[AuditRow(now, "sova", end.state, f"plan {plan.id}", end.detail)]
+        )
         self.ledger.ended_elsewhere(plan.vm, did, now, result, detail or "via openstack", w)
         await self.st.writer.write(w)
         log.info("plan %d through openstack: %s %s", plan.id, result, detail)

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import ipaddress
 import stat
 import sys
@@ -26,53 +25,77 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sova.daemon.config import AgentSettings, ConfigError, ManagerSettings
+from sova.daemon.config import AgentSettings, ConfigError, ManagerSettings, read_toml
+from sova.daemon.credentials import (
+    HASH_PREFIX,
+    Credential,
+    CredentialError,
+    OperatorBook,
+    matches,
+    parse_operators,
+    secret_digest,
+)
 
-HASH_PREFIX = "sha256:"
+ADMIN_NAME = "admin"  # the credential the single admin_token setting stands for
 
 
 def digest(token: str) -> bytes:
     """The digest a token is kept as (a ``sha256:<hex>`` entry is one already)."""
-    if token.startswith(HASH_PREFIX):
-        raw = token[len(HASH_PREFIX) :]
-        try:
-            out = bytes.fromhex(raw)
-        except ValueError:
-            raise ConfigError(f"token {token[:12]}…: not a sha256:<64 hex digits> digest") from None
-        if len(out) != 32:
-            raise ConfigError(f"token {token[:12]}…: not a sha256:<64 hex digits> digest")
-        return out
-    return hashlib.sha256(token.encode()).digest()
+    try:
+        return secret_digest(
+            token, f"token {token[:12]}…" if token.startswith(HASH_PREFIX) else "token"
+        )
+    except CredentialError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass
 class TokenBook:
-    """Digests of the hosts' tokens and of the operator token."""
+    """Digests of the hosts' tokens (several per host while one is rotated) and the
+    operators' named credentials (:mod:`sova.daemon.credentials`)."""
 
-    hosts: dict[str, bytes] = field(default_factory=dict)
-    admin: bytes | None = None
+    hosts: dict[str, tuple[bytes, ...]] = field(default_factory=dict)
+    operators: OperatorBook = field(default_factory=lambda: OperatorBook({}))
+    admin: bytes | None = None  # the admin_token setting's digest (also in operators)
 
     @classmethod
     def load(cls, settings: ManagerSettings) -> TokenBook:
-        hosts = {h: digest(t) for h, t in settings.tokens().items()}
-        admin = digest(settings.admin_token.get_secret_value()) if settings.admin_token else None
-        return cls(hosts, admin)
+        """Every secret the manager accepts; ConfigError (naming the entry) if one is
+        unusable — then a SIGHUP reload keeps the old book in force."""
+        try:
+            hosts = {
+                h: tuple(secret_digest(t, f"host {h} token") for t in ts)
+                for h, ts in settings.tokens().items()
+            }
+            entries: dict[str, tuple[str, tuple[bytes, ...]]] = {}
+            admin = None
+            if settings.admin_token is not None:
+                admin = secret_digest(settings.admin_token.get_secret_value(), "admin_token")
+                entries[ADMIN_NAME] = ("admin", (admin,))
+            if settings.operators_file is not None:
+                data = read_toml(settings.operators_file, "operators_file")
+                source = f"operators_file {settings.operators_file}"
+                for name, entry in parse_operators(data, source).items():
+                    if name == ADMIN_NAME and admin is not None:
+                        raise ConfigError(
+                            f"{source}: {name}: the name of the admin_token setting's credential"
+                        )
+                    entries[name] = entry
+        except CredentialError as exc:
+            raise ConfigError(str(exc)) from None
+        return cls(hosts, OperatorBook(entries), admin)
 
     def keys(self) -> set[str]:
         return set(self.hosts)
 
     def check_host(self, host: str, presented: bytes | None) -> bool:
         expected = self.hosts.get(host)
-        if expected is None or presented is None:
+        if expected is None:
             return False
-        return hmac.compare_digest(expected, hashlib.sha256(presented).digest())
+        return matches(expected, presented)
 
-    def check_admin(self, presented: bytes | None) -> bool:
-        if self.admin is None:
-            return True
-        if presented is None:
-            return False
-        return hmac.compare_digest(self.admin, hashlib.sha256(presented).digest())
+    def operator(self, presented: bytes | None) -> Credential | None:
+        return self.operators.identify(presented)
 
 
 def is_loopback(host: str) -> bool:
@@ -98,7 +121,10 @@ def exposure_check(settings: ManagerSettings) -> list[str]:
     missing = [
         what
         for what, ok in (
-            ("admin_token", settings.admin_token is not None),
+            (
+                "an operator credential (admin_token or operators_file)",
+                settings.admin_token is not None or settings.operators_file is not None,
+            ),
             ("TLS (tls_certfile, tls_keyfile)", settings.tls_certfile is not None),
         )
         if not ok
@@ -114,11 +140,27 @@ def exposure_check(settings: ManagerSettings) -> list[str]:
             f"INSECURE: listening on {settings.listen} without {' and '.join(missing)} "
             "(insecure = true): anyone who can reach it reads the cluster's state"
         )
-    if settings.tokens_file is not None and _world_readable(settings.tokens_file):
-        warnings.append(
-            f"tokens_file {settings.tokens_file} is world-readable: chmod 600 it "
-            "(or store sha256: digests in it)"
-        )
+    if settings.admin_token is None and settings.operators_file is None:
+        if settings.insecure:
+            warnings.append(
+                "INSECURE: no operator credential and insecure = true: anyone who can "
+                "connect may fence hosts, approve plans, change the mode and read /metrics"
+            )
+        else:
+            warnings.append(
+                "no operator credential (admin_token or operators_file): operator routes "
+                "and /metrics answer 401 to everyone (set one, or insecure = true)"
+            )
+    elif settings.insecure:
+        warnings.append("insecure = true (operator credentials are still required where set)")
+    for what, path in (
+        ("tokens_file", settings.tokens_file),
+        ("operators_file", settings.operators_file),
+    ):
+        if path is not None and _world_readable(path):
+            warnings.append(
+                f"{what} {path} is world-readable: chmod 600 it (or store sha256: digests in it)"
+            )
     return warnings
 
 

@@ -214,13 +214,6 @@ class ManagerService:
     def check_host_token(self, host: str, presented: bytes | None) -> bool:
         return self.state.tokens.check_host(host, presented)
 
-    def check_admin_token(self, presented: bytes | None) -> bool:
-        return self.state.tokens.check_admin(presented)
-
-    @property
-    def admin_token_set(self) -> bool:
-        return self.state.tokens.admin is not None
-
     def reload_tokens(self) -> bool:
         """SIGHUP: read the tokens again; a file that does not load changes nothing."""
         try:

@@ -112,7 +112,9 @@ def agent_toml(
     return to_toml(data) + "\n"
 
 
-def manager_toml(scn: LabScenario, tokens: Mapping[str, str], db: Path, port: int) -> str:
+def manager_toml(
+    scn: LabScenario, tokens: Mapping[str, str], db: Path, port: int, admin_token: str | None = None
+) -> str:
     """The manager's file: the scenario's detector and anti-thrash limits as [planner]."""
     # The scenario's manager section is the daemon's [planner] as it is (one schema); the
     # bandwidth of a migration's copy is the agents' to apply.
@@ -123,6 +125,7 @@ def manager_toml(scn: LabScenario, tokens: Mapping[str, str], db: Path, port: in
         "database_url": f"sqlite:///{db}",
         "plan_period_s": scn.plan_period_s,
         "log_level": "info",
+        **({"admin_token": admin_token} if admin_token else {}),
         "planner": planner,
         "hosts": {h: {"token": t} for h, t in tokens.items()},
     }
@@ -146,6 +149,7 @@ class SovaDaemons:
         self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.tokens = {h: secrets.token_hex(16) for h in s.hosts}
+        self.admin_token = secrets.token_hex(16)  # the run's reads of /v1 (issue 21)
         self.procs: dict[str, SovaProc] = {}
 
     def _spawn(self, name: str, args: list[str]) -> SovaProc:
@@ -166,7 +170,11 @@ class SovaDaemons:
 
     def start_manager(self, timeout_s: float = 60.0) -> None:
         cfg = self.work / "manager.toml"
-        cfg.write_text(manager_toml(self.scn, self.tokens, self.work / "manager.db", self.port))
+        cfg.write_text(
+            manager_toml(
+                self.scn, self.tokens, self.work / "manager.db", self.port, self.admin_token
+            )
+        )
         p = self._spawn("manager", ["manager", "--config", str(cfg)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -189,7 +197,10 @@ class SovaDaemons:
         return p
 
     def get(self, path: str, timeout_s: float = 5.0) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
+        req = urllib.request.Request(
+            self.url + path, headers={"Authorization": f"Bearer {self.admin_token}"}
+        )
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return json.loads(r.read())
 
     def check_alive(self) -> str | None:

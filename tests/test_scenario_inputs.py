@@ -1,0 +1,100 @@
+"""Scenario input findings of issue 21: traces stay in the scenario's folder whatever YAML
+type names them, a folder or an existing file is a one-line error, and a run too short to
+record anything is refused at validate (not an empty timeline from simulate)."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sova.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "scenarios" / "profiles", tmp_path / "profiles")
+    shutil.copytree(ROOT / "scenarios" / "traces", tmp_path / "traces")
+    return tmp_path
+
+
+def _one_error_line(out: str) -> str:
+    assert out.startswith("error:"), out
+    assert "Traceback" not in out, out
+    return out
+
+
+def _binary_trace_scenario(folder: Path, target: Path) -> Path:
+    text = (ROOT / "scenarios" / "trace-replay.yaml").read_text()
+    b64 = base64.b64encode(str(target).encode()).decode()
+    text = text.replace(
+        "trace: traces/mixed-demand.csv, column: web", f"trace: !!binary {b64}, column: web"
+    )
+    assert "!!binary" in text
+    path = folder / "evil.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "simulate"])
+def test_a_binary_tagged_trace_cannot_leave_the_folder(
+    folder: Path, tmp_path_factory: pytest.TempPathFactory, command: str
+) -> None:
+    """Before the fix: ``!!binary`` bytes skipped the folder check, were coerced to a str
+    path, and an outside CSV validated and was replayed (and /etc/passwd's first line was
+    printed by validate)."""
+    outside = tmp_path_factory.mktemp("outside") / "secret.csv"
+    outside.write_text("time_s,web\n0,1\n1,2\n")
+    path = _binary_trace_scenario(folder, outside)
+    args = [command, str(path)] + (["-o", str(folder / "out")] if command == "simulate" else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    out = _one_error_line(result.output)
+    assert "trace" in out and "relative path" in out
+    assert not (folder / "out").exists()
+
+
+def test_binary_etc_passwd_is_not_printed(folder: Path) -> None:
+    path = _binary_trace_scenario(folder, Path("/etc/passwd"))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert "root:" not in result.output
+
+
+def test_validate_a_folder_is_one_line(folder: Path) -> None:
+    result = CliRunner().invoke(app, ["validate", str(folder)])
+    assert result.exit_code == 2, result.output
+    assert "not a regular file" in _one_error_line(result.output)
+
+
+def test_simulate_into_an_existing_file_is_refused_before_running(folder: Path) -> None:
+    existing = folder / "existing"
+    existing.write_text("keep me")
+    scn = folder / "s.yaml"
+    shutil.copy(ROOT / "scenarios" / "trace-replay.yaml", scn)
+    result = CliRunner().invoke(app, ["simulate", str(scn), "-o", str(existing)])
+    assert result.exit_code == 2, result.output
+    assert "--out" in _one_error_line(result.output)
+    assert existing.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("name", ["dba-vm", "trace-replay"])
+def test_a_run_shorter_than_one_control_period_is_refused_at_validate(
+    folder: Path, name: str
+) -> None:
+    """The full_fuzz tier's finding: ``duration: 1`` validated, then every policy
+    simulated an empty timeline (the agents step once per controller.period, 10 s)."""
+    data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+    data["duration"] = 1
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    out = _one_error_line(result.output)
+    assert "duration" in out and "controller.period" in out
