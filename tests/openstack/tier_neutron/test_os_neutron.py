@@ -300,3 +300,29 @@ class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
         assert nova.calls == [("attach", port.id), ("detach", port.id)]
         assert [p.id for p in self.sdk.ports(network_id=net.id)] == [virtio.id]
         assert act.reconcile(sensed).vf_holders == frozenset()
+
+    def test_vf_refused_on_an_overlay_network_and_no_port_left(self) -> None:
+        """A server whose only port is on a VXLAN network (Neutron's own network type, read by
+        openstacksdk): sriovnicswitch could not bind a VF there, so Sova creates nothing."""
+        from sova.driver.base import OpState
+        from sova.model import AttachVF
+        from sova.orchestrator.openstack import OpenStackActuator
+
+        net = self.sdk.create_network(
+            name="tenant-overlay",
+            provider_network_type="vxlan",
+            provider_segmentation_id=1001,
+            project_id=self._project_id,
+        )
+        assert self.sdk.get_network(net.id).provider_network_type == "vxlan"
+        sid = "9a1c5c8e-0000-4000-8000-000000000002"
+        self.sdk.create_port(network_id=net.id, device_id=sid, project_id=self._project_id)
+        nova = NovaPortSide(self.nova_sdk, "cmp1", {"vm2": sid}, self._project_id)
+        act = OpenStackActuator(
+            SimpleNamespace(network=self.sdk, compute=nova), "cmp1", spawn=lambda fn: fn()
+        )
+        st = act.poll(act.submit(AttachVF("vm2")))
+        assert st.state is OpState.FAILED
+        assert "is 'vxlan': sriovnicswitch binds only vlan and flat" in st.detail, st.detail
+        assert nova.calls == []
+        assert len(list(self.sdk.ports(network_id=net.id))) == 1  # the server's own port only
