@@ -83,6 +83,7 @@ class FakeCloud:
     vfs_per_host: dict[str, int] = field(default_factory=dict)
     refusing: set[str] = field(default_factory=set)  # targets whose pre-check fails
     migration_steps: int = 2  # looks before a migration finishes
+    abort_looks: int | None = 2  # looks before an abort ends in `cancelled`; None: it never takes
     detach_looks: int = 2
     servers: dict[str, Server] = field(default_factory=dict)
     ports: dict[str, Port] = field(default_factory=dict)
@@ -173,16 +174,18 @@ class _Compute:
             s = self.c.servers[m.server_id]
             if m.status == "completed":
                 s.compute_host, s.task_state = m.dest, None
-            elif m.status == "error":
+            elif m.status in ("error", "cancelled"):
                 s.task_state = None  # Nova rolls back: the server stays on the source
         return [m for m in self.c.migrations if server_id is None or m.server_id == server_id]
 
     def abort_server_migration(self, mid: int, server: str) -> None:
         self.c.calls.append(("abort_server_migration", {"id": mid}))
+        # As in Nova, the abort is asynchronous: the record runs on, then ends `cancelled`
+        # (the migration rolled back) unless it ended first.
         for m in self.c.migrations:
-            if m.id == mid:
-                m.status, m.steps = "cancelled", []
-                self.c.servers[m.server_id].task_state = None
+            if m.id == mid and self.c.abort_looks is not None and m.steps:
+                keep = m.steps[: self.c.abort_looks - 1]
+                m.steps = keep + ["cancelled"] if "completed" not in keep else keep
 
     def create_server_interface(self, server: Server, port_id: str) -> Interface:
         s = self.c.servers[server.id]

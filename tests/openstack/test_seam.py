@@ -98,9 +98,33 @@ def test_migration_past_its_timeout_is_aborted_and_reported() -> None:
     cloud.add_server("vm1", "cmp1")
     st = run(actuator(cloud, migration_timeout_s=30.0), Migrate("vm1", "cmp2"))
     assert st.state is OpState.FAILED
-    assert "timed out after 30s" in st.detail and "abort requested" in st.detail
+    # Followed to Nova's record: cancelled, and the server back on its source.
+    assert "timed out after 30s, abort confirmed" in st.detail, st.detail
+    assert "cancelled" in st.detail and "server on 'cmp1'" in st.detail
     assert any(c[0] == "abort_server_migration" for c in cloud.calls)
     assert cloud.servers["uuid-vm1"].compute_host == "cmp1"
+    assert cloud.servers["uuid-vm1"].task_state is None
+
+
+def test_abort_nova_never_carries_out_is_reported_unconfirmed() -> None:
+    cloud = FakeCloud(migration_steps=10_000, abort_looks=None)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, migration_timeout_s=30.0, abort_timeout_s=20.0)
+    st = run(act, Migrate("vm1", "cmp2"))
+    assert st.state is OpState.FAILED
+    assert "abort not confirmed" in st.detail and "still running 20s later" in st.detail
+    assert cloud.servers["uuid-vm1"].task_state == "migrating"  # as Nova still says
+
+
+def test_migration_that_ends_before_the_abort_takes_is_a_success() -> None:
+    # Timeout at 30 polls; the migration completes 3 looks after the abort was accepted.
+    cloud = FakeCloud(migration_steps=34, abort_looks=5)
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud, migration_timeout_s=30.0), Migrate("vm1", "cmp2"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    assert "ended before the abort" in st.detail
+    assert any(c[0] == "abort_server_migration" for c in cloud.calls)
+    assert cloud.servers["uuid-vm1"].compute_host == "cmp2"  # a false failure would hide this
 
 
 def test_migration_of_a_server_nova_places_elsewhere_is_refused() -> None:
@@ -476,6 +500,59 @@ def test_agent_keeps_running_and_skips_the_period_while_the_cloud_is_unreachable
     assert "inventory unavailable" in skipped[0]
     # Periods before and after it were decided: the agent went on after the outage.
     assert d.agent.last_load is not None
+
+
+def test_agent_started_while_the_cloud_is_unreachable_keeps_running_and_reconciles_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The cloud is down when the agent starts: one log line, no crash; the first period the
+    cloud answers, the agent reconciles (adopting the host as found) and decides again."""
+    import logging
+    import threading
+
+    from sova.daemon.agent_daemon import STEP, AgentDaemon
+    from sova.daemon.config import AgentSettings
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("web", "cmp1")
+    world = CloudHost(cloud, "cmp1", {"web": (0.05, 50e6)})
+    up = cloud.compute.servers
+
+    def down(**_: Any) -> Any:
+        raise DiscoveryFailure("Could not find versioned identity endpoints")
+
+    cloud.compute.servers = down  # type: ignore[method-assign]
+    drv = OrchestratedDriver(
+        MockDriver(world),
+        OpenStackActuator(cloud, "cmp1", spawn=lambda fn: fn(), poll_s=0.0),  # default errors
+    )
+    settings = AgentSettings.model_validate(
+        {"driver": "mock", "host": "cmp1", "controller": {"period": 10, "vf_policy": "sova"}}
+    )
+    d = AgentDaemon(settings, drv)
+    turns = iter([False, True, True])  # cloud up?, per period: down at start and one period
+
+    class Periods:
+        def next(self) -> tuple[float, list[int]] | None:
+            state = next(turns, None)
+            if state is None:
+                return None
+            cloud.compute.servers = up if state else down  # type: ignore[method-assign]
+            world.advance(10.0)
+            return world.t, [STEP]
+
+    caplog.set_level(logging.INFO)
+    d.run(Periods(), threading.Event())  # returns when the periods run out: never raised
+    down_lines = [r.getMessage() for r in caplog.records if "DiscoveryFailure" in r.getMessage()]
+    # Start and the first period: one line each, no traceback, nothing decided blind.
+    assert len(down_lines) == 2, down_lines
+    assert all(r.exc_info is None for r in caplog.records)
+    reconciled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconciled")]
+    assert len(reconciled) == 1 and "cmp1: 1 VM(s)" in reconciled[0], reconciled
+    assert "VF holders []" in reconciled[0]  # adopted as found once the cloud answered
+    assert d.last_report is not None  # the periods after it were decided ...
+    direct = [p.device_id for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert direct == ["uuid-web"]  # ... and acted on: the VF granted through the cloud
 
 
 # --------------------------------------------------------------------------- guest-bond through Nova

@@ -325,8 +325,16 @@ class AgentDaemon:
 
     # ------------------------------------------------------------------ run
 
+    def _try_reconcile(self) -> bool:
+        try:
+            self.reconcile()
+        except DriverError as exc:  # host or cloud down at start: retried next period
+            log.warning("reconcile skipped, retried next period: %s", exc)
+            return False
+        return True
+
     def run(self, ticker: Ticker, stop: threading.Event) -> None:
-        self.reconcile()
+        reconciled = self._try_reconcile()
         while not stop.is_set():
             try:
                 turn = ticker.next()
@@ -338,6 +346,8 @@ class AgentDaemon:
             if turn is None:
                 break
             _, phases = turn
+            if not reconciled and not (reconciled := self._try_reconcile()):
+                continue  # nothing decided on a host not yet adopted as found
             for phase in phases:
                 try:
                     self.do_phase(phase)

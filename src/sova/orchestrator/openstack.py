@@ -10,7 +10,9 @@ all of them wrong, so in this mode:
   ``force``: that would skip Placement and the PCI filter). It is followed through Nova's
   migration records (``GET /os-migrations?instance_uuid=``) until ``completed`` or
   ``failed``/``error``/``cancelled``; past ``migration_timeout_s`` the migration is aborted
-  and reported failed. Nova rolls a failed live migration back to the source itself, so
+  and followed until Nova's record ends (``cancelled``: reported failed; ``completed``:
+  the migration won the race, reported done; still running ``abort_timeout_s`` later:
+  reported failed as an unconfirmed abort). Nova rolls a failed live migration back to the source itself, so
   "failed" always means "still running on the source on virtio", as with libvirt.
 * **the fast path** is a Neutron port with ``binding:vnic_type=direct`` created in the
   server's project on the VF network and attached with Nova's interface API; Nova claims
@@ -125,6 +127,7 @@ class OpenStackActuator:
     vf_resource_class: str | None = None
     migration_timeout_s: float = 600.0
     detach_timeout_s: float = 60.0
+    abort_timeout_s: float = 60.0
     poll_s: float = 1.0
     fallback: Driver | None = None
     errors: tuple[type[Exception], ...] = field(default_factory=_sdk_errors)
@@ -303,6 +306,8 @@ class OpenStackActuator:
             ) from exc
         start = self.clock()
         record: Any = None
+        aborted_at: float | None = None  # when Nova accepted Sova's abort
+        timed_out = f"timed out after {self.migration_timeout_s:g}s"
         while True:
             new = [m for m in self._migrations(server) if m.id not in before]
             record = max(new, key=lambda m: m.id) if new else record
@@ -315,11 +320,15 @@ class OpenStackActuator:
                         f"Nova migration {record.id} of {a.vm} completed but the server is on "
                         f"{now_on!r}, not {a.dst_host!r}"
                     )
-                return f"{a.vm} migrated to {a.dst_host} (Nova migration {record.id} completed)"
+                late = "" if aborted_at is None else f", {timed_out} but ended before the abort"
+                return (
+                    f"{a.vm} migrated to {a.dst_host} (Nova migration {record.id} completed{late})"
+                )
             if status in MIGRATION_FAILED:
                 now_on = _host_of(self.conn.compute.get_server(server.id))
+                why = "" if aborted_at is None else f" ({timed_out}, abort confirmed)"
                 raise _OpFailed(
-                    f"Nova migration {record.id} of {a.vm} to {a.dst_host} {status}; "
+                    f"Nova migration {record.id} of {a.vm} to {a.dst_host} {status}{why}; "
                     f"server on {now_on!r} on virtio"
                 )
             if record is None and self.clock() - start > self.poll_s * 30:
@@ -331,18 +340,26 @@ class OpenStackActuator:
                         f"Nova accepted the live migration of {a.vm} but started none; "
                         f"server on {_host_of(now)!r} (check the instance action log)"
                     )
-            if self.clock() - start > self.migration_timeout_s:
-                if record is not None:
-                    try:
-                        self.conn.compute.abort_server_migration(record.id, server.id)
-                        state = "abort requested"
-                    except self._errors as exc:
-                        state = f"abort refused: {exc}"
-                else:
-                    state = "no migration record"
+            if aborted_at is None and self.clock() - start > self.migration_timeout_s:
+                if record is None:
+                    raise _OpFailed(
+                        f"migration of {a.vm} to {a.dst_host} {timed_out} (no migration "
+                        "record); Nova keeps it on the source"
+                    )
+                try:
+                    self.conn.compute.abort_server_migration(record.id, server.id)
+                except self._errors as exc:
+                    raise _OpFailed(
+                        f"migration of {a.vm} to {a.dst_host} {timed_out} (abort refused: "
+                        f"{exc}); Nova migration {record.id} {status}"
+                    ) from exc
+                # An abort is asynchronous in Nova: its outcome is the record's end
+                # (cancelled, or completed when the migration won the race), followed above.
+                aborted_at = self.clock()
+            if aborted_at is not None and self.clock() - aborted_at > self.abort_timeout_s:
                 raise _OpFailed(
-                    f"migration of {a.vm} to {a.dst_host} timed out after "
-                    f"{self.migration_timeout_s:g}s ({state}); Nova keeps it on the source"
+                    f"migration of {a.vm} to {a.dst_host} {timed_out}; abort not confirmed: "
+                    f"Nova migration {record.id} still {status} {self.abort_timeout_s:g}s later"
                 )
             self.sleep(self.poll_s)
 

@@ -12,6 +12,7 @@ Run with ``scripts/openstack-envs.sh test neutron``.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -132,3 +133,196 @@ def test_sova_is_imported_from_this_checkout() -> None:
     here = pathlib.Path(__file__).resolve().parents[3] / "src"
     imported = pathlib.Path(sova.__file__).resolve()
     assert imported.is_relative_to(here), f"sova imported from {imported}, not from {here}"
+
+
+# --------------------------------------------------------------------------- over HTTP
+
+
+class NovaPortSide:
+    """Stand-in for Nova's compute API, limited to what Nova does to Neutron on an interface
+    attach/detach: it updates the port over HTTP (binding host, PCI profile, device id and
+    owner on attach; all cleared on detach) through its own openstacksdk connection, as Nova's
+    Neutron client does. Nova itself (scheduling, PCI claim, libvirt XML) is tier_nova's."""
+
+    def __init__(self, neutron: Any, host: str, servers: dict[str, str], project_id: str):
+        self.neutron, self.host = neutron, host
+        self.by_name = {
+            name: SimpleNamespace(
+                id=sid,
+                name=name,
+                project_id=project_id,
+                compute_host=host,
+                task_state=None,
+                instance_name=f"instance-{name}",
+            )
+            for name, sid in servers.items()
+        }
+        self.calls: list[tuple[str, str]] = []
+
+    def servers(self, **_: Any) -> list[Any]:
+        return list(self.by_name.values())
+
+    def find_server(self, name_or_id: str, ignore_missing: bool = True, **_: Any) -> Any:
+        return next(
+            (s for s in self.by_name.values() if name_or_id in (s.id, s.name)),
+            None,
+        )
+
+    def get_server(self, sid: str) -> Any:
+        return next(s for s in self.by_name.values() if s.id == sid)
+
+    def create_server_interface(self, server: Any, port_id: str) -> Any:
+        self.calls.append(("attach", port_id))
+        self.neutron.update_port(
+            port_id,
+            **{
+                "binding:host_id": self.host,
+                "binding:profile": PCI_PROFILE,
+                "device_id": server.id,
+                "device_owner": "compute:nova",
+            },
+        )
+        return SimpleNamespace(port_id=port_id)
+
+    def delete_server_interface(self, port_id: str, server: str) -> None:
+        self.calls.append(("detach", port_id))
+        self.neutron.update_port(
+            port_id,
+            **{"binding:host_id": "", "binding:profile": {}, "device_id": "", "device_owner": ""},
+        )
+
+    def server_interfaces(self, sid: str) -> list[Any]:
+        return [SimpleNamespace(port_id=p.id) for p in self.neutron.ports(device_id=sid)]
+
+
+class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
+    """Neutron's API (its WSGI application with the real ML2 plugin, sriovnicswitch, port
+    security, SQLite) served over HTTP on a loopback port; Sova's actuator reaches it with a
+    real openstacksdk Connection: ``find_network``, ``get_network`` (network type),
+    ``ports(device_id=…)``, ``ports(binding:host_id=…)``, ``create_port``, ``delete_port``."""
+
+    _mechanism_drivers = ["logger", "sriovnicswitch"]
+
+    def setUp(self) -> None:
+        import threading
+        from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+        from keystoneauth1 import noauth, session
+        from oslo_config import cfg
+
+        from openstack import connection
+
+        cfg.CONF.set_override("extension_drivers", ["port_security"], group="ml2")
+        super().setUp()
+        helpers.register_sriovnicswitch_agent(host="cmp1", device_mappings={"physnet1": ["ens1f0"]})
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        from neutron.auth import NeutronKeystoneContext
+        from neutron.pecan_wsgi.app import versions_factory
+
+        # The keystone pipeline's context middleware: the request's identity comes from the
+        # X-* headers keystonemiddleware would set (here each client sets its own: Keystone is
+        # the one stand-in), so Neutron's policy rules judge Sova's and Nova's calls apart.
+        api, versions = NeutronKeystoneContext(self.api), versions_factory({})
+
+        def app(environ: dict[str, Any], start_response: Any) -> Any:
+            # Neutron's api-paste.ini composite: "/" its versions document (openstacksdk's
+            # version discovery), "/v2.0" the API (here the test case's, on the ML2 plugin).
+            path = environ.get("PATH_INFO", "")
+            if path.startswith("/v2.0"):
+                environ["SCRIPT_NAME"] = "/v2.0"
+                environ["PATH_INFO"] = path[len("/v2.0") :] or "/"
+                return api(environ, start_response)
+            return versions(environ, start_response)
+
+        self.httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+        thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        thread.start()
+        self.addCleanup(self.httpd.server_close)
+        self.addCleanup(self.httpd.shutdown)
+        url = f"http://127.0.0.1:{self.httpd.server_port}/"
+
+        def client(user: str, roles: str) -> Any:
+            headers = {"X-User-Id": user, "X-Project-Id": "service", "X-Roles": roles}
+            sess = session.Session(auth=noauth.NoAuth(), additional_headers=headers)
+            return connection.Connection(session=sess, network_endpoint_override=url).network
+
+        self.sdk = client("sova", "admin,member,reader")
+        self.nova_sdk = client("nova", "admin,service")  # Nova's Neutron client
+
+    def test_vf_port_created_bound_found_and_deleted_through_neutrons_http_api(self) -> None:
+        from sova.driver.base import OpState
+        from sova.model import NIC, VM, AttachVF, DetachVF, Host, Inventory, VMState
+        from sova.orchestrator.openstack import OpenStackActuator
+
+        net = self.sdk.create_network(
+            name="sriov-data",
+            provider_network_type="vlan",
+            provider_physical_network="physnet1",
+            provider_segmentation_id=42,
+            project_id=self._project_id,
+        )
+        self.sdk.create_subnet(
+            network_id=net.id, cidr="192.0.2.0/24", ip_version=4, project_id=self._project_id
+        )
+        sid = "9a1c5c8e-0000-4000-8000-000000000001"
+        virtio = self.sdk.create_port(network_id=net.id, device_id=sid, project_id=self._project_id)
+        nova = NovaPortSide(self.nova_sdk, "cmp1", {"vm1": sid}, self._project_id)
+        conn = SimpleNamespace(network=self.sdk, compute=nova)
+        act = OpenStackActuator(
+            conn, "cmp1", network="sriov-data", spawn=lambda fn: fn(), poll_s=0.05
+        )
+        sensed = Inventory(
+            Host("cmp1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=1)),
+            {"vm1": VMState(VM("vm1", 1, 512 << 20))},
+        )
+        assert act.reconcile(sensed).vf_holders == frozenset()
+
+        st = act.poll(act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        [port] = [p for p in self.sdk.ports(device_id=sid) if p.id != virtio.id]
+        # What Neutron's ML2 made of it: bound hw_veb on VLAN 42 by sriovnicswitch.
+        assert port.name == PORT_PREFIX + "vm1" and port.binding_vnic_type == "direct"
+        assert port.binding_host_id == "cmp1" and port.binding_vif_type == "hw_veb"
+        assert str(port.binding_vif_details["vlan"]) == "42"
+        assert port.network_id == net.id
+        ip = virtio.fixed_ips[0]["ip_address"]
+        assert [a["ip_address"] for a in port.allowed_address_pairs] == [ip]
+        assert port.is_port_security_enabled
+        # Reconcile reads the holder back from Neutron (ports by binding:host_id).
+        assert act.reconcile(sensed).vf_holders == frozenset({"vm1"})
+
+        st = act.poll(act.submit(DetachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert nova.calls == [("attach", port.id), ("detach", port.id)]
+        assert [p.id for p in self.sdk.ports(network_id=net.id)] == [virtio.id]
+        assert act.reconcile(sensed).vf_holders == frozenset()
+
+    def test_vf_refused_on_an_overlay_network_and_no_port_left(self) -> None:
+        """A server whose only port is on a VXLAN network (Neutron's own network type, read by
+        openstacksdk): sriovnicswitch could not bind a VF there, so Sova creates nothing."""
+        from sova.driver.base import OpState
+        from sova.model import AttachVF
+        from sova.orchestrator.openstack import OpenStackActuator
+
+        net = self.sdk.create_network(
+            name="tenant-overlay",
+            provider_network_type="vxlan",
+            provider_segmentation_id=1001,
+            project_id=self._project_id,
+        )
+        assert self.sdk.get_network(net.id).provider_network_type == "vxlan"
+        sid = "9a1c5c8e-0000-4000-8000-000000000002"
+        self.sdk.create_port(network_id=net.id, device_id=sid, project_id=self._project_id)
+        nova = NovaPortSide(self.nova_sdk, "cmp1", {"vm2": sid}, self._project_id)
+        act = OpenStackActuator(
+            SimpleNamespace(network=self.sdk, compute=nova), "cmp1", spawn=lambda fn: fn()
+        )
+        st = act.poll(act.submit(AttachVF("vm2")))
+        assert st.state is OpState.FAILED
+        assert "is 'vxlan': sriovnicswitch binds only vlan and flat" in st.detail, st.detail
+        assert nova.calls == []
+        assert len(list(self.sdk.ports(network_id=net.id))) == 1  # the server's own port only

@@ -262,6 +262,64 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         assert set(allocs) == {self._get_provider_uuid_by_host("host1")}
 
 
+class TestMigrationAbortThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCase):
+    """A live migration that outlasts ``migration_timeout_s``: the actuator aborts it through
+    Nova's API and follows Nova's migration record to its end. The hypervisor is Nova's
+    FakeLiveMigrateDriver (a migration runs until forced or aborted), given 120 s instead of
+    its 5 s before completing on its own, so a loaded machine cannot make it win the race."""
+
+    compute_driver = "fake.FakeLiveMigrateDriver"
+
+    def setUp(self) -> None:
+        super().setUp()
+
+        def long_migration(
+            drv: Any,
+            context: Any,
+            instance: Any,
+            dest: Any,
+            post_method: Any,
+            recover_method: Any,
+            block_migration: bool = False,
+            migrate_data: Any = None,
+        ) -> None:
+            drv._abort_migration, drv._migrating = False, True
+            deadline = time.monotonic() + 120
+            while drv._migrating and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if drv._abort_migration:  # Nova's abort reached the driver: roll back
+                recover_method(context, instance, dest, migrate_data, migration_status="cancelled")
+            else:
+                post_method(context, instance, dest, block_migration, migrate_data)
+
+        self.stub_out("nova.virt.fake.FakeLiveMigrateDriver.live_migration", long_migration)
+        for h in ("host1", "host2"):
+            self._start_compute(h)
+        self.conn = types.SimpleNamespace(
+            compute=sdk(self.api_fixture.base_url, self.api.project_id).compute,
+            network=FixtureNetwork(self.neutron),
+        )
+        self.server = self._create_server(name="vm1", host="host1", networks="none")
+
+    def test_timed_out_migration_is_aborted_and_nova_confirms_the_cancel(self) -> None:
+        act = OpenStackActuator(
+            self.conn, "host1", poll_s=0.2, migration_timeout_s=2, abort_timeout_s=60
+        )
+        t0 = time.monotonic()
+        st = wait(act, act.submit(Migrate("vm1", "host2")), timeout_s=90)
+        assert st.state is OpState.FAILED, st.detail
+        assert "cancelled (timed out after 2s, abort confirmed)" in st.detail, st.detail
+        assert "server on 'host1'" in st.detail
+        assert time.monotonic() - t0 < 60  # ended by the abort, not the driver's 120 s
+        sid = self.server["id"]
+        migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+        assert [(m["status"], m["dest_compute"]) for m in migs] == [("cancelled", "host2")]
+        server = self.api.get_server(sid)
+        assert server["OS-EXT-SRV-ATTR:host"] == "host1" and server["status"] == "ACTIVE"
+        allocs = self._get_allocations_by_server_uuid(sid)
+        assert set(allocs) == {self._get_provider_uuid_by_host("host1")}
+
+
 class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
     """One PF with one VF behind Nova's fake libvirt and PCI tracker; two VMs want it."""
 
