@@ -660,11 +660,14 @@ def run_manager(settings: ManagerSettings) -> None:
     # can hold up a report for tens of ms. 1 ms keeps the event loop responsive during it.
     sys.setswitchinterval(0.001)
     _raise_nofile(settings.http.max_connections + 256)
-    for warning in exposure_check(settings):  # refuses an exposed manager without auth/TLS
-        log.warning(warning)
+    warnings = exposure_check(settings)  # refuses an exposed manager without auth/TLS
     store = Store(settings.database_url)
     store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
     app = create_app(settings, store, fork_planner=True, actuator_for=_actuators(settings))
+    # Warned once the store is ours and migrated: a manager refused for its store then
+    # prints that one line alone.
+    for warning in warnings:
+        log.warning(warning)
     # The manager keeps ~100 objects per host alive (windows, VM loads) and every report
     # makes short-lived garbage; with CPython's default thresholds a full collection walks
     # all of them every few seconds (tens of ms at 10,000 hosts). Collect young objects

@@ -23,25 +23,47 @@ SQLite allows one writer at a time and the manager is the only client anyway.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import os
-import shutil
-import socket
-import sqlite3
-import subprocess
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from sova.daemon.config import ConfigError
+from sova.daemon.store_admin import StoreAdmin, StoreBusy, StoreError, StoreTooNew, _version
+from sova.daemon.store_rows import (
+    AuditRow,
+    DecisionRow,
+    DirectiveRow,
+    FenceRow,
+    LeaseRow,
+    MigrationEnd,
+    ModeRow,
+    PlanRow,
+    ReportRow,
+    RoundWrite,
+    StoredState,
+)
+
+__all__ = [
+    "Store",
+    "StoreAdmin",
+    "StoreBusy",
+    "StoreError",
+    "StoreTooNew",
+    "ReportRow",
+    "DecisionRow",
+    "LeaseRow",
+    "DirectiveRow",
+    "MigrationEnd",
+    "PlanRow",
+    "FenceRow",
+    "ModeRow",
+    "AuditRow",
+    "RoundWrite",
+    "StoredState",
+]
 
 metadata = sa.MetaData()
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -163,158 +185,6 @@ audit = sa.Table(
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
-# --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class ReportRow:
-    host: str
-    seq: int
-    agent_t: float
-    received_s: float
-    util: tuple[float, float, float]
-    vms: Mapping[str, Any]  # name -> [cpu, mem, net, mib, migrating]
-    capacity: tuple[float, float, float] | None = None  # cores, MiB, Mbit/s
-    boot: str = ""
-
-
-@dataclass(frozen=True)
-class DecisionRow:
-    id: int
-    time_s: float
-    host: str
-    flag: bool
-    target: str | None
-    vm: str | None
-    reason: str
-    hot_resources: tuple[str, ...]
-    inputs: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class LeaseRow:
-    vm: str
-    src: str
-    dst: str
-    since_s: float
-    decision_id: int
-
-
-@dataclass(frozen=True)
-class DirectiveRow:
-    host: str
-    id: int
-    flag: bool
-    target: str | None
-    vm: str | None
-    issued_s: float
-    acked: bool
-
-
-@dataclass(frozen=True)
-class MigrationEnd:
-    id: int
-    ended_s: float
-    result: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class PlanRow:
-    """A proposed migration (recommend mode) and what became of it."""
-
-    id: int  # the id of the decision that proposed it
-    created_s: float
-    expires_s: float
-    host: str  # source
-    vm: str
-    dst: str
-    state: str  # proposed | approved | rejected | expired | superseded | failed
-    reason: str
-    inputs: Mapping[str, Any]
-    expected: Mapping[str, Any]
-    decided_by: str | None = None
-    decided_s: float | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class FenceRow:
-    kind: str  # maintenance (host) | pin (VM) | vf-freeze-host | vf-freeze-vm
-    name: str
-    set_by: str
-    since_s: float
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class ModeRow:
-    scope: str  # "*" = the cluster, else a host
-    mode: str
-    set_by: str
-    since_s: float
-
-
-@dataclass(frozen=True)
-class AuditRow:
-    time_s: float
-    who: str
-    action: str
-    subject: str
-    detail: str = ""
-    id: int = 0  # assigned by the store
-
-
-@dataclass
-class RoundWrite:
-    """Everything one planning round (or one agent message) changes, written atomically."""
-
-    decisions: list[DecisionRow] = field(default_factory=list)
-    new_leases: list[LeaseRow] = field(default_factory=list)
-    dropped_leases: list[str] = field(default_factory=list)
-    directives: list[DirectiveRow] = field(default_factory=list)
-    acked: list[tuple[str, int]] = field(default_factory=list)  # (host, directive id)
-    migration_ends: list[MigrationEnd] = field(default_factory=list)
-    plans: list[PlanRow] = field(default_factory=list)  # inserted or replaced by id
-    fences_set: list[FenceRow] = field(default_factory=list)
-    fences_cleared: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
-    modes_set: list[ModeRow] = field(default_factory=list)
-    modes_cleared: list[str] = field(default_factory=list)  # scopes
-    audit: list[AuditRow] = field(default_factory=list)
-
-    def empty(self) -> bool:
-        return not (
-            self.decisions
-            or self.new_leases
-            or self.dropped_leases
-            or self.directives
-            or self.acked
-            or self.migration_ends
-            or self.plans
-            or self.fences_set
-            or self.fences_cleared
-            or self.modes_set
-            or self.modes_cleared
-            or self.audit
-        )
-
-
-@dataclass(frozen=True)
-class StoredState:
-    """What a restarted manager needs to continue where it stopped."""
-
-    windows: Mapping[str, list[ReportRow]]  # host -> last n reports, oldest first
-    leases: list[LeaseRow]
-    directives: list[DirectiveRow]
-    next_id: int  # next decision id (also the directive and migration id)
-    plans: list[PlanRow] = field(default_factory=list)  # those still proposed
-    fences: list[FenceRow] = field(default_factory=list)
-    modes: list[ModeRow] = field(default_factory=list)
-    # host -> its agents' earlier boot ids, oldest first (within the report retention): a
-    # report of one of those after a manager restart is still a replay
-    past_boots: Mapping[str, list[str]] = field(default_factory=dict)
-
-
 # --------------------------------------------------------------------------- store
 
 
@@ -328,47 +198,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class StoreBusy(ConfigError):
-    """The store is another manager's (one writer per SQLite store): refuse to start."""
-
-
-class StoreTooNew(ConfigError):
-    """The store's schema is newer than this code: a downgrade, refused (no way back)."""
-
-
-class StoreError(ConfigError):
-    """A store operation (backup, restore) that cannot be done; one line says why."""
-
-
-def _version() -> str:
-    from sova import __version__
-
-    return __version__
-
-
-def _libpq_url(url: str) -> str:
-    """``postgresql+psycopg://…`` (SQLAlchemy) as libpq takes it: ``postgresql://…``."""
-    scheme, _, rest = url.partition("://")
-    return scheme.split("+", 1)[0] + "://" + rest
-
-
-def _pg_tool(tool: str, *args: str, timeout_s: float = 3600.0) -> None:
-    exe = shutil.which(tool)
-    if exe is None:
-        raise StoreError(f"{tool} not found on PATH (install the PostgreSQL client tools)")
-    r = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s, check=False)
-    if r.returncode != 0:
-        first = (r.stderr.strip().splitlines() or ["no message"])[0]
-        raise StoreError(f"{tool} failed (exit {r.returncode}): {first}")
-
-
-def _holder_line() -> str:
-    return (
-        f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"
-    )
-
-
-class Store:
+class Store(StoreAdmin):
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = url
         kw: dict[str, Any] = {"echo": echo, "future": True}
@@ -387,99 +217,6 @@ class Store:
         self._lock = threading.Lock()
         self._writer_lock: int | None = None  # descriptor of the held lock file
         self._pg_lock: sa.Connection | None = None  # the session holding the advisory lock
-
-    @property
-    def dialect(self) -> str:
-        return self.engine.dialect.name
-
-    @property
-    def sqlite_path(self) -> Path | None:
-        """The database file of a file-backed SQLite store (None otherwise)."""
-        if self.dialect != "sqlite":
-            return None
-        db = self.engine.url.database
-        return Path(db) if db and db != ":memory:" else None
-
-    def lock_writer(self) -> None:
-        """Become this SQLite store's only writer, or raise :class:`StoreBusy` naming the
-        holder. A kernel lock (``flock``) on ``<db>.lock`` beside the database: released
-        when the holder exits, however it exits, so a crashed manager never blocks the
-        next one. SQLite's own locks are per transaction and would let two managers
-        alternate as writers, each planning from its own memory (split brain).
-
-        PostgreSQL: a session-level advisory lock (keyed by the store's schema) on a
-        connection held for the manager's life; the server releases it when that session
-        ends, however the manager ends. (Active/standby managers, which would wait for
-        it instead of exiting, are not built yet: docs/operations.md, "One writer".)"""
-        if self.dialect == "postgresql":
-            self._lock_pg()
-            return
-        path = self.sqlite_path
-        if path is None or self._writer_lock is not None:
-            return
-        lock = path.with_name(path.name + ".lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StoreBusy(
-                f"store {path} is in use by another manager ({holder}; lock {lock})"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (_holder_line() + "\n").encode(), 0)
-        self._writer_lock = fd
-
-    def _lock_pg(self) -> None:
-        if self._pg_lock is not None:
-            return
-        conn = self.engine.connect()
-        try:
-            schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar())
-            digest = hashlib.sha256(f"sova-manager:{schema}".encode()).digest()[:8]
-            key = int.from_bytes(digest, "big", signed=True)
-            # Who holds it, for the one line a second manager prints.
-            conn.execute(
-                sa.text("SELECT set_config('application_name', :v, false)"),
-                {"v": ("sova manager " + _holder_line())[:63]},
-            )
-            got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
-            if not got:
-                holder = conn.execute(
-                    sa.text(
-                        "SELECT a.application_name, host(a.client_addr), a.pid "
-                        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-                        "AND l.classid::bigint = :c AND l.objid::bigint = :o"
-                    ),
-                    {"c": (key >> 32) & 0xFFFFFFFF, "o": key & 0xFFFFFFFF},
-                ).first()
-                who = (
-                    f"{holder[0] or 'a client'} from {holder[1] or 'local'}, backend {holder[2]}"
-                    if holder
-                    else "unknown"
-                )
-                raise StoreBusy(
-                    f"store {self.engine.url.render_as_string(hide_password=True)} "
-                    f"(schema {schema}) is in use by another manager ({who})"
-                )
-            conn.commit()  # the lock is the session's: it outlives the transaction
-        except BaseException:
-            conn.invalidate()
-            conn.close()
-            raise
-        self._pg_lock = conn
-
-    def unlock_writer(self) -> None:
-        if self._writer_lock is not None:
-            os.close(self._writer_lock)  # closing the descriptor releases the flock
-            self._writer_lock = None
-        if self._pg_lock is not None:
-            # Invalidate, not return to the pool: a pooled session would keep the lock.
-            self._pg_lock.invalidate()
-            self._pg_lock.close()
-            self._pg_lock = None
 
     def migrate(self) -> str:
         """Bring the schema to the newest revision; returns it."""
@@ -510,74 +247,6 @@ class Store:
     def close(self) -> None:
         self.unlock_writer()
         self.engine.dispose()
-
-    # ------------------------------------------------------------------ backup, restore
-
-    def backup(self, dest: Path) -> None:
-        """A consistent copy of the whole store in ``dest`` while the manager runs.
-
-        SQLite: the online backup API (a WAL database's file alone is not consistent);
-        PostgreSQL: ``pg_dump --format=custom`` (a snapshot in one transaction).
-        """
-        if self.dialect == "sqlite":
-            src_path = self._sqlite_file()
-            dest.unlink(missing_ok=True)
-            with (
-                closing(sqlite3.connect(src_path, timeout=30)) as src,
-                closing(sqlite3.connect(dest)) as out,
-            ):
-                src.backup(out)
-            return
-        if self.dialect == "postgresql":
-            # Only the store's schema: the database may hold other applications' too.
-            with self.engine.connect() as conn:
-                schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar())
-            _pg_tool(
-                "pg_dump",
-                "--format=custom",
-                f"--schema={schema}",
-                f"--file={dest}",
-                _libpq_url(self.url),
-            )
-            return
-        raise StoreError(f"database_url: no backup for the {self.dialect!r} dialect")
-
-    def restore(self, src: Path) -> None:
-        """Replace the whole store with the backup in ``src`` (then migrate it to this code's
-        schema). The caller holds the writer lock: no manager may be running on it."""
-        if not src.is_file():
-            raise StoreError(f"backup {src}: no such file")
-        if self.dialect == "sqlite":
-            with closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as b:
-                try:
-                    ok = b.execute("PRAGMA quick_check").fetchone()
-                except sqlite3.DatabaseError as exc:
-                    raise StoreError(f"backup {src}: not an SQLite database ({exc})") from None
-                if ok is None or ok[0] != "ok":
-                    raise StoreError(f"backup {src}: damaged ({ok and ok[0]})")
-                self.engine.dispose()
-                with closing(sqlite3.connect(self._sqlite_file(), timeout=30)) as out:
-                    b.backup(out)
-        elif self.dialect == "postgresql":
-            self.engine.dispose()
-            _pg_tool(
-                "pg_restore",
-                "--clean",
-                "--if-exists",
-                "--no-owner",
-                "--single-transaction",
-                f"--dbname={_libpq_url(self.url)}",
-                str(src),
-            )
-        else:
-            raise StoreError(f"database_url: no restore for the {self.dialect!r} dialect")
-        self.migrate()
-
-    def _sqlite_file(self) -> str:
-        path = self.sqlite_path
-        if path is None:
-            raise StoreError("database_url: an in-memory SQLite store has nothing to back up")
-        return str(path)
 
     def ping(self) -> bool:
         try:
