@@ -171,7 +171,8 @@ def test_documented_sova_commands_work_against_a_live_manager(cluster: Cluster) 
         p = subprocess.run(["bash", "-c", live], env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, (cmd, live, p.returncode, p.stdout, p.stderr)
     actions = [(e["who"], e["action"]) for e in _get(c, "/v1/audit?limit=50").json()["entries"]]
-    assert ("alice", "approve") in actions, actions
+    # who: the token's credential name, annotated by --by (SOVA_OPERATOR)
+    assert ("admin (alice)", "approve") in actions, actions
     fences = {(f["kind"], f["name"]) for f in _get(c, "/v1/fences").json()}
     assert fences == {("pin", "D"), ("vf-freeze-vm", "E")}, fences  # maintenance was cleared
     assert _get(c, "/v1/mode").json()["hosts"].get("H1") == "autonomic"
@@ -219,8 +220,9 @@ def test_documented_curl_commands_work_against_a_live_manager(
     # The writes took effect: each is in the audit log under the name the docs give.
     audit = _get(c, "/v1/audit?limit=50").json()["entries"]
     actions = [(e["who"], e["action"]) for e in audit]
-    assert ("alice", "approve") in actions, actions
+    # who: the token's credential name, annotated by --by (SOVA_OPERATOR)
+    assert ("admin (alice)", "approve") in actions, actions
     assert _get(c, "/v1/plans/" + str(plan["id"])).json()["state"] != "proposed"
-    assert _get(c, "/v1/mode").json()["cluster_set_by"] == "alice"
+    assert _get(c, "/v1/mode").json()["cluster_set_by"] == "admin (alice)"
     assert not [f for f in _get(c, "/v1/fences").json() if f["name"] == "H2"]
-    assert sum(1 for who, a in actions if who == "alice" and "fence" in a) >= 2, actions
+    assert sum(1 for who, a in actions if who == "admin (alice)" and "fence" in a) >= 2, actions

@@ -59,7 +59,7 @@ def test_a_store_failure_answers_503_without_sql(api_factory: Any, monkeypatch: 
             Exception("database is locked"),
         )  # fmt: skip
 
-    monkeypatch.setattr(api.svc, "_operator_write", locked)
+    monkeypatch.setattr(api.svc.state.writer, "write", locked)  # the operator desk's write
     r = api.run(api.client.put("/v1/fences/pin/vm1", json={}, headers=H))
     assert r.status_code == 503
     assert "INSERT" not in r.text and "fences" not in r.text and "OperationalError" in r.text

@@ -234,7 +234,7 @@ class Store(StoreAdmin):
                 # Written by a newer Sova: upgrading would fail half-way and there is no
                 # way back; running on it would misread columns this code does not know.
                 raise StoreTooNew(
-                    f"store {self.engine.url.render_as_string(hide_password=True)} has schema "
+                    f"database_url: store {self.engine.url.render_as_string(hide_password=True)} has schema "
                     f"revision {current!r}, newer than this Sova {_version()} knows (newest "
                     f"{known.get_current_head()!r}): run the newer Sova, or restore a backup "
                     "made by this version (sova store restore)"
