@@ -101,7 +101,11 @@ def test_an_old_and_a_new_agent_report_to_one_new_manager_and_a_migration_happen
     deadline = time.monotonic() + 120
     text = ""
     while time.monotonic() < deadline:
-        text = httpx.get(mixed.manager_url + "/metrics", timeout=5).text
+        text = httpx.get(
+            mixed.manager_url + "/metrics",
+            headers={"Authorization": f"Bearer {mixed.admin_token}"},  # /metrics needs a viewer
+            timeout=5,
+        ).text
         if _metric(text, "sova_manager_migrations_total", 'result="succeeded"') >= 1:
             break
         time.sleep(0.5)
