@@ -182,7 +182,7 @@ def test_manager_watchdog_follows_planning_rounds_not_the_http_loop(
     svc = app.state.service
     now = [0.0]
     wd = systemd.Watchdog(
-        systemd.round_progress(lambda: svc.rounds, lambda: svc._planning),
+        systemd.round_progress(lambda: svc.rounds, lambda: svc.planning),
         interval=10.0,
         clock=lambda: now[0],
     )
@@ -194,10 +194,10 @@ def test_manager_watchdog_follows_planning_rounds_not_the_http_loop(
         assert wd.check()
         release = threading.Event()
         plan = svc.core.plan
-        monkeypatch.setattr(svc.core, "plan", lambda t: (release.wait(30), plan(t))[1])
+        monkeypatch.setattr(svc.core, "plan", lambda t, *a: (release.wait(30), plan(t, *a))[1])
         task = loop.create_task(svc.tick(2.0))
         loop.run_until_complete(asyncio.sleep(0.2))  # the round is now stuck in the planner
-        assert svc._planning
+        assert svc.planning
         assert wd.check()  # just started
         now[0] += 11.0
         assert not wd.check(), "a hung round must stop the watchdog pings"
