@@ -34,9 +34,10 @@ AGENT_BUDGET_MB = 60
 
 
 def _run(
-    cmd: list[str | Path], cwd: Path, timeout: float = 900
+    cmd: list[str | Path], cwd: Path, timeout: float = 900, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(extra_env or {})
     return subprocess.run(
         [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -225,7 +226,15 @@ def test_sdist_carries_deploy_and_constraints(
     venv.EnvBuilder(with_pip=True).create(env_dir)
     r = _run([env_dir / "bin/python", "-m", "pip", "install", "-q", "build"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    r = _run([env_dir / "bin/python", "-m", "build", "--sdist", "-o", tmp_path / "dist", src], src)
+    # The copy has no .git: give it the checkout's version, as scripts/build-wheel.sh does.
+    import sova
+
+    version = {"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SOVA_SRIOV": sova.__version__}
+    r = _run(
+        [env_dir / "bin/python", "-m", "build", "--sdist", "-o", tmp_path / "dist", src],
+        src,
+        extra_env=version,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (sdist,) = (tmp_path / "dist").glob("sova_sriov-*.tar.gz")
     with tarfile.open(sdist) as tf:
