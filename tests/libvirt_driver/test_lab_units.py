@@ -239,3 +239,27 @@ def test_down_kills_what_the_lab_recorded_even_when_its_command_line_names_nothi
         for p in (ours, other):
             p.kill()
             p.wait()
+
+
+def test_a_killed_unreaped_daemon_is_not_taken_for_a_running_one(tmp_path):
+    """The lab starts libvirtd as its own child: killed by a fault test and not yet reaped,
+    it lingers as a zombie whose /proc entry still has its start time. Before: the lab took
+    it for the running daemon, never started a new one, and the next connect to that host
+    was refused (the destination-killed lab test's clean-up failed that way)."""
+    import signal
+    import subprocess
+    import time
+
+    from sova.lab.daemons import proc_start_time
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert proc_start_time(child.pid) is not None
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+        assert proc_start_time(child.pid) is None  # a zombie is gone, not running
+    finally:
+        child.kill()
+        child.wait()

@@ -70,7 +70,12 @@ def proc_start_time(pid: int) -> str | None:
     except OSError:
         return None
     # the command name (field 2) may hold spaces: fields are counted after its ')'
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    # A zombie (a daemon the lab started, killed, not yet reaped) keeps its /proc entry
+    # but runs nothing: it must not pass for the running daemon.
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 def record_pid(s: LabSettings, pid: int, what: str) -> None:
