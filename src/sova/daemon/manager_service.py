@@ -118,11 +118,9 @@ class ManagerService:
             metrics,
             StoreWriter(store, metrics),
             TokenBook.load(settings),
+            clock=clock or time.time,
+            mono=monotonic or (time.monotonic if clock is None else clock),
         )
-        if clock is not None:
-            self.state.clock = clock
-        self.state.mono = monotonic or (time.monotonic if clock is None else clock)
-        self.state.anchor = (self.state.clock(), self.state.mono())
         self.ledger = Ledger(self.state)
         self.intake = ReportIntake(self.state, self.ledger)
         self.desk = OperatorDesk(self.state, self.ledger, actuator_for)

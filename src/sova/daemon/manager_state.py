@@ -103,7 +103,7 @@ class ManagerState:
     # clock: a step of the wall clock must neither refuse every report nor make every host
     # stale nor hide a stalled planner. A test that injects only a wall clock moves both.
     mono: Callable[[], float] = time.monotonic
-    anchor: tuple[float, float] | None = None  # (wall, monotonic) read at start
+    anchor: tuple[float, float] = field(init=False)  # (wall, monotonic) read at start
     hosts: dict[str, HostState] = field(default_factory=dict)
     planned_seq: dict[str, int] = field(default_factory=dict)  # host -> newest report planned
     next_id: int = 1  # the next decision id (also the directive's and the migration's)
@@ -111,6 +111,9 @@ class ManagerState:
     planning: bool = False
     deferred: list[Callable[[], object]] = field(default_factory=list)
     _sync: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Condition] | None = None
+
+    def __post_init__(self) -> None:
+        self.anchor = (self.clock(), self.mono())
 
     @property
     def period_s(self) -> float:
@@ -132,8 +135,6 @@ class ManagerState:
             return self.latest_t
         if self.mono is self.clock:  # one injected clock (tests): exactly its readings
             return self.clock()
-        if self.anchor is None:
-            self.anchor = (self.clock(), self.mono())
         return self.anchor[0] + (self.mono() - self.anchor[1])
 
     def take_id(self) -> int:
