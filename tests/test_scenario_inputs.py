@@ -98,3 +98,30 @@ def test_a_run_shorter_than_one_control_period_is_refused_at_validate(
     assert result.exit_code == 2, result.output
     out = _one_error_line(result.output)
     assert "duration" in out and "controller.period" in out
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        # The full fuzz tier (issue 21) found both: validate passed, simulate raised
+        # ``ValueError: could not convert string to float`` in the world's set-up.
+        ("guarantee_tolerance", "'é'", "metrics.guarantee_tolerance"),
+        ("guarantee_tolerance", "''", "metrics.guarantee_tolerance"),
+        # A tolerance is a share of the guarantee: 1.5 would count a VM sending nothing.
+        ("guarantee_tolerance", "1.5", "metrics.guarantee_tolerance"),
+        ("response_from_s", "'soon'", "metrics.response_from_s"),
+        ("response_from_s", "-1", "metrics.response_from_s"),
+    ],
+)
+def test_metrics_the_simulator_reads_as_numbers_are_checked_at_validate(
+    folder: Path, key: str, value: str, named: str
+) -> None:
+    text = (ROOT / "scenarios" / "daqs-fig4.yaml").read_text()
+    text = text.replace("metrics: {guarantee_tolerance: 0.05}", f"metrics: {{{key}: {value}}}")
+    path = folder / "odd-metrics.yaml"
+    path.write_text(text)
+    for command in (["validate", str(path)], ["simulate", str(path), "-o", str(folder / "o")]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert named in _one_error_line(result.output)
+    assert not (folder / "o").exists()

@@ -311,6 +311,14 @@ class SweepSpec(_Strict):
     label: str = ""
 
 
+# Metrics the simulator reads as numbers, with the range that makes sense: a tolerance
+# is a share of the guarantee, and measuring starts at a time of the run.
+NUMERIC_METRICS: dict[str, tuple[float, float]] = {
+    "guarantee_tolerance": (0.0, 1.0),
+    "response_from_s": (0.0, math.inf),
+}
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -342,10 +350,19 @@ class Scenario(_Strict):
     def _metric_values(cls, v: dict[str, Any]) -> dict[str, Any]:
         # The report reads these as numbers or names; a mapping, list or null crashed it.
         for key, value in v.items():
-            ok = isinstance(value, str) or (isinstance(value, int | float) and math.isfinite(value))
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            ok = isinstance(value, str) or (number and math.isfinite(value))
             if not ok:
                 raise ValueError(
                     f"metrics.{key}: must be a finite number or a string (got {value!r})"
+                )
+            # The world reads these as numbers when it is built; a string passed validate
+            # and then crashed simulate (found by the full fuzz tier).
+            bounds = NUMERIC_METRICS.get(key)
+            if bounds is not None and not (number and bounds[0] <= value <= bounds[1]):
+                raise ValueError(
+                    f"metrics.{key}: must be a number from {bounds[0]:g} to {bounds[1]:g}"
+                    f" (got {value!r})"
                 )
         return v
 

@@ -234,6 +234,9 @@ FOUND: list[tuple[str, Path_, Any]] = [
     # full_fuzz (issue 21): validate passed, simulate wrote an empty timeline
     ("dba-vm", ("duration",), 1),
     ("trace-replay", ("duration",), 1),
+    # full_fuzz (2026-11-27): validate passed, simulate raised converting it to a float
+    ("daqs-fig3", ("metrics", "guarantee_tolerance"), "\u00e9\u0000"),
+    ("daqs-fig4", ("metrics", "guarantee_tolerance"), ""),
 ]
 
 
