@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_state import ManagerState
-from sova.daemon.schema import Directive, MigrationDone, epoch_of
+from sova.daemon.schema import Directive, MigrationDone, epoch_of, freeze_version
 from sova.daemon.store import (
     DirectiveRow,
     LeaseRow,
@@ -46,6 +46,7 @@ class Ledger:
         # Read for every report's response: derived once per fence change, not per report.
         self.vf_frozen_hosts: set[str] = set()
         self.vf_frozen_vms: list[str] = []
+        self.vf_frozen_version = freeze_version([])
         # host -> the last flagged directive a response carried (it may be held there).
         self.delivered: dict[str, int] = {}
         # Leases whose end is written while a round runs; the core forgets them after it.
@@ -73,10 +74,10 @@ class Ledger:
     def directive_for(self, host: str) -> Directive:
         d = self.directives.view(host)
         # Every agent gets the whole VM list: reports name only a few of a host's VMs.
+        # An agent that holds this version is not sent the list (schema.for_agent).
         whole, vms = host in self.vf_frozen_hosts, self.vf_frozen_vms
-        if whole or vms:
-            return d.model_copy(update={"vf_freeze_host": whole, "vf_freeze_vms": vms})
-        return d
+        freeze = {"vf_freeze_host": whole, "vf_freeze_vms": vms}
+        return d.model_copy(update={**freeze, "vf_freeze_version": self.vf_frozen_version})
 
     def deliver(self, host: str) -> Directive:
         """:meth:`directive_for` as a response to the host's agent carries it (noted: the

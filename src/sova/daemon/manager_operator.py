@@ -28,6 +28,7 @@ from sova.daemon.manager_control import (
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_state import ManagerState, cap_reason
 from sova.daemon.manager_withdraw import Invalidates, Withdrawals
+from sova.daemon.schema import freeze_version
 from sova.daemon.store import (
     AuditRow,
     DecisionRow,
@@ -95,6 +96,7 @@ class OperatorDesk:
         self.st.core.pinned = self.ops.names("pin")
         self.ledger.vf_frozen_hosts = self.ops.names("vf-freeze-host")
         self.ledger.vf_frozen_vms = sorted(self.ops.names("vf-freeze-vm"))
+        self.ledger.vf_frozen_version = freeze_version(self.ledger.vf_frozen_vms)
         for kind in FENCE_KINDS:
             self.st.metrics.fences.labels(kind).set(len(self.ops.names(kind)))
 
