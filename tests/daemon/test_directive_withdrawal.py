@@ -16,6 +16,10 @@ published the directive and before h1 acknowledged it. Two cases:
   before the withdrawal reached it (the agent applies a directive when it receives it and
   starts the migration at its next period), so the migration runs to its end and its lease
   stays until the source reports that end — a live migration cannot be recalled.
+
+The last three tests run the real agent daemon of h1 against the manager app in-process
+(its HTTP client bridged into the app): it submits no migration for a withdrawn directive,
+and finishes one it had started before the withdrawal reached it.
 """
 
 from __future__ import annotations
@@ -177,3 +181,83 @@ def test_a_fence_elsewhere_leaves_the_directive_alone(api_factory: Any) -> None:
     d = post(api, "h1", 4)
     assert (d["i"], d["f"], d["t"]) == (did, True, "h2")
     assert leases(api) == [("h1-vm1", "h1", "h2")]
+
+
+# --------------------------------------------------------------------------- the real agent
+
+
+def agent_run(api: Api, fence: str, seconds: int = 120) -> tuple[Any, list[Any]]:
+    """The real agent daemon of h1 (a fake host whose vm-a and vm-b send 5 + 4 Gbit/s on its
+    10 Gbit/s link: net 0.9, hot; vm-a, 0.5, fits on h2) against the manager app; h2 reports
+    cold. A round follows every control period. The operator puts h2 in maintenance right
+    after the round that publishes the directive (``fence = "published"``), right after the
+    response that carries it (``"delivered"``), or never. Returns the host and the
+    responses h1's agent got."""
+    from sova.daemon.agent_daemon import POLL, STEP
+
+    from .fakes import FakeHost, FakeVM
+    from .test_freeze_versions import Bridge, agent
+
+    bridge = Bridge(api)
+    host = FakeHost()
+    host.vms = {"vm-a": FakeVM("vm-a", 5e9), "vm-b": FakeVM("vm-b", 4e9)}
+    d = agent(bridge, host)
+    seq, fenced = 0, False
+    for _ in range(seconds):
+        host.advance(1.0)
+        d.do_phase(POLL)
+        now = round(host.now)
+        if now % 10:
+            continue
+        d.do_phase(STEP)
+        if fence == "delivered" and not fenced and bridge.bodies and bridge.bodies[-1]["f"]:
+            fenced = bool(operator(api, "maintenance-target"))
+        seq += 1
+        body = report(seq, float(now), COLDER, {"h2-vm1": (0.05, 0.1, 0.05)})
+        assert api.post("/v1/hosts/h2/reports", content=body, headers=auth("h2")).is_success
+        api.tick(float(now))
+        dr = api.svc.directives.get("h1")
+        if fence == "published" and not fenced and dr is not None and dr.flag:
+            fenced = bool(operator(api, "maintenance-target"))
+    assert fenced == (fence != "never")
+    return host, bridge.bodies
+
+
+def migrations(host: Any) -> list[Any]:
+    from sova.model import Migrate
+
+    return [a for a in host.submitted if isinstance(a, Migrate)]
+
+
+def test_the_real_agent_migrates_without_the_change(api_factory: Any) -> None:
+    """The control: the same run without the fence moves vm-a to h2."""
+    host, _ = agent_run(make(api_factory), "never")
+    assert [(m.vm, m.dst_host) for m in migrations(host)] == [("vm-a", "h2")]
+
+
+def test_the_real_agent_never_starts_a_withdrawn_directive(api_factory: Any) -> None:
+    """Withdrawn right after the round that published it, before any response carried it:
+    the agent's next response says no flag, and it submits no migration."""
+    api = make(api_factory)
+    host, bodies = agent_run(api, "published")
+    assert not any(b["f"] for b in bodies), bodies
+    assert migrations(host) == []
+    assert leases(api) == []
+
+
+def test_the_real_agent_finishes_a_migration_it_applied_before_the_change(
+    api_factory: Any,
+) -> None:
+    """A response carried the directive; the fence came right after. The agent starts the
+    migration at its next step, before its next report, so the withdrawal cannot overtake
+    it; that report acknowledges the directive, and the lease stays until the source
+    reports the migration's end."""
+    api = make(api_factory)
+    host, bodies = agent_run(api, "delivered")
+    assert [b["f"] for b in bodies].count(True) == 1
+    assert [(m.vm, m.dst_host) for m in migrations(host)] == [("vm-a", "h2")]
+    assert leases(api) == []  # released by the source's report of the end
+    (m,) = api.svc.store.migration_rows("vm-a")
+    assert m["result"] == "succeeded"
+    rows = [e["detail"] for e in audit(api) if e["action"] == "withdraw"]
+    assert len(rows) == 2 and "already applied by h1" in rows[1], rows
