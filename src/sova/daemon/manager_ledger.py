@@ -73,8 +73,8 @@ class Ledger:
 
     def directive_for(self, host: str) -> Directive:
         d = self.directives.view(host)
-        # Every agent gets the whole VM list: reports name only a few of a host's VMs.
-        # An agent that holds this version is not sent the list (schema.for_agent).
+        # Every agent gets the whole VM list (reports name only a few of a host's VMs),
+        # unless it holds this version already (schema.for_agent leaves it out then).
         whole, vms = host in self.vf_frozen_hosts, self.vf_frozen_vms
         freeze = {"vf_freeze_host": whole, "vf_freeze_vms": vms}
         return d.model_copy(update={**freeze, "vf_freeze_version": self.vf_frozen_version})
