@@ -261,3 +261,24 @@ def test_the_real_agent_finishes_a_migration_it_applied_before_the_change(
     assert m["result"] == "succeeded"
     rows = [e["detail"] for e in audit(api) if e["action"] == "withdraw"]
     assert len(rows) == 2 and "already applied by h1" in rows[1], rows
+
+
+def test_a_change_the_store_refuses_withdraws_nothing(api_factory: Any, monkeypatch: Any) -> None:
+    """Persisted before it takes effect: when the store refuses the fence's write (503),
+    the fence is not set and the directive stands, flagged, with its lease."""
+    import sqlalchemy as sa
+
+    api = make(api_factory)
+    did = publish(api)
+
+    async def locked(*_a: Any, **_k: Any) -> None:
+        raise sa.exc.OperationalError("INSERT", (), Exception("database is locked"))
+
+    with monkeypatch.context() as m:
+        m.setattr(api.svc.state.writer, "write", locked)
+        r = api.run(api.client.put("/v1/fences/maintenance/h2", json={}, headers=ADMIN_H))
+    assert r.status_code == 503
+    assert "h2" not in api.svc.core.maintenance
+    assert "h1-vm1" in api.svc.core.leases
+    d = post(api, "h1", 4)
+    assert (d["i"], d["f"], d["t"]) == (did, True, "h2")
