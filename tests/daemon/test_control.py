@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sova.daemon.schema import Directive
+from sova.daemon.schema import PROTOCOL, Directive
 
 from .conftest import Api, auth, manager_settings, report
 
@@ -332,7 +332,7 @@ def test_decision_ids_never_repeat_across_store_loss(tmp_path, api_factory) -> N
             post(second, "h1", i, 10.0 * i, HOT, VMS1, ack=x)
             post(second, "h2", i, 10.0 * i, COLD, VMS2)
             second.tick(10.0 * i)
-        d = second.get("/v1/hosts/h1/directive", params={"p": 1}, headers=auth("h1")).json()
+        d = second.get("/v1/hosts/h1/directive", params={"p": PROTOCOL}, headers=auth("h1")).json()
         assert d["f"] is True and d["i"] > x, (d, x)
         again = post(second, "h1", 8, 80.0, HOT, VMS1, ack=x)
         assert again == d  # X acknowledges nothing the new store decided

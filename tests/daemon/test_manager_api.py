@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from sova.daemon.schema import PROTOCOL
+
 from .conftest import ADMIN, TOKENS, Api, auth, report
 
 
@@ -170,7 +172,7 @@ def _round(api: Api, seq: int, t: float, ack: int = 0) -> dict:  # type: ignore[
 def test_hot_host_gets_a_directive_repeated_until_acknowledged(api: Api) -> None:
     for i in range(1, 4):
         assert _round(api, i, 10.0 * i)["f"] is False  # k = 3 reports before a verdict
-    d = api.get("/v1/hosts/h1/directive", params={"p": 1}, headers=auth("h1")).json()
+    d = api.get("/v1/hosts/h1/directive", params={"p": PROTOCOL}, headers=auth("h1")).json()
     assert d["f"] is True and d["t"] == "h2" and d["v"] == "h1-vm1" and d["i"] > 0
     # Lost response: the next report (no ack) gets the same directive again.
     again = api.post("/v1/hosts/h1/reports", content=report(4, 40, HOT, VMS1), headers=auth("h1"))

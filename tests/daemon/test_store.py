@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from sova.daemon.schema import PROTOCOL
 from sova.daemon.store import (
     DecisionRow,
     DirectiveRow,
@@ -157,7 +158,9 @@ def _feed(api: Api, seqs: range, ack: int = 0) -> None:
 def test_a_restarted_manager_continues_where_it_stopped(backend: Store) -> None:
     first = Api(manager_settings(), backend)
     _feed(first, range(1, 4))
-    directive = first.get("/v1/hosts/h1/directive", params={"p": 1}, headers=auth("h1")).json()
+    directive = first.get(
+        "/v1/hosts/h1/directive", params={"p": PROTOCOL}, headers=auth("h1")
+    ).json()
     assert directive["f"] is True
     windows = {h: list(w) for h, w in first.svc.core.history.items()}
     decisions = first.get("/v1/decisions").json()["decisions"]

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sova.daemon.schema import PROTOCOL
 from sova.demo import Cluster, pick_policy
 from sova.scenario import load_scenario
 
@@ -110,7 +111,7 @@ def test_an_old_and_a_new_agent_report_to_one_new_manager_and_a_migration_happen
             break
         time.sleep(0.5)
     old = _metric(text, "sova_manager_reports_by_protocol_total", 'protocol="0"')
-    new = _metric(text, "sova_manager_reports_by_protocol_total", 'protocol="1"')
+    new = _metric(text, "sova_manager_reports_by_protocol_total", f'protocol="{PROTOCOL}"')
     assert old > 0 and new > 0, (old, new)  # both agents reported, each in its own version
     assert _metric(text, "sova_manager_reports_total", 'result="rejected"') == 0
     assert _metric(text, "sova_manager_migrations_total", 'result="succeeded"') >= 1, text

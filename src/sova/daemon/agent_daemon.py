@@ -88,6 +88,10 @@ class AgentDaemon:
         self.seq = 0
         self.boot = secrets.token_hex(4)  # the manager tells a restart from a replay by it
         self.applied = 0  # id of the last directive applied (sent back as the ack)
+        # The VF-freeze list as the manager last sent it, and its version (sent back: the
+        # manager leaves the list out of its responses while it is current).
+        self.vf_frozen: list[str] = []
+        self.vf_frozen_version = 0
         self.adopted: dict[str, str] = {}  # VMs found migrating at start -> lease VM
         self.signalled: dict[str, str] = {}  # VM we chose to move -> VM the lease names
         self.awaiting: Directive | None = None  # applied; the next step consumes it
@@ -198,6 +202,7 @@ class AgentDaemon:
             metric=self.cfg.manager.metric,
             decimals=self.settings.report_decimals,
             capacity=hr.capacity,
+            vf_freeze_version=self.vf_frozen_version,
         )
         try:
             directive = self.client.report(encode(body))
@@ -224,13 +229,21 @@ class AgentDaemon:
 
     def apply(self, d: Directive) -> None:
         """Apply a directive at most once per id (the manager repeats it until acked)."""
-        # The operator's VF fences ride on every response, whatever the directive's id.
-        if self.agent.set_vf_freeze(d.vf_freeze_host, d.vf_freeze_vms):
+        # The operator's VF fences ride on every response, whatever the directive's id; the
+        # VM list only when it changed (absent: the one held is current).
+        if "vf_freeze_vms" in d.model_fields_set:
+            self.vf_frozen, self.vf_frozen_version = d.vf_freeze_vms, d.vf_freeze_version
+        if self.agent.set_vf_freeze(d.vf_freeze_host, self.vf_frozen):
             log.warning(
                 "VF freeze from the manager: %s",
                 "the whole host"
                 if d.vf_freeze_host
-                else (", ".join(d.vf_freeze_vms) if d.vf_freeze_vms else "lifted"),
+                else (
+                    f"{len(self.vf_frozen)} VM(s): {', '.join(self.vf_frozen[:10])}"
+                    + (" …" if len(self.vf_frozen) > 10 else "")
+                    if self.vf_frozen
+                    else "lifted"
+                ),
             )
         if note := epoch_note(self.applied, d.id):
             log.warning(note)

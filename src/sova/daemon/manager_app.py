@@ -238,7 +238,8 @@ def create_app(
     async def post_report(host: HostName, report: Report) -> Any:
         service.metrics.report_protocols.labels(str(report.protocol)).inc()
         try:
-            return JSONResponse(for_agent(service.ingest(host, report), report.protocol))
+            d = service.ingest(host, report)
+            return JSONResponse(for_agent(d, report.protocol, report.vf_freeze_version))
         except ReportRefused as exc:
             long = FIELD_NAMES.get(exc.field)
             field = f"{exc.field} ({long})" if long else exc.field

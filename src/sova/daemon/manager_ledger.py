@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_state import ManagerState
-from sova.daemon.schema import Directive, MigrationDone, epoch_of
+from sova.daemon.schema import Directive, MigrationDone, epoch_of, freeze_version
 from sova.daemon.store import (
     DirectiveRow,
     LeaseRow,
@@ -46,6 +46,9 @@ class Ledger:
         # Read for every report's response: derived once per fence change, not per report.
         self.vf_frozen_hosts: set[str] = set()
         self.vf_frozen_vms: list[str] = []
+        self.vf_frozen_version = freeze_version([])
+        # host -> the last flagged directive a response carried (it may be held there).
+        self.delivered: dict[str, int] = {}
         # Leases whose end is written while a round runs; the core forgets them after it.
         self._recorded: set[int] = set()
 
@@ -62,16 +65,26 @@ class Ledger:
             drop_next,
         )
         self.directives = DirectiveBook({d.host: d for d in state.directives})
+        # Whether a response carried them before the restart is unknown: assume it did.
+        self.delivered = {d.host: d.id for d in state.directives if d.flag and not d.acked}
         self.st.metrics.leases.set(len(self.st.core.leases))
 
     # ------------------------------------------------------------------ directives
 
     def directive_for(self, host: str) -> Directive:
         d = self.directives.view(host)
-        # Every agent gets the whole VM list: reports name only a few of a host's VMs.
+        # Every agent gets the whole VM list (reports name only a few of a host's VMs),
+        # unless it holds this version already (schema.for_agent leaves it out then).
         whole, vms = host in self.vf_frozen_hosts, self.vf_frozen_vms
-        if whole or vms:
-            return d.model_copy(update={"vf_freeze_host": whole, "vf_freeze_vms": vms})
+        freeze = {"vf_freeze_host": whole, "vf_freeze_vms": vms}
+        return d.model_copy(update={**freeze, "vf_freeze_version": self.vf_frozen_version})
+
+    def deliver(self, host: str) -> Directive:
+        """:meth:`directive_for` as a response to the host's agent carries it (noted: the
+        agent may hold it from now on)."""
+        d = self.directive_for(host)
+        if d.flag:
+            self.delivered[host] = d.id
         return d
 
     def ack(self, host: str, did: int) -> None:
@@ -111,7 +124,7 @@ class Ledger:
                 await asyncio.wait_for(
                     cond.wait_for(lambda: self.st.planned_seq.get(host, -1) >= seq), timeout_s
                 )
-        return self.directive_for(host)
+        return self.deliver(host)
 
     # ------------------------------------------------------------------ lease ends
 

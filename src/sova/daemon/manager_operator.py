@@ -27,6 +27,8 @@ from sova.daemon.manager_control import (
 )
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_state import ManagerState, cap_reason
+from sova.daemon.manager_withdraw import Invalidates, Withdrawals
+from sova.daemon.schema import freeze_version
 from sova.daemon.store import (
     AuditRow,
     DecisionRow,
@@ -63,6 +65,7 @@ class OperatorDesk:
         self.actuator_for = actuator_for
         self.ops = OperatorBook(st.settings.mode, dict(st.settings.host_modes))
         self.executions: set[asyncio.Task[None]] = set()
+        self.withdrawals = Withdrawals(st, ledger)
 
     def restore(self, state: StoredState) -> None:
         settings = self.st.settings
@@ -93,14 +96,23 @@ class OperatorDesk:
         self.st.core.pinned = self.ops.names("pin")
         self.ledger.vf_frozen_hosts = self.ops.names("vf-freeze-host")
         self.ledger.vf_frozen_vms = sorted(self.ops.names("vf-freeze-vm"))
+        self.ledger.vf_frozen_version = freeze_version(self.ledger.vf_frozen_vms)
         for kind in FENCE_KINDS:
             self.st.metrics.fences.labels(kind).set(len(self.ops.names(kind)))
 
-    async def _operator_write(self, w: RoundWrite) -> None:
-        """Persist an operator's change (with its audit row) before it takes effect."""
+    async def _operator_write(self, w: RoundWrite, invalid: Invalidates | None = None) -> None:
+        """Persist an operator's change (with its audit row) before it takes effect, and
+        withdraw the unstarted directives it makes ``invalid`` in the same write."""
         lock, _ = self.st.primitives()
         async with lock:  # never in the middle of a round
-            await self.st.writer.write(w)
+            now = self.st.now()
+            pending = self.withdrawals.settle(invalid, now, w) if invalid is not None else []
+            try:
+                await self.st.writer.write(w)
+            except BaseException:
+                self.withdrawals.undo(pending)
+                raise
+            self.withdrawals.done(pending)
 
     async def set_fence(self, kind: str, name: str, by: str, reason: str) -> FenceRow:
         if kind not in FENCE_KINDS:
@@ -111,7 +123,8 @@ class OperatorDesk:
         row = FenceRow(kind, name, by, now, reason)
         detail = reason or ""
         await self._operator_write(
-            RoundWrite(fences_set=[row], audit=[AuditRow(now, by, f"fence:{kind}", name, detail)])
+            RoundWrite(fences_set=[row], audit=[AuditRow(now, by, f"fence:{kind}", name, detail)]),
+            _invalidated_by_fence(kind, name, by),
         )
         self.ops.fences[(kind, name)] = row
         self.sync_fences()
@@ -144,7 +157,20 @@ class OperatorDesk:
             w.modes_cleared.append(scope)
         else:
             w.modes_set.append(ModeRow(scope, mode, by, now))
-        await self._operator_write(w)
+        # The sources this change puts in recommend mode: their directives are proposals now.
+        after = replace(self.ops, modes=dict(self.ops.modes))
+        if mode is None:
+            after.modes.pop(scope, None)
+        else:
+            after.modes[scope] = w.modes_set[0]
+
+        def invalid(dr: DirectiveRow) -> str | None:
+            was, becomes = self.ops.mode_of(dr.host), after.mode_of(dr.host)
+            if was != "recommend" and becomes == "recommend":
+                return f"{dr.host} in recommend mode (set by {by})"
+            return None
+
+        await self._operator_write(w, invalid)
         if mode is None:
             self.ops.modes.pop(scope, None)
         else:
@@ -395,3 +421,18 @@ class OperatorDesk:
         self.ledger.ended_elsewhere(plan.vm, did, now, result, detail or "via openstack", w)
         await self.st.writer.write(w)
         log.info("plan %d through openstack: %s %s", plan.id, result, detail)
+
+
+def _invalidated_by_fence(kind: str, name: str, by: str) -> Invalidates:
+    """Which directives fence ``kind`` on ``name`` makes invalid (maintenance: of its source
+    or its target; pin: of its VM; the VF freezes forbid no migration), and why."""
+
+    def invalid(dr: DirectiveRow) -> str | None:
+        if kind == "maintenance" and name in (dr.host, dr.target):
+            role = "source" if name == dr.host else "target"
+            return f"{role} {name} in maintenance (set by {by})"
+        if kind == "pin" and name == dr.vm:
+            return f"{name} pinned (by {by})"
+        return None
+
+    return invalid

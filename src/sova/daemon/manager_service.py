@@ -247,12 +247,15 @@ class ManagerService:
 
     def ingest(self, host: str, report: Report) -> Directive:
         """One host report (Monitor); returns the host's current directive."""
-        if self.intake.ingest(host, report) and self.settings.plan_trigger == "round":
-            self.planner.maybe_round()
-        return self.ledger.directive_for(host)
+        if self.intake.ingest(host, report):
+            self.desk.withdrawals.on_report(host, report)
+            if self.settings.plan_trigger == "round":
+                self.planner.maybe_round()
+        return self.ledger.deliver(host)
 
     def directive_for(self, host: str) -> Directive:
-        return self.ledger.directive_for(host)
+        """The host's directive, as its agent reads it."""
+        return self.ledger.deliver(host)
 
     async def wait_directive(self, host: str, seq: int, timeout_s: float) -> Directive:
         return await self.ledger.wait_directive(host, seq, timeout_s)

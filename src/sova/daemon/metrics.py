@@ -282,7 +282,7 @@ class ManagerMetrics:
         self.leases = Gauge("sova_manager_leases", "migrations in flight (leases held)", registry=r)
         self.migrations = Counter(
             "sova_manager_migrations_total",
-            "migrations by result (signalled, succeeded, failed, timeout, declined, expired)",
+            "migrations by result (signalled, succeeded, failed, timeout, declined, expired, withdrawn)",
             ["result"],
             registry=r,
         )

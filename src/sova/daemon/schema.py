@@ -15,6 +15,7 @@ the reduced set is exactly its choice over all VMs; the remaining slots are fill
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "b": "agent boot id",
     "c": "host capacity [cores, memory MiB, link Mbit/s]",
     "p": "wire protocol version",
+    "y": "VF-freeze list version held",
 }
 
 # The wire's version, raised with every change to a report or a directive. A message says
@@ -60,7 +62,9 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
 # manager serves agents one protocol version older and newer (docs/operations.md,
 # "Upgrades"). It answers an agent that sent no version in that agent's own terms: such
 # an agent refuses any field it does not know.
-PROTOCOL: Final = 1
+# 2: the VF-freeze list is versioned (``y``) and sent only to an agent that lacks it.
+PROTOCOL: Final = 2
+FREEZE_VERSIONED: Final = 2  # the first protocol whose agents acknowledge ``y``
 PROTOCOL_WINDOW: Final = 1
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0 + UTILISATION_SLACK, allow_inf_nan=False)]
@@ -174,6 +178,15 @@ class Report(_Wire):
         description="wire protocol version of the agent (absent: 0, an unversioned agent); "
         f"this manager serves up to {PROTOCOL + PROTOCOL_WINDOW}",
     )
+    vf_freeze_version: int = Field(
+        default=0,
+        validation_alias="y",
+        serialization_alias="y",
+        ge=0,
+        le=2**32,
+        description="version of the VF-freeze list the agent holds (0: none); the response "
+        "leaves the list out when it is the current one",
+    )
 
     def utilisation(self) -> Utilisation:
         return Utilisation(*self.util)
@@ -229,7 +242,16 @@ class Directive(_Wire):
         validation_alias="k",
         serialization_alias="k",
         max_length=4096,
-        description="operator fence: these VMs keep their VF assignment as it is",
+        description="operator fence: these VMs keep their VF assignment as it is (absent: "
+        "the agent holds the current list, version y)",
+    )
+    vf_freeze_version: int = Field(
+        default=0,
+        validation_alias="y",
+        serialization_alias="y",
+        ge=0,
+        description="version of the VF-freeze list (protocol 2 on); the agent reports the one "
+        "it holds",
     )
     protocol: int = Field(
         default=0,
@@ -240,10 +262,28 @@ class Directive(_Wire):
     )
 
 
-def for_agent(d: Directive, agent_protocol: int) -> dict[str, Any]:
+def freeze_version(vms: list[str]) -> int:
+    """The version of a VF-freeze list: a digest of its names, so that it changes with the
+    list and a restarted manager gives the same list the same version (an agent's
+    acknowledgement stays true across a manager restart). Never 0 (0 = no list held);
+    32 bits keep a report's acknowledgement at 15 bytes of its 304. The price: a new list
+    whose digest equals the old one's (one change in 4·10⁹) reaches no agent that holds
+    the old one until the next change."""
+    digest = hashlib.blake2b("\n".join(vms).encode(), digest_size=4).digest()
+    return int.from_bytes(digest) or 1
+
+
+def for_agent(d: Directive, agent_protocol: int, held_version: int = 0) -> dict[str, Any]:
     """``d`` as the agent that speaks ``agent_protocol`` can read it: an unversioned agent
-    (0) refuses unknown fields, so it gets only the fields of its own wire."""
-    body = d.model_dump(mode="json", by_alias=True)
+    (0) refuses unknown fields, so it gets only the fields of its own wire. An agent that
+    holds the current VF-freeze list (``held_version``) is not sent it again: 4,096 frozen
+    VMs are ~70 KB in every response otherwise."""
+    exclude: set[str] = set()
+    if agent_protocol < FREEZE_VERSIONED:
+        exclude.add("vf_freeze_version")  # it would neither read nor acknowledge it
+    elif held_version and held_version == d.vf_freeze_version:
+        exclude.add("vf_freeze_vms")
+    body = d.model_dump(mode="json", by_alias=True, exclude=exclude)
     if agent_protocol >= 1:
         body["p"] = PROTOCOL
     else:
@@ -490,6 +530,7 @@ def build_report(
     budget_bytes: int = REPORT_BUDGET_BYTES,
     decimals: int = 4,
     capacity: HostCapacity | None = None,
+    vf_freeze_version: int = 0,
 ) -> Report:
     """A report within ``budget_bytes``; lowest-MF candidates are dropped to fit.
 
@@ -514,6 +555,7 @@ def build_report(
         boot=boot,
         vms=entries,
         protocol=PROTOCOL,
+        vf_freeze_version=vf_freeze_version,
         capacity=None
         if capacity is None
         else [
