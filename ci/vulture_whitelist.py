@@ -38,6 +38,7 @@ x_sova_host  # unused variable (src/sova/daemon/manager_app.py:241)
 libvirt_wiring  # unused function (src/sova/daemon/wiring.py:110)
 mock_wiring  # unused function (src/sova/daemon/wiring.py:133)
 remote_wiring  # unused function (src/sova/demo.py)
+agent_script  # unused function (src/sova/console.py): the `sova-agent` console script
 SovaHotspot  # unused class (src/sova/openstack/watcher_strategy.py:43)
 DATASOURCE_METRICS  # unused variable (src/sova/openstack/watcher_strategy.py:46)
 _.get_display_name  # unused method (src/sova/openstack/watcher_strategy.py:60)

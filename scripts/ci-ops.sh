@@ -9,7 +9,12 @@
 #              inhibition (amtool) in tests/test_deploy.py
 #   ansible    ansible-lint; the role applied to an agent-only and a manager-only throwaway
 #              root, twice each (scripts/ci-ansible.sh)
-#   packaging  wheel -> fresh venv per extra, the sdist's contents (tests/packaging, -m packaging)
+#   wheelhouse every extra's pinned dependencies as wheels (from the package index, kept
+#              between runs), so the packaging tier installs offline
+#   packaging  wheel -> fresh venv per extra, offline from the wheelhouse; each extra's size
+#              against docs/extras-sizes.json (written to out/extras-sizes.json; the doc's
+#              table comes from scripts/extras-table.py); the sdist's contents
+#              (tests/packaging, -m packaging)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SOVA_EXTRAS="${SOVA_EXTRAS:-test}"
@@ -31,6 +36,22 @@ step units .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_deploy.p
 step daemons .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_systemd.py
 step prometheus .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_observability.py
 step ansible scripts/ci-ansible.sh
+# The packaging tier's wheelhouse: what pip would fetch for each extra, fetched here (pip's
+# own client, pinned by constraints.txt) so the tier's tests run with --no-index.
+SOVA_WHEELHOUSE="${SOVA_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/sova-wheelhouse}"
+SOVA_SIZES_OUT="${SOVA_SIZES_OUT:-$PWD/out/extras-sizes.json}"
+export SOVA_WHEELHOUSE SOVA_SIZES_OUT
+wheelhouse() {
+  local extras=cli,manager,sim,testbed
+  if [[ "$SOVA_EXTRAS" == *libvirt* ]]; then extras=agent,$extras; fi
+  mkdir -p "$SOVA_WHEELHOUSE"
+  .venv/bin/python -m pip wheel -q --disable-pip-version-check -c constraints.txt \
+    --find-links "$SOVA_WHEELHOUSE" -w "$SOVA_WHEELHOUSE" \
+    ".[$extras]" httpx prometheus-client pyroute2 \
+    build "setuptools>=77" "setuptools-scm>=8,<11" wheel
+  rm -f "$SOVA_WHEELHOUSE"/sova_sriov-*.whl  # the tier builds its own from this checkout
+}
+step wheelhouse wheelhouse
 step packaging .venv/bin/python -m pytest -q -p no:cacheprovider -m packaging tests/packaging
 printf 'ops checks passed:\n' >&2
 printf '  %s\n' "${summary[@]}" >&2

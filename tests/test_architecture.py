@@ -15,7 +15,7 @@ ENTRY = re.compile(r"^( {2}| {4})([a-z_][a-z0-9_]*(?:\.py|/)(?:, [a-z_][a-z0-9_]
 
 
 def _map_block() -> list[str]:
-    block = DOC.split("```\nsrc/sova/\n", 1)[1].split("```", 1)[0]
+    block = DOC.split("```text\nsrc/sova/\n", 1)[1].split("```", 1)[0]
     return block.splitlines()
 
 
@@ -77,7 +77,7 @@ def test_every_module_is_in_an_import_linter_layer() -> None:
 
 
 def test_the_documented_layers_are_the_enforced_ones() -> None:
-    block = DOC.split("## Layers", 1)[1].split("```\n", 2)[1]
+    block = DOC.split("## Layers", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     rows = [line.split("  ", 1)[0].strip() for line in block.splitlines() if line.strip()]
     documented = [{n.strip() for n in re.split(r"[|,]", row)} for row in rows]
     assert documented == _layer_modules()

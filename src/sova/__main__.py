@@ -1,3 +1,3 @@
-from sova.cli import main
+from sova.console import main
 
 main()

@@ -299,8 +299,11 @@ def main() -> None:
     except ModuleNotFoundError as exc:
         # A role's extra is not installed (e.g. `sova simulate` on an agent-only host):
         # one line that says what to install, not a traceback.
-        from sova.install import missing_module_hint
+        from sova.install import MissingExtra, missing_module_hint
 
+        if isinstance(exc, MissingExtra):  # its message names the extra already
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            sys.exit(2)
         hint = missing_module_hint(exc.name)
         if hint is None:
             raise

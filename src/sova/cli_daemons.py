@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -123,73 +123,26 @@ def agent(
     shows (VF holders, limits, migrations in flight). With --driver libvirt --dry-run it
     opens libvirt read-only, prints the host and the actions it would take, and exits.
     """
-    from sova.daemon.config import ConfigError, load_agent_settings
-
-    _log_format(log_format)
-    overrides: dict[str, Any] = {
-        "driver": driver,
-        "connect": connect,
-        "host": host,
-        "manager_url": manager_url,
-        "metrics_port": metrics_port,
-        "metrics_addr": metrics_addr,
-    }
-    if dry_run:
-        overrides["dry_run"] = True
-    try:
-        settings = load_agent_settings(config, overrides=overrides)
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
-    if settings.driver == "libvirt" and settings.dry_run and not loop:
-        raise typer.Exit(_libvirt_dry_run(settings))
-    from sova.daemon.agent_daemon import run_agent
-    from sova.daemon.preflight import check_agent
+    from sova.cli_agent import AgentExit, run_agent_command
 
     try:
-        wiring = None
-        if settings.driver == "sim":  # composes the agent with the simulator
-            from sova.demo import sim_agent_wiring
-
-            wiring = sim_agent_wiring(settings, speed=speed, policy=policy)
-        check_agent(settings)
-        code = run_agent(settings, speed=speed, policy=policy, wiring=wiring)
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
-    except Exception as exc:
-        raise _fatal("agent", exc) from None
+        code = run_agent_command(
+            config=config,
+            driver=driver,
+            connect=connect,
+            host=host,
+            manager_url=manager_url,
+            dry_run=dry_run,
+            loop=loop,
+            metrics_port=metrics_port,
+            metrics_addr=metrics_addr,
+            speed=speed,
+            policy=policy,
+            log_format=log_format,
+        )
+    except AgentExit as stop:
+        raise (_fail(stop.message, stop.code) if stop.message else typer.Exit(stop.code)) from None
     raise typer.Exit(code)
-
-
-def _libvirt_dry_run(settings: Any) -> int:
-    """One read-only look at the host: inventory, capabilities, planned actions."""
-    import time
-
-    from sova.agent.executor import Outcome
-    from sova.agent.loop import HostAgent
-    from sova.driver.inventory_report import dry_run
-    from sova.model import Action
-
-    cfg = settings.controller
-
-    def plan(drv: Any) -> list[Action | tuple[Action, str]]:
-        verdicts: dict[Action, str] = {}
-
-        def note(o: Outcome) -> None:
-            if o.result != "dry-run":  # e.g. blocked: the executor would refuse it
-                verdicts[o.action] = f"{o.result}: {o.detail}"
-
-        agent = HostAgent(drv, cfg, on_outcome=note, dry_run=True)
-        agent.step()
-        time.sleep(min(2.0, cfg.period))  # a second sample gives the sensor one period
-        verdicts.clear()
-        planned = agent.step().planned
-        return [(a, verdicts[a]) if a in verdicts else a for a in planned]
-
-    from sova.daemon.wiring import libvirt_options
-
-    return dry_run(
-        settings.connect or "qemu:///system", plan, sys.stdout, **libvirt_options(settings)
-    )
 
 
 def manager(

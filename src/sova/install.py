@@ -26,8 +26,28 @@ EXTRA_OF_MODULE = {
     "numpy": "sim",
     "matplotlib": "sim",
     "dask": "distributed",
+    "typer": "cli",
+    "rich": "cli",
     "distributed": "distributed",
 }
+
+
+class MissingExtra(ModuleNotFoundError):
+    """A part of Sova imported without the extra that carries its dependencies."""
+
+
+def require_extra(package: str, extra: str, modules: Iterable[str]) -> None:
+    """Raise :class:`MissingExtra`, one line naming ``extra``, unless ``modules`` import.
+
+    Called at the top of ``sova.sim``, ``sova.testbed`` and ``sova.lab``: their code ships in
+    every wheel, but runs only with its extra; without it, ``import sova.sim`` says what to
+    install instead of failing on numpy somewhere inside.
+    """
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(
+            f"{package} needs {', '.join(missing)}: {install_hint(extra)}", name=missing[0]
+        )
 
 
 def install_hint(extra: str) -> str:

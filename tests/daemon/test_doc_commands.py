@@ -1,16 +1,26 @@
-"""Every curl and sova command in docs/operations.md, run verbatim against a live ``sova manager``.
+"""Every shell block of README.md and docs/*.md is run here, or marked illustrative with a reason.
 
 The operator copies these; a command that silently does nothing (issue 24: the writes sent a
 form body, got 422, and curl exited 0) leaves a host out of maintenance while the operator
-believes it is in. The cluster is the real processes of ``sova demo`` (simulated hosts, the
-manager in recommend mode with an admin token, one agent per host); H1 is hot, so a real
-plan is proposed for the approve command.
+believes it is in. Every fenced block names its language; a shell block (``sh``,
+``console``) is preceded by one of
+
+- ``<!-- doc-test: manager -->``: its curl and sova lines run verbatim against a live
+  ``sova manager`` (the real processes of ``sova demo``: simulated hosts, the manager in
+  recommend mode with an admin token, one agent per host; H1 is hot, so a real plan is
+  proposed for the approve command);
+- ``<!-- doc-test: checkout -->``: its lines run from a scratch directory laid out like a
+  checkout (``.venv``, ``scenarios``, ``deploy``), each must exit 0;
+- ``<!-- doc-test: libvirt -->``: the same, where ``qemu:///system`` answers (else skipped,
+  saying so);
+- ``<!-- illustrative: REASON -->``: not run, for the reason given (root, hardware, systemd,
+  PyPI).
 
 What the test changes in a command, and only that: the docs' example manager
 (``https://manager:8700``, ``localhost:8700``, ``--cacert ca.pem``) becomes the loopback
-manager, and the docs' example names (hosts, VM, plan id) become this cluster's. A command
-must get a 2xx, or exactly the status the docs show under it (the 401 of a retired token).
-A block preceded by ``<!-- illustrative: REASON -->`` is not run. ~20 s.
+manager, and the docs' example names (hosts, VM, plan id) become this cluster's. A curl must
+get a 2xx, or exactly the status the docs show under it (the 401 of a retired token).
+~20 s for the manager's blocks, ~1 min for the checkout's (a demo run).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,61 +44,145 @@ from sova.scenario import load_scenario
 
 from .conftest import DATA, REPO, wait_until
 
-DOC = REPO / "docs" / "operations.md"
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SCENARIO = DATA / "two-hosts.yaml"
 ADMIN = "doc-admin-" + "q" * 24
 WRITE = re.compile(r"-X\s+(PUT|POST|DELETE)\b|(^|\s)(-d|--data|--json)\s")
+SHELL = {"sh", "console"}
+RUNNERS = {"manager", "checkout", "libvirt"}
+MARK = re.compile(r"^<!-- (doc-test|illustrative): (.*?) -->$")
 
 
-def doc_blocks(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
-    """(the comment before the block, [(command, the output shown under it)]) per fenced block."""
-    blocks: list[tuple[str, list[tuple[str, str]]]] = []
-    lines = text.splitlines()
+@dataclass
+class Block:
+    """One fenced block of a doc: where, its language, the marker before it, its commands."""
+
+    where: str  # README.md:53
+    lang: str
+    marker: tuple[str, str] | None  # ("doc-test", runner) | ("illustrative", reason)
+    body: list[str]
+    commands: list[tuple[str, str]] = field(default_factory=list)  # (command, output shown)
+
+
+def _commands(lang: str, body: list[str]) -> list[tuple[str, str]]:
+    """``console``: the ``$ `` lines (with their continuations) and the output under each;
+    ``sh``: every line that is not a comment."""
+    cmds: list[tuple[str, str]] = []
+    k = 0
+    while k < len(body):
+        line = body[k]
+        if lang == "console" and not line.startswith("$ "):
+            k += 1
+            continue
+        if lang == "sh" and (not line.strip() or line.lstrip().startswith("#")):
+            k += 1
+            continue
+        cmd = line[2:] if lang == "console" else line
+        while cmd.rstrip().endswith("\\") and k + 1 < len(body):
+            k += 1
+            cmd = cmd.rstrip()[:-1] + " " + body[k].strip()
+        k += 1
+        out: list[str] = []
+        while lang == "console" and k < len(body) and not body[k].startswith("$ "):
+            out.append(body[k])
+            k += 1
+        cmds.append((cmd.strip(), "\n".join(out)))
+    return cmds
+
+
+def doc_blocks(path: Path) -> list[Block]:
+    blocks: list[Block] = []
+    lines = path.read_text().splitlines()
     i = 0
     while i < len(lines):
         if not lines[i].startswith("```"):
             i += 1
             continue
+        start = i
+        lang = lines[i][3:].strip()
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        m = MARK.match(before.strip())
         i += 1
         body: list[str] = []
         while i < len(lines) and not lines[i].startswith("```"):
             body.append(lines[i])
             i += 1
         i += 1
-        cmds: list[tuple[str, str]] = []
-        k = 0
-        while k < len(body):
-            if not body[k].startswith("$ "):
-                k += 1
-                continue
-            cmd = body[k][2:]
-            while cmd.endswith("\\") and k + 1 < len(body):
-                k += 1
-                cmd = cmd[:-1] + " " + body[k].strip()
-            k += 1
-            out: list[str] = []
-            while k < len(body) and not body[k].startswith("$ "):
-                out.append(body[k])
-                k += 1
-            cmds.append((cmd.strip(), "\n".join(out)))
-        if cmds:
-            blocks.append((before, cmds))
+        blocks.append(
+            Block(
+                f"{path.relative_to(REPO)}:{start + 1}",
+                lang,
+                (m.group(1), m.group(2).strip()) if m else None,
+                body,
+                _commands(lang, body) if lang in SHELL else [],
+            )
+        )
     return blocks
 
 
+def all_blocks() -> list[Block]:
+    return [b for doc in DOCS for b in doc_blocks(doc)]
+
+
+def run_by(runner: str) -> list[Block]:
+    return [b for b in all_blocks() if b.marker == ("doc-test", runner)]
+
+
 def doc_commands(program: str) -> list[tuple[str, str]]:
+    """The ``program`` lines of the blocks run against the live manager."""
     return [
         (cmd, out)
-        for before, cmds in doc_blocks(DOC.read_text())
-        if "illustrative:" not in before
-        for cmd, out in cmds
+        for b in run_by("manager")
+        for cmd, out in b.commands
         if cmd.startswith(program + " ")
     ]
 
 
 def doc_curls() -> list[tuple[str, str]]:
     return doc_commands("curl")
+
+
+def test_every_fenced_block_names_its_language() -> None:
+    """An untagged block could hide commands from the checks below: ``text`` says it holds
+    none."""
+    untagged = [b.where for b in all_blocks() if not b.lang]
+    assert not untagged, (
+        f"fenced blocks without a language (sh, console, toml, text, ...): {untagged}"
+    )
+
+
+def test_every_shell_block_is_run_or_marked_illustrative_with_a_reason() -> None:
+    shell = [b for b in all_blocks() if b.lang in SHELL]
+    assert len(shell) >= 15, [b.where for b in shell]
+    for b in shell:
+        assert b.marker is not None, (
+            f"{b.where}: a {b.lang} block with neither <!-- doc-test: RUNNER --> "
+            f"({', '.join(sorted(RUNNERS))}) nor <!-- illustrative: REASON --> before it"
+        )
+        kind, value = b.marker
+        if kind == "doc-test":
+            assert value in RUNNERS, f"{b.where}: unknown runner {value!r}"
+            assert b.commands, f"{b.where}: a block to run holds no command"
+        else:
+            assert len(value.split()) >= 3, f"{b.where}: illustrative needs a reason: {value!r}"
+
+
+def test_no_other_block_holds_a_command_prompt() -> None:
+    """A ``$ `` prompt in a toml or text block is a command nobody runs."""
+    hidden = [
+        b.where
+        for b in all_blocks()
+        if b.lang not in SHELL and any(line.startswith("$ ") for line in b.body)
+    ]
+    assert not hidden, hidden
+
+
+def test_the_managers_blocks_hold_only_commands_it_runs() -> None:
+    """The live-manager tests below run the curl and sova lines; anything else there would
+    be skipped silently."""
+    for b in run_by("manager"):
+        for cmd, _ in b.commands:
+            assert cmd.startswith(("curl ", "sova ")), (b.where, cmd)
 
 
 def test_every_documented_write_fails_loudly_and_sends_json() -> None:
@@ -168,7 +263,9 @@ def test_documented_sova_commands_work_against_a_live_manager(cluster: Cluster) 
     assert len(cmds) >= 10, cmds
     for cmd, _shown in cmds:
         live = _localise(cmd, names)
-        p = subprocess.run(["bash", "-c", live], env=env, capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            ["bash", "-c", live], env=env, capture_output=True, text=True, timeout=60
+        )
         assert p.returncode == 0, (cmd, live, p.returncode, p.stdout, p.stderr)
     actions = [(e["who"], e["action"]) for e in _get(c, "/v1/audit?limit=50").json()["entries"]]
     # who: the token's credential name, annotated by --by (SOVA_OPERATOR)
@@ -226,3 +323,77 @@ def test_documented_curl_commands_work_against_a_live_manager(
     assert _get(c, "/v1/mode").json()["cluster_set_by"] == "admin (alice)"
     assert not [f for f in _get(c, "/v1/fences").json() if f["name"] == "H2"]
     assert sum(1 for who, a in actions if who == "admin (alice)" and "fence" in a) >= 2, actions
+
+
+def _checkout_like(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A scratch directory where the docs' ``.venv/bin/sova`` and relative paths resolve to
+    this checkout's, and whatever a command writes (out/...) lands in the scratch."""
+    work = tmp_path / "checkout"
+    work.mkdir()
+    (work / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    for name in ("scenarios", "deploy", "constraints.txt"):
+        (work / name).symlink_to(REPO / name)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "MPLBACKEND": "Agg",
+    }
+    return work, env
+
+
+def _run_blocks(blocks: list[Block], tmp_path: Path, timeout: float) -> int:
+    work, env = _checkout_like(tmp_path)
+    ran = 0
+    for b in blocks:
+        for cmd, _ in b.commands:
+            p = subprocess.run(
+                ["bash", "-c", "set -o pipefail\n" + cmd],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+            assert p.returncode == 0, (
+                b.where,
+                cmd,
+                p.returncode,
+                p.stdout[-2000:],
+                p.stderr[-2000:],
+            )
+            ran += 1
+    return ran
+
+
+@pytest.mark.slow
+def test_documented_checkout_commands_run(tmp_path: Path) -> None:
+    """README's ``sova`` lines (help, scenarios, validate, simulate, demo), each exit 0."""
+    blocks = run_by("checkout")
+    assert blocks, "no <!-- doc-test: checkout --> block"
+    assert _run_blocks(blocks, tmp_path, timeout=600) >= 5
+
+
+def _system_libvirt() -> str | None:
+    """Why ``qemu:///system`` cannot be read here, or None when it can."""
+    try:
+        import libvirt
+    except ImportError:
+        return "libvirt-python is not installed (needs libvirt-dev to build)"
+    try:
+        libvirt.registerErrorHandler(lambda *_: None, None)
+        conn = libvirt.openReadOnly("qemu:///system")
+    except libvirt.libvirtError as exc:
+        return f"qemu:///system does not answer: {str(exc).splitlines()[0]}"
+    conn.close()
+    return None
+
+
+def test_documented_libvirt_dry_runs(tmp_path: Path) -> None:
+    """The agent's read-only first look at this host's libvirt, as the docs give it."""
+    blocks = run_by("libvirt")
+    assert len(blocks) >= 2, "README and docs/deployment.md show the dry run"
+    why = _system_libvirt()
+    if why is not None:
+        pytest.skip(f"the docs' dry run reads qemu:///system: {why}")
+    assert _run_blocks(blocks, tmp_path, timeout=120) >= 2

@@ -6,15 +6,15 @@ change), capability probing that would write to the NIC is skipped, and the plan
 a driver whose ``submit`` raises. What it shows is what the agent would act on: the PF and
 its VFs, each VM with its failover readiness and the VF it holds, the probed capabilities
 with their reasons, and the planned actions.
+
+Plain text, no rich: the agent's install carries no terminal-formatting library (a
+hypervisor's ``sova-sriov[agent]``), and these few aligned columns need none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import IO, Any
-
-from rich.console import Console
-from rich.table import Table
 
 from sova.driver.base import Capabilities, Driver, DriverError, OpStatus
 from sova.model import Action, HostSample, Inventory
@@ -67,53 +67,66 @@ def _action_text(a: Action) -> str:
     return f"{a.kind:<12} {a.vm}" + (f"  ({args})" if args else "")
 
 
+def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """``rows`` under ``header`` in columns padded to the widest cell, with a title line."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    return "\n".join(
+        [title, line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    )
+
+
 def render(
-    console: Console,
+    out: IO[str],
     caps: Capabilities,
     inv: Inventory,
     reports: list[Any],
     pf: Any,
     actions: Sequence[Action | tuple[Action, str]],
 ) -> None:
+    def say(text: str = "") -> None:
+        print(text, file=out)
+
     host = inv.host
-    console.print(
-        f"[bold]Host[/] {host.name}: {host.cores} cores, {host.memory_bytes / 2**30:.1f} GiB memory"
-    )
-    console.print(
-        f"[bold]PF[/] {pf.name or '(none)'} {pf.pci}  link {_fmt_bps(host.nic.capacity_bps)}  "
+    say(f"Host {host.name}: {host.cores} cores, {host.memory_bytes / 2**30:.1f} GiB memory")
+    say(
+        f"PF {pf.name or '(none)'} {pf.pci}  link {_fmt_bps(host.nic.capacity_bps)}  "
         f"VFs enabled {caps.vf_total} (max {pf.total_vfs}), Sova pool {caps.vf_pool}"
     )
-    vft = Table(title="VFs", show_lines=False)
-    vft.add_column("index")
-    vft.add_column("PCI")
-    vft.add_column("held by")
     holders = {r.vf_index: r for r in reports if r.vf_index is not None}
+    vf_rows = []
     for idx, pci in sorted(pf.vfs.items()):
         r = holders.get(idx)
-        vft.add_row(str(idx), pci, f"{r.name} ({r.vf_kind})" if r else "free")
-    console.print(vft)
+        vf_rows.append([str(idx), pci, f"{r.name} ({r.vf_kind})" if r else "free"])
+    say()
+    say(_table("VFs", ["index", "PCI", "held by"], vf_rows))
 
-    t = Table(title="VMs")
-    for col in ("VM", "state", "vCPUs", "memory", "NIC", "failover", "notes"):
-        t.add_column(col)
     by_name = {r.name: r for r in reports}
+    vm_rows = []
     for name, st in sorted(inv.vms.items()):
         r = by_name.get(name)
         nic = f"vf {st.vf_index}" if st.vf_index is not None else "virtio"
-        t.add_row(
-            name,
-            "running" if st.running else "shut off",
-            str(st.vm.vcpus),
-            f"{st.vm.memory_bytes / 2**20:.0f} MiB",
-            nic,
-            "ready" if st.failover_ready else "[red]NOT READY[/]",
-            r.reason if r else "",
+        vm_rows.append(
+            [
+                name,
+                "running" if st.running else "shut off",
+                str(st.vm.vcpus),
+                f"{st.vm.memory_bytes / 2**20:.0f} MiB",
+                nic,
+                "ready" if st.failover_ready else "NOT READY",
+                r.reason if r else "",
+            ]
         )
-    console.print(t)
+    say()
+    say(_table("VMs", ["VM", "state", "vCPUs", "memory", "NIC", "failover", "notes"], vm_rows))
 
-    console.print("[bold]Capabilities[/]")
+    say()
+    say("Capabilities")
     nc = caps.nic
-    console.print(
+    say(
         f"  max_tx_rate: {'yes' if nc.max_rate else 'no'}   "
         f"min_tx_rate: {'yes' if nc.min_rate else 'no'}   "
         f"VF counters: {'yes' if nc.vf_stats else 'no'}   "
@@ -121,15 +134,15 @@ def render(
         f"guest agent: {'yes' if caps.guest_agent else 'no'}"
     )
     for n in caps.notes:
-        console.print(f"  - {n}", markup=False)
+        say(f"  - {n}")
 
-    console.print(f"[bold]Planned actions[/] ({len(actions)}, none submitted: dry run)")
+    say(f"Planned actions ({len(actions)}, none submitted: dry run)")
     for item in actions:
         # A planner may attach a note, e.g. the executor's refusal of an unsafe action.
         a, note = item if isinstance(item, tuple) else (item, "")
-        console.print(f"  {_action_text(a)}" + (f"  ({note})" if note else ""), markup=False)
+        say(f"  {_action_text(a)}" + (f"  ({note})" if note else ""))
     if not actions:
-        console.print("  (none)")
+        say("  (none)")
 
 
 def dry_run(
@@ -145,11 +158,10 @@ def dry_run(
     """
     from sova.driver.libvirt_driver import LibvirtDriver
 
-    console = Console(file=out, width=120, soft_wrap=False)
     try:
         drv = LibvirtDriver.open(connect_uri, read_only=True, **driver_options)
     except DriverError as e:
-        console.print(f"[red]error:[/] {e}")
+        print(f"error: {e}", file=out)
         return 2
     try:
         try:
@@ -158,7 +170,7 @@ def dry_run(
             reports = drv.vm_reports()
             pf = drv.pf_view()
         except Exception as e:
-            console.print(f"[red]error reading {connect_uri}:[/] {e}")
+            print(f"error reading {connect_uri}: {e}", file=out)
             return 2
         actions: list[Action | tuple[Action, str]] = []
         code = 0
@@ -167,16 +179,16 @@ def dry_run(
             try:
                 actions = list(plan(guard))
             except Exception as e:
-                console.print(f"[red]planner failed:[/] {e}")
+                print(f"planner failed: {e}", file=out)
                 code = 3
             if guard.attempted:
-                console.print(
-                    f"[red]planner tried to submit {len(guard.attempted)} action(s) itself; "
-                    "refused[/]"
+                print(
+                    f"planner tried to submit {len(guard.attempted)} action(s) itself; refused",
+                    file=out,
                 )
                 actions.extend(guard.attempted)
                 code = 3
-        render(console, caps, inv, reports, pf, actions)
+        render(out, caps, inv, reports, pf, actions)
         return code
     finally:
         drv.close()
