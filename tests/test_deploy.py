@@ -88,6 +88,19 @@ def test_a_bad_config_is_not_restarted_forever(unit: str) -> None:
     assert "2" in " ".join(u.get("RestartPreventExitStatus", [])).split()
 
 
+@pytest.mark.parametrize("unit", UNITS)
+def test_no_unit_setting_is_written_twice(unit: str) -> None:
+    # A merge once left RestartPreventExitStatus=2 and its comment twice in both units;
+    # systemd accepts that silently, so a later edit to one copy would not take effect.
+    lines = [
+        ln.strip()
+        for ln in (ROOT / "deploy" / unit).read_text().splitlines()
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+    repeated = sorted({ln for ln in lines if lines.count(ln) > 1 and not ln.startswith("[")})
+    assert not repeated, repeated
+
+
 def test_agent_and_manager_keep_their_state_apart() -> None:
     # Different users (sova-agent, the manager's DynamicUser) must not share one
     # StateDirectory: systemd would chown it back and forth on a combined host.
@@ -189,7 +202,9 @@ def test_a_daemon_is_restarted_only_on_hosts_that_run_it() -> None:
 
 def test_role_ships_the_admin_token_outside_the_world_readable_config() -> None:
     tasks = yaml.safe_load((ROLE / "tasks/manager.yml").read_text())
-    env = next(t for t in tasks if "manager.env" in t.get("ansible.builtin.copy", {}).get("dest", ""))
+    env = next(
+        t for t in tasks if "manager.env" in t.get("ansible.builtin.copy", {}).get("dest", "")
+    )
     copy = env["ansible.builtin.copy"]
     assert copy["mode"] == "0600" and "SOVA_MANAGER_ADMIN_TOKEN=" in copy["content"]
     assert env["no_log"] is True
