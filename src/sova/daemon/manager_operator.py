@@ -370,6 +370,8 @@ class OperatorDesk:
             await st.writer.write(w)  # persisted before anything can act on it
             self.ops.close(plan_id)
             self.ledger.open_approved(Lease(plan.vm, plan.host, plan.dst, now, did), directive)
+            if directive is not None:
+                self.ledger.fates.track(did, approved)
             st.metrics.plans.labels("approved").inc()
             st.metrics.open_plans.set(len(self.ops.open_plans))
         log.warning(
