@@ -36,6 +36,7 @@ FENCE_KINDS: Mapping[str, str] = {
     "pin": "vm",
     "vf-freeze-host": "host",
     "vf-freeze-vm": "vm",
+    "drain": "host",  # in maintenance, and its VMs evacuated (sova.manager.fleet)
 }
 
 PLAN_STATES = ("proposed", "approved", "executed", "rejected", "expired", "superseded", "failed")

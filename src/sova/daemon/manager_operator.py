@@ -94,6 +94,7 @@ class OperatorDesk:
         """The fences as the core plans with them and every response carries them."""
         self.st.core.maintenance = self.ops.maintenance()
         self.st.core.pinned = self.ops.names("pin")
+        self.st.core.draining = self.ops.names("drain")
         self.ledger.vf_frozen_hosts = self.ops.names("vf-freeze-host")
         self.ledger.vf_frozen_vms = sorted(self.ops.names("vf-freeze-vm"))
         self.ledger.vf_frozen_version = freeze_version(self.ledger.vf_frozen_vms)
@@ -286,6 +287,8 @@ class OperatorDesk:
                 return f"{role} {h} is stale (no report for {now - hosts[h].received_s:.0f} s)"
             if ("maintenance", h) in self.ops.fences:
                 return f"{role} {h} is in maintenance"
+            if role == "target" and ("drain", h) in self.ops.fences:
+                return f"target {h} is being drained"
         if plan.vm in self.ops.names("pin"):
             return f"{plan.vm} is pinned"
         vm = hosts[plan.host].vms.get(plan.vm)
@@ -299,6 +302,9 @@ class OperatorDesk:
         held = core.hold(plan.vm, now)
         if held is not None:
             return held
+        ruled = core.placement_refusal(plan.vm, plan.host, plan.dst)
+        if ruled is not None:
+            return ruled
         # The planner's own screening, on the two hosts' latest reports.
         util = {h: Utilisation(*hosts[h].util) for h in (plan.host, plan.dst)}
         alpha = core.detector.alpha

@@ -554,7 +554,7 @@ class ManagerCore:
                 else:
                     opened.append(self.open(Lease(mover, host, target, now_s, next_id)))
             verdict_hot = bool(sig.hot_resources) or sig.flag
-            if verdict_hot or held is not None:
+            if verdict_hot or held is not None or proposal:
                 last = reports[host].history[-1]
                 inputs: dict[str, Any] = {
                     "utilisation": [last.cpu, last.mem, last.net],

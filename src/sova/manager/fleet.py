@@ -136,7 +136,9 @@ def drain_signals(
     for host in sorted(draining):
         rep = reports.get(host)
         if rep is None:
-            continue  # silent or never reported: nothing known to move
+            # Silent, or its window restarted after a migration: nothing to judge yet.
+            out[host] = MigrationSignal(False, None, f"{DRAIN}waiting for the host's next report")
+            continue
         hot = signals[host].hot_resources if host in signals else ()
         if host in leased:
             out[host] = MigrationSignal(
