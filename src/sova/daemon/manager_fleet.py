@@ -113,8 +113,9 @@ class Fleet:
             if m["src"] == host and m["started_s"] >= since and m["ended_s"] is not None
         ]
         done = sum(1 for m in ended if m["result"] == "succeeded")
-        _, why = self.rounds.verdicts.get(host, (False, "not planned since the drain began"))
-        why = why[why.find(DRAIN) :] if DRAIN in why else why
+        _, why = self.rounds.verdicts.get(host, (False, ""))
+        # Every round after the drain began says what it did for the host (a drain reason).
+        why = why[why.find(DRAIN) :] if DRAIN in why else "not planned since the drain began"
         plan = self.desk.ops.open_for(host)
         if plan is not None:
             why = f"{why} (plan {plan.id} awaiting approval: move {plan.vm} to {plan.dst})"
