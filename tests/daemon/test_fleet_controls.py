@@ -105,6 +105,8 @@ def test_drain_in_autonomic_mode_empties_the_host(api_factory: Any) -> None:
     # a drained host is in maintenance: nothing is sent to it
     cluster = api.get("/v1/cluster", headers=ADMIN_H).json()
     assert {(f["kind"], f["name"]) for f in cluster["fences"]} == {("drain", "h1")}
+    h1 = next(h for h in cluster["hosts"] if h["host"] == "h1")
+    assert h1["maintenance"] == "draining, set by admin (ops): BIOS"
 
 
 def test_drain_respects_anti_affinity(api_factory: Any) -> None:
