@@ -309,3 +309,35 @@ def test_the_fast_round_applies_the_rules_exactly(seed: int) -> None:
         if s.flag:
             assert s.vm is not None and s.target is not None
             assert placement.refusal(s.vm, h, s.target, view) is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "setup", "flag", "reason_has"),
+    [
+        # nothing in the way: db1 (the largest MF) to the coldest, h2
+        ({}, None, True, "drain: move db1 to h2"),
+        # one migration already in flight elsewhere (h4 -> h5) and at most one at a time
+        (
+            {"max_concurrent_migrations": 1},
+            ("x4", "h4", "h5"),
+            False,
+            "held: 1 migration(s) in flight (max_concurrent_migrations = 1)",
+        ),
+        # db1 left h2 at t=0: the return tabu (900 s) bars h2, so h3 (1.543) takes it
+        ({}, ("tabu", "h2", 0.0), True, "drain: move db1 to h3"),
+        # db1 was sent somewhere 10 s ago: its cooldown (300 s) holds the drain's move
+        ({}, ("cooldown", "", 20.0), False, "held: db1 moved 10s ago (vm_cooldown_s = 300)"),
+    ],
+)
+def test_a_drain_obeys_the_migration_limits(
+    kw: dict[str, Any], setup: tuple[Any, ...] | None, flag: bool, reason_has: str
+) -> None:
+    core = _core(draining={"h1"}, **kw)
+    if setup is not None and setup[0] == "tabu":
+        core.departed["db1"] = {setup[1]: setup[2]}
+    elif setup is not None and setup[0] == "cooldown":
+        core.last_moved["db1"] = setup[2]
+    elif setup is not None:
+        core.open(Lease(setup[0], setup[1], setup[2], 25.0, 9))
+    sig = core.plan(30.0).signals["h1"]
+    assert sig.flag == flag and reason_has in sig.reason, sig.reason
