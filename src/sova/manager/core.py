@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -415,9 +415,7 @@ class ManagerCore:
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
 
-    def _bars(
-        self, hosts: list[str], tabu: dict[str, list[str]], *, soft: bool = True
-    ) -> Bars | None:
+    def _bars(self, hosts: list[str], tabu: dict[str, list[str]]) -> Bars | None:
         """Each VM's barred hosts under the placement rules (and the return tabu), or
         None without rules (the round is then exactly the papers' Alg. 2)."""
         if not self.placement.active:
@@ -434,7 +432,7 @@ class ManagerCore:
             ((lease.vm, lease.src, lease.dst) for lease in self.leases.values()),
             only=self.placement.members,
         )
-        return Bars(self.placement, view, source_of, hosts, tabu, soft)
+        return Bars(self.placement, view, source_of, hosts, tabu)
 
     def placement_refusal(self, vm: str, src: str, dst: str) -> str | None:
         """Why a hard placement rule forbids moving ``vm`` from ``src`` to ``dst`` now
@@ -499,7 +497,7 @@ class ManagerCore:
                 reports,
                 self.detector,
                 soft=bars,
-                hard=self._bars(list(reports), tabu or {}, soft=False) or bars,
+                hard=replace(bars, soft=False, _cache={}),  # the same view, should-rules left out
                 metric=self.metric,
                 ceiling=self.ceiling,
                 leased=leased,
