@@ -341,3 +341,39 @@ def test_a_drain_obeys_the_migration_limits(
         core.open(Lease(setup[0], setup[1], setup[2], 25.0, 9))
     sig = core.plan(30.0).signals["h1"]
     assert sig.flag == flag and reason_has in sig.reason, sig.reason
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_each_filters_bars_are_exactly_its_refusals(seed: int) -> None:
+    """A round asks a filter for a VM's barred hosts by set operations; approval asks it
+    host by host. Both must say the same (random groups, domains, rules, leases)."""
+    rng = random.Random(seed)
+    hosts = [f"h{i}" for i in range(12)]
+    vms = [f"v{i}" for i in range(10)]
+    on = {vm: rng.choice(hosts) for vm in vms}
+    flights = [(vm, on[vm], rng.choice(hosts)) for vm in rng.sample(vms, 2)]
+    groups = {g: rng.sample(hosts, rng.randint(1, 8)) for g in ("a", "b", "c")}
+    rules: list[dict[str, Any]] = []
+    for k in range(4):
+        kind = rng.choice(["anti-affinity", "affinity", "vm-host-must", "vm-host-should"])
+        rule: dict[str, Any] = {"name": f"r{k}", "kind": kind}
+        if kind.startswith("vm-host"):
+            rule |= {"vms": rng.sample(vms, 3), "group": rng.choice(list(groups))}
+        else:
+            rule |= {"vms": rng.sample(vms, rng.randint(2, 4))}
+        rules.append(rule)
+    placement = _placement(
+        host_groups=groups, migration_domains=rng.sample(list(groups), 2), rules=rules
+    )
+    by_host: dict[str, list[str]] = {}
+    for vm, h in on.items():
+        by_host.setdefault(h, []).append(vm)
+    view = View.of(by_host, flights, only=placement.members)
+    every = frozenset(hosts)
+    for f in placement.filters:
+        for vm in vms:
+            if not f.applies(vm):
+                continue
+            src = on[vm]
+            slow = {h for h in hosts if h != src and f.refuses(vm, src, h, view) is not None}
+            assert f.bars(vm, src, every, view) - {src} == slow, (f.name, vm, src)

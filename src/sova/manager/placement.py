@@ -122,6 +122,10 @@ class Filter(Protocol):
 
     def applies(self, vm: str) -> bool: ...
     def refuses(self, vm: str, src: str, dst: str, view: View) -> str | None: ...
+    def bars(self, vm: str, src: str, hosts: frozenset[str], view: View) -> frozenset[str]:
+        """Exactly the hosts of ``hosts`` that ``refuses`` (``src`` aside), by set
+        operations: a round asks this for every hot host's VM over every host."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,9 @@ class AntiAffinity:
                 return f"anti-affinity rule {self.name}: {peer} is on {dst}"
         return None
 
+    def bars(self, vm: str, src: str, hosts: frozenset[str], view: View) -> frozenset[str]:
+        return hosts & frozenset().union(*(view.where(p) for p in self.vms - {vm}))
+
 
 @dataclass(frozen=True)
 class Affinity:
@@ -155,6 +162,16 @@ class Affinity:
             if where and where != {dst}:
                 return f"affinity rule {self.name}: {peer} is on {', '.join(sorted(where))}"
         return None
+
+    def bars(self, vm: str, src: str, hosts: frozenset[str], view: View) -> frozenset[str]:
+        # Allowed: the one host every located member is on (none if they are apart).
+        located = [w for w in (view.where(p) for p in self.vms - {vm}) if w]
+        if not located:
+            return frozenset()
+        first = located[0]
+        if len(first) == 1 and all(w == first for w in located):
+            return hosts - first
+        return hosts
 
 
 @dataclass(frozen=True)
@@ -174,6 +191,9 @@ class HostGroup:
         word = "should" if self.soft else "must"
         return f"vm-host-{word} rule {self.name}: {dst} is not in host group {self.group}"
 
+    def bars(self, vm: str, src: str, hosts: frozenset[str], view: View) -> frozenset[str]:
+        return hosts - self.hosts
+
 
 @dataclass(frozen=True)
 class MigrationDomains:
@@ -185,6 +205,15 @@ class MigrationDomains:
 
     def member_of(self, host: str) -> frozenset[str]:
         return frozenset(d for d, hosts in self.domains.items() if host in hosts)
+
+    def bars(self, vm: str, src: str, hosts: frozenset[str], view: View) -> frozenset[str]:
+        mine = self.member_of(src)
+        # Hosts sharing ``src``'s domains: in all of them, and in no other.
+        same = frozenset(hosts).intersection(*(self.domains[d] for d in mine)) if mine else hosts
+        for d, members in self.domains.items():
+            if d not in mine:
+                same = same - members
+        return hosts - same
 
     def applies(self, vm: str) -> bool:
         return True
@@ -263,6 +292,7 @@ class Bars(Mapping[str, frozenset[str]]):
     tabu: Mapping[str, Iterable[str]] = field(default_factory=dict)
     soft: bool = True
     _cache: dict[str, frozenset[str]] = field(default_factory=dict)
+    _hosts: frozenset[str] | None = None
 
     def __getitem__(self, vm: str) -> frozenset[str]:
         got = self._cache.get(vm)
@@ -275,12 +305,13 @@ class Bars(Mapping[str, frozenset[str]]):
         src = self.source_of(vm)
         if src is None or not (self.placement.every_vm or vm in self.placement.members):
             return frozenset()
-        return frozenset(
-            h
-            for h in self.hosts
-            if h != src
-            and self.placement.refusal(vm, src, h, self.view, soft=self.soft) is not None
-        )
+        if self._hosts is None:
+            self._hosts = frozenset(self.hosts)
+        out: frozenset[str] = frozenset()
+        for f in self.placement.filters:
+            if (self.soft or not f.soft) and f.applies(vm):
+                out = out | f.bars(vm, src, self._hosts, self.view)
+        return out - {src}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tabu)
