@@ -240,3 +240,22 @@ def test_forget_is_refused_while_a_migration_involves_the_host(api_factory: Any)
     # fenced and idle: h2 may be forgotten although it still reports
     r = api.run(api.client.delete("/v1/hosts/h2", headers=ADMIN_H))
     assert r.status_code == 200, r.text
+
+
+def test_a_drain_survives_a_manager_restart(store: Any) -> None:
+    from .conftest import ADMIN, manager_settings
+
+    settings = manager_settings(clock="agent", plan_period_s=10, admin_token=ADMIN)
+    api = Api(settings, store)
+    c = Cluster(api)
+    c.round()
+    _start(api)
+    api.drain()
+    api.close()
+    again = Api(settings, store)
+    assert again.svc.core.draining == {"h1"} and "h1" in again.svc.core.maintenance
+    c.api = again
+    d = c.round()
+    assert (d["f"], d["v"], d["t"]) == (True, "b", "h2"), d
+    assert _status(again)["state"] == "draining"
+    again.close()
