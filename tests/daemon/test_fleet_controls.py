@@ -259,3 +259,15 @@ def test_a_drain_survives_a_manager_restart(store: Any) -> None:
     assert (d["f"], d["v"], d["t"]) == (True, "b", "h2"), d
     assert _status(again)["state"] == "draining"
     again.close()
+
+
+def test_draining_a_target_withdraws_the_directive_to_it(api_factory: Any) -> None:
+    """h1 hot (test_operator_control's cluster): its VM is signalled to h2; h2 starts
+    draining before h1 acknowledges: the directive is withdrawn (a drained host receives
+    nothing), while a drain of the *source* would keep it (the drain moves it anyway)."""
+    from .test_operator_control import directive, rounds
+
+    api = make(api_factory)
+    assert rounds(api, range(1, 4))["h1"]["f"]
+    _start(api, "h2")
+    assert not directive(api, "h1")["f"]

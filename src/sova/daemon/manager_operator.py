@@ -441,6 +441,8 @@ def _invalidated_by_fence(kind: str, name: str, by: str) -> Invalidates:
             return f"{role} {name} in maintenance (set by {by})"
         if kind == "pin" and name == dr.vm:
             return f"{name} pinned (by {by})"
+        if kind == "drain" and name == dr.target:  # its source's moves are the drain's
+            return f"target {name} being drained (set by {by})"
         return None
 
     return invalid
