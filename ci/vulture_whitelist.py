@@ -98,3 +98,8 @@ _.host_tx_bits  # unused attribute (src/sova/sim/world.py:245)
 vf_rate_mbps  # unused variable (src/sova/testbed/runner.py:57)
 last_round_s  # unused variable (src/sova/daemon/schema.py)
 last_round_duration_s  # unused variable (src/sova/daemon/schema.py)
+
+# The drain view's response fields (src/sova/daemon/manager_fleet.py): read by the CLI and
+# operators' scripts from the JSON by key
+_.moves_done
+_.moves_failed

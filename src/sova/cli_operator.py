@@ -376,6 +376,72 @@ def fence_clear(
     _out(c, r, f"{kind} lifted from {name}")
 
 
+# --------------------------------------------------------------------------- hosts
+
+host_app = typer.Typer(
+    name="host",
+    help="Fleet controls: drain a host (evacuate it and keep it in maintenance), follow the "
+    "drain, forget (decommission) a host.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+host_app.callback()(_connect)
+
+
+def drain_text(s: dict[str, Any]) -> str:
+    """A drain's progress as the operator reads it."""
+    if s["state"] == "not draining":
+        return f"{s['host']}: not draining"
+    flight = ", ".join(f"{m['vm']} -> {m['dst']}" for m in s["in_flight"]) or "none"
+    return "\n".join(
+        [
+            f"{s['host']}: {s['state']} (set by {s['set_by']})",
+            f"  remaining: {len(s['remaining'])} VM(s)"
+            + (f" ({', '.join(s['remaining'])})" if s["remaining"] else ""),
+            f"  in flight: {flight}",
+            f"  moves done: {s['moves_done']}, failed: {s['moves_failed']}",
+            f"  last round: {s['why']}",
+        ]
+    )
+
+
+@host_app.command("drain")
+def host_drain(
+    ctx: typer.Context,
+    host: Name,
+    status: Annotated[bool, typer.Option("--status", help="Show the drain's progress.")] = False,
+    cancel: Annotated[
+        bool, typer.Option("--cancel", help="Stop draining (the host leaves maintenance).")
+    ] = False,
+    reason: Reason = None,
+    by: By = None,
+) -> None:
+    """Drain HOST: no VM moves onto it, and the planner moves its VMs off, one a round, to
+    the cold spots it picks (limits, anti-thrash, placement rules and the mode apply)."""
+    c = _conn(ctx)
+    path = f"/v1/hosts/{check_name('host', host)}/drain"
+    if status and cancel:
+        _fail("--status and --cancel: choose one", 2)
+    if status:
+        s = c.call("GET", path)
+    elif cancel:
+        s = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})
+    else:
+        s = c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)})
+    _out(c, s, drain_text(s))
+
+
+@host_app.command("forget")
+def host_forget(ctx: typer.Context, host: Name, reason: Reason = None, by: By = None) -> None:
+    """Forget a decommissioned HOST: its windows, reports and state leave the manager and
+    its store. Refused while it migrates, an open plan names it, or it still reports
+    without a fence (stop its agent, or drain it, first)."""
+    c = _conn(ctx)
+    path = f"/v1/hosts/{check_name('host', host)}"
+    r = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})
+    _out(c, r, f"{host} forgotten")
+
+
 # --------------------------------------------------------------------------- mode
 
 mode_app = typer.Typer(
@@ -476,7 +542,7 @@ def audit_line(e: dict[str, Any]) -> str:
     )
 
 
-OPERATOR_GROUPS = ("plans", "fence", "mode")
+OPERATOR_GROUPS = ("plans", "fence", "mode", "host")
 
 
 def hoist_group_options(argv: list[str], root: Any) -> list[str]:
@@ -522,6 +588,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(plans_app)
     app.add_typer(fence_app)
     app.add_typer(mode_app)
+    app.add_typer(host_app)
     app.command("audit", help="The audit log: every operator action and plan fate, who and when.")(
         audit
     )

@@ -231,6 +231,7 @@ class Cluster:
     uses_manager: bool = False
     agent_metrics: bool = False  # give each agent a Prometheus port (fault tests read it)
     manager_env: dict[str, str] = field(default_factory=dict)  # SOVA_MANAGER_* overrides
+    manager_extra_toml: str = ""  # appended to manager.toml (e.g. a [placement] section)
     metrics_ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -288,6 +289,7 @@ class Cluster:
                 self.manager_port,
                 self.admin_token,
             )
+            + self.manager_extra_toml
         )
         token_file = self.workdir / "admin-token"
         token_file.write_text(self.admin_token + "\n")

@@ -33,6 +33,7 @@ from pydantic import (
 from sova.agent.config import ControllerConfig, ManagerSpec
 from sova.daemon.conn_guard import ConnLimits
 from sova.daemon.drivers import DRIVERS
+from sova.manager.placement import PlacementSpec
 from sova.orchestrator.settings import OrchestratorSettings
 from sova.units import Duration, Rate
 
@@ -259,6 +260,8 @@ class ManagerSettings(_Strict, OrchestratorSettings):
         default="wall", description='"agent": the newest agent clock (simulated time)'
     )
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
+    # Placement rules every planned move obeys (docs/operations.md#placement-rules).
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
     # Operator control (docs/operations.md#modes-and-plans). The mode an operator sets
     # through the API is kept in the store and wins over these until reset.
     mode: Literal["autonomic", "recommend"] = Field(

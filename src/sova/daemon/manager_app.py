@@ -40,6 +40,7 @@ from sova.daemon.config import ManagerSettings
 from sova.daemon.conn_guard import base_protocol, guarded
 from sova.daemon.credentials import Credential
 from sova.daemon.manager_control import FENCE_KINDS, PLAN_STATES, PlanConflict, PlanNotFound
+from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
 from sova.daemon.manager_security import exposure_check
 from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
@@ -537,6 +538,73 @@ def create_app(
         host: HostName, request: Request, by: By = None, reason: Why = ""
     ) -> ModeView:
         return await _stored(service.set_mode(host, None, _who(request, by), reason))
+
+    def _fleet_errors(exc: Exception) -> HTTPException:
+        return HTTPException(404 if isinstance(exc, HostUnknown) else 409, str(exc))
+
+    @app.put(
+        "/v1/hosts/{host}/drain",
+        operation_id="drainHost",
+        response_model=DrainView,
+        dependencies=auth,
+        responses={**_OPERATOR_RESPONSES, 404: {"description": "no such host"}},
+        tags=["operators"],
+        summary="Drain a host: maintenance, and its VMs moved off by the planner (audited)",
+    )
+    async def drain_host(host: HostName, body: OperatorAction, request: Request) -> DrainView:
+        try:
+            return await _stored(service.fleet.drain(host, *_body_who(request, body)))
+        except HostUnknown as exc:
+            raise _fleet_errors(exc) from None
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
+
+    @app.delete(
+        "/v1/hosts/{host}/drain",
+        operation_id="cancelDrain",
+        response_model=DrainView,
+        dependencies=auth,
+        responses=_OPERATOR_RESPONSES,
+        tags=["operators"],
+        summary="Stop draining a host (it leaves maintenance); audited",
+    )
+    async def cancel_drain(
+        host: HostName, request: Request, by: By = None, reason: Why = ""
+    ) -> DrainView:
+        return await _stored(service.fleet.cancel(host, _who(request, by), reason))
+
+    @app.get(
+        "/v1/hosts/{host}/drain",
+        operation_id="getDrain",
+        response_model=DrainView,
+        dependencies=auth,
+        responses=_AUTH_RESPONSES,
+        tags=["operators"],
+        summary="A drain's progress: VMs left, in flight, moves done, blocked with why",
+    )
+    async def get_drain(host: HostName) -> DrainView:
+        return await service.fleet.status(host)
+
+    @app.delete(
+        "/v1/hosts/{host}",
+        operation_id="forgetHost",
+        dependencies=auth,
+        responses={
+            **_OPERATOR_RESPONSES,
+            404: {"description": "no such host"},
+            409: {"description": "the host is live, migrating or named by an open plan"},
+        },
+        tags=["operators"],
+        summary="Forget (decommission) a stale or fenced host: its state leaves memory and store",
+    )
+    async def forget_host(
+        host: HostName, request: Request, by: By = None, reason: Why = ""
+    ) -> dict[str, bool]:
+        try:
+            await _stored(service.fleet.forget(host, _who(request, by), reason))
+        except (HostUnknown, HostBusy) as exc:
+            raise _fleet_errors(exc) from None
+        return {"forgotten": True}
 
     @app.get(
         "/v1/audit",

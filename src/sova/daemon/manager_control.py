@@ -36,6 +36,7 @@ FENCE_KINDS: Mapping[str, str] = {
     "pin": "vm",
     "vf-freeze-host": "host",
     "vf-freeze-vm": "vm",
+    "drain": "host",  # in maintenance, and its VMs evacuated (sova.manager.fleet)
 }
 
 PLAN_STATES = ("proposed", "approved", "executed", "rejected", "expired", "superseded", "failed")
@@ -99,11 +100,17 @@ class OperatorBook:
 
     def maintenance(self) -> dict[str, str]:
         """Host -> why (who set it, and their reason)."""
-        return {
+        out = {
             f.name: f"set by {f.set_by}" + (f": {f.reason}" if f.reason else "")
             for (k, _), f in sorted(self.fences.items())
             if k == "maintenance"
         }
+        for (k, _), f in sorted(self.fences.items()):
+            if k == "drain":  # a drained host is in maintenance too
+                out.setdefault(
+                    f.name, f"draining, set by {f.set_by}" + (f": {f.reason}" if f.reason else "")
+                )
+        return out
 
     # ------------------------------------------------------------------ plans
 

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from sova.daemon.manager_directives import DirectiveBook
+from sova.daemon.manager_fates import PlanFates
 from sova.daemon.manager_state import ManagerState
 from sova.daemon.schema import Directive, MigrationDone, epoch_of, freeze_version
 from sova.daemon.store import (
@@ -51,6 +52,7 @@ class Ledger:
         self.delivered: dict[str, int] = {}
         # Leases whose end is written while a round runs; the core forgets them after it.
         self._recorded: set[int] = set()
+        self.fates = PlanFates()  # approved plans, closed when their lease ends
 
     def restore(self, state: StoredState, drop_next: Iterable[str] = ()) -> None:
         """Leases and directives from the store (after the windows were replayed: replaying
@@ -67,6 +69,7 @@ class Ledger:
         self.directives = DirectiveBook({d.host: d for d in state.directives})
         # Whether a response carried them before the restart is unknown: assume it did.
         self.delivered = {d.host: d.id for d in state.directives if d.flag and not d.acked}
+        self.fates.restore(self.st.store, state.leases)
         self.st.metrics.leases.set(len(self.st.core.leases))
 
     # ------------------------------------------------------------------ directives
@@ -144,6 +147,7 @@ class Ledger:
         if lease_id in self._recorded:
             return
         w.migration_ends.append(MigrationEnd(lease_id, now, result, detail))
+        self.fates.ended(w, lease_id, now, result, detail)
         if count:
             self.st.metrics.migrations.labels(result).inc()
 

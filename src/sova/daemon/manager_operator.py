@@ -94,6 +94,7 @@ class OperatorDesk:
         """The fences as the core plans with them and every response carries them."""
         self.st.core.maintenance = self.ops.maintenance()
         self.st.core.pinned = self.ops.names("pin")
+        self.st.core.draining = self.ops.names("drain")
         self.ledger.vf_frozen_hosts = self.ops.names("vf-freeze-host")
         self.ledger.vf_frozen_vms = sorted(self.ops.names("vf-freeze-vm"))
         self.ledger.vf_frozen_version = freeze_version(self.ledger.vf_frozen_vms)
@@ -286,6 +287,8 @@ class OperatorDesk:
                 return f"{role} {h} is stale (no report for {now - hosts[h].received_s:.0f} s)"
             if ("maintenance", h) in self.ops.fences:
                 return f"{role} {h} is in maintenance"
+            if role == "target" and ("drain", h) in self.ops.fences:
+                return f"target {h} is being drained"
         if plan.vm in self.ops.names("pin"):
             return f"{plan.vm} is pinned"
         vm = hosts[plan.host].vms.get(plan.vm)
@@ -299,6 +302,9 @@ class OperatorDesk:
         held = core.hold(plan.vm, now)
         if held is not None:
             return held
+        ruled = core.placement_refusal(plan.vm, plan.host, plan.dst)
+        if ruled is not None:
+            return ruled
         # The planner's own screening, on the two hosts' latest reports.
         util = {h: Utilisation(*hosts[h].util) for h in (plan.host, plan.dst)}
         alpha = core.detector.alpha
@@ -370,6 +376,8 @@ class OperatorDesk:
             await st.writer.write(w)  # persisted before anything can act on it
             self.ops.close(plan_id)
             self.ledger.open_approved(Lease(plan.vm, plan.host, plan.dst, now, did), directive)
+            if directive is not None:
+                self.ledger.fates.track(did, approved)
             st.metrics.plans.labels("approved").inc()
             st.metrics.open_plans.set(len(self.ops.open_plans))
         log.warning(
@@ -433,6 +441,8 @@ def _invalidated_by_fence(kind: str, name: str, by: str) -> Invalidates:
             return f"{role} {name} in maintenance (set by {by})"
         if kind == "pin" and name == dr.vm:
             return f"{name} pinned (by {by})"
+        if kind == "drain" and name == dr.target:  # its source's moves are the drain's
+            return f"target {name} being drained (set by {by})"
         return None
 
     return invalid

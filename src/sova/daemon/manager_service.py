@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry
 
 from sova.daemon.config import ConfigError, ManagerSettings
 from sova.daemon.manager_directives import DirectiveBook
+from sova.daemon.manager_fleet import Fleet
 from sova.daemon.manager_ledger import Ledger, NotTheSource
 from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_reports import ReportIntake, ReportRefused
@@ -68,6 +69,7 @@ from sova.daemon.schema import (
 )
 from sova.daemon.store import Store
 from sova.manager.core import ManagerCore
+from sova.manager.placement import Placement
 from sova.orchestrator.base import Actuator
 from sova.policy.hotspot import MigrationSignal
 
@@ -86,12 +88,14 @@ log = logging.getLogger("sova.manager")
 def manager_core(settings: ManagerSettings) -> ManagerCore:
     """The decision core as a daemon runs it (see ``ManagerCore.from_spec``)."""
     p = settings.planner
-    return ManagerCore.from_spec(
+    core = ManagerCore.from_spec(
         p,
         keep_log=False,
         close_on_arrival=False,
         stale_after_s=p.stale_after_periods * (settings.plan_period_s or 10.0),
     )
+    core.placement = Placement.from_spec(settings.placement)
+    return core
 
 
 class ManagerService:
@@ -126,6 +130,7 @@ class ManagerService:
         self.desk = OperatorDesk(self.state, self.ledger, actuator_for)
         self.planner = Rounds(self.state, self.ledger, self.desk, fork_planner)
         self.views = Views(self.state, self.ledger, self.desk, self.planner)
+        self.fleet = Fleet(self.state, self.ledger, self.desk, self.planner, self.intake.flush)
 
     # ------------------------------------------------------------------ shared state
 

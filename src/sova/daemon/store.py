@@ -431,6 +431,14 @@ class Store(StoreAdmin):
             )
             return int(res.rowcount or 0)
 
+    def forget_host(self, host: str) -> int:
+        """Decommission: the host's reports and directive leave the store (decisions,
+        migrations, plans and the audit log stay: they are history). Returns rows removed."""
+        with self._lock, self.engine.begin() as conn:
+            n = conn.execute(host_reports.delete().where(host_reports.c.host == host)).rowcount
+            n += conn.execute(directives.delete().where(directives.c.host == host)).rowcount
+            return int(n or 0)
+
     # ------------------------------------------------------------------ reads
 
     def load_state(self, n: int) -> StoredState:

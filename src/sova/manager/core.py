@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
 from sova.manager.fastplan import fast_coordinate
+from sova.manager.fleet import DRAIN, drain_signals, note_bars, relax_should_rules
+from sova.manager.placement import Bars, Placement, View
 from sova.policy.hotspot import (
     HostCapacity,
     HostReport,
@@ -191,6 +193,10 @@ class ManagerCore:
     # Each host's capacity as its agent last reported it. Used only when every planned host
     # has one (shares cannot be compared against a host of unknown size).
     capacity: dict[str, HostCapacity] = field(default_factory=dict)
+    # Fleet controls (sova.manager.fleet): placement rules every move obeys, and hosts
+    # being drained (fenced, and sending one VM per round until empty).
+    placement: Placement = field(default_factory=Placement)
+    draining: set[str] = field(default_factory=set)
 
     @classmethod
     def from_spec(
@@ -409,6 +415,37 @@ class ManagerCore:
     def leased_hosts(self) -> set[str]:
         return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
 
+    def _bars(self, hosts: list[str], tabu: dict[str, list[str]]) -> Bars | None:
+        """Each VM's barred hosts under the placement rules (and the return tabu), or
+        None without rules (the round is then exactly the papers' Alg. 2)."""
+        if not self.placement.active:
+            return None
+        index: dict[str, str] = {}
+
+        def source_of(vm: str) -> str | None:
+            if not index:
+                index.update({n: h for h, vms in self.vms.items() for n in vms})
+            return index.get(vm)
+
+        view = View.of(
+            self.vms,
+            ((lease.vm, lease.src, lease.dst) for lease in self.leases.values()),
+            only=self.placement.members,
+        )
+        return Bars(self.placement, view, source_of, hosts, tabu)
+
+    def placement_refusal(self, vm: str, src: str, dst: str) -> str | None:
+        """Why a hard placement rule forbids moving ``vm`` from ``src`` to ``dst`` now
+        (an approval's re-check), or None."""
+        if not self.placement.active:
+            return None
+        view = View.of(
+            self.vms,
+            ((lease.vm, lease.src, lease.dst) for lease in self.leases.values()),
+            only=self.placement.members,
+        )
+        return self.placement.refusal(vm, src, dst, view, soft=False)
+
     def plan(self, now_s: float, first_id: int = 1) -> RoundResult:
         """One round of Analyse + Plan (Alg. 2) over every host that has reported.
 
@@ -432,20 +469,55 @@ class ManagerCore:
             for h, w in self.history.items()
             if w and h not in stale
         }
+        tabu = (
+            {
+                vm: [h for h, t in left.items() if now_s - t < self.return_tabu_s]
+                for vm, left in self.departed.items()
+            }
+            if self.return_tabu_s > 0
+            else None
+        )
+        fenced = {h: f"host in maintenance ({why})" for h, why in self.maintenance.items()}
+        for h in self.draining:
+            fenced.setdefault(h, "host in maintenance (draining)")
+        leased = self.leased_hosts()
+        bars = self._bars(list(reports), tabu or {})
         signals = fast_coordinate(  # exactly coordinate(), vectorised over hosts
             reports,
             self.detector,
             metric=self.metric,
             ceiling=self.ceiling,
-            leased=self.leased_hosts(),
-            barred={
-                vm: [h for h, t in left.items() if now_s - t < self.return_tabu_s]
-                for vm, left in self.departed.items()
-            }
-            if self.return_tabu_s > 0
-            else None,
-            fenced={h: f"host in maintenance ({why})" for h, why in self.maintenance.items()},
+            leased=leased,
+            barred=bars if bars is not None else tabu,
+            fenced=fenced,
         )
+        if bars is not None:
+            signals = relax_should_rules(
+                signals,
+                reports,
+                self.detector,
+                soft=bars,
+                hard=replace(bars, soft=False, _cache={}),  # the same view, should-rules left out
+                metric=self.metric,
+                ceiling=self.ceiling,
+                leased=leased,
+                fenced=fenced,
+            )
+            signals = note_bars(signals, bars)
+        if self.draining:
+            signals = drain_signals(
+                signals,
+                reports,
+                self.draining,
+                alpha=self.detector.alpha,
+                bars=bars if bars is not None else tabu or {},
+                leased=leased,
+                fenced=fenced,
+                pinned=pinned,
+                metric=self.metric,
+                ceiling=self.ceiling,
+                capacities=caps or None,
+            )
         opened: list[Lease] = []
         proposed: list[Lease] = []
         decisions: list[Decision] = []
@@ -480,7 +552,7 @@ class ManagerCore:
                 else:
                     opened.append(self.open(Lease(mover, host, target, now_s, next_id)))
             verdict_hot = bool(sig.hot_resources) or sig.flag
-            if verdict_hot or held is not None:
+            if verdict_hot or held is not None or proposal:
                 last = reports[host].history[-1]
                 inputs: dict[str, Any] = {
                     "utilisation": [last.cpu, last.mem, last.net],
@@ -491,6 +563,8 @@ class ManagerCore:
                     inputs["held"] = held
                 if proposal:
                     inputs["proposed"] = True
+                if sig.reason.startswith(DRAIN):
+                    inputs["drain"] = True
                 decisions.append(Decision(now_s, host, sig, inputs, next_id))
                 next_id += 1
         if self.keep_log:

@@ -1,0 +1,188 @@
+"""What a round adds to Alg. 2 for fleet controls: placement rules and host drains.
+
+:meth:`sova.manager.core.ManagerCore.plan` runs Alg. 2 (:func:`fast_coordinate`) with the
+placement rules as barred hosts (:class:`sova.manager.placement.Bars`), then calls
+:func:`fleet_round`:
+
+1. **should-rules, relaxed only if needed**: a hot host whose VM found no cold spot while a
+   ``vm-host-should`` rule barred some hosts is planned again without the should-rules,
+   among the hosts still free this round (the must-rules, domains and anti-affinity stay);
+2. **drain** (Watcher's host_maintenance, DRS's maintenance mode): every host being drained
+   sends one VM per round — the largest migration factor first, as Alg. 1 chooses — to the
+   cold spot the planner's own screening picks (:func:`choose_target`), among hosts that are
+   not hot, fenced, leased or already a target this round, and not barred for that VM. The
+   caller's limits (``hold``: concurrency, hourly budget, cooldown) and recommend mode then
+   apply to the drain's moves exactly as to a hot host's.
+
+A drained host is fenced (never a target); its signal says what the drain did or why it is
+blocked, which is what ``sova host drain HOST --status`` shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from sova.manager.fastplan import fast_coordinate
+from sova.manager.placement import Bars
+from sova.policy.hotspot import (
+    HostCapacity,
+    HostReport,
+    HotnessMetric,
+    HotspotDetector,
+    MigrationSignal,
+    Utilisation,
+    choose_target,
+    migration_factor,
+)
+
+DRAIN = "drain: "  # every drain signal's reason starts so
+
+
+def relax_should_rules(
+    signals: dict[str, MigrationSignal],
+    reports: Mapping[str, HostReport],
+    detector: HotspotDetector,
+    *,
+    soft: Bars,
+    hard: Bars,
+    metric: HotnessMetric | str,
+    ceiling: float | None,
+    leased: Collection[str],
+    fenced: Mapping[str, str],
+) -> dict[str, MigrationSignal]:
+    """Hot hosts left without a cold spot because of a should-rule, planned again without
+    it among the hosts the first pass left free."""
+    retry = {
+        h
+        for h, s in signals.items()
+        if not s.flag
+        and s.vm is not None
+        and s.target is None
+        and "no cold spot" in s.reason
+        and soft[s.vm] != hard[s.vm]
+    }
+    if not retry:
+        return signals
+    hot = {h for h, s in signals.items() if s.hot_resources or s.flag}
+    subset = {h: r for h, r in reports.items() if h in retry or h not in hot}
+    taken = {s.target for s in signals.values() if s.flag and s.target}
+    again = fast_coordinate(
+        subset,
+        detector,
+        metric=metric,
+        ceiling=ceiling,
+        leased=set(leased) | taken,
+        barred=hard,
+        fenced=fenced,
+    )
+    out = dict(signals)
+    for h in sorted(retry):
+        s = again.get(h)
+        if s is not None and s.flag:
+            out[h] = MigrationSignal(
+                True,
+                s.target,
+                f"{s.reason} (a vm-host-should rule is broken: no host of its group could "
+                "take the VM)",
+                s.vm,
+                s.hot_resources,
+            )
+    return out
+
+
+def note_bars(signals: dict[str, MigrationSignal], bars: Bars) -> dict[str, MigrationSignal]:
+    """A hot host left without a cold spot says which placement rule barred hosts for its
+    VM (the screening lists only the hosts it tried)."""
+    out = dict(signals)
+    for h, s in signals.items():
+        if s.flag or s.vm is None or "no cold spot" not in s.reason:
+            continue
+        ruled = sorted(bars.by_rules(s.vm))
+        if ruled:
+            why = bars.placement.refusal(s.vm, h, ruled[0], bars.view, soft=bars.soft)
+            out[h] = MigrationSignal(
+                False,
+                None,
+                f"{s.reason}; placement rules bar {len(ruled)} host(s), e.g. {why}",
+                s.vm,
+                s.hot_resources,
+            )
+    return out
+
+
+def drain_signals(
+    signals: dict[str, MigrationSignal],
+    reports: Mapping[str, HostReport],
+    draining: Collection[str],
+    *,
+    alpha: float,
+    bars: Mapping[str, Collection[str]],
+    leased: Collection[str],
+    fenced: Collection[str],
+    pinned: Collection[str],
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+    ceiling: float | None = None,
+    capacities: Mapping[str, HostCapacity] | None = None,
+) -> dict[str, MigrationSignal]:
+    """One move (or why none) per drained host; the other signals as they were."""
+    out = dict(signals)
+    current: dict[str, Utilisation] = {h: r.history[-1] for h, r in reports.items() if r.history}
+    taken = (
+        {h for h, s in signals.items() if s.hot_resources or s.flag}
+        | {s.target for s in signals.values() if s.flag and s.target}
+        | set(leased)
+        | set(fenced)
+    )
+    for host in sorted(draining):
+        rep = reports.get(host)
+        if rep is None:
+            # Silent, or its window restarted after a migration: nothing to judge yet.
+            out[host] = MigrationSignal(False, None, f"{DRAIN}waiting for the host's next report")
+            continue
+        hot = signals[host].hot_resources if host in signals else ()
+        if host in leased:
+            out[host] = MigrationSignal(
+                False, None, f"{DRAIN}waiting: a migration of this host is in flight", None, hot
+            )
+            continue
+        movable = sorted(
+            (n for n, v in rep.vms.items() if not v.migrating and n not in pinned),
+            key=lambda n: (-migration_factor(rep.vms[n], metric), n),
+        )
+        if not movable:
+            left = sorted(n for n in rep.vms if n in pinned)
+            why = (
+                f"blocked: only pinned VMs are left ({', '.join(left)})"
+                if left
+                else "no VM left to move"
+            )
+            out[host] = MigrationSignal(False, None, DRAIN + why, None, hot)
+            continue
+        refused: list[str] = []
+        for vm in movable:
+            barred = set(bars.get(vm, ()))
+            target = choose_target(
+                current,
+                host,
+                rep.vms[vm],
+                alpha,
+                taken | barred,
+                metric=metric,
+                ceiling=ceiling,
+                capacities=capacities,
+            )
+            if target is not None:
+                taken.add(target)
+                out[host] = MigrationSignal(True, target, f"{DRAIN}move {vm} to {target}", vm, hot)
+                break
+            free = [h for h in current if h != host and h not in taken]
+            n_barred = sum(1 for h in free if h in barred)
+            refused.append(
+                f"{vm}: {len(free) - n_barred} free host(s) too loaded for it "
+                f"(alpha {alpha:g}), {n_barred} barred by placement rules or return tabu"
+            )
+        else:
+            out[host] = MigrationSignal(
+                False, None, f"{DRAIN}blocked: no cold spot ({'; '.join(refused)})", movable[0], hot
+            )
+    return out
