@@ -16,6 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from sova.daemon.config import AgentSettings, ManagerSettings, format_errors
+from sova.daemon.credentials import parse_operators
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```toml[^\n]*\n(.*?)^```", re.S | re.M)
@@ -33,7 +34,10 @@ def _blocks() -> list[tuple[str, str]]:
     return out
 
 
-BLOCKS = _blocks()
+# An operators file (docs/operations.md#who-may-act) is its own format, read by the
+# credentials loader, not a daemon's settings; its first line names it.
+OPERATOR_BLOCKS = [(w, t) for w, t in _blocks() if "operators.toml" in t.split("\n", 1)[0]]
+BLOCKS = [(w, t) for w, t in _blocks() if (w, t) not in OPERATOR_BLOCKS]
 
 
 def _errors(data: dict[str, Any], where: str) -> dict[str, str]:
@@ -59,6 +63,16 @@ def test_every_documented_settings_block_is_accepted(where: str, text: str) -> N
     data = tomllib.loads(text)
     errs = _errors(data, where)
     assert not errs, "\n".join(errs.values())
+
+
+@pytest.mark.parametrize(("where", "text"), OPERATOR_BLOCKS, ids=[w for w, _ in OPERATOR_BLOCKS])
+def test_every_documented_operators_file_is_accepted(where: str, text: str) -> None:
+    # The docs write digests as placeholders (``sha256:<hex>``); each becomes a distinct
+    # well-formed digest, so what is checked is the file's shape: names, roles, lists.
+    n = iter(range(1, 1000))
+    concrete = re.sub(r"<[^>]*>", lambda _m: f"{next(n):064x}", text)
+    book = parse_operators(tomllib.loads(concrete), where)
+    assert book and {role for role, _ in book.values()} <= {"viewer", "operator", "admin"}
 
 
 def test_a_typo_in_a_block_is_caught() -> None:
