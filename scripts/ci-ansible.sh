@@ -60,7 +60,13 @@ secret_mode() {
   [ "$mode" = 600 ] || { echo "error: $1 has mode $mode" >&2; exit 1; }
 }
 secret_mode "$a/etc/sova/agent.token"
-for s in hosts.tokens tls/manager.key manager.env; do secret_mode "$m/etc/sova/$s"; done
+for s in tls/manager.key manager.env; do secret_mode "$m/etc/sova/$s"; done
+# The host tokens, re-read on SIGHUP, are not a credential: root:sova-secrets 0640, the group
+# the manager's unit joins (SupplementaryGroups=), created in the host's own /etc/group.
+gid="$(awk -F: '$1 == "sova-secrets" {print $3}' "$m/etc/group")"
+[ -n "$gid" ] || { echo "error: no group sova-secrets on the manager host" >&2; exit 1; }
+[ "$(stat -c '%a %u %g' "$m/etc/sova/hosts.tokens")" = "640 0 $gid" ] \
+  || { echo "error: hosts.tokens is $(stat -c '%a %u:%g' "$m/etc/sova/hosts.tokens"), not 640 0:$gid" >&2; exit 1; }
 grep -q '^SOVA_MANAGER_ADMIN_TOKEN=ci-admin-token' "$m/etc/sova/manager.env"
 if grep -q 'admin' "$m/etc/sova/manager.toml"; then
   echo "error: the admin token went into the world-readable manager.toml" >&2; exit 1

@@ -210,3 +210,54 @@ def test_role_ships_the_admin_token_outside_the_world_readable_config() -> None:
     assert env["no_log"] is True
     unit = _unit("sova-manager.service")
     assert "-/etc/sova/manager.env" in unit["EnvironmentFile"]
+
+
+# The files the manager reads again on SIGHUP (ManagerService.reload_tokens ->
+# TokenBook.load): rotation works only if the unit hands the daemon the live file.
+SIGHUP_FILES = {"tokens_file": "hosts.tokens", "operators_file": "operators.toml"}
+SECRETS_GROUP = "sova-secrets"
+
+
+def test_files_reloaded_on_sighup_are_not_frozen_systemd_credentials() -> None:
+    # systemd copies a LoadCredential= file once at start; SIGHUP then re-read that stale
+    # copy and token rotation silently did nothing until a restart.
+    unit = _unit("sova-manager.service")
+    creds = {c.split(":", 1)[1] for c in unit.get("LoadCredential", [])}
+    env = dict(e.split("=", 1) for e in unit.get("Environment", []))
+    for name in SIGHUP_FILES.values():
+        assert f"/etc/sova/{name}" not in creds, name
+    tokens = env.get("SOVA_MANAGER_TOKENS_FILE", "/etc/sova/hosts.tokens")
+    assert "%d" not in tokens and tokens == "/etc/sova/hosts.tokens", tokens
+    assert not any("%d" in v for k, v in env.items() if "OPERATORS" in k), env
+    # The dynamic user reads them through a static group, and `systemctl reload` is SIGHUP.
+    assert unit["SupplementaryGroups"] == [SECRETS_GROUP]
+    assert unit["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    # The TLS key is read once at start: it may stay a credential.
+    assert "manager.key:/etc/sova/tls/manager.key" in unit["LoadCredential"]
+
+
+def test_role_makes_the_reloaded_secrets_readable_by_the_secrets_group_only() -> None:
+    sysusers = (ROOT / "deploy/sova-manager.sysusers.conf").read_text()
+    assert re.search(rf"^g {SECRETS_GROUP} -$", sysusers, re.M), sysusers
+    tasks = yaml.safe_load((ROLE / "tasks/manager.yml").read_text())
+    sysusers_runs = [t for t in tasks if "ansible.builtin.command" in t]
+    assert any(
+        "sova-manager.conf" in t["ansible.builtin.command"]["argv"] for t in sysusers_runs
+    ), sysusers_runs
+    written = next(
+        t["ansible.builtin.template"]
+        for t in tasks
+        if t.get("ansible.builtin.template", {}).get("dest", "").endswith("/etc/sova/hosts.tokens")
+    )
+    assert written["mode"] == "0640" and written["owner"] == "root", written
+    assert written["group"] == "{{ sova_secrets_gid }}", written
+    defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
+    assert defaults["sova_manager_settings"]["tokens_file"] == "/etc/sova/hosts.tokens"
+    assert defaults["sova_secrets_group"] == SECRETS_GROUP
+
+
+def test_deployment_guide_shows_the_shipped_manager_unit() -> None:
+    doc = (ROOT / "docs/deployment.md").read_text()
+    section = doc[doc.index("## 9. systemd unit") :]
+    shown = re.findall(r"```ini\n(.*?)```", section, re.S)
+    assert (ROOT / "deploy/sova-manager.service").read_text() in shown
