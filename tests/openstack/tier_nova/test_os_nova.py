@@ -38,18 +38,21 @@ from sova.policy.vfsched import Candidate, VFSchedulerConfig, schedule  # noqa: 
 pytestmark = pytest.mark.openstack
 
 
-def sdk(base_url: str, project_id: str) -> Any:
-    """An openstacksdk Connection to the harness's API as an admin (Keystone is stubbed)."""
+def sdk(base_url: str, project_id: str, network: str | None = None) -> Any:
+    """An openstacksdk Connection to the harness's API as an admin (Keystone is stubbed),
+    and to a Neutron server at ``network`` if given."""
     sess = session.Session(
         auth=noauth.NoAuth(),
         additional_headers={
             "X-Auth-User": "admin",
             "X-User-Id": "admin",
             "X-Auth-Project-Id": project_id,
+            "X-Project-Id": project_id,
             "X-Roles": "reader,member,admin",
         },
     )
-    return connection.Connection(session=sess, compute_endpoint_override=base_url)
+    extra = {} if network is None else {"network_endpoint_override": network}
+    return connection.Connection(session=sess, compute_endpoint_override=base_url, **extra)
 
 
 class FixtureNetwork:
@@ -535,6 +538,47 @@ class BondGuest:
         return json.dumps({"error": {"desc": f"unexpected {req['execute']}"}})
 
 
+def _hold_nova_xml(test: Any, hv: Hypervisor) -> None:
+    """Nova's fake libvirt keeps the XML Nova defines, attaches and detaches in ``hv``
+    (libvirt's test driver) and reads it back from there."""
+
+    real_define = fakelibvirt.Connection.defineXML
+    real_attach = fakelibvirt.Domain.attachDeviceFlags
+    real_detach = fakelibvirt.Domain.detachDeviceFlags
+
+    def define(conn: Any, xml: str) -> Any:
+        hv.define(xml)
+        return real_define(conn, xml)
+
+    def attach(dom: Any, xml: str, flags: int) -> Any:
+        out = real_attach(dom, xml, flags)
+        hv.attach(dom.name(), xml)
+        return out
+
+    def detach(dom: Any, xml: str, flags: int) -> Any:
+        hv.detach(dom.name(), xml)
+        return real_detach(dom, xml, flags)
+
+    # Fake libvirt sends no DEVICE_REMOVED event: Nova then confirms a live detach by
+    # reading the domain XML again, after this timeout (default 20 s).
+    test.flags(device_detach_timeout=1, group="libvirt")
+
+    real_xml = fakelibvirt.Domain.XMLDesc
+
+    def xml_desc(dom: Any, flags: int) -> str:
+        # Nova reads back what it wrote (finding an interface to detach by its config),
+        # not fake libvirt's digest of it: one hypervisor, seen alike by Nova and Sova.
+        root = hv.xml.get(dom.name())
+        if root is None:
+            return str(real_xml(dom, flags))
+        return ET.tostring(root, encoding="unicode")
+
+    test.stub_out("nova.tests.fixtures.libvirt.Domain.XMLDesc", xml_desc)
+    test.stub_out("nova.tests.fixtures.libvirt.Connection.defineXML", define)
+    test.stub_out("nova.tests.fixtures.libvirt.Domain.attachDeviceFlags", attach)
+    test.stub_out("nova.tests.fixtures.libvirt.Domain.detachDeviceFlags", detach)
+
+
 class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
     """Two servers Nova made on compute0, both with a virtio port on the VLAN provider network
     physnet2 (network_2, VLAN 24): ``bonded`` from an image with ``hw_qemu_guest_agent=yes``,
@@ -559,43 +603,7 @@ class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
             node.write(NODE_XML)
         self.addCleanup(__import__("os").unlink, node.name)
         self.hv = Hypervisor(node.name)
-        hv = self.hv
-
-        real_define = fakelibvirt.Connection.defineXML
-        real_attach = fakelibvirt.Domain.attachDeviceFlags
-        real_detach = fakelibvirt.Domain.detachDeviceFlags
-
-        def define(conn: Any, xml: str) -> Any:
-            hv.define(xml)
-            return real_define(conn, xml)
-
-        def attach(dom: Any, xml: str, flags: int) -> Any:
-            out = real_attach(dom, xml, flags)
-            hv.attach(dom.name(), xml)
-            return out
-
-        def detach(dom: Any, xml: str, flags: int) -> Any:
-            hv.detach(dom.name(), xml)
-            return real_detach(dom, xml, flags)
-
-        # Fake libvirt sends no DEVICE_REMOVED event: Nova then confirms a live detach by
-        # reading the domain XML again, after this timeout (default 20 s).
-        self.flags(device_detach_timeout=1, group="libvirt")
-
-        real_xml = fakelibvirt.Domain.XMLDesc
-
-        def xml_desc(dom: Any, flags: int) -> str:
-            # Nova reads back what it wrote (finding an interface to detach by its config),
-            # not fake libvirt's digest of it: one hypervisor, seen alike by Nova and Sova.
-            root = hv.xml.get(dom.name())
-            if root is None:
-                return str(real_xml(dom, flags))
-            return ET.tostring(root, encoding="unicode")
-
-        self.stub_out("nova.tests.fixtures.libvirt.Domain.XMLDesc", xml_desc)
-        self.stub_out("nova.tests.fixtures.libvirt.Connection.defineXML", define)
-        self.stub_out("nova.tests.fixtures.libvirt.Domain.attachDeviceFlags", attach)
-        self.stub_out("nova.tests.fixtures.libvirt.Domain.detachDeviceFlags", detach)
+        _hold_nova_xml(self, self.hv)
 
         host_info = fakelibvirt.HostInfo(cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2)
         pci_info = fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1)
@@ -691,6 +699,211 @@ class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
         assert pid in self.net.deleted
         assert drv.inventory().vf_holders == frozenset()
         self.assertPCIDeviceCounts("compute0", total=2, free=2)  # the PF and its VF
+
+
+# --------------------------------------------------------------------------- joined: Nova + Neutron
+
+
+class NeutronProcess:
+    """Neutron's API on the real ML2 plugin (openvswitch + sriovnicswitch), in its own process
+    and Python environment (tests/openstack/neutron_server.py, the neutron env's interpreter),
+    reached over HTTP on a loopback port."""
+
+    def __init__(self, host: str) -> None:
+        import os
+        import pathlib
+        import subprocess
+
+        python = os.environ.get("SOVA_NEUTRON_PYTHON")
+        if not python or not pathlib.Path(python).exists():
+            pytest.skip(
+                "needs the neutron environment's interpreter in SOVA_NEUTRON_PYTHON "
+                "(scripts/openstack-envs.sh test nova sets it)"
+            )
+        script = pathlib.Path(__file__).resolve().parents[1] / "neutron_server.py"
+        self.proc = subprocess.Popen(
+            [python, str(script), host],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()  # printed once it listens
+        if not self.url.startswith("http://"):
+            _, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"Neutron's server did not start: {err[-3000:]}")
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# Nova's own Neutron client, kept before NeutronFixture replaces it in every test's setUp.
+from nova.network import neutron as _nova_neutron  # noqa: E402
+
+REAL_NEUTRON_CLIENT = _nova_neutron.get_client
+
+
+class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTestBase):
+    """One joined run: Nova's harness and Neutron's API server (real ML2 with openvswitch and
+    sriovnicswitch, another process) talk HTTP, Nova through its own Neutron client. Two
+    servers booted through Nova's API on the VLAN provider network (physnet2, VLAN 242) with
+    virtio ports Neutron bound ``ovs``: ``bonded`` from an image with
+    ``hw_qemu_guest_agent=yes``, ``plain`` from one without. Sova's LibvirtDriver reads the
+    XML Nova generated (libvirt's test driver); its HostAgent (static-sriov, creation order,
+    pool 1) grants the VF through Nova and the real Neutron, with one openstacksdk connection
+    to both."""
+
+    PCI_ALIAS: list[str] = []
+    ADMIN_API = True
+    microversion = "latest"
+    PCI_DEVICE_SPEC = sriov.SRIOVAttachDetachTest.PCI_DEVICE_SPEC
+
+    def setUp(self) -> None:
+        import tempfile
+
+        super().setUp()
+        pytest.importorskip("libvirt", reason="needs libvirt-python in the nova environment")
+        neutron = NeutronProcess("compute0")
+        self.addCleanup(neutron.stop)
+        # Nova's Neutron client, not NeutronFixture's: [neutron] points at the server, with a
+        # service credential (Keystone is the stand-in: no token, see neutron_server.identity).
+        self.stub_out("nova.network.neutron.get_client", REAL_NEUTRON_CLIENT)
+        self.flags(auth_type="none", endpoint_override=neutron.url, group="neutron")
+        self.flags(vif_plugging_timeout=0)  # no notifications from Neutron to Nova here
+
+        with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as node:
+            node.write(NODE_XML)
+        self.addCleanup(__import__("os").unlink, node.name)
+        self.hv = Hypervisor(node.name)
+        _hold_nova_xml(self, self.hv)
+        host_info = fakelibvirt.HostInfo(cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2)
+        pci_info = fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1)
+        self.start_compute("compute0", host_info=host_info, pci_info=pci_info)
+
+        # One openstacksdk connection, Nova's API and the real Neutron, as Sova's agent has.
+        self.conn = sdk(self.api_fixture.base_url, self.api.project_id, network=neutron.url)
+        project = self.api.project_id
+        net = self.conn.network.create_network(
+            name="provider-vlan",
+            provider_network_type="vlan",
+            provider_physical_network="physnet2",
+            provider_segmentation_id=242,
+            project_id=project,
+        )
+        self.conn.network.create_subnet(
+            network_id=net.id, cidr="192.168.13.0/24", ip_version=4, project_id=project
+        )
+        self.net_id = net.id
+        base = self.glance.show(None, self.glance.auto_disk_config_enabled_image["id"])
+        images = {}
+        for name, props in (("plain", {}), ("bonded", {"hw_qemu_guest_agent": "yes"})):
+            img = {k: v for k, v in base.items() if k not in ("id", "properties")}
+            img["name"], img["properties"] = f"img-{name}", dict(props)
+            images[name] = self.glance.create(None, img)["id"]
+        self.virtio = {
+            name: self.conn.network.create_port(
+                network_id=net.id, name=f"{name}-virtio", project_id=project
+            )
+            for name in ("plain", "bonded")
+        }
+        # plain first: in creation order it would get the host's one VF, were it eligible.
+        self.servers = {
+            name: self._create_server(
+                name=name, image_uuid=images[name], networks=[{"port": self.virtio[name].id}]
+            )
+            for name in ("plain", "bonded")
+        }
+        self.domain = {n: s["OS-EXT-SRV-ATTR:instance_name"] for n, s in self.servers.items()}
+
+    def test_agent_grants_the_vf_through_nova_and_neutron_and_takes_it_back(self) -> None:
+        from sova.agent.config import ControllerConfig
+        from sova.agent.loop import HostAgent
+        from sova.driver.guest_agent import GuestAgent
+        from sova.driver.libvirt_driver import LibvirtDriver, LibvirtDriverConfig
+        from sova.orchestrator.base import OrchestratedDriver
+
+        neutron = self.conn.network
+        bonded_id = self.servers["bonded"]["id"]
+        # Nova bound the virtio ports through Neutron's ML2 (OVS agent on compute0).
+        vport = neutron.get_port(self.virtio["bonded"].id)
+        assert (vport.device_id, vport.binding_host_id) == (bonded_id, "compute0")
+        assert vport.binding_vif_type == "ovs"
+
+        guest = BondGuest(self.hv)
+        host = LibvirtDriver(
+            LibvirtDriverConfig(
+                uri="test:///",
+                host_name="compute0",
+                failover="guest-bond",
+                sysfs_root="/nonexistent",
+            ),
+            conn=self.hv.conn,
+            agent=GuestAgent(guest, exec_timeout_s=5.0),
+        )
+        self.addCleanup(host.close)
+        act = OpenStackActuator(
+            self.conn, "compute0", network="provider-vlan", poll_s=0.2, fallback=host
+        )
+        drv = OrchestratedDriver(host, act)
+
+        # Eligibility comes from Nova's XML only (agent channel + virtio NIC).
+        inv = drv.inventory()
+        plain, bonded = self.domain["plain"], self.domain["bonded"]
+        assert set(inv.vms) == {plain, bonded}
+        assert inv.vms[bonded].failover_ready
+        assert not inv.vms[plain].failover_ready  # a hand-set default would say True
+        vm_mac = next(m.get("address") for m in self.hv.xml[bonded].iter("mac"))
+        assert vm_mac == vport.mac_address  # Nova's XML carries Neutron's MAC
+
+        agent = HostAgent(drv, ControllerConfig(vf_policy="static-sriov"))
+        agent.step()
+        deadline = time.monotonic() + 60
+        while agent.executor.in_flight and time.monotonic() < deadline:
+            agent.poll()
+            time.sleep(0.1)
+        assert not agent.executor.in_flight
+        assert sorted(drv.inventory().vf_holders) == [bonded]
+
+        # In the real Neutron: Sova's direct port, bound hw_veb on VLAN 242 by sriovnicswitch
+        # on compute0 when Nova attached it (Nova's PCI claim, its binding profile).
+        [vf] = [p for p in neutron.ports(device_id=bonded_id) if p.id != vport.id]
+        assert vf.name == "sova-vf-" + bonded and vf.binding_vnic_type == "direct"
+        assert vf.network_id == self.net_id
+        assert (vf.binding_host_id, vf.binding_vif_type) == ("compute0", "hw_veb")
+        assert str(vf.binding_vif_details["vlan"]) == "242"
+        assert vf.binding_profile["physical_network"] == "physnet2"
+        self.assertPCIDeviceCounts("compute0", total=2, free=0)
+        [(what, dom, dev_xml)] = self.hv.events
+        assert (what, dom) == ("attach", bonded) and "hostdev" in dev_xml
+        assert vf.mac_address in dev_xml  # Nova plugged Neutron's port
+        # Connectivity as the harness models it: the bond's active slave is the VF, whose
+        # port may carry the VM's one address (the virtio port's) with port security on.
+        assert guest.active[bonded] == vf.mac_address
+        vm_ip = vport.fixed_ips[0]["ip_address"]
+        assert vm_ip in [a["ip_address"] for a in vf.allowed_address_pairs]
+        assert vf.is_port_security_enabled
+
+        # Taken back: the bond is moved to virtio (confirmed) before Nova detaches; Nova
+        # unbinds, Sova deletes the port; the virtio port stays bound with the VM's address.
+        st = wait(act, drv.submit(DetachVF(bonded)))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert guest.calls == [(bonded, "to_fast"), (bonded, "to_backup")]
+        assert [e[0] for e in self.hv.events] == ["attach", "detach"]
+        assert guest.active[bonded] == vport.mac_address
+        assert [p.id for p in neutron.ports(device_id=bonded_id)] == [vport.id]
+        assert neutron.find_port(vf.id, ignore_missing=True) is None
+        after = neutron.get_port(vport.id)
+        assert (after.binding_host_id, after.binding_vif_type) == ("compute0", "ovs")
+        assert after.fixed_ips[0]["ip_address"] == vm_ip
+        assert drv.inventory().vf_holders == frozenset()
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
 
 
 def test_unreachable_keystone_is_a_skipped_period_not_a_crash() -> None:
