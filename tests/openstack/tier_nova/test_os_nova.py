@@ -2,10 +2,13 @@
 
 Nova's API, conductor, scheduler and compute services plus real Placement run in this
 process on in-memory SQLite (Nova's own test fixtures); openstacksdk reaches the API through
-the harness's in-process interception, so the code under test is exactly what runs against a
-cloud. Neutron here is Nova's NeutronFixture, reached through :class:`FixtureNetwork`, which
-plays the part of openstacksdk's network proxy; the Neutron tier checks the same port
-request against Neutron's real ML2 plugin.
+the harness's in-process interception, or a real loopback socket where a client timeout
+must be able to fire (:func:`serve_nova_api`), so the code under test is exactly what runs
+against a cloud. Neutron is, in the joined test (:class:`TestNovaMadeVMsGetAVFThroughARealNeutron`),
+Neutron's own API server on the real ML2 plugin in a second process (tests/openstack/
+neutron_server.py, the neutron env), which Nova's Neutron client and Sova's openstacksdk
+connection both reach over HTTP; elsewhere it is Nova's NeutronFixture, reached through
+:class:`FixtureNetwork`, which plays the part of openstacksdk's network proxy.
 
 Run with ``scripts/openstack-envs.sh test nova``.
 """
@@ -154,10 +157,11 @@ def wait(act: OpenStackActuator, op_id: str, timeout_s: float = 60.0) -> OpStatu
 
 def serve_nova_api(test: Any) -> str:
     """Nova's compute API (the same paste app the harness loads) on a real loopback socket,
-    one thread per request as under a WSGI server; returns the base URL openstacksdk takes."""
+    so that a client's timeout can fire (the harness's in-process interception has none).
+    One request at a time: the harness runs casts as calls, so a request may carry a whole
+    migration; later requests wait, as on an API whose workers are all busy."""
     import threading
-    from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
 
     from nova.api import wsgi
 
@@ -165,16 +169,28 @@ def serve_nova_api(test: Any) -> str:
         def log_message(self, *args: Any) -> None:
             pass
 
-    class Threading(ThreadingMixIn, WSGIServer):
-        daemon_threads = True
+    nova = wsgi.Loader().load_app("osapi_compute")
 
-    app = wsgi.Loader().load_app("osapi_compute")
-    httpd = make_server("127.0.0.1", 0, app, server_class=Threading, handler_class=Quiet)
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        # keystonemiddleware's part (the harness stubs Keystone with X-Auth-* headers): a
+        # client with only a token (a clouds.yaml entry, ``admin_token``) names "user:project".
+        if "HTTP_X_AUTH_USER" not in environ:
+            user, _, project = environ.get("HTTP_X_AUTH_TOKEN", "").partition(":")
+            roles = "reader,member,admin" if user == "admin" else "reader,member"
+            environ.update(
+                HTTP_X_AUTH_USER=user, HTTP_X_AUTH_PROJECT_ID=project, HTTP_X_ROLES=roles
+            )
+        return nova(environ, start_response)
+
+    httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     test.addCleanup(httpd.server_close)
     test.addCleanup(httpd.shutdown)
     path = test.api_fixture.base_url.split("/", 3)[3]
     return f"http://127.0.0.1:{httpd.server_port}/{path}"
+
+
+REAL_UNAME = __import__("os").uname  # before Nova's GenericPoisonFixture replaces it
 
 
 class _UnderPytest:
@@ -244,13 +260,110 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
 
+    def test_manager_in_recommend_mode_runs_the_approved_plan_as_a_nova_live_migration(
+        self,
+    ) -> None:
+        """The manager's own path, in this environment: its service (store, planner, operator
+        desk) with ``mode = "recommend"``, ``orchestrator = "openstack"`` and a clouds.yaml
+        entry for Nova's API (served on a loopback port). Reports make host1 hot; the round
+        proposes vm1 to the coldest host, host3; the operator approves; the desk runs
+        ``execute_approved`` through the actuator ``openstack_actuator`` makes from the
+        settings (``connect`` reading clouds.yaml), i.e. a Nova live migration. Only the
+        manager's HTTP layer (FastAPI, not installed next to Nova's harness) is left out:
+        its routes call these same service methods."""
+        import asyncio
+        import os
+
+        import fixtures
+
+        # The manager's numpy (its first import) and its metrics (prometheus_client's
+        # PlatformCollector) read os.uname, which Nova's harness forbids to Nova's own code.
+        self.useFixture(fixtures.MonkeyPatch("os.uname", REAL_UNAME))
+
+        from sova.daemon.config import ManagerSettings
+        from sova.daemon.manager_service import ManagerService
+        from sova.daemon.schema import build_report
+        from sova.daemon.store import Store
+        from sova.orchestrator.settings import openstack_actuator
+        from sova.policy.hotspot import Utilisation, VMLoad
+
+        tmp = self.useFixture(fixtures.TempDir()).path
+        clouds = os.path.join(tmp, "clouds.yaml")
+        # Neutron's real API (the actuator asks it whether the server holds a Sova port
+        # before migrating), as in the joined test.
+        neutron = NeutronProcess("host1")
+        self.addCleanup(neutron.stop)
+        nova_url = serve_nova_api(self)
+        with open(clouds, "w") as f:  # the stand-ins take "user:project" as the token
+            f.write(
+                "clouds:\n  tier:\n    auth_type: admin_token\n    auth:\n"
+                f"      token: 'admin:{self.api.project_id}'\n      endpoint: '{nova_url}'\n"
+                f"    compute_endpoint_override: '{nova_url}'\n"
+                f"    network_endpoint_override: '{neutron.url}'\n"
+            )
+        self.useFixture(fixtures.EnvironmentVariable("OS_CLIENT_CONFIG_FILE", clouds))
+        settings = ManagerSettings.model_validate(
+            {
+                "hosts": {h: {"token": f"{h}-" + "t" * 30} for h in ("host1", "host2", "host3")},
+                "plan_period_s": 10,
+                "clock": "agent",
+                "planner": {"alpha": 0.75, "k": 3, "n": 5},
+                "insecure": True,
+                "mode": "recommend",
+                "orchestrator": "openstack",
+                "cloud": "tier",
+                "openstack": {"migration_timeout_s": 120},
+            }
+        )
+        made: list[OpenStackActuator] = []
+
+        def actuator_for(host: str) -> OpenStackActuator:
+            made.append(openstack_actuator(settings, host))  # what the manager's app passes
+            return made[-1]
+
+        store = Store(f"sqlite:///{os.path.join(tmp, 'manager.db')}")
+        self.addCleanup(store.close)
+        store.migrate()
+        svc = ManagerService(settings, store, actuator_for=actuator_for)
+        svc.restore()
+        loop = asyncio.new_event_loop()
+        self.addCleanup(loop.close)
+        self.addCleanup(lambda: loop.run_until_complete(svc.close()))
+        util = {"host1": (0.2, 0.3, 0.9), "host2": (0.1, 0.2, 0.1), "host3": (0.05, 0.1, 0.05)}
+        vms = {"host1": "vm1", "host2": "vm-b", "host3": "vm-c"}
+        for i in range(1, 4):
+            for h, u in util.items():
+                load = {vms[h]: VMLoad(Utilisation(0.1, 0.1, 0.5), 512 * 2**20)}
+                svc.ingest(h, build_report(i, 10.0 * i, Utilisation(*u), load))
+            loop.run_until_complete(svc.tick(10.0 * i))
+        loop.run_until_complete(svc.drain())
+        page = loop.run_until_complete(svc.plan_page(0, 100, "proposed"))
+        [plan] = page.plans
+        assert [(a.vm, a.src, a.dst) for a in plan.actions] == [("vm1", "host1", "host3")]
+        sid = self.server["id"]
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host1"  # nothing yet
+
+        loop.run_until_complete(svc.approve_plan(plan.id, "alice", "tier"))
+        loop.run_until_complete(asyncio.gather(*svc.desk.executions))
+        loop.run_until_complete(svc.drain())
+        done = loop.run_until_complete(svc.plan_view(plan.id))
+        assert done.state == "executed", done.detail
+        assert "completed" in done.detail, done.detail
+        assert [a.host for a in made] == ["host1"]  # the source's actuator, from settings
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host3"
+        migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+        assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
+        [row] = store.migration_rows("vm1")
+        assert row["result"] == "succeeded"
+        assert svc.cluster_view().leases == []
+
     def test_slow_target_pre_check_is_no_false_failure(self) -> None:
         """The target's pre-check outlasts ``api_timeout_s``. At microversion 2.30 Nova answers
         ``os-migrateLive`` only after its pre-checks, so over a real socket (Nova's API served
         on a loopback port here, not the harness's in-process interception, where no client
         timeout can fire) the POST times out while Nova goes on migrating. The actuator must
         follow Nova's migration record to its end instead of reporting a failure that did not
-        happen; the pre-check also outlasts the 'no migration started' grace (30 polls)."""
+        happen (the record polls that wait behind the POST time out too, and are retried)."""
         from nova.virt import fake
 
         real = fake.FakeDriver.check_can_live_migrate_destination
@@ -270,8 +383,8 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
             ).compute,
             network=self.conn.network,
         )
-        act = OpenStackActuator(conn, "host1", poll_s=0.05, migration_timeout_s=60)
-        st = wait(act, act.submit(Migrate("vm1", "host3")))
+        act = OpenStackActuator(conn, "host1", poll_s=1.0, migration_timeout_s=60)
+        st = wait(act, act.submit(Migrate("vm1", "host3")), timeout_s=90)
         assert st.state is OpState.SUCCEEDED, st.detail
         assert "Nova's answer timed out" in st.detail, st.detail  # the POST did time out
         assert self.api.get_server(self.server["id"])["OS-EXT-SRV-ATTR:host"] == "host3"
