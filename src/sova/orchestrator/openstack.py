@@ -358,8 +358,11 @@ class OpenStackActuator:
             if record is None and self.clock() - start > self.poll_s * 30:
                 # Nova's API accepted but conductor never created a record (e.g. the
                 # scheduler refused before it): the server status says what happened.
-                now = self.conn.compute.get_server(server.id)
-                if _task(now) is None:
+                try:
+                    now = self.conn.compute.get_server(server.id)
+                except self._errors:
+                    now = None  # unanswered: asked again at the next poll, within the timeouts
+                if now is not None and _task(now) is None:
                     said = "did not answer" if unanswered else "accepted"
                     raise _OpFailed(
                         f"Nova {said} the live migration of {a.vm} and started none; "

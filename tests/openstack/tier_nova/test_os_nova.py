@@ -369,26 +369,34 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         real = fake.FakeDriver.check_can_live_migrate_destination
 
         def slow(*args: Any, **kwargs: Any) -> Any:
-            time.sleep(8.0)
+            time.sleep(20.0)
             return real(*args, **kwargs)
 
         self.stub_out("nova.virt.fake.FakeDriver.check_can_live_migrate_destination", slow)
-        sess = self.conn.compute.session  # the admin identity, with a 3 s timeout
+        sess = self.conn.compute.session  # the admin identity, with an 8 s timeout
         conn = types.SimpleNamespace(
             compute=connection.Connection(
                 session=session.Session(
-                    auth=sess.auth, additional_headers=sess.additional_headers, timeout=3
+                    auth=sess.auth, additional_headers=sess.additional_headers, timeout=8
                 ),
                 compute_endpoint_override=serve_nova_api(self),
             ).compute,
             network=self.conn.network,
         )
-        act = OpenStackActuator(conn, "host1", poll_s=1.0, migration_timeout_s=60)
-        st = wait(act, act.submit(Migrate("vm1", "host3")), timeout_s=90)
+        conn.compute.get_server(self.server["id"])  # the app's first request loads its policy
+        act = OpenStackActuator(conn, "host1", poll_s=1.0, migration_timeout_s=120)
+        st = wait(act, act.submit(Migrate("vm1", "host3")), timeout_s=150)
+        # Whatever the actuator said, Nova's migration runs to its end before the verdict
+        # (and before the harness stops its services under it).
+        sid, deadline = self.server["id"], time.monotonic() + 120
+        while time.monotonic() < deadline:
+            migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+            if migs and all(m["status"] in ("completed", "error", "failed") for m in migs):
+                break
+            time.sleep(0.5)
         assert st.state is OpState.SUCCEEDED, st.detail
         assert "Nova's answer timed out" in st.detail, st.detail  # the POST did time out
-        assert self.api.get_server(self.server["id"])["OS-EXT-SRV-ATTR:host"] == "host3"
-        migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == self.server["id"]]
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host3"
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
 
     def test_refused_target_leaves_the_server_on_its_source(self) -> None:
