@@ -19,6 +19,10 @@ class FakeCloudError(Exception):
     pass
 
 
+class FakeCloudTimeout(FakeCloudError):
+    """No answer within the client's timeout (keystoneauth's ConnectTimeout)."""
+
+
 @dataclass
 class Server:
     id: str
@@ -85,6 +89,10 @@ class FakeCloud:
     migration_steps: int = 2  # looks before a migration finishes
     abort_looks: int | None = 2  # looks before an abort ends in `cancelled`; None: it never takes
     detach_looks: int = 2
+    # os-migrateLive answered only after the pre-checks (microversion < 2.34), later than the
+    # client waits: the migration starts, the client gets a timeout.
+    migrate_answer_late: bool = False
+    unanswered_polls: int = 0  # migration-record polls that time out once a migration runs
     servers: dict[str, Server] = field(default_factory=dict)
     ports: dict[str, Port] = field(default_factory=dict)
     migrations: list[Migration] = field(default_factory=list)
@@ -165,8 +173,16 @@ class _Compute:
             Migration(next(self.c._ids), s.id, s.compute_host, str(host), steps)
         )
         s.task_state = "migrating"
+        if self.c.migrate_answer_late:
+            raise FakeCloudTimeout("Request to /servers/action timed out")
 
     def migrations(self, server_id: str | None = None, migration_type: str | None = None):
+        running = any(
+            m.status not in ("completed", "error", "cancelled") for m in self.c.migrations
+        )
+        if running and self.c.unanswered_polls > 0:
+            self.c.unanswered_polls -= 1
+            raise FakeCloudTimeout("Request to /os-migrations timed out")
         for m in self.c.migrations:
             if m.status in ("completed", "error", "cancelled") or not m.steps:
                 continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakecloud import RP, FakeCloud, FakeCloudError, Inv
+from fakecloud import RP, FakeCloud, FakeCloudError, FakeCloudTimeout, Inv
 
 from sova.agent.executor import Executor
 from sova.daemon.config import ConfigError, load_agent_settings, load_manager_settings
@@ -49,6 +49,7 @@ def actuator(cloud: FakeCloud, host: str = "cmp1", **kw: Any) -> OpenStackActuat
         cloud,
         host,
         errors=(FakeCloudError,),
+        timeouts=(FakeCloudTimeout,),
         spawn=lambda fn: fn(),  # inline: the op runs to its end inside submit()
         clock=clock,
         sleep=clock.sleep,
@@ -125,6 +126,27 @@ def test_migration_that_ends_before_the_abort_takes_is_a_success() -> None:
     assert "ended before the abort" in st.detail
     assert any(c[0] == "abort_server_migration" for c in cloud.calls)
     assert cloud.servers["uuid-vm1"].compute_host == "cmp2"  # a false failure would hide this
+
+
+def test_migration_whose_answer_outlasts_the_api_timeout_is_followed_not_failed() -> None:
+    """Nova answers os-migrateLive (below 2.34) only after the target's pre-checks: a slow
+    pre-check outlasts the client's timeout while the migration goes on, and record polls of
+    a busy API may time out too. Neither is the migration's outcome."""
+    cloud = FakeCloud(migrate_answer_late=True, unanswered_polls=2)
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    assert "completed" in st.detail and "Nova's answer timed out" in st.detail
+    assert cloud.servers["uuid-vm1"].compute_host == "cmp3"
+    assert cloud.unanswered_polls == 0  # the polls did time out
+
+
+def test_unanswered_migration_that_never_started_is_a_failure() -> None:
+    cloud = FakeCloud(migrate_answer_late=True, refusing={"cmp2"}, migration_steps=1)
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), Migrate("vm1", "cmp2"))
+    assert st.state is OpState.FAILED
+    assert "error" in st.detail and "server on 'cmp1'" in st.detail, st.detail
 
 
 def test_migration_of_a_server_nova_places_elsewhere_is_refused() -> None:
@@ -282,6 +304,36 @@ def test_settings_name_the_cloud_or_fail_clearly(loader: Any, tmp_path: Any) -> 
     cfg.write_text('orchestrator = "openstack"\ncloud = "prod"\n[openstack]\nnetwork = "sriov"\n')
     s = loader(cfg, environ={})
     assert (s.orchestrator, s.cloud, s.openstack.network) == ("openstack", "prod", "sriov")
+
+
+@pytest.mark.parametrize("loader", [load_agent_settings, load_manager_settings])
+def test_abort_timeout_is_a_setting_bounded_and_passed_to_the_actuator(
+    loader: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sova.orchestrator.openstack as osmod
+    from sova.orchestrator.settings import openstack_actuator
+
+    cfg = tmp_path / "sova.toml"
+    head = 'orchestrator = "openstack"\ncloud = "prod"\n[openstack]\n'
+    for bad in ("0", "-5", "86401", '"soon"'):
+        cfg.write_text(f"{head}abort_timeout_s = {bad}\n")
+        with pytest.raises(ConfigError, match="abort_timeout_s") as err:
+            loader(cfg, environ={})
+        assert bad.strip('"') in str(err.value), err.value
+    cfg.write_text(f"{head}migration_timeout_s = 120\nabort_timeout_s = 45\n")
+    s = loader(cfg, environ={})
+    monkeypatch.setattr(osmod, "connect", lambda name, timeout: FakeCloud())
+    act = openstack_actuator(s, "cmp1")
+    assert (act.migration_timeout_s, act.abort_timeout_s) == (120.0, 45.0)
+    assert (
+        openstack_actuator(
+            loader(None, environ={}).model_copy(
+                update={"orchestrator": "openstack", "cloud": "prod"}
+            ),
+            "cmp1",
+        ).abort_timeout_s
+        == 60.0
+    )
 
 
 def test_connect_without_openstacksdk_or_with_an_unknown_cloud_says_so(

@@ -90,6 +90,16 @@ def _sdk_errors() -> tuple[type[Exception], ...]:
     return (sdk_exc.SDKException, ksa_exc.ClientException)
 
 
+def _timeout_errors() -> tuple[type[Exception], ...]:
+    """keystoneauth's error for a request that got no answer within ``api_timeout_s`` (it
+    maps every ``requests`` timeout, connect or read, to ``ConnectTimeout``)."""
+    try:
+        from keystoneauth1 import exceptions as ksa_exc
+    except ImportError:
+        return ()
+    return (ksa_exc.ConnectTimeout,)
+
+
 def is_vf_exhausted(message: str) -> bool:
     low = message.lower()
     return any(s in low for s in _PCI_EXHAUSTED)
@@ -131,6 +141,7 @@ class OpenStackActuator:
     poll_s: float = 1.0
     fallback: Driver | None = None
     errors: tuple[type[Exception], ...] = field(default_factory=_sdk_errors)
+    timeouts: tuple[type[Exception], ...] = field(default_factory=_timeout_errors)
     spawn: Callable[[Callable[[], None]], None] = _spawn_thread
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
@@ -291,6 +302,7 @@ class OpenStackActuator:
         if self._sova_ports(server):
             raise _OpFailed(f"not migrating {a.vm}: it still holds a Sova VF port")
         before = {m.id for m in self._migrations(server)}
+        unanswered = ""  # why Nova's answer to the request is unknown, if it is
         try:
             # host + force=False: Nova's scheduler checks Sova's choice (Placement, PCI,
             # filters); the SDK refuses a host below microversion 2.30 without force.
@@ -299,6 +311,11 @@ class OpenStackActuator:
             )
         except ValueError as exc:
             raise _OpFailed(f"not migrating {a.vm}: {exc}") from exc
+        except self.timeouts as exc:
+            # Below microversion 2.34 Nova answers os-migrateLive only after the target's
+            # pre-checks, which may outlast api_timeout_s while Nova carries on: the
+            # migration record says what happened, the client's timeout alone says nothing.
+            unanswered = f"; Nova's answer timed out ({exc}), followed by its records"
         except self._errors as exc:
             on = _host_of(self.conn.compute.get_server(server.id))
             raise _OpFailed(
@@ -309,7 +326,13 @@ class OpenStackActuator:
         aborted_at: float | None = None  # when Nova accepted Sova's abort
         timed_out = f"timed out after {self.migration_timeout_s:g}s"
         while True:
-            new = [m for m in self._migrations(server) if m.id not in before]
+            try:
+                new = [m for m in self._migrations(server) if m.id not in before]
+            except self._errors as exc:
+                # A busy API that does not answer one poll has not failed the migration;
+                # the timeouts below still bound how long it is followed.
+                self._progress(op, f"migrating {a.vm} to {a.dst_host}: Nova unanswered: {exc}")
+                new = []
             record = max(new, key=lambda m: m.id) if new else record
             status = (record.status or "").lower() if record is not None else "requested"
             self._progress(op, f"migrating {a.vm} to {a.dst_host}: Nova migration {status}")
@@ -322,7 +345,8 @@ class OpenStackActuator:
                     )
                 late = "" if aborted_at is None else f", {timed_out} but ended before the abort"
                 return (
-                    f"{a.vm} migrated to {a.dst_host} (Nova migration {record.id} completed{late})"
+                    f"{a.vm} migrated to {a.dst_host} (Nova migration {record.id} "
+                    f"completed{late}){unanswered}"
                 )
             if status in MIGRATION_FAILED:
                 now_on = _host_of(self.conn.compute.get_server(server.id))
@@ -334,10 +358,14 @@ class OpenStackActuator:
             if record is None and self.clock() - start > self.poll_s * 30:
                 # Nova's API accepted but conductor never created a record (e.g. the
                 # scheduler refused before it): the server status says what happened.
-                now = self.conn.compute.get_server(server.id)
-                if _task(now) is None:
+                try:
+                    now = self.conn.compute.get_server(server.id)
+                except self._errors:
+                    now = None  # unanswered: asked again at the next poll, within the timeouts
+                if now is not None and _task(now) is None:
+                    said = "did not answer" if unanswered else "accepted"
                     raise _OpFailed(
-                        f"Nova accepted the live migration of {a.vm} but started none; "
+                        f"Nova {said} the live migration of {a.vm} and started none; "
                         f"server on {_host_of(now)!r} (check the instance action log)"
                     )
             if aborted_at is None and self.clock() - start > self.migration_timeout_s:

@@ -39,6 +39,12 @@ class OpenStackOptions(BaseModel):
     )
     api_timeout_s: float = Field(default=30.0, gt=0, le=600)
     migration_timeout_s: float = Field(default=600.0, gt=0, le=86400)
+    abort_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="after aborting a timed-out migration, how long Nova has to confirm it",
+    )
     detach_timeout_s: float = Field(default=60.0, gt=0, le=3600)
 
 
@@ -94,6 +100,7 @@ def openstack_actuator(
         network=opts.network,
         vf_resource_class=opts.vf_resource_class,
         migration_timeout_s=opts.migration_timeout_s,
+        abort_timeout_s=opts.abort_timeout_s,
         detach_timeout_s=opts.detach_timeout_s,
         fallback=fallback,
     )

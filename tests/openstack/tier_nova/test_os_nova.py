@@ -2,10 +2,13 @@
 
 Nova's API, conductor, scheduler and compute services plus real Placement run in this
 process on in-memory SQLite (Nova's own test fixtures); openstacksdk reaches the API through
-the harness's in-process interception, so the code under test is exactly what runs against a
-cloud. Neutron here is Nova's NeutronFixture, reached through :class:`FixtureNetwork`, which
-plays the part of openstacksdk's network proxy; the Neutron tier checks the same port
-request against Neutron's real ML2 plugin.
+the harness's in-process interception, or a real loopback socket where a client timeout
+must be able to fire (:func:`serve_nova_api`), so the code under test is exactly what runs
+against a cloud. Neutron is, in the joined test (:class:`TestNovaMadeVMsGetAVFThroughARealNeutron`),
+Neutron's own API server on the real ML2 plugin in a second process (tests/openstack/
+neutron_server.py, the neutron env), which Nova's Neutron client and Sova's openstacksdk
+connection both reach over HTTP; elsewhere it is Nova's NeutronFixture, reached through
+:class:`FixtureNetwork`, which plays the part of openstacksdk's network proxy.
 
 Run with ``scripts/openstack-envs.sh test nova``.
 """
@@ -38,18 +41,21 @@ from sova.policy.vfsched import Candidate, VFSchedulerConfig, schedule  # noqa: 
 pytestmark = pytest.mark.openstack
 
 
-def sdk(base_url: str, project_id: str) -> Any:
-    """An openstacksdk Connection to the harness's API as an admin (Keystone is stubbed)."""
+def sdk(base_url: str, project_id: str, network: str | None = None) -> Any:
+    """An openstacksdk Connection to the harness's API as an admin (Keystone is stubbed),
+    and to a Neutron server at ``network`` if given."""
     sess = session.Session(
         auth=noauth.NoAuth(),
         additional_headers={
             "X-Auth-User": "admin",
             "X-User-Id": "admin",
             "X-Auth-Project-Id": project_id,
+            "X-Project-Id": project_id,
             "X-Roles": "reader,member,admin",
         },
     )
-    return connection.Connection(session=sess, compute_endpoint_override=base_url)
+    extra = {} if network is None else {"network_endpoint_override": network}
+    return connection.Connection(session=sess, compute_endpoint_override=base_url, **extra)
 
 
 class FixtureNetwork:
@@ -149,6 +155,44 @@ def wait(act: OpenStackActuator, op_id: str, timeout_s: float = 60.0) -> OpStatu
     raise AssertionError(f"operation {op_id} still pending after {timeout_s} s")
 
 
+def serve_nova_api(test: Any) -> str:
+    """Nova's compute API (the same paste app the harness loads) on a real loopback socket,
+    so that a client's timeout can fire (the harness's in-process interception has none).
+    One request at a time: the harness runs casts as calls, so a request may carry a whole
+    migration; later requests wait, as on an API whose workers are all busy."""
+    import threading
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from nova.api import wsgi
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    nova = wsgi.Loader().load_app("osapi_compute")
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        # keystonemiddleware's part (the harness stubs Keystone with X-Auth-* headers): a
+        # client with only a token (a clouds.yaml entry, ``admin_token``) names "user:project".
+        if "HTTP_X_AUTH_USER" not in environ:
+            user, _, project = environ.get("HTTP_X_AUTH_TOKEN", "").partition(":")
+            roles = "reader,member,admin" if user == "admin" else "reader,member"
+            environ.update(
+                HTTP_X_AUTH_USER=user, HTTP_X_AUTH_PROJECT_ID=project, HTTP_X_ROLES=roles
+            )
+        return nova(environ, start_response)
+
+    httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    test.addCleanup(httpd.server_close)
+    test.addCleanup(httpd.shutdown)
+    path = test.api_fixture.base_url.split("/", 3)[3]
+    return f"http://127.0.0.1:{httpd.server_port}/{path}"
+
+
+REAL_UNAME = __import__("os").uname  # before Nova's GenericPoisonFixture replaces it
+
+
 class _UnderPytest:
     """Nova's TestCase deletes every public attribute at cleanup, including the bound test
     method pytest's unittest runner removes itself afterwards; keep them (three tests)."""
@@ -216,31 +260,144 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
 
+    def test_manager_in_recommend_mode_runs_the_approved_plan_as_a_nova_live_migration(
+        self,
+    ) -> None:
+        """The manager's own path, in this environment: its service (store, planner, operator
+        desk) with ``mode = "recommend"``, ``orchestrator = "openstack"`` and a clouds.yaml
+        entry for Nova's API (served on a loopback port). Reports make host1 hot; the round
+        proposes vm1 to the coldest host, host3; the operator approves; the desk runs
+        ``execute_approved`` through the actuator ``openstack_actuator`` makes from the
+        settings (``connect`` reading clouds.yaml), i.e. a Nova live migration. Only the
+        manager's HTTP layer (FastAPI, not installed next to Nova's harness) is left out:
+        its routes call these same service methods."""
+        import asyncio
+        import os
+
+        import fixtures
+
+        # The manager's numpy (its first import) and its metrics (prometheus_client's
+        # PlatformCollector) read os.uname, which Nova's harness forbids to Nova's own code.
+        self.useFixture(fixtures.MonkeyPatch("os.uname", REAL_UNAME))
+
+        from sova.daemon.config import ManagerSettings
+        from sova.daemon.manager_service import ManagerService
+        from sova.daemon.schema import build_report
+        from sova.daemon.store import Store
+        from sova.orchestrator.settings import openstack_actuator
+        from sova.policy.hotspot import Utilisation, VMLoad
+
+        tmp = self.useFixture(fixtures.TempDir()).path
+        clouds = os.path.join(tmp, "clouds.yaml")
+        # Neutron's real API (the actuator asks it whether the server holds a Sova port
+        # before migrating), as in the joined test.
+        neutron = NeutronProcess("host1")
+        self.addCleanup(neutron.stop)
+        nova_url = serve_nova_api(self)
+        with open(clouds, "w") as f:  # the stand-ins take "user:project" as the token
+            f.write(
+                "clouds:\n  tier:\n    auth_type: admin_token\n    auth:\n"
+                f"      token: 'admin:{self.api.project_id}'\n      endpoint: '{nova_url}'\n"
+                f"    compute_endpoint_override: '{nova_url}'\n"
+                f"    network_endpoint_override: '{neutron.url}'\n"
+            )
+        self.useFixture(fixtures.EnvironmentVariable("OS_CLIENT_CONFIG_FILE", clouds))
+        settings = ManagerSettings.model_validate(
+            {
+                "hosts": {h: {"token": f"{h}-" + "t" * 30} for h in ("host1", "host2", "host3")},
+                "plan_period_s": 10,
+                "clock": "agent",
+                "planner": {"alpha": 0.75, "k": 3, "n": 5},
+                "insecure": True,
+                "mode": "recommend",
+                "orchestrator": "openstack",
+                "cloud": "tier",
+                "openstack": {"migration_timeout_s": 120},
+            }
+        )
+        made: list[OpenStackActuator] = []
+
+        def actuator_for(host: str) -> OpenStackActuator:
+            made.append(openstack_actuator(settings, host))  # what the manager's app passes
+            return made[-1]
+
+        store = Store(f"sqlite:///{os.path.join(tmp, 'manager.db')}")
+        self.addCleanup(store.close)
+        store.migrate()
+        svc = ManagerService(settings, store, actuator_for=actuator_for)
+        svc.restore()
+        loop = asyncio.new_event_loop()
+        self.addCleanup(loop.close)
+        self.addCleanup(lambda: loop.run_until_complete(svc.close()))
+        util = {"host1": (0.2, 0.3, 0.9), "host2": (0.1, 0.2, 0.1), "host3": (0.05, 0.1, 0.05)}
+        vms = {"host1": "vm1", "host2": "vm-b", "host3": "vm-c"}
+        for i in range(1, 4):
+            for h, u in util.items():
+                load = {vms[h]: VMLoad(Utilisation(0.1, 0.1, 0.5), 512 * 2**20)}
+                svc.ingest(h, build_report(i, 10.0 * i, Utilisation(*u), load))
+            loop.run_until_complete(svc.tick(10.0 * i))
+        loop.run_until_complete(svc.drain())
+        page = loop.run_until_complete(svc.plan_page(0, 100, "proposed"))
+        [plan] = page.plans
+        assert [(a.vm, a.src, a.dst) for a in plan.actions] == [("vm1", "host1", "host3")]
+        sid = self.server["id"]
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host1"  # nothing yet
+
+        loop.run_until_complete(svc.approve_plan(plan.id, "alice", "tier"))
+        loop.run_until_complete(asyncio.gather(*svc.desk.executions))
+        loop.run_until_complete(svc.drain())
+        done = loop.run_until_complete(svc.plan_view(plan.id))
+        assert done.state == "executed", done.detail
+        assert "completed" in done.detail, done.detail
+        assert [a.host for a in made] == ["host1"]  # the source's actuator, from settings
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host3"
+        migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+        assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
+        [row] = store.migration_rows("vm1")
+        assert row["result"] == "succeeded"
+        assert svc.cluster_view().leases == []
+
     def test_slow_target_pre_check_is_no_false_failure(self) -> None:
-        """The target's pre-check outlasts the API timeout and the actuator's 'no migration
-        started' grace (30 polls): Nova's migration record exists from the start, so the
-        actuator waits for it instead of reporting a failure that did not happen."""
+        """The target's pre-check outlasts ``api_timeout_s``. At microversion 2.30 Nova answers
+        ``os-migrateLive`` only after its pre-checks, so over a real socket (Nova's API served
+        on a loopback port here, not the harness's in-process interception, where no client
+        timeout can fire) the POST times out while Nova goes on migrating. The actuator must
+        follow Nova's migration record to its end instead of reporting a failure that did not
+        happen (the record polls that wait behind the POST time out too, and are retried)."""
         from nova.virt import fake
 
         real = fake.FakeDriver.check_can_live_migrate_destination
 
         def slow(*args: Any, **kwargs: Any) -> Any:
-            time.sleep(3.0)
+            time.sleep(20.0)
             return real(*args, **kwargs)
 
         self.stub_out("nova.virt.fake.FakeDriver.check_can_live_migrate_destination", slow)
+        sess = self.conn.compute.session  # the admin identity, with an 8 s timeout
         conn = types.SimpleNamespace(
             compute=connection.Connection(
-                session=self.conn.compute.session,
-                compute_endpoint_override=self.api_fixture.base_url,
-                api_timeout=1,
+                session=session.Session(
+                    auth=sess.auth, additional_headers=sess.additional_headers, timeout=8
+                ),
+                compute_endpoint_override=serve_nova_api(self),
             ).compute,
             network=self.conn.network,
         )
-        act = OpenStackActuator(conn, "host1", poll_s=0.05, migration_timeout_s=60)
-        st = wait(act, act.submit(Migrate("vm1", "host3")))
+        conn.compute.get_server(self.server["id"])  # the app's first request loads its policy
+        act = OpenStackActuator(conn, "host1", poll_s=1.0, migration_timeout_s=120)
+        st = wait(act, act.submit(Migrate("vm1", "host3")), timeout_s=150)
+        # Whatever the actuator said, Nova's migration runs to its end before the verdict
+        # (and before the harness stops its services under it).
+        sid, deadline = self.server["id"], time.monotonic() + 120
+        while time.monotonic() < deadline:
+            migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+            if migs and all(m["status"] in ("completed", "error", "failed") for m in migs):
+                break
+            time.sleep(0.5)
         assert st.state is OpState.SUCCEEDED, st.detail
-        assert self.api.get_server(self.server["id"])["OS-EXT-SRV-ATTR:host"] == "host3"
+        assert "Nova's answer timed out" in st.detail, st.detail  # the POST did time out
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host3"
+        assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
 
     def test_refused_target_leaves_the_server_on_its_source(self) -> None:
         # The target's pre-check refuses (as a host whose CPU or PCI cannot take the VM).
@@ -535,11 +692,105 @@ class BondGuest:
         return json.dumps({"error": {"desc": f"unexpected {req['execute']}"}})
 
 
-class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
-    """Two servers Nova made on compute0, both with a virtio port on the VLAN provider network
-    physnet2 (network_2, VLAN 24): ``bonded`` from an image with ``hw_qemu_guest_agent=yes``,
-    ``plain`` from one without. Sova's LibvirtDriver reads Nova's generated XML from libvirt's
-    test driver; its agent (static-sriov, creation order, pool 1) grants the VF through Nova."""
+def _hold_nova_xml(test: Any, hv: Hypervisor) -> None:
+    """Nova's fake libvirt keeps the XML Nova defines, attaches and detaches in ``hv``
+    (libvirt's test driver) and reads it back from there."""
+
+    real_define = fakelibvirt.Connection.defineXML
+    real_attach = fakelibvirt.Domain.attachDeviceFlags
+    real_detach = fakelibvirt.Domain.detachDeviceFlags
+
+    def define(conn: Any, xml: str) -> Any:
+        hv.define(xml)
+        return real_define(conn, xml)
+
+    def attach(dom: Any, xml: str, flags: int) -> Any:
+        out = real_attach(dom, xml, flags)
+        hv.attach(dom.name(), xml)
+        return out
+
+    def detach(dom: Any, xml: str, flags: int) -> Any:
+        hv.detach(dom.name(), xml)
+        return real_detach(dom, xml, flags)
+
+    # Fake libvirt sends no DEVICE_REMOVED event: Nova then confirms a live detach by
+    # reading the domain XML again, after this timeout (default 20 s).
+    test.flags(device_detach_timeout=1, group="libvirt")
+
+    real_xml = fakelibvirt.Domain.XMLDesc
+
+    def xml_desc(dom: Any, flags: int) -> str:
+        # Nova reads back what it wrote (finding an interface to detach by its config),
+        # not fake libvirt's digest of it: one hypervisor, seen alike by Nova and Sova.
+        root = hv.xml.get(dom.name())
+        if root is None:
+            return str(real_xml(dom, flags))
+        return ET.tostring(root, encoding="unicode")
+
+    test.stub_out("nova.tests.fixtures.libvirt.Domain.XMLDesc", xml_desc)
+    test.stub_out("nova.tests.fixtures.libvirt.Connection.defineXML", define)
+    test.stub_out("nova.tests.fixtures.libvirt.Domain.attachDeviceFlags", attach)
+    test.stub_out("nova.tests.fixtures.libvirt.Domain.detachDeviceFlags", detach)
+
+
+# --------------------------------------------------------------------------- joined: Nova + Neutron
+
+
+class NeutronProcess:
+    """Neutron's API on the real ML2 plugin (openvswitch + sriovnicswitch), in its own process
+    and Python environment (tests/openstack/neutron_server.py, the neutron env's interpreter),
+    reached over HTTP on a loopback port."""
+
+    def __init__(self, host: str) -> None:
+        import os
+        import pathlib
+        import subprocess
+
+        python = os.environ.get("SOVA_NEUTRON_PYTHON")
+        if not python or not pathlib.Path(python).exists():
+            pytest.skip(
+                "needs the neutron environment's interpreter in SOVA_NEUTRON_PYTHON "
+                "(scripts/openstack-envs.sh test nova sets it)"
+            )
+        script = pathlib.Path(__file__).resolve().parents[1] / "neutron_server.py"
+        self.proc = subprocess.Popen(
+            [python, str(script), host],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()  # printed once it listens
+        if not self.url.startswith("http://"):
+            _, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"Neutron's server did not start: {err[-3000:]}")
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# Nova's own Neutron client, kept before NeutronFixture replaces it in every test's setUp.
+from nova.network import neutron as _nova_neutron  # noqa: E402
+
+REAL_NEUTRON_CLIENT = _nova_neutron.get_client
+
+
+class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTestBase):
+    """One joined run: Nova's harness and Neutron's API server (real ML2 with openvswitch and
+    sriovnicswitch, another process) talk HTTP, Nova through its own Neutron client. Two
+    servers booted through Nova's API on the VLAN provider network (physnet2, VLAN 242) with
+    virtio ports Neutron bound ``ovs``: ``bonded`` from an image with
+    ``hw_qemu_guest_agent=yes``, ``plain`` from one without. Sova's LibvirtDriver reads the
+    XML Nova generated (libvirt's test driver); its HostAgent (static-sriov, creation order,
+    pool 1) grants the VF through Nova and the real Neutron, with one openstacksdk connection
+    to both."""
 
     PCI_ALIAS: list[str] = []
     ADMIN_API = True
@@ -551,84 +802,71 @@ class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
 
         super().setUp()
         pytest.importorskip("libvirt", reason="needs libvirt-python in the nova environment")
-        self.neutron = self.useFixture(sriov.nova_fixtures.NeutronFixture(self))
-        net2 = self.neutron.network_2
-        self.neutron._networks[net2["id"]] = net2
-        self.neutron._subnets[self.neutron.subnet_2["id"]] = self.neutron.subnet_2
+        neutron = NeutronProcess("compute0")
+        self.addCleanup(neutron.stop)
+        # Nova's Neutron client, not NeutronFixture's: [neutron] points at the server, with a
+        # service credential (Keystone is the stand-in: no token, see neutron_server.identity).
+        self.stub_out("nova.network.neutron.get_client", REAL_NEUTRON_CLIENT)
+        self.flags(auth_type="none", endpoint_override=neutron.url, group="neutron")
+        self.flags(vif_plugging_timeout=0)  # no notifications from Neutron to Nova here
+
         with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as node:
             node.write(NODE_XML)
         self.addCleanup(__import__("os").unlink, node.name)
         self.hv = Hypervisor(node.name)
-        hv = self.hv
-
-        real_define = fakelibvirt.Connection.defineXML
-        real_attach = fakelibvirt.Domain.attachDeviceFlags
-        real_detach = fakelibvirt.Domain.detachDeviceFlags
-
-        def define(conn: Any, xml: str) -> Any:
-            hv.define(xml)
-            return real_define(conn, xml)
-
-        def attach(dom: Any, xml: str, flags: int) -> Any:
-            out = real_attach(dom, xml, flags)
-            hv.attach(dom.name(), xml)
-            return out
-
-        def detach(dom: Any, xml: str, flags: int) -> Any:
-            hv.detach(dom.name(), xml)
-            return real_detach(dom, xml, flags)
-
-        # Fake libvirt sends no DEVICE_REMOVED event: Nova then confirms a live detach by
-        # reading the domain XML again, after this timeout (default 20 s).
-        self.flags(device_detach_timeout=1, group="libvirt")
-
-        real_xml = fakelibvirt.Domain.XMLDesc
-
-        def xml_desc(dom: Any, flags: int) -> str:
-            # Nova reads back what it wrote (finding an interface to detach by its config),
-            # not fake libvirt's digest of it: one hypervisor, seen alike by Nova and Sova.
-            root = hv.xml.get(dom.name())
-            if root is None:
-                return str(real_xml(dom, flags))
-            return ET.tostring(root, encoding="unicode")
-
-        self.stub_out("nova.tests.fixtures.libvirt.Domain.XMLDesc", xml_desc)
-        self.stub_out("nova.tests.fixtures.libvirt.Connection.defineXML", define)
-        self.stub_out("nova.tests.fixtures.libvirt.Domain.attachDeviceFlags", attach)
-        self.stub_out("nova.tests.fixtures.libvirt.Domain.detachDeviceFlags", detach)
-
+        _hold_nova_xml(self, self.hv)
         host_info = fakelibvirt.HostInfo(cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2)
         pci_info = fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1)
         self.start_compute("compute0", host_info=host_info, pci_info=pci_info)
-        self.net = FixtureNetwork(self.neutron)
-        self.conn = types.SimpleNamespace(
-            compute=sdk(self.api_fixture.base_url, self.api.project_id).compute,
-            network=self.net,
+
+        # One openstacksdk connection, Nova's API and the real Neutron, as Sova's agent has.
+        self.conn = sdk(self.api_fixture.base_url, self.api.project_id, network=neutron.url)
+        project = self.api.project_id
+        net = self.conn.network.create_network(
+            name="provider-vlan",
+            provider_network_type="vlan",
+            provider_physical_network="physnet2",
+            provider_segmentation_id=242,
+            project_id=project,
         )
+        self.conn.network.create_subnet(
+            network_id=net.id, cidr="192.168.13.0/24", ip_version=4, project_id=project
+        )
+        self.net_id = net.id
         base = self.glance.show(None, self.glance.auto_disk_config_enabled_image["id"])
         images = {}
         for name, props in (("plain", {}), ("bonded", {"hw_qemu_guest_agent": "yes"})):
             img = {k: v for k, v in base.items() if k not in ("id", "properties")}
             img["name"], img["properties"] = f"img-{name}", dict(props)
             images[name] = self.glance.create(None, img)["id"]
-        ports = virtio_ports(self.neutron, ("plain", "bonded"))
+        self.virtio = {
+            name: self.conn.network.create_port(
+                network_id=net.id, name=f"{name}-virtio", project_id=project
+            )
+            for name in ("plain", "bonded")
+        }
         # plain first: in creation order it would get the host's one VF, were it eligible.
         self.servers = {
             name: self._create_server(
-                name=name, image_uuid=images[name], networks=[{"port": ports[name]}]
+                name=name, image_uuid=images[name], networks=[{"port": self.virtio[name].id}]
             )
             for name in ("plain", "bonded")
         }
         self.domain = {n: s["OS-EXT-SRV-ATTR:instance_name"] for n, s in self.servers.items()}
 
-    def test_agent_grants_the_vf_to_the_vm_whose_xml_makes_it_eligible_and_takes_it_back(
-        self,
-    ) -> None:
+    def test_agent_grants_the_vf_through_nova_and_neutron_and_takes_it_back(self) -> None:
         from sova.agent.config import ControllerConfig
         from sova.agent.loop import HostAgent
         from sova.driver.guest_agent import GuestAgent
         from sova.driver.libvirt_driver import LibvirtDriver, LibvirtDriverConfig
         from sova.orchestrator.base import OrchestratedDriver
+
+        neutron = self.conn.network
+        bonded_id = self.servers["bonded"]["id"]
+        # Nova bound the virtio ports through Neutron's ML2 (OVS agent on compute0).
+        vport = neutron.get_port(self.virtio["bonded"].id)
+        assert (vport.device_id, vport.binding_host_id) == (bonded_id, "compute0")
+        assert vport.binding_vif_type == "ovs"
 
         guest = BondGuest(self.hv)
         host = LibvirtDriver(
@@ -642,17 +880,19 @@ class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
             agent=GuestAgent(guest, exec_timeout_s=5.0),
         )
         self.addCleanup(host.close)
-        act = OpenStackActuator(self.conn, "compute0", poll_s=0.2, fallback=host)
+        act = OpenStackActuator(
+            self.conn, "compute0", network="provider-vlan", poll_s=0.2, fallback=host
+        )
         drv = OrchestratedDriver(host, act)
 
-        # Eligibility comes from Nova's XML: the agent channel Nova generated for the image
-        # with hw_qemu_guest_agent=yes, the virtio interface on the provider network.
+        # Eligibility comes from Nova's XML only (agent channel + virtio NIC).
         inv = drv.inventory()
         plain, bonded = self.domain["plain"], self.domain["bonded"]
         assert set(inv.vms) == {plain, bonded}
         assert inv.vms[bonded].failover_ready
         assert not inv.vms[plain].failover_ready  # a hand-set default would say True
-        assert inv.host.nic.vf_pool == 1
+        vm_mac = next(m.get("address") for m in self.hv.xml[bonded].iter("mac"))
+        assert vm_mac == vport.mac_address  # Nova's XML carries Neutron's MAC
 
         agent = HostAgent(drv, ControllerConfig(vf_policy="static-sriov"))
         agent.step()
@@ -662,35 +902,40 @@ class TestNovaMadeVMsGetAVF(_UnderPytest, sriov._PCIServersTestBase):
             time.sleep(0.1)
         assert not agent.executor.in_flight
         assert sorted(drv.inventory().vf_holders) == [bonded]
-        # Through Nova and Neutron: a direct port on the provider network of bonded's
-        # virtio port, claimed by Nova's PCI tracker, plugged as Nova's hostdev interface.
-        [pid] = self.net.created
-        port = self.neutron.show_port(pid)["port"]
-        assert port["device_id"] == self.servers["bonded"]["id"]
-        assert port["network_id"] == self.neutron.network_2["id"]
-        assert port["binding:vnic_type"] == "direct"
+
+        # In the real Neutron: Sova's direct port, bound hw_veb on VLAN 242 by sriovnicswitch
+        # on compute0 when Nova attached it (Nova's PCI claim, its binding profile).
+        [vf] = [p for p in neutron.ports(device_id=bonded_id) if p.id != vport.id]
+        assert vf.name == "sova-vf-" + bonded and vf.binding_vnic_type == "direct"
+        assert vf.network_id == self.net_id
+        assert (vf.binding_host_id, vf.binding_vif_type) == ("compute0", "hw_veb")
+        assert str(vf.binding_vif_details["vlan"]) == "242"
+        assert vf.binding_profile["physical_network"] == "physnet2"
         self.assertPCIDeviceCounts("compute0", total=2, free=0)
         [(what, dom, dev_xml)] = self.hv.events
         assert (what, dom) == ("attach", bonded) and "hostdev" in dev_xml
-        vf_mac = port["mac_address"]
-        assert guest.active[bonded] == vf_mac  # the guest's bond made the VF active
-        # The backup's address may travel over the VF (the bond keeps the VM's one IP).
-        virtio_ip = next(
-            p["fixed_ips"][0]["ip_address"]
-            for p in self.neutron.list_ports(is_admin=True)["ports"]
-            if p["device_id"] == self.servers["bonded"]["id"] and p["id"] != pid
-        )
-        assert port["allowed_address_pairs"] == [{"ip_address": virtio_ip}]
+        assert vf.mac_address in dev_xml  # Nova plugged Neutron's port
+        # Connectivity as the harness models it: the bond's active slave is the VF, whose
+        # port may carry the VM's one address (the virtio port's) with port security on.
+        assert guest.active[bonded] == vf.mac_address
+        vm_ip = vport.fixed_ips[0]["ip_address"]
+        assert vm_ip in [a["ip_address"] for a in vf.allowed_address_pairs]
+        assert vf.is_port_security_enabled
 
-        # Taken back: the bond is moved to the backup (confirmed) before Nova detaches.
+        # Taken back: the bond is moved to virtio (confirmed) before Nova detaches; Nova
+        # unbinds, Sova deletes the port; the virtio port stays bound with the VM's address.
         st = wait(act, drv.submit(DetachVF(bonded)))
         assert st.state is OpState.SUCCEEDED, st.detail
         assert guest.calls == [(bonded, "to_fast"), (bonded, "to_backup")]
         assert [e[0] for e in self.hv.events] == ["attach", "detach"]
-        assert guest.active[bonded] != vf_mac  # on the backup when the VF went
-        assert pid in self.net.deleted
+        assert guest.active[bonded] == vport.mac_address
+        assert [p.id for p in neutron.ports(device_id=bonded_id)] == [vport.id]
+        assert neutron.find_port(vf.id, ignore_missing=True) is None
+        after = neutron.get_port(vport.id)
+        assert (after.binding_host_id, after.binding_vif_type) == ("compute0", "ovs")
+        assert after.fixed_ips[0]["ip_address"] == vm_ip
         assert drv.inventory().vf_holders == frozenset()
-        self.assertPCIDeviceCounts("compute0", total=2, free=2)  # the PF and its VF
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
 
 
 def test_unreachable_keystone_is_a_skipped_period_not_a_crash() -> None:
