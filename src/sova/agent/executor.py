@@ -120,11 +120,20 @@ class Executor:
         return None
 
     def apply(self, action: Action, actual: Inventory) -> Outcome | None:
+        return self._apply(action, lambda: self.precondition(action, actual))
+
+    def apply_limit(self, action: SetGuestRateLimit) -> Outcome | None:
+        """A rate limit for a VM the caller has just read on this host (the simulated
+        world reads every host's VMs at once, sova.sim.fleet_bandwidth): a limit's only
+        pre-condition is the VM's presence, so no inventory is read to check it again."""
+        return self._apply(action, lambda: None)
+
+    def _apply(self, action: Action, precondition: Callable[[], str | None]) -> Outcome | None:
         now = self.driver.now()
         key = (action.vm, channel(action))
         if key in self.in_flight or self.backing_off(action.vm, now, key[1]):
             return None
-        why = self.precondition(action, actual)
+        why = precondition()
         if why is not None:
             return self._emit(Outcome(now, action, Result.BLOCKED, why))
         if self.dry_run:
