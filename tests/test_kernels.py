@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,10 @@ from sova.model import MBIT, VM, HostCounters, HostSample, VMCounters
 from sova.policy.bandwidth import FlowDemand, SovaAllocator
 from sova.policy.kernels import Groups, row_fsum
 from sova.policy.sensing import RateMeter
+from sova.scenario import Scenario, load_sweep
+from sova.sim.world import World
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- exact sums
 
@@ -290,3 +295,38 @@ def test_measure_equals_the_rate_meter(
     m = bw.measure(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], (10.0 + dt) - 10.0)
     got = {f"vm{k}": (m.bps[k], m.packet_bytes[k]) for k in range(len(readings)) if m.valid[k]}
     assert got == want
+
+
+# --------------------------------------------------------------------------- the world
+
+
+def _run(scn: Scenario, policy: str, fleet: bool) -> tuple[list[object], list[object], list[float]]:
+    spec = next(p for p in scn.policy_specs if p.name == policy)
+    world = World(scn, spec)
+    if not fleet:
+        world._bw = None  # every agent's own bandwidth_step, one host at a time
+    run = world.run_until(scn.duration)
+    eng = world.engine
+    return list(run.timeline), list(run.events), eng.guest_limit.tolist()
+
+
+@pytest.mark.parametrize(
+    ("name", "policy", "duration"),
+    [
+        ("sova-tour", "sova", 600.0),  # Sova allocator, 3 hosts, hot spots, a live migration
+        ("daqs-fig3", "daqs", 60.0),  # DAQS: a stateful allocator called host by host
+    ],
+)
+def test_world_decides_the_same_with_all_hosts_at_once(
+    name: str, policy: str, duration: float
+) -> None:
+    # The world's bandwidth phase (sim/fleet_bandwidth.py: one pass for all hosts, limit
+    # calls landing in one batch per round) against every HostAgent.bandwidth_step on its
+    # own host: the same timeline, events and applied limits, VM by VM.
+    scn = load_sweep(ROOT / "scenarios" / f"{name}.yaml")[0]
+    scn = scn.model_copy(update={"duration": duration})
+    fast = _run(scn, policy, fleet=True)
+    slow = _run(scn, policy, fleet=False)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+    assert fast[2] == slow[2]

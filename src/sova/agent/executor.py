@@ -172,6 +172,23 @@ class Executor:
                 done.append(self._emit(Outcome(now, f.action, Result.TIMEOUT, detail)))
         return done
 
+    def settle(self, outcome: Outcome) -> Outcome:
+        """An operation that finished outside :meth:`poll`'s per-operation tracking (the
+        simulated world applies its hosts' limit changes in one batch): the same
+        bookkeeping and the same outcome as if :meth:`poll` had collected it."""
+        key = (outcome.action.vm, channel(outcome.action))
+        if outcome.result is Result.SUCCEEDED:
+            self._failures.pop(key, None)
+        else:
+            self._record_failure(key, outcome.time_s)
+        return self._emit(outcome)
+
+    def settled(self, vm: str, chan: str) -> None:
+        """A success settled by the caller without an outcome (the simulated world's
+        batched limits, see :meth:`settle`): the failure count starts again."""
+        if self._failures:
+            self._failures.pop((vm, chan), None)
+
     def timeout_for(self, action: Action) -> float:
         return self.migration_timeout_s if isinstance(action, Migrate) else self.op_timeout_s
 

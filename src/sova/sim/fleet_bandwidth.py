@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from sova.agent import bandwidth as bw
-from sova.agent.executor import Result
+from sova.agent.executor import Outcome, Result
 from sova.agent.loop import HostAgent
 from sova.model import SetGuestRateLimit
 from sova.policy.kernels import Groups
-from sova.sim.engine import Engine
+from sova.sim.engine import CALL_DELAY_S, Engine
+from sova.sim.state import INF
 
 
 class FleetBandwidth:
@@ -44,6 +47,12 @@ class FleetBandwidth:
         # limit[i]: what the agent of host limit_host[i] last applied to VM i (nan: none)
         self.limit = np.full(engine.N, np.nan)
         self.limit_host = np.full(engine.N, -1, dtype=np.int64)
+        # limit calls in flight, submitted in rounds (one event on the clock per round)
+        self.pending = np.zeros(engine.N, dtype=bool)
+        self.pending_host = np.full(engine.N, -1, dtype=np.int64)
+        self.pending_rate = np.full(engine.N, np.nan)
+        self.pending_pps = np.full(engine.N, np.nan)
+        self.rounds: list[_Round] = []
 
     @classmethod
     def of(cls, engine: Engine, agents: Mapping[str, HostAgent]) -> FleetBandwidth | None:
@@ -91,11 +100,75 @@ class FleetBandwidth:
         new, changed = bw.limits(
             groups, engine.capacity, rate, pps, current, self.probe, self.spread_spare
         )
+        now, batch = engine.env.now, []
         for k in np.flatnonzero(changed).tolist():
-            r, p = float(new[k]), float(pps[k])
-            action = SetGuestRateLimit(
-                engine.vm_names[int(flows[k])],
-                None if math.isnan(r) else r,
-                None if math.isnan(p) else p,
-            )
-            self.agents[int(fh[k])].executor.apply_limit(action)
+            i, h = int(flows[k]), int(fh[k])
+            ex = self.agents[h].executor
+            vm = engine.vm_names[i]
+            if (self.pending[i] and self.pending_host[i] == h) or ex.backing_off(vm, now, "rate"):
+                continue  # in flight, or backing off: the executor would not send it
+            if engine.migrating[i] or self.pending[i] or ex.busy(vm, "rate"):
+                # a VM that may leave before the call lands: the executor's own path
+                r, p = float(new[k]), float(pps[k])
+                ex.apply_limit(
+                    SetGuestRateLimit(
+                        vm, None if math.isnan(r) else r, None if math.isnan(p) else p
+                    )
+                )
+                continue
+            batch.append(k)
+        if batch:
+            sel = np.array(batch, dtype=np.int64)
+            idx = flows[sel]
+            self.pending[idx] = True
+            self.pending_host[idx] = fh[sel]
+            self.pending_rate[idx], self.pending_pps[idx] = new[sel], pps[sel]
+            rnd = _Round(idx)
+            self.rounds.append(rnd)
+            engine.env.schedule(CALL_DELAY_S, partial(self._land, engine, rnd))
+
+    def _land(self, engine: Engine, rnd: _Round) -> None:
+        """The round's calls take effect (Engine._apply of each SetGuestRateLimit)."""
+        idx = rnd.idx
+        ok = engine.host[idx] == self.pending_host[idx]
+        on = idx[ok]
+        rate, pps = self.pending_rate[on], self.pending_pps[on]
+        engine.guest_limit[on] = np.where(np.isnan(rate), INF, rate)
+        engine.guest_pps[on] = np.where(np.isnan(pps), INF, pps)
+        rnd.ok, rnd.landed = ok, True
+
+    def settle(self, engine: Engine) -> None:
+        """At the agents' poll: the landed rounds' outcomes, as each executor would collect
+        them. A limit that landed becomes its agent's applied limit (what the outcome would
+        do through HostAgent's handler; a successful limit is no event in a simulated run,
+        record.outcome_event); one that did not is a failure the executor records."""
+        now = engine.env.now
+        while self.rounds and self.rounds[0].landed:
+            rnd = self.rounds.pop(0)
+            idx = rnd.idx
+            self.pending[idx] = False
+            on = idx[rnd.ok]
+            mine = on[self.limit_host[on] == self.pending_host[on]]
+            self.limit[mine] = self.pending_rate[mine]
+            rates = self.pending_rate[on].tolist()
+            for i, h, r in zip(on.tolist(), self.pending_host[on].tolist(), rates, strict=True):
+                agent = self.agents[h]
+                vm = engine.vm_names[i]
+                agent.limits[vm] = None if math.isnan(r) else r
+                agent.executor.settled(vm, "rate")
+            for i in idx[~rnd.ok].tolist():
+                h = int(self.pending_host[i])
+                r, p = float(self.pending_rate[i]), float(self.pending_pps[i])
+                vm = engine.vm_names[i]
+                action = SetGuestRateLimit(
+                    vm, None if math.isnan(r) else r, None if math.isnan(p) else p
+                )
+                detail = f"VM {vm!r} is no longer on {engine.host_names[h]}"
+                self.agents[h].executor.settle(Outcome(now, action, Result.FAILED, detail))
+
+
+@dataclass
+class _Round:
+    idx: np.ndarray  # the VMs whose limit calls this round submitted, in submission order
+    landed: bool = False
+    ok: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))

@@ -24,7 +24,7 @@ from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
 from sova.agent.loop import HostAgent, StepReport
 from sova.agent.registry import vf_policy
-from sova.agent.schedule import BANDWIDTH, STEP, Phase, PhaseSchedule, act
+from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
 from sova.model import Migrate, SetGuestRateLimit
 from sova.record import (
@@ -189,9 +189,12 @@ class World:
             progress(1)
 
     def _phase(self, phase: Phase, t: float) -> None:
-        if phase == BANDWIDTH and self._bw is not None:
-            self._bw.step(self.engine)
-            return
+        if self._bw is not None:
+            if phase == BANDWIDTH:
+                self._bw.step(self.engine)
+                return
+            if phase == POLL:
+                self._bw.settle(self.engine)
         reports = {h: act(a, phase) for h, a in self.agents.items()}
         if phase == STEP:
             self._record(t, {h: r for h, r in reports.items() if r is not None})
