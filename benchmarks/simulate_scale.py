@@ -49,9 +49,11 @@ seconds are the figure to compare; simulation only (``run_policy`` in one proces
     size (hosts x VMs x s)   before: CPU s   after: CPU s   VM-steps per CPU-s   peak RSS
     100 x 3 x 300                      5.0            1.6               56,300     67 MiB
     1,000 x 3 x 300                   74.8           15.3               58,700    151 MiB
+    1,000 x 20 x 300                     -           92.1               65,200    582 MiB
 
 (before at 1,000: the figure above, 384 MiB). Cost per VM-step is flat from 100 to 1,000
-hosts (linear in hosts x VMs); 10,000 hosts: see the table below when measured. The whole
+hosts and from 3 to 20 VMs per host (linear in hosts x VMs; 10,000 hosts not measured yet:
+the run did not finish under this load). The issue's 5 M VM-steps/s is ~75x away. The whole
 ``sova simulate`` command beside CloudSim Plus 8.5.7 (``--cloudsim``, one run each, 300 s):
 
     hosts  VMs   Sova wall / CPU / RSS      CS+ wall / CPU / RSS     CS+/Sova: wall  CPU  memory
