@@ -40,7 +40,34 @@ simulation 250.8 s wall / 74.8 s CPU (~12 k VM-steps/s of CPU), peak RSS 384 MiB
 every output file 6.1 s wall / 2.3 s CPU and the report alone 4.2 s wall / 1.4 s CPU (median
 of 3). An hour of it (1.08 M timeline rows) was not run in this session.
 
-Where the time of the simulation goes (cProfile of ``run_policy``, 100 x 3, 300 s, after):
+Issue 23's second session (branch sim): the bandwidth loop runs as array kernels
+(``sova.agent.bandwidth``, ``sova.policy.kernels``) for every host at once
+(``sova.sim.fleet_bandwidth``), and a round's limit calls land in one batch on the event
+clock; golden outputs unchanged. Load average 18-32 on the 2 cores throughout, so CPU
+seconds are the figure to compare; simulation only (``run_policy`` in one process):
+
+    size (hosts x VMs x s)   before: CPU s   after: CPU s   VM-steps per CPU-s   peak RSS
+    100 x 3 x 300                      5.0            1.6               56,300     67 MiB
+    1,000 x 3 x 300                   74.8           15.3               58,700    151 MiB
+    1,000 x 20 x 300                     -           92.1               65,200    582 MiB
+
+(before at 1,000: the figure above, 384 MiB). Cost per VM-step is flat from 100 to 1,000
+hosts and from 3 to 20 VMs per host (linear in hosts x VMs; 10,000 hosts not measured yet:
+the run did not finish under this load). The issue's 5 M VM-steps/s is ~75x away. The whole
+``sova simulate`` command beside CloudSim Plus 8.5.7 (``--cloudsim``, one run each, 300 s):
+
+    hosts  VMs   Sova wall / CPU / RSS      CS+ wall / CPU / RSS     CS+/Sova: wall  CPU  memory
+      100   300   75.7 s / 5.5 s / 137 MiB   22.5 s / 3.6 s / 304 MiB          0.30  0.65    2.22
+    1,000 3,000  294.8 s / 24.4 s / 226 MiB  87.1 s / 7.5 s / 442 MiB          0.30  0.31    1.96
+
+Sova is still ~3x slower than CloudSim Plus in CPU (the issue asks >= 10x faster) and uses
+half its memory (a quarter asked). What remains is the control period's per-host Python:
+sensing windows and factors, VF scheduling, hotspot reports and the timeline rows
+(``HostAgent.step``, about half of the simulation now), then the engine's per-tick numpy
+calls. ``benchmarks/batch_controller.py`` holds equality-tested array forms of the sensing and
+VF scheduling that are to move into ``sova.policy.kernels`` and be called by ``World``.
+
+Where the time of the simulation went before that (cProfile of ``run_policy``, 100 x 3, 300 s):
 the agents' phases ~88 % (``HostAgent.bandwidth_step`` alone ~60 %: every host samples,
 reads its inventory, allocates and submits a VF rate every second), the engine's driver views
 (``sample``/``inventory``) ~24 % of that, operations on the event clock ~10 %; the vectorised

@@ -120,11 +120,20 @@ class Executor:
         return None
 
     def apply(self, action: Action, actual: Inventory) -> Outcome | None:
+        return self._apply(action, lambda: self.precondition(action, actual))
+
+    def apply_limit(self, action: SetGuestRateLimit) -> Outcome | None:
+        """A rate limit for a VM the caller has just read on this host (the simulated
+        world reads every host's VMs at once, sova.sim.fleet_bandwidth): a limit's only
+        pre-condition is the VM's presence, so no inventory is read to check it again."""
+        return self._apply(action, lambda: None)
+
+    def _apply(self, action: Action, precondition: Callable[[], str | None]) -> Outcome | None:
         now = self.driver.now()
         key = (action.vm, channel(action))
         if key in self.in_flight or self.backing_off(action.vm, now, key[1]):
             return None
-        why = self.precondition(action, actual)
+        why = precondition()
         if why is not None:
             return self._emit(Outcome(now, action, Result.BLOCKED, why))
         if self.dry_run:
@@ -162,6 +171,23 @@ class Executor:
                 detail = f"no completion after {self.timeout_for(f.action):.0f} s"
                 done.append(self._emit(Outcome(now, f.action, Result.TIMEOUT, detail)))
         return done
+
+    def settle(self, outcome: Outcome) -> Outcome:
+        """An operation that finished outside :meth:`poll`'s per-operation tracking (the
+        simulated world applies its hosts' limit changes in one batch): the same
+        bookkeeping and the same outcome as if :meth:`poll` had collected it."""
+        key = (outcome.action.vm, channel(outcome.action))
+        if outcome.result is Result.SUCCEEDED:
+            self._failures.pop(key, None)
+        else:
+            self._record_failure(key, outcome.time_s)
+        return self._emit(outcome)
+
+    def settled(self, vm: str, chan: str) -> None:
+        """A success settled by the caller without an outcome (the simulated world's
+        batched limits, see :meth:`settle`): the failure count starts again."""
+        if self._failures:
+            self._failures.pop((vm, chan), None)
 
     def timeout_for(self, action: Action) -> float:
         return self.migration_timeout_s if isinstance(action, Migrate) else self.op_timeout_s

@@ -27,6 +27,9 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
+from sova.agent import bandwidth as bw
 from sova.agent.config import ControllerConfig
 from sova.agent.executor import MIGRATION_ENDED, Executor, Outcome, Result
 from sova.agent.registry import allocator_plugin, vf_policy
@@ -43,13 +46,12 @@ from sova.model import (
     SetGuestRateLimit,
     SetVFRate,
 )
-from sova.policy.bandwidth import FlowDemand
 from sova.policy.hotspot import HostCapacity, HostReport, Utilisation, VMLoad
+from sova.policy.kernels import Groups
 from sova.policy.operation import Migration, Operation, choose_migration
 from sova.policy.sensing import (
     HostSensor,
     LoadShares,
-    RateMeter,
     VMFactors,
     host_load,
     vm_loads,
@@ -179,7 +181,7 @@ class HostAgent:
         plugin = allocator_plugin(self.config.bandwidth_policy)
         self.allocator = plugin.build(self.config.static_caps) if plugin else None
         self.spread_spare = plugin is not None and plugin.spread_spare
-        self.rate_meter = RateMeter()
+        self._bw_last: HostSample | None = None  # the bandwidth loop's previous reading
         self.limits: dict[str, float | None] = {}
         # Operator fences from the manager (docs/operations.md#fencing): VMs (or the whole
         # host) whose VF assignment stays as it is — neither attached nor detached.
@@ -387,50 +389,46 @@ class HostAgent:
     # ----------------------------------------------------------------- bandwidth
 
     def bandwidth_step(self) -> list[Action]:
-        """One period of the bandwidth controller: measured rates -> allocator -> limits."""
+        """One period of the bandwidth controller: measured rates -> allocator -> limits
+        (the kernels of :mod:`sova.agent.bandwidth`, on this one host)."""
         if self.allocator is None:
             return []
         self.executor.poll()
-        rates = self.rate_meter.observe(self.driver.sample())
-        if not rates:
+        sample = self.driver.sample()
+        prev, self._bw_last = self._bw_last, sample
+        if prev is None or sample.time_s - prev.time_s <= 0:
+            return []
+        names = sorted(vm for vm in sample.vms if vm in prev.vms)
+        cur = [sample.vms[vm] for vm in names]
+        old = [prev.vms[vm] for vm in names]
+        m = bw.measure(
+            np.array([float(c.tx_bytes) for c in old]),
+            np.array([float(c.tx_packets) for c in old]),
+            np.array([float(c.tx_bytes) for c in cur]),
+            np.array([float(c.tx_packets) for c in cur]),
+            sample.time_s - prev.time_s,
+        )
+        if not m.valid.any():
             return []
         actual = self.snapshot = self.driver.inventory()
-        capacity = actual.host.nic.capacity_bps
-        demands = []
-        for vm, (bps, pkt) in sorted(rates.items()):
-            state = actual.vms.get(vm)
-            if state is None:
-                continue
-            cap = self.limits.get(vm)
-            demand = bps
-            if cap is not None and bps >= (1.0 - self.config.probe) * cap:
-                demand = max(bps, cap) * (1.0 + self.config.probe)
-            demands.append(
-                FlowDemand(vm, min(demand, capacity), state.vm.sla, pkt, state.vm.created_seq)
-            )
-        alloc = self.allocator.allocate(capacity, demands)
-        extra = 0.0
-        if self.spread_spare and alloc:
-            # Work conservation (the allocator declares it, AllocatorPlugin.spread_spare): an
-            # allocation is a VM's fair share of what was measured, and a cap at exactly that
-            # would hold a bursty VM (requests) at its mean rate and queue it while the link
-            # idles. Capacity nobody is allocated is spread over the caps, which then add up
-            # to the link, so no allocation (no guarantee) is eaten into.
-            spare = capacity - math.fsum(a.rate_bps for a in alloc.values())
-            extra = max(0.0, spare) / len(alloc)
-        actions: list[Action] = []
-        for vm, a in sorted(alloc.items()):
-            rate: float | None = a.rate_bps + extra
-            if rate is not None and self.config.probe > 0:
-                # An idle VM allocated ~0 would be capped at ~0 and could never show that
-                # it wants to send (a VM below its cap is not probed): keep a probing floor.
-                rate = max(rate, self.config.probe * capacity / len(demands))
-            if rate is not None and rate >= capacity * (1 - 1e-9) and a.pps_cap is None:
-                rate = None  # a cap at line rate is no cap
-            current = self.limits.get(vm)
-            if _same_limit(current, rate):
-                continue
-            actions.append(SetGuestRateLimit(vm, rate, a.pps_cap))
+        keep = m.valid & np.array([vm in actual.vms for vm in names], dtype=bool)
+        flows = [vm for vm, ok in zip(names, keep.tolist(), strict=True) if ok]
+        if not flows:
+            return []
+        groups = Groups.of(np.zeros(len(flows), dtype=np.int64), 1)
+        capacity = np.array([actual.host.nic.capacity_bps])
+        current = np.array([_nan(self.limits.get(vm)) for vm in flows])
+        probe = self.config.probe
+        demand = bw.probe_demand(m.bps[keep], current, capacity[groups.row], probe)
+        vms = [actual.vms[vm].vm for vm in flows]
+        rate, pps = bw.allocate(
+            [self.allocator], groups, capacity, demand, m.packet_bytes[keep], vms.__getitem__
+        )
+        new, changed = bw.limits(groups, capacity, rate, pps, current, probe, self.spread_spare)
+        actions: list[Action] = [
+            SetGuestRateLimit(flows[k], _none(new[k]), _none(pps[k]))
+            for k in np.flatnonzero(changed).tolist()
+        ]
         for act in actions:
             self.executor.apply(act, actual)
         return actions
@@ -453,7 +451,9 @@ class HostAgent:
         )
 
 
-def _same_limit(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return abs(a - b) <= 0.01 * max(a, b)
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
+def _none(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)

@@ -46,6 +46,9 @@ from sova.sim import migration, network, workload
 from sova.sim.network import ACK_BYTES
 from sova.sim.state import INF, EngineState, FileDone, Op
 
+# A rate change is a netlink or guest-agent call: it takes effect this long after submission.
+CALL_DELAY_S = 0.05
+
 
 class Engine(EngineState):
     def __init__(self, scn: Scenario) -> None:
@@ -221,7 +224,7 @@ class Engine(EngineState):
         elif isinstance(action, model.DetachVF):
             delay = p.hotplug_detach * float(self.orng.uniform(0.75, 1.25))
         else:
-            delay = 0.05  # a netlink or guest-agent call
+            delay = CALL_DELAY_S
         fails = isinstance(action, model.AttachVF | model.DetachVF) and (
             float(self.orng.uniform()) < p.hotplug_failure_rate
         )

@@ -24,9 +24,9 @@ from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
 from sova.agent.loop import HostAgent, StepReport
 from sova.agent.registry import vf_policy
-from sova.agent.schedule import STEP, Phase, PhaseSchedule, act
+from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
-from sova.model import Migrate
+from sova.model import Migrate, SetGuestRateLimit
 from sova.record import (
     RunRecord,
     TimelineRow,
@@ -40,6 +40,7 @@ from sova.record import (
 from sova.scenario import PolicySpec, Scenario
 from sova.sim.driver import SimDriver
 from sova.sim.engine import Engine
+from sova.sim.fleet_bandwidth import FleetBandwidth
 from sova.sim.state import Op
 
 
@@ -95,6 +96,8 @@ class World:
             cfg = agent_config(scn, policy)
             for h, drv in self.drivers.items():
                 self.agents[h] = HostAgent(drv, cfg, on_outcome=self._logger(h))
+        # every host's bandwidth loop at once (sim/fleet_bandwidth.py), same decisions
+        self._bw = FleetBandwidth.of(self.engine, self.agents) if self.agents else None
         m = scn.controller.manager
         self.manager: ManagerCore | None = None
         if with_agents and vf_policy(policy.vf).uses_manager and len(self.drivers) > 1:
@@ -150,6 +153,8 @@ class World:
             a = o.action
             if isinstance(a, Migrate) and self.manager is not None:
                 self.manager.release(a.vm)
+            if isinstance(a, SetGuestRateLimit) and self._bw is not None:
+                self._bw.limit_set(self.engine, host, a, o.result)
             ev = outcome_event(o, policy=self.policy.name, host=host)
             if ev is not None:
                 self.run.events.append(ev)
@@ -184,6 +189,12 @@ class World:
             progress(1)
 
     def _phase(self, phase: Phase, t: float) -> None:
+        if self._bw is not None:
+            if phase == BANDWIDTH:
+                self._bw.step(self.engine)
+                return
+            if phase == POLL:
+                self._bw.settle(self.engine)
         reports = {h: act(a, phase) for h, a in self.agents.items()}
         if phase == STEP:
             self._record(t, {h: r for h, r in reports.items() if r is not None})

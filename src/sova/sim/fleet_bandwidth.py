@@ -1,0 +1,174 @@
+"""Every host's bandwidth loop of a simulated world in one pass of array kernels.
+
+:meth:`HostAgent.bandwidth_step` reads its host's counters, measures, allocates and
+applies limit changes through its executor; doing that host by host builds a sample and an
+inventory of Python objects per host per second, which was most of a large world's run
+time. Here the world reads the engine's counter arrays once, and the same kernels
+(:mod:`sova.agent.bandwidth`, :mod:`sova.policy.kernels`) decide for all hosts; only the
+limit changes go through each host's agent (its executor: in-flight and back-off rules,
+outcomes, its record of applied limits).
+
+What a host's agent would have seen is reproduced exactly: a VM is measured only when its
+host read it at the previous round too (a VM that arrived since has no previous reading
+there), counters are whole numbers as a driver reads them, flows are in VM-name order per
+host, and each VM's current limit is the limit *its host's agent* applied (a migrated VM
+starts with whatever the target's agent last applied to it, usually none).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from sova.agent import bandwidth as bw
+from sova.agent.executor import Outcome, Result
+from sova.agent.loop import HostAgent
+from sova.model import SetGuestRateLimit
+from sova.policy.kernels import Groups
+from sova.sim.engine import CALL_DELAY_S, Engine
+from sova.sim.state import INF
+
+
+class FleetBandwidth:
+    def __init__(self, engine: Engine, agents: Mapping[str, HostAgent]) -> None:
+        first = next(iter(agents.values()))
+        self.probe = first.config.probe
+        self.spread_spare = first.spread_spare
+        names = engine.host_names
+        self.agents = [agents[h] for h in names]
+        self.allocators = [a.allocator for a in self.agents if a.allocator is not None]
+        self.rank = np.argsort(np.argsort(np.array(engine.vm_names, dtype=object)))
+        self.sla = bw.SLAArrays.of([v.sla for v in engine.vms])
+        self.prev: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None
+        # limit[i]: what the agent of host limit_host[i] last applied to VM i (nan: none)
+        self.limit = np.full(engine.N, np.nan)
+        self.limit_host = np.full(engine.N, -1, dtype=np.int64)
+        # limit calls in flight, submitted in rounds (one event on the clock per round)
+        self.pending = np.zeros(engine.N, dtype=bool)
+        self.pending_host = np.full(engine.N, -1, dtype=np.int64)
+        self.pending_rate = np.full(engine.N, np.nan)
+        self.pending_pps = np.full(engine.N, np.nan)
+        self.rounds: list[_Round] = []
+
+    @classmethod
+    def of(cls, engine: Engine, agents: Mapping[str, HostAgent]) -> FleetBandwidth | None:
+        if not agents or any(a.allocator is None for a in agents.values()):
+            return None
+        return cls(engine, agents)
+
+    def limit_set(self, engine: Engine, host: str, action: SetGuestRateLimit, result: str) -> None:
+        """An agent's limit change finished (its own record is already updated)."""
+        i, h = engine.vm_index[action.vm], engine.host_index[host]
+        if result == Result.SUCCEEDED and self.limit_host[i] == h:
+            self.limit[i] = math.nan if action.rate_bps is None else action.rate_bps
+
+    def step(self, engine: Engine) -> None:
+        now = engine.env.now
+        tx, pk, host = np.trunc(engine.tx_b), np.trunc(engine.tx_pk), engine.host.copy()
+        prev, self.prev = self.prev, (tx, pk, host, now)
+        if prev is None or now - prev[3] <= 0:
+            return
+        m = bw.measure(prev[0], prev[1], tx, pk, now - prev[3])
+        flows = np.flatnonzero(m.valid & (prev[2] == host))
+        if not len(flows):
+            return
+        fh = host[flows]
+        order = np.lexsort((self.rank[flows], fh))
+        flows, fh = flows[order], fh[order]
+        stale = np.flatnonzero(self.limit_host[flows] != fh)
+        for k in stale.tolist():
+            i = int(flows[k])
+            cur = self.agents[fh[k]].limits.get(engine.vm_names[i])
+            self.limit[i] = math.nan if cur is None else cur
+            self.limit_host[i] = fh[k]
+        groups = Groups.of(fh, engine.H)
+        current = self.limit[flows]
+        demand = bw.probe_demand(m.bps[flows], current, engine.capacity[fh], self.probe)
+        rate, pps = bw.allocate(
+            self.allocators,
+            groups,
+            engine.capacity,
+            demand,
+            m.packet_bytes[flows],
+            lambda k: engine.vms[int(flows[k])],
+            self.sla.take(flows),
+        )
+        new, changed = bw.limits(
+            groups, engine.capacity, rate, pps, current, self.probe, self.spread_spare
+        )
+        now, batch = engine.env.now, []
+        for k in np.flatnonzero(changed).tolist():
+            i, h = int(flows[k]), int(fh[k])
+            ex = self.agents[h].executor
+            vm = engine.vm_names[i]
+            if (self.pending[i] and self.pending_host[i] == h) or ex.backing_off(vm, now, "rate"):
+                continue  # in flight, or backing off: the executor would not send it
+            if engine.migrating[i] or self.pending[i] or ex.busy(vm, "rate"):
+                # a VM that may leave before the call lands: the executor's own path
+                r, p = float(new[k]), float(pps[k])
+                ex.apply_limit(
+                    SetGuestRateLimit(
+                        vm, None if math.isnan(r) else r, None if math.isnan(p) else p
+                    )
+                )
+                continue
+            batch.append(k)
+        if batch:
+            sel = np.array(batch, dtype=np.int64)
+            idx = flows[sel]
+            self.pending[idx] = True
+            self.pending_host[idx] = fh[sel]
+            self.pending_rate[idx], self.pending_pps[idx] = new[sel], pps[sel]
+            rnd = _Round(idx)
+            self.rounds.append(rnd)
+            engine.env.schedule(CALL_DELAY_S, partial(self._land, engine, rnd))
+
+    def _land(self, engine: Engine, rnd: _Round) -> None:
+        """The round's calls take effect (Engine._apply of each SetGuestRateLimit)."""
+        idx = rnd.idx
+        ok = engine.host[idx] == self.pending_host[idx]
+        on = idx[ok]
+        rate, pps = self.pending_rate[on], self.pending_pps[on]
+        engine.guest_limit[on] = np.where(np.isnan(rate), INF, rate)
+        engine.guest_pps[on] = np.where(np.isnan(pps), INF, pps)
+        rnd.ok, rnd.landed = ok, True
+
+    def settle(self, engine: Engine) -> None:
+        """At the agents' poll: the landed rounds' outcomes, as each executor would collect
+        them. A limit that landed becomes its agent's applied limit (what the outcome would
+        do through HostAgent's handler; a successful limit is no event in a simulated run,
+        record.outcome_event); one that did not is a failure the executor records."""
+        now = engine.env.now
+        while self.rounds and self.rounds[0].landed:
+            rnd = self.rounds.pop(0)
+            idx = rnd.idx
+            self.pending[idx] = False
+            on = idx[rnd.ok]
+            mine = on[self.limit_host[on] == self.pending_host[on]]
+            self.limit[mine] = self.pending_rate[mine]
+            rates = self.pending_rate[on].tolist()
+            for i, h, r in zip(on.tolist(), self.pending_host[on].tolist(), rates, strict=True):
+                agent = self.agents[h]
+                vm = engine.vm_names[i]
+                agent.limits[vm] = None if math.isnan(r) else r
+                agent.executor.settled(vm, "rate")
+            for i in idx[~rnd.ok].tolist():
+                h = int(self.pending_host[i])
+                r, p = float(self.pending_rate[i]), float(self.pending_pps[i])
+                vm = engine.vm_names[i]
+                action = SetGuestRateLimit(
+                    vm, None if math.isnan(r) else r, None if math.isnan(p) else p
+                )
+                detail = f"VM {vm!r} is no longer on {engine.host_names[h]}"
+                self.agents[h].executor.settle(Outcome(now, action, Result.FAILED, detail))
+
+
+@dataclass
+class _Round:
+    idx: np.ndarray  # the VMs whose limit calls this round submitted, in submission order
+    landed: bool = False
+    ok: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))

@@ -1,0 +1,332 @@
+"""The array kernels decide exactly what the readable per-host specification decides.
+
+:mod:`sova.policy.kernels` and :mod:`sova.agent.bandwidth` are what every agent runs (one
+host) and what ``World`` runs (all hosts at once). Equality is demanded, not closeness: a
+simulated run must be byte-identical whichever form decided, so each kernel is fed random
+heterogeneous clusters (hosts of different link speeds and VM counts, including empty
+hosts) beside the per-host function it implements and must return the same floats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from tests.test_bandwidth_props import flows
+
+from sova.agent import bandwidth as bw
+from sova.model import MBIT, VM, HostCounters, HostSample, VMCounters
+from sova.policy.bandwidth import FlowDemand, SovaAllocator
+from sova.policy.kernels import Groups, row_fsum
+from sova.policy.sensing import RateMeter
+from sova.scenario import Scenario, load_sweep
+from sova.sim.world import World
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# --------------------------------------------------------------------------- exact sums
+
+finite = st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False)
+# values that cancel: sums near rounding ties are where a compensated sum goes wrong
+tricky = st.one_of(
+    finite,
+    st.sampled_from([1.0, -1.0, 2.0**53, -(2.0**53), 1e16, -1e16, 0.1, 0.2, 0.3, 1e-300, 5e-324]),
+    st.floats(-1e300, 1e300, allow_nan=False, allow_infinity=False),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.lists(tricky, min_size=6, max_size=6), min_size=1, max_size=20), st.integers(0, 6)
+)
+def test_row_fsum_is_math_fsum(rows: list[list[float]], width: int) -> None:
+    m = np.array([r[:width] for r in rows], dtype=np.float64).reshape(len(rows), width)
+    got = row_fsum(m)
+    want = [math.fsum(r[:width]) for r in rows]
+    assert got.tolist() == want
+
+
+def test_row_fsum_on_a_tie_that_a_compensated_sum_rounds_wrongly() -> None:
+    # 1 + 2^-53 + 2^-106: the exact sum is just above the tie between 1 and 1 + 2^-52, so
+    # it rounds up; summing the error terms in float loses the 2^-106 and would round down.
+    m = np.array([[1.0, 2.0**-53, 2.0**-106]])
+    assert row_fsum(m).tolist() == [math.fsum(m[0].tolist())] == [1.0 + 2.0**-52]
+
+
+# --------------------------------------------------------------------------- allocator
+
+
+@dataclass(frozen=True)
+class Cluster:
+    capacity: list[float]  # per host
+    hosts: list[list[FlowDemand]]
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> Cluster:
+    n_hosts = draw(st.integers(1, 8))
+    caps, hosts = [], []
+    seq = 0
+    for _ in range(n_hosts):
+        caps.append(draw(st.sampled_from([0.0, 1_000.0, 10_000.0, 25_000.0, 3_300.0])) * MBIT)
+        fl = []
+        for _ in range(draw(st.integers(0, 7))):
+            fl.append(draw(flows(f"vm{seq}", seq)))
+            seq += 1
+        hosts.append(fl)
+    return Cluster(caps, hosts)
+
+
+def flat(c: Cluster) -> tuple[Groups, list[FlowDemand], np.ndarray]:
+    host = [h for h, fl in enumerate(c.hosts) for _ in fl]
+    demands = [d for fl in c.hosts for d in fl]
+    # hosts' flows interleaved: the kernel must not depend on flows being contiguous
+    order = sorted(range(len(host)), key=lambda i: (i % 3, i))
+    host = [host[i] for i in order]
+    demands = [demands[i] for i in order]
+    return Groups.of(np.array(host, dtype=np.int64), len(c.hosts)), demands, np.array(c.capacity)
+
+
+@settings(max_examples=400, deadline=None)
+@given(clusters())
+def test_sova_kernel_equals_the_allocator_host_by_host(c: Cluster) -> None:
+    groups, demands, capacity = flat(c)
+    vms = [VM(d.vm, 1, 1, sla=d.sla) for d in demands]
+    rate, pps = bw.allocate(
+        [SovaAllocator()] * len(c.hosts),
+        groups,
+        capacity,
+        np.array([d.demand_bps for d in demands]),
+        np.array([d.packet_bytes for d in demands]),
+        vms.__getitem__,
+    )
+    want = {}
+    for h, fl in enumerate(c.hosts):
+        want.update(SovaAllocator().allocate(c.capacity[h], fl))
+    for k, d in enumerate(demands):
+        assert rate[k] == want[d.vm].rate_bps, d.vm
+        assert (None if math.isnan(pps[k]) else pps[k]) == want[d.vm].pps_cap
+
+
+def test_congested_and_overcommitted_hosts_in_one_round() -> None:
+    # host 0: two 6 Gbit/s guarantees on a 10 Gbit/s link (over-committed: scaled to 5 each);
+    # host 1: 4 + 8 Gbit/s demand on 10 Gbit/s, weights 1:1 -> water level 5: 4 and 6;
+    # host 2: 1 Gbit/s on 10 (uncongested: its demand).
+    from sova.model import SLA, ResourceTuple
+
+    g = SLA(bandwidth=ResourceTuple(minimum=6e9))
+    cl = Cluster(
+        [10e9, 10e9, 10e9],
+        [
+            [FlowDemand("a", 7e9, g), FlowDemand("b", 7e9, g)],
+            [FlowDemand("c", 4e9, SLA()), FlowDemand("d", 8e9, SLA())],
+            [FlowDemand("e", 1e9, SLA())],
+        ],
+    )
+    groups, demands, capacity = flat(cl)
+    vms = [VM(d.vm, 1, 1, sla=d.sla) for d in demands]
+    rate, _ = bw.allocate(
+        [SovaAllocator()] * 3,
+        groups,
+        capacity,
+        np.array([d.demand_bps for d in demands]),
+        np.full(len(demands), 1500.0),
+        vms.__getitem__,
+    )
+    got = {d.vm: rate[k] for k, d in enumerate(demands)}
+    assert got == {"a": 5e9, "b": 5e9, "c": 4e9, "d": 6e9, "e": 1e9}
+
+
+def test_a_bad_flow_is_refused_naming_the_field() -> None:
+    groups = Groups.of(np.zeros(1, dtype=np.int64), 1)
+    with pytest.raises(ValueError, match="packet_bytes"):
+        bw.allocate(
+            [SovaAllocator()],
+            groups,
+            np.array([1e9]),
+            np.array([1e6]),
+            np.array([0.0]),
+            lambda k: VM("a", 1, 1),
+        )
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def spec_limits(
+    capacity: float,
+    bps: dict[str, float],
+    limits: dict[str, float | None],
+    probe: float,
+    spread_spare: bool,
+    slas: dict[str, FlowDemand],
+) -> dict[str, tuple[float | None, float | None]]:
+    """The agent's bandwidth period for one host as it was written before the kernels
+    (HostAgent.bandwidth_step): the readable specification of sova.agent.bandwidth."""
+    demands = []
+    for vm, rate_bps in sorted(bps.items()):
+        cap = limits.get(vm)
+        demand = rate_bps
+        if cap is not None and rate_bps >= (1.0 - probe) * cap:
+            demand = max(rate_bps, cap) * (1.0 + probe)
+        d = slas[vm]
+        demands.append(FlowDemand(vm, min(demand, capacity), d.sla, d.packet_bytes))
+    alloc = SovaAllocator().allocate(capacity, demands)
+    extra = 0.0
+    if spread_spare and alloc:
+        spare = capacity - math.fsum(a.rate_bps for a in alloc.values())
+        extra = max(0.0, spare) / len(alloc)
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for vm, a in sorted(alloc.items()):
+        rate: float | None = a.rate_bps + extra
+        if rate is not None and probe > 0:
+            rate = max(rate, probe * capacity / len(demands))
+        if rate is not None and rate >= capacity * (1 - 1e-9) and a.pps_cap is None:
+            rate = None
+        current = limits.get(vm)
+        if (current is None or rate is None) and current is rate:
+            continue
+        if (
+            current is not None
+            and rate is not None
+            and abs(current - rate) <= 0.01 * max(current, rate)
+        ):
+            continue
+        out[vm] = (rate, a.pps_cap)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    clusters(),
+    st.data(),
+    st.sampled_from([0.0, 0.05, 0.1]),
+    st.booleans(),
+)
+def test_limits_kernel_equals_the_per_host_loop(
+    c: Cluster, data: st.DataObject, probe: float, spread: bool
+) -> None:
+    groups, demands, capacity = flat(c)
+    assume(all(cap > 0 for cap, fl in zip(c.capacity, c.hosts, strict=True) if fl))
+    current: dict[str, float | None] = {
+        d.vm: data.draw(
+            st.one_of(
+                st.none(), st.floats(0, 12_000, allow_subnormal=False).map(lambda x: x * MBIT)
+            )
+        )
+        for d in demands
+    }
+    # the same measured rates, with the current limits nearby half the time
+    bps = {
+        d.vm: (current[d.vm] or 1e9) * data.draw(st.sampled_from([0.5, 0.97, 1.0, 1.3]))
+        if data.draw(st.booleans())
+        else d.demand_bps
+        for d in demands
+    }
+    cur = np.array([math.nan if current[d.vm] is None else current[d.vm] for d in demands])
+    row_cap = capacity[groups.row]
+    demand = bw.probe_demand(np.array([bps[d.vm] for d in demands]), cur, row_cap, probe)
+    vms = [VM(d.vm, 1, 1, sla=d.sla) for d in demands]
+    rate, pps = bw.allocate(
+        [SovaAllocator()] * len(c.hosts),
+        groups,
+        capacity,
+        demand,
+        np.array([d.packet_bytes for d in demands]),
+        vms.__getitem__,
+    )
+    new, changed = bw.limits(groups, capacity, rate, pps, cur, probe, spread)
+    got = {
+        d.vm: (
+            None if math.isnan(new[k]) else float(new[k]),
+            None if math.isnan(pps[k]) else float(pps[k]),
+        )
+        for k, d in enumerate(demands)
+        if changed[k]
+    }
+    want: dict[str, tuple[float | None, float | None]] = {}
+    for h, fl in enumerate(c.hosts):
+        if fl:
+            want.update(
+                spec_limits(
+                    c.capacity[h],
+                    {d.vm: bps[d.vm] for d in fl},
+                    current,
+                    probe,
+                    spread,
+                    {d.vm: d for d in fl},
+                )
+            )
+    assert got == want
+
+
+counter = st.integers(0, 2**40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(counter, counter, counter, counter), min_size=1, max_size=12),
+    st.sampled_from([0.2, 1.0, 3.7]),
+)
+def test_measure_equals_the_rate_meter(
+    readings: list[tuple[int, int, int, int]], dt: float
+) -> None:
+    # (previous tx bytes, previous tx packets, tx bytes, tx packets); some go backwards
+    def sample(t: float, which: int) -> HostSample:
+        return HostSample(
+            "h",
+            t,
+            {
+                f"vm{k}": VMCounters(f"vm{k}", 1, 0, 0, 0, r[which], 0, r[which + 1])
+                for k, r in enumerate(readings)
+            },
+            HostCounters(0, 0, 0, 0),
+        )
+
+    meter = RateMeter()
+    meter.observe(sample(10.0, 0))
+    want = meter.observe(sample(10.0 + dt, 2))
+    arr = np.array(readings, dtype=np.float64)
+    m = bw.measure(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], (10.0 + dt) - 10.0)
+    got = {f"vm{k}": (m.bps[k], m.packet_bytes[k]) for k in range(len(readings)) if m.valid[k]}
+    assert got == want
+
+
+# --------------------------------------------------------------------------- the world
+
+
+def _run(scn: Scenario, policy: str, fleet: bool) -> tuple[list[object], list[object], list[float]]:
+    spec = next(p for p in scn.policy_specs if p.name == policy)
+    world = World(scn, spec)
+    if not fleet:
+        world._bw = None  # every agent's own bandwidth_step, one host at a time
+    run = world.run_until(scn.duration)
+    eng = world.engine
+    return list(run.timeline), list(run.events), eng.guest_limit.tolist()
+
+
+@pytest.mark.parametrize(
+    ("name", "policy", "duration"),
+    [
+        ("sova-tour", "sova", 600.0),  # Sova allocator, 3 hosts, hot spots, a live migration
+        ("daqs-fig3", "daqs", 60.0),  # DAQS: a stateful allocator called host by host
+    ],
+)
+def test_world_decides_the_same_with_all_hosts_at_once(
+    name: str, policy: str, duration: float
+) -> None:
+    # The world's bandwidth phase (sim/fleet_bandwidth.py: one pass for all hosts, limit
+    # calls landing in one batch per round) against every HostAgent.bandwidth_step on its
+    # own host: the same timeline, events and applied limits, VM by VM.
+    scn = load_sweep(ROOT / "scenarios" / f"{name}.yaml")[0]
+    scn = scn.model_copy(update={"duration": duration})
+    fast = _run(scn, policy, fleet=True)
+    slow = _run(scn, policy, fleet=False)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+    assert fast[2] == slow[2]
