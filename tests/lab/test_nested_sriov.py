@@ -8,7 +8,11 @@ libvirt-python missing). Times and what failed before in docs/lab.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import subprocess
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -102,4 +106,209 @@ def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nes
         print(f"domain {dtype}: plug {plug_s:.1f} s ({st.detail}), unplug {unplug_s:.1f} s")
     finally:
         drv.close()
+        with contextlib.suppress(libvirt.libvirtError):
+            dom.destroy()
+        with contextlib.suppress(libvirt.libvirtError):
+            dom.undefine()
+        conn.close()
+
+
+class StreamSink:
+    """TCP server on this machine (the L0 end of the lab's segment): per connection from
+    a guest, the bytes, the longest stretch without data and whether it ended (EOF or reset)
+    before the sink was closed — a long-lived stream is lost when it ends early."""
+
+    def __init__(self, addr: str, port: int) -> None:
+        self.srv = socket.create_server((addr, port))
+        self.srv.settimeout(0.5)
+        self.conns: dict[str, dict[str, Any]] = {}
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                c, (peer, _) = self.srv.accept()
+            except TimeoutError:
+                continue
+            rec: dict[str, Any] = {"bytes": 0, "gaps": [], "last": time.time(), "ended": None}
+            self.conns[peer] = rec
+            threading.Thread(target=self._read, args=(c, rec), daemon=True).start()
+
+    def _read(self, c: socket.socket, rec: dict[str, Any]) -> None:
+        c.settimeout(1.0)
+        while not self.stop.is_set():
+            try:
+                data = c.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError as e:
+                rec["ended"] = f"{time.time():.1f}: {e}"
+                return
+            if not data:
+                rec["ended"] = f"{time.time():.1f}: EOF"
+                return
+            now = time.time()
+            rec["gaps"].append((now - rec["last"], now))
+            rec["last"] = now
+            rec["bytes"] += len(data)
+        c.close()
+
+    def max_gap(self, peer: str, start: float, end: float) -> float:
+        gaps = [g for g, t in self.conns[peer]["gaps"] if start <= t <= end + 30]
+        return max(gaps, default=float("inf"))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.srv.close()
+
+
+def _holder(conn: Any, names: list[str]) -> str | None:
+    from sova.driver.libvirt_xml import parse_domain
+
+    held = [n for n in names if parse_domain(conn.lookupByName(n).XMLDesc(0)).sova_vf()]
+    assert len(held) <= 1, f"one VF in the pool, held by {held}"
+    return held[0] if held else None
+
+
+def _sh(ga: Any, dom: Any, script: str) -> str:
+    return str(ga.exec(dom, "/bin/sh", ["-c", script]).stdout)
+
+
+def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(nested):
+    """`sova agent` inside L1 (sriov-vf + teaming, DSR-IOV top-q, standalone, a pool of one
+    VF) gives the VF to the guest that sends, takes it back when the loads swap and gives it
+    to the other guest. The guests' own traffic (busybox nc to this machine) and CPU burners
+    make the loads; the agent counts inside the guests (igb's VF counters stay at zero).
+    Checked at each switch: the live XML (one holder), the VF carrying the holder's bulk
+    stream inside the guest (net_failover uses it), the ping gap from this machine at 20/s
+    (send time), and a long-lived TCP stream per guest (20 small writes a second) that must
+    not end and whose longest silence is reported.
+    """
+    import libvirt
+
+    from sova.driver.guest_agent import GuestAgent
+    from sova.lab.loads import ping_gaps
+    from sova.lab.nested import agent_toml, l2_xml, start_agent
+
+    uri = nested.l1_uri(1)
+    conn = libvirt.open(uri)
+    caps = conn.getCapabilities()
+    dtype = "kvm" if "type='kvm'" in caps or 'type="kvm"' in caps else "qemu"
+    names = ["g1", "g2"]
+    ips = {g: nested.l2_ip(1, k) for k, g in enumerate(names, start=1)}
+    doms = {}
+    for k, g in enumerate(names, start=1):
+        doms[g] = conn.defineXML(l2_xml(g, f"52:54:00:77:01:1{k}", dtype, f"{ips[g]}/24"))
+        doms[g].create()
+    ga = GuestAgent(command_timeout_s=10, exec_timeout_s=30.0)
+    host = f"{nested.subnet}.1"
+    ticks = StreamSink(host, 5300)
+    bulk = StreamSink(host, 5201)
+    pings: dict[str, subprocess.Popen[bytes]] = {}
+    logs = {g: nested.root / f"ping-{g}.log" for g in names}
+    t_start = time.time()
+    try:
+        for g in names:  # guest agent up (the L2 kernel is: hot-plug needs its pciehp)
+            deadline = time.monotonic() + 240
+            while True:
+                try:
+                    ga.command(doms[g], "guest-ping")
+                    break
+                except Exception:
+                    assert time.monotonic() < deadline, f"{g}: no guest agent after 240 s"
+                    time.sleep(3)
+            print(f"{g}: guest agent after {time.time() - t_start:.0f} s")
+        for g in names:
+            r = subprocess.run(["ping", "-c", "1", "-W", "60", ips[g]], capture_output=True)
+            assert r.returncode == 0, f"{g} at {ips[g]}: {r.stdout.decode()[-200:]}"
+            log = logs[g].open("w")
+            pings[g] = subprocess.Popen(["ping", "-D", "-i", "0.05", ips[g]], stdout=log)
+            _sh(
+                ga,
+                doms[g],
+                f"(while :; do echo tick; usleep 50000; done | nc {host} 5300)"
+                " >/dev/null 2>&1 </dev/null &",
+            )
+        controller = {
+            "period": "5s",
+            "sensing": {"window": 2},
+            "scheduler": {"io_filter": "top-q", "top_q": 8, "min_dwell": "0s"},
+            "op_timeout": "90s",
+        }
+        agent_log = start_agent(nested, 1, agent_toml(nested, 1, controller, vf_pool=1))
+        switches: list[tuple[str, float]] = []
+
+        def phase(net: str, cpu: str, timeout_s: float = 300.0) -> float:
+            _sh(
+                ga,
+                doms[cpu],
+                "kill $(cat /run/bulk.pid) 2>/dev/null; "
+                "(while :; do :; done) >/dev/null 2>&1 </dev/null & echo $! > /run/cpu.pid",
+            )
+            _sh(
+                ga,
+                doms[net],
+                "kill $(cat /run/cpu.pid) 2>/dev/null; "
+                f"nc {host} 5201 </dev/zero >/dev/null 2>&1 & echo $! > /run/bulk.pid",
+            )
+            t0 = time.time()
+            last = _holder(conn, names)
+            while True:
+                now = _holder(conn, names)
+                if now != last:
+                    switches.append((f"{last}->{now}", time.time()))
+                    print(f"holder {last} -> {now} at +{time.time() - t0:.1f} s")
+                    last = now
+                if now == net:
+                    break
+                assert time.time() - t0 < timeout_s, (
+                    f"{net} sends but holder is {now} after {timeout_s:g} s; agent log: "
+                    + agent_log.read_text(errors="replace")[-1500:]
+                )
+                time.sleep(0.5)
+            time.sleep(20)  # the switch settles; traffic flows through the VF
+            stats = _sh(
+                ga,
+                doms[net],
+                "for d in /sys/class/net/*; do echo ${d##*/} "
+                "$(readlink $d/device/driver) $(cat $d/statistics/tx_bytes); done",
+            )
+            vf = [ln.split() for ln in stats.splitlines() if "igbvf" in ln]
+            assert vf and int(vf[0][-1]) > 1_000_000, f"{net}: VF not carrying: {stats}"
+            assert _holder(conn, names) == net, "holder changed back while the load stayed"
+            return time.time() - t0
+
+        took1 = phase("g1", "g2")
+        took2 = phase("g2", "g1")
+        t_end = time.time()
+        lost = {g: rec["ended"] for g, rec in ticks.conns.items() if rec["ended"]}
+        assert set(ticks.conns) == set(ips.values()), ticks.conns.keys()
+        assert not lost, f"long-lived TCP streams ended: {lost}"
+        report = []
+        for what, at in switches:
+            for g in names:
+                pg = ping_gaps(logs[g], at - 15, at + 15, 0.05)
+                report.append(
+                    f"{what} {g}: ping gap {pg['max_gap_s']} s ({pg['lost']} lost), "
+                    f"stream silence {ticks.max_gap(ips[g], at - 15, at + 15):.2f} s"
+                )
+        print(f"phases {took1:.0f} s, {took2:.0f} s; switches {len(switches)}")
+        print("\n".join(report))
+        worst = {g: ping_gaps(logs[g], t_start, t_end, 0.05) for g in names}
+        print(f"whole run: {worst}")
+        assert [w for w, _ in switches][-2:] == ["g1->None", "None->g2"], switches
+        for g in names:
+            assert worst[g]["max_gap_s"] <= 5.0, (g, worst[g])
+    finally:
+        for p in pings.values():
+            p.terminate()
+        ticks.close()
+        bulk.close()
+        print(
+            "agent log tail:",
+            (nested.run_dir(1) / "agent.log").read_text(errors="replace")[-3000:]
+            if (nested.run_dir(1) / "agent.log").exists()
+            else "none",
+        )
         conn.close()

@@ -25,10 +25,12 @@ import json
 import os
 import shutil
 import subprocess
+import sysconfig
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sova.lab.daemons import LabError, kill_pids, ledger_pids, record_pid_at
 
@@ -70,6 +72,14 @@ class NestedSettings:
 
     def pf_mac(self, n: int) -> str:
         return f"52:54:00:78:01:1{n}"
+
+    def l2_ip(self, n: int, k: int) -> str:
+        """Guest k (1-based) of L1 n, on the same segment as the L1s and this machine."""
+        return f"{self.subnet}.{100 + 10 * n + k}"
+
+    def run_dir(self, n: int) -> Path:
+        """L1 n's writable share: the agent's TOML goes in, its log and records come out."""
+        return self.root / f"l1-{n}-run"
 
     def taps(self, n: int) -> tuple[str, str]:
         return f"{self.prefix}{n}c", f"{self.prefix}{n}p"
@@ -132,9 +142,15 @@ def _network_up(ns: NestedSettings) -> None:
             _sh("ip", "-n", ns.netns, "link", "set", tap, "master", ns.bridge, "up")
 
 
-def l1_command(ns: NestedSettings, qemu: Path, image: Path, n: int) -> list[str]:
+def l1_command(
+    ns: NestedSettings, qemu: Path, image: Path, n: int, repo: Path | None = None
+) -> list[str]:
     """The L1's QEMU 10, in the L0 namespace and a private mount namespace where QEMU 10's
-    own modules and firmware are bind-mounted over the machine's (QEMU 7.2's)."""
+    own modules and firmware are bind-mounted over the machine's (QEMU 7.2's).
+
+    With ``repo``, three 9p shares for the agent inside L1 (scripts/lab/nested/l1/…/
+    sova-l1-agent): the checkout's ``src`` and the running interpreter's packages
+    (read-only), and L1 n's run directory (writable)."""
     prefix = qemu.parents[2]
     binds = [
         (prefix / "usr/lib/x86_64-linux-gnu/qemu", Path("/usr/lib/x86_64-linux-gnu/qemu")),
@@ -167,6 +183,18 @@ def l1_command(ns: NestedSettings, qemu: Path, image: Path, n: int) -> list[str]
         "-netdev", f"tap,id=ctl,ifname={ctl},script=no,downscript=no",
         "-device", f"virtio-net-pci,netdev=ctl,mac={ns.ctl_mac(n)}",
     ]  # fmt: skip
+    if repo is not None:
+        shares = [
+            ("sova-src", repo / "src", True),
+            ("sova-py", Path(sysconfig.get_paths()["purelib"]), True),
+            ("sova-run", ns.run_dir(n), False),
+        ]
+        for tag, path, ro in shares:
+            args += [
+                "-virtfs",
+                f"local,path={path},mount_tag={tag},security_model=none"
+                + (",readonly=on" if ro else ""),
+            ]
     mounts = " && ".join(f"mount --bind '{a}' '{b}'" for a, b in binds)
     inner = " ".join(f"'{a}'" for a in args)
     return [
@@ -207,9 +235,10 @@ def up(ns: NestedSettings, repo: Path, say: Callable[[str], None] = print) -> di
             "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
             "-b", str(image / "base.qcow2"), str(ns.root / f"l1-{n}.qcow2"),
         )  # fmt: skip
+        ns.run_dir(n).mkdir(parents=True, exist_ok=True)
         log = open(ns.root / f"l1-{n}.out", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
-            l1_command(ns, qemu, image, n),
+            l1_command(ns, qemu, image, n, repo),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -263,10 +292,46 @@ def down(ns: NestedSettings) -> list[str]:
     return removed
 
 
-def l2_xml(name: str, mac: str, domain_type: str) -> str:
+def agent_toml(
+    ns: NestedSettings, n: int, controller: dict[str, Any], vf_pool: int | None = None
+) -> str:
+    """The agent's file inside L1 n: production's strategies (``sriov-vf`` + ``teaming``,
+    the defaults), this hypervisor's own libvirt, standalone (no manager), and hot-plug
+    bounds for TCG (an attempt takes seconds) that fit the controller's ``op_timeout``."""
+    from sova.lab.sova_procs import to_toml
+
+    data: dict[str, Any] = {
+        "host": f"l1-{n}",
+        "driver": "libvirt",
+        "connect": "qemu:///system",
+        "poll_interval_s": 0.5,
+        "log_level": "info",
+        "controller": controller,
+        "libvirt": {
+            "host_name": f"l1-{n}",
+            "vf_pool": vf_pool,
+            "hotplug_timeout_s": 30.0,
+            "hotplug_attempts": 2,
+            "retry_backoff_s": 2.0,
+        },
+    }
+    return to_toml(data) + "\n"
+
+
+def start_agent(ns: NestedSettings, n: int, toml: str) -> Path:
+    """Hand L1 n's agent its file (it waits for it, docs/lab.md#nested); its log path."""
+    run = ns.run_dir(n)
+    tmp = run / "agent.toml.tmp"
+    tmp.write_text(toml)
+    tmp.rename(run / "agent.toml")  # the agent never reads half a file
+    return run / "agent.log"
+
+
+def l2_xml(name: str, mac: str, domain_type: str, ip: str | None = None) -> str:
     """An L2 guest inside an L1: the L1's kernel and a busybox initramfs, one virtio NIC
-    on the L1's br-back as the failover backup (persistent teaming, a user alias), and
-    spare PCIe root ports for the VF to be hot-plugged into."""
+    on the L1's br-back as the failover backup (persistent teaming, a user alias), spare
+    PCIe root ports for the VF to be hot-plugged into, and a guest-agent channel. With
+    ``ip`` (``A/N``) the guest puts it on its net_failover master."""
     cpu = (
         "<cpu mode='host-passthrough'/>"
         if domain_type == "kvm"
@@ -278,7 +343,8 @@ def l2_xml(name: str, mac: str, domain_type: str) -> str:
         "<memory unit='MiB'>256</memory><vcpu>1</vcpu>"
         "<os><type arch='x86_64' machine='q35'>hvm</type>"
         "<kernel>/var/lib/sova-l2/vmlinuz</kernel><initrd>/var/lib/sova-l2/initrd.img</initrd>"
-        "<cmdline>console=ttyS0 panic=-1</cmdline></os>"
+        f"<cmdline>console=ttyS0 panic=-1 sova.mac={mac}"
+        f"{f' sova.ip={ip}' if ip else ''}</cmdline></os>"
         f"<features><acpi/></features>{cpu}<on_reboot>restart</on_reboot>"
         "<devices><controller type='pci' model='pcie-root'/>"
         f"{ports}"
@@ -286,5 +352,6 @@ def l2_xml(name: str, mac: str, domain_type: str) -> str:
         "<model type='virtio'/><teaming type='persistent'/><alias name='ua-backup0'/>"
         "</interface>"
         f"<serial type='file'><source path='/var/log/libvirt/qemu/{name}.serial'/></serial>"
+        "<channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>"
         "<memballoon model='none'/></devices></domain>"
     )
