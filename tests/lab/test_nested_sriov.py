@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
-import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.lab.nested_helpers import StreamSink, guest_sh, holder, wait_guest_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 L2_MAC = "52:54:00:77:00:10"
@@ -113,68 +112,6 @@ def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nes
         conn.close()
 
 
-class StreamSink:
-    """TCP server on this machine (the L0 end of the lab's segment): per connection from
-    a guest, the bytes, the longest stretch without data and whether it ended (EOF or reset)
-    before the sink was closed — a long-lived stream is lost when it ends early."""
-
-    def __init__(self, addr: str, port: int) -> None:
-        self.srv = socket.create_server((addr, port))
-        self.srv.settimeout(0.5)
-        self.conns: dict[str, dict[str, Any]] = {}
-        self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                c, (peer, _) = self.srv.accept()
-            except TimeoutError:
-                continue
-            rec: dict[str, Any] = {"bytes": 0, "gaps": [], "last": time.time(), "ended": None}
-            self.conns[peer] = rec
-            threading.Thread(target=self._read, args=(c, rec), daemon=True).start()
-
-    def _read(self, c: socket.socket, rec: dict[str, Any]) -> None:
-        c.settimeout(1.0)
-        while not self.stop.is_set():
-            try:
-                data = c.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError as e:
-                rec["ended"] = f"{time.time():.1f}: {e}"
-                return
-            if not data:
-                rec["ended"] = f"{time.time():.1f}: EOF"
-                return
-            now = time.time()
-            rec["gaps"].append((now - rec["last"], now))
-            rec["last"] = now
-            rec["bytes"] += len(data)
-        c.close()
-
-    def max_gap(self, peer: str, start: float, end: float) -> float:
-        gaps = [g for g, t in self.conns[peer]["gaps"] if start <= t <= end + 30]
-        return max(gaps, default=float("inf"))
-
-    def close(self) -> None:
-        self.stop.set()
-        self.srv.close()
-
-
-def _holder(conn: Any, names: list[str]) -> str | None:
-    from sova.driver.libvirt_xml import parse_domain
-
-    held = [n for n in names if parse_domain(conn.lookupByName(n).XMLDesc(0)).sova_vf()]
-    assert len(held) <= 1, f"one VF in the pool, held by {held}"
-    return held[0] if held else None
-
-
-def _sh(ga: Any, dom: Any, script: str) -> str:
-    return str(ga.exec(dom, "/bin/sh", ["-c", script]).stdout)
-
-
 def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(nested):
     """`sova agent` inside L1 (sriov-vf + teaming, DSR-IOV top-q, standalone, a pool of one
     VF) gives the VF to the guest that sends, takes it back when the loads swap and gives it
@@ -210,21 +147,14 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
     t_start = time.time()
     try:
         for g in names:  # guest agent up (the L2 kernel is: hot-plug needs its pciehp)
-            deadline = time.monotonic() + 240
-            while True:
-                try:
-                    ga.command(doms[g], "guest-ping")
-                    break
-                except Exception:
-                    assert time.monotonic() < deadline, f"{g}: no guest agent after 240 s"
-                    time.sleep(3)
+            wait_guest_agent(ga, doms[g])
             print(f"{g}: guest agent after {time.time() - t_start:.0f} s")
         for g in names:
             r = subprocess.run(["ping", "-c", "1", "-W", "60", ips[g]], capture_output=True)
             assert r.returncode == 0, f"{g} at {ips[g]}: {r.stdout.decode()[-200:]}"
             log = logs[g].open("w")
             pings[g] = subprocess.Popen(["ping", "-D", "-i", "0.05", ips[g]], stdout=log)
-            _sh(
+            guest_sh(
                 ga,
                 doms[g],
                 f"(while :; do echo tick; usleep 50000; done | nc {host} 5300)"
@@ -240,22 +170,22 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
         switches: list[tuple[str, float]] = []
 
         def phase(net: str, cpu: str, timeout_s: float = 300.0) -> float:
-            _sh(
+            guest_sh(
                 ga,
                 doms[cpu],
                 "kill $(cat /run/bulk.pid) 2>/dev/null; "
                 "(while :; do :; done) >/dev/null 2>&1 </dev/null & echo $! > /run/cpu.pid",
             )
-            _sh(
+            guest_sh(
                 ga,
                 doms[net],
                 "kill $(cat /run/cpu.pid) 2>/dev/null; "
                 f"nc {host} 5201 </dev/zero >/dev/null 2>&1 & echo $! > /run/bulk.pid",
             )
             t0 = time.time()
-            last = _holder(conn, names)
+            last = holder(conn, names)
             while True:
-                now = _holder(conn, names)
+                now = holder(conn, names)
                 if now != last:
                     switches.append((f"{last}->{now}", time.time()))
                     print(f"holder {last} -> {now} at +{time.time() - t0:.1f} s")
@@ -268,7 +198,7 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
                 )
                 time.sleep(0.5)
             time.sleep(20)  # the switch settles; traffic flows through the VF
-            stats = _sh(
+            stats = guest_sh(
                 ga,
                 doms[net],
                 "for d in /sys/class/net/*; do echo ${d##*/} "
@@ -276,7 +206,7 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
             )
             vf = [ln.split() for ln in stats.splitlines() if "igbvf" in ln]
             assert vf and int(vf[0][-1]) > 1_000_000, f"{net}: VF not carrying: {stats}"
-            assert _holder(conn, names) == net, "holder changed back while the load stayed"
+            assert holder(conn, names) == net, "holder changed back while the load stayed"
             return time.time() - t0
 
         took1 = phase("g1", "g2")

@@ -162,6 +162,7 @@ def l1_command(
     args = [
         str(qemu),
         "-name", f"sova-l1-{n}",
+        "-uuid", f"5eb1a000-0000-4000-8000-0000000000{n:02d}",  # libvirt's host UUID: two hosts
         "-accel", "tcg,thread=multi",
         "-machine", "q35",
         "-cpu", "max",
@@ -293,17 +294,26 @@ def down(ns: NestedSettings) -> list[str]:
 
 
 def agent_toml(
-    ns: NestedSettings, n: int, controller: dict[str, Any], vf_pool: int | None = None
+    ns: NestedSettings,
+    n: int,
+    controller: dict[str, Any],
+    vf_pool: int | None = None,
+    manager: tuple[str, str] | None = None,
+    libvirt: dict[str, Any] | None = None,
 ) -> str:
     """The agent's file inside L1 n: production's strategies (``sriov-vf`` + ``teaming``,
-    the defaults), this hypervisor's own libvirt, standalone (no manager), and hot-plug
-    bounds for TCG (an attempt takes seconds) that fit the controller's ``op_timeout``."""
+    the defaults), this hypervisor's own libvirt, hot-plug bounds for TCG (an attempt
+    takes seconds) that fit the controller's ``op_timeout``; standalone, or reporting to
+    ``manager`` (URL, this host's token). ``libvirt``: more ``[libvirt]`` keys."""
     from sova.lab.sova_procs import to_toml
 
     data: dict[str, Any] = {
         "host": f"l1-{n}",
         "driver": "libvirt",
         "connect": "qemu:///system",
+        "manager_url": manager[0] if manager else None,
+        "token": manager[1] if manager else None,
+        "report_timeout_s": 5.0,
         "poll_interval_s": 0.5,
         "log_level": "info",
         "controller": controller,
@@ -313,6 +323,7 @@ def agent_toml(
             "hotplug_timeout_s": 30.0,
             "hotplug_attempts": 2,
             "retry_backoff_s": 2.0,
+            **(libvirt or {}),
         },
     }
     return to_toml(data) + "\n"
