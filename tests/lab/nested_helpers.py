@@ -71,7 +71,7 @@ def guest_sh(ga: Any, dom: Any, script: str) -> str:
     return str(ga.exec(dom, "/bin/sh", ["-c", script]).stdout)
 
 
-def wait_guest_agent(ga: Any, dom: Any, timeout_s: float = 240.0) -> float:
+def wait_guest_agent(ga: Any, dom: Any, timeout_s: float = 600.0) -> float:
     """Seconds until the guest agent answers (the L2 kernel is up: hot-plug needs pciehp)."""
     t0 = time.monotonic()
     while True:

@@ -21,7 +21,9 @@ done
 cp /tmp/l2-init "$d/init"
 chmod +x "$d/init"
 : > "$d/modules.order"
-for path in $(modprobe -S "$kver" --show-depends virtio_pci virtio_net net_failover igbvf virtio_console 2>/dev/null | awk '$1 == "insmod" {print $2}'); do
+# one module per modprobe call: `modprobe --show-depends a b c` takes b and c as a's
+# parameters (the L2 had only virtio_pci until this was found)
+for path in $(for m in virtio_pci virtio_net net_failover igbvf virtio_console; do modprobe -S "$kver" --show-depends "$m"; done | awk '$1 == "insmod" {print $2}'); do
     name=$(basename "$path")
     case "$name" in
         *.xz) xz -dc "$path" > "$d/mods/${name%.xz}"; name=${name%.xz} ;;

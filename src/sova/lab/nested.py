@@ -354,10 +354,13 @@ def l2_xml(name: str, mac: str, domain_type: str, ip: str | None = None) -> str:
         "<memory unit='MiB'>256</memory><vcpu>1</vcpu>"
         "<os><type arch='x86_64' machine='q35'>hvm</type>"
         "<kernel>/var/lib/sova-l2/vmlinuz</kernel><initrd>/var/lib/sova-l2/initrd.img</initrd>"
-        f"<cmdline>console=ttyS0 panic=-1 sova.mac={mac}"
+        # quiet: every console byte is an exit to L1's QEMU under TCG; the kernel's boot
+        # log alone took L2 minutes (measured), the init's own lines are still printed
+        f"<cmdline>console=ttyS0 quiet panic=-1 sova.mac={mac}"
         f"{f' sova.ip={ip}' if ip else ''}</cmdline></os>"
         f"<features><acpi/></features>{cpu}<on_reboot>restart</on_reboot>"
-        "<devices><controller type='pci' model='pcie-root'/>"
+        # no USB controller: it would take one of the root ports the VF is plugged into
+        "<devices><controller type='pci' model='pcie-root'/><controller type='usb' model='none'/>"
         f"{ports}"
         f"<interface type='bridge'><mac address='{mac}'/><source bridge='br-back'/>"
         "<model type='virtio'/><teaming type='persistent'/><alias name='ua-backup0'/>"
