@@ -153,7 +153,7 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
         }
         for n in (1, 2):
             h = f"l1-{n}"
-            start_agent(ns, n, agent_toml(ns, n, controller, None, (url, tokens[h]), lv))
+            start_agent(ns, n, agent_toml(ns, n, controller, None, (url, tokens[h]), lv), ROOT)
         deadline = time.monotonic() + 400
         while not all(_vf_of(doms[g]) for g in names):
             assert time.monotonic() < deadline, "both guests should hold a VF before the burn"

@@ -166,7 +166,7 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
             "scheduler": {"io_filter": "top-q", "top_q": 8, "min_dwell": "0s"},
             "op_timeout": "90s",
         }
-        agent_log = start_agent(nested, 1, agent_toml(nested, 1, controller, vf_pool=1))
+        agent_log = start_agent(nested, 1, agent_toml(nested, 1, controller, vf_pool=1), ROOT)
         switches: list[tuple[str, float]] = []
 
         def phase(net: str, cpu: str, timeout_s: float = 300.0) -> float:

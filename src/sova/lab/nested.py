@@ -25,7 +25,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
+import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,9 +150,8 @@ def l1_command(
     """The L1's QEMU 10, in the L0 namespace and a private mount namespace where QEMU 10's
     own modules and firmware are bind-mounted over the machine's (QEMU 7.2's).
 
-    With ``repo``, three 9p shares for the agent inside L1 (scripts/lab/nested/l1/…/
-    sova-l1-agent): the checkout's ``src`` and the running interpreter's packages
-    (read-only), and L1 n's run directory (writable)."""
+    With ``repo``, L1 n's run directory as a writable 9p share: the agent inside L1
+    (scripts/lab/nested/l1/…/sova-l1-agent) takes its code and its file from there."""
     prefix = qemu.parents[2]
     binds = [
         (prefix / "usr/lib/x86_64-linux-gnu/qemu", Path("/usr/lib/x86_64-linux-gnu/qemu")),
@@ -185,17 +186,7 @@ def l1_command(
         "-device", f"virtio-net-pci,netdev=ctl,mac={ns.ctl_mac(n)}",
     ]  # fmt: skip
     if repo is not None:
-        shares = [
-            ("sova-src", repo / "src", True),
-            ("sova-py", Path(sysconfig.get_paths()["purelib"]), True),
-            ("sova-run", ns.run_dir(n), False),
-        ]
-        for tag, path, ro in shares:
-            args += [
-                "-virtfs",
-                f"local,path={path},mount_tag={tag},security_model=none"
-                + (",readonly=on" if ro else ""),
-            ]
+        args += ["-virtfs", f"local,path={ns.run_dir(n)},mount_tag=sova-run,security_model=none"]
     mounts = " && ".join(f"mount --bind '{a}' '{b}'" for a, b in binds)
     inner = " ".join(f"'{a}'" for a in args)
     return [
@@ -329,9 +320,72 @@ def agent_toml(
     return to_toml(data) + "\n"
 
 
-def start_agent(ns: NestedSettings, n: int, toml: str) -> Path:
-    """Hand L1 n's agent its file (it waits for it, docs/lab.md#nested); its log path."""
+#: What the agent imports (its daemon, the libvirt driver, the policies it runs): the
+#: top-level packages these pull in are what L1 gets.
+AGENT_IMPORTS = (
+    "sova.cli",
+    "sova.cli_daemons",
+    "sova.daemon.agent_daemon",
+    "sova.daemon.wiring",
+    "sova.daemon.preflight",
+    "sova.daemon.config",
+    "sova.driver.libvirt_driver",
+    "sova.agent.loop",
+    "sova.daemon.manager_client",
+    "httpcore",  # httpx loads its transport's packages on first use
+    "h11",
+    "anyio",
+    "certifi",
+    "libvirt",
+    "libvirt_qemu",
+)
+
+
+def agent_bundle(repo: Path, out: Path) -> int:
+    """The agent's code for L1 as one archive: the checkout's ``sova`` package and every
+    top-level package of the running interpreter's site-packages that importing the agent
+    loads (found by importing it in a child interpreter, not by a hand-kept list). Bytes."""
+    probe = (
+        "import importlib, sys\n"
+        f"for m in {AGENT_IMPORTS!r}: importlib.import_module(m)\n"
+        "for m in list(sys.modules.values()):\n"
+        "    f = getattr(m, '__file__', None)\n"
+        "    if f: print(f)\n"
+    )
+    files = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(repo / "src")},
+    ).stdout.split()
+    site = Path(sysconfig.get_paths()["purelib"])
+    tops: set[str] = set()
+    for f in files:
+        p = Path(f)
+        if site in p.parents:
+            tops.add(p.relative_to(site).parts[0])
+    with tarfile.open(out, "w:gz", compresslevel=1) as tar:
+        tar.add(repo / "src" / "sova", "sova", filter=_no_cache)
+        for top in sorted(tops - {"sova"}):
+            tar.add(site / top, top, filter=_no_cache)
+        for top in sorted(tops):  # the shared libraries a wheel bundles beside it
+            libs = site / f"{top}.libs"
+            if libs.is_dir():
+                tar.add(libs, libs.name)
+    return out.stat().st_size
+
+
+def _no_cache(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    return None if "__pycache__" in info.name else info
+
+
+def start_agent(ns: NestedSettings, n: int, toml: str, repo: Path) -> Path:
+    """Hand L1 n's agent its code and its file (it waits for the file, docs/lab.md#nested);
+    its log path."""
     run = ns.run_dir(n)
+    agent_bundle(repo, run / "sova-agent.tar.gz")
     tmp = run / "agent.toml.tmp"
     tmp.write_text(toml)
     tmp.rename(run / "agent.toml")  # the agent never reads half a file
