@@ -136,7 +136,7 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
                 f"(while :; do echo tick; usleep 50000; done | nc {host} 5300)"
                 " >/dev/null 2>&1 </dev/null &",
             )
-            guest_sh(ga, doms[g], f"nc {host} 5201 </dev/zero >/dev/null 2>&1 </dev/null &")
+            guest_sh(ga, doms[g], f"nc {host} 5201 </dev/zero >/dev/null 2>&1 &")
         controller = {
             "period": "5s",
             "vf_policy": "sova",
