@@ -75,7 +75,7 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
 
     from sova.driver.guest_agent import GuestAgent
     from sova.lab.loads import ping_gaps
-    from sova.lab.nested import agent_toml, l2_xml, start_agent
+    from sova.lab.nested import agent_toml, l2_guest_xml, start_agent
     from sova.lab.sova_procs import free_port, to_toml
 
     ns = nested2
@@ -87,7 +87,7 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
     ips = {g: ns.l2_ip(1, k) for k, g in enumerate(names, start=1)}
     doms = {}
     for k, g in enumerate(names, start=1):
-        doms[g] = conns[1].defineXML(l2_xml(g, f"52:54:00:77:01:1{k}", dtype, f"{ips[g]}/24"))
+        doms[g] = conns[1].defineXML(l2_guest_xml(ns, 1, k, dtype))
         doms[g].create()
     tokens = {f"l1-{n}": secrets.token_hex(16) for n in (1, 2)}
     admin = secrets.token_hex(16)

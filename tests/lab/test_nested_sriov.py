@@ -126,7 +126,7 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
 
     from sova.driver.guest_agent import GuestAgent
     from sova.lab.loads import ping_gaps
-    from sova.lab.nested import agent_toml, l2_xml, start_agent
+    from sova.lab.nested import agent_toml, l2_guest_xml, start_agent
 
     uri = nested.l1_uri(1)
     conn = libvirt.open(uri)
@@ -136,7 +136,7 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
     ips = {g: nested.l2_ip(1, k) for k, g in enumerate(names, start=1)}
     doms = {}
     for k, g in enumerate(names, start=1):
-        doms[g] = conn.defineXML(l2_xml(g, f"52:54:00:77:01:1{k}", dtype, f"{ips[g]}/24"))
+        doms[g] = conn.defineXML(l2_guest_xml(nested, 1, k, dtype))
         doms[g].create()
     ga = GuestAgent(command_timeout_s=10, exec_timeout_s=30.0)
     host = f"{nested.subnet}.1"

@@ -409,6 +409,11 @@ def start_agent(ns: NestedSettings, n: int, toml: str, repo: Path) -> Path:
     return run / "agent.log"
 
 
+def l2_guest_xml(ns: NestedSettings, n: int, k: int, domain_type: str) -> str:
+    """Guest ``g<k>`` created in L1 n: its address on the lab's segment, a MAC of its own."""
+    return l2_xml(f"g{k}", f"52:54:00:77:{n:02x}:1{k}", domain_type, f"{ns.l2_ip(n, k)}/24")
+
+
 def l2_xml(name: str, mac: str, domain_type: str, ip: str | None = None) -> str:
     """An L2 guest inside an L1: the L1's kernel and a busybox initramfs, one virtio NIC
     on the L1's br-back as the failover backup (persistent teaming, a user alias), spare
