@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -81,3 +82,13 @@ def wait_guest_agent(ga: Any, dom: Any, timeout_s: float = 600.0) -> float:
         except Exception:
             assert time.monotonic() - t0 < timeout_s, f"no guest agent after {timeout_s:g} s"
             time.sleep(3)
+
+
+def wait_agent_started(log: Path, timeout_s: float = 600.0) -> float:
+    """Seconds until the agent inside L1 logs its start (it unpacks its code and imports
+    it under TCG: 3.5 min measured with two busy guests beside it)."""
+    t0 = time.monotonic()
+    while "sova agent for" not in (log.read_text(errors="replace") if log.exists() else ""):
+        assert time.monotonic() - t0 < timeout_s, f"the agent in L1 not started: {log}"
+        time.sleep(2)
+    return time.monotonic() - t0

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.lab.nested_helpers import StreamSink, guest_sh, wait_guest_agent
+from tests.lab.nested_helpers import StreamSink, guest_sh, wait_agent_started, wait_guest_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,6 +154,8 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
         for n in (1, 2):
             h = f"l1-{n}"
             start_agent(ns, n, agent_toml(ns, n, controller, None, (url, tokens[h]), lv), ROOT)
+        for n in (1, 2):
+            wait_agent_started(ns.run_dir(n) / "agent.log")
         deadline = time.monotonic() + 400
         while not all(_vf_of(doms[g]) for g in names):
             assert time.monotonic() < deadline, "both guests should hold a VF before the burn"
