@@ -1,9 +1,11 @@
-"""The production driver on a real VF: one L1 hypervisor (QEMU 10, emulated VT-d and igb) with
-libvirt 9.0 inside, one L2 guest with a teamed virtio NIC, one VF plugged and taken back.
+"""The production driver and the production agent on real VFs: one L1 hypervisor (QEMU 10,
+emulated VT-d and igb) with libvirt 9.0 inside. First the driver from this machine plugs a
+VF into one teamed L2 guest and takes it back; then `sova agent` running inside L1 moves a
+pool of one VF between two teamed L2 guests as their loads swap.
 
-Opt-in (``SOVA_LAB_SRIOV=1``): it takes both cores for minutes (L1 under TCG) and must not
-run beside the lab tier. Skips, saying why, where it cannot run (not root, tools or
-libvirt-python missing). Times and what failed before in docs/lab.md.
+Opt-in (``SOVA_LAB_SRIOV=1``): it takes both cores for many minutes (L1 under TCG) and must
+not run beside the lab tier. Skips, saying why, where it cannot run (not root, tools or
+libvirt-python missing). Times and what failed before in docs/lab.md#nested.
 """
 
 from __future__ import annotations
