@@ -28,6 +28,8 @@ class StreamSink:
                 c, (peer, _) = self.srv.accept()
             except TimeoutError:
                 continue
+            except OSError:  # closed by close()
+                return
             rec: dict[str, Any] = {"bytes": 0, "gaps": [], "last": time.time(), "ended": None}
             self.conns[peer] = rec
             threading.Thread(target=self._read, args=(c, rec), daemon=True).start()
