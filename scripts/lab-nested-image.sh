@@ -13,7 +13,7 @@ SUITE=bookworm
 PKGS=(
     linux-image-amd64 systemd-sysv udev kmod
     libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-guest-agent
-    iproute2 pciutils ethtool busybox-static cpio xz-utils
+    iproute2 pciutils ethtool busybox-static cpio xz-utils python3
 )
 MIRROR="$(awk '/^URIs:/ && !done {print $2; done=1}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
@@ -52,7 +52,7 @@ unshare --mount --propagation private mmdebstrap --variant=minbase --include="$(
     --customize-hook="cp $here/lab/nested/build-l2.sh \"\$1\"/tmp/build-l2.sh" \
     --customize-hook='chroot "$1" sh /tmp/build-l2.sh' \
     --customize-hook='rm -f "$1"/tmp/l2-init "$1"/tmp/build-l2.sh' \
-    --customize-hook='chroot "$1" systemctl enable sova-l1.service libvirtd-tcp.socket' \
+    --customize-hook='chroot "$1" systemctl enable sova-l1.service sova-agent.service libvirtd-tcp.socket' \
     --customize-hook='chroot "$1" systemctl disable libvirt-guests.service || true' \
     --customize-hook='echo sova-l1 > "$1/etc/hostname"' \
     --customize-hook='printf "/dev/vda / ext4 defaults 0 1\n" > "$1/etc/fstab"' \

@@ -306,7 +306,8 @@ class AgentDaemon:
             lease_vm = self.signalled.pop(a.vm, a.vm)
             self.pending_done.append(
                 _Done(
-                    lease_vm, MigrationDone(result=o.result.value, dst=a.dst_host, detail=o.detail[:400])
+                    lease_vm,
+                    MigrationDone(result=o.result.value, dst=a.dst_host, detail=o.detail[:400]),
                 )
             )
 

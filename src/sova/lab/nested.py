@@ -25,10 +25,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
+import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sova.lab.daemons import LabError, kill_pids, ledger_pids, record_pid_at
 
@@ -70,6 +74,14 @@ class NestedSettings:
 
     def pf_mac(self, n: int) -> str:
         return f"52:54:00:78:01:1{n}"
+
+    def l2_ip(self, n: int, k: int) -> str:
+        """Guest k (1-based) of L1 n, on the same segment as the L1s and this machine."""
+        return f"{self.subnet}.{100 + 10 * n + k}"
+
+    def run_dir(self, n: int) -> Path:
+        """L1 n's writable share: the agent's TOML goes in, its log and records come out."""
+        return self.root / f"l1-{n}-run"
 
     def taps(self, n: int) -> tuple[str, str]:
         return f"{self.prefix}{n}c", f"{self.prefix}{n}p"
@@ -119,7 +131,24 @@ def unavailable() -> str | None:
 def _network_up(ns: NestedSettings) -> None:
     _sh("ip", "netns", "add", ns.netns)
     _sh("ip", "-n", ns.netns, "link", "set", "lo", "up")
-    _sh("ip", "-n", ns.netns, "link", "add", ns.bridge, "type", "bridge", "forward_delay", "0")
+    # FDB entries age after 1 s: a guest's VF leaves L1 through the igb port and its virtio
+    # backup through the control NIC (two ports here; one PF port on a production host), so
+    # after an unplug a guest that sends nothing stayed unreachable behind the igb port until
+    # its ARP entry went stale (28 s, 561 of 20/s pings lost, measured); flooding reaches it
+    ageing = ("ageing_time", "100")  # centiseconds
+    _sh(
+        "ip",
+        "-n",
+        ns.netns,
+        "link",
+        "add",
+        ns.bridge,
+        "type",
+        "bridge",
+        "forward_delay",
+        "0",
+        *ageing,
+    )
     _sh("ip", "-n", ns.netns, "link", "set", ns.bridge, "up")
     _sh("ip", "link", "add", ns.veth, "type", "veth", "peer", "name", f"{ns.veth}p")
     _sh("ip", "link", "set", f"{ns.veth}p", "netns", ns.netns)
@@ -132,9 +161,14 @@ def _network_up(ns: NestedSettings) -> None:
             _sh("ip", "-n", ns.netns, "link", "set", tap, "master", ns.bridge, "up")
 
 
-def l1_command(ns: NestedSettings, qemu: Path, image: Path, n: int) -> list[str]:
+def l1_command(
+    ns: NestedSettings, qemu: Path, image: Path, n: int, repo: Path | None = None
+) -> list[str]:
     """The L1's QEMU 10, in the L0 namespace and a private mount namespace where QEMU 10's
-    own modules and firmware are bind-mounted over the machine's (QEMU 7.2's)."""
+    own modules and firmware are bind-mounted over the machine's (QEMU 7.2's).
+
+    With ``repo``, L1 n's run directory as a writable 9p share: the agent inside L1
+    (scripts/lab/nested/l1/…/sova-l1-agent) takes its code and its file from there."""
     prefix = qemu.parents[2]
     binds = [
         (prefix / "usr/lib/x86_64-linux-gnu/qemu", Path("/usr/lib/x86_64-linux-gnu/qemu")),
@@ -146,6 +180,7 @@ def l1_command(ns: NestedSettings, qemu: Path, image: Path, n: int) -> list[str]
     args = [
         str(qemu),
         "-name", f"sova-l1-{n}",
+        "-uuid", f"5eb1a000-0000-4000-8000-0000000000{n:02d}",  # libvirt's host UUID: two hosts
         "-accel", "tcg,thread=multi",
         "-machine", "q35",
         "-cpu", "max",
@@ -167,6 +202,8 @@ def l1_command(ns: NestedSettings, qemu: Path, image: Path, n: int) -> list[str]
         "-netdev", f"tap,id=ctl,ifname={ctl},script=no,downscript=no",
         "-device", f"virtio-net-pci,netdev=ctl,mac={ns.ctl_mac(n)}",
     ]  # fmt: skip
+    if repo is not None:
+        args += ["-virtfs", f"local,path={ns.run_dir(n)},mount_tag=sova-run,security_model=none"]
     mounts = " && ".join(f"mount --bind '{a}' '{b}'" for a, b in binds)
     inner = " ".join(f"'{a}'" for a in args)
     return [
@@ -207,9 +244,10 @@ def up(ns: NestedSettings, repo: Path, say: Callable[[str], None] = print) -> di
             "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
             "-b", str(image / "base.qcow2"), str(ns.root / f"l1-{n}.qcow2"),
         )  # fmt: skip
+        ns.run_dir(n).mkdir(parents=True, exist_ok=True)
         log = open(ns.root / f"l1-{n}.out", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
-            l1_command(ns, qemu, image, n),
+            l1_command(ns, qemu, image, n, repo),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -263,10 +301,124 @@ def down(ns: NestedSettings) -> list[str]:
     return removed
 
 
-def l2_xml(name: str, mac: str, domain_type: str) -> str:
+def agent_toml(
+    ns: NestedSettings,
+    n: int,
+    controller: dict[str, Any],
+    vf_pool: int | None = None,
+    manager: tuple[str, str] | None = None,
+    libvirt: dict[str, Any] | None = None,
+) -> str:
+    """The agent's file inside L1 n: production's strategies (``sriov-vf`` + ``teaming``,
+    the defaults), this hypervisor's own libvirt, hot-plug bounds for TCG (an attempt
+    takes seconds) that fit the controller's ``op_timeout``; standalone, or reporting to
+    ``manager`` (URL, this host's token). ``libvirt``: more ``[libvirt]`` keys."""
+    from sova.lab.sova_procs import to_toml
+
+    data: dict[str, Any] = {
+        "host": f"l1-{n}",
+        "driver": "libvirt",
+        "connect": "qemu:///system",
+        "manager_url": manager[0] if manager else None,
+        "token": manager[1] if manager else None,
+        "report_timeout_s": 5.0,
+        "poll_interval_s": 0.5,
+        "log_level": "info",
+        "controller": controller,
+        "libvirt": {
+            "host_name": f"l1-{n}",
+            "vf_pool": vf_pool,
+            "hotplug_timeout_s": 30.0,
+            "hotplug_attempts": 2,
+            "retry_backoff_s": 2.0,
+            **(libvirt or {}),
+        },
+    }
+    return to_toml(data) + "\n"
+
+
+#: What the agent imports (its daemon, the libvirt driver, the policies it runs): the
+#: top-level packages these pull in are what L1 gets.
+AGENT_IMPORTS = (
+    "sova.cli",
+    "sova.cli_daemons",
+    "sova.daemon.agent_daemon",
+    "sova.daemon.wiring",
+    "sova.daemon.preflight",
+    "sova.daemon.config",
+    "sova.driver.libvirt_driver",
+    "sova.agent.loop",
+    "sova.daemon.manager_client",
+    "httpcore",  # httpx loads its transport's packages on first use
+    "h11",
+    "anyio",
+    "certifi",
+    "libvirt",
+    "libvirt_qemu",
+)
+
+
+def agent_bundle(repo: Path, out: Path) -> int:
+    """The agent's code for L1 as one archive: the checkout's ``sova`` package and every
+    top-level package of the running interpreter's site-packages that importing the agent
+    loads (found by importing it in a child interpreter, not by a hand-kept list). Bytes."""
+    probe = (
+        "import importlib, sys\n"
+        f"for m in {AGENT_IMPORTS!r}: importlib.import_module(m)\n"
+        "for m in list(sys.modules.values()):\n"
+        "    f = getattr(m, '__file__', None)\n"
+        "    if f: print(f)\n"
+    )
+    files = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(repo / "src")},
+    ).stdout.split()
+    site = Path(sysconfig.get_paths()["purelib"])
+    tops: set[str] = set()
+    for f in files:
+        p = Path(f)
+        if site in p.parents:
+            tops.add(p.relative_to(site).parts[0])
+    with tarfile.open(out, "w:gz", compresslevel=1) as tar:
+        tar.add(repo / "src" / "sova", "sova", filter=_no_cache)
+        for top in sorted(tops - {"sova"}):
+            tar.add(site / top, top, filter=_no_cache)
+        for top in sorted(tops):  # the shared libraries a wheel bundles beside it
+            libs = site / f"{top}.libs"
+            if libs.is_dir():
+                tar.add(libs, libs.name)
+    return out.stat().st_size
+
+
+def _no_cache(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    return None if "__pycache__" in info.name else info
+
+
+def start_agent(ns: NestedSettings, n: int, toml: str, repo: Path) -> Path:
+    """Hand L1 n's agent its code and its file (it waits for the file, docs/lab.md#nested);
+    its log path."""
+    run = ns.run_dir(n)
+    agent_bundle(repo, run / "sova-agent.tar.gz")
+    tmp = run / "agent.toml.tmp"
+    tmp.write_text(toml)
+    tmp.rename(run / "agent.toml")  # the agent never reads half a file
+    return run / "agent.log"
+
+
+def l2_guest_xml(ns: NestedSettings, n: int, k: int, domain_type: str) -> str:
+    """Guest ``g<k>`` created in L1 n: its address on the lab's segment, a MAC of its own."""
+    return l2_xml(f"g{k}", f"52:54:00:77:{n:02x}:1{k}", domain_type, f"{ns.l2_ip(n, k)}/24")
+
+
+def l2_xml(name: str, mac: str, domain_type: str, ip: str | None = None) -> str:
     """An L2 guest inside an L1: the L1's kernel and a busybox initramfs, one virtio NIC
-    on the L1's br-back as the failover backup (persistent teaming, a user alias), and
-    spare PCIe root ports for the VF to be hot-plugged into."""
+    on the L1's br-back as the failover backup (persistent teaming, a user alias), spare
+    PCIe root ports for the VF to be hot-plugged into, and a guest-agent channel. With
+    ``ip`` (``A/N``) the guest puts it on its net_failover master."""
     cpu = (
         "<cpu mode='host-passthrough'/>"
         if domain_type == "kvm"
@@ -278,13 +430,18 @@ def l2_xml(name: str, mac: str, domain_type: str) -> str:
         "<memory unit='MiB'>256</memory><vcpu>1</vcpu>"
         "<os><type arch='x86_64' machine='q35'>hvm</type>"
         "<kernel>/var/lib/sova-l2/vmlinuz</kernel><initrd>/var/lib/sova-l2/initrd.img</initrd>"
-        "<cmdline>console=ttyS0 panic=-1</cmdline></os>"
+        # quiet: every console byte is an exit to L1's QEMU under TCG; the kernel's boot
+        # log alone took L2 minutes (measured), the init's own lines are still printed
+        f"<cmdline>console=ttyS0 quiet panic=-1 sova.mac={mac}"
+        f"{f' sova.ip={ip}' if ip else ''}</cmdline></os>"
         f"<features><acpi/></features>{cpu}<on_reboot>restart</on_reboot>"
-        "<devices><controller type='pci' model='pcie-root'/>"
+        # no USB controller: it would take one of the root ports the VF is plugged into
+        "<devices><controller type='pci' model='pcie-root'/><controller type='usb' model='none'/>"
         f"{ports}"
         f"<interface type='bridge'><mac address='{mac}'/><source bridge='br-back'/>"
         "<model type='virtio'/><teaming type='persistent'/><alias name='ua-backup0'/>"
         "</interface>"
         f"<serial type='file'><source path='/var/log/libvirt/qemu/{name}.serial'/></serial>"
+        "<channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>"
         "<memballoon model='none'/></devices></domain>"
     )

@@ -129,5 +129,3 @@ def start(eng: EngineState, op: Op, i: int, a: model.Migrate) -> None:
         round_left_bytes=float(eng.mem[i]),
         fail_at_round=fail_at,
     )
-
-

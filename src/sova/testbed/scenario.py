@@ -385,4 +385,3 @@ def load_testbed_scenario(path: str | Path) -> TestbedScenario:
     except yaml.YAMLError as exc:
         raise TestbedScenarioError(f"{p}: not valid YAML: {exc}") from None
     return parse_testbed_scenario(data, str(p))
-

@@ -1,0 +1,96 @@
+"""Helpers of the nested SR-IOV tests: a TCP sink on this machine, who holds the VF, a shell
+command in an L2 guest through its guest agent."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+class StreamSink:
+    """TCP server on this machine (the L0 end of the lab's segment): per connection from
+    a guest, the bytes, the longest stretch without data and whether it ended (EOF or reset)
+    before the sink was closed — a long-lived stream is lost when it ends early."""
+
+    def __init__(self, addr: str, port: int) -> None:
+        self.srv = socket.create_server((addr, port))
+        self.srv.settimeout(0.5)
+        self.conns: dict[str, dict[str, Any]] = {}
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                c, (peer, _) = self.srv.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed by close()
+                return
+            rec: dict[str, Any] = {"bytes": 0, "gaps": [], "last": time.time(), "ended": None}
+            self.conns[peer] = rec
+            threading.Thread(target=self._read, args=(c, rec), daemon=True).start()
+
+    def _read(self, c: socket.socket, rec: dict[str, Any]) -> None:
+        c.settimeout(1.0)
+        while not self.stop.is_set():
+            try:
+                data = c.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError as e:
+                rec["ended"] = f"{time.time():.1f}: {e}"
+                return
+            if not data:
+                rec["ended"] = f"{time.time():.1f}: EOF"
+                return
+            now = time.time()
+            rec["gaps"].append((now - rec["last"], now))
+            rec["last"] = now
+            rec["bytes"] += len(data)
+        c.close()
+
+    def max_gap(self, peer: str, start: float, end: float) -> float:
+        gaps = [g for g, t in self.conns[peer]["gaps"] if start <= t <= end + 30]
+        return max(gaps, default=float("inf"))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.srv.close()
+
+
+def holder(conn: Any, names: list[str]) -> str | None:
+    from sova.driver.libvirt_xml import parse_domain
+
+    held = [n for n in names if parse_domain(conn.lookupByName(n).XMLDesc(0)).sova_vf()]
+    assert len(held) <= 1, f"one VF in the pool, held by {held}"
+    return held[0] if held else None
+
+
+def guest_sh(ga: Any, dom: Any, script: str) -> str:
+    return str(ga.exec(dom, "/bin/sh", ["-c", script]).stdout)
+
+
+def wait_guest_agent(ga: Any, dom: Any, timeout_s: float = 600.0) -> float:
+    """Seconds until the guest agent answers (the L2 kernel is up: hot-plug needs pciehp)."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            ga.command(dom, "guest-ping")
+            return time.monotonic() - t0
+        except Exception:
+            assert time.monotonic() - t0 < timeout_s, f"no guest agent after {timeout_s:g} s"
+            time.sleep(3)
+
+
+def wait_agent_started(log: Path, timeout_s: float = 600.0) -> float:
+    """Seconds until the agent inside L1 logs its start (it unpacks its code and imports
+    it under TCG: 3.5 min measured with two busy guests beside it)."""
+    t0 = time.monotonic()
+    while "sova agent for" not in (log.read_text(errors="replace") if log.exists() else ""):
+        assert time.monotonic() - t0 < timeout_s, f"the agent in L1 not started: {log}"
+        time.sleep(2)
+    return time.monotonic() - t0
