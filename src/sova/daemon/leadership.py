@@ -137,12 +137,19 @@ class Leadership:
         with self._io:
             if self._conn is None:
                 self._conn = self._connect()
-            got = bool(
-                self._conn.execute(
-                    sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": self._key}
-                ).scalar()
-            )
-            self._conn.commit()
+            try:
+                got = bool(
+                    self._conn.execute(
+                        sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": self._key}
+                    ).scalar()
+                )
+                self._conn.commit()
+            except sa.exc.SQLAlchemyError:
+                # A session the server ended (idle timeout, restart): a new one next poll.
+                self._conn.invalidate()
+                self._conn.close()
+                self._conn = None
+                raise
             return got
 
     def holder_now(self) -> str:
