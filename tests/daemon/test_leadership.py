@@ -212,10 +212,13 @@ def test_a_second_manager_on_postgresql_stands_by_redirects_and_takes_over(
     /readyz and on agent routes, naming the leader; an agent given both URLs lands on the
     leader; kill -9 of the leader and the standby leads at epoch 2 within a few seconds;
     the old leader, restarted, stands by."""
-    with pg_schema("standby") as (url, _schema, _admin), two_managers(tmp_path, url) as (
-        ports,
-        cfgs,
-        procs,
+    with (
+        pg_schema("standby") as (url, _schema, _admin),
+        two_managers(tmp_path, url) as (
+            ports,
+            cfgs,
+            procs,
+        ),
     ):
         leader_url, standby_url = (f"http://127.0.0.1:{p}" for p in ports)
         r = httpx.get(standby_url + "/v1/hosts/h1/directive", timeout=2)
@@ -254,10 +257,13 @@ def test_a_leader_whose_session_is_killed_steps_down_and_the_standby_leads(
     """pg_terminate_backend of the leader's lock session (the process lives on): its
     heartbeat fails within a second and it exits 3 (restarted, it joins as a standby); the
     standby leads at epoch 2."""
-    with pg_schema("stepdown") as (url, schema, admin), two_managers(tmp_path, url) as (
-        ports,
-        _cfgs,
-        procs,
+    with (
+        pg_schema("stepdown") as (url, schema, admin),
+        two_managers(tmp_path, url) as (
+            ports,
+            _cfgs,
+            procs,
+        ),
     ):
         holder = lock_holder_pid(admin, schema)
         assert holder is not None
