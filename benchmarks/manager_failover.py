@@ -121,7 +121,11 @@ async def drive(
                 body = bodies[h][k % len(bodies[h])]
                 while True:
                     i = run.current
-                    status = await conns[i].post(f"/v1/hosts/{h}/reports", tokens[h], body)
+                    try:
+                        status = await conns[i].post(f"/v1/hosts/{h}/reports", tokens[h], body)
+                    except (OSError, TimeoutError):  # connect refused: the killed leader
+                        conns[i].close()
+                        status = 0
                     now = time.perf_counter()
                     if status == 200:
                         run.lat.append((due, now - due))
