@@ -24,6 +24,7 @@ import math
 import signal
 import ssl
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -761,6 +762,7 @@ def run_manager(settings: ManagerSettings) -> None:
         lead.start_heartbeat()
     else:
         store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
+    took = time.monotonic()
     app = create_app(
         settings,
         store,
@@ -768,6 +770,8 @@ def run_manager(settings: ManagerSettings) -> None:
         actuator_for=_actuators(settings),
         epoch=lead.epoch if lead else None,
     )
+    if lead is not None:
+        log.info("leader at epoch %s: store restored in %.1f s", lead.epoch, time.monotonic() - took)
     # Warned once the store is ours and migrated: a manager refused for its store then
     # prints that one line alone.
     for warning in warnings:
