@@ -104,3 +104,6 @@ last_round_duration_s  # unused variable (src/sova/daemon/schema.py)
 # operators' scripts from the JSON by key
 _.moves_done
 _.moves_failed
+
+# Read by uvicorn's serve loop (a standby's server stops when it wins the leadership)
+_.should_exit  # unused attribute (src/sova/daemon/manager_standby.py)

@@ -65,7 +65,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 def test_migrations_reach_head_and_are_idempotent(backend: Store) -> None:
-    assert backend.migrate() == "0003"
+    assert backend.migrate() == "0004"
     names = set(sa.inspect(backend.engine).get_table_names())
     assert {
         "host_reports",

@@ -414,7 +414,7 @@ def run_agent(
     token = settings.resolved_token()
     host = settings.host or wiring.driver.capabilities().host
     client = None
-    if settings.manager_url:
+    if settings.manager_url_list():
         if not token:
             raise ConfigError("token: required when manager_url is set (or SOVA_TOKEN)")
         if not re.match(NAME_PATTERN, host):
@@ -423,7 +423,7 @@ def run_agent(
                 f"{NAME_PATTERN}; set host in the agent's config"
             )
         client = ManagerClient(
-            settings.manager_url,
+            settings.manager_url_list(),
             host,
             token,
             timeout_s=settings.report_timeout_s,
@@ -450,7 +450,7 @@ def run_agent(
         host,
         settings.driver,
         settings.controller.vf_policy,
-        settings.manager_url or "none (standalone)",
+        ", ".join(settings.manager_url_list()) or "none (standalone)",
         ", DRY RUN" if settings.dry_run else "",
     )
     watchdog = systemd.Watchdog(metrics.turns).start()

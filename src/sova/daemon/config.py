@@ -14,6 +14,7 @@ match a field are read, so the agent and the manager can share one environment.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -135,8 +136,13 @@ class AgentSettings(_Strict, OrchestratorSettings):
         default=None,
         description="libvirt URI (libvirt), scenario file (sim), world URL (remote)",
     )
-    manager_url: str | None = Field(
-        default=None, pattern=r"^https?://", description="None = standalone, no reports"
+    manager_url: str | list[str] | None = Field(
+        default=None,
+        description="the manager's base URL, or several (a list, or one string with commas): "
+        "active/standby managers, the agent follows the leader; None = standalone",
+    )
+    manager_urls: list[str] = Field(
+        default_factory=list, description="the managers' base URLs (instead of manager_url)"
     )
     token: SecretStr | None = Field(default=None, min_length=16)
     token_file: Path | None = None
@@ -155,6 +161,27 @@ class AgentSettings(_Strict, OrchestratorSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
     libvirt: LibvirtSettings = Field(default_factory=LibvirtSettings)
+
+    @model_validator(mode="after")
+    def _manager_urls(self) -> AgentSettings:
+        if self.manager_url is not None and self.manager_urls:
+            raise ValueError("give manager_url or manager_urls, not both")
+        urls = self.manager_url_list()
+        field = "manager_urls" if self.manager_urls else "manager_url"
+        for u in urls:
+            if not re.match(r"^https?://[^\s/?#,]+(/[^\s?#,]*)?$", u):
+                raise ValueError(f"{field}: {u!r} is not an http:// or https:// base URL")
+        if len({u.rstrip("/") for u in urls}) != len(urls):
+            raise ValueError(f"{field}: {urls!r} names one manager twice")
+        if self.manager_url is not None and not urls:
+            raise ValueError(f"{field}: {self.manager_url!r} names no manager")
+        return self
+
+    def manager_url_list(self) -> list[str]:
+        """Every manager URL configured, in order ([] = standalone)."""
+        raw = self.manager_urls or self.manager_url or []
+        items = raw.split(",") if isinstance(raw, str) else raw
+        return [u.strip() for u in items if u.strip()]
 
     @model_validator(mode="after")
     def _token_source(self) -> AgentSettings:
@@ -287,6 +314,19 @@ class ManagerSettings(_Strict, OrchestratorSettings):
     http: ConnLimits = Field(default_factory=ConnLimits, description="connection limits")
     report_retention_s: float = Field(default=3600.0, gt=0)
     flush_interval_s: float = Field(default=1.0, gt=0, le=60)
+    # Active/standby managers on PostgreSQL (docs/operations.md#active-and-standby-managers)
+    advertise_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/?#]+$",
+        description="this manager's base URL as agents reach it (standbys send agents "
+        "there while it leads); default: the scheme, this host's name and port",
+    )
+    leader_lease_s: float = Field(
+        default=10.0,
+        ge=2,
+        le=300,
+        description="a leader silent (frozen, cut off) this long loses the leadership",
+    )
     host_metrics: bool = Field(default=True, description="per-host utilisation gauges")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -24,6 +24,7 @@ import math
 import signal
 import ssl
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -39,11 +40,13 @@ from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.conn_guard import base_protocol, guarded
 from sova.daemon.credentials import Credential
+from sova.daemon.leadership import Leadership, leader_gauges, step_down
 from sova.daemon.manager_control import FENCE_KINDS, PLAN_STATES, PlanConflict, PlanNotFound
 from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
 from sova.daemon.manager_security import exposure_check
 from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
+from sova.daemon.manager_standby import advertise_url, serve_standby
 from sova.daemon.schema import (
     FIELD_NAMES,
     NAME_MAX,
@@ -178,8 +181,10 @@ def create_app(
     fork_planner: bool = False,
     actuator_for: Callable[[str], Actuator] | None = None,
     monotonic: Callable[[], float] | None = None,
+    epoch: int | None = None,
 ) -> FastAPI:
-    """The manager's ASGI app: migrates the store, restores state, wires the routes."""
+    """The manager's ASGI app: migrates the store, restores state, wires the routes.
+    ``epoch``: the leadership epoch this manager leads (PostgreSQL; None on SQLite)."""
     if migrate:
         store.migrate()
     service = ManagerService(
@@ -192,6 +197,9 @@ def create_app(
         monotonic=monotonic,
     )
     service.restore()
+    role_gauge, epoch_gauge = leader_gauges(service.metrics.registry)
+    role_gauge.set(1)
+    epoch_gauge.set(epoch or 0)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -694,6 +702,8 @@ def create_app(
             last_round_s=ph.last_ok_wall,
             last_round_duration_s=ph.last_duration_s if ph.last_ok_mono is not None else None,
             round_failures=ph.failures,
+            role="leader",
+            epoch=epoch,
         )
         if not ok:
             return JSONResponse(status_code=503, content=body.model_dump())
@@ -725,7 +735,6 @@ def openapi_document(app: FastAPI) -> str:
 
 def run_manager(settings: ManagerSettings) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn's handlers), then flush the store and exit."""
-    import uvicorn
 
     from sova.daemon.logs import configure as configure_logging
     from sova.daemon.systemd import Watchdog, notifying_uvicorn_server, round_progress
@@ -737,8 +746,32 @@ def run_manager(settings: ManagerSettings) -> None:
     _raise_nofile(settings.http.max_connections + 256)
     warnings = exposure_check(settings)  # refuses an exposed manager without auth/TLS
     store = Store(settings.database_url)
-    store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
-    app = create_app(settings, store, fork_planner=True, actuator_for=_actuators(settings))
+    lead: Leadership | None = None
+    if store.dialect == "postgresql":
+        # Active/standby: wait (serving as a standby) until this manager leads.
+        lead = Leadership(
+            store, advertise_url(settings), lease_s=settings.leader_lease_s, on_lost=step_down
+        )
+        serving = lambda standby: uvicorn_config(standby, settings)  # noqa: E731
+        if not lead.try_lock() and not serve_standby(store, lead, settings, serving):
+            lead.close()
+            store.close()
+            return  # stopped while a standby
+        store.migrate()  # only a leader migrates: a newer standby waits for its turn
+        lead.take_over()
+        lead.start_heartbeat()
+    else:
+        store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
+    took = time.monotonic()
+    app = create_app(
+        settings,
+        store,
+        fork_planner=True,
+        actuator_for=_actuators(settings),
+        epoch=lead.epoch if lead else None,
+    )
+    if lead is not None:
+        log.info("leader at epoch %s: store restored in %.1f s", lead.epoch, time.monotonic() - took)
     # Warned once the store is ours and migrated: a manager refused for its store then
     # prints that one line alone.
     for warning in warnings:
@@ -750,22 +783,7 @@ def run_manager(settings: ManagerSettings) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 1000)
-    config = uvicorn.Config(
-        app,
-        host=settings.listen,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,  # uvicorn logs through the handler configure_logging installed
-        access_log=False,  # 1,000 reports/s would drown the journal
-        timeout_keep_alive=int(max(1, settings.http.idle_timeout_s)),
-        # uvicorn's limit counts idle connections too (idle clients would 503 everyone);
-        # the guard bounds connections instead, evicting idle ones first.
-        limit_concurrency=None,
-        h11_max_incomplete_event_size=settings.http.max_header_bytes,
-        # TLS in the connection guard, so a handshake is limited and timed (issue 21)
-        http=guarded(base_protocol(), settings.http, server_tls(settings)),
-        backlog=4096,
-    )
+    config = uvicorn_config(app, settings)
     log.info(
         "sova manager %s on %s://%s:%d, store %s",
         __version__,
@@ -781,7 +799,31 @@ def run_manager(settings: ManagerSettings) -> None:
         watchdog = Watchdog(round_progress(lambda: svc.rounds, lambda: svc.planning))
         notifying_uvicorn_server(config, watchdog).run()
     finally:
+        if lead is not None:
+            lead.close()
         store.close()
+
+
+def uvicorn_config(app: Any, settings: ManagerSettings) -> Any:
+    """How the manager (leader or standby) is served: one connection guard, TLS in it."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=settings.listen,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,  # uvicorn logs through the handler configure_logging installed
+        access_log=False,  # 1,000 reports/s would drown the journal
+        timeout_keep_alive=int(max(1, settings.http.idle_timeout_s)),
+        # uvicorn's limit counts idle connections too (idle clients would 503 everyone);
+        # the guard bounds connections instead, evicting idle ones first.
+        limit_concurrency=None,
+        h11_max_incomplete_event_size=settings.http.max_header_bytes,
+        # TLS in the connection guard, so a handshake is limited and timed (issue 21)
+        http=guarded(base_protocol(), settings.http, server_tls(settings)),
+        backlog=4096,
+    )
 
 
 def server_tls(settings: ManagerSettings) -> ssl.SSLContext | None:

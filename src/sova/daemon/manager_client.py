@@ -25,10 +25,21 @@ class ManagerRejected(RuntimeError):
     """The manager answered 4xx: a configuration problem (token, host name, schema)."""
 
 
+LEADER_HEADER = "x-sova-leader"  # a standby manager's 503 names the leader's URL in it
+
+
 class ManagerClient:
+    """Reports to one manager, or to the leader among several (active/standby managers).
+
+    With several URLs the client stays with the one that answered last. A manager that
+    does not answer (or answers 5xx) costs one attempt and the next URL is tried; a standby
+    answers 503 naming the leader, and the client goes there at once — but only to a URL of
+    its own list: the host's token is never sent to an address a response named.
+    """
+
     def __init__(
         self,
-        url: str,
+        url: str | list[str],
         host: str,
         token: str,
         *,
@@ -40,34 +51,58 @@ class ManagerClient:
         self.host = host
         self.retries = retries
         self.degraded = False  # after a failure, try once per call until it answers again
-        self._client = httpx.Client(
-            base_url=url.rstrip("/"),
-            timeout=httpx.Timeout(timeout_s, connect=min(1.0, timeout_s)),
-            verify=str(ca_file) if ca_file else True,
-            headers={
-                "authorization": f"Bearer {token}",
-                "content-type": "application/json",
-                "x-sova-host": host,
-            },
-            transport=transport,
-        )
+        self.urls = [u.rstrip("/") for u in ([url] if isinstance(url, str) else url)]
+        if not self.urls:
+            raise ValueError("manager_url: no manager URL given")
+        self.current = 0  # index of the manager that answered last
+        self._clients = [
+            httpx.Client(
+                base_url=u,
+                timeout=httpx.Timeout(timeout_s, connect=min(1.0, timeout_s)),
+                verify=str(ca_file) if ca_file else True,
+                headers={
+                    "authorization": f"Bearer {token}",
+                    "content-type": "application/json",
+                    "x-sova-host": host,
+                },
+                transport=transport,
+            )
+            for u in self.urls
+        ]
+
+    @property
+    def url(self) -> str:
+        """The manager this client reports to now."""
+        return self.urls[self.current]
 
     def close(self) -> None:
-        self._client.close()
+        for c in self._clients:
+            c.close()
 
     def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        attempts = 1 if self.degraded else self.retries + 1
+        # Every URL gets at least one try, each more than once when retries allow.
+        attempts = (1 if self.degraded else self.retries + 1) * len(self.urls)
         last = ""
-        for i in range(attempts):
-            if i:
-                time.sleep(min(1.0, 0.1 * 2**i))
+        hops = 0  # leader redirects followed in this call (bounded: standbys may disagree)
+        i = 0
+        while i < attempts:
+            if i and not hops:
+                time.sleep(min(1.0, 0.1 * 2 ** (i // len(self.urls))))
+            hops = 0
+            i += 1
             try:
-                r = self._client.request(method, path, **kw)
+                r = self._clients[self.current].request(method, path, **kw)
             except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last = f"{self.url}: {type(exc).__name__}: {exc}"
+                self.current = (self.current + 1) % len(self.urls)
                 continue
             if r.status_code >= 500:
-                last = f"HTTP {r.status_code}"
+                last = f"{self.url}: HTTP {r.status_code}"
+                leader = self._leader(r)
+                if leader is not None and leader != self.current:
+                    self.current, hops = leader, 1
+                else:
+                    self.current = (self.current + 1) % len(self.urls)
                 continue
             self.degraded = False
             if r.status_code >= 400:
@@ -75,6 +110,11 @@ class ManagerClient:
             return r
         self.degraded = True
         raise ManagerUnreachable(last)
+
+    def _leader(self, r: httpx.Response) -> int | None:
+        """The index of the leader a standby's answer names, if it is one of ours."""
+        named = r.headers.get(LEADER_HEADER, "").rstrip("/")
+        return self.urls.index(named) if named in self.urls else None
 
     def report(self, report_body: bytes) -> Directive:
         r = self._request("POST", f"/v1/hosts/{self.host}/reports", content=report_body)

@@ -166,8 +166,7 @@ def exposure_check(settings: ManagerSettings) -> list[str]:
 
 def agent_warnings(settings: AgentSettings) -> list[str]:
     out: list[str] = []
-    url = settings.manager_url
-    if url:
+    for url in settings.manager_url_list():
         parts = urlsplit(url)
         if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
             out.append(

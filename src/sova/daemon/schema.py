@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -483,6 +483,10 @@ class Readiness(Health):
     last_round_s: float | None = None
     last_round_duration_s: float | None = None
     round_failures: int = 0
+    # Active/standby managers (PostgreSQL): this manager's role and the store's leadership
+    # epoch it leads (a standby answers 503 with role "standby" and the leader's URL).
+    role: Literal["leader", "standby"] = "leader"
+    epoch: int | None = None
 
 
 # --------------------------------------------------------------------------- agent side

@@ -31,7 +31,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from sova.daemon.store_admin import StoreAdmin, StoreBusy, StoreError, StoreTooNew, _version
+from sova.daemon.store_admin import (
+    Deposed,
+    StoreAdmin,
+    StoreBusy,
+    StoreError,
+    StoreTooNew,
+    _version,
+)
 from sova.daemon.store_rows import (
     AuditRow,
     DecisionRow,
@@ -47,6 +54,7 @@ from sova.daemon.store_rows import (
 )
 
 __all__ = [
+    "Deposed",
     "Store",
     "StoreAdmin",
     "StoreBusy",
@@ -182,6 +190,18 @@ audit = sa.Table(
     sa.Column("detail", sa.Text(), nullable=False),
 )
 
+# Who plans on this store and its epoch, the fencing token (revision 0004; one row, id 1):
+# raised by every takeover, checked by every write of decisions, leases and directives.
+leader = sa.Table(
+    "leader",
+    metadata,
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("epoch", sa.BigInteger(), nullable=False),
+    sa.Column("holder", sa.String(200), nullable=False),
+    sa.Column("url", sa.String(500), nullable=False),
+    sa.Column("since_s", sa.Float(), nullable=False),
+)
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
@@ -217,6 +237,9 @@ class Store(StoreAdmin):
         self._lock = threading.Lock()
         self._writer_lock: int | None = None  # descriptor of the held lock file
         self._pg_lock: sa.Connection | None = None  # the session holding the advisory lock
+        # The leader's epoch (active/standby on PostgreSQL, daemon/leadership.py): when
+        # set, every write_round checks it against the leader row in its own transaction.
+        self.fence: int | None = None
 
     def migrate(self) -> str:
         """Bring the schema to the newest revision; returns it."""
@@ -304,6 +327,8 @@ class Store(StoreAdmin):
         if w.empty():
             return
         with self._lock, self.engine.begin() as conn:
+            if self.fence is not None:
+                self.check_fence(conn, self.fence)  # raises Deposed: nothing is written
             if w.decisions:
                 conn.execute(
                     decisions.insert(),

@@ -16,6 +16,7 @@ import socket
 import sqlite3
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -35,6 +36,11 @@ class StoreTooNew(ConfigError):
 
 class StoreError(ConfigError):
     """A store operation (backup, restore) that cannot be done; one line says why."""
+
+
+class Deposed(RuntimeError):
+    """A write by a manager whose epoch is no longer the leader row's: refused, nothing
+    written (another manager took the leadership since)."""
 
 
 def _version() -> str:
@@ -57,6 +63,29 @@ def _pg_tool(tool: str, *args: str, timeout_s: float = 3600.0) -> None:
     if r.returncode != 0:
         first = (r.stderr.strip().splitlines() or ["no message"])[0]
         raise StoreError(f"{tool} failed (exit {r.returncode}): {first}")
+
+
+def advisory_key(schema: str) -> int:
+    """The advisory lock of the store in ``schema``: one writer (``sova store restore``)
+    or one leader (active/standby managers) at a time."""
+    digest = hashlib.sha256(f"sova-manager:{schema}".encode()).digest()[:8]
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def holder_of(conn: sa.Connection, key: int) -> str:
+    """Who holds the advisory lock ``key``, as one phrase (for the line a refusal prints)."""
+    holder = conn.execute(
+        sa.text(
+            "SELECT a.application_name, host(a.client_addr), a.pid "
+            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.classid::bigint = :c AND l.objid::bigint = :o"
+        ),
+        {"c": (key >> 32) & 0xFFFFFFFF, "o": key & 0xFFFFFFFF},
+    ).first()
+    if holder is None:
+        return "unknown"
+    return f"{holder[0] or 'a client'} from {holder[1] or 'local'}, backend {holder[2]}"
 
 
 def _holder_line() -> str:
@@ -96,9 +125,10 @@ class StoreAdmin:
         alternate as writers, each planning from its own memory (split brain).
 
         PostgreSQL: a session-level advisory lock (keyed by the store's schema) on a
-        connection held for the manager's life; the server releases it when that session
-        ends, however the manager ends. (Active/standby managers, which would wait for
-        it instead of exiting, are not built yet: docs/operations.md, "One writer".)"""
+        connection held for the caller's life; the server releases it when that session
+        ends, however the caller ends. ``sova store restore`` takes it; managers on
+        PostgreSQL take the same lock as their leadership (:mod:`sova.daemon.leadership`),
+        waiting for it as standbys instead of exiting."""
         if self.dialect == "postgresql":
             self._lock_pg()
             return
@@ -125,8 +155,7 @@ class StoreAdmin:
         conn = self.engine.connect()
         try:
             schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar())
-            digest = hashlib.sha256(f"sova-manager:{schema}".encode()).digest()[:8]
-            key = int.from_bytes(digest, "big", signed=True)
+            key = advisory_key(schema)
             # Who holds it, for the one line a second manager prints.
             conn.execute(
                 sa.text("SELECT set_config('application_name', :v, false)"),
@@ -134,20 +163,7 @@ class StoreAdmin:
             )
             got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
             if not got:
-                holder = conn.execute(
-                    sa.text(
-                        "SELECT a.application_name, host(a.client_addr), a.pid "
-                        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-                        "AND l.classid::bigint = :c AND l.objid::bigint = :o"
-                    ),
-                    {"c": (key >> 32) & 0xFFFFFFFF, "o": key & 0xFFFFFFFF},
-                ).first()
-                who = (
-                    f"{holder[0] or 'a client'} from {holder[1] or 'local'}, backend {holder[2]}"
-                    if holder
-                    else "unknown"
-                )
+                who = holder_of(conn, key)
                 raise StoreBusy(
                     f"store {self.engine.url.render_as_string(hide_password=True)} "
                     f"(schema {schema}) is in use by another manager ({who})"
@@ -158,6 +174,22 @@ class StoreAdmin:
             conn.close()
             raise
         self._pg_lock = conn
+
+    on_deposed: Callable[[str], object] | None = None  # the leader steps down (leadership.py)
+
+    def check_fence(self, conn: sa.Connection, epoch: int) -> None:
+        """Raise :class:`Deposed` unless the leader row still carries ``epoch``.
+
+        In the writer's own transaction, with a share lock on the row: a takeover's
+        ``UPDATE`` of the epoch waits for this transaction to end, and this transaction
+        waits for a takeover in progress to commit, so a write either lands before the new
+        leader started (which then reads it) or is refused (fencing at the write)."""
+        row = conn.execute(sa.text("SELECT epoch FROM leader WHERE id = 1 FOR SHARE")).scalar()
+        if row is None or int(row) != epoch:
+            why = f"epoch {epoch} is no longer the leader's (the store is at epoch {row})"
+            if self.on_deposed is not None:
+                self.on_deposed(why)
+            raise Deposed(why)
 
     def unlock_writer(self) -> None:
         if self._writer_lock is not None:

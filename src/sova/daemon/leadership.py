@@ -1,0 +1,272 @@
+"""Which manager plans: one leader per PostgreSQL store, standbys waiting to take over.
+
+PostgreSQL already has what a leader election needs, so there is no home-made consensus
+here: the leadership is the store's session-level advisory lock (the one ``sova store
+restore`` takes), held on a connection of its own for as long as the leader lives. The
+server releases it when that session ends — the process exits or is killed, its host's
+TCP keepalives expire, or the session stays idle past ``leader_lease_s`` (a frozen
+process) — and a standby polling for it gets it.
+
+A lock alone does not stop a deposed leader that has not noticed yet (a frozen process
+that wakes up, a session killed under it) from writing through its other connections.
+So every takeover raises the **epoch** in the store's leader row, in the new leader's
+lock session, before it reads anything; and every write of decisions, leases,
+directives and operator changes checks, in its own transaction and under a share lock
+on that row, that the row still carries the writer's epoch
+(:meth:`sova.daemon.store_admin.StoreAdmin.check_fence`). A write either commits before
+the takeover's update (the new leader then reads it when it restores) or is refused.
+
+A leader that finds it lost the leadership (its heartbeat on the lock session fails or
+reads another epoch, or a write is refused) steps down at once: the process exits with
+:data:`EXIT_DEPOSED`, answering nothing more, and its service manager restarts it as a
+standby. That is how Kubernetes' client-go leader election ends a lost leadership too:
+carrying on in a process whose memory a newer leader has overtaken is what fencing is for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, Gauge
+
+from sova.daemon.store import Store
+from sova.daemon.store_admin import advisory_key, holder_of
+
+log = logging.getLogger("sova.manager")
+
+EXIT_DEPOSED = 3  # a leader that lost its leadership exits with this (restarted as standby)
+
+
+@dataclass(frozen=True)
+class LeaderRow:
+    """The store's leader row: who plans, where agents reach it, since when."""
+
+    epoch: int
+    holder: str
+    url: str
+    since_s: float
+
+
+def leader_gauges(registry: CollectorRegistry) -> tuple[Gauge, Gauge]:
+    """``sova_manager_leader`` (1 leader, 0 standby) and ``sova_manager_leader_epoch``."""
+    role = Gauge(
+        "sova_manager_leader",
+        "1 if this manager leads (plans, issues directives), 0 if it is a standby",
+        registry=registry,
+    )
+    epoch = Gauge(
+        "sova_manager_leader_epoch",
+        "the store's leadership epoch (fencing token) this manager leads or last saw",
+        registry=registry,
+    )
+    return role, epoch
+
+
+def read_leader(store: Store) -> LeaderRow | None:
+    """The leader row (None: a store from before revision 0004, or unreachable)."""
+    try:
+        with store.engine.connect() as conn:
+            r = conn.execute(
+                sa.text("SELECT epoch, holder, url, since_s FROM leader WHERE id = 1")
+            ).first()
+    except sa.exc.SQLAlchemyError:
+        return None
+    return None if r is None else LeaderRow(int(r[0]), str(r[1]), str(r[2]), float(r[3]))
+
+
+class Leadership:
+    """This process's claim on one PostgreSQL store's leadership.
+
+    :meth:`try_lock` (standby: poll it), then :meth:`take_over` once the schema is
+    current (the epoch is raised and the store's writes are fenced with it), then
+    :meth:`start_heartbeat`; ``on_lost(reason)`` is called once, from any thread, when the
+    leadership is gone.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        url: str,
+        *,
+        lease_s: float = 10.0,
+        on_lost: Callable[[str], object] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.url = url
+        self.lease_s = lease_s
+        self.on_lost = on_lost
+        self.clock = clock
+        self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
+        self.epoch: int | None = None
+        self.schema = ""
+        self._key = 0
+        # The lock's own session: not pooled (a pooled session would keep the lock after
+        # "closing"), with TCP keepalives so the server notices a dead host within
+        # ~lease_s, not the kernel's two hours.
+        idle = max(1, int(lease_s / 2))
+        self._engine = sa.create_engine(
+            store.engine.url,
+            poolclass=sa.pool.NullPool,
+            connect_args={
+                "connect_timeout": 5,
+                "keepalives": 1,
+                "keepalives_idle": idle,
+                "keepalives_interval": 1,
+                "keepalives_count": 3,
+                "tcp_user_timeout": int(lease_s * 1000),
+            },
+        )
+        self._conn: sa.Connection | None = None
+        self._io = threading.Lock()  # the lock session is used by one thread at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lost = False
+
+    # ------------------------------------------------------------------ standby
+
+    def try_lock(self) -> bool:
+        """Take the leadership lock if it is free (a standby calls this every poll)."""
+        with self._io:
+            if self._conn is None:
+                self._conn = self._connect()
+            try:
+                got = bool(
+                    self._conn.execute(
+                        sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": self._key}
+                    ).scalar()
+                )
+                self._conn.commit()
+            except sa.exc.SQLAlchemyError:
+                # A session the server ended (idle timeout, restart): a new one next poll.
+                self._conn.invalidate()
+                self._conn.close()
+                self._conn = None
+                raise
+            return got
+
+    def holder_now(self) -> str:
+        """Who holds the leadership lock now (one phrase, for logs)."""
+        with self._io:
+            if self._conn is None:
+                self._conn = self._connect()
+            who = holder_of(self._conn, self._key)
+            self._conn.commit()
+            return who
+
+    def _connect(self) -> sa.Connection:
+        conn = self._engine.connect()
+        try:
+            self.schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar())
+            self._key = advisory_key(self.schema)
+            ms = int(self.lease_s * 1000)
+            # A leader whose process freezes stops its heartbeat; the server then ends its
+            # session after lease_s and the lock is free (PostgreSQL 14+; older servers
+            # keep it until the TCP keepalives fail).
+            for name, value in (
+                ("application_name", f"sova manager {self.holder}"[:63]),
+                ("idle_session_timeout", str(ms)),
+                ("idle_in_transaction_session_timeout", str(ms)),
+            ):
+                try:
+                    conn.execute(
+                        sa.text("SELECT set_config(:n, :v, false)"), {"n": name, "v": value}
+                    )
+                    conn.commit()
+                except sa.exc.SQLAlchemyError:
+                    conn.rollback()
+        except BaseException:
+            conn.invalidate()
+            conn.close()
+            raise
+        return conn
+
+    # ------------------------------------------------------------------ leader
+
+    def take_over(self) -> int:
+        """Raise the epoch (this process holds the lock); fence the store's writes with it.
+        Returns the new epoch."""
+        with self._io:
+            assert self._conn is not None, "take_over before try_lock"
+            epoch = int(
+                self._conn.execute(
+                    sa.text(
+                        "UPDATE leader SET epoch = epoch + 1, holder = :h, url = :u, "
+                        "since_s = :t WHERE id = 1 RETURNING epoch"
+                    ),
+                    {"h": self.holder[:200], "u": self.url[:500], "t": self.clock()},
+                ).scalar_one()
+            )
+            self._conn.commit()
+        self.epoch = epoch
+        self.store.fence = epoch
+        self.store.on_deposed = self.lose
+        log.info("leader of store schema %s at epoch %d (%s)", self.schema, epoch, self.url)
+        return epoch
+
+    def start_heartbeat(self, interval_s: float | None = None) -> None:
+        """Check the lock session (and the epoch on it) every ``interval_s``, from a thread
+        of its own (a busy event loop must not cost the leadership)."""
+        every = interval_s if interval_s is not None else min(1.0, self.lease_s / 5)
+        self._thread = threading.Thread(
+            target=self._beat, args=(every,), name="sova-leader", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self, every: float) -> None:
+        while not self._stop.wait(every):
+            why = self.check()
+            if why is not None:
+                self.lose(why)
+                return
+
+    def check(self) -> str | None:
+        """None while this process still leads; else why not."""
+        try:
+            with self._io:
+                if self._conn is None:
+                    return "no leadership session"
+                epoch = self._conn.execute(
+                    sa.text("SELECT epoch FROM leader WHERE id = 1")
+                ).scalar()
+                self._conn.commit()
+        except sa.exc.SQLAlchemyError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return f"the leadership session failed ({first})"
+        if epoch != self.epoch:
+            return f"the store is at epoch {epoch}, this manager led epoch {self.epoch}"
+        return None
+
+    def lose(self, why: str) -> None:
+        """The leadership is gone: say so once and hand over to ``on_lost``."""
+        with self._io:
+            if self._lost:
+                return
+            self._lost = True
+        log.critical("lost the leadership (epoch %s): %s", self.epoch, why)
+        if self.on_lost is not None:
+            self.on_lost(why)
+
+    def close(self) -> None:
+        """Give the leadership up (the session ends, the server frees the lock)."""
+        self._stop.set()
+        with self._io:
+            if self._conn is not None:
+                self._conn.invalidate()
+                self._conn.close()
+                self._conn = None
+        self._engine.dispose()
+
+
+def step_down(why: str) -> None:
+    """``on_lost`` of a real manager: exit at once, publishing nothing more."""
+    log.critical("stepping down: exiting %d so a restart joins as a standby", EXIT_DEPOSED)
+    logging.shutdown()
+    os._exit(EXIT_DEPOSED)

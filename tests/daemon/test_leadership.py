@@ -1,0 +1,373 @@
+"""Issue 20, build item 1: active/standby managers on one PostgreSQL store.
+
+One leader holds the store's advisory lock and an epoch (the fencing token) raised at every
+takeover; every write of decisions, leases and directives checks the epoch in its own
+transaction. A second manager on PostgreSQL waits as a standby (503 + the leader's URL)
+instead of exiting; on SQLite it still exits 2 (tests/daemon/test_store_ops.py).
+
+The PostgreSQL tests need SOVA_TEST_PG_URL (scripts/ci-postgres.sh); each runs in a schema
+of its own, so they share the server's database with other tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from sova.daemon.config import AgentSettings, ConfigError, load_agent_settings
+from sova.daemon.leadership import EXIT_DEPOSED, Leadership, read_leader
+from sova.daemon.manager_client import LEADER_HEADER, ManagerClient, ManagerUnreachable
+from sova.daemon.schema import Directive
+from sova.daemon.store import Deposed, DirectiveRow, RoundWrite, Store
+from sova.daemon.store_admin import advisory_key
+
+from .conftest import REPO, free_port, wait_until
+
+PG_URL = os.environ.get("SOVA_TEST_PG_URL")
+needs_pg = pytest.mark.skipif(
+    not PG_URL, reason="no PostgreSQL server: set SOVA_TEST_PG_URL (see scripts/ci-postgres.sh)"
+)
+TOKEN = "h1-token-0123456789abcdef"
+
+
+@contextlib.contextmanager
+def pg_schema(tag: str) -> Iterator[tuple[str, str, sa.Engine]]:
+    """A fresh schema; yields (store URL in it, schema name, an admin engine)."""
+    assert PG_URL is not None
+    schema = f"sova_{tag}_{os.getpid()}_{time.monotonic_ns() % 10**6}"
+    admin = sa.create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in PG_URL else "?"
+    try:
+        yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}", schema, admin
+    finally:
+        with admin.begin() as conn:
+            # Leftover sessions of killed managers would hold locks on the schema's tables.
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE pid <> pg_backend_pid() AND application_name LIKE 'sova manager%' "
+                    "AND backend_type = 'client backend' AND pid IN (SELECT pid FROM pg_locks "
+                    "WHERE locktype = 'advisory' AND objid::bigint = :o)"
+                ),
+                {"o": advisory_key(schema) & 0xFFFFFFFF},
+            )
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.dispose()
+
+
+def lock_holder_pid(admin: sa.Engine, schema: str) -> int | None:
+    key = advisory_key(schema)
+    with admin.connect() as conn:
+        pid = conn.execute(
+            sa.text(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND classid::bigint = :c AND objid::bigint = :o"
+            ),
+            {"c": (key >> 32) & 0xFFFFFFFF, "o": key & 0xFFFFFFFF},
+        ).scalar()
+    return None if pid is None else int(pid)
+
+
+def terminate(admin: sa.Engine, pid: int) -> None:
+    with admin.begin() as conn:
+        assert conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar()
+
+
+def directive_write(host: str, did: int) -> RoundWrite:
+    return RoundWrite(directives=[DirectiveRow(host, did, True, "h2", f"{host}-vm1", 1.0, False)])
+
+
+# --------------------------------------------------------------------------- fencing
+
+
+@needs_pg
+def test_a_deposed_leader_cannot_write_a_directive_after_the_new_leader_started() -> None:
+    """The old leader keeps running after its lock session is killed (the server frees the
+    lock); the standby takes over (epoch 1 -> 2); the old leader's next directive write is
+    refused in its own transaction and it steps down. Before this, there was no epoch: the
+    old leader's write landed after the new leader had read the store."""
+    with pg_schema("fence") as (url, schema, admin):
+        old_store, new_store = Store(url), Store(url)
+        lost: list[str] = []
+        old = Leadership(old_store, "http://old:1", on_lost=lost.append)
+        new = Leadership(new_store, "http://new:2")
+        try:
+            assert old.try_lock()
+            old_store.migrate()
+            assert old.take_over() == 1
+            old_store.write_round(directive_write("h1", 10))  # leading: written
+            assert not new.try_lock()  # a standby while the old leader holds the lock
+
+            holder = lock_holder_pid(admin, schema)
+            assert holder is not None
+            terminate(admin, holder)  # the old leader's session dies; the process does not
+            wait_until(new.try_lock, 10, "the standby to get the lock")
+            assert new.take_over() == 2
+            assert read_leader(new_store) is not None
+            assert read_leader(new_store).url == "http://new:2"  # type: ignore[union-attr]
+
+            with pytest.raises(Deposed, match="epoch 1 is no longer"):
+                old_store.write_round(directive_write("h1", 11))
+            assert lost and "epoch 1" in lost[0], lost
+            assert old.check() is not None  # its heartbeat says so too
+            rows = new_store.load_state(5).directives
+            assert [(d.host, d.id) for d in rows] == [("h1", 10)]  # 11 never landed
+            new_store.write_round(directive_write("h1", 12))  # the new leader writes
+            assert [d.id for d in new_store.load_state(5).directives] == [12]
+        finally:
+            for lead in (old, new):
+                lead.close()
+            old_store.close()
+            new_store.close()
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _manager_cfg(tmp: Path, name: str, url: str, port: int, period: float = 2.0) -> Path:
+    cfg = tmp / f"{name}.toml"
+    cfg.write_text(
+        "\n".join(
+            [
+                'listen = "127.0.0.1"',
+                f"port = {port}",
+                f'database_url = "{url}"',
+                f"plan_period_s = {period}",
+                'log_level = "info"',
+                "insecure = true",
+                "leader_lease_s = 4",
+                '[hosts."h1"]',
+                f'token = "{TOKEN}"',
+            ]
+        )
+        + "\n"
+    )
+    return cfg
+
+
+def _manager(cfg: Path, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sova.cli_daemons", "manager", "--config", str(cfg)],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+
+
+def _readyz(port: int) -> httpx.Response:
+    return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
+
+
+def _role(port: int) -> tuple[str, int | None] | None:
+    try:
+        body = _readyz(port).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return body.get("role"), body.get("epoch")
+
+
+def _metric(port: int, name: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    (line,) = [x for x in text.splitlines() if x.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+@contextlib.contextmanager
+def two_managers(tmp: Path, url: str) -> Iterator[tuple[list[int], list[Path], list[Any]]]:
+    ports = [free_port(), free_port()]
+    cfgs = [_manager_cfg(tmp, f"m{i}", url, p) for i, p in enumerate(ports)]
+    procs: list[Any] = [_manager(cfgs[0], tmp / "m0.log")]
+    try:
+        wait_until(lambda: _role(ports[0]) == ("leader", 1), 30, "the first manager to lead")
+        procs.append(_manager(cfgs[1], tmp / "m1.log"))
+        wait_until(lambda: _role(ports[1]) == ("standby", 1), 30, "the second to stand by")
+        yield ports, cfgs, procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        for i in range(len(cfgs)):
+            print(f"----- m{i}.log\n{(tmp / f'm{i}.log').read_text()[-3000:]}")
+
+
+@needs_pg
+def test_a_second_manager_on_postgresql_stands_by_redirects_and_takes_over(
+    tmp_path: Path,
+) -> None:
+    """Before, the second manager exited 2 (one writer, no standby). Now it waits: 503 on
+    /readyz and on agent routes, naming the leader; an agent given both URLs lands on the
+    leader; kill -9 of the leader and the standby leads at epoch 2 within a few seconds;
+    the old leader, restarted, stands by."""
+    with (
+        pg_schema("standby") as (url, _schema, _admin),
+        two_managers(tmp_path, url) as (
+            ports,
+            cfgs,
+            procs,
+        ),
+    ):
+        leader_url, standby_url = (f"http://127.0.0.1:{p}" for p in ports)
+        r = httpx.get(standby_url + "/v1/hosts/h1/directive", timeout=2)
+        assert r.status_code == 503 and r.headers[LEADER_HEADER] == leader_url, r.text
+        body = _readyz(ports[1]).json()
+        assert body["role"] == "standby" and body["epoch"] == 1, body
+        assert leader_url in body["status"], body
+        assert _metric(ports[0], "sova_manager_leader") == 1.0
+        assert _metric(ports[1], "sova_manager_leader") == 0.0
+        assert _metric(ports[1], "sova_manager_leader_epoch") == 1.0
+
+        # An agent that lists the standby first is sent on to the leader.
+        client = ManagerClient([standby_url, leader_url], "h1", TOKEN, retries=0)
+        assert isinstance(client.wait_directive(0, 0.0), Directive)
+        assert client.url == leader_url
+        client.close()
+
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(10)
+        t0 = time.monotonic()
+        wait_until(lambda: _role(ports[1]) == ("leader", 2), 30, "the standby to take over")
+        took = time.monotonic() - t0
+        assert took < 5.0, took  # lock poll 0.5 s + restore of an empty store
+        assert _metric(ports[1], "sova_manager_leader_epoch") == 2.0
+
+        procs.append(_manager(cfgs[0], tmp_path / "m0.log"))  # the old leader, restarted
+        wait_until(lambda: _role(ports[0]) == ("standby", 2), 30, "the old leader to follow")
+        r = httpx.get(leader_url + "/v1/hosts/h1/directive", timeout=2)
+        assert r.status_code == 503 and r.headers[LEADER_HEADER] == standby_url
+
+
+@needs_pg
+def test_a_leader_whose_session_is_killed_steps_down_and_the_standby_leads(
+    tmp_path: Path,
+) -> None:
+    """pg_terminate_backend of the leader's lock session (the process lives on): its
+    heartbeat fails within a second and it exits 3 (restarted, it joins as a standby); the
+    standby leads at epoch 2."""
+    with (
+        pg_schema("stepdown") as (url, schema, admin),
+        two_managers(tmp_path, url) as (
+            ports,
+            _cfgs,
+            procs,
+        ),
+    ):
+        holder = lock_holder_pid(admin, schema)
+        assert holder is not None
+        terminate(admin, holder)
+        assert procs[0].wait(15) == EXIT_DEPOSED
+        wait_until(lambda: _role(ports[1]) == ("leader", 2), 30, "the standby to take over")
+        log = (tmp_path / "m0.log").read_text()
+        assert "lost the leadership (epoch 1)" in log, log[-2000:]
+
+
+# --------------------------------------------------------------------------- agents
+
+
+def _transport(answers: dict[str, Any]) -> httpx.MockTransport:
+    """Each base URL's behaviour: "down" (connection refused), "standby:<leader>", "ok"."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        base = f"{request.url.scheme}://{request.url.host}:{request.url.port}"
+        what = answers[base]
+        seen.append(base)
+        if what == "down":
+            raise httpx.ConnectError("refused", request=request)
+        if isinstance(what, str) and what.startswith("standby:"):
+            return httpx.Response(503, headers={LEADER_HEADER: what[8:]}, json={})
+        return httpx.Response(200, json={"f": False, "i": 7})
+
+    seen: list[str] = []
+    t = httpx.MockTransport(handle)
+    t.seen = seen  # type: ignore[attr-defined]
+    return t
+
+
+A, B, C = "http://a:1", "http://b:2", "http://c:3"
+
+
+@pytest.mark.parametrize(
+    ("answers", "want_url", "want_seen"),
+    [
+        # the first answers: one request
+        ({A: "ok", B: "ok"}, A, [A]),
+        # the first is down: the next URL, at once in the same call
+        ({A: "down", B: "ok"}, B, [A, B]),
+        # a standby names the leader (in our list): straight there
+        ({A: f"standby:{C}", B: "down", C: "ok"}, C, [A, C]),
+        # a standby naming a URL not in the list is not followed (the token stays home)
+        ({A: "standby:http://evil:9", B: "ok"}, B, [A, B]),
+    ],
+)
+def test_an_agent_with_several_managers_finds_the_leader(
+    answers: dict[str, str], want_url: str, want_seen: list[str]
+) -> None:
+    t = _transport(answers)
+    urls = [u for u in (A, B, C) if u in answers]
+    client = ManagerClient(urls, "h1", TOKEN, retries=1, transport=t)
+    d = client.wait_directive(0, 0.0)
+    assert d.id == 7 and client.url == want_url
+    assert t.seen == want_seen  # type: ignore[attr-defined]
+
+
+def test_an_agent_whose_managers_are_all_down_gives_up_bounded() -> None:
+    t = _transport({A: "down", B: "down"})
+    client = ManagerClient([A, B], "h1", TOKEN, retries=1, transport=t)
+    with pytest.raises(ManagerUnreachable):
+        client.wait_directive(0, 0.0)
+    assert len(t.seen) == 4  # type: ignore[attr-defined]  # (retries + 1) x 2 URLs
+    with pytest.raises(ManagerUnreachable):
+        client.wait_directive(0, 0.0)
+    assert len(t.seen) == 6  # type: ignore[attr-defined]  # degraded: one try per URL
+
+
+@pytest.mark.parametrize(
+    ("conf", "want"),
+    [
+        ({"manager_url": [A, B]}, [A, B]),
+        ({"manager_url": f"{A}, {B}"}, [A, B]),
+        ({"manager_urls": [A, B]}, [A, B]),
+        ({"manager_url": A}, [A]),
+        ({}, []),
+    ],
+)
+def test_manager_url_takes_one_or_several(conf: dict[str, Any], want: list[str]) -> None:
+    assert AgentSettings.model_validate(conf).manager_url_list() == want
+
+
+@pytest.mark.parametrize(
+    ("conf", "words"),
+    [
+        ({"manager_url": [A, "ftp://x"]}, ["manager_url", "ftp://x"]),
+        ({"manager_urls": [A, A + "/"]}, ["manager_urls", "twice"]),
+        ({"manager_url": A, "manager_urls": [B]}, ["manager_url or manager_urls"]),
+        ({"manager_url": []}, ["manager_url", "names no manager"]),
+    ],
+)
+def test_bad_manager_urls_are_one_line_errors(
+    tmp_path: Path, conf: dict[str, Any], words: list[str]
+) -> None:
+    cfg = tmp_path / "agent.toml"
+    lines = []
+    for k, v in conf.items():
+        val = "[" + ", ".join(f'"{x}"' for x in v) + "]" if isinstance(v, list) else f'"{v}"'
+        lines.append(f"{k} = {val}")
+    cfg.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load_agent_settings(cfg, environ={})
+    # The file's one heading line, then one line for the one error, naming field and value.
+    _, line = str(exc.value).splitlines()
+    assert all(w in line for w in words), line
