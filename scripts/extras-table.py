@@ -32,7 +32,8 @@ END = "<!-- extras-table: end -->"
 # The table's rows, in order: the extra and what it is for (the figures come from SIZES).
 ROWS = {
     "agent": "a hypervisor: `sova agent` / `sova-agent` (argparse), httpx, prometheus-client, "
-    "libvirt-python, pyroute2; no typer or rich",
+    "libvirt-python, pyroute2, numpy (the policy's bandwidth kernels, 72 MB of it); no typer "
+    "or rich",
     "cli": "the full `sova` command line (plans, fence, mode, audit, ...) for an operator's "
     "workstation: typer, rich, httpx",
     "manager": "the cluster manager: `cli` + FastAPI, uvicorn[standard] (with watchfiles, "

@@ -20,7 +20,6 @@ NOT_ON_AGENTS = [
     "typer",
     "rich",
     "click",
-    "numpy",
     "matplotlib",
     "fastapi",
     "uvicorn",

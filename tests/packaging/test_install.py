@@ -37,7 +37,9 @@ def _only_when_selected(request: pytest.FixtureRequest) -> None:
 
 
 ROOT = Path(__file__).resolve().parents[2]
-AGENT_BUDGET_MB = 60
+# numpy is about 72 MB of it: the policy's bandwidth sensing and allocation are array
+# kernels, one implementation for the agent's one host and the simulator's all hosts.
+AGENT_BUDGET_MB = 110
 # The full CLI's dependencies, which a hypervisor's install must not carry (issue 24).
 NOT_ON_AGENTS = ("typer", "rich", "click", "pygments", "markdown-it-py", "shellingham")
 MEASURED: dict[str, float] = {}
@@ -198,7 +200,8 @@ def test_agent_extra_is_small_and_starts_without_the_simulator(tmp_path: Path, w
     r = _run([bin_ / "sova", "plans", "list"], tmp_path)
     assert r.returncode == 2 and "pip install 'sova-sriov[cli]'" in r.stderr, r.stderr
     r = _run([bin_ / "python", "-c", "import sova.sim"], tmp_path)
-    assert "MissingExtra: sova.sim needs numpy, matplotlib: pip install 'sova-sriov[sim]'" in (
+    # (numpy is the agent's too: only what is missing is named)
+    assert "MissingExtra: sova.sim needs matplotlib: pip install 'sova-sriov[sim]'" in (
         r.stderr
     ), r.stderr
     _check_documented("agent", added)
