@@ -1,8 +1,9 @@
 """The sim_scale workload through ``sova simulate`` itself: the command a user runs.
 
-``sim_scale.py`` drives the engine with the benchmark harness; this script writes the same
-workload (``sim_scale.build``/``initial_mix``/``changes``: duty, request, bulk and file VMs,
-duty drift every minute, surges on 5 % of the hosts) as a scenario YAML with the sova VF
+This script generates the workload (:func:`build`, :func:`initial_mix`, :func:`changes`:
+duty, request, bulk and file VMs, duty drift every minute, surges on 5 % of the hosts;
+formerly ``sim_scale.py``, which drove the engine with a second, benchmark-only copy of the
+policy, now deleted) and writes it as a scenario YAML with the sova VF
 policy and the sova bandwidth allocator every second, and runs
 ``sova simulate SCENARIO --no-progress`` in a child process per size, timing the whole
 command (scenario load, simulation, outputs and report) and reading the child's peak RSS
@@ -64,8 +65,20 @@ Sova is still ~3x slower than CloudSim Plus in CPU (the issue asks >= 10x faster
 half its memory (a quarter asked). What remains is the control period's per-host Python:
 sensing windows and factors, VF scheduling, hotspot reports and the timeline rows
 (``HostAgent.step``, about half of the simulation now), then the engine's per-tick numpy
-calls. ``benchmarks/batch_controller.py`` holds equality-tested array forms of the sensing and
-VF scheduling that are to move into ``sova.policy.kernels`` and be called by ``World``.
+calls.
+
+Issue 23, third session (branch sim2): the sensing runs as the policy's array kernel
+(``sova.policy.kernels.SensorKernel``) for every host at once (``sova.sim.fleet_sensing``);
+each agent gets its VMs' factors. Golden outputs unchanged. Simulation only (``run_policy``),
+CPU seconds, load average 5-9 on the 2 cores, alternating before/after runs:
+
+    size (hosts x VMs x s)   before: CPU s (median of 5)   after   VM-steps per CPU-s   peak RSS
+    1,000 x 3 x 300                              10.98         8.33              108,000  134 MiB
+    (runs: before 10.03-11.51 s, after 7.01-11.28 s; 100 x 3 x 300 once: 1.25 -> 0.96 s)
+
+The VF scheduling still runs per host (``vfsched.schedule`` through the VF policies); its
+array form, equality-tested, was in the deleted harness (git history before this change,
+``benchmarks/batch_controller.py: schedule_batch``) for when ``World`` can call it.
 
 Where the time of the simulation went before that (cProfile of ``run_policy``, 100 x 3, 300 s):
 the agents' phases ~88 % (``HostAgent.bandwidth_step`` alone ~60 %: every host samples,
@@ -82,19 +95,122 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_scale import build, changes, initial_mix
+from sova.agent.config import PAPERS_MANAGER
+from sova.scenario import Scenario, Workload, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(hosts: int, per_host: int, duration: float, seed: int) -> Scenario:
+    profile = yaml.safe_load((ROOT / "scenarios/profiles/sova.yaml").read_text())
+    rng = np.random.default_rng([seed, 10])
+    n = hosts * per_host
+    names = [f"vm{k}" for k in range(n)]
+    data: dict[str, Any] = {
+        "name": "sim-scale",
+        "seed": seed,
+        "duration": duration,
+        "tick": 1.0,
+        "profile": {"name": "sova", **profile},
+        "hosts": [
+            {
+                "name": f"host{h}",
+                "cores": 32,
+                "memory": "256GiB",
+                "nic": {"capacity": "10Gbit", "vf_pool": 4},
+                "vms": names[h * per_host : (h + 1) * per_host],
+            }
+            for h in range(hosts)
+        ],
+        "vms": [
+            {
+                "name": name,
+                "vcpus": int(rng.choice([1, 2, 4])),
+                "memory": f"{int(rng.choice([1, 2, 4, 8]))}GiB",
+            }
+            for name in names
+        ],
+        "controller": {
+            "period": 10,
+            "vf_policy": "sova",
+            "sensing": {"window": 6, "epsilon": 0.7},
+            "scheduler": {"io_threshold": 62, "tolerance": 0.25, "min_dwell": 30},
+            # the papers' manager (no anti-thrash rule), as in the figures below
+            "manager": {"alpha": 0.75, "k": 3, "n": 5, **PAPERS_MANAGER},
+        },
+        "workload": [{"at": 0, "vms": {}}],
+    }
+    return parse_scenario(data, "simulate_scale")
+
+
+def initial_mix(n: int, rng: np.random.Generator) -> list[Workload]:
+    """netperf / lookbusy / hybrid duty cycles, httperf, bulk streams, scp."""
+    kinds = rng.choice(6, size=n, p=[0.30, 0.15, 0.15, 0.20, 0.12, 0.08])
+    out = []
+    for k in kinds:
+        if k == 0:
+            w = Workload(net=float(rng.uniform(0.1, 1.0)), rate=float(rng.uniform(0.1e9, 0.6e9)))
+        elif k == 1:
+            w = Workload(cpu=float(rng.uniform(0.2, 1.0)))
+        elif k == 2:
+            w = Workload(
+                net=float(rng.uniform(0.1, 0.6)),
+                cpu=float(rng.uniform(0.1, 0.6)),
+                rate=float(rng.uniform(0.1e9, 0.5e9)),
+            )
+        elif k == 3:
+            w = Workload(
+                kind="requests",
+                requests_per_s=float(rng.uniform(50, 500)),
+                response=int(rng.choice([4, 10, 16, 32])) * 1000,
+            )
+        elif k == 4:
+            w = Workload(
+                kind="bulk", rate=float(rng.uniform(0.1e9, 0.4e9)), streams=int(rng.integers(1, 4))
+            )
+        else:
+            w = Workload(
+                kind="file", size=int(rng.uniform(1, 4) * 2**30), rate=0.3e9, ns_per_byte=2.0
+            )
+        out.append(w)
+    return out
+
+
+def changes(
+    scn: Scenario, mix: list[Workload], rng: np.random.Generator
+) -> dict[float, list[tuple[int, Workload]]]:
+    """Workload changes by time: trace-like duty drift and host surges (hotspots)."""
+    n, hosts = len(mix), len(scn.hosts)
+    per_host = n // hosts
+    due: dict[float, list[tuple[int, Workload]]] = defaultdict(list)
+    duty = [i for i, w in enumerate(mix) if w.kind == "duty"]
+    for t in np.arange(60.0, scn.duration, 60.0):
+        for i in rng.choice(duty, size=max(1, len(duty) // 30), replace=False):
+            w = mix[int(i)]
+            net = float(np.clip((w.net or 0.0) + rng.normal(0, 0.15), 0.0, 1.0))
+            cpu = float(np.clip(w.cpu + rng.normal(0, 0.15), 0.0, 1.0))
+            mix[int(i)] = w.model_copy(update={"net": net, "cpu": cpu})
+            due[float(t)].append((int(i), mix[int(i)]))
+    hot = rng.choice(hosts, size=max(1, hosts // 20), replace=False)
+    for h in hot:
+        start = float(rng.integers(30, max(31, int(scn.duration * 0.8) // 10)) * 10)
+        end = start + float(rng.integers(60, 121)) * 10
+        for j in rng.choice(per_host, size=3, replace=False):
+            i = int(h) * per_host + int(j)
+            surge = Workload(kind="bulk", rate=float(rng.uniform(2.2e9, 2.8e9)))
+            due[start].append((i, surge))
+            if end < scn.duration:
+                due[end].append((i, mix[i]))
+    return dict(sorted(due.items()))
 
 
 def scenario_data(hosts: int, per_host: int, duration: float, seed: int) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from tests.test_bandwidth_props import flows
 from sova.agent import bandwidth as bw
 from sova.model import MBIT, VM, HostCounters, HostSample, VMCounters
 from sova.policy.bandwidth import FlowDemand, SovaAllocator
-from sova.policy.kernels import Groups, row_fsum
-from sova.policy.sensing import RateMeter
+from sova.policy.kernels import Groups, SensorKernel, row_fsum
+from sova.policy.sensing import HostSensor, RateMeter, VMFactors
 from sova.scenario import Scenario, load_sweep
 from sova.sim.world import World
 
@@ -297,14 +297,124 @@ def test_measure_equals_the_rate_meter(
     assert got == want
 
 
+# --------------------------------------------------------------------------- sensing
+
+
+@st.composite
+def counter_runs(draw: st.DrawFn) -> dict[str, object]:
+    """Cumulative counters of VMs on hosts over several readings, with resets and moves."""
+    hosts = draw(st.integers(1, 3))
+    n = draw(st.integers(1, 6))
+    steps = draw(st.integers(1, 10))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    host = rng.integers(0, hosts, n)
+    vcpus = rng.choice([1, 2, 4], n).astype(float)
+    c = np.zeros((6, n))
+    times: list[float] = []
+    hosts_at: list[np.ndarray] = []
+    readings: list[np.ndarray] = []
+    t = 0.0
+    # a few discrete traffic levels so NF sees ties and single-level hosts (span 0)
+    levels = np.array([0.0, 0.0, 100.0, 5_000.0, 1e6, 1e6, 3e7])
+    for _ in range(steps + 1):
+        t += float(rng.choice([10.0, 10.0, 7.5, 0.25]))
+        dt = t - (times[-1] if times else 0.0)
+        c[0] += np.floor(rng.uniform(0, 1.05, n) * dt * 1e9 * vcpus)
+        c[1] += np.floor(rng.uniform(0, 0.2, n) * dt * 1e9)
+        rate = rng.choice(levels, n)
+        c[2] += np.floor(rate * dt * 0.02)
+        c[3] += np.floor(rate * dt)
+        c[4] += np.floor(rate * dt / 1500 * rng.choice([0.5, 1.0], n))
+        c[5] += np.floor(rate * dt / 1500)
+        reset = rng.uniform(size=n) < 0.08
+        c[:, reset] = np.floor(c[:, reset] * rng.uniform(0, 0.5))
+        move = rng.uniform(size=n) < 0.08
+        host = np.where(move, rng.integers(0, hosts, n), host)
+        times.append(t)
+        hosts_at.append(host.copy())
+        readings.append(c.copy())
+    return {
+        "hosts": hosts,
+        "times": times,
+        "host": hosts_at,
+        "c": readings,
+        "vcpus": vcpus,
+        "num": draw(st.integers(1, 6)),
+        "epsilon": draw(st.sampled_from([0.0, 0.3, 0.7, 1.0])),
+        "threshold": draw(st.sampled_from([0.0, 10_000.0, 1e6])),
+    }
+
+
+def _sample(host: int, t: float, c: np.ndarray, hosts: np.ndarray, vcpus: np.ndarray) -> HostSample:
+    vms = {
+        f"vm{i}": VMCounters(
+            f"vm{i}",
+            int(vcpus[i]),
+            int(c[0, i]),
+            int(c[1, i]),
+            int(c[2, i]),
+            int(c[3, i]),
+            int(c[4, i]),
+            int(c[5, i]),
+        )
+        for i in np.flatnonzero(hosts == host)
+    }
+    return HostSample(f"h{host}", t, vms, HostCounters(0, 0, 0, 0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(counter_runs())
+def test_sensor_kernel_equals_host_sensor(run: dict[str, object]) -> None:
+    # Every factor of every VM after every reading: == on floats, not approx, and
+    # whether each host has measured a period yet (what the VF policies are told).
+    hosts, times, vcpus = run["hosts"], run["times"], run["vcpus"]
+    assert isinstance(hosts, int) and isinstance(times, list) and isinstance(vcpus, np.ndarray)
+    num, eps, thr = run["num"], run["epsilon"], run["threshold"]
+    assert isinstance(num, int) and isinstance(eps, float) and isinstance(thr, float)
+    scalar = [HostSensor(num, eps, thr) for _ in range(hosts)]
+    batch = SensorKernel(vcpus.size, num, eps, thr)
+    for t, host, c in zip(times, run["host"], run["c"], strict=True):  # type: ignore[call-overload]
+        for h in range(hosts):
+            scalar[h].observe(_sample(h, t, c, host, vcpus))
+        batch.observe(t, c, vcpus, host)
+        f = batch.factors(host, hosts)
+        for h in range(hosts):
+            sf = scalar[h].factors()
+            assert set(sf) == {f"vm{i}" for i in np.flatnonzero(host == h)}
+            for name, s in sf.items():
+                i = int(name[2:])
+                got = VMFactors(
+                    name,
+                    f.cpu_usage[i],
+                    f.io_degree[i],
+                    f.io_factor[i],
+                    f.net_degree[i],
+                    f.net_factor[i],
+                    bool(f.has_traffic[i]),
+                    f.demand_bps[i],
+                    f.last_rate_bps[i],
+                    f.tx_bps[i],
+                    f.rx_bps[i],
+                )
+                want = s
+                assert got == want, (name, got, want)
+            has = bool((f.count[host == h] > 0).any())
+            assert has == any(scalar[h].windows().values())
+
+
 # --------------------------------------------------------------------------- the world
 
 
-def _run(scn: Scenario, policy: str, fleet: bool) -> tuple[list[object], list[object], list[float]]:
+def _run(
+    scn: Scenario, policy: str, fleet: bool, sensing: bool = True
+) -> tuple[list[object], list[object], list[float]]:
     spec = next(p for p in scn.policy_specs if p.name == policy)
     world = World(scn, spec)
     if not fleet:
         world._bw = None  # every agent's own bandwidth_step, one host at a time
+    if not sensing:
+        world._sensing = None  # every agent's own HostSensor, one host at a time
     run = world.run_until(scn.duration)
     eng = world.engine
     return list(run.timeline), list(run.events), eng.guest_limit.tolist()
@@ -327,6 +437,27 @@ def test_world_decides_the_same_with_all_hosts_at_once(
     scn = scn.model_copy(update={"duration": duration})
     fast = _run(scn, policy, fleet=True)
     slow = _run(scn, policy, fleet=False)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+    assert fast[2] == slow[2]
+
+
+@pytest.mark.parametrize(
+    ("name", "policy", "duration"),
+    [
+        ("sova-tour", "sova", 600.0),  # IF/NF ranking, hot spots, a live migration
+        ("dsr-iov-fig7a", "dsr-iov", 120.0),  # io_degree/net_degree ranking, VF tiers off
+    ],
+)
+def test_world_senses_the_same_with_all_hosts_at_once(
+    name: str, policy: str, duration: float
+) -> None:
+    # The world's sensing (sim/fleet_sensing.py: SensorKernel over every VM) against every
+    # agent's own HostSensor: the same factors in the timeline, the same decisions.
+    scn = load_sweep(ROOT / "scenarios" / f"{name}.yaml")[0]
+    scn = scn.model_copy(update={"duration": duration})
+    fast = _run(scn, policy, fleet=True)
+    slow = _run(scn, policy, fleet=True, sensing=False)
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     assert fast[2] == slow[2]

@@ -77,6 +77,15 @@ class StepReport:
 
 
 @dataclass(frozen=True)
+class Sensed:
+    """A period's sensing done outside the agent (the simulated world senses every host at
+    once with :class:`~sova.policy.kernels.SensorKernel`): what ``HostSensor`` would give."""
+
+    factors: Mapping[str, VMFactors]
+    measured: bool  # some VM of the host has a full period in its window
+
+
+@dataclass(frozen=True)
 class Decision:
     """What :meth:`HostAgent.decide` chose for one period."""
 
@@ -173,6 +182,7 @@ class HostAgent:
         self._last_ranking: tuple[str, ...] = ()
         self._ops_this_period = 0
         self._prev_sample: HostSample | None = None
+        self._measured = False
         # The period's one read of the host (StepReport.actual); the report, the
         # manager's directive and the next reconcile use it instead of asking again.
         self.snapshot: Inventory | None = None
@@ -285,7 +295,7 @@ class HostAgent:
             now=now,
             candidates=self._candidates(factors, actual),
             vf_since=self.vf_since,
-            measured=any(self.sensor.windows().values()),
+            measured=self._measured,
             scheduler=self.scheduler,
             with_tiers=lambda chosen: self._with_tiers(chosen, factors, actual),
         )
@@ -305,8 +315,11 @@ class HostAgent:
 
     # ----------------------------------------------------------------- loop
 
-    def _observe(self, sample: HostSample, actual: Inventory) -> LoadShares | None:
-        self.sensor.observe(sample)
+    def _observe(
+        self, sample: HostSample, actual: Inventory, sensed: bool = False
+    ) -> LoadShares | None:
+        if not sensed:
+            self.sensor.observe(sample)
         prev, self._prev_sample = self._prev_sample, sample
         if prev is None:
             return None
@@ -317,13 +330,18 @@ class HostAgent:
             self.last_load = load
         return load
 
-    def step(self) -> StepReport:
-        """One control period: sense, decide, plan, apply."""
+    def step(self, sensed: Sensed | None = None) -> StepReport:
+        """One control period: sense (or take ``sensed``), decide, plan, apply."""
         self.executor.poll()
         now = self.driver.now()
         actual = self.snapshot = self.driver.inventory()
-        load = self._observe(self.driver.sample(), actual)
-        factors = self.sensor.factors()
+        load = self._observe(self.driver.sample(), actual, sensed is not None)
+        factors: Mapping[str, VMFactors]
+        if sensed is None:
+            factors = self.sensor.factors()
+            self._measured = any(self.sensor.windows().values())
+        else:
+            factors, self._measured = sensed.factors, sensed.measured
         d = self.decide(factors, actual, now)
         self._last_desired = d.desired
         self._last_ranking = d.vf.ranking if d.vf else tuple(d.desired)

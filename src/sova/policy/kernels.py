@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sova.policy.bandwidth import water_fill
+from sova.policy.sensing import GOTTEN_FLOOR_FRACTION, NS
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -150,3 +151,140 @@ def _check(
     ):
         if bad.any():
             raise ValueError(f"{name} must be finite and > 0 (>= 0 for rates), got {arr[bad][0]}")
+
+
+# --------------------------------------------------------------------------- sensing
+
+
+@dataclass(frozen=True)
+class SensedFactors:
+    """:class:`~sova.policy.sensing.VMFactors` of every VM, one array per field."""
+
+    cpu_usage: FloatArray
+    io_degree: FloatArray
+    io_factor: FloatArray
+    net_degree: FloatArray
+    net_factor: FloatArray
+    has_traffic: BoolArray
+    demand_bps: FloatArray
+    last_rate_bps: FloatArray
+    tx_bps: FloatArray
+    rx_bps: FloatArray
+    count: IntArray  # periods in each VM's window (0 = nothing measured yet)
+
+
+class SensorKernel:
+    """:class:`~sova.policy.sensing.HostSensor` for every host at once: one row per VM.
+
+    Windows are right-aligned shift buffers (newest in the last column) so that sums over
+    a window run oldest first exactly like ``sum(...)`` over the specification's deque; the
+    empty slots on the left add 0.0 first, which leaves every partial sum bit-identical.
+    A VM whose host changed since the last reading starts an empty window and skips that
+    period (the target host's sensor has no previous reading of it).
+    """
+
+    FIELDS = ("cpu", "gotten", "blocked", "rx", "tx", "packets", "dt", "vcpus")
+
+    def __init__(
+        self, n_vms: int, num: int = 6, epsilon: float = 0.7, threshold_bps: float = 10_000.0
+    ) -> None:
+        if num < 1:
+            raise ValueError(f"window num must be >= 1, got {num}")
+        self.n, self.num, self.epsilon, self.threshold = n_vms, num, epsilon, threshold_bps
+        self.buf = {k: np.zeros((n_vms, num)) for k in self.FIELDS}
+        self.count: IntArray = np.zeros(n_vms, dtype=np.int64)
+        self.prev: FloatArray | None = None  # (6, N) whole counters at the last reading
+        self.prev_host: IntArray = np.full(n_vms, -1, dtype=np.int64)
+        self.last_t: float | None = None
+        self.resets = 0
+
+    def observe(self, t: float, counters: FloatArray, vcpus: FloatArray, host: IntArray) -> None:
+        """Take a reading: ``counters`` is (6, N) cpu, steal, rx_b, tx_b, rx_pk, tx_pk, whole
+        numbers as a driver reads them; ``host`` is each VM's host now."""
+        if self.last_t is not None and t <= self.last_t:
+            return  # a repeated or out-of-order reading: ignored, like the specification
+        prev, prev_host, last_t = self.prev, self.prev_host, self.last_t
+        self.prev, self.prev_host, self.last_t = counters.copy(), host.copy(), t
+        moved = host != prev_host
+        self.count[moved] = 0
+        if prev is None or last_t is None:
+            return
+        dt = t - last_t
+        d = counters - prev
+        reset = (d < 0).any(axis=0) & ~moved
+        self.resets += int(reset.sum())
+        v = np.maximum(vcpus, 1.0)
+        capacity_ns = dt * NS * v
+        d_cpu = d[0]
+        stats = {
+            "cpu": np.minimum(1.0, d_cpu / capacity_ns),
+            "gotten": d_cpu,
+            "blocked": np.maximum(0.0, capacity_ns - d_cpu - d[1]),
+            "rx": d[2],
+            "tx": d[3],
+            "packets": d[4] + d[5],
+            "dt": np.full(self.n, dt),
+            "vcpus": v,
+        }
+        idx = np.flatnonzero(~moved & ~reset)
+        for k in self.FIELDS:
+            b = self.buf[k]
+            b[idx, :-1] = b[idx, 1:]
+            b[idx, -1] = stats[k][idx]
+        self.count[idx] = np.minimum(self.count[idx] + 1, self.num)
+
+    def factors(self, host: IntArray, n_hosts: int) -> SensedFactors:
+        """Every VM's factors; NF is normalised over the VMs of its host (``host``)."""
+        num, c = self.num, self.count
+        valid = np.arange(num)[None, :] >= (num - c)[:, None]
+        b = self.buf
+        dt = np.where(valid, b["dt"], 1.0)
+        nbytes = b["rx"] + b["tx"]
+        rate = 8.0 * nbytes / dt
+        traffic = valid & (rate >= self.threshold)
+        floor = GOTTEN_FLOOR_FRACTION * b["dt"] * NS * b["vcpus"]
+        ratio = b["blocked"] / np.maximum(b["gotten"], np.where(valid, floor, 1.0))
+        kbps = nbytes / dt
+        pps = b["packets"] / dt
+        s_cpu, s_if, s_kb, s_rate = (np.zeros(self.n) for _ in range(4))
+        for j in range(num):  # oldest first, like sum() over the deque
+            m = valid[:, j]
+            s_cpu = s_cpu + np.where(m, b["cpu"][:, j], 0.0)
+            s_if = s_if + np.where(m, ratio[:, j], 0.0)
+            s_kb = s_kb + np.where(m, kbps[:, j], 0.0)
+            s_rate = s_rate + np.where(m, rate[:, j], 0.0)
+        n = np.maximum(c, 1).astype(float)
+        has = c > 0
+        busy_n = traffic.sum(axis=1)
+        freq = np.where(has, busy_n / n, 0.0)
+        eps = self.epsilon
+        # NF: min-max over every traffic period of every VM of the host (sensing.py).
+        vmin = np.where(traffic, pps, np.inf).min(axis=1)
+        vmax = np.where(traffic, pps, -np.inf).max(axis=1)
+        lo_h, hi_h = np.full(n_hosts, np.inf), np.full(n_hosts, -np.inf)
+        np.minimum.at(lo_h, host, vmin)
+        np.maximum.at(hi_h, host, vmax)
+        active_h = np.isfinite(lo_h)
+        lo_h, hi_h = np.where(active_h, lo_h, 0.0), np.where(active_h, hi_h, 0.0)
+        lo, span = lo_h[host], (hi_h - lo_h)[host]
+        pos = span > 0
+        norm = np.where(pos[:, None], (pps - lo[:, None]) / np.where(pos, span, 1.0)[:, None], 1.0)
+        s_norm = np.zeros(self.n)
+        for j in range(num):
+            s_norm = s_norm + np.where(traffic[:, j], norm[:, j], 0.0)
+        avg = np.where(busy_n > 0, s_norm / np.maximum(busy_n, 1), 0.0)
+        last_dt = b["dt"][:, -1]
+        safe_dt = np.where(has, last_dt, 1.0)
+        return SensedFactors(
+            cpu_usage=np.where(has, b["cpu"][:, -1], 0.0),
+            io_degree=np.where(has, 100.0 * (1.0 - s_cpu / n), 100.0),
+            io_factor=np.where(has, s_if / n, 0.0),
+            net_degree=np.where(has, eps * (s_kb / n / 1000.0) + (1.0 - eps) * freq, 0.0),
+            net_factor=eps * freq + (1.0 - eps) * avg,
+            has_traffic=busy_n > 0,
+            demand_bps=np.where(has, s_rate / n, 0.0),
+            last_rate_bps=np.where(has, rate[:, -1], 0.0),
+            tx_bps=np.where(has, 8.0 * b["tx"][:, -1] / safe_dt, 0.0),
+            rx_bps=np.where(has, 8.0 * b["rx"][:, -1] / safe_dt, 0.0),
+            count=c.copy(),
+        )

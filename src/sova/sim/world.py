@@ -41,6 +41,7 @@ from sova.scenario import PolicySpec, Scenario
 from sova.sim.driver import SimDriver
 from sova.sim.engine import Engine
 from sova.sim.fleet_bandwidth import FleetBandwidth
+from sova.sim.fleet_sensing import FleetSensing
 from sova.sim.state import Op
 
 
@@ -98,6 +99,9 @@ class World:
                 self.agents[h] = HostAgent(drv, cfg, on_outcome=self._logger(h))
         # every host's bandwidth loop at once (sim/fleet_bandwidth.py), same decisions
         self._bw = FleetBandwidth.of(self.engine, self.agents) if self.agents else None
+        # and every host's sensing (sim/fleet_sensing.py), the same factors
+        first = next(iter(self.agents.values()), None)
+        self._sensing = FleetSensing(self.engine, first.config) if first else None
         m = scn.controller.manager
         self.manager: ManagerCore | None = None
         if with_agents and vf_policy(policy.vf).uses_manager and len(self.drivers) > 1:
@@ -195,6 +199,11 @@ class World:
                 return
             if phase == POLL:
                 self._bw.settle(self.engine)
+        if phase == STEP and self._sensing is not None:
+            sensed = self._sensing.sense(self.engine)
+            self._record(t, {h: a.step(sensed[h]) for h, a in self.agents.items()})
+            self._plan(t)
+            return
         reports = {h: act(a, phase) for h, a in self.agents.items()}
         if phase == STEP:
             self._record(t, {h: r for h, r in reports.items() if r is not None})
