@@ -120,8 +120,15 @@ VMName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAM
 _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or invalid token; nothing was changed"},
 }
+_NOT_LEADING: dict[int | str, dict[str, Any]] = {
+    503: {
+        "description": "a migration directive is due but this manager's leadership was not "
+        "confirmed within half a lease; ask again (or another manager)"
+    },
+}
 _REPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"description": "replayed or out-of-order report (same agent boot); nothing changed"},
+    **_NOT_LEADING,
 }
 _DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "the host is not the migration's source; nothing was changed"},
@@ -265,7 +272,7 @@ def create_app(
         operation_id="getDirective",
         response_model=Directive,
         dependencies=auth,
-        responses=_AUTH_RESPONSES,
+        responses={**_AUTH_RESPONSES, **_NOT_LEADING},
         tags=["agents"],
         summary="The host's current directive; with seq, wait for the round that saw it",
     )
