@@ -416,6 +416,38 @@ def test_a_leader_frozen_inside_a_fenced_write_does_not_block_the_takeover() -> 
 
 
 @needs_pg
+def test_a_takeover_blocked_by_a_row_lock_that_stays_gives_up_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A row lock held by a session with no idle timeout (not a manager's store session):
+    the takeover waits lock_timeout (the lease) per attempt and raises after its attempts,
+    rather than waiting without end; the epoch is not raised."""
+    lease = 0.5
+    with pg_schema("stuck") as (url, schema, admin):
+        store = Store(url)
+        lead = Leadership(store, "http://new:2", lease_s=lease)
+        holder = admin.connect()
+        try:
+            assert lead.try_lock()
+            store.migrate()
+            holder.exec_driver_sql(f"SET search_path = {schema}")
+            holder.exec_driver_sql("SELECT epoch FROM leader WHERE id = 1 FOR SHARE")
+            t0 = time.monotonic()
+            with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
+                lead.take_over(attempts=3)
+            assert 3 * lease <= time.monotonic() - t0 < 3 * lease + 2.0
+            assert caplog.text.count("still locked by a write of the old leader") == 2
+            holder.rollback()
+            row = read_leader(store)
+            assert row is not None and row.epoch == 0  # not raised
+        finally:
+            holder.rollback()
+            holder.close()
+            lead.close()
+            store.close()
+
+
+@needs_pg
 def test_a_leader_paused_past_half_its_lease_hands_out_no_flagged_directive() -> None:
     """Writes are fenced by the epoch, a directive from memory is not: a leader paused
     past its lease may have been deposed (its directive withdrawn) and still answer a
