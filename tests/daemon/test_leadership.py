@@ -472,12 +472,15 @@ def test_a_leader_paused_past_half_its_lease_hands_out_no_flagged_directive() ->
             r = api.get("/v1/hosts/h1/directive", headers=auth("h1"))
             assert r.status_code == 503, r.text
             assert "not confirmed" in r.json()["error"]
-            r = api.post(
-                "/v1/hosts/h1/reports", headers=auth("h1"), content=report(0, 1.0, (0.1, 0.1, 0.1))
-            )
+            body = report(0, 1.0, (0.1, 0.1, 0.1))
+            r = api.post("/v1/hosts/h1/reports", headers=auth("h1"), content=body)
             assert r.status_code == 503, r.text
             assert lead.check() is None  # a heartbeat: the store still carries epoch 1
             r = api.get("/v1/hosts/h1/directive", headers=auth("h1"))
+            assert r.status_code == 200 and r.json()["f"] == 1, r.text
+            # Sent again, the same report is a duplicate (not a replay, 409): it gets the
+            # directive now.
+            r = api.post("/v1/hosts/h1/reports", headers=auth("h1"), content=body)
             assert r.status_code == 200 and r.json()["f"] == 1, r.text
         finally:
             if api is not None:
