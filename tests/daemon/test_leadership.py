@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ from sova.daemon.schema import Directive
 from sova.daemon.store import Deposed, DirectiveRow, RoundWrite, Store
 from sova.daemon.store_admin import advisory_key
 
-from .conftest import REPO, free_port, wait_until
+from .conftest import REPO, Api, auth, free_port, manager_settings, report, wait_until
 
 PG_URL = os.environ.get("SOVA_TEST_PG_URL")
 needs_pg = pytest.mark.skipif(
@@ -371,3 +373,173 @@ def test_bad_manager_urls_are_one_line_errors(
     # The file's one heading line, then one line for the one error, naming field and value.
     _, line = str(exc.value).splitlines()
     assert all(w in line for w in words), line
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+@needs_pg
+def test_a_leader_frozen_inside_a_fenced_write_does_not_block_the_takeover() -> None:
+    """The old leader is inside a write (the fence's share lock on the leader row taken)
+    when its host freezes: its lock session ends after the lease, its store session sits
+    idle in the transaction. The standby gets the lock; its takeover must not wait for the
+    row lock until TCP gives up (hours): the store session ends after the lease too
+    (idle_in_transaction_session_timeout) and the takeover's bounded retries get through.
+    Before: the takeover's UPDATE waited as long as the frozen transaction stayed open."""
+    lease = 1.0
+    with pg_schema("frozen") as (url, _schema, _admin):
+        old_store, new_store = Store(url, lease_s=lease), Store(url, lease_s=lease)
+        old = Leadership(old_store, "http://old:1", lease_s=lease)
+        new = Leadership(new_store, "http://new:2", lease_s=lease)
+        frozen = old_store.engine.connect()
+        try:
+            assert old.try_lock()
+            old_store.migrate()
+            assert old.take_over() == 1
+            old_store.check_fence(frozen, 1)  # the write's FOR SHARE; then silence
+            # No heartbeat: the lock session idles out after the lease (idle_session_timeout).
+            wait_until(new.try_lock, 10, "the standby to get the lock")
+            took: list[int] = []
+            t0 = time.monotonic()
+            th = threading.Thread(target=lambda: took.append(new.take_over()), daemon=True)
+            th.start()
+            th.join(6 * lease)
+            assert took == [2], "the takeover still waits for the frozen leader's row lock"
+            assert time.monotonic() - t0 < 6 * lease
+        finally:
+            frozen.invalidate()
+            frozen.close()
+            for lead in (old, new):
+                lead.close()
+            old_store.close()
+            new_store.close()
+
+
+@needs_pg
+def test_a_takeover_blocked_by_a_row_lock_that_stays_gives_up_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A row lock held by a session with no idle timeout (not a manager's store session):
+    the takeover waits lock_timeout (the lease) per attempt and raises after its attempts,
+    rather than waiting without end; the epoch is not raised."""
+    lease = 0.5
+    with pg_schema("stuck") as (url, schema, admin):
+        store = Store(url)
+        lead = Leadership(store, "http://new:2", lease_s=lease)
+        holder = admin.connect()
+        try:
+            assert lead.try_lock()
+            store.migrate()
+            holder.exec_driver_sql(f"SET search_path = {schema}")
+            holder.exec_driver_sql("SELECT epoch FROM leader WHERE id = 1 FOR SHARE")
+            t0 = time.monotonic()
+            with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
+                lead.take_over(attempts=3)
+            assert 3 * lease <= time.monotonic() - t0 < 3 * lease + 2.0
+            assert caplog.text.count("still locked by a write of the old leader") == 2
+            holder.rollback()
+            row = read_leader(store)
+            assert row is not None and row.epoch == 0  # not raised
+        finally:
+            holder.rollback()
+            holder.close()
+            lead.close()
+            store.close()
+
+
+@needs_pg
+def test_a_leader_paused_past_half_its_lease_hands_out_no_flagged_directive() -> None:
+    """Writes are fenced by the epoch, a directive from memory is not: a leader paused
+    past its lease may have been deposed (its directive withdrawn) and still answer a
+    report before its heartbeat fails. The flagged directive goes out only while the lock
+    session confirmed the epoch less than lease/2 ago (a fake monotonic clock stands for
+    the pause); otherwise 503, and the next good heartbeat brings it back.
+    Before: the directive went out whatever the heartbeat's age."""
+    now = [100.0]
+    with pg_schema("paused") as (url, _schema, _admin):
+        store = Store(url, lease_s=10.0)
+        lead = Leadership(store, "http://me:1", lease_s=10.0, mono=lambda: now[0])
+        api: Api | None = None
+        try:
+            assert lead.try_lock()
+            store.migrate()
+            assert lead.take_over() == 1
+            store.write_round(directive_write("h1", 10))
+            api = Api(manager_settings(), store)
+            r = api.get("/v1/hosts/h1/directive", headers=auth("h1"))
+            assert r.status_code == 200 and r.json()["f"] == 1, r.text  # confirmed just now
+            now[0] += 5.0  # paused: lease/2 without a heartbeat
+            r = api.get("/v1/hosts/h1/directive", headers=auth("h1"))
+            assert r.status_code == 503, r.text
+            assert "not confirmed" in r.json()["error"]
+            body = report(0, 1.0, (0.1, 0.1, 0.1))
+            r = api.post("/v1/hosts/h1/reports", headers=auth("h1"), content=body)
+            assert r.status_code == 503, r.text
+            assert lead.check() is None  # a heartbeat: the store still carries epoch 1
+            r = api.get("/v1/hosts/h1/directive", headers=auth("h1"))
+            assert r.status_code == 200 and r.json()["f"] == 1, r.text
+            # Sent again, the same report is a duplicate (not a replay, 409): it gets the
+            # directive now.
+            r = api.post("/v1/hosts/h1/reports", headers=auth("h1"), content=body)
+            assert r.status_code == 200 and r.json()["f"] == 1, r.text
+        finally:
+            if api is not None:
+                api.close()
+            lead.close()
+            store.close()
+
+
+@needs_pg
+@pytest.mark.skipif(
+    not (shutil.which("pg_dump") and shutil.which("pg_restore")),
+    reason="pg_dump/pg_restore not installed (PostgreSQL client tools)",
+)
+def test_a_restore_moves_the_epoch_past_every_epoch_held_before(tmp_path: Path) -> None:
+    """Backup at epoch 1, a takeover to epoch 2 (that leader may be frozen, not dead),
+    restore: the next takeover must not hand out epoch 2 again, or the frozen leader's
+    writes would pass the fence. Before: the restore took the row back to epoch 1."""
+    with pg_schema("restore") as (url, _schema, _admin):
+        store = Store(url)
+        first, second, third = (Leadership(store, f"http://m{i}:1") for i in range(3))
+        try:
+            assert first.try_lock()
+            store.migrate()
+            assert first.take_over() == 1
+            store.backup(tmp_path / "b.dump")
+            first.close()
+            assert second.try_lock()
+            assert second.take_over() == 2
+            second.close()  # deposed by the restore below; its epoch stays 2
+            store.restore(tmp_path / "b.dump")
+            assert third.try_lock()
+            assert third.take_over() == 4  # past max(1 restored, 2 held) + 1
+        finally:
+            for lead in (first, second, third):
+                lead.close()
+            store.close()
+
+
+@needs_pg
+def test_the_lock_session_stays_alive_while_the_new_leader_migrates() -> None:
+    """The heartbeat runs from the lock's acquisition: a migration longer than the lease
+    (idle_session_timeout) must not end the lock session before the takeover. Before: the
+    heartbeat could only start after take_over (it read the epoch and found none)."""
+    lease = 1.0
+    with pg_schema("migrating") as (url, schema, admin):
+        store = Store(url, lease_s=lease)
+        lost: list[str] = []
+        lead = Leadership(store, "http://me:1", lease_s=lease, on_lost=lost.append)
+        try:
+            assert lead.try_lock()
+            pid = lock_holder_pid(admin, schema)
+            lead.start_heartbeat(0.2)
+            time.sleep(3 * lease)  # a long migration (the session would idle out in 1 s)
+            store.migrate()
+            assert lost == []
+            assert lock_holder_pid(admin, schema) == pid
+            assert lead.take_over() == 1
+            time.sleep(0.5)
+            assert lost == [] and lead.fresh()
+        finally:
+            lead.close()
+            store.close()

@@ -98,12 +98,18 @@ class Leadership:
         lease_s: float = 10.0,
         on_lost: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.url = url
         self.lease_s = lease_s
         self.on_lost = on_lost
         self.clock = clock
+        self.mono = mono
+        # When the lock session last answered with this manager's epoch (``mono``): a
+        # paused process may have been deposed since, so it hands out no directive unless
+        # this is recent (:meth:`fresh`).
+        self.last_ok: float | None = None
         self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
         self.epoch: int | None = None
         self.schema = ""
@@ -190,30 +196,67 @@ class Leadership:
 
     # ------------------------------------------------------------------ leader
 
-    def take_over(self) -> int:
+    def take_over(self, *, attempts: int = 4) -> int:
         """Raise the epoch (this process holds the lock); fence the store's writes with it.
-        Returns the new epoch."""
+        Returns the new epoch.
+
+        The ``UPDATE`` waits for the share lock of a write in progress (check_fence). A
+        deposed leader frozen or cut off inside such a write holds it until its session's
+        ``idle_in_transaction_session_timeout`` (the lease, :class:`Store`) ends it, so
+        each attempt waits at most ``lease_s`` and the takeover gives up after
+        ``attempts`` (the process then exits and rejoins as a standby)."""
+        ms = int(self.lease_s * 1000)
         with self._io:
             assert self._conn is not None, "take_over before try_lock"
-            epoch = int(
-                self._conn.execute(
-                    sa.text(
-                        "UPDATE leader SET epoch = epoch + 1, holder = :h, url = :u, "
-                        "since_s = :t WHERE id = 1 RETURNING epoch"
-                    ),
-                    {"h": self.holder[:200], "u": self.url[:500], "t": self.clock()},
-                ).scalar_one()
-            )
-            self._conn.commit()
-        self.epoch = epoch
+            for attempt in range(1, attempts + 1):
+                try:
+                    self._conn.execute(
+                        sa.text("SELECT set_config('lock_timeout', :v, true)"), {"v": str(ms)}
+                    )
+                    epoch = int(
+                        self._conn.execute(
+                            sa.text(
+                                "UPDATE leader SET epoch = epoch + 1, holder = :h, url = :u, "
+                                "since_s = :t WHERE id = 1 RETURNING epoch"
+                            ),
+                            {"h": self.holder[:200], "u": self.url[:500], "t": self.clock()},
+                        ).scalar_one()
+                    )
+                    self._conn.commit()
+                    break
+                except sa.exc.OperationalError as exc:
+                    self._conn.rollback()
+                    if getattr(exc.orig, "sqlstate", None) != "55P03" or attempt == attempts:
+                        raise
+                    log.warning(
+                        "takeover: the leader row is still locked by a write of the old "
+                        "leader after %d ms (attempt %d of %d)",
+                        ms,
+                        attempt,
+                        attempts,
+                    )
+            self.last_ok = self.mono()
+            self.epoch = epoch  # under _io: the heartbeat checks the epoch from now on
         self.store.fence = epoch
         self.store.on_deposed = self.lose
+        self.store.lead_fresh = self.fresh
         log.info("leader of store schema %s at epoch %d (%s)", self.schema, epoch, self.url)
         return epoch
 
+    def fresh(self) -> bool:
+        """Whether the lock session confirmed this manager's epoch less than half a lease
+        ago: a process paused past the lease may have been deposed without knowing yet."""
+        return (
+            not self._lost
+            and self.last_ok is not None
+            and self.mono() - self.last_ok < self.lease_s / 2
+        )
+
     def start_heartbeat(self, interval_s: float | None = None) -> None:
         """Check the lock session (and the epoch on it) every ``interval_s``, from a thread
-        of its own (a busy event loop must not cost the leadership)."""
+        of its own (a busy event loop must not cost the leadership). Started as soon as the
+        lock is held: before :meth:`take_over` it only keeps the session from going idle
+        (a long migration must not let ``idle_session_timeout`` end it)."""
         every = interval_s if interval_s is not None else min(1.0, self.lease_s / 5)
         self._thread = threading.Thread(
             target=self._beat, args=(every,), name="sova-leader", daemon=True
@@ -233,6 +276,10 @@ class Leadership:
             with self._io:
                 if self._conn is None:
                     return "no leadership session"
+                if self.epoch is None:  # not leading yet (migrating): keep the session
+                    self._conn.execute(sa.text("SELECT 1"))
+                    self._conn.commit()
+                    return None
                 epoch = self._conn.execute(
                     sa.text("SELECT epoch FROM leader WHERE id = 1")
                 ).scalar()
@@ -242,6 +289,7 @@ class Leadership:
             return f"the leadership session failed ({first})"
         if epoch != self.epoch:
             return f"the store is at epoch {epoch}, this manager led epoch {self.epoch}"
+        self.last_ok = self.mono()
         return None
 
     def lose(self, why: str) -> None:

@@ -70,6 +70,7 @@ from sova.daemon.schema import (
     for_agent,
 )
 from sova.daemon.store import Store
+from sova.daemon.store_admin import NotLeading
 from sova.orchestrator.base import Actuator
 
 log = logging.getLogger("sova.manager")
@@ -119,8 +120,15 @@ VMName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAM
 _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or invalid token; nothing was changed"},
 }
+_NOT_LEADING: dict[int | str, dict[str, Any]] = {
+    503: {
+        "description": "a migration directive is due but this manager's leadership was not "
+        "confirmed within half a lease; ask again (or another manager)"
+    },
+}
 _REPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"description": "replayed or out-of-order report (same agent boot); nothing changed"},
+    **_NOT_LEADING,
 }
 _DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "the host is not the migration's source; nothing was changed"},
@@ -249,6 +257,8 @@ def create_app(
         try:
             d = service.ingest(host, report)
             return JSONResponse(for_agent(d, report.protocol, report.vf_freeze_version))
+        except NotLeading as exc:
+            return JSONResponse(status_code=503, content={"error": str(exc)})
         except ReportRefused as exc:
             long = FIELD_NAMES.get(exc.field)
             field = f"{exc.field} ({long})" if long else exc.field
@@ -262,7 +272,7 @@ def create_app(
         operation_id="getDirective",
         response_model=Directive,
         dependencies=auth,
-        responses=_AUTH_RESPONSES,
+        responses={**_AUTH_RESPONSES, **_NOT_LEADING},
         tags=["agents"],
         summary="The host's current directive; with seq, wait for the round that saw it",
     )
@@ -272,10 +282,13 @@ def create_app(
         wait_s: Annotated[float, Query(ge=0, le=30)] = 5.0,
         p: Annotated[int, Query(ge=0, description="the agent's wire protocol version")] = 0,
     ) -> Any:
-        if seq is None:
-            d = service.directive_for(host)
-        else:
-            d = await service.wait_directive(host, seq, wait_s)
+        try:
+            if seq is None:
+                d = service.directive_for(host)
+            else:
+                d = await service.wait_directive(host, seq, wait_s)
+        except NotLeading as exc:
+            return JSONResponse(status_code=503, content={"error": str(exc)})
         return JSONResponse(for_agent(d, p))
 
     @app.post(
@@ -745,7 +758,7 @@ def run_manager(settings: ManagerSettings) -> None:
     sys.setswitchinterval(0.001)
     _raise_nofile(settings.http.max_connections + 256)
     warnings = exposure_check(settings)  # refuses an exposed manager without auth/TLS
-    store = Store(settings.database_url)
+    store = Store(settings.database_url, lease_s=settings.leader_lease_s)
     lead: Leadership | None = None
     if store.dialect == "postgresql":
         # Active/standby: wait (serving as a standby) until this manager leads.
@@ -757,9 +770,9 @@ def run_manager(settings: ManagerSettings) -> None:
             lead.close()
             store.close()
             return  # stopped while a standby
+        lead.start_heartbeat()  # from now on: a long migration must not idle the lock out
         store.migrate()  # only a leader migrates: a newer standby waits for its turn
         lead.take_over()
-        lead.start_heartbeat()
     else:
         store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
     took = time.monotonic()

@@ -87,6 +87,10 @@ class Ledger:
         agent may hold it from now on)."""
         d = self.directive_for(host)
         if d.flag:
+            # A leader paused past its lease may have been deposed and its directive
+            # withdrawn by the new leader: none from memory unless the leadership is
+            # confirmed (NotLeading: 503, the agent asks again or another manager).
+            self.st.store.confirm_leading()
             self.delivered[host] = d.id
         return d
 

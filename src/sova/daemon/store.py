@@ -24,7 +24,7 @@ SQLite allows one writer at a time and the manager is the only client anyway.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +218,26 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def _pg_session_settings(lease_ms: int) -> Callable[[Any, Any], None]:
+    """A connect hook: a session left idle inside a transaction (its process frozen, its
+    host cut off, a deposed leader inside a fenced write) ends after the lease, releasing
+    its locks; until then a takeover's update of the leader row would wait for TCP to
+    give up (hours). Set per session rather than in the URL's ``options``, which the
+    operator's own ``options`` (search_path) would replace."""
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute(f"SET idle_in_transaction_session_timeout = {int(lease_ms)}")
+        cur.close()
+        dbapi_conn.commit()
+
+    return on_connect
+
+
 class Store(StoreAdmin):
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(self, url: str, *, echo: bool = False, lease_s: float | None = None) -> None:
+        """``lease_s`` (a PostgreSQL manager's ``leader_lease_s``): its sessions end when
+        left idle in a transaction that long, and TCP keepalives notice a dead host in it."""
         self.url = url
         kw: dict[str, Any] = {"echo": echo, "future": True}
         if url.startswith("sqlite"):
@@ -231,9 +249,19 @@ class Store(StoreAdmin):
             kw["pool_size"] = 4
             if url.startswith("postgresql"):
                 kw["connect_args"] = {"connect_timeout": 5}
+                if lease_s is not None:
+                    kw["connect_args"].update(
+                        keepalives=1,
+                        keepalives_idle=max(1, int(lease_s / 2)),
+                        keepalives_interval=1,
+                        keepalives_count=3,
+                        tcp_user_timeout=int(lease_s * 1000),
+                    )
         self.engine: Engine = sa.create_engine(url, **kw)
         if url.startswith("sqlite"):
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        elif url.startswith("postgresql") and lease_s is not None:
+            sa.event.listen(self.engine, "connect", _pg_session_settings(int(lease_s * 1000)))
         self._lock = threading.Lock()
         self._writer_lock: int | None = None  # descriptor of the held lock file
         self._pg_lock: sa.Connection | None = None  # the session holding the advisory lock

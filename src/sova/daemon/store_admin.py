@@ -43,6 +43,11 @@ class Deposed(RuntimeError):
     written (another manager took the leadership since)."""
 
 
+class NotLeading(RuntimeError):
+    """This manager cannot tell that it still leads (its leadership was not confirmed
+    within half a lease): it hands out no migration directive (503)."""
+
+
 def _version() -> str:
     from sova import __version__
 
@@ -176,6 +181,16 @@ class StoreAdmin:
         self._pg_lock = conn
 
     on_deposed: Callable[[str], object] | None = None  # the leader steps down (leadership.py)
+    # Whether the leadership was confirmed recently (leadership.py; None: not leading on
+    # PostgreSQL, nothing to confirm).
+    lead_fresh: Callable[[], bool] | None = None
+
+    def confirm_leading(self) -> None:
+        """Raise :class:`NotLeading` unless the leadership was confirmed within half a
+        lease. Writes are fenced by the epoch, but a directive an agent gets from memory is
+        not: a leader paused past its lease may answer before its heartbeat notices."""
+        if self.lead_fresh is not None and not self.lead_fresh():
+            raise NotLeading("the leadership is not confirmed (heartbeat late): no directive")
 
     def check_fence(self, conn: sa.Connection, epoch: int) -> None:
         """Raise :class:`Deposed` unless the leader row still carries ``epoch``.
@@ -237,6 +252,7 @@ class StoreAdmin:
         schema). The caller holds the writer lock: no manager may be running on it."""
         if not src.is_file():
             raise StoreError(f"backup {src}: no such file")
+        before = self._leader_epoch()
         if self.dialect == "sqlite":
             with closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as b:
                 try:
@@ -262,6 +278,25 @@ class StoreAdmin:
         else:
             raise StoreError(f"database_url: no restore for the {self.dialect!r} dialect")
         self.migrate()
+        # The backup carries an older epoch; a manager deposed before the restore may still
+        # hold the newer one. Past both, the next takeover's epoch is one nobody ever held.
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE leader SET epoch = "
+                    "CASE WHEN epoch > :b THEN epoch ELSE :b END + 1 WHERE id = 1"
+                ),
+                {"b": before or 0},
+            )
+
+    def _leader_epoch(self) -> int | None:
+        """The leader row's epoch (None: no such row or table, a store before 0004)."""
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(sa.text("SELECT epoch FROM leader WHERE id = 1")).scalar()
+        except sa.exc.SQLAlchemyError:
+            return None
+        return None if row is None else int(row)
 
     def _sqlite_file(self) -> str:
         path = self.sqlite_path
