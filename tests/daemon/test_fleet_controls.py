@@ -127,6 +127,28 @@ def test_drain_respects_anti_affinity(api_factory: Any) -> None:
     assert (d["v"], d["t"]) == ("a", "h3"), "a may not join b on h2"
 
 
+def test_drain_respects_anti_affinity_with_a_peer_its_host_no_longer_names(
+    api_factory: Any,
+) -> None:
+    """As above, but once b is on h2 it is idle there: h2's reports no longer name it (a
+    report names only a few candidates). b is still on h2 (its migration succeeded)."""
+    api = make(
+        api_factory,
+        planner={"alpha": 0.75, "k": 3, "n": 5, "vm_cooldown": 0},
+        placement={"rules": [{"name": "ab", "kind": "anti-affinity", "vms": ["a", "b"]}]},
+    )
+    c = Cluster(api)
+    c.round()
+    _start(api)
+    d = c.round()
+    assert (d["v"], d["t"]) == ("b", "h2")
+    c.done("b", "h2")
+    del c.vms["h2"]["b"]  # on h2, not among its report's candidates
+    c.round()
+    d = c.round()
+    assert (d["v"], d["t"]) == ("a", "h3"), "a may not join b on h2"
+
+
 def test_drain_in_recommend_mode_proposes_one_plan_per_move(api_factory: Any) -> None:
     api = make(
         api_factory, mode="recommend", planner={"alpha": 0.75, "k": 3, "n": 5, "vm_cooldown": 0}

@@ -216,6 +216,7 @@ class ReportIntake:
                     n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
                     for n, u, mib, mig in iter_report_vms(last.vms)
                 }
+                core.locate(host, core.vms[host])
             if last.capacity:
                 core.capacity[host] = HostCapacity(*last.capacity)
             self.st.hosts[host] = HostState(

@@ -259,12 +259,16 @@ class ManagerCore:
         else:
             window.append(load)
         self.vms[host] = dict(vms)
+        self.locate(host, vms)
+        return closed
+
+    def locate(self, host: str, named: Iterable[str]) -> None:
+        """``host`` reported the VMs ``named``: the rules' members among them are there."""
         members = self.placement.members
         if members:
             here = frozenset((host,))
-            for vm in members.intersection(vms):
+            for vm in members.intersection(named):
                 self.located[vm] = here
-        return closed
 
     def source_restarted(self, host: str) -> set[str]:
         """``host``'s agent restarted: its open leases may close by arrival from now on.
