@@ -435,7 +435,7 @@ def host_drain(
 def host_forget(ctx: typer.Context, host: Name, reason: Reason = None, by: By = None) -> None:
     """Forget a decommissioned HOST: its windows, reports and state leave the manager and
     its store. Refused while it migrates, an open plan names it, or it still reports
-    without a fence (stop its agent, or drain it, first)."""
+    (stop its agent and wait until it is stale first)."""
     c = _conn(ctx)
     path = f"/v1/hosts/{check_name('host', host)}"
     r = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})

@@ -127,6 +127,28 @@ def test_drain_respects_anti_affinity(api_factory: Any) -> None:
     assert (d["v"], d["t"]) == ("a", "h3"), "a may not join b on h2"
 
 
+def test_drain_respects_anti_affinity_with_a_peer_its_host_no_longer_names(
+    api_factory: Any,
+) -> None:
+    """As above, but once b is on h2 it is idle there: h2's reports no longer name it (a
+    report names only a few candidates). b is still on h2 (its migration succeeded)."""
+    api = make(
+        api_factory,
+        planner={"alpha": 0.75, "k": 3, "n": 5, "vm_cooldown": 0},
+        placement={"rules": [{"name": "ab", "kind": "anti-affinity", "vms": ["a", "b"]}]},
+    )
+    c = Cluster(api)
+    c.round()
+    _start(api)
+    d = c.round()
+    assert (d["v"], d["t"]) == ("b", "h2")
+    c.done("b", "h2")
+    del c.vms["h2"]["b"]  # on h2, not among its report's candidates
+    c.round()
+    d = c.round()
+    assert (d["v"], d["t"]) == ("a", "h3"), "a may not join b on h2"
+
+
 def test_drain_in_recommend_mode_proposes_one_plan_per_move(api_factory: Any) -> None:
     api = make(
         api_factory, mode="recommend", planner={"alpha": 0.75, "k": 3, "n": 5, "vm_cooldown": 0}
@@ -237,9 +259,41 @@ def test_forget_is_refused_while_a_migration_involves_the_host(api_factory: Any)
     assert c.round()["t"] == "h3"
     r = api.run(api.client.delete("/v1/hosts/h3", headers=ADMIN_H))
     assert r.status_code == 409 and "migration" in r.json()["detail"], r.text
-    # fenced and idle: h2 may be forgotten although it still reports
+    # fenced and idle but still reporting: refused (its next report would bring it back
+    # with its maintenance fence cleared)
     r = api.run(api.client.delete("/v1/hosts/h2", headers=ADMIN_H))
+    assert r.status_code == 409 and "h2 is live" in r.json()["detail"], r.text
+    assert ("maintenance", "h2") in api.svc.desk.ops.fences
+
+
+def test_a_report_buffered_during_a_forget_does_not_bring_the_host_back(store: Any) -> None:
+    """h3 reports between the forget's flush and its delete (it came back meanwhile): the
+    row, written after the delete, would restore h3 at the next restart."""
+    from .conftest import ADMIN, manager_settings
+
+    settings = manager_settings(clock="agent", plan_period_s=10, admin_token=ADMIN)
+    api = Api(settings, store)
+    c = Cluster(api)
+    c.round()
+    del c.live["h3"]
+    for _ in range(5):
+        c.round()
+    flush = api.svc.fleet.flush_reports
+    late = build_report(c.seq + 100, 10.0 * c.seq + 1, Utilisation(*UTIL["h3"]), {})
+
+    async def flush_then_report() -> int:
+        n = await flush()
+        api.svc.intake.ingest("h3", late)
+        return n
+
+    api.svc.fleet.flush_reports = flush_then_report
+    r = api.run(api.client.delete("/v1/hosts/h3", params={"by": "ops"}, headers=ADMIN_H))
     assert r.status_code == 200, r.text
+    api.drain()
+    api.close()
+    again = Api(settings, store)
+    assert "h3" not in again.svc.core.history and "h3" not in again.svc.state.hosts
+    again.close()
 
 
 def test_a_drain_survives_a_manager_restart(store: Any) -> None:

@@ -616,7 +616,7 @@ def create_app(
             409: {"description": "the host is live, migrating or named by an open plan"},
         },
         tags=["operators"],
-        summary="Forget (decommission) a stale or fenced host: its state leaves memory and store",
+        summary="Forget (decommission) a stale host: its state leaves memory and store",
     )
     async def forget_host(
         host: HostName, request: Request, by: By = None, reason: Why = ""

@@ -68,6 +68,7 @@ class Fleet:
         desk: OperatorDesk,
         rounds: Rounds,
         flush_reports: Callable[[], Awaitable[int]],
+        drop_reports: Callable[[str], int],
     ):
         self.st = st
         self.ledger = ledger
@@ -75,6 +76,7 @@ class Fleet:
         self.rounds = rounds
         # Report rows are written behind: flushed before a forget deletes the host's.
         self.flush_reports = flush_reports
+        self.drop_reports = drop_reports
 
     # ------------------------------------------------------------------ drain
 
@@ -148,12 +150,10 @@ class Fleet:
         )
         if plan is not None:
             return f"plan {plan.id} names {host}: reject it or let it expire first"
-        fenced = any((kind, host) in self.desk.ops.fences for kind in ("maintenance", "drain"))
-        if host not in core.stale(st.now()) and not fenced:
-            return (
-                f"{host} is live (it reports and is not fenced): stop its agent until it is "
-                "stale, or put it in maintenance first"
-            )
+        # Only a silent host: a live one's next report brings it back, without the fences
+        # forgetting clears (a fenced host would return unfenced).
+        if host not in core.stale(st.now()):
+            return f"{host} is live (it still reports): stop its agent until it is stale"
         return None
 
     async def forget(self, host: str, by: str, reason: str) -> None:
@@ -173,6 +173,10 @@ class Fleet:
             )
             await self.flush_reports()
             await st.writer.run(st.store.forget_host, host)
+            # Rows buffered since the flush (the host reported meanwhile) would be written
+            # after forget_host and bring it back at the next restart: dropped, in the same
+            # step as the memory (no await in between).
+            self.drop_reports(host)
             st.core.forget(host)
             st.hosts.pop(host, None)
             st.planned_seq.pop(host, None)

@@ -188,7 +188,11 @@ class Ledger:
         # A migration that ran (either way) restarts the windows; a declined signal only
         # frees the hosts.
         ran = done.result != "declined"
-        self.change(lease.id, lambda: self.st.core.release(vm, ran=ran, lease_id=lease.id))
+        landed = done.result == "succeeded" if ran else None
+        self.change(
+            lease.id,
+            lambda: self.st.core.release(vm, ran=ran, lease_id=lease.id, landed=landed),
+        )
         await self.st.writer.write(w)  # durable before the agent is told it may forget
         return True
 

@@ -165,6 +165,12 @@ class ReportIntake:
 
     # ------------------------------------------------------------------ store
 
+    def drop(self, host: str) -> int:
+        """Forget ``host``'s buffered rows (the host is being forgotten); returns how many."""
+        keep = [r for r in self._buffer if r.host != host]
+        dropped, self._buffer = len(self._buffer) - len(keep), keep
+        return dropped
+
     async def flush(self) -> int:
         """Write buffered report rows; returns how many."""
         batch, self._buffer = self._buffer, []
@@ -210,6 +216,7 @@ class ReportIntake:
                     n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
                     for n, u, mib, mig in iter_report_vms(last.vms)
                 }
+                core.locate(host, core.vms[host])
             if last.capacity:
                 core.capacity[host] = HostCapacity(*last.capacity)
             self.st.hosts[host] = HostState(

@@ -130,7 +130,9 @@ class ManagerService:
         self.desk = OperatorDesk(self.state, self.ledger, actuator_for)
         self.planner = Rounds(self.state, self.ledger, self.desk, fork_planner)
         self.views = Views(self.state, self.ledger, self.desk, self.planner)
-        self.fleet = Fleet(self.state, self.ledger, self.desk, self.planner, self.intake.flush)
+        self.fleet = Fleet(
+            self.state, self.ledger, self.desk, self.planner, self.intake.flush, self.intake.drop
+        )
 
     # ------------------------------------------------------------------ shared state
 

@@ -197,6 +197,10 @@ class ManagerCore:
     # being drained (fenced, and sending one VM per round until empty).
     placement: Placement = field(default_factory=Placement)
     draining: set[str] = field(default_factory=set)
+    # Rule member -> its last known host(s): a report names only a few candidate VMs, so
+    # the latest reports alone miss idle members (an anti-affine peer idle on a target).
+    # Both hosts of a migration whose outcome is unknown, until a report names the VM.
+    located: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def from_spec(
@@ -255,7 +259,16 @@ class ManagerCore:
         else:
             window.append(load)
         self.vms[host] = dict(vms)
+        self.locate(host, vms)
         return closed
+
+    def locate(self, host: str, named: Iterable[str]) -> None:
+        """``host`` reported the VMs ``named``: the rules' members among them are there."""
+        members = self.placement.members
+        if members:
+            here = frozenset((host,))
+            for vm in members.intersection(named):
+                self.located[vm] = here
 
     def source_restarted(self, host: str) -> set[str]:
         """``host``'s agent restarted: its open leases may close by arrival from now on.
@@ -269,6 +282,8 @@ class ManagerCore:
         self.vms.pop(host, None)
         self.seen.pop(host, None)
         self.capacity.pop(host, None)
+        for vm in [vm for vm, h in self.located.items() if host in h]:
+            del self.located[vm]  # unknown again until a report names it
 
     def stale(self, now_s: float) -> set[str]:
         """Hosts whose last report is older than ``stale_after_s``."""
@@ -284,13 +299,26 @@ class ManagerCore:
         self.note_start(lease.vm, lease.src, lease.since_s)
         return lease
 
-    def release(self, vm: str, *, ran: bool = True, lease_id: int | None = None) -> LeaseEnd | None:
+    def release(
+        self,
+        vm: str,
+        *,
+        ran: bool = True,
+        lease_id: int | None = None,
+        landed: bool | None = None,
+    ) -> LeaseEnd | None:
         """A migration ended (either way); its hosts may take part in new ones.
 
         ``ran=False``: the source declined the signal; nothing moved, the windows stay.
         ``lease_id``: only that lease (a newer one of the same VM stays).
+        ``landed``: whether the VM is now on the target (None: not known; a placement
+        rule then counts it on both hosts until a report names it).
         """
-        return self._close(vm, EndReason.RELEASED if ran else EndReason.DECLINED, lease_id)
+        end = self._close(vm, EndReason.RELEASED if ran else EndReason.DECLINED, lease_id)
+        if end is not None and ran and landed is not None and vm in self.located:
+            lease = end.lease
+            self.located[vm] = frozenset((lease.dst if landed else lease.src,))
+        return end
 
     def withdraw(self, vm: str, lease_id: int) -> LeaseEnd | None:
         """Lease ``lease_id`` of ``vm`` ends unstarted: its directive was never acknowledged.
@@ -341,6 +369,11 @@ class ManagerCore:
         self.orphaned.discard(lease.vm)
         end = LeaseEnd(lease, why)
         if end.moved:
+            if lease.vm in self.placement.members:
+                # Arrived: on the target. Otherwise the copy may or may not have finished.
+                self.located[lease.vm] = frozenset(
+                    (lease.dst,) if why is EndReason.ARRIVED else (lease.src, lease.dst)
+                )
             self._restart_windows(lease)
         return end
 
@@ -427,23 +460,23 @@ class ManagerCore:
                 index.update({n: h for h, vms in self.vms.items() for n in vms})
             return index.get(vm)
 
-        view = View.of(
-            self.vms,
-            ((lease.vm, lease.src, lease.dst) for lease in self.leases.values()),
-            only=self.placement.members,
-        )
+        view = self.view()
         return Bars(self.placement, view, source_of, hosts, tabu)
+
+    def view(self) -> View:
+        """Where the rules' members are: last known hosts and the leases in flight."""
+        return View.last_known(
+            self.located,
+            ((lease.vm, lease.src, lease.dst) for lease in self.leases.values()),
+            self.placement.members,
+        )
 
     def placement_refusal(self, vm: str, src: str, dst: str) -> str | None:
         """Why a hard placement rule forbids moving ``vm`` from ``src`` to ``dst`` now
         (an approval's re-check), or None."""
         if not self.placement.active:
             return None
-        view = View.of(
-            self.vms,
-            ((lease.vm, lease.src, lease.dst) for lease in self.leases.values()),
-            only=self.placement.members,
-        )
+        view = self.view()
         return self.placement.refusal(vm, src, dst, view, soft=False)
 
     def plan(self, now_s: float, first_id: int = 1) -> RoundResult:
@@ -517,6 +550,7 @@ class ManagerCore:
                 metric=self.metric,
                 ceiling=self.ceiling,
                 capacities=caps or None,
+                named=self.vms,
             )
         opened: list[Lease] = []
         proposed: list[Lease] = []

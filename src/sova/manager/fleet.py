@@ -21,6 +21,7 @@ blocked, which is what ``sova host drain HOST --status`` shows.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 
 from sova.manager.fastplan import fast_coordinate
 from sova.manager.placement import Bars
@@ -31,6 +32,7 @@ from sova.policy.hotspot import (
     HotspotDetector,
     MigrationSignal,
     Utilisation,
+    VMLoad,
     choose_target,
     migration_factor,
 )
@@ -123,8 +125,11 @@ def drain_signals(
     metric: HotnessMetric | str = HotnessMetric.VOLUME,
     ceiling: float | None = None,
     capacities: Mapping[str, HostCapacity] | None = None,
+    named: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, MigrationSignal]:
-    """One move (or why none) per drained host; the other signals as they were."""
+    """One move (or why none) per drained host; the other signals as they were.
+    ``named``: the VMs each host's last report names, pinned ones included (``reports``
+    may leave those out)."""
     out = dict(signals)
     current: dict[str, Utilisation] = {h: r.history[-1] for h, r in reports.items() if r.history}
     taken = (
@@ -133,6 +138,20 @@ def drain_signals(
         | set(leased)
         | set(fenced)
     )
+    hard = replace(bars, soft=False, _cache={}) if isinstance(bars, Bars) and bars.soft else None
+
+    def pick(host: str, load: VMLoad, barred: set[str]) -> str | None:
+        return choose_target(
+            current,
+            host,
+            load,
+            alpha,
+            taken | barred,
+            metric=metric,
+            ceiling=ceiling,
+            capacities=capacities,
+        )
+
     for host in sorted(draining):
         rep = reports.get(host)
         if rep is None:
@@ -150,9 +169,13 @@ def drain_signals(
             key=lambda n: (-migration_factor(rep.vms[n], metric), n),
         )
         if not movable:
-            left = sorted(n for n in rep.vms if n in pinned)
+            left = sorted(n for n in (named or {}).get(host, rep.vms) if n in pinned)
+            # A report names only the host's few top candidates: with every VM it names
+            # pinned, unpinned VMs it did not name may still be there.
             why = (
-                f"blocked: only pinned VMs are left ({', '.join(left)})"
+                f"blocked: every VM the host's last report names is pinned "
+                f"({', '.join(left)}); unpinned VMs it did not name may remain (a report "
+                "names only its top candidates): unpin these, or check the host"
                 if left
                 else "no VM left to move"
             )
@@ -161,25 +184,30 @@ def drain_signals(
         refused: list[str] = []
         for vm in movable:
             barred = set(bars.get(vm, ()))
-            target = choose_target(
-                current,
-                host,
-                rep.vms[vm],
-                alpha,
-                taken | barred,
-                metric=metric,
-                ceiling=ceiling,
-                capacities=capacities,
-            )
+            target = pick(host, rep.vms[vm], barred)
+            broken = ""
+            if target is None and hard is not None and hard[vm] != bars.get(vm):
+                # As the round does: break a should-rule only when it alone blocks the VM.
+                target = pick(host, rep.vms[vm], set(hard[vm]))
+                broken = " (a vm-host-should rule is broken: no host of its group could take it)"
             if target is not None:
                 taken.add(target)
-                out[host] = MigrationSignal(True, target, f"{DRAIN}move {vm} to {target}", vm, hot)
+                out[host] = MigrationSignal(
+                    True, target, f"{DRAIN}move {vm} to {target}{broken}", vm, hot
+                )
                 break
             free = [h for h in current if h != host and h not in taken]
             n_barred = sum(1 for h in free if h in barred)
+            example = ""
+            if n_barred and isinstance(bars, Bars):
+                first = min(h for h in free if h in barred)
+                rule = bars.placement.refusal(vm, host, first, bars.view, soft=bars.soft)
+                if rule is not None:
+                    example = f", e.g. {rule}"
             refused.append(
                 f"{vm}: {len(free) - n_barred} free host(s) too loaded for it "
                 f"(alpha {alpha:g}), {n_barred} barred by placement rules or return tabu"
+                f"{example}"
             )
         else:
             out[host] = MigrationSignal(

@@ -88,6 +88,25 @@ class View:
     is on its source and its target until its lease ends)."""
 
     hosts_of: Mapping[str, frozenset[str]]
+    # VMs a rule names that no report has ever named (nor a lease moved): their host is
+    # unknown, so a hard rule pairing them refuses every move of the others.
+    unknown: frozenset[str] = frozenset()
+
+    @classmethod
+    def last_known(
+        cls,
+        located: Mapping[str, frozenset[str]],
+        in_flight: Iterable[tuple[str, str, str]],
+        members: frozenset[str],
+    ) -> View:
+        """From each rule member's last known host (the last report naming it, or the
+        target of its last completed migration) and the leases (vm, src, dst): a report
+        names only a few candidate VMs, so its list alone misses idle members."""
+        out: dict[str, set[str]] = {vm: set(h) for vm, h in located.items() if vm in members}
+        for vm, src, dst in in_flight:
+            if vm in members:
+                out.setdefault(vm, set()).update((src, dst))
+        return cls({vm: frozenset(h) for vm, h in out.items()}, members - out.keys())
 
     @classmethod
     def of(
@@ -139,11 +158,15 @@ class AntiAffinity:
 
     def refuses(self, vm: str, src: str, dst: str, view: View) -> str | None:
         for peer in sorted(self.vms - {vm}):
+            if peer in view.unknown:
+                return f"anti-affinity rule {self.name}: peer {peer}'s host unknown"
             if dst in view.where(peer):
                 return f"anti-affinity rule {self.name}: {peer} is on {dst}"
         return None
 
     def bars(self, vm: str, src: str, hosts: frozenset[str], view: View) -> frozenset[str]:
+        if view.unknown and not view.unknown.isdisjoint(self.vms - {vm}):
+            return hosts
         return hosts & frozenset().union(*(view.where(p) for p in self.vms - {vm}))
 
 
@@ -158,13 +181,18 @@ class Affinity:
 
     def refuses(self, vm: str, src: str, dst: str, view: View) -> str | None:
         for peer in sorted(self.vms - {vm}):
+            if peer in view.unknown:
+                return f"affinity rule {self.name}: peer {peer}'s host unknown"
             where = view.where(peer)
             if where and where != {dst}:
                 return f"affinity rule {self.name}: {peer} is on {', '.join(sorted(where))}"
         return None
 
     def bars(self, vm: str, src: str, hosts: frozenset[str], view: View) -> frozenset[str]:
-        # Allowed: the one host every located member is on (none if they are apart).
+        # Allowed: the one host every located member is on (none if they are apart, or
+        # if a member was never located).
+        if view.unknown and not view.unknown.isdisjoint(self.vms - {vm}):
+            return hosts
         located = [w for w in (view.where(p) for p in self.vms - {vm}) if w]
         if not located:
             return frozenset()
