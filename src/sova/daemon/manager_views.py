@@ -28,7 +28,7 @@ from sova.daemon.schema import (
     PlanView,
     ResourceUse,
 )
-from sova.daemon.store import FenceRow, PlanRow
+from sova.daemon.store import AuditRow, DecisionRow, FenceRow, PlanRow
 
 
 def fence_view(f: FenceRow) -> FenceView:
@@ -49,6 +49,26 @@ def plan_view(p: PlanRow) -> PlanView:
         decided_by=p.decided_by,
         decided_s=p.decided_s,
         detail=p.detail,
+    )
+
+
+def decision_view(r: DecisionRow) -> DecisionView:
+    return DecisionView(
+        id=r.id,
+        time_s=r.time_s,
+        host=r.host,
+        flag=r.flag,
+        target=r.target,
+        vm=r.vm,
+        reason=r.reason,
+        hot_resources=list(r.hot_resources),
+        inputs=dict(r.inputs),
+    )
+
+
+def audit_view(r: AuditRow) -> AuditView:
+    return AuditView(
+        id=r.id, time_s=r.time_s, who=r.who, action=r.action, subject=r.subject, detail=r.detail
     )
 
 
@@ -127,20 +147,7 @@ class Views:
     async def decision_page(self, after: int, limit: int, host: str | None) -> DecisionPage:
         loop = asyncio.get_running_loop()
         rows = await loop.run_in_executor(None, self.st.store.decisions, after, limit, host)
-        views = [
-            DecisionView(
-                id=r.id,
-                time_s=r.time_s,
-                host=r.host,
-                flag=r.flag,
-                target=r.target,
-                vm=r.vm,
-                reason=r.reason,
-                hot_resources=list(r.hot_resources),
-                inputs=dict(r.inputs),
-            )
-            for r in rows
-        ]
+        views = [decision_view(r) for r in rows]
         return DecisionPage(decisions=views, next_after=views[-1].id if views else after)
 
     async def plan_page(self, after: int, limit: int, state: str | None) -> PlanPage:
@@ -152,15 +159,5 @@ class Views:
     async def audit_page(self, after: int, limit: int) -> AuditPage:
         loop = asyncio.get_running_loop()
         rows = await loop.run_in_executor(None, self.st.store.audit_rows, after, limit)
-        views = [
-            AuditView(
-                id=r.id,
-                time_s=r.time_s,
-                who=r.who,
-                action=r.action,
-                subject=r.subject,
-                detail=r.detail,
-            )
-            for r in rows
-        ]
+        views = [audit_view(r) for r in rows]
         return AuditPage(entries=views, next_after=views[-1].id if views else after)
