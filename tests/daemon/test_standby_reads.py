@@ -138,10 +138,14 @@ def test_the_standby_reads_what_the_leader_set_from_the_store() -> None:
         assert missing.status_code == 404 and "no plan 999999" in missing.text
         bad = httpx.get(base + "/v1/plans?state=bogus", headers=ADMIN_H, timeout=5)
         assert bad.status_code == 422 and bad.json()["error"].startswith("state:"), bad.text
-        # Reads need a credential on the standby as on the leader.
-        for headers in ({}, auth("h1"), {"authorization": "Bearer wrong"}):
-            r = httpx.get(base + "/v1/fences", headers=headers, timeout=5)
-            assert r.status_code == 401, (headers, r.status_code)
+        # Reads need a credential on the standby as on the leader; so do its metrics,
+        # which say standby at the leader's epoch (SovaNoLeader counts the roles).
+        for path in ("/v1/fences", "/metrics"):
+            for headers in ({}, auth("h1"), {"authorization": "Bearer wrong"}):
+                r = httpx.get(base + path, headers=headers, timeout=5)
+                assert r.status_code == 401, (path, headers, r.status_code)
+        scrape = httpx.get(base + "/metrics", headers=ADMIN_H, timeout=5).text.splitlines()
+        assert "sova_manager_leader 0.0" in scrape and "sova_manager_leader_epoch 1.0" in scrape
 
 
 WRITES_AND_MEMORY = [

@@ -10,8 +10,9 @@ modes, plans, audit, decisions) it answers itself, read-only
 (``x-sova-leader``, ``x-sova-leader-epoch``) and how long ago it last saw that leader
 hold the lock (``x-sova-leader-seen-age-s``). ``/healthz`` says the process is alive,
 ``/readyz`` is 503 naming the leader and its epoch (a load balancer sends nothing here),
-``/metrics`` says standby. Why redirect rather than take reports into the store, and
-which reads a standby serves: docs/design.md, "Active and standby managers".
+``/metrics`` says standby (to a viewer token, as the leader's). Why redirect rather than
+take reports into the store, and which reads a standby serves: docs/design.md, "Active
+and standby managers".
 
 Every ``poll_s`` it tries the leadership lock; when it gets it the server stops, and the
 caller (:func:`sova.daemon.manager_app.run_manager`) takes over and serves as the leader
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -40,7 +41,12 @@ from sova.daemon.config import ManagerSettings
 from sova.daemon.http_errors import validation_error
 from sova.daemon.leadership import LeaderRow, Leadership, leader_gauges, read_leader
 from sova.daemon.manager_client import LEADER_HEADER
-from sova.daemon.standby_reads import STANDBY_READS, add_standby_reads, read_only_store
+from sova.daemon.standby_reads import (
+    STANDBY_READS,
+    add_standby_reads,
+    operator_credential,
+    read_only_store,
+)
 from sova.daemon.store import Store
 from sova.daemon.store_admin import _version
 
@@ -174,7 +180,10 @@ def standby_app(
         }
         return JSONResponse(status_code=503, content=body)
 
-    @app.get("/metrics")
+    # Scraped with the viewer token the leader asks for (deploy/prometheus.yml).
+    guarded = [Depends(operator_credential)] if reader is not None else []
+
+    @app.get("/metrics", dependencies=guarded)
     async def metrics() -> Response:
         return Response(generate_latest(sb.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -117,7 +117,7 @@ class StandbyAuth:
     tokens: TokenBook
 
 
-def _operator(request: Request) -> Credential:
+def operator_credential(request: Request) -> Credential:
     """The caller's credential, checked as the leader's guard checks it (401/403)."""
     guard: StandbyAuth = request.app.state.standby_auth
     token = _bearer(list(request.scope["headers"]))
@@ -128,7 +128,7 @@ def _operator(request: Request) -> Credential:
     return cred
 
 
-Who = Annotated[Credential, Depends(_operator)]
+Who = Annotated[Credential, Depends(operator_credential)]
 PlanId = Annotated[int, PathParam(ge=1, le=2**62)]
 
 
