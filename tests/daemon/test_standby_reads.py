@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,7 +33,7 @@ from .conftest import (
     uvicorn_thread,
     wait_until,
 )
-from .test_leadership import needs_pg, pg_schema
+from .test_leadership import needs_pg, pg_schema, two_managers
 from .test_operator_control import HOSTS, rounds
 
 ADMIN_H = {"authorization": f"Bearer {ADMIN}"}
@@ -222,3 +223,27 @@ def test_the_standbys_store_sessions_refuse_writes() -> None:
             assert reader.audit_rows() == []
         finally:
             reader.close()
+
+
+@needs_pg
+def test_two_manager_processes_a_fence_set_through_the_leader_is_read_on_the_standby(
+    tmp_path: Path,
+) -> None:
+    """The real processes (`sova manager` twice on one store): a fence set through the
+    leader is listed by the standby; setting one through the standby is 503 naming the
+    leader and sets nothing."""
+    with (
+        pg_schema("procs") as (url, _schema, _admin),
+        two_managers(tmp_path, url) as (ports, _cfgs, _procs),
+    ):
+        leader, standby = (f"http://127.0.0.1:{p}" for p in ports)
+        r = httpx.put(leader + "/v1/fences/pin/vm-7", json={"reason": "licence"}, timeout=5)
+        assert r.status_code == 200, r.text
+        r = httpx.put(standby + "/v1/fences/pin/vm-8", json={"reason": "x"}, timeout=5)
+        assert r.status_code == 503 and r.headers[LEADER_HEADER] == leader, r.text
+        got = httpx.get(standby + "/v1/fences", timeout=5)
+        assert got.status_code == 200 and got.headers[ROLE_HEADER] == "standby", got.text
+        assert [(f["kind"], f["name"], f["reason"]) for f in got.json()] == [
+            ("pin", "vm-7", "licence")
+        ]
+        assert got.json() == httpx.get(leader + "/v1/fences", timeout=5).json()
