@@ -9,6 +9,7 @@ the standby is its real app on a loopback uvicorn server, polling the same store
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from .conftest import (
     uvicorn_thread,
     wait_until,
 )
-from .test_leadership import needs_pg, pg_schema, two_managers
+from .test_leadership import _manager, _manager_cfg, _role, needs_pg, pg_schema, two_managers
 from .test_operator_control import HOSTS, rounds
 
 ADMIN_H = {"authorization": f"Bearer {ADMIN}"}
@@ -247,3 +248,43 @@ def test_two_manager_processes_a_fence_set_through_the_leader_is_read_on_the_sta
             ("pin", "vm-7", "licence")
         ]
         assert got.json() == httpx.get(leader + "/v1/fences", timeout=5).json()
+
+
+@needs_pg
+def test_a_standby_reloads_its_credentials_on_sighup_and_stays_a_standby(
+    tmp_path: Path,
+) -> None:
+    """Token rotation (`systemctl reload`) reaches a standby too: a viewer added to the
+    operators file reads through the standby after SIGHUP, and the standby is still one.
+    Before: SIGHUP's default action ended the standby process."""
+    ops = tmp_path / "operators.toml"
+    alice, bob = "alice-" + "a" * 26, "bob-" + "b" * 28
+    ops.write_text(f'[alice]\nrole = "viewer"\ntokens = ["{alice}"]\n')
+    with pg_schema("hup") as (url, _schema, _admin):
+        ports = [free_port(), free_port()]
+        procs = []
+        try:
+            for i, port in enumerate(ports):
+                cfg = _manager_cfg(tmp_path, f"m{i}", url, port)
+                text = cfg.read_text().replace(
+                    "insecure = true", f'insecure = true\noperators_file = "{ops}"'
+                )
+                cfg.write_text(text)
+                procs.append(_manager(cfg, tmp_path / f"m{i}.log"))
+                want = ("leader", 1) if i == 0 else ("standby", 1)
+                wait_until(lambda p=port, w=want: _role(p) == w, 30, f"manager {i} as {want}")
+            standby = f"http://127.0.0.1:{ports[1]}"
+
+            def fences(token: str) -> int:
+                h = {"authorization": f"Bearer {token}"}
+                return httpx.get(standby + "/v1/fences", headers=h, timeout=5).status_code
+
+            assert (fences(alice), fences(bob)) == (200, 401)
+            ops.write_text(ops.read_text() + f'[bob]\nrole = "viewer"\ntokens = ["{bob}"]\n')
+            procs[1].send_signal(signal.SIGHUP)
+            wait_until(lambda: fences(bob) == 200, 10, "the standby to reload its tokens")
+            assert procs[1].poll() is None and _role(ports[1]) == ("standby", 1)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait(10)

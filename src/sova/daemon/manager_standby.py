@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -129,6 +130,11 @@ def standby_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(poll())
+        guard = getattr(app.state, "standby_auth", None)
+        if guard is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                # Token rotation on a standby too (systemctl reload), as on the leader.
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, guard.reload)
         try:
             yield
         finally:

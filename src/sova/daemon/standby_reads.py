@@ -18,6 +18,7 @@ request for ever.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -26,7 +27,7 @@ import sqlalchemy as sa
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 
-from sova.daemon.config import ManagerSettings
+from sova.daemon.config import ConfigError, ManagerSettings
 from sova.daemon.credentials import Credential
 from sova.daemon.manager_control import CLUSTER, PLAN_STATES, OperatorBook
 from sova.daemon.manager_guard import _bearer, authorize
@@ -45,6 +46,7 @@ from sova.daemon.schema import (
 from sova.daemon.store import FenceRow, ModeRow, Store, fences, modes
 
 T = TypeVar("T")
+log = logging.getLogger("sova.manager")
 
 READ_TIMEOUT_MS = 5000  # one standby read; the leader's reads have the same order of size
 
@@ -115,6 +117,16 @@ class StandbyAuth:
 
     settings: ManagerSettings
     tokens: TokenBook
+
+    def reload(self) -> bool:
+        """SIGHUP, as the leader does it: a file that does not load changes nothing."""
+        try:
+            self.tokens = TokenBook.load(self.settings)
+        except ConfigError as exc:
+            log.error("standby: tokens not reloaded, the old ones stay in force: %s", exc)
+            return False
+        log.info("standby: reloaded tokens: %d host(s)", len(self.tokens.hosts))
+        return True
 
 
 def operator_credential(request: Request) -> Credential:
