@@ -747,9 +747,7 @@ def run_manager(settings: ManagerSettings) -> None:
         epoch=lead.epoch if lead else None,
     )
     if lead is not None:
-        log.info(
-            "leader at epoch %s: store restored in %.1f s", lead.epoch, time.monotonic() - took
-        )
+        log.info("leader at epoch %s: store restored in %.1f s", lead.epoch, time.monotonic() - took)
     # Warned once the store is ours and migrated: a manager refused for its store then
     # prints that one line alone.
     for warning in warnings:
