@@ -7,8 +7,9 @@ so a large page never stalls report intake).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
-from sova.daemon.manager_control import CLUSTER
+from sova.daemon.manager_control import CLUSTER, OperatorBook
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_rounds import Rounds
@@ -49,6 +50,21 @@ def plan_view(p: PlanRow) -> PlanView:
         decided_by=p.decided_by,
         decided_s=p.decided_s,
         detail=p.detail,
+    )
+
+
+def mode_view(ops: OperatorBook, live: Iterable[str] = ()) -> ModeView:
+    """The cluster's mode and every host whose mode differs (``live``: hosts reporting;
+    one with no stored or configured mode of its own has the cluster's, so a standby,
+    which knows none, lists the same)."""
+    row = ops.modes.get(CLUSTER)
+    hosts = sorted(set(live) | set(ops.modes) | set(ops.default_host_modes))
+    return ModeView(
+        cluster=ops.cluster_mode,
+        cluster_set_by=row.set_by if row is not None else None,
+        hosts={
+            h: ops.mode_of(h) for h in hosts if h != CLUSTER and ops.mode_of(h) != ops.cluster_mode
+        },
     )
 
 
@@ -131,18 +147,7 @@ class Views:
         return [fence_view(f) for _, f in sorted(self.desk.ops.fences.items())]
 
     def modes(self) -> ModeView:
-        ops = self.desk.ops
-        row = ops.modes.get(CLUSTER)
-        hosts = sorted(set(self.st.hosts) | set(ops.modes) | set(ops.default_host_modes))
-        return ModeView(
-            cluster=ops.cluster_mode,
-            cluster_set_by=row.set_by if row is not None else None,
-            hosts={
-                h: ops.mode_of(h)
-                for h in hosts
-                if h != CLUSTER and ops.mode_of(h) != ops.cluster_mode
-            },
-        )
+        return mode_view(self.desk.ops, self.st.hosts)
 
     async def decision_page(self, after: int, limit: int, host: str | None) -> DecisionPage:
         loop = asyncio.get_running_loop()

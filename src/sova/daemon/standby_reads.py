@@ -29,10 +29,16 @@ from fastapi import Path as PathParam
 
 from sova.daemon.config import ConfigError, ManagerSettings
 from sova.daemon.credentials import Credential
-from sova.daemon.manager_control import CLUSTER, PLAN_STATES, OperatorBook
+from sova.daemon.manager_control import PLAN_STATES, OperatorBook
 from sova.daemon.manager_guard import _bearer, authorize
 from sova.daemon.manager_security import TokenBook
-from sova.daemon.manager_views import audit_view, decision_view, fence_view, plan_view
+from sova.daemon.manager_views import (
+    audit_view,
+    decision_view,
+    fence_view,
+    mode_view,
+    plan_view,
+)
 from sova.daemon.schema import (
     NAME_MAX,
     NAME_PATTERN,
@@ -48,7 +54,7 @@ from sova.daemon.store import FenceRow, ModeRow, Store, fences, modes
 T = TypeVar("T")
 log = logging.getLogger("sova.manager")
 
-READ_TIMEOUT_MS = 5000  # one standby read; the leader's reads have the same order of size
+READ_TIMEOUT_MS = 5000  # a page is at most 1,000 rows: slower means the store is in trouble
 
 # Operator routes a standby answers from the store (GET only; the rest are the leader's).
 STANDBY_READS = (
@@ -90,25 +96,14 @@ def fence_rows(store: Store) -> list[FenceRow]:
         ]
 
 
-def mode_view(store: Store, settings: ManagerSettings) -> ModeView:
-    """The leader's mode view (:meth:`sova.daemon.manager_views.Views.modes`) from the store:
-    a host without a stored mode or a configured one has the cluster's and is not listed,
-    so the leader's live hosts add nothing."""
+def stored_modes(store: Store, settings: ManagerSettings) -> ModeView:
+    """The leader's mode view from the stored modes and the configured ones."""
     with store.engine.connect() as conn:
         rows = [
             ModeRow(r.scope, r.mode, r.set_by, r.since_s)
             for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
         ]
-    ops = OperatorBook.restore(settings.mode, settings.host_modes, rows, [], [])
-    row = ops.modes.get(CLUSTER)
-    hosts = sorted(set(ops.modes) | set(ops.default_host_modes))
-    return ModeView(
-        cluster=ops.cluster_mode,
-        cluster_set_by=row.set_by if row is not None else None,
-        hosts={
-            h: ops.mode_of(h) for h in hosts if h != CLUSTER and ops.mode_of(h) != ops.cluster_mode
-        },
-    )
+    return mode_view(OperatorBook.restore(settings.mode, settings.host_modes, rows, [], []))
 
 
 @dataclass
@@ -163,7 +158,7 @@ def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) ->
 
     @app.get("/v1/mode")
     async def get_mode(_: Who) -> ModeView:
-        return await read(mode_view, reader, settings)
+        return await read(stored_modes, reader, settings)
 
     @app.get("/v1/plans")
     async def list_plans(
