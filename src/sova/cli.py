@@ -22,7 +22,7 @@ app = typer.Typer(
     epilog=(
         "Exit codes: 0 done; 1 the run failed (a host, a daemon or the kernel refused); "
         "2 bad input (a scenario, config or option, named in the one-line error); "
-        "3 the manager could not be reached or refused the token (plans, fence, mode, audit); "
+        "3 the manager could not be reached or refused the token (plans, fence, mode, audit; status: none answered); "
         "130 interrupted (Ctrl-C or SIGTERM; nothing half-written is left)."
     ),
     no_args_is_help=True,
@@ -273,6 +273,7 @@ def _register_subcommands() -> None:
     from sova.cli_daemons import register as register_daemons
     from sova.cli_lab import register as register_lab
     from sova.cli_operator import register as register_operator
+    from sova.cli_status import register as register_status
     from sova.cli_store import register as register_store
     from sova.cli_testbed import register as register_testbed
 
@@ -280,6 +281,7 @@ def _register_subcommands() -> None:
     register_testbed(app)
     register_lab(app)
     register_operator(app)
+    register_status(app)
     register_store(app)
 
 

@@ -20,7 +20,6 @@ import contextlib
 import gc
 import json
 import logging
-import math
 import signal
 import ssl
 import sys
@@ -40,6 +39,7 @@ from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.conn_guard import base_protocol, guarded
 from sova.daemon.credentials import Credential
+from sova.daemon.http_errors import validation_error as _validation_error
 from sova.daemon.leadership import Leadership, leader_gauges, step_down
 from sova.daemon.manager_control import FENCE_KINDS, PLAN_STATES, PlanConflict, PlanNotFound
 from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
@@ -75,43 +75,6 @@ from sova.orchestrator.base import Actuator
 
 log = logging.getLogger("sova.manager")
 T = TypeVar("T")
-
-
-def _field_name(loc: tuple[Any, ...]) -> str:
-    parts = [p for p in loc if p != "body"] if loc and loc[0] == "body" else list(loc)
-    if loc and loc[0] in ("path", "query", "header"):
-        parts = list(loc[1:])
-    name = ""
-    for p in parts:
-        name += f"[{p}]" if isinstance(p, int) else ("." if name else "") + str(p)
-    if not name:
-        return "body"
-    last = next((p for p in reversed(parts) if isinstance(p, str)), None)
-    long = FIELD_NAMES.get(last) if loc and loc[0] == "body" and last else None
-    return f"{name} ({long})" if long else name
-
-
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    out = []
-    for e in exc.errors():
-        loc = tuple(e.get("loc", ()))
-        item: dict[str, Any] = {
-            "loc": list(loc),
-            "msg": str(e.get("msg", "")),
-            "type": str(e.get("type", "")),
-            "field": "body" if e.get("type") == "json_invalid" else _field_name(loc),
-        }
-        value = e.get("input")
-        if isinstance(value, float) and not math.isfinite(value):
-            item["input"] = str(value)  # JSON has no inf/nan: show it, do not crash on it
-        elif isinstance(value, bool | int | float | str) or value is None:
-            item["input"] = value if not isinstance(value, str) else value[:100]
-        out.append(item)
-    summary = "; ".join(f"{x['field']}: {x['msg']}" for x in out[:5])
-    if request.url.path.endswith("/reports"):
-        request.app.state.service.metrics.reports.labels("rejected").inc()
-    return JSONResponse(status_code=422, content={"detail": out, "error": summary})
 
 
 HostName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]

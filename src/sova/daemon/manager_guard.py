@@ -13,12 +13,24 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sova.daemon.credentials import Credential
 
 if TYPE_CHECKING:
+    from sova.daemon.config import ManagerSettings
+    from sova.daemon.manager_security import TokenBook
     from sova.daemon.manager_service import ManagerService
+
+
+class Authority(Protocol):
+    """Whose credentials decide: the leader's service, or a standby's (standby_reads)."""
+
+    @property
+    def settings(self) -> ManagerSettings: ...
+
+    @property
+    def tokens(self) -> TokenBook: ...
 
 
 def _bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -171,7 +183,7 @@ def required_role(method: str, path: str) -> str:
 
 
 def authorize(
-    svc: ManagerService, token: bytes | None, method: str, path: str
+    svc: Authority, token: bytes | None, method: str, path: str
 ) -> tuple[int, Credential | str]:
     """(200, the caller's credential) or (401/403, why)."""
     cred = svc.tokens.operator(token)

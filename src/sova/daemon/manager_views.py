@@ -7,8 +7,9 @@ so a large page never stalls report intake).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
-from sova.daemon.manager_control import CLUSTER
+from sova.daemon.manager_control import CLUSTER, OperatorBook
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_rounds import Rounds
@@ -28,7 +29,7 @@ from sova.daemon.schema import (
     PlanView,
     ResourceUse,
 )
-from sova.daemon.store import FenceRow, PlanRow
+from sova.daemon.store import AuditRow, DecisionRow, FenceRow, PlanRow
 
 
 def fence_view(f: FenceRow) -> FenceView:
@@ -49,6 +50,41 @@ def plan_view(p: PlanRow) -> PlanView:
         decided_by=p.decided_by,
         decided_s=p.decided_s,
         detail=p.detail,
+    )
+
+
+def mode_view(ops: OperatorBook, live: Iterable[str] = ()) -> ModeView:
+    """The cluster's mode and every host whose mode differs (``live``: hosts reporting;
+    one with no stored or configured mode of its own has the cluster's, so a standby,
+    which knows none, lists the same)."""
+    row = ops.modes.get(CLUSTER)
+    hosts = sorted(set(live) | set(ops.modes) | set(ops.default_host_modes))
+    return ModeView(
+        cluster=ops.cluster_mode,
+        cluster_set_by=row.set_by if row is not None else None,
+        hosts={
+            h: ops.mode_of(h) for h in hosts if h != CLUSTER and ops.mode_of(h) != ops.cluster_mode
+        },
+    )
+
+
+def decision_view(r: DecisionRow) -> DecisionView:
+    return DecisionView(
+        id=r.id,
+        time_s=r.time_s,
+        host=r.host,
+        flag=r.flag,
+        target=r.target,
+        vm=r.vm,
+        reason=r.reason,
+        hot_resources=list(r.hot_resources),
+        inputs=dict(r.inputs),
+    )
+
+
+def audit_view(r: AuditRow) -> AuditView:
+    return AuditView(
+        id=r.id, time_s=r.time_s, who=r.who, action=r.action, subject=r.subject, detail=r.detail
     )
 
 
@@ -111,36 +147,12 @@ class Views:
         return [fence_view(f) for _, f in sorted(self.desk.ops.fences.items())]
 
     def modes(self) -> ModeView:
-        ops = self.desk.ops
-        row = ops.modes.get(CLUSTER)
-        hosts = sorted(set(self.st.hosts) | set(ops.modes) | set(ops.default_host_modes))
-        return ModeView(
-            cluster=ops.cluster_mode,
-            cluster_set_by=row.set_by if row is not None else None,
-            hosts={
-                h: ops.mode_of(h)
-                for h in hosts
-                if h != CLUSTER and ops.mode_of(h) != ops.cluster_mode
-            },
-        )
+        return mode_view(self.desk.ops, self.st.hosts)
 
     async def decision_page(self, after: int, limit: int, host: str | None) -> DecisionPage:
         loop = asyncio.get_running_loop()
         rows = await loop.run_in_executor(None, self.st.store.decisions, after, limit, host)
-        views = [
-            DecisionView(
-                id=r.id,
-                time_s=r.time_s,
-                host=r.host,
-                flag=r.flag,
-                target=r.target,
-                vm=r.vm,
-                reason=r.reason,
-                hot_resources=list(r.hot_resources),
-                inputs=dict(r.inputs),
-            )
-            for r in rows
-        ]
+        views = [decision_view(r) for r in rows]
         return DecisionPage(decisions=views, next_after=views[-1].id if views else after)
 
     async def plan_page(self, after: int, limit: int, state: str | None) -> PlanPage:
@@ -152,15 +164,5 @@ class Views:
     async def audit_page(self, after: int, limit: int) -> AuditPage:
         loop = asyncio.get_running_loop()
         rows = await loop.run_in_executor(None, self.st.store.audit_rows, after, limit)
-        views = [
-            AuditView(
-                id=r.id,
-                time_s=r.time_s,
-                who=r.who,
-                action=r.action,
-                subject=r.subject,
-                detail=r.detail,
-            )
-            for r in rows
-        ]
+        views = [audit_view(r) for r in rows]
         return AuditPage(entries=views, next_after=views[-1].id if views else after)

@@ -1,0 +1,222 @@
+"""What a standby manager answers itself: operator reads of facts the store holds.
+
+A standby has none of the leader's memory (detector windows, verdicts, leases in flight),
+but every fact the leader *publishes* to operators — fences, modes, plans, the audit log,
+the decision log — is in the store before anyone sees it (persist, then publish:
+:mod:`sova.daemon.manager_service`). So those reads are answered from the store, exactly
+as the leader answers them; the rest (the cluster view, a drain's progress: memory-only
+facts) and every write and agent report stay 503 with the leader's URL
+(:mod:`sova.daemon.manager_standby`). Why each route is on which side: docs/design.md,
+"Active and standby managers".
+
+The reads go through sessions PostgreSQL itself keeps read-only
+(``default_transaction_read_only``, SQLite's ``query_only``) with a statement timeout:
+a standby cannot write, whatever a future route does, and a slow store cannot hold a
+request for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+import sqlalchemy as sa
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Path as PathParam
+
+from sova.daemon.config import ConfigError, ManagerSettings
+from sova.daemon.credentials import Credential
+from sova.daemon.manager_control import PLAN_STATES, OperatorBook
+from sova.daemon.manager_guard import _bearer, authorize
+from sova.daemon.manager_security import TokenBook
+from sova.daemon.manager_views import (
+    audit_view,
+    decision_view,
+    fence_view,
+    mode_view,
+    plan_view,
+)
+from sova.daemon.schema import (
+    NAME_MAX,
+    NAME_PATTERN,
+    AuditPage,
+    DecisionPage,
+    FenceView,
+    ModeView,
+    PlanPage,
+    PlanView,
+)
+from sova.daemon.store import FenceRow, ModeRow, Store, fences, modes
+
+T = TypeVar("T")
+log = logging.getLogger("sova.manager")
+
+READ_TIMEOUT_MS = 5000  # a page is at most 1,000 rows: slower means the store is in trouble
+
+# Operator routes a standby answers from the store (GET only; the rest are the leader's).
+STANDBY_READS = (
+    "/v1/fences",
+    "/v1/mode",
+    "/v1/plans",
+    "/v1/plans/{plan_id}",
+    "/v1/plans/{plan_id}/watcher",
+    "/v1/audit",
+    "/v1/decisions",
+    "/v1/whoami",
+    "/v1/credentials",
+)
+
+
+def read_only_store(url: str) -> Store:
+    """A second store on ``url`` whose every session refuses writes (and long reads)."""
+    reader = Store(url)
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        if url.startswith("sqlite"):
+            cur.execute("PRAGMA query_only = ON")
+        else:
+            cur.execute("SET default_transaction_read_only = on")
+            cur.execute(f"SET statement_timeout = {READ_TIMEOUT_MS}")
+            dbapi_conn.commit()
+        cur.close()
+
+    sa.event.listen(reader.engine, "connect", on_connect)
+    return reader
+
+
+def fence_rows(store: Store) -> list[FenceRow]:
+    with store.engine.connect() as conn:
+        return [
+            FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
+            for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
+        ]
+
+
+def stored_modes(store: Store, settings: ManagerSettings) -> ModeView:
+    """The leader's mode view from the stored modes and the configured ones."""
+    with store.engine.connect() as conn:
+        rows = [
+            ModeRow(r.scope, r.mode, r.set_by, r.since_s)
+            for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
+        ]
+    return mode_view(OperatorBook.restore(settings.mode, settings.host_modes, rows, [], []))
+
+
+@dataclass
+class StandbyAuth:
+    """What :func:`sova.daemon.manager_guard.authorize` needs: the standby's credentials."""
+
+    settings: ManagerSettings
+    tokens: TokenBook
+
+    def reload(self) -> bool:
+        """SIGHUP, as the leader does it: a file that does not load changes nothing."""
+        try:
+            self.tokens = TokenBook.load(self.settings)
+        except ConfigError as exc:
+            log.error("standby: tokens not reloaded, the old ones stay in force: %s", exc)
+            return False
+        log.info("standby: reloaded tokens: %d host(s)", len(self.tokens.hosts))
+        return True
+
+
+def operator_credential(request: Request) -> Credential:
+    """The caller's credential, checked as the leader's guard checks it (401/403)."""
+    guard: StandbyAuth = request.app.state.standby_auth
+    token = _bearer(list(request.scope["headers"]))
+    status, cred = authorize(guard, token, request.method, request.url.path)
+    if isinstance(cred, str):
+        headers = {"www-authenticate": 'Bearer realm="sova"'} if status == 401 else None
+        raise HTTPException(status, cred, headers=headers)
+    return cred
+
+
+Who = Annotated[Credential, Depends(operator_credential)]
+PlanId = Annotated[int, PathParam(ge=1, le=2**62)]
+
+
+def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) -> StandbyAuth:
+    """Register the standby's read routes on ``app`` (before its catch-all 503 route)."""
+    guard = StandbyAuth(settings, TokenBook.load(settings))
+    app.state.standby_auth = guard
+
+    async def read(fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        except sa.exc.SQLAlchemyError as exc:
+            raise HTTPException(
+                503, f"standby: the knowledge store cannot be read ({type(exc).__name__})"
+            ) from None
+
+    @app.get("/v1/fences")
+    async def list_fences(_: Who) -> list[FenceView]:
+        return [fence_view(f) for f in await read(fence_rows, reader)]
+
+    @app.get("/v1/mode")
+    async def get_mode(_: Who) -> ModeView:
+        return await read(stored_modes, reader, settings)
+
+    @app.get("/v1/plans")
+    async def list_plans(
+        _: Who,
+        state: Annotated[str | None, Query(pattern="^(" + "|".join(PLAN_STATES) + ")$")] = None,
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> PlanPage:
+        views = [plan_view(r) for r in await read(reader.plans, after, limit, state)]
+        return PlanPage(plans=views, next_after=views[-1].id if views else after)
+
+    async def one_plan(plan_id: int) -> PlanView:
+        row = await read(reader.plan, plan_id)
+        if row is None:
+            raise HTTPException(404, f"no plan {plan_id}")
+        return plan_view(row)
+
+    @app.get("/v1/plans/{plan_id}")
+    async def get_plan(_: Who, plan_id: PlanId) -> PlanView:
+        return await one_plan(plan_id)
+
+    @app.get("/v1/plans/{plan_id}/watcher")
+    async def get_plan_watcher(_: Who, plan_id: PlanId) -> dict[str, Any]:
+        from sova.orchestrator.recommend import Proposal, to_watcher_action_plan
+
+        p = await one_plan(plan_id)
+        return to_watcher_action_plan(
+            [Proposal(a.vm, a.src, a.dst, p.reason, a.vm) for a in p.actions],
+            audit_uuid=str(p.id),
+        )
+
+    @app.get("/v1/audit")
+    async def get_audit(
+        _: Who,
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> AuditPage:
+        views = [audit_view(r) for r in await read(reader.audit_rows, after, limit)]
+        return AuditPage(entries=views, next_after=views[-1].id if views else after)
+
+    @app.get("/v1/decisions")
+    async def get_decisions(
+        _: Who,
+        after: Annotated[int, Query(ge=0, le=2**53)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        host: Annotated[
+            str | None, Query(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+        ] = None,
+    ) -> DecisionPage:
+        views = [decision_view(r) for r in await read(reader.decisions, after, limit, host)]
+        return DecisionPage(decisions=views, next_after=views[-1].id if views else after)
+
+    @app.get("/v1/whoami")
+    async def whoami(cred: Who) -> dict[str, str]:
+        return {"name": cred.name, "role": cred.role}
+
+    @app.get("/v1/credentials")
+    async def list_credentials(_: Who) -> dict[str, str]:
+        return guard.tokens.operators.names()
+
+    return guard
