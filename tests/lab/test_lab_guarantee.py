@@ -13,8 +13,8 @@ kind, TCG): baseline 10.0-18.6 (the minimum always missed), guest-side 33.5 (alo
 shows ~95 % of it in iperf3 (TCP payload against HTB's whole frames); the bound is 90 %.
 
 It needs the guests' CPU: at nice 10 beside other sessions' work (load average 17-60 on the
-2 cores) g1 got 23.6-27.8 guest-side (the caps inside the guests swung 29-37 Mbit/s as
-g1's measured rate lagged) and 33.2-33.4 host-side, on QEMU 7.2 and QEMU 10 alike.
+2 cores) g1 got 23.6-29.6 guest-side (the caps inside the guests swung 29-37 Mbit/s as
+g1's measured rate lagged) and 33.2-33.5 host-side, on QEMU 7.2 and QEMU 10 alike.
 """
 
 from __future__ import annotations

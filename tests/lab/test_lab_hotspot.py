@@ -13,7 +13,7 @@ gap), for a busier CI machine; the scenario's own checks allow 5 s for both.
 
 It needs the CPU it measures: run at nice 10 beside other sessions' work (load average
 17-60 on the 2 cores), HV1's two burners got a median 0.25-0.34 of its 2 CPUs, under alpha
-0.5, and nothing was flagged — on QEMU 7.2 and QEMU 10 alike (3 runs, 2026-11-27). The
+0.5, and nothing was flagged — on QEMU 7.2 and QEMU 10 alike (5 runs, 2026-11-27). The
 failure message then gives HV1's measured figures.
 """
 
