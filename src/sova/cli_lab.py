@@ -42,7 +42,9 @@ def _require_root() -> None:
         raise typer.Exit(2)
 
 
-def _settings(guests: int | None = None):  # type: ignore[no-untyped-def]
+def _settings(guests: int | None = None, qemu: str | None = None):  # type: ignore[no-untyped-def]
+    import dataclasses
+
     from sova.lab.settings import LabSettings
 
     s = LabSettings()
@@ -50,7 +52,9 @@ def _settings(guests: int | None = None):  # type: ignore[no-untyped-def]
         if not 1 <= guests <= 8:
             err.print(f"[red]error:[/red] --guests: {guests} is not in 1..8", highlight=False)
             raise typer.Exit(2)
-        s = LabSettings(guests=guests)
+        s = dataclasses.replace(s, guests=guests)
+    if qemu is not None:
+        s = dataclasses.replace(s, qemu=qemu)
     return s
 
 
@@ -78,9 +82,17 @@ def up(
         ),
     ] = False,
     l1s: Annotated[int, typer.Option(help="--sriov: L1 hypervisors (1 or 2).")] = 1,
+    qemu: Annotated[
+        str | None,
+        typer.Option(
+            help="The QEMU HV1 and HV2 run: 'system' (the machine's), 'backports' (QEMU 10 "
+            "from bookworm-backports, fetched once and cached) or the path of a "
+            "qemu-system-x86_64 under an unpacked prefix. Default: $SOVA_LAB_QEMU or system.",
+        ),
+    ] = None,
 ) -> None:
     """Start HV1 and HV2, the lab network and the guests; leave them up."""
-    s = _settings(guests)
+    s = _settings(guests, qemu)
     if slow_mbit <= 0:
         err.print(f"[red]error:[/red] --slow-mbit: {slow_mbit} must be > 0", highlight=False)
         raise typer.Exit(2)
@@ -100,7 +112,10 @@ def up(
     except LabError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    typer.echo(f"lab up in {st.up_s} s: {', '.join(sorted(st.guests))} on {s.hosts[0]}")
+    typer.echo(
+        f"lab up in {st.up_s} s: {', '.join(sorted(st.guests))} on {s.hosts[0]}, "
+        f"QEMU {st.qemu_version}"
+    )
     for host in s.hosts:
         typer.echo(f"  virsh -c '{s.uri(host)}' list")
     typer.echo(f"  ip netns exec {s.peer_ns} ping {s.guest_ip(1)}")

@@ -83,7 +83,10 @@ def lab() -> Iterator[Any]:
     t0 = time.monotonic()
     try:
         st = lab_mod.up(s, ROOT, guests=GUESTS, slow_rate_bps=100e6, say=print)
-        print(f"lab up (session): {time.monotonic() - t0:.1f} s, accel {st.accel}")
+        print(
+            f"lab up (session): {time.monotonic() - t0:.1f} s, accel {st.accel}, "
+            f"QEMU {st.qemu_version} ({st.qemu})"
+        )
         yield s
     finally:
         lab_mod.down(s, say=lambda _m: None)

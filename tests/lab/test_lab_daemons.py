@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import unavailable
+from .conftest import ROOT, unavailable
 
 
 @pytest.fixture
@@ -49,3 +49,30 @@ def test_second_start_is_refused_and_down_finds_the_daemon_whose_record_was_lost
     removed = lab_mod.down(lone, say=lambda _m: None)
     assert proc_start_time(pid) is None, removed  # found from the ledger, not the cmdline
     assert not lone.root.exists()
+
+
+def test_both_daemons_run_the_qemu_the_lab_was_asked_for(lab):
+    """``$SOVA_LAB_QEMU`` / ``up --qemu``: what libvirt probed in each daemon's namespace is
+    the chosen build (QEMU 10 from backports laid over the machine's 7.2, or 7.2 itself),
+    not whatever ``/usr/bin`` holds outside."""
+    import re
+    import subprocess
+
+    from sova.lab import lab as lab_mod
+    from sova.lab.daemons import lab_qemu
+    from sova.lab.qemu import resolve
+
+    q = lab_qemu(lab)
+    assert q == resolve(lab.qemu, ROOT, lab.image_cache)
+    out = subprocess.run(
+        q.wrap(["qemu-system-x86_64", "--version"]), capture_output=True, text=True, timeout=30
+    ).stdout
+    m = re.search(r"version (\d+\.\d+\.\d+)", out)
+    assert m, out
+    for host in lab.hosts:
+        conn = lab_mod.connect(lab, host)
+        try:
+            assert lab_mod.hypervisor_version(conn) == m.group(1), host
+        finally:
+            conn.close()
+    assert lab_mod.load_state(lab).qemu_version == m.group(1)

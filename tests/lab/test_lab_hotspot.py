@@ -10,6 +10,11 @@ phase, exactly one migration every time; signal to guest running on HV2 3.2-6.3 
 job 1.3-5.9 s, downtime 73-193 ms; longest unanswered ping stretch 0.2-0.3 s (1-2 of ~170 lost); a fast
 NIC on HV2 6-10 s after arrival. The bounds are ~10x the worst figure (2 s downtime, 3 s
 gap), for a busier CI machine; the scenario's own checks allow 5 s for both.
+
+It needs the CPU it measures: run at nice 10 beside other sessions' work (load average
+17-60 on the 2 cores), HV1's two burners got a median 0.25-0.34 of its 2 CPUs, under alpha
+0.5, and nothing was flagged — on QEMU 7.2 and QEMU 10 alike (5 runs, 2026-11-27). The
+failure message then gives HV1's measured figures.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ def test_hot_hv1_sends_one_guest_to_hv2_through_the_real_daemons(lab, tmp_path):
     out = tmp_path / "out"
     s = lab_run(lab, SCENARIO, out)
     # the manager, not the test, decided: HV1 flagged hot on cpu
-    assert s["flagged"] and s["flagged"][0]["host"] == "HV1", s["flagged"]
+    assert s["flagged"] and s["flagged"][0]["host"] == "HV1", (s["flagged"], _hv1_cpu(out))
     assert "cpu" in s["flagged"][0]["reason"]
     # exactly one migration, none failed, and the guest ends on HV2
     assert s["events"].get("migrate") == 1 and "migrate_failed" not in s["events"], s["events"]
@@ -49,6 +54,22 @@ def test_hot_hv1_sends_one_guest_to_hv2_through_the_real_daemons(lab, tmp_path):
     plots = json.loads((out / "plots.json").read_text())
     for name in ("holders.png", "rates.png", "hosts.png"):
         assert (out / name).stat().st_size > 0 and sum(plots[name].values()) > 0, plots
+
+
+def _hv1_cpu(out) -> str:
+    """HV1's utilisation as its agent computed it, per phase: says whether the burners got
+    the CPU that makes a host hot (a machine busy with other work gives TCG guests less)."""
+    import csv
+
+    with (out / "hosts.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["host"] == "HV1"]
+    early = [float(r["cpu"]) for r in rows if float(r["time_s"]) < 40]
+    late = [float(r["cpu"]) for r in rows if float(r["time_s"]) >= 45]
+    return (
+        f"HV1 cpu (of alpha 0.5): network-only max {max(early, default=0):.2f}, "
+        f"burners median {sorted(late)[len(late) // 2] if late else 0:.2f} "
+        f"max {max(late, default=0):.2f}"
+    )
 
 
 def _events(out):

@@ -1,5 +1,9 @@
 """`sova lab run` killed with SIGKILL mid-run, then `sova lab down`: nothing of the lab stays.
 
+Nothing means: no process the lab recorded (both libvirtd daemons, whose command lines name
+nothing of the lab, and every QEMU), no process that still sees the lab's directories in its
+mounts (a libvirtd in its private mount namespace: the leak issue 18 found on QEMU 10, where
+`down` said "nothing to remove"), no link or namespace with the prefix, no directory.
 Runs last (file name): it takes the session's lab down.
 """
 
@@ -27,6 +31,20 @@ def _lab_env(lab) -> dict[str, str]:
     return os.environ | {"SOVA_LAB_DIR": str(lab.root), "SOVA_LAB_PREFIX": lab.prefix}
 
 
+def _seeing_the_lab(lab) -> dict[int, str]:
+    """pid -> command of every process whose mount table names the lab's directory."""
+    out: dict[int, str] = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            if str(lab.root) + "/" in (p / "mountinfo").read_text():
+                out[int(p.name)] = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+    return out
+
+
 def test_killed_run_then_down_leaves_nothing(lab, tmp_path):
     scn = tmp_path / "crash.yaml"
     scn.write_text(SCENARIO)
@@ -52,6 +70,12 @@ def test_killed_run_then_down_leaves_nothing(lab, tmp_path):
     assert any("vf_attach g1" in s for s in seen), "".join(seen)
     # Something to clean: the peer namespace, the daemons and the QEMUs are still there.
     assert Path(f"/run/netns/{lab.peer_ns}").exists()
+    from sova.lab.daemons import proc_start_time, recorded_pids
+
+    before = {pid: (what, proc_start_time(pid)) for pid, what in recorded_pids(lab).items()}
+    daemons_before = [w for w, _ in before.values() if w.endswith("libvirtd")]
+    assert sorted(daemons_before) == [f"{h} libvirtd" for h in lab.hosts], before
+    assert _seeing_the_lab(lab), "the daemons' mount namespaces name the lab directory"
 
     down = subprocess.run(
         [sys.executable, "-m", "sova.cli", "lab", "down"],
@@ -64,6 +88,10 @@ def test_killed_run_then_down_leaves_nothing(lab, tmp_path):
     from sova.lab.daemons import lab_pids
 
     assert lab_pids(lab) == []
+    alive = {p: w for p, (w, start) in before.items() if proc_start_time(p) == start}
+    assert alive == {}, f"recorded lab processes survived `down`: {alive}"
+    assert _seeing_the_lab(lab) == {}
+    assert str(lab.root) not in Path("/proc/self/mounts").read_text()
     links = [p.name for p in Path("/sys/class/net").iterdir()]
     assert not [n for n in links if n.startswith(lab.prefix)]
     assert not Path(f"/run/netns/{lab.peer_ns}").exists()

@@ -11,6 +11,7 @@ import os
 import select
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +28,13 @@ KVM_PROBE_S = 4.0
 
 
 def choose_accel(
-    kernel: Path, timeout_s: float = KVM_PROBE_S, kvm_dev: str = "/dev/kvm"
+    kernel: Path,
+    timeout_s: float = KVM_PROBE_S,
+    kvm_dev: str = "/dev/kvm",
+    wrap: Callable[[list[str]], list[str]] = list,
 ) -> AccelChoice:
+    """``wrap`` turns the probe's QEMU command into one running the lab's QEMU
+    (``LabQemu.wrap``): the accelerator is the one the guests will run under."""
     if os.environ.get("SOVA_LAB_ACCEL") in ("kvm", "qemu"):
         t = os.environ["SOVA_LAB_ACCEL"]
         return AccelChoice(t, f"SOVA_LAB_ACCEL={t}")
@@ -53,7 +59,7 @@ def choose_accel(
         "-append",
         "console=ttyS0 earlyprintk=ttyS0 panic=-1",
     ]
-    booted, out, err = _watch(cmd, "Linux version", timeout_s)
+    booted, out, err = _watch(wrap(cmd), "Linux version", timeout_s)
     if booted:
         return AccelChoice("kvm", "KVM: the guest kernel boots under -accel kvm -cpu host")
     last = (err.strip().splitlines() or [""])[-1][:160]

@@ -18,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from sova.lab.qemu import LabQemu, from_record
 from sova.lab.settings import HOST_DIRS, LabSettings
 
 
@@ -170,6 +171,15 @@ def running_daemon(s: LabSettings, host: str) -> int | None:
     return pid if proc_start_time(pid) == start else None
 
 
+def lab_qemu(s: LabSettings) -> LabQemu:
+    """The QEMU `up` recorded for this lab (the machine's own when nothing is recorded)."""
+    try:
+        text = s.qemu_record.read_text()
+    except OSError:
+        return LabQemu()
+    return from_record(text)
+
+
 def start_daemon(s: LabSettings, host: str, index: int, timeout_s: float = 30.0) -> int:
     """Start ``host``'s libvirtd in its own mount namespace; its pid once *it* answers.
 
@@ -190,6 +200,11 @@ def start_daemon(s: LabSettings, host: str, index: int, timeout_s: float = 30.0)
     for target in HOST_DIRS.values():
         Path(target).mkdir(parents=True, exist_ok=True)
     binds = " && ".join(f"mount --bind {d / sub} {target}" for sub, target in HOST_DIRS.items())
+    # the lab's QEMU over the machine's, in this namespace only: libvirtd and the QEMUs it
+    # starts see it at /usr/bin/qemu-system-x86_64 with its own modules and firmware
+    overlay = lab_qemu(s).mount_script()
+    if overlay:
+        binds = f"{binds} && {overlay}"
     script = f"{binds} && exec libvirtd -f /etc/libvirt/libvirtd.conf -p /run/libvirt/libvirtd.pid"
     log = open(d / "daemon.out", "ab")  # noqa: SIM115 - handed to the child
     # unshare and sh exec: the pid of this child is libvirtd's own

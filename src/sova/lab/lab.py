@@ -14,6 +14,8 @@ from typing import Any
 from sova.lab import daemons, network
 from sova.lab.accel import AccelChoice, choose_accel
 from sova.lab.guests import build_image, domain_xml, wait_agent
+from sova.lab.qemu import QemuChoiceError
+from sova.lab.qemu import resolve as resolve_qemu
 from sova.lab.settings import LabSettings
 
 Say = Callable[[str], None]
@@ -29,6 +31,8 @@ class LabState:
     boot_s: dict[str, float] = field(default_factory=dict)
     up_s: float = 0.0
     slow_rate_bps: float = 0.0
+    qemu: str = "system"  # the choice as resolved (LabQemu.name)
+    qemu_version: str = ""  # as the daemons' libvirt reports the hypervisor
 
 
 def load_state(s: LabSettings) -> LabState | None:
@@ -103,6 +107,13 @@ def wait_network(s: LabSettings, ip: str, timeout_s: float) -> float:
     raise daemons.LabError(f"guest {ip} not reachable from {s.peer_ns} after {timeout_s:g}s")
 
 
+def hypervisor_version(conn: Any) -> str:
+    """The QEMU version a daemon runs, as libvirt probed it (``getVersion``: 10000002 is
+    10.0.2): the proof of which QEMU the lab really runs."""
+    v = int(conn.getVersion())
+    return f"{v // 1_000_000}.{v // 1000 % 1000}.{v % 1000}"
+
+
 #: The tools `up` needs on the machine (scripts/ci-setup-lab.sh installs them).
 LAB_TOOLS = (
     "libvirtd",
@@ -155,14 +166,25 @@ def up(
     if load_state(s) is not None:
         raise daemons.LabError(f"a lab is already up ({s.state_file}); run `sova lab down` first")
     preflight(repo)
+    try:
+        qemu = resolve_qemu(s.qemu, repo, s.image_cache)
+    except QemuChoiceError as exc:
+        raise daemons.LabError(str(exc)) from None
     s.root.mkdir(parents=True, exist_ok=True)
+    s.qemu_record.write_text(qemu.name + "\n")
     n_guests = s.guests if guests is None else guests
     image = build_image(s, repo)
     say(f"image: {image.directory}")
-    accel: AccelChoice = choose_accel(image.kernel)
+    accel: AccelChoice = choose_accel(image.kernel, wrap=qemu.wrap)
     say(f"accelerator: {'KVM' if accel.domain_type == 'kvm' else 'TCG'} — {accel.reason}")
     st = LabState(
-        accel.domain_type, accel.reason, str(image.directory), {}, {}, slow_rate_bps=slow_rate_bps
+        accel.domain_type,
+        accel.reason,
+        str(image.directory),
+        {},
+        {},
+        slow_rate_bps=slow_rate_bps,
+        qemu=qemu.name,
     )
     _save(s, st)
     network.up(s)
@@ -172,6 +194,9 @@ def up(
         say(f"{host}: libvirtd pid {st.daemons[host]} at {s.uri(host)}")
     conn = connect(s, s.hosts[0])
     try:
+        st.qemu_version = hypervisor_version(conn)
+        _save(s, st)
+        say(f"QEMU {st.qemu_version} ({qemu.name})")
         names = list(range(1, n_guests + 1))
         for start in range(0, len(names), max(1, s.boot_parallel)):
             batch = names[start : start + s.boot_parallel]

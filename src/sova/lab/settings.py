@@ -49,6 +49,8 @@ class LabSettings:
     prefix: str = os.environ.get(
         "SOVA_LAB_PREFIX", "svl"
     )  # every bridge, veth, ifb and netns the lab makes starts with it
+    #: the QEMU the hypervisors run (sova.lab.qemu.resolve): system, backports or a path
+    qemu: str = os.environ.get("SOVA_LAB_QEMU", "system")
     hosts: tuple[str, ...] = ("HV1", "HV2")
     guests: int = 4
     memory_mib: int = 320
@@ -100,6 +102,11 @@ class LabSettings:
     def fast_tap(self, host: str, slot: int) -> str:
         """The host side of fast slot ``slot`` on ``host`` (unique across both daemons)."""
         return f"{self.prefix}{host[-1]}f{slot}"
+
+    @property
+    def qemu_record(self) -> Path:
+        """The QEMU `up` chose, as resolved: every later start of a daemon uses the same."""
+        return self.root / "qemu"
 
     @property
     def state_file(self) -> Path:
