@@ -86,6 +86,27 @@ reads its inventory, allocates and submits a VF rate every second), the engine's
 (``sample``/``inventory``) ~24 % of that, operations on the event clock ~10 %; the vectorised
 physics (``Engine.tick``) and the World's per-tick statistics are a few per cent. The
 remaining speed-up is the issue's array kernels for the whole policy (src/sova/agent/**).
+
+Issue 23, fourth session (branch speed). cProfile of ``run_policy`` (1,000 x 3 x 300 s) on
+main: the agents' control step host by host ~40 % (VF scheduling ``vfsched.schedule`` ~13 %,
+reading each host's sample for its loads ~7 %, inventories, candidates, reconcile), the
+manager's round ~17 % (each agent's report ~6 %), the timeline rows ~15 % (a row built, then
+copied by ``dataclasses.replace`` to add the world's columns), the bandwidth pass ~13 %, and
+Python's cyclic garbage collector 27 % of the CPU without the profiler (``gc.callbacks``: 1,474
+passes, ~1,000 cyclic objects found, the growing records rescanned on every pass). Changes:
+the collector is off while a world runs (one full pass at the end), the host and VM load
+shares come from an array kernel (``kernels.load_shares``, held equal to
+``host_load``/``vm_loads`` by a property test) in the world's sensing pass so no agent reads a
+sample, timeline rows are built once with the world's columns, agents with nothing in flight
+are not polled, and limit changes of quiet hosts go into the round without per-flow checks.
+Golden outputs unchanged. Simulation only (``run_policy``), CPU seconds, alternating
+before/after, load average 20-29 on the 2 cores (walls 22-246 s, so not comparable):
+
+    size (hosts x VMs x s)   before (main 8af3cf9): CPU s   after   VM-steps per CPU-s   peak RSS
+    1,000 x 3 x 300                  11.86 (11.41-12.47)   6.58 (6.48-6.59)   137,000  149 MiB
+
+(1.8x; main measured 8.3 s in the previous session at load 5-9, so the machine's load
+inflates CPU seconds by ~40 % here.)
 """
 
 from __future__ import annotations
