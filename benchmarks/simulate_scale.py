@@ -86,6 +86,58 @@ reads its inventory, allocates and submits a VF rate every second), the engine's
 (``sample``/``inventory``) ~24 % of that, operations on the event clock ~10 %; the vectorised
 physics (``Engine.tick``) and the World's per-tick statistics are a few per cent. The
 remaining speed-up is the issue's array kernels for the whole policy (src/sova/agent/**).
+
+Issue 23, fourth session (branch speed). cProfile of ``run_policy`` (1,000 x 3 x 300 s) on
+main: the agents' control step host by host ~40 % (VF scheduling ``vfsched.schedule`` ~13 %,
+reading each host's sample for its loads ~7 %, inventories, candidates, reconcile), the
+manager's round ~17 % (each agent's report ~6 %), the timeline rows ~15 % (a row built, then
+copied by ``dataclasses.replace`` to add the world's columns), the bandwidth pass ~13 %, and
+Python's cyclic garbage collector 27 % of the CPU without the profiler (``gc.callbacks``: 1,474
+passes, ~1,000 cyclic objects found, the growing records rescanned on every pass). Changes:
+the collector is off while a world runs (one full pass at the end), the host and VM load
+shares come from an array kernel (``kernels.load_shares``, held equal to
+``host_load``/``vm_loads`` by a property test) in the world's sensing pass so no agent reads a
+sample, timeline rows are built once with the world's columns, agents with nothing in flight
+are not polled, and limit changes of quiet hosts go into the round without per-flow checks.
+Golden outputs unchanged. Simulation only (``run_policy``), CPU seconds, alternating
+before/after, load average 20-29 on the 2 cores (walls 22-246 s, so not comparable):
+
+    size (hosts x VMs x s)   before (main 8af3cf9): CPU s   after   VM-steps per CPU-s   peak RSS
+    1,000 x 3 x 300                  11.86 (11.41-12.47)   6.58 (6.48-6.59)   137,000  149 MiB
+
+(1.8x; main measured 8.3 s in the previous session at load 5-9, so the machine's load
+inflates CPU seconds by ~40 % here.) After, one run each at load 17-56 (``run_policy``):
+
+    size (hosts x VMs x s)   CPU s   VM-steps per CPU-s   peak RSS
+    100 x 3 x 300             1.05               85,400     69 MiB
+    1,000 x 3 x 300           6.58              137,000    149 MiB
+    10,000 x 3 x 300         60.42              149,000    950 MiB
+    1,000 x 20 x 300         26.93              223,000    556 MiB
+
+Cost per VM-step is flat from 1,000 to 10,000 hosts (linear in hosts; 100 hosts pays the
+fixed per-tick costs) and falls with more VMs per host (the per-host Python is shared).
+The issue's 5 M VM-steps/s at 1,000 x 20 is ~22x away.
+
+The issue's workload through ``sova simulate`` itself (1,000 x 3, one simulated hour, 1 s
+ticks, sova VF policy + sova bandwidth allocator; outputs and report included) beside
+CloudSim Plus 8.5.7 (``--cloudsim``, S = 1 s, one run each, load 17-56):
+
+    hosts  VMs    Sova wall / CPU / RSS       CS+ wall / CPU / RSS     CS+/Sova: wall  CPU  memory
+    1,000 3,000   681.8 s / 99.6 s / 895 MiB  361.7 s / 47.3 s / 463 MiB         0.53  0.47    0.52
+
+Sova is ~2.1x slower than CloudSim Plus in CPU (the issue asks >= 10x faster: ~21x remain)
+and uses ~1.9x its memory (a quarter asked: ~8x remain). The memory is the timeline: 1.08 M
+``TimelineRow`` objects (a dataclass and ~10 float objects each) for the hour. The next
+steps, by size: (1) the control step as array kernels for all hosts (the deleted harness's
+``schedule_batch`` for VF scheduling, the operation table and the reconcile planned from
+arrays, so per-host Python runs only for hosts whose VF holders change); (2) the timeline
+kept as columns (numpy arrays per period) instead of row objects, for time and memory;
+(3) the manager's reports as arrays (each agent's ``host_report`` builds validated objects per
+VM every period); (4) then the engine's tick itself: the world without agents (physics and
+per-tick statistics only) takes 0.74-0.82 CPU-s per 300 s at 1,000 x 3 (median of 3), i.e.
+~1.1 M VM-steps per CPU-s as a ceiling, below 10x CloudSim Plus's ~230 k VM-steps per CPU-s
+over an hour; the per-tick arithmetic (many small numpy calls) must be fused (fewer, larger
+array calls, or a compiled kernel) to reach the issue's target.
 """
 
 from __future__ import annotations

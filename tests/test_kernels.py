@@ -10,7 +10,7 @@ hosts) beside the per-host function it implements and must return the same float
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +22,15 @@ from tests.test_bandwidth_props import flows
 from sova.agent import bandwidth as bw
 from sova.model import MBIT, VM, HostCounters, HostSample, VMCounters
 from sova.policy.bandwidth import FlowDemand, SovaAllocator
-from sova.policy.kernels import Groups, SensorKernel, row_fsum
-from sova.policy.sensing import HostSensor, RateMeter, VMFactors
+from sova.policy.kernels import Groups, SensorKernel, load_shares, row_fsum
+from sova.policy.sensing import (
+    HostSensor,
+    LoadShares,
+    RateMeter,
+    VMFactors,
+    host_load,
+    vm_loads,
+)
 from sova.scenario import Scenario, load_sweep
 from sova.sim.world import World
 
@@ -401,6 +408,63 @@ def test_sensor_kernel_equals_host_sensor(run: dict[str, object]) -> None:
                 assert got == want, (name, got, want)
             has = bool((f.count[host == h] > 0).any())
             assert has == any(scalar[h].windows().values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(counter_runs(), st.integers(0, 2**32 - 1))
+def test_load_shares_equal_host_load_and_vm_loads(run: dict[str, object], seed: int) -> None:
+    # Every host's load and every VM's share after every reading, == on floats, against
+    # host_load/vm_loads of each host's previous and current samples (what the agent's
+    # _observe computes): resets of host or VM counters, VMs that moved, hosts without
+    # VMs, heterogeneous hosts (and a zero memory or link, the functions' 0.0 branch).
+    hosts, times, vcpus = run["hosts"], run["times"], run["vcpus"]
+    assert isinstance(hosts, int) and isinstance(times, list) and isinstance(vcpus, np.ndarray)
+    rng = np.random.default_rng(seed)
+    cores = rng.choice([0.5, 4.0, 32.0], hosts) * 2
+    memory = rng.choice([0.0, 2.0**34, 2.0**38], hosts, p=[0.1, 0.45, 0.45])
+    capacity = rng.choice([0.0, 1e9, 1e10, 2.5e10], hosts, p=[0.1, 0.3, 0.3, 0.3])
+    vm_memory = rng.choice([2.0**30, 2.0**33, 3 * 2.0**30], vcpus.size)
+    totals = np.zeros((3, hosts))
+    prev: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
+    prev_samples: list[HostSample] = []
+    for t, host, c in zip(times, run["host"], run["c"], strict=True):  # type: ignore[call-overload]
+        totals = totals + np.floor(rng.uniform(0, 2e10, (3, hosts)))
+        back = rng.uniform(size=hosts) < 0.1
+        totals[:, back] = np.floor(totals[:, back] * rng.uniform(0, 0.9))
+        samples = []
+        for h in range(hosts):
+            s = _sample(h, t, c, host, vcpus)
+            mine = np.flatnonzero(host == h)
+            vms = {
+                n: replace(v, memory_used_bytes=int(vm_memory[int(n[2:])]))
+                for n, v in s.vms.items()
+            }
+            tot = HostCounters(
+                int(totals[0, h]), int(totals[1, h]), int(totals[2, h]), int(vm_memory[mine].sum())
+            )
+            samples.append(replace(s, vms=vms, totals=tot))
+        if prev is not None:
+            t0, prev_totals, prev_c, prev_host = prev
+            a = load_shares(
+                t - t0, prev_totals, totals, prev_c, c, host != prev_host, host,
+                vm_memory, cores, memory, capacity,
+            )  # fmt: skip
+            for h in range(hosts):
+                args = (int(cores[h]), int(memory[h]), float(capacity[h]))
+                want = host_load(prev_samples[h], samples[h], *args)
+                got = (
+                    LoadShares(a.host_cpu[h], a.host_mem[h], a.host_net[h])
+                    if a.host_ok[h]
+                    else None
+                )
+                assert got == want, (h, got, want)
+                vms_want = vm_loads(prev_samples[h], samples[h], *args)
+                vms_got = {
+                    f"vm{i}": LoadShares(a.vm_cpu[i], a.vm_mem[i], a.vm_net[i])
+                    for i in np.flatnonzero((host == h) & a.vm_ok)
+                }
+                assert vms_got == vms_want
+        prev, prev_samples = (t, totals.copy(), c.copy(), host.copy()), samples
 
 
 # --------------------------------------------------------------------------- the world

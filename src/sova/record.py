@@ -15,7 +15,7 @@ in :func:`step_rows` if the agent knows it; the CSV columns follow the fields.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,17 +83,24 @@ class RunRecord:
 # --------------------------------------------------------------------------- conversions
 
 
-def step_rows(rep: StepReport, *, policy: str = "", host: str = "") -> Iterator[TimelineRow]:
+def step_rows(
+    rep: StepReport,
+    *,
+    policy: str = "",
+    host: str = "",
+    world: Callable[[str], tuple[float | None, float | None]] | None = None,
+) -> Iterator[TimelineRow]:
     """An agent's control step as timeline rows, one per VM it has factors for.
 
-    ``offered_mbps`` and ``response_ms`` are left empty: only the world knows them
-    (see :func:`complete_row`).
+    ``offered_mbps`` and ``response_ms`` come from ``world`` (VM name -> both) when the
+    world knows them at once, else they are left empty (see :func:`complete_row`).
     """
     for vm, f in sorted(rep.factors.items()):
         st = rep.actual.vms.get(vm)
         if st is None:
             continue
         on_vf = st.nic is NicKind.VF
+        offered, response = (None, None) if world is None else world(vm)
         yield TimelineRow(
             policy=policy,
             time_s=round(rep.time_s, 3),
@@ -108,8 +115,8 @@ def step_rows(rep: StepReport, *, policy: str = "", host: str = "") -> Iterator[
             net_factor=f.net_factor,
             net_degree=f.net_degree,
             io_factor=f.io_factor,
-            offered_mbps=None,
-            response_ms=None,
+            offered_mbps=offered,
+            response_ms=response,
             limit_mbps=st.guest_limit_bps / 1e6 if st.guest_limit_bps else None,
         )
 

@@ -96,6 +96,11 @@ class Executor:
     _failures: dict[Key, int] = field(default_factory=dict)
     _blocked_until: dict[Key, float] = field(default_factory=dict)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight and nothing backing off: every action would be submitted."""
+        return not self.in_flight and not self._blocked_until
+
     def busy(self, vm: str, chan: str = "nic") -> bool:
         return (vm, chan) in self.in_flight
 

@@ -83,6 +83,18 @@ class Sensed:
 
     factors: Mapping[str, VMFactors]
     measured: bool  # some VM of the host has a full period in its window
+    # the period's loads when the world measured them too (what _observe would give)
+    loads: Loads | None = None
+
+
+@dataclass(frozen=True)
+class Loads:
+    """A period's :func:`~sova.policy.sensing.host_load` and
+    :func:`~sova.policy.sensing.vm_loads` measured outside the agent."""
+
+    previous: bool  # the host had an earlier reading (else nothing is measured yet)
+    host: LoadShares | None  # None: a counter went back (the last load stands)
+    vms: Mapping[str, LoadShares]
 
 
 @dataclass(frozen=True)
@@ -330,12 +342,24 @@ class HostAgent:
             self.last_load = load
         return load
 
+    def _take_loads(self, loads: Loads) -> LoadShares | None:
+        """:meth:`_observe`'s bookkeeping with loads measured outside the agent."""
+        if not loads.previous:
+            return None
+        self.last_vm_loads = dict(loads.vms)
+        if loads.host is not None:
+            self.last_load = loads.host
+        return loads.host
+
     def step(self, sensed: Sensed | None = None) -> StepReport:
         """One control period: sense (or take ``sensed``), decide, plan, apply."""
         self.executor.poll()
         now = self.driver.now()
         actual = self.snapshot = self.driver.inventory()
-        load = self._observe(self.driver.sample(), actual, sensed is not None)
+        if sensed is not None and sensed.loads is not None:
+            load = self._take_loads(sensed.loads)
+        else:
+            load = self._observe(self.driver.sample(), actual, sensed is not None)
         factors: Mapping[str, VMFactors]
         if sensed is None:
             factors = self.sensor.factors()

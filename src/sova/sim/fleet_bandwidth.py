@@ -100,8 +100,16 @@ class FleetBandwidth:
         new, changed = bw.limits(
             groups, engine.capacity, rate, pps, current, self.probe, self.spread_spare
         )
-        now, batch = engine.env.now, []
-        for k in np.flatnonzero(changed).tolist():
+        now = engine.env.now
+        ks = np.flatnonzero(changed)
+        # A flow with no call in flight, not migrating, on a host whose executor tracks
+        # nothing (no call in flight, no back-off) goes straight into the round; the
+        # others take the per-flow rules below, which would let those through too.
+        quiet = np.array([a.executor.idle for a in self.agents], dtype=bool)
+        ci = flows[ks]
+        plain = quiet[fh[ks]] & ~self.pending[ci] & ~engine.migrating[ci]
+        batch: list[int] = ks[plain].tolist()
+        for k in ks[~plain].tolist():
             i, h = int(flows[k]), int(fh[k])
             ex = self.agents[h].executor
             vm = engine.vm_names[i]
@@ -118,7 +126,7 @@ class FleetBandwidth:
                 continue
             batch.append(k)
         if batch:
-            sel = np.array(batch, dtype=np.int64)
+            sel = np.sort(np.array(batch, dtype=np.int64))  # submission order: flow order
             idx = flows[sel]
             self.pending[idx] = True
             self.pending_host[idx] = fh[sel]

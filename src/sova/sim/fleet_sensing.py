@@ -5,7 +5,9 @@
 world that was a third of the run time. Here the world reads the engine's counter arrays
 once per control period, :class:`~sova.policy.kernels.SensorKernel` computes every VM's
 factors at once, and each host's agent gets its VMs' factors (:class:`~sova.agent.loop.Sensed`)
-and decides, plans and applies as usual.
+and decides, plans and applies as usual. The host and VM load shares the agent reports to
+the manager (``host_load``/``vm_loads`` of the host's last two samples) come from
+:func:`~sova.policy.kernels.load_shares` in the same pass, so no agent reads a sample.
 
 What a host's sensor would have seen is reproduced exactly: counters are whole numbers as a
 driver reads them, a VM that arrived on a host since the last period starts an empty window
@@ -18,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from sova.agent.config import ControllerConfig
-from sova.agent.loop import Sensed
-from sova.policy.kernels import SensorKernel
-from sova.policy.sensing import VMFactors
+from sova.agent.loop import Loads, Sensed
+from sova.policy.kernels import SensorKernel, load_shares
+from sova.policy.sensing import LoadShares, VMFactors
 from sova.sim.engine import Engine
 
 
@@ -28,6 +30,12 @@ class FleetSensing:
     def __init__(self, engine: Engine, config: ControllerConfig) -> None:
         s = config.sensing
         self.kernel = SensorKernel(engine.N, s.window, s.epsilon, s.traffic_threshold)
+        hosts = engine.hosts
+        self.cores = np.array([float(h.cores) for h in hosts])
+        self.memory = np.array([float(h.memory_bytes) for h in hosts])
+        self.capacity = np.array([h.nic.capacity_bps for h in hosts])
+        # the previous reading for the loads: (time, host totals, VM counters, VM hosts)
+        self.prev: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def sense(self, engine: Engine) -> dict[str, Sensed]:
         """One period's reading of every VM; each host's factors and whether it has measured."""
@@ -56,4 +64,48 @@ class FleetSensing:
         for name, h, *vals in cols:
             per_host[h][name] = VMFactors(name, *vals)
         measured = np.bincount(host, f.count > 0, minlength=e.H) > 0
-        return {hn: Sensed(per_host[hi], bool(measured[hi])) for hi, hn in enumerate(e.host_names)}
+        loads = self._loads(e, counters, host)
+        return {
+            hn: Sensed(per_host[hi], bool(measured[hi]), loads[hi])
+            for hi, hn in enumerate(e.host_names)
+        }
+
+    def _loads(self, e: Engine, counters: np.ndarray, host: np.ndarray) -> list[Loads]:
+        """Every host's loads since the previous period (``HostAgent._observe``'s)."""
+        now = e.env.now
+        totals = np.trunc(np.stack((e.h_cpu_ns, e.h_rx_b, e.h_tx_b)))
+        prev, self.prev = self.prev, (now, totals, counters, host)
+        if prev is None:
+            return [Loads(False, None, {}) for _ in range(e.H)]
+        t0, prev_totals, prev_counters, prev_host = prev
+        a = load_shares(
+            now - t0,
+            prev_totals,
+            totals,
+            prev_counters,
+            counters,
+            host != prev_host,
+            host,
+            np.trunc(e.mem),
+            self.cores,
+            self.memory,
+            self.capacity,
+        )
+        vms: list[dict[str, LoadShares]] = [{} for _ in range(e.H)]
+        names, hl = e.vm_names, host.tolist()
+        for i in np.flatnonzero(a.vm_ok).tolist():
+            vms[hl[i]][names[i]] = LoadShares(
+                float(a.vm_cpu[i]), float(a.vm_mem[i]), float(a.vm_net[i])
+            )
+        hosts = zip(
+            a.host_ok.tolist(),
+            a.host_cpu.tolist(),
+            a.host_mem.tolist(),
+            a.host_net.tolist(),
+            vms,
+            strict=True,
+        )
+        return [
+            Loads(True, LoadShares(cpu, mem, net) if ok else None, v)
+            for ok, cpu, mem, net, v in hosts
+        ]
