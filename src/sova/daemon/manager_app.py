@@ -45,7 +45,12 @@ from sova.daemon.manager_control import FENCE_KINDS, PLAN_STATES, PlanConflict, 
 from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
 from sova.daemon.manager_security import exposure_check
-from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
+from sova.daemon.manager_service import (
+    ManagerService,
+    NotTheSource,
+    ReportRefused,
+    StoreUnavailable,
+)
 from sova.daemon.manager_standby import advertise_url, serve_standby
 from sova.daemon.schema import (
     FIELD_NAMES,
@@ -91,7 +96,11 @@ _NOT_LEADING: dict[int | str, dict[str, Any]] = {
 }
 _REPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"description": "replayed or out-of-order report (same agent boot); nothing changed"},
-    **_NOT_LEADING,
+    503: {
+        "description": "not acknowledged: the store did not take the report's row, or a "
+        "migration directive is due but this manager's leadership was not confirmed within "
+        "half a lease; send it again (or to another manager)"
+    },
 }
 _DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "the host is not the migration's source; nothing was changed"},
@@ -218,9 +227,10 @@ def create_app(
     async def post_report(host: HostName, report: Report) -> Any:
         service.metrics.report_protocols.labels(str(report.protocol)).inc()
         try:
-            d = service.ingest(host, report)
+            # Answered once the report's row is committed: acknowledged means durable.
+            d = await service.report(host, report)
             return JSONResponse(for_agent(d, report.protocol, report.vf_freeze_version))
-        except NotLeading as exc:
+        except (NotLeading, StoreUnavailable) as exc:
             return JSONResponse(status_code=503, content={"error": str(exc)})
         except ReportRefused as exc:
             long = FIELD_NAMES.get(exc.field)

@@ -46,7 +46,7 @@ from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_fleet import Fleet
 from sova.daemon.manager_ledger import Ledger, NotTheSource
 from sova.daemon.manager_operator import OperatorDesk
-from sova.daemon.manager_reports import ReportIntake, ReportRefused
+from sova.daemon.manager_reports import ReportIntake, ReportRefused, StoreUnavailable
 from sova.daemon.manager_rounds import Rounds, plan_in_child
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.manager_state import HostState, ManagerState, StoreWriter
@@ -78,6 +78,7 @@ __all__ = [
     "ManagerService",
     "NotTheSource",
     "ReportRefused",
+    "StoreUnavailable",
     "manager_core",
     "plan_in_child",
 ]
@@ -253,12 +254,23 @@ class ManagerService:
     # ------------------------------------------------------------------ agents
 
     def ingest(self, host: str, report: Report) -> Directive:
-        """One host report (Monitor); returns the host's current directive."""
+        """One host report (Monitor); returns the host's current directive. Its row may
+        not be in the store yet: the HTTP route answers through :meth:`report`."""
+        self._take(host, report)
+        return self.ledger.deliver(host)
+
+    async def report(self, host: str, report: Report) -> Directive:
+        """:meth:`ingest`, answered once the report's row is committed (acknowledged means
+        durable; :class:`StoreUnavailable` if the store did not take it)."""
+        self._take(host, report)
+        await self.intake.committed()
+        return self.ledger.deliver(host)
+
+    def _take(self, host: str, report: Report) -> None:
         if self.intake.ingest(host, report):
             self.desk.withdrawals.on_report(host, report)
             if self.settings.plan_trigger == "round":
                 self.planner.maybe_round()
-        return self.ledger.deliver(host)
 
     def directive_for(self, host: str) -> Directive:
         """The host's directive, as its agent reads it."""

@@ -349,6 +349,11 @@ class Store(StoreAdmin):
             for r in rows
         ]
         with self._lock, self.engine.begin() as conn:
+            # Fenced like every leader's write: a deposed leader's rows are refused (its
+            # report is then not acknowledged), and a takeover's epoch update waits for
+            # the report writes in flight, so once it commits the rows are final.
+            if self.fence is not None:
+                self.check_fence(conn, self.fence)
             conn.execute(host_reports.insert(), values)
 
     def write_round(self, w: RoundWrite) -> None:
