@@ -39,6 +39,17 @@ class ReportRefused(ValueError):
         self.field = field
 
 
+def row_loads(row: ReportRow) -> dict[str, VMLoad]:
+    """A stored report's VM loads (decoded ahead when a warm standby read the row)."""
+    if row.loads is not None:
+        loads: dict[str, VMLoad] = row.loads
+        return loads
+    return {
+        n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
+        for n, u, mib, mig in iter_report_vms(row.vms)
+    }
+
+
 class StoreUnavailable(RuntimeError):
     """The store did not take a report's row: the report is not acknowledged (503)."""
 
@@ -250,18 +261,13 @@ class ReportIntake:
                     drop_next.add(host)  # the drop is still to come
             core.history.setdefault(host, deque(maxlen=core.detector.n))
             for row in rows:
-                vms = {
-                    n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
-                    for n, u, mib, mig in iter_report_vms(row.vms)
-                }
                 cap = HostCapacity(*row.capacity) if row.capacity else None
-                core.ingest(host, Utilisation(*row.util), vms, at=row.received_s, capacity=cap)
+                core.ingest(
+                    host, Utilisation(*row.util), row_loads(row), at=row.received_s, capacity=cap
+                )
             last = all_rows[-1]
             if not rows:
-                core.vms[host] = {
-                    n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
-                    for n, u, mib, mig in iter_report_vms(last.vms)
-                }
+                core.vms[host] = dict(row_loads(last))
                 core.locate(host, core.vms[host])
             if last.capacity:
                 core.capacity[host] = HostCapacity(*last.capacity)

@@ -35,9 +35,11 @@ Tokens are compared as digests in constant time (:mod:`sova.daemon.manager_secur
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -82,6 +84,9 @@ __all__ = [
     "manager_core",
     "plan_in_child",
 ]
+
+if TYPE_CHECKING:
+    from sova.daemon.manager_standby import WarmWindows
 
 log = logging.getLogger("sova.manager")
 
@@ -175,10 +180,14 @@ class ManagerService:
 
     # ------------------------------------------------------------------ restore
 
-    def restore(self) -> None:
-        """Rebuild detector windows, leases and pending directives from the store."""
+    def restore(self, warm: WarmWindows | None = None) -> None:
+        """Rebuild detector windows, leases and pending directives from the store (the
+        windows from ``warm`` when a standby read them ahead: only new rows are read)."""
         st = self.state
-        state = self.store.load_state(self.settings.planner.n)
+        state = self.store.load_state(self.settings.planner.n, windows=warm is None)
+        if warm is not None:
+            windows, past_boots = warm.windows()
+            state = dataclasses.replace(state, windows=windows, past_boots=past_boots)
         restarted = self._window_restarts() if st.core.restart_window_after_migration else {}
         drop_next = self.intake.restore(state, restarted)
         self.ledger.restore(state, drop_next)
