@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sova.daemon.config import ManagerSettings
 from sova.daemon.manager_service import ManagerService
 from sova.daemon.manager_standby import WarmWindows
-from sova.daemon.store import Store, host_reports
+from sova.daemon.store import Store, host_reports, report_values
 from sova.daemon.store_rows import ReportRow
 
 from .test_leadership import needs_pg, pg_schema
@@ -86,7 +86,7 @@ def test_a_catch_up_waits_for_report_writes_in_flight() -> None:
             slow = leader.engine.connect()
             tx = slow.begin()
             leader.check_fence(slow, leader.fence or 0)  # the share lock a write takes
-            slow.execute(host_reports.insert(), [_values(row("h1", 1))])  # id k, in flight
+            slow.execute(host_reports.insert(), [report_values(row("h1", 1))])  # id k, in flight
             leader.add_reports([row("h2", 1)])  # id k + 1, committed
             done = threading.Event()
             th = threading.Thread(target=lambda: (warm.catch_up(), done.set()), daemon=True)
@@ -101,18 +101,3 @@ def test_a_catch_up_waits_for_report_writes_in_flight() -> None:
         finally:
             leader.close()
             standby.close()
-
-
-def _values(r: ReportRow) -> dict[str, object]:
-    return {
-        "host": r.host,
-        "seq": r.seq,
-        "agent_t": r.agent_t,
-        "received_s": r.received_s,
-        "cpu": r.util[0],
-        "mem": r.util[1],
-        "net": r.util[2],
-        "vms": dict(r.vms),
-        "capacity": None,
-        "boot": r.boot,
-    }

@@ -335,21 +335,7 @@ class Store(StoreAdmin):
     def add_reports(self, rows: Sequence[ReportRow]) -> None:
         if not rows:
             return
-        values = [
-            {
-                "host": r.host,
-                "seq": r.seq,
-                "agent_t": r.agent_t,
-                "received_s": r.received_s,
-                "cpu": r.util[0],
-                "mem": r.util[1],
-                "net": r.util[2],
-                "vms": dict(r.vms),
-                "capacity": list(r.capacity) if r.capacity is not None else None,
-                "boot": r.boot,
-            }
-            for r in rows
-        ]
+        values = [report_values(r) for r in rows]
         with self._lock, self.engine.begin() as conn:
             # Fenced like every leader's write: a deposed leader's rows are refused (its
             # report is then not acknowledged), and a takeover's epoch update waits for
@@ -666,6 +652,22 @@ class Store(StoreAdmin):
         t = metadata.tables[table]
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+
+
+def report_values(r: ReportRow) -> dict[str, Any]:
+    """A report row as ``host_reports`` stores it."""
+    return {
+        "host": r.host,
+        "seq": r.seq,
+        "agent_t": r.agent_t,
+        "received_s": r.received_s,
+        "cpu": r.util[0],
+        "mem": r.util[1],
+        "net": r.util[2],
+        "vms": dict(r.vms),
+        "capacity": list(r.capacity) if r.capacity is not None else None,
+        "boot": r.boot,
+    }
 
 
 def _report_row(r: Any) -> ReportRow:  # a RowMapping
