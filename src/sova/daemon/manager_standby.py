@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import signal
 import socket
@@ -183,11 +184,19 @@ def standby_app(
     async def keep_warm() -> None:
         assert warm is not None
         loop = asyncio.get_running_loop()
+        first = True
         while True:
             t0 = time.monotonic()
             try:
                 n = await loop.run_in_executor(None, warm.catch_up)
                 log.debug("standby: %d report row(s) read in %.2f s", n, time.monotonic() - t0)
+                if first:
+                    # The rows live until the takeover and after it: out of the collector
+                    # now, so the leader's full collection at the takeover (run_manager)
+                    # walks only what the restore made (~1 s at 5,000 hosts otherwise).
+                    gc.collect()
+                    gc.freeze()
+                    first = False
             except sa.exc.SQLAlchemyError as exc:
                 log.warning("standby: cannot read the windows: %s", str(exc).splitlines()[0])
             await asyncio.sleep(catch_up_s)
