@@ -216,6 +216,7 @@ def standby_app(
                 if row is not None and not got:  # someone holds the lock: the row's leader
                     sb.seen_mono = time.monotonic()
             if got:
+                log.info("standby: the leadership lock is ours; taking over")
                 sb.won = True
                 on_won()
                 return
