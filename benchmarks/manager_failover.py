@@ -227,7 +227,7 @@ def main() -> None:
     tokens = {h: secrets.token_urlsafe(24) for h in hosts}
     rounds = int((args.warmup + args.duration) / args.period) + 2
     print(f"preparing {args.hosts} hosts x {rounds} reports ...", file=sys.stderr)
-    bodies = make_bodies(hosts, rounds, args.seed)
+    bodies = make_bodies(hosts, rounds, args.seed, args.period)
     load_before = load_average()
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -271,6 +271,10 @@ def main() -> None:
                 1 for h, seqs in run.accepted.items() for s in seqs if (h, s) not in stored
             )
             log_tail = (work / "m1.log").read_text()[-3000:]
+            if args.keep_logs is not None:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                for name in ("m0.log", "m1.log"):
+                    (args.keep_logs / name).write_bytes((work / name).read_bytes())
     finally:
         for p in procs:
             if p.poll() is None:

@@ -92,11 +92,14 @@ def start_manager(
     raise SystemExit("manager did not start within 60 s")
 
 
-def make_bodies(hosts: list[str], rounds: int, seed: int) -> dict[str, list[bytes]]:
+def make_bodies(
+    hosts: list[str], rounds: int, seed: int, period: float = 10.0
+) -> dict[str, list[bytes]]:
     """Pre-encoded reports, so the generator spends its CPU on HTTP, not on JSON.
 
     Each host's loads are drawn and encoded once (the agent's own ``build_report``); its
-    ``rounds`` reports differ in sequence number and time, set in the encoded bytes. So
+    ``rounds`` reports differ in sequence number and time (``period`` apart: the manager
+    refuses an agent whose clock drifts from its own), set in the encoded bytes. So
     10,000 hosts cost 10,000 encodings (seconds), not 10,000 x rounds (minutes on a
     loaded machine), and the manager still sees every host's reports grow in s and t."""
     rng = random.Random(seed)
@@ -118,7 +121,7 @@ def make_bodies(hosts: list[str], rounds: int, seed: int) -> dict[str, list[byte
         body = encode(build_report(1, 10.0, util, vms))
         assert body.startswith(head), body[:40]
         rest = body[len(head) :]
-        out[h] = [b'{"s":%d,"t":%.1f,' % (k + 1, 10.0 * (k + 1)) + rest for k in range(rounds)]
+        out[h] = [b'{"s":%d,"t":%.1f,' % (k + 1, period * (k + 1)) + rest for k in range(rounds)]
     return out
 
 
@@ -303,7 +306,7 @@ def run_once(args: argparse.Namespace, n_hosts: int) -> dict[str, float]:
     tokens = {h: secrets.token_urlsafe(24) for h in hosts}
     rounds = int((args.warmup + args.duration) / args.period) + 2
     print(f"preparing {n_hosts} hosts x {rounds} reports ...", file=sys.stderr)
-    bodies = make_bodies(hosts, rounds, args.seed)
+    bodies = make_bodies(hosts, rounds, args.seed, args.period)
     sizes = [len(b) for bs in bodies.values() for b in bs]
     load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="sova-load-") as tmp:

@@ -39,12 +39,12 @@ class ReportRefused(ValueError):
         self.field = field
 
 
-def row_loads(row: ReportRow) -> dict[str, VMLoad]:
-    """A stored report's VM loads (decoded ahead when a warm standby read the row)."""
+def row_loads(row: ReportRow) -> tuple[Utilisation, dict[str, VMLoad]]:
+    """A stored report's host and VM loads (decoded ahead when a warm standby read it)."""
     if row.loads is not None:
-        loads: dict[str, VMLoad] = row.loads
+        loads: tuple[Utilisation, dict[str, VMLoad]] = row.loads
         return loads
-    return {
+    return Utilisation(*row.util), {
         n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
         for n, u, mib, mig in iter_report_vms(row.vms)
     }
@@ -264,12 +264,11 @@ class ReportIntake:
             core.history.setdefault(host, deque(maxlen=core.detector.n))
             for row in rows:
                 cap = HostCapacity(*row.capacity) if row.capacity else None
-                core.ingest(
-                    host, Utilisation(*row.util), row_loads(row), at=row.received_s, capacity=cap
-                )
+                util, vms = row_loads(row)
+                core.ingest(host, util, vms, at=row.received_s, capacity=cap)
             last = all_rows[-1]
             if not rows:
-                core.vms[host] = dict(row_loads(last))
+                core.vms[host] = dict(row_loads(last)[1])
                 core.locate(host, core.vms[host])
             if last.capacity:
                 core.capacity[host] = HostCapacity(*last.capacity)
