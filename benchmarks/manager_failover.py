@@ -211,6 +211,7 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--patience", type=float, default=4.0, help="the agents' report_patience_s")
+    ap.add_argument("--keep-logs", type=Path, help="copy the managers' logs to this folder")
     args = ap.parse_args()
     if args.duration > 600 or args.hosts > 100_000:
         raise SystemExit("bounded on purpose: --duration <= 600, --hosts <= 100000")
