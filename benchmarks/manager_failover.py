@@ -210,9 +210,13 @@ def main() -> None:
     ap.add_argument("--kill-at", type=float, default=20.0, help="s into the measured window")
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--patience", type=float, default=4.0, help="the agents' report_patience_s")
+    ap.add_argument(
+        "--patience", type=float, help="the agents' report_patience_s (default: period / 2)"
+    )
     ap.add_argument("--keep-logs", type=Path, help="copy the managers' logs to this folder")
     args = ap.parse_args()
+    if args.patience is None:
+        args.patience = args.period / 2  # the agent's default
     if args.duration > 600 or args.hosts > 100_000:
         raise SystemExit("bounded on purpose: --duration <= 600, --hosts <= 100000")
     pg = os.environ.get("SOVA_TEST_PG_URL")
