@@ -11,6 +11,11 @@ rate and the latency distribution measured at the client, plus the manager's own
 
 Bounded in count and time: ``--duration`` seconds of load after ``--warmup``, at most
 ``--connections`` requests in flight, every request with a timeout.
+
+The cost of answering a report only once its row is committed (group commit, issue 20),
+2,000 hosts at 10 s, back to back on 2 cores with load average 27-55 from other work:
+before (rows written behind every second) p50 / p99 11.4 / 390 ms, after 81.5 / 444 ms,
+200 reports/s sustained both (the load, not the commit, dominates the tail here).
 """
 
 from __future__ import annotations
