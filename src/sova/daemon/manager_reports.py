@@ -241,8 +241,12 @@ class ReportIntake:
                 if error is None:
                     fut.set_result(None)
                 else:
+                    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
                     fut.set_exception(
-                        StoreUnavailable(f"the store did not take the report ({error})")
+                        StoreUnavailable(
+                            f"the store did not take the report ({type(error).__name__}: "
+                            f"{first[:200]}); send it again"
+                        )
                     )
             return 0 if error is not None else len(batch)
 
