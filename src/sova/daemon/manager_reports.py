@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from typing import Protocol
 
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_state import RESOURCES, HostState, ManagerState
@@ -48,6 +49,13 @@ def row_loads(row: ReportRow) -> tuple[Utilisation, dict[str, VMLoad]]:
         n: VMLoad(Utilisation(*u), mib * int(MIB), migrating=mig)
         for n, u, mib, mig in iter_report_vms(row.vms)
     }
+
+
+class ReadAhead(Protocol):
+    """Report windows read ahead of a restore (a warm standby's,
+    :class:`sova.daemon.manager_standby.WarmWindows`)."""
+
+    def windows(self) -> tuple[dict[str, list[ReportRow]], dict[str, list[str]]]: ...
 
 
 class StoreUnavailable(RuntimeError):

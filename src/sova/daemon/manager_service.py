@@ -39,7 +39,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -48,7 +47,12 @@ from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_fleet import Fleet
 from sova.daemon.manager_ledger import Ledger, NotTheSource
 from sova.daemon.manager_operator import OperatorDesk
-from sova.daemon.manager_reports import ReportIntake, ReportRefused, StoreUnavailable
+from sova.daemon.manager_reports import (
+    ReadAhead,
+    ReportIntake,
+    ReportRefused,
+    StoreUnavailable,
+)
 from sova.daemon.manager_rounds import Rounds, plan_in_child
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.manager_state import HostState, ManagerState, StoreWriter
@@ -84,9 +88,6 @@ __all__ = [
     "manager_core",
     "plan_in_child",
 ]
-
-if TYPE_CHECKING:
-    from sova.daemon.manager_standby import WarmWindows
 
 log = logging.getLogger("sova.manager")
 
@@ -180,7 +181,7 @@ class ManagerService:
 
     # ------------------------------------------------------------------ restore
 
-    def restore(self, warm: WarmWindows | None = None) -> None:
+    def restore(self, warm: ReadAhead | None = None) -> None:
         """Rebuild detector windows, leases and pending directives from the store (the
         windows from ``warm`` when a standby read them ahead: only new rows are read)."""
         st = self.state
