@@ -41,7 +41,9 @@ there by the session's deadline (11-16 min a run, 64 min for the 5): kill at t =
 every run (the breakpoint); the standby led 2.7-5.5 s (wall) after the kill (2.7, 3.9,
 5.2, 2.9, 5.5); its first round at t = 60 s every run (1 period); 10 migrations every
 run, 50 in all: each started once in the world and has one row in the store — issued
-twice 0, lost 0 — all succeeded; 0-15 agent restarts per run (start-up timeouts).
+twice 0, lost 0 — all succeeded; 0-15 agent restarts per run (start-up timeouts). One
+more run of the same size on the final code (warm standby): passed in 6 min, the standby
+led 1.3 s after the kill, first round at t = 60 s, 10 migrations, none twice or lost.
 """
 
 from __future__ import annotations
