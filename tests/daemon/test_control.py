@@ -381,10 +381,16 @@ def test_readiness_fails_while_the_store_cannot_be_written(tmp_path) -> None:  #
             assert r.status_code == 503, r.text
             assert "store" in r.json()["status"]
             assert api.get("/healthz").status_code == 200  # alive: do not restart it
-            # A round decided now cannot be persisted: nothing is published.
+            # A report is not acknowledged (503: its row is not stored), and a round
+            # decided now cannot be persisted: nothing is published.
             for i in range(1, 4):
-                post(api, "h1", i, 10.0 * i, HOT, VMS1)
-                post(api, "h2", i, 10.0 * i, COLD, VMS2)
+                for h, util, vms in (("h1", HOT, VMS1), ("h2", COLD, VMS2)):
+                    r = api.post(
+                        f"/v1/hosts/{h}/reports",
+                        content=report(i, 10.0 * i, util, vms),
+                        headers=auth(h),
+                    )
+                    assert r.status_code == 503 and "store" in r.json()["error"], r.text
                 with contextlib.suppress(Exception):  # the round fails: see what it published
                     api.tick(10.0 * i)
             assert api.get("/v1/hosts/h1/directive", headers=auth("h1")).json()["f"] is False

@@ -429,6 +429,11 @@ def run_agent(
             timeout_s=settings.report_timeout_s,
             retries=settings.report_retries,
             ca_file=settings.ca_file,
+            patience_s=(
+                settings.report_patience_s
+                if settings.report_patience_s is not None
+                else settings.controller.period / 2
+            ),
         )
     metrics = AgentMetrics()
     if settings.metrics_port is not None:

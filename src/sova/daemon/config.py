@@ -149,6 +149,14 @@ class AgentSettings(_Strict, OrchestratorSettings):
     ca_file: Path | None = Field(default=None, description="CA bundle to verify the manager")
     report_timeout_s: float = Field(default=2.0, gt=0, le=60)
     report_retries: int = Field(default=2, ge=0, le=10)
+    report_patience_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=600,
+        description="a report no manager takes is sent again for this long (a takeover "
+        "leaves no leader for a few seconds), while the managers were answering until then; "
+        "default: half the controller period (the next period's work starts on time)",
+    )
     report_top_k: int = Field(default=4, ge=3, le=16)
     report_decimals: int = Field(default=4, ge=2, le=17)
     record_to_world: bool = Field(

@@ -45,8 +45,13 @@ from sova.daemon.manager_control import FENCE_KINDS, PLAN_STATES, PlanConflict, 
 from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
 from sova.daemon.manager_security import exposure_check
-from sova.daemon.manager_service import ManagerService, NotTheSource, ReportRefused
-from sova.daemon.manager_standby import advertise_url, serve_standby
+from sova.daemon.manager_service import (
+    ManagerService,
+    NotTheSource,
+    ReportRefused,
+    StoreUnavailable,
+)
+from sova.daemon.manager_standby import WarmWindows, advertise_url, serve_standby
 from sova.daemon.schema import (
     FIELD_NAMES,
     NAME_MAX,
@@ -91,7 +96,11 @@ _NOT_LEADING: dict[int | str, dict[str, Any]] = {
 }
 _REPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"description": "replayed or out-of-order report (same agent boot); nothing changed"},
-    **_NOT_LEADING,
+    503: {
+        "description": "not acknowledged: the store did not take the report's row, or a "
+        "migration directive is due but this manager's leadership was not confirmed within "
+        "half a lease; send it again (or to another manager)"
+    },
 }
 _DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "the host is not the migration's source; nothing was changed"},
@@ -153,9 +162,11 @@ def create_app(
     actuator_for: Callable[[str], Actuator] | None = None,
     monotonic: Callable[[], float] | None = None,
     epoch: int | None = None,
+    warm: WarmWindows | None = None,
 ) -> FastAPI:
     """The manager's ASGI app: migrates the store, restores state, wires the routes.
-    ``epoch``: the leadership epoch this manager leads (PostgreSQL; None on SQLite)."""
+    ``epoch``: the leadership epoch this manager leads (PostgreSQL; None on SQLite);
+    ``warm``: report windows a standby read ahead (the restore reads only what is new)."""
     if migrate:
         store.migrate()
     service = ManagerService(
@@ -167,7 +178,7 @@ def create_app(
         actuator_for=actuator_for,
         monotonic=monotonic,
     )
-    service.restore()
+    service.restore(warm)
     role_gauge, epoch_gauge = leader_gauges(service.metrics.registry)
     role_gauge.set(1)
     epoch_gauge.set(epoch or 0)
@@ -218,9 +229,10 @@ def create_app(
     async def post_report(host: HostName, report: Report) -> Any:
         service.metrics.report_protocols.labels(str(report.protocol)).inc()
         try:
-            d = service.ingest(host, report)
+            # Answered once the report's row is committed: acknowledged means durable.
+            d = await service.report(host, report)
             return JSONResponse(for_agent(d, report.protocol, report.vf_freeze_version))
-        except NotLeading as exc:
+        except (NotLeading, StoreUnavailable) as exc:
             return JSONResponse(status_code=503, content={"error": str(exc)})
         except ReportRefused as exc:
             long = FIELD_NAMES.get(exc.field)
@@ -723,19 +735,25 @@ def run_manager(settings: ManagerSettings) -> None:
     warnings = exposure_check(settings)  # refuses an exposed manager without auth/TLS
     store = Store(settings.database_url, lease_s=settings.leader_lease_s)
     lead: Leadership | None = None
+    warm: WarmWindows | None = None
     if store.dialect == "postgresql":
         # Active/standby: wait (serving as a standby) until this manager leads.
         lead = Leadership(
             store, advertise_url(settings), lease_s=settings.leader_lease_s, on_lost=step_down
         )
         serving = lambda standby: uvicorn_config(standby, settings)  # noqa: E731
-        if not lead.try_lock() and not serve_standby(store, lead, settings, serving):
-            lead.close()
-            store.close()
-            return  # stopped while a standby
+        if not lead.try_lock():
+            # A warm standby: the windows are read while it waits, not when it takes over.
+            warm = WarmWindows(store, settings.planner.n)
+            if not serve_standby(store, lead, settings, serving, warm):
+                lead.close()
+                store.close()
+                return  # stopped while a standby
         lead.start_heartbeat()  # from now on: a long migration must not idle the lock out
         store.migrate()  # only a leader migrates: a newer standby waits for its turn
         lead.take_over()
+        if warm is not None and store.migrated:
+            warm = None  # the schema changed under the rows read: read them afresh
     else:
         store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
     took = time.monotonic()
@@ -745,9 +763,15 @@ def run_manager(settings: ManagerSettings) -> None:
         fork_planner=True,
         actuator_for=_actuators(settings),
         epoch=lead.epoch if lead else None,
+        warm=warm,
     )
     if lead is not None:
-        log.info("leader at epoch %s: store restored in %.1f s", lead.epoch, time.monotonic() - took)
+        log.info(
+            "leader at epoch %s: store restored in %.1f s (%s)",
+            lead.epoch,
+            time.monotonic() - took,
+            "windows read ahead by this standby" if warm else "windows read now",
+        )
     # Warned once the store is ours and migrated: a manager refused for its store then
     # prints that one line alone.
     for warning in warnings:
@@ -756,7 +780,10 @@ def run_manager(settings: ManagerSettings) -> None:
     # makes short-lived garbage; with CPython's default thresholds a full collection walks
     # all of them every few seconds (tens of ms at 10,000 hosts). Collect young objects
     # as usual, full passes rarely; restored state is frozen out of the collector.
-    gc.collect()
+    if warm is None:
+        # A warm standby froze its rows before; a full pass now (~1 s at 10,000 hosts)
+        # would delay its first answer for at most a restore's few cyclic leftovers.
+        gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 1000)
     config = uvicorn_config(app, settings)

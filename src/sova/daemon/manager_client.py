@@ -35,6 +35,12 @@ class ManagerClient:
     does not answer (or answers 5xx) costs one attempt and the next URL is tried; a standby
     answers 503 naming the leader, and the client goes there at once — but only to a URL of
     its own list: the host's token is never sent to an address a response named.
+
+    A report is sent again, across the URLs, for up to ``patience_s`` when no manager
+    takes it: a takeover leaves the managers without a leader for a few seconds, and a
+    report given up then is a period of the host the new leader never sees. Patience
+    applies only while the managers were answering (not ``degraded``): when they are all
+    down for good, a report still costs one try per URL a period.
     """
 
     def __init__(
@@ -47,9 +53,11 @@ class ManagerClient:
         retries: int = 2,
         ca_file: Path | None = None,
         transport: httpx.BaseTransport | None = None,
+        patience_s: float = 0.0,
     ) -> None:
         self.host = host
         self.retries = retries
+        self.patience_s = patience_s
         self.degraded = False  # after a failure, try once per call until it answers again
         self.urls = [u.rstrip("/") for u in ([url] if isinstance(url, str) else url)]
         if not self.urls:
@@ -79,15 +87,22 @@ class ManagerClient:
         for c in self._clients:
             c.close()
 
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        # Every URL gets at least one try, each more than once when retries allow.
+    def _request(
+        self, method: str, path: str, patience_s: float = 0.0, **kw: Any
+    ) -> httpx.Response:
+        # Every URL gets at least one try, each more than once when retries allow; then,
+        # with patience (a report, managers answering until now), more until it runs out.
         attempts = (1 if self.degraded else self.retries + 1) * len(self.urls)
+        until = time.monotonic() + (0.0 if self.degraded else patience_s)
         last = ""
         hops = 0  # leader redirects followed in this call (bounded: standbys may disagree)
         i = 0
-        while i < attempts:
+        while i < attempts or time.monotonic() < until:
             if i and not hops:
-                time.sleep(min(1.0, 0.1 * 2 ** (i // len(self.urls))))
+                pause = min(1.0, 0.1 * 2 ** (i // len(self.urls)))
+                if i >= attempts:  # patient: short pauses, so the new leader is found soon
+                    pause = min(0.25, until - time.monotonic())
+                time.sleep(max(0.0, pause))
             hops = 0
             i += 1
             try:
@@ -117,7 +132,9 @@ class ManagerClient:
         return self.urls.index(named) if named in self.urls else None
 
     def report(self, report_body: bytes) -> Directive:
-        r = self._request("POST", f"/v1/hosts/{self.host}/reports", content=report_body)
+        r = self._request(
+            "POST", f"/v1/hosts/{self.host}/reports", self.patience_s, content=report_body
+        )
         return Directive.model_validate_json(r.content)
 
     def wait_directive(self, seq: int, wait_s: float) -> Directive:

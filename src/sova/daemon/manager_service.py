@@ -35,6 +35,7 @@ Tokens are compared as digests in constant time (:mod:`sova.daemon.manager_secur
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -46,7 +47,12 @@ from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_fleet import Fleet
 from sova.daemon.manager_ledger import Ledger, NotTheSource
 from sova.daemon.manager_operator import OperatorDesk
-from sova.daemon.manager_reports import ReportIntake, ReportRefused
+from sova.daemon.manager_reports import (
+    ReadAhead,
+    ReportIntake,
+    ReportRefused,
+    StoreUnavailable,
+)
 from sova.daemon.manager_rounds import Rounds, plan_in_child
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.manager_state import HostState, ManagerState, StoreWriter
@@ -78,6 +84,7 @@ __all__ = [
     "ManagerService",
     "NotTheSource",
     "ReportRefused",
+    "StoreUnavailable",
     "manager_core",
     "plan_in_child",
 ]
@@ -174,10 +181,14 @@ class ManagerService:
 
     # ------------------------------------------------------------------ restore
 
-    def restore(self) -> None:
-        """Rebuild detector windows, leases and pending directives from the store."""
+    def restore(self, warm: ReadAhead | None = None) -> None:
+        """Rebuild detector windows, leases and pending directives from the store (the
+        windows from ``warm`` when a standby read them ahead: only new rows are read)."""
         st = self.state
-        state = self.store.load_state(self.settings.planner.n)
+        state = self.store.load_state(self.settings.planner.n, windows=warm is None)
+        if warm is not None:
+            windows, past_boots = warm.windows()
+            state = dataclasses.replace(state, windows=windows, past_boots=past_boots)
         restarted = self._window_restarts() if st.core.restart_window_after_migration else {}
         drop_next = self.intake.restore(state, restarted)
         self.ledger.restore(state, drop_next)
@@ -253,12 +264,23 @@ class ManagerService:
     # ------------------------------------------------------------------ agents
 
     def ingest(self, host: str, report: Report) -> Directive:
-        """One host report (Monitor); returns the host's current directive."""
+        """One host report (Monitor); returns the host's current directive. Its row may
+        not be in the store yet: the HTTP route answers through :meth:`report`."""
+        self._take(host, report)
+        return self.ledger.deliver(host)
+
+    async def report(self, host: str, report: Report) -> Directive:
+        """:meth:`ingest`, answered once the report's row is committed (acknowledged means
+        durable; :class:`StoreUnavailable` if the store did not take it)."""
+        self._take(host, report)
+        await self.intake.committed()
+        return self.ledger.deliver(host)
+
+    def _take(self, host: str, report: Report) -> None:
         if self.intake.ingest(host, report):
             self.desk.withdrawals.on_report(host, report)
             if self.settings.plan_trigger == "round":
                 self.planner.maybe_round()
-        return self.ledger.deliver(host)
 
     def directive_for(self, host: str) -> Directive:
         """The host's directive, as its agent reads it."""

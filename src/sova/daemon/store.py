@@ -268,6 +268,7 @@ class Store(StoreAdmin):
         # The leader's epoch (active/standby on PostgreSQL, daemon/leadership.py): when
         # set, every write_round checks it against the leader row in its own transaction.
         self.fence: int | None = None
+        self.migrated = False  # migrate() changed the schema's revision
 
     def migrate(self) -> str:
         """Bring the schema to the newest revision; returns it."""
@@ -293,6 +294,7 @@ class Store(StoreAdmin):
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
             rev = MigrationContext.configure(conn).get_current_revision()
+        self.migrated = self.migrated or rev != current
         return rev or ""
 
     def close(self) -> None:
@@ -333,22 +335,13 @@ class Store(StoreAdmin):
     def add_reports(self, rows: Sequence[ReportRow]) -> None:
         if not rows:
             return
-        values = [
-            {
-                "host": r.host,
-                "seq": r.seq,
-                "agent_t": r.agent_t,
-                "received_s": r.received_s,
-                "cpu": r.util[0],
-                "mem": r.util[1],
-                "net": r.util[2],
-                "vms": dict(r.vms),
-                "capacity": list(r.capacity) if r.capacity is not None else None,
-                "boot": r.boot,
-            }
-            for r in rows
-        ]
+        values = [report_values(r) for r in rows]
         with self._lock, self.engine.begin() as conn:
+            # Fenced like every leader's write: a deposed leader's rows are refused (its
+            # report is then not acknowledged), and a takeover's epoch update waits for
+            # the report writes in flight, so once it commits the rows are final.
+            if self.fence is not None:
+                self.check_fence(conn, self.fence)
             conn.execute(host_reports.insert(), values)
 
     def write_round(self, w: RoundWrite) -> None:
@@ -494,31 +487,14 @@ class Store(StoreAdmin):
 
     # ------------------------------------------------------------------ reads
 
-    def load_state(self, n: int) -> StoredState:
+    def load_state(self, n: int, *, windows: bool = True) -> StoredState:
+        """Everything a manager restores; ``windows=False``: without the report windows
+        and past boots (a warm standby has read those already, :meth:`report_windows`)."""
+        wins: dict[str, list[ReportRow]] = {}
+        boots: dict[str, list[str]] = {}
+        if windows:
+            wins, boots = self.report_windows(n)
         with self.engine.connect() as conn:
-            ranked = sa.select(
-                host_reports,
-                sa.func.row_number()
-                .over(partition_by=host_reports.c.host, order_by=host_reports.c.id.desc())
-                .label("rn"),
-            ).subquery()
-            rows = conn.execute(
-                sa.select(ranked).where(ranked.c.rn <= n).order_by(ranked.c.host, ranked.c.id)
-            ).mappings()
-            windows: dict[str, list[ReportRow]] = {}
-            for r in rows:
-                windows.setdefault(r["host"], []).append(
-                    ReportRow(
-                        r["host"],
-                        r["seq"],
-                        r["agent_t"],
-                        r["received_s"],
-                        (r["cpu"], r["mem"], r["net"]),
-                        r["vms"],
-                        tuple(r["capacity"]) if r["capacity"] else None,
-                        r["boot"] or "",
-                    )
-                )
             lease_rows = [
                 LeaseRow(r.vm, r.src, r.dst, r.since_s, r.decision_id)
                 for r in conn.execute(sa.select(leases).order_by(leases.c.vm))
@@ -539,22 +515,13 @@ class Store(StoreAdmin):
                 FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
                 for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
             ]
-            newest = sa.func.max(host_reports.c.id).label("newest")
-            boots: dict[str, list[str]] = {}
-            for b in conn.execute(
-                sa.select(host_reports.c.host, host_reports.c.boot, newest)
-                .where(host_reports.c.boot.is_not(None))
-                .group_by(host_reports.c.host, host_reports.c.boot)
-                .order_by(host_reports.c.host, newest)
-            ):
-                boots.setdefault(b.host, []).append(b.boot)
             mode_rows = [
                 ModeRow(r.scope, r.mode, r.set_by, r.since_s)
                 for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
             ]
         next_id = max(int(last_d or 0), int(last_m or 0)) + 1
         return StoredState(
-            windows,
+            wins,
             lease_rows,
             directive_rows,
             next_id,
@@ -563,6 +530,72 @@ class Store(StoreAdmin):
             mode_rows,
             {h: b[:-1] for h, b in boots.items()},  # the newest is the live boot
         )
+
+    def report_windows(
+        self, n: int, upto: int | None = None
+    ) -> tuple[dict[str, list[ReportRow]], dict[str, list[str]]]:
+        """Each host's last ``n`` report rows (oldest first) and its agents' boot ids
+        (oldest first, the live one last); ``upto``: only rows with ids up to it."""
+        with self.engine.connect() as conn:
+            src = sa.select(host_reports)
+            if upto is not None:
+                src = src.where(host_reports.c.id <= upto)
+            sub = src.subquery()
+            ranked = sa.select(
+                sub,
+                sa.func.row_number()
+                .over(partition_by=sub.c.host, order_by=sub.c.id.desc())
+                .label("rn"),
+            ).subquery()
+            rows = conn.execute(
+                sa.select(ranked).where(ranked.c.rn <= n).order_by(ranked.c.host, ranked.c.id)
+            ).mappings()
+            windows: dict[str, list[ReportRow]] = {}
+            for r in rows:
+                windows.setdefault(r["host"], []).append(_report_row(r))
+            newest = sa.func.max(host_reports.c.id).label("newest")
+            q = sa.select(host_reports.c.host, host_reports.c.boot, newest).where(
+                host_reports.c.boot.is_not(None)
+            )
+            if upto is not None:
+                q = q.where(host_reports.c.id <= upto)
+            boots: dict[str, list[str]] = {}
+            for b in conn.execute(
+                q.group_by(host_reports.c.host, host_reports.c.boot).order_by(
+                    host_reports.c.host, newest
+                )
+            ):
+                boots.setdefault(b.host, []).append(b.boot)
+        return windows, boots
+
+    def report_mark(self) -> int:
+        """The newest report row's id, exact: every row with an id up to it is committed,
+        and no row with a smaller id commits later (a warm standby reads rows above it).
+
+        PostgreSQL hands out ids before commit, so a plain ``max(id)`` could pass a row
+        still in flight. Report writes hold a share lock on the leader row (the fence,
+        :meth:`add_reports`); taking it exclusively first waits for those in flight and
+        holds new ones back for the one ``max(id)`` read (a few ms)."""
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                conn.execute(sa.text("SELECT 1 FROM leader WHERE id = 1 FOR UPDATE"))
+            return int(conn.execute(sa.select(sa.func.max(host_reports.c.id))).scalar() or 0)
+
+    def reports_after(self, after: int, upto: int) -> list[tuple[int, ReportRow]]:
+        """Report rows with ``after < id <= upto``, in id order (each host's in the order
+        the leader took them)."""
+        q = (
+            sa.select(host_reports)
+            .where(host_reports.c.id > after, host_reports.c.id <= upto)
+            .order_by(host_reports.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [(int(r["id"]), _report_row(r)) for r in conn.execute(q).mappings()]
+
+    def report_hosts(self) -> set[str]:
+        """The hosts with report rows in the store (a forgotten host has none)."""
+        with self.engine.connect() as conn:
+            return {h for (h,) in conn.execute(sa.select(host_reports.c.host).distinct())}
 
     def plans(self, after: int = 0, limit: int = 100, state: str | None = None) -> list[PlanRow]:
         q = sa.select(plans).where(plans.c.id > after)
@@ -619,6 +652,35 @@ class Store(StoreAdmin):
         t = metadata.tables[table]
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+
+
+def report_values(r: ReportRow) -> dict[str, Any]:
+    """A report row as ``host_reports`` stores it."""
+    return {
+        "host": r.host,
+        "seq": r.seq,
+        "agent_t": r.agent_t,
+        "received_s": r.received_s,
+        "cpu": r.util[0],
+        "mem": r.util[1],
+        "net": r.util[2],
+        "vms": dict(r.vms),
+        "capacity": list(r.capacity) if r.capacity is not None else None,
+        "boot": r.boot,
+    }
+
+
+def _report_row(r: Any) -> ReportRow:  # a RowMapping
+    return ReportRow(
+        r["host"],
+        r["seq"],
+        r["agent_t"],
+        r["received_s"],
+        (r["cpu"], r["mem"], r["net"]),
+        r["vms"],
+        tuple(r["capacity"]) if r["capacity"] else None,
+        r["boot"] or "",
+    )
 
 
 def _plan_values(p: PlanRow) -> dict[str, Any]:

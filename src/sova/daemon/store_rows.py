@@ -21,6 +21,8 @@ class ReportRow:
     vms: Mapping[str, Any]  # name -> [cpu, mem, net, mib, migrating]
     capacity: tuple[float, float, float] | None = None  # cores, MiB, Mbit/s
     boot: str = ""
+    # (Utilisation, name -> VMLoad): util and vms decoded by a warm standby ahead of a takeover
+    loads: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
