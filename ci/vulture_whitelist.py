@@ -26,6 +26,8 @@ ensure_daemon  # unused function (src/sova/lab/daemons.py): the lab's tests
 daemon_pid  # unused function (src/sova/lab/daemons.py): the lab's tests
 l2_xml  # unused function (src/sova/lab/nested.py): the nested lab's test
 l2_guest_xml  # unused function (src/sova/lab/nested.py): the nested lab's tests
+stop_agent  # unused function (src/sova/lab/nested.py): the nested lab's tests (and their reset)
+l1_exec  # unused function (src/sova/lab/nested.py): the nested lab's fault tests
 MAX_LEGEND  # unused variable (src/sova/sim/fleet.py): tests/test_fleet_report.py
 
 # Kept for another branch of issue 19: `sova host forget` calls it

@@ -52,7 +52,7 @@ unshare --mount --propagation private mmdebstrap --variant=minbase --include="$(
     --customize-hook="cp $here/lab/nested/build-l2.sh \"\$1\"/tmp/build-l2.sh" \
     --customize-hook='chroot "$1" sh /tmp/build-l2.sh' \
     --customize-hook='rm -f "$1"/tmp/l2-init "$1"/tmp/build-l2.sh' \
-    --customize-hook='chroot "$1" systemctl enable sova-l1.service sova-agent.service libvirtd-tcp.socket' \
+    --customize-hook='chroot "$1" systemctl enable sova-l1.service sova-agent.service sova-l1-exec.service libvirtd-tcp.socket' \
     --customize-hook='chroot "$1" systemctl disable libvirt-guests.service || true' \
     --customize-hook='echo sova-l1 > "$1/etc/hostname"' \
     --customize-hook='printf "/dev/vda / ext4 defaults 0 1\n" > "$1/etc/fstab"' \

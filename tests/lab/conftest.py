@@ -123,3 +123,11 @@ def lab_run(lab: Any, scenario: Path, out: Path, timeout_s: float = 900.0) -> An
     )
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def nested_lab() -> Iterator[Any]:
+    """The nested SR-IOV lab (two L1s), booted once for tests/lab/test_nested_*.py."""
+    from tests.lab.nested_helpers import nested_lab_session
+
+    yield from nested_lab_session()

@@ -1,13 +1,77 @@
-"""Helpers of the nested SR-IOV tests: a TCP sink on this machine, who holds the VF, a shell
-command in an L2 guest through its guest agent."""
+"""Helpers of the nested SR-IOV tests: the lab both modules share, a TCP sink on this
+machine, who holds the VF, a shell command in an L2 guest through its guest agent."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def nested_lab_session() -> Iterator[Any]:
+    """Two L1s booted once for the whole nested tier (the tests/lab conftest's
+    ``nested_lab``): one boot of two L1s costs about what one L1 did alone, and each
+    module ran its own before (docs/lab.md#nested). Opt-in, skipping with the reason."""
+    if os.environ.get("SOVA_LAB_SRIOV") != "1":
+        pytest.skip("nested SR-IOV lab is opt-in: SOVA_LAB_SRIOV=1 (minutes, both cores)")
+    from sova.lab import nested as nested_mod
+
+    why = nested_mod.unavailable()
+    if why:
+        pytest.skip(why)
+    ns = nested_mod.NestedSettings(
+        root=Path("/var/lib/sova-lab-sriov-test"), prefix="svt", l1s=2, boot_timeout_s=420.0
+    )
+    nested_mod.down(ns)
+    try:
+        state = nested_mod.up(ns, ROOT, say=print)
+        print(f"nested lab up: {state}")
+        yield ns
+    finally:
+        print(f"nested lab down: {nested_mod.down(ns)}")
+
+
+def reset_l1s(ns: Any) -> list[str]:
+    """Between modules: every L1's agent stopped, every L2 domain destroyed and undefined
+    (its VF goes back to the host: libvirt's managed hostdev). What was removed."""
+    import libvirt  # type: ignore[import-untyped]
+
+    from sova.lab.nested import stop_agent
+
+    done: list[str] = []
+    for n in range(1, ns.l1s + 1):
+        if stop_agent(ns, n):
+            done.append(f"agent in l1-{n}")
+        conn = libvirt.open(ns.l1_uri(n))
+        try:
+            for dom in conn.listAllDomains(0):
+                with contextlib.suppress(libvirt.libvirtError):
+                    dom.destroy()
+                with contextlib.suppress(libvirt.libvirtError):
+                    dom.undefine()
+                done.append(f"{dom.name()} on l1-{n}")
+        finally:
+            conn.close()
+    return done
+
+
+@contextlib.contextmanager
+def module_lab(ns: Any) -> Iterator[Any]:
+    """A module's use of the shared lab: L1s clean before and after it."""
+    print(f"nested lab reset: {reset_l1s(ns)}")
+    try:
+        yield ns
+    finally:
+        print(f"nested lab reset: {reset_l1s(ns)}")
 
 
 class StreamSink:

@@ -8,41 +8,38 @@ why, where it cannot run. Times in docs/lab.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.lab.nested_helpers import StreamSink, guest_sh, wait_agent_started, wait_guest_agent
+from tests.lab.nested_helpers import (
+    StreamSink,
+    guest_sh,
+    module_lab,
+    reset_l1s,
+    wait_agent_started,
+    wait_guest_agent,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def nested2() -> Any:
-    if os.environ.get("SOVA_LAB_SRIOV") != "1":
-        pytest.skip("nested SR-IOV lab is opt-in: SOVA_LAB_SRIOV=1 (minutes, both cores)")
-    from sova.lab import nested as nested_mod
-
-    why = nested_mod.unavailable()
-    if why:
-        pytest.skip(why)
-    ns = nested_mod.NestedSettings(
-        root=Path("/var/lib/sova-lab-sriov-mig"), prefix="svm", l1s=2, boot_timeout_s=420.0
-    )
-    nested_mod.down(ns)
-    try:
-        state = nested_mod.up(ns, ROOT, say=print)
-        print(f"nested lab up: {state}")
+def nested2(nested_lab: Any) -> Iterator[Any]:
+    """Both L1s of the shared lab (tests/lab/conftest.py), clean before and after."""
+    with module_lab(nested_lab) as ns:
         yield ns
-    finally:
-        print(f"nested lab down: {nested_mod.down(ns)}")
 
 
 def _vf_of(dom: Any) -> Any:
@@ -58,27 +55,73 @@ def _running(conn: Any, name: str) -> Any:
         dom = conn.lookupByName(name)
     except libvirt.libvirtError:
         return None
-    return dom if dom.isActive() else None
+    # running, not paused: a migration's incoming domain is active but paused until it ends
+    return dom if dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING else None
 
 
-def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2):
-    """Both guests on L1 1 hold a VF (light TCP streams); CPU burners in both make L1 1 hot
-    (host totals from its domains over 2 CPUs: two burners ~1.0, one ~0.5). The manager
-    flags L1 1 and orders one guest to L1 2; L1 1's agent migrates it (QEMU unplugs the
-    failover primary by itself), L1 2's agent gives it a VF of L1 2's own PF there.
-    Checked: the guest runs on L1 2 holding a VF, L1 1's VF is back in its pool (no domain
-    there holds it), libvirt's completed-job statistics on L1 2 (time, downtime), the ping
-    gap from this machine at 20/s around the migration, and each guest's long-lived TCP
-    stream never ended.
-    """
+def _wait_manager(proc: Any, url: str, log: Path, timeout_s: float = 120.0) -> None:
+    """The manager answers /healthz (or the test stops with its log)."""
+    t0 = time.monotonic()
+    while True:
+        assert proc.poll() is None, f"manager exited: {log.read_text(errors='replace')[-1500:]}"
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=5):
+                return
+        except OSError:
+            assert time.monotonic() - t0 < timeout_s, log.read_text(errors="replace")[-1500:]
+            time.sleep(1)
+
+
+@dataclass
+class Cluster:
+    """What `_cluster` set up: the L1s' connections, the guests on L1 1 (each holding a VF,
+    a long-lived tick stream and a bulk stream to this machine, pinged at 20/s), the
+    manager on this machine and an agent in each L1 reporting to it."""
+
+    ns: Any
+    conns: dict[int, Any]
+    doms: dict[str, Any]
+    ips: dict[str, str]
+    ga: Any
+    ticks: StreamSink
+    logs: dict[str, Path]
+    manager: subprocess.Popen[bytes]
+    url: str
+    admin: str
+    t_start: float
+
+    def api(self, path: str) -> Any:
+        req = urllib.request.Request(
+            f"{self.url}{path}", headers={"Authorization": f"Bearer {self.admin}"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def burn(self) -> float:
+        """CPU burners in both guests (L1 1 becomes hot); when they started."""
+        for dom in self.doms.values():
+            guest_sh(
+                self.ga,
+                dom,
+                "(while :; do :; done) >/dev/null 2>&1 </dev/null & echo $! >> /run/burn.pid",
+            )
+        return time.time()
+
+    def calm(self) -> None:
+        for dom in self.doms.values():
+            with contextlib.suppress(Exception):
+                guest_sh(self.ga, dom, "kill $(cat /run/burn.pid); rm -f /run/burn.pid")
+
+
+@contextlib.contextmanager
+def _cluster(ns: Any) -> Iterator[Cluster]:
     import libvirt
 
     from sova.driver.guest_agent import GuestAgent
-    from sova.lab.loads import ping_gaps
     from sova.lab.nested import agent_toml, l2_guest_xml, start_agent
     from sova.lab.sova_procs import free_port, to_toml
 
-    ns = nested2
+    print(f"reset: {reset_l1s(ns)}")
     host = f"{ns.subnet}.1"
     conns = {n: libvirt.open(ns.l1_uri(n)) for n in (1, 2)}
     caps = conns[1].getCapabilities()
@@ -94,37 +137,46 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
     port = free_port()
     url = f"http://{host}:{port}"
     mcfg = ns.root / "manager.toml"
+    db = ns.root / f"manager-{port}.db"
     mcfg.write_text(
         to_toml(
             {
                 "listen": host,
                 "port": port,
-                "database_url": f"sqlite:///{ns.root / 'manager.db'}",
+                "database_url": f"sqlite:///{db}",
                 "plan_period_s": 5,
                 "log_level": "info",
                 "admin_token": admin,
+                # the lab's own segment (a namespace of this machine), no TLS: without this
+                # the manager refuses a non-loopback listen and exits (the first run's agents
+                # found nothing listening)
+                "insecure": True,
                 "planner": {"alpha": 0.5, "k": 2, "n": 3, "ceiling": 0.9},
                 "hosts": {h: {"token": t} for h, t in tokens.items()},
             }
         )
         + "\n"
     )
-    mlog = (ns.root / "manager.log").open("wb")
+    mlog_path = ns.root / "manager.log"
+    mlog = mlog_path.open("wb")
     manager = subprocess.Popen(
         [sys.executable, "-m", "sova.cli", "manager", "--config", str(mcfg)],
         stdout=mlog,
         stderr=subprocess.STDOUT,
         env={k: v for k, v in os.environ.items() if not k.startswith("SOVA_")},
     )
-    ga = GuestAgent(command_timeout_s=10, exec_timeout_s=30.0)
+    # 10 s timed out a guest-exec at load average 22 (first run)
+    ga = GuestAgent(command_timeout_s=30, exec_timeout_s=60.0)
     ticks = StreamSink(host, 5300)
     bulk = StreamSink(host, 5201)
     pings: dict[str, subprocess.Popen[bytes]] = {}
-    logs = {g: ns.root / f"ping-{g}.log" for g in names}
+    logs = {g: ns.root / f"ping-{g}-{port}.log" for g in names}
     t_start = time.time()
     try:
+        _wait_manager(manager, url, mlog_path)
         for g in names:
             wait_guest_agent(ga, doms[g])
+            print(f"{g}: guest agent at +{time.time() - t_start:.0f} s")
             r = subprocess.run(["ping", "-c", "1", "-W", "60", ips[g]], capture_output=True)
             assert r.returncode == 0, f"{g} at {ips[g]}: {r.stdout.decode()[-200:]}"
             pings[g] = subprocess.Popen(
@@ -156,50 +208,13 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
             start_agent(ns, n, agent_toml(ns, n, controller, None, (url, tokens[h]), lv), ROOT)
         for n in (1, 2):
             wait_agent_started(ns.run_dir(n) / "agent.log")
+        print(f"agents started at +{time.time() - t_start:.0f} s")
         deadline = time.monotonic() + 400
         while not all(_vf_of(doms[g]) for g in names):
             assert time.monotonic() < deadline, "both guests should hold a VF before the burn"
             time.sleep(2)
         print(f"both guests hold a VF at +{time.time() - t_start:.0f} s")
-        for g in names:
-            guest_sh(ga, doms[g], "(while :; do :; done) >/dev/null 2>&1 </dev/null &")
-        t_burn = time.time()
-        moved = None
-        deadline = time.monotonic() + 600
-        while moved is None:
-            assert manager.poll() is None, (ns.root / "manager.log").read_text()[-1500:]
-            moved = next((g for g in names if _running(conns[2], g)), None)
-            assert time.monotonic() < deadline, "no guest reached L1 2 in 600 s"
-            time.sleep(1)
-        t_arrived = time.time()
-        print(f"{moved} running on L1 2 {t_arrived - t_burn:.0f} s after the burners started")
-        dst = conns[2].lookupByName(moved)
-        deadline = time.monotonic() + 300
-        while _vf_of(dst) is None:
-            assert time.monotonic() < deadline, f"{moved} has no VF on L1 2 after 300 s"
-            time.sleep(1)
-        t_vf = time.time()
-        job = dst.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
-        time.sleep(15)  # the stream resumes through the VF on L1 2
-        stayed = [g for g in names if g != moved]
-        src_held = [g for g in stayed if _running(conns[1], g) and _vf_of(doms[g])]
-        assert _running(conns[1], moved) is None, "the source domain still runs"
-        assert len(src_held) <= 1
-        gap = ping_gaps(logs[moved], t_burn, t_vf + 15, 0.05)
-        lost = {p: rec["ended"] for p, rec in ticks.conns.items() if rec["ended"]}
-        silence = ticks.max_gap(ips[moved], t_burn, t_vf)
-        req = urllib.request.Request(
-            f"{url}/v1/decisions", headers={"Authorization": f"Bearer {admin}"}
-        )
-        with urllib.request.urlopen(req, timeout=10) as r:
-            decisions = json.loads(r.read())
-        print(
-            f"migration: job time_elapsed {job.get('time_elapsed')} ms, downtime "
-            f"{job.get('downtime')} ms; arrived -> VF on L1 2 {t_vf - t_arrived:.1f} s; "
-            f"ping {gap}; stream silence {silence:.2f} s; decisions {str(decisions)[:600]}"
-        )
-        assert not lost, f"long-lived TCP streams ended: {lost}"
-        assert job.get("downtime") is not None, job
+        yield Cluster(ns, conns, doms, ips, ga, ticks, logs, manager, url, admin, t_start)
     finally:
         for p in pings.values():
             p.terminate()
@@ -207,9 +222,149 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
         bulk.close()
         manager.terminate()
         manager.wait(20)
+        print("manager log tail:", mlog_path.read_text(errors="replace")[-1500:])
         for n in (1, 2):
             log = ns.run_dir(n) / "agent.log"
             if log.exists():
                 print(f"agent l1-{n} log tail:", log.read_text(errors="replace")[-2000:])
-        for c in conns.values():
-            c.close()
+        for conn in conns.values():
+            with contextlib.suppress(Exception):  # L1 2's libvirtd may have been killed
+                conn.close()
+
+
+def _views(ns: Any) -> dict[int, Any]:
+    """Each hypervisor's PF and VF holders, as the production driver reads them."""
+    from sova.driver.libvirt_driver import LibvirtDriver, LibvirtDriverConfig
+
+    views = {}
+    for n in (1, 2):
+        d = LibvirtDriver(
+            LibvirtDriverConfig(uri=ns.l1_uri(n), host_name=f"l1-{n}", sysfs_root="/nonexistent")
+        )
+        try:
+            views[n] = (d.pf_view(), d.inventory())
+        finally:
+            d.close()
+    return views
+
+
+def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2):
+    """Both guests on L1 1 hold a VF (light TCP streams); CPU burners in both make L1 1 hot
+    (host totals from its domains over 2 CPUs: two burners ~1.0, one ~0.5). The manager
+    flags L1 1 and orders one guest to L1 2; L1 1's agent migrates it (Sova unplugs the
+    VF first; virtio carries the traffic), L1 2's agent gives it a VF of L1 2's own PF.
+    Checked: the guest runs on L1 2 holding a VF of L1 2's PF, the source's bookkeeping
+    has no trace of it (at most the other guest holds a VF there), libvirt's
+    completed-job statistics on L1 2 (time, downtime), the ping gap from this machine at
+    20/s around the migration, and each guest's long-lived TCP stream never ended.
+    """
+    import libvirt
+
+    from sova.driver.libvirt_driver import ensure_event_loop
+    from sova.lab.loads import ping_gaps
+
+    ensure_event_loop()
+    ns = nested2
+    with _cluster(ns) as c:
+        t_burn = c.burn()
+        moved = None
+        deadline = time.monotonic() + 600
+        while moved is None:
+            assert c.manager.poll() is None, (ns.root / "manager.log").read_text()[-1500:]
+            moved = next((g for g in c.doms if _running(c.conns[2], g)), None)
+            assert time.monotonic() < deadline, "no guest reached L1 2 in 600 s"
+            time.sleep(1)
+        t_arrived = time.time()
+        print(f"{moved} running on L1 2 {t_arrived - t_burn:.0f} s after the burners started")
+        c.calm()  # no second move
+        dst = c.conns[2].lookupByName(moved)
+        deadline = time.monotonic() + 300
+        while _vf_of(dst) is None:
+            assert time.monotonic() < deadline, f"{moved} has no VF on L1 2 after 300 s"
+            time.sleep(1)
+        t_vf = time.time()
+        job = dst.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+        views = _views(ns)
+        pf2, inv2 = views[2]
+        vf2 = _vf_of(dst)
+        assert vf2.pci in pf2.vfs.values(), (vf2, pf2)  # a VF of L1 2's own PF
+        assert inv2.vms[moved].vf_index is not None, inv2.vms[moved]
+        _pf1, inv1 = views[1]
+        assert moved not in inv1.vms, inv1.vms.keys()
+        held1 = [v.vf_index for v in inv1.vms.values() if v.vf_index is not None]
+        assert len(held1) == len(set(held1)) <= 1, inv1.vms
+        src_log = (ns.run_dir(1) / "agent.log").read_text(errors="replace")
+        dst_log = (ns.run_dir(2) / "agent.log").read_text(errors="replace")
+        assert f"migrating {moved} to l1-2" in src_log, src_log[-1500:]
+        assert re.search(rf"vf_attach {moved}: vf \d+ attached", dst_log), dst_log[-1500:]
+        time.sleep(15)  # the stream resumes through the VF on L1 2
+        assert _running(c.conns[1], moved) is None, "the source domain still runs"
+        gap = ping_gaps(c.logs[moved], t_burn, t_vf + 15, 0.05)
+        lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
+        silence = c.ticks.max_gap(c.ips[moved], t_burn, t_vf)
+        decisions = c.api("/v1/decisions")
+        print(
+            f"migration: job time_elapsed {job.get('time_elapsed')} ms, downtime "
+            f"{job.get('downtime')} ms; arrived -> VF on L1 2 {t_vf - t_arrived:.1f} s; "
+            f"ping {gap}; stream silence {silence:.2f} s; decisions {str(decisions)[:600]}"
+        )
+        assert not lost, f"long-lived TCP streams ended: {lost}"
+        assert job.get("downtime") is not None, job
+
+
+def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_source(nested2):
+    """As above, but L1 2's libvirtd is killed (SIGKILL) as soon as the incoming domain
+    shows there. The migration must fail on L1 1's agent; the guest keeps running on L1 1;
+    the manager's lease on it is released; L1 1's agent gives the guest a VF back (its
+    long-lived stream never ended). L1 2's libvirtd comes back through systemd."""
+    from sova.driver.libvirt_driver import ensure_event_loop
+    from sova.lab.nested import l1_exec
+
+    ensure_event_loop()
+    ns = nested2
+    with _cluster(ns) as c:
+        t_burn = c.burn()
+        deadline = time.monotonic() + 600
+        incoming = None
+        while incoming is None:  # active on L1 2 but not running: the incoming domain
+            assert time.monotonic() < deadline, "no migration to L1 2 started in 600 s"
+            for g in c.doms:
+                with contextlib.suppress(Exception):
+                    if c.conns[2].lookupByName(g).isActive():
+                        incoming = g
+            time.sleep(0.3)
+        rc, out = l1_exec(ns, 2, "kill -9 $(pidof libvirtd) && echo killed")
+        t_kill = time.time()
+        print(f"{incoming}: incoming on L1 2 {t_kill - t_burn:.0f} s after the burn; {out!r}")
+        assert rc == 0, out
+        c.calm()
+        src_log = ns.run_dir(1) / "agent.log"
+        deadline = time.monotonic() + 300
+        while f"migration of {incoming} to l1-2 failed" not in (
+            text := src_log.read_text(errors="replace")
+        ):
+            assert time.monotonic() < deadline, text[-2000:]
+            time.sleep(1)
+        t_failed = time.time()
+        assert _running(c.conns[1], incoming) is not None, "the guest left L1 1"
+        deadline = time.monotonic() + 180
+        while any(lease["vm"] == incoming for lease in c.api("/v1/cluster")["leases"]):
+            assert time.monotonic() < deadline, c.api("/v1/cluster")["leases"]
+            time.sleep(2)
+        t_released = time.time()
+        deadline = time.monotonic() + 300
+        while _vf_of(c.doms[incoming]) is None:
+            assert time.monotonic() < deadline, src_log.read_text(errors="replace")[-2000:]
+            time.sleep(1)
+        t_vf = time.time()
+        _pf1, inv1 = _views(ns)[1]
+        held1 = [v.vf_index for v in inv1.vms.values() if v.vf_index is not None]
+        assert inv1.vms[incoming].vf_index is not None and len(held1) == len(set(held1))
+        lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
+        print(
+            f"kill -> failed {t_failed - t_kill:.1f} s, lease released +"
+            f"{t_released - t_kill:.1f} s, VF back +{t_vf - t_kill:.1f} s"
+        )
+        assert not lost, f"long-lived TCP streams ended: {lost}"
+        rc, out = l1_exec(ns, 2, "sleep 5; systemctl is-active libvirtd; pidof libvirtd")
+        print(f"L1 2 libvirtd after the kill: {out!r}")

@@ -11,10 +11,10 @@ libvirt-python missing). Times and what failed before in docs/lab.md#nested.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from tests.lab.nested_helpers import (
     StreamSink,
     guest_sh,
     holder,
+    module_lab,
     wait_agent_started,
     wait_guest_agent,
 )
@@ -32,23 +33,10 @@ L2_MAC = "52:54:00:77:00:10"
 
 
 @pytest.fixture(scope="module")
-def nested() -> Any:
-    if os.environ.get("SOVA_LAB_SRIOV") != "1":
-        pytest.skip("nested SR-IOV lab is opt-in: SOVA_LAB_SRIOV=1 (minutes, both cores)")
-    from sova.lab import nested as nested_mod
-
-    why = nested_mod.unavailable()
-    if why:
-        pytest.skip(why)
-    ns = nested_mod.NestedSettings(root=Path("/var/lib/sova-lab-sriov-test"), prefix="svt")
-    nested_mod.down(ns)
-    try:
-        state = nested_mod.up(ns, ROOT, say=print)
-        print(f"nested lab up: {state}")
+def nested(nested_lab: Any) -> Iterator[Any]:
+    """L1 1 of the shared lab (tests/lab/conftest.py), clean before and after."""
+    with module_lab(nested_lab) as ns:
         yield ns
-    finally:
-        removed = nested_mod.down(ns)
-        print(f"nested lab down: {removed}")
 
 
 def _wait(drv: Any, op: str, timeout_s: float = 300.0) -> Any:

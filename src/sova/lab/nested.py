@@ -21,6 +21,7 @@ ledger recorded, deletes the namespace and the veth, and removes the directory.
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import shutil
@@ -238,7 +239,9 @@ def up(ns: NestedSettings, repo: Path, say: Callable[[str], None] = print) -> di
     state: dict[str, object] = {"image": str(image), "qemu": str(qemu), "l1": {}}
     ns.state_file.write_text(json.dumps(state))
     _network_up(ns)
-    boot: dict[str, float] = {}
+    # all L1s boot at once: a boot waits on its disk and its timers as much as on the CPU
+    # (docs/lab.md#nested has the figures)
+    procs: dict[int, subprocess.Popen[bytes]] = {}
     for n in range(1, ns.l1s + 1):
         _sh(
             "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
@@ -246,7 +249,7 @@ def up(ns: NestedSettings, repo: Path, say: Callable[[str], None] = print) -> di
         )  # fmt: skip
         ns.run_dir(n).mkdir(parents=True, exist_ok=True)
         log = open(ns.root / f"l1-{n}.out", "ab")  # noqa: SIM115 - handed to the child
-        proc = subprocess.Popen(
+        procs[n] = subprocess.Popen(
             l1_command(ns, qemu, image, n, repo),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -254,20 +257,25 @@ def up(ns: NestedSettings, repo: Path, say: Callable[[str], None] = print) -> di
             start_new_session=True,
         )
         log.close()
-        record_pid_at(ns.root, proc.pid, f"L1 {n} qemu")
-        started = time.monotonic()
-        while not _answers(ns.l1_uri(n)):
+        record_pid_at(ns.root, procs[n].pid, f"L1 {n} qemu")
+    started = time.monotonic()
+    boot: dict[str, float] = {}
+    while len(boot) < ns.l1s:
+        for n, proc in procs.items():
+            if f"l1-{n}" in boot:
+                continue
             if proc.poll() is not None:
                 tail = (ns.root / f"l1-{n}.out").read_text(errors="replace").strip()[-300:]
                 raise LabError(f"L1 {n}'s QEMU exited {proc.returncode}: {tail}")
-            if time.monotonic() - started > ns.boot_timeout_s:
+            if _answers(ns.l1_uri(n)):
+                boot[f"l1-{n}"] = round(time.monotonic() - started, 1)
+                tell(f"l1-{n}: libvirt answers at {ns.l1_uri(n)} after {boot[f'l1-{n}']} s")
+            elif time.monotonic() - started > ns.boot_timeout_s:
                 raise LabError(
                     f"L1 {n}'s libvirt not answering at {ns.l1_uri(n)} after "
                     f"{ns.boot_timeout_s:g} s (serial log {ns.root / f'l1-{n}.serial'})"
                 )
-            time.sleep(2)
-        boot[f"l1-{n}"] = round(time.monotonic() - started, 1)
-        tell(f"l1-{n}: libvirt answers at {ns.l1_uri(n)} after {boot[f'l1-{n}']} s")
+        time.sleep(2)
     state["l1"] = {f"l1-{n}": ns.l1_uri(n) for n in range(1, ns.l1s + 1)}
     state["boot_s"] = boot
     state["up_s"] = round(time.monotonic() - t0, 1)
@@ -377,6 +385,10 @@ def agent_bundle(repo: Path, out: Path) -> int:
         timeout=120,
         env={**os.environ, "PYTHONPATH": str(repo / "src")},
     ).stdout.split()
+    # byte-code compiled here, where it takes seconds, and shipped beside the sources: L1's
+    # Python is the same minor version (Debian 12's 3.11) and compiling every module under
+    # TCG was most of the agent's 3.5 min start (docs/lab.md#nested)
+    compileall.compile_dir(repo / "src" / "sova", quiet=1)
     site = Path(sysconfig.get_paths()["purelib"])
     tops: set[str] = set()
     for f in files:
@@ -395,18 +407,64 @@ def agent_bundle(repo: Path, out: Path) -> int:
 
 
 def _no_cache(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if "__pycache__" in info.name else info
+    """Byte code of this interpreter's version only (what L1's 3.11 loads); no package's
+    own test suite (numpy's is 10 MB)."""
+    if "/tests/" in info.name or info.name.endswith("/tests"):
+        return None
+    if "__pycache__" not in info.name or info.isdir():
+        return info
+    return info if sys.implementation.cache_tag in info.name else None
 
 
 def start_agent(ns: NestedSettings, n: int, toml: str, repo: Path) -> Path:
     """Hand L1 n's agent its code and its file (it waits for the file, docs/lab.md#nested);
-    its log path."""
+    its log path. A previous agent's log is kept as ``agent.log.<k>``."""
     run = ns.run_dir(n)
+    if (run / "agent.toml").exists():
+        raise LabError(f"an agent already runs in L1 {n}: stop_agent first")
+    log = run / "agent.log"
+    if log.exists():
+        log.rename(run / f"agent.log.{len(list(run.glob('agent.log.*'))) + 1}")
     agent_bundle(repo, run / "sova-agent.tar.gz")
     tmp = run / "agent.toml.tmp"
     tmp.write_text(toml)
     tmp.rename(run / "agent.toml")  # the agent never reads half a file
-    return run / "agent.log"
+    return log
+
+
+def stop_agent(ns: NestedSettings, n: int, signal: str = "TERM", timeout_s: float = 120.0) -> float:
+    """Stop L1 n's agent with ``signal`` (``KILL``: a crash); seconds until L1 acknowledged
+    (it removes the agent's file). No agent: 0."""
+    if signal not in ("TERM", "KILL", "INT"):
+        raise LabError(f"stop_agent: signal {signal!r} is not TERM, KILL or INT")
+    run = ns.run_dir(n)
+    if not (run / "agent.toml").exists():
+        return 0.0
+    t0 = time.monotonic()
+    (run / "agent.stop").write_text(signal)
+    while (run / "agent.toml").exists():
+        if time.monotonic() - t0 > timeout_s:
+            raise LabError(f"L1 {n}'s agent not stopped {timeout_s:g} s after SIG{signal}")
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
+def l1_exec(ns: NestedSettings, n: int, script: str, timeout_s: float = 150.0) -> tuple[int, str]:
+    """Run ``script`` (sh) in L1 n as root through its run share (the image's
+    ``sova-l1-exec``; L1 bounds it at 120 s): its exit status and output."""
+    d = ns.run_dir(n) / "exec"
+    d.mkdir(exist_ok=True)
+    ident = f"{time.time_ns()}"
+    tmp = d / f"{ident}.tmp"
+    tmp.write_text(script)
+    tmp.rename(d / f"{ident}.sh")  # L1 never runs half a script
+    t0 = time.monotonic()
+    while not (d / f"{ident}.rc").exists():
+        if time.monotonic() - t0 > timeout_s:
+            raise LabError(f"L1 {n} did not run {script[:60]!r} within {timeout_s:g} s")
+        time.sleep(0.3)
+    out = (d / f"{ident}.out").read_text(errors="replace")
+    return int((d / f"{ident}.rc").read_text().strip() or "255"), out
 
 
 def l2_guest_xml(ns: NestedSettings, n: int, k: int, domain_type: str) -> str:
