@@ -128,10 +128,13 @@ def test_a_guest_that_ignores_the_unplug_keeps_its_vf_and_a_working_path(nested)
             if (seen is not None) == (held == 1) or time.monotonic() > deadline:
                 break
         assert (seen is not None) == (held == 1), (held, seen)
-        time.sleep(30)
-        gaps = ping_gaps(log, t_resume + 30, time.time(), 0.05)
+        # a fixed window, 30-45 s after the resume: 300 pings at 20/s (the window used to
+        # end when the loop above broke, 5 s or more after the resume, so a guest answering
+        # every ping showed 96 replies where the test wanted 100: run of this session)
+        time.sleep(max(0.0, t_resume + 45 - time.time()))
+        gaps = ping_gaps(log, t_resume + 30, t_resume + 45, 0.05)
         print(f"after resume: VF {'kept' if held else 'unplugged late'}; ping {gaps}")
-        assert gaps["replies"] > 100 and gaps["max_gap_s"] <= 5.0, gaps
+        assert gaps["replies"] > 150 and gaps["max_gap_s"] <= 5.0, gaps
         if not held:  # the late unplug gave the VF back to the pool
             assert drv.pf_view().vfs, "no VF listed"
             assert not [v for v in drv.inventory().vms.values() if v.vf_index is not None]
