@@ -22,6 +22,7 @@ from tests.lab.nested_helpers import (
     module_lab,
     wait_agent_started,
     wait_guest_agent,
+    wait_op,
 )
 
 
@@ -40,16 +41,6 @@ def _dtype(conn: Any) -> str:
 def _hostdevs(dom: Any) -> int:
     live = ET.fromstring(dom.XMLDesc(0))
     return len([i for i in live.iter("interface") if i.get("type") == "hostdev"])
-
-
-def _wait_op(drv: Any, op: str, timeout_s: float = 300.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        st = drv.poll(op)
-        if st.done:
-            return st
-        assert time.monotonic() < deadline, st
-        time.sleep(0.5)
 
 
 def test_a_guest_that_ignores_the_unplug_keeps_its_vf_and_a_working_path(nested):
@@ -94,7 +85,7 @@ def test_a_guest_that_ignores_the_unplug_keeps_its_vf_and_a_working_path(nested)
     log = ns.root / "ping-g3.log"
     try:
         wait_guest_agent(GuestAgent(command_timeout_s=10), dom)
-        st = _wait_op(drv, drv.submit(AttachVF("g3")))
+        st = wait_op(drv, drv.submit(AttachVF("g3")))
         assert st.state is OpState.SUCCEEDED, st
         assert _hostdevs(dom) == 1
         # right after the plug the first ping got an ICMP error at once (ARP unanswered
@@ -111,7 +102,7 @@ def test_a_guest_that_ignores_the_unplug_keeps_its_vf_and_a_working_path(nested)
         drv = driver(10.0, 1)
         dom.suspend()
         t0 = time.monotonic()
-        st = _wait_op(drv, drv.submit(DetachVF("g3")))
+        st = wait_op(drv, drv.submit(DetachVF("g3")))
         took = time.monotonic() - t0
         print(f"detach of a paused guest's VF: {st.state.name} after {took:.1f} s: {st.detail}")
         assert st.state is OpState.FAILED, st

@@ -26,6 +26,7 @@ from tests.lab.nested_helpers import (
     module_lab,
     wait_agent_started,
     wait_guest_agent,
+    wait_op,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,16 +38,6 @@ def nested(nested_lab: Any) -> Iterator[Any]:
     """L1 1 of the shared lab (tests/lab/conftest.py), clean before and after."""
     with module_lab(nested_lab) as ns:
         yield ns
-
-
-def _wait(drv: Any, op: str, timeout_s: float = 300.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        st = drv.poll(op)
-        if st.done:
-            return st
-        assert time.monotonic() < deadline, st
-        time.sleep(0.5)
 
 
 def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nested):
@@ -82,7 +73,7 @@ def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nes
         assert inv.vms["l2"].failover_ready, drv.vm_reports()
         time.sleep(20 if dtype == "kvm" else 90)  # L2's kernel up: hot-plug needs its pciehp
         t0 = time.monotonic()
-        st = _wait(drv, drv.submit(AttachVF("l2")))
+        st = wait_op(drv, drv.submit(AttachVF("l2")))
         plug_s = time.monotonic() - t0
         assert st.state is OpState.SUCCEEDED, st
         vf = parse_domain(dom.XMLDesc(0)).sova_vf()
@@ -92,7 +83,7 @@ def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nes
         with pytest.raises(libvirt.libvirtError, match="multiple devices matching MAC"):
             dom.detachDeviceFlags(detach_xml_for(vf), libvirt.VIR_DOMAIN_AFFECT_LIVE)
         t0 = time.monotonic()
-        st = _wait(drv, drv.submit(DetachVF("l2")))
+        st = wait_op(drv, drv.submit(DetachVF("l2")))
         unplug_s = time.monotonic() - t0
         assert st.state is OpState.SUCCEEDED, st
         live = ET.fromstring(dom.XMLDesc(0))
