@@ -1,20 +1,29 @@
-"""The manager's 422: every validation error names the field (its long name for a
-report's one-letter fields) and the value, in one line (``error``) and in detail.
-
-Shared by the leader's routes (:mod:`sova.daemon.manager_app`) and a standby's reads
-(:mod:`sova.daemon.standby_reads`).
+"""What the leader's routes (:mod:`sova.daemon.manager_app`) and a standby's reads
+(:mod:`sova.daemon.standby_reads`) share: the parameter types of the read routes both
+serve (one declaration, so the two cannot accept different bounds), and the manager's 422,
+where every validation error names the field (its long name for a report's one-letter
+fields) and the value, in one line (``error``) and in detail.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Path as PathParam
+from fastapi import Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from sova.daemon.schema import FIELD_NAMES
+from sova.daemon.manager_control import PLAN_STATES
+from sova.daemon.schema import FIELD_NAMES, NAME_MAX, NAME_PATTERN
+
+PlanId = Annotated[int, PathParam(ge=1, le=2**62)]
+PlanState = Annotated[str | None, Query(pattern="^(" + "|".join(PLAN_STATES) + ")$")]
+RowAfter = Annotated[int, Query(ge=0, le=2**62)]  # plans and audit entries
+DecisionAfter = Annotated[int, Query(ge=0, le=2**53)]
+PageLimit = Annotated[int, Query(ge=1, le=1000)]
+HostFilter = Annotated[str | None, Query(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
 
 
 def field_name(loc: tuple[Any, ...]) -> str:

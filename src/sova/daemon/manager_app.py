@@ -39,9 +39,17 @@ from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.conn_guard import base_protocol, guarded
 from sova.daemon.credentials import Credential
+from sova.daemon.http_errors import (
+    DecisionAfter,
+    HostFilter,
+    PageLimit,
+    PlanId,
+    PlanState,
+    RowAfter,
+)
 from sova.daemon.http_errors import validation_error as _validation_error
 from sova.daemon.leadership import Leadership, leader_gauges, step_down
-from sova.daemon.manager_control import FENCE_KINDS, PLAN_STATES, PlanConflict, PlanNotFound
+from sova.daemon.manager_control import FENCE_KINDS, PlanConflict, PlanNotFound
 from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
 from sova.daemon.manager_security import exposure_check
@@ -116,7 +124,6 @@ _OPERATOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "the knowledge store cannot be written; nothing was changed"},
 }
 FenceKind = Annotated[str, PathParam(pattern="^(" + "|".join(FENCE_KINDS) + ")$")]
-PlanId = Annotated[int, PathParam(ge=1, le=2**62)]
 By = Annotated[str | None, Query(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
 # No control characters: a newline in a reason would forge a line in `sova audit` output
 # and in the journal.
@@ -314,11 +321,9 @@ def create_app(
         summary="The decision log with the inputs of each decision, oldest first",
     )
     async def get_decisions(
-        after: Annotated[int, Query(ge=0, le=2**53)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        host: Annotated[
-            str | None, Query(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-        ] = None,
+        after: DecisionAfter = 0,
+        limit: PageLimit = 100,
+        host: HostFilter = None,
     ) -> DecisionPage:
         return await service.decision_page(after, limit, host)
 
@@ -351,9 +356,9 @@ def create_app(
         summary="Proposed plans (recommend mode) and what became of them, oldest first",
     )
     async def list_plans(
-        state: Annotated[str | None, Query(pattern="^(" + "|".join(PLAN_STATES) + ")$")] = None,
-        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        state: PlanState = None,
+        after: RowAfter = 0,
+        limit: PageLimit = 100,
     ) -> PlanPage:
         return await service.plan_page(after, limit, state)
 
@@ -612,8 +617,8 @@ def create_app(
         summary="The audit log of operator actions and plan fates: who, what, when",
     )
     async def get_audit(
-        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        after: RowAfter = 0,
+        limit: PageLimit = 100,
     ) -> AuditPage:
         return await service.audit_page(after, limit)
 

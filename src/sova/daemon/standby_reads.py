@@ -24,12 +24,19 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import sqlalchemy as sa
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi import Path as PathParam
+from fastapi import Depends, FastAPI, HTTPException, Request
 
 from sova.daemon.config import ConfigError, ManagerSettings
 from sova.daemon.credentials import Credential
-from sova.daemon.manager_control import PLAN_STATES, OperatorBook
+from sova.daemon.http_errors import (
+    DecisionAfter,
+    HostFilter,
+    PageLimit,
+    PlanId,
+    PlanState,
+    RowAfter,
+)
+from sova.daemon.manager_control import OperatorBook
 from sova.daemon.manager_guard import _bearer, authorize
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.manager_views import (
@@ -40,8 +47,6 @@ from sova.daemon.manager_views import (
     plan_view,
 )
 from sova.daemon.schema import (
-    NAME_MAX,
-    NAME_PATTERN,
     AuditPage,
     DecisionPage,
     FenceView,
@@ -49,7 +54,7 @@ from sova.daemon.schema import (
     PlanPage,
     PlanView,
 )
-from sova.daemon.store import FenceRow, ModeRow, Store, fences, modes
+from sova.daemon.store import Store
 
 T = TypeVar("T")
 log = logging.getLogger("sova.manager")
@@ -88,21 +93,9 @@ def read_only_store(url: str) -> Store:
     return reader
 
 
-def fence_rows(store: Store) -> list[FenceRow]:
-    with store.engine.connect() as conn:
-        return [
-            FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
-            for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
-        ]
-
-
 def stored_modes(store: Store, settings: ManagerSettings) -> ModeView:
     """The leader's mode view from the stored modes and the configured ones."""
-    with store.engine.connect() as conn:
-        rows = [
-            ModeRow(r.scope, r.mode, r.set_by, r.since_s)
-            for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
-        ]
+    rows = store.mode_rows()
     return mode_view(OperatorBook.restore(settings.mode, settings.host_modes, rows, [], []))
 
 
@@ -136,7 +129,6 @@ def operator_credential(request: Request) -> Credential:
 
 
 Who = Annotated[Credential, Depends(operator_credential)]
-PlanId = Annotated[int, PathParam(ge=1, le=2**62)]
 
 
 def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) -> StandbyAuth:
@@ -154,7 +146,7 @@ def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) ->
 
     @app.get("/v1/fences")
     async def list_fences(_: Who) -> list[FenceView]:
-        return [fence_view(f) for f in await read(fence_rows, reader)]
+        return [fence_view(f) for f in await read(reader.fence_rows)]
 
     @app.get("/v1/mode")
     async def get_mode(_: Who) -> ModeView:
@@ -163,9 +155,9 @@ def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) ->
     @app.get("/v1/plans")
     async def list_plans(
         _: Who,
-        state: Annotated[str | None, Query(pattern="^(" + "|".join(PLAN_STATES) + ")$")] = None,
-        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        state: PlanState = None,
+        after: RowAfter = 0,
+        limit: PageLimit = 100,
     ) -> PlanPage:
         views = [plan_view(r) for r in await read(reader.plans, after, limit, state)]
         return PlanPage(plans=views, next_after=views[-1].id if views else after)
@@ -193,8 +185,8 @@ def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) ->
     @app.get("/v1/audit")
     async def get_audit(
         _: Who,
-        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        after: RowAfter = 0,
+        limit: PageLimit = 100,
     ) -> AuditPage:
         views = [audit_view(r) for r in await read(reader.audit_rows, after, limit)]
         return AuditPage(entries=views, next_after=views[-1].id if views else after)
@@ -202,11 +194,9 @@ def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) ->
     @app.get("/v1/decisions")
     async def get_decisions(
         _: Who,
-        after: Annotated[int, Query(ge=0, le=2**53)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        host: Annotated[
-            str | None, Query(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-        ] = None,
+        after: DecisionAfter = 0,
+        limit: PageLimit = 100,
+        host: HostFilter = None,
     ) -> DecisionPage:
         views = [decision_view(r) for r in await read(reader.decisions, after, limit, host)]
         return DecisionPage(decisions=views, next_after=views[-1].id if views else after)

@@ -511,14 +511,8 @@ class Store(StoreAdmin):
                     sa.select(plans).where(plans.c.state == "proposed").order_by(plans.c.id)
                 ).mappings()
             ]
-            fence_rows = [
-                FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
-                for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
-            ]
-            mode_rows = [
-                ModeRow(r.scope, r.mode, r.set_by, r.since_s)
-                for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
-            ]
+            fence_rows = _fence_rows(conn)
+            mode_rows = _mode_rows(conn)
         next_id = max(int(last_d or 0), int(last_m or 0)) + 1
         return StoredState(
             wins,
@@ -648,10 +642,32 @@ class Store(StoreAdmin):
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 
+    def fence_rows(self) -> list[FenceRow]:
+        with self.engine.connect() as conn:
+            return _fence_rows(conn)
+
+    def mode_rows(self) -> list[ModeRow]:
+        with self.engine.connect() as conn:
+            return _mode_rows(conn)
+
     def count(self, table: str) -> int:
         t = metadata.tables[table]
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+
+
+def _fence_rows(conn: sa.Connection) -> list[FenceRow]:
+    return [
+        FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
+        for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
+    ]
+
+
+def _mode_rows(conn: sa.Connection) -> list[ModeRow]:
+    return [
+        ModeRow(r.scope, r.mode, r.set_by, r.since_s)
+        for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
+    ]
 
 
 def report_values(r: ReportRow) -> dict[str, Any]:
