@@ -51,7 +51,7 @@ from sova.daemon.config import ManagerSettings
 from sova.daemon.http_errors import validation_error
 from sova.daemon.leadership import LeaderRow, Leadership, leader_gauges, read_leader
 from sova.daemon.manager_client import LEADER_HEADER
-from sova.daemon.manager_reports import row_loads
+from sova.daemon.manager_reports import MAX_PAST_BOOTS, row_loads
 from sova.daemon.standby_reads import (
     STANDBY_READS,
     add_standby_reads,
@@ -111,7 +111,7 @@ class WarmWindows:
                         if r.boot in bl:
                             bl.remove(r.boot)
                         bl.append(r.boot)
-                        del bl[:-17]  # ReportIntake keeps 16 past boots
+                        del bl[: -(MAX_PAST_BOOTS + 1)]  # the past ones and the live boot
             self.mark = mark
             return len(new)
 
