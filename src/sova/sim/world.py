@@ -287,14 +287,13 @@ class World:
 
     def _record(self, t: float, reports: dict[str, StepReport]) -> None:
         eng = self.engine
-        # the world's columns of every VM read once (the same floats complete() gives)
-        offered = (eng.offered / 1e6).tolist()
-        response, requests = (eng.resp_s * 1000).tolist(), (eng.kind == 2).tolist()
+        # the engine's arrays read once per period, not once per row
+        offered, resp_s, kind = eng.offered.tolist(), eng.resp_s.tolist(), eng.kind.tolist()
         index = eng.vm_index
 
         def world(vm: str) -> tuple[float | None, float | None]:
             i = index[vm]
-            return offered[i], response[i] if requests[i] else None
+            return _world_columns(offered[i], resp_s[i], kind[i])
 
         timeline, policy = self.run.timeline, self.policy.name
         for host, report in reports.items():
@@ -304,13 +303,18 @@ class World:
         """An agent's row with what only the simulated cluster knows."""
         eng = self.engine
         i = eng.vm_index[row.vm]
-        return complete_row(
-            row,
-            policy=self.policy.name,
-            host=host,
-            offered_mbps=float(eng.offered[i]) / 1e6,
-            response_ms=float(eng.resp_s[i]) * 1000 if eng.kind[i] == 2 else None,
+        offered, response = _world_columns(
+            float(eng.offered[i]), float(eng.resp_s[i]), int(eng.kind[i])
         )
+        return complete_row(
+            row, policy=self.policy.name, host=host, offered_mbps=offered, response_ms=response
+        )
+
+
+def _world_columns(offered_bps: float, resp_s: float, kind: int) -> tuple[float, float | None]:
+    """A VM's timeline columns only the world knows: offered Mbit/s, and the response time
+    in ms of a request-serving VM (kind 2; others have none)."""
+    return offered_bps / 1e6, resp_s * 1000 if kind == 2 else None
 
 
 @contextmanager
