@@ -85,6 +85,12 @@ class Sensed:
     measured: bool  # some VM of the host has a full period in its window
     # the period's loads when the world measured them too (what _observe would give)
     loads: Loads | None = None
+    # the host's VF scheduling when the world ran the kernel for every host at once
+    # (what the agent's VF policy would decide: no signal, fence or operation in flight)
+    vf: VFDecision | None = None
+    # the world found the decided VF holders and rates already in place, nothing in
+    # flight and nothing leaving: the period has nothing to reconcile
+    settled: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,11 @@ class HostAgent:
         self.vf_freeze_host, self.vf_freeze_vms = new
         return True
 
+    @property
+    def signalled(self) -> bool:
+        """A migration signal waits for the next step."""
+        return self._signal is not None
+
     def signal(self, flag: bool, target: str | None = None, vm: str | None = None) -> None:
         """The manager's migration signal for this host (Alg. 2 line 13)."""
         self._signal = Migration(flag, target, vm) if flag and target else None
@@ -274,8 +285,16 @@ class HostAgent:
             if vm in actual.vms
         }
 
-    def decide(self, factors: Mapping[str, VMFactors], actual: Inventory, now: float) -> Decision:
-        """Alg. 1 once: the VLM label on the manager's signal, then the VF policy."""
+    def decide(
+        self,
+        factors: Mapping[str, VMFactors],
+        actual: Inventory,
+        now: float,
+        scheduled: VFDecision | None = None,
+    ) -> Decision:
+        """Alg. 1 once: the VLM label on the manager's signal, then the VF policy
+        (``scheduled``: its VF scheduling done outside, for a host without a signal or
+        fences)."""
         policy = self.vf_policy
         signal, self._signal = self._signal, None
         chosen = None
@@ -284,6 +303,7 @@ class HostAgent:
             chosen = choose_migration(loads, signal, self.config.manager.metric)
             if chosen is not None:
                 self.migrating[chosen[0]] = chosen[1]
+                scheduled = None  # the chosen VM is no longer a candidate
         frozen = set(actual.vms) if self.vf_freeze_host else self.vf_freeze_vms & actual.vms.keys()
         if frozen and policy.grants_vfs:
             # The policy schedules the rest: frozen VMs are not candidates, and the VFs
@@ -296,20 +316,26 @@ class HostAgent:
             )
             decision, desired = self._desired(policy, factors, actual, now)
             return Decision(decision, {**desired, **kept}, chosen)
-        return Decision(*self._desired(policy, factors, actual, now), chosen)
+        return Decision(*self._desired(policy, factors, actual, now, scheduled), chosen)
 
     def _desired(
-        self, policy: VFPolicy, factors: Mapping[str, VMFactors], actual: Inventory, now: float
+        self,
+        policy: VFPolicy,
+        factors: Mapping[str, VMFactors],
+        actual: Inventory,
+        now: float,
+        scheduled: VFDecision | None = None,
     ) -> tuple[VFDecision | None, dict[str, float | None]]:
         ctx = VFContext(
             factors=factors,
             actual=actual,
             now=now,
-            candidates=self._candidates(factors, actual),
+            candidates_of=lambda: self._candidates(factors, actual),
             vf_since=self.vf_since,
             measured=self._measured,
             scheduler=self.scheduler,
             with_tiers=lambda chosen: self._with_tiers(chosen, factors, actual),
+            scheduled=scheduled,
         )
         return policy.desired(ctx)
 
@@ -366,11 +392,12 @@ class HostAgent:
             self._measured = any(self.sensor.windows().values())
         else:
             factors, self._measured = sensed.factors, sensed.measured
-        d = self.decide(factors, actual, now)
+        d = self.decide(factors, actual, now, sensed.vf if sensed is not None else None)
         self._last_desired = d.desired
         self._last_ranking = d.vf.ranking if d.vf else tuple(d.desired)
         self._ops_this_period = 0
-        planned = self._reconcile(actual)
+        settled = sensed is not None and sensed.settled and d.migration is None
+        planned = [] if settled else self._reconcile(actual)
         table = operation_table(actual, d.desired, self.migrating, self.vf_policy.grants_vfs)
         return StepReport(
             now,

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 from sova.model import Inventory
 from sova.policy.sensing import VMFactors
-from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig, schedule
+from sova.policy.vfkernel import schedule_one
+from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
 Desired = dict[str, float | None]
 
@@ -33,13 +35,22 @@ class VFContext:
     factors: Mapping[str, VMFactors]
     actual: Inventory
     now: float
-    candidates: Sequence[Candidate]  # a VM chosen to migrate is already ineligible
+    # the candidates, built when a policy first reads ``candidates`` (a VM chosen to
+    # migrate is already ineligible)
+    candidates_of: Callable[[], Sequence[Candidate]]
     # the agent's record of when each VM got its VF (the dwell time); a policy that
     # schedules adds the holders it finds
     vf_since: MutableMapping[str, float]
     measured: bool  # some VM has a measured period (False right after a (re)start)
     scheduler: VFSchedulerConfig
     with_tiers: Callable[[Sequence[str]], Desired]  # chosen holders -> their tier rates
+    # this period's scheduling of these candidates, when it was done outside the agent
+    # (a simulated world schedules every host at once with the same kernel)
+    scheduled: VFDecision | None = None
+
+    @cached_property
+    def candidates(self) -> Sequence[Candidate]:
+        return self.candidates_of()
 
 
 class VFPolicy:
@@ -51,6 +62,10 @@ class VFPolicy:
     # It picks holders from measured load: a paper's published holders are its yardstick
     # (a baseline that never moves VFs is not "mismatching" them, it is the baseline).
     follows_load: ClassVar[bool] = False
+    # Once measured, its holders are the VF scheduling kernel's PQ (as DsrIov's), so a
+    # world may schedule every host at once and hand each agent its decision
+    # (VFContext.scheduled).
+    schedules: ClassVar[bool] = False
 
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         raise NotImplementedError
@@ -86,10 +101,13 @@ class StaticSriov(VFPolicy):
 
 
 class DsrIov(VFPolicy):
-    """``dsr-iov``: the DSR-IOV scheduler (:func:`sova.policy.vfsched.schedule`) each period."""
+    """``dsr-iov``: the DSR-IOV scheduler each period (the kernel
+    :func:`sova.policy.vfkernel.schedule_one`; its specification is
+    :func:`sova.policy.vfsched.schedule`)."""
 
     name = "dsr-iov"
     follows_load = True
+    schedules = True
 
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         actual = ctx.actual
@@ -103,10 +121,12 @@ class DsrIov(VFPolicy):
             return None, {vm: actual.vms[vm].vf_max_bps for vm in keep}
         # Alg. 1 lines 10-28. Its VLM label (lines 3-9) was given by the agent already: the
         # VM chosen to migrate is an ineligible candidate here.
-        holders = {vm: ctx.vf_since[vm] for vm in actual.vf_holders}
-        decision = schedule(
-            ctx.candidates, holders, actual.host.nic.vf_pool, ctx.now, ctx.scheduler
-        )
+        decision = ctx.scheduled
+        if decision is None:
+            holders = {vm: ctx.vf_since[vm] for vm in actual.vf_holders}
+            decision = schedule_one(
+                ctx.candidates, holders, actual.host.nic.vf_pool, ctx.now, ctx.scheduler
+            )
         return decision, ctx.with_tiers(list(decision.pq))
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from sova.agent.config import ControllerConfig
 from sova.agent.loop import Loads, Sensed
-from sova.policy.kernels import SensorKernel, load_shares
+from sova.policy.kernels import SensedFactors, SensorKernel, load_shares
 from sova.policy.sensing import LoadShares, VMFactors
 from sova.sim.engine import Engine
 
@@ -36,6 +36,8 @@ class FleetSensing:
         self.capacity = np.array([h.nic.capacity_bps for h in hosts])
         # the previous reading for the loads: (time, host totals, VM counters, VM hosts)
         self.prev: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # the last period's factors of every VM (the world's VF scheduling reads them)
+        self.factors: SensedFactors | None = None
 
     def sense(self, engine: Engine) -> dict[str, Sensed]:
         """One period's reading of every VM; each host's factors and whether it has measured."""
@@ -44,7 +46,7 @@ class FleetSensing:
         counters = np.floor(np.stack((e.cpu_ns, e.steal_ns, e.rx_b, e.tx_b, e.rx_pk, e.tx_pk)))
         k = self.kernel
         k.observe(e.env.now, counters, e.vcpus, host)
-        f = k.factors(host, e.H)
+        f = self.factors = k.factors(host, e.H)
         per_host: list[dict[str, VMFactors]] = [{} for _ in range(e.H)]
         cols = zip(
             e.vm_names,

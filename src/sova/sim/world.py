@@ -43,6 +43,7 @@ from sova.scenario import PolicySpec, Scenario
 from sova.sim.driver import SimDriver
 from sova.sim.engine import Engine
 from sova.sim.fleet_bandwidth import FleetBandwidth
+from sova.sim.fleet_control import FleetControl
 from sova.sim.fleet_sensing import FleetSensing
 from sova.sim.state import Op
 
@@ -104,6 +105,10 @@ class World:
         # and every host's sensing (sim/fleet_sensing.py), the same factors
         first = next(iter(self.agents.values()), None)
         self._sensing = FleetSensing(self.engine, first.config) if first else None
+        # and every host's VF scheduling (sim/fleet_control.py), the same decisions
+        self._control = (
+            FleetControl(self.engine, self.agents) if FleetControl.applies(self.agents) else None
+        )
         m = scn.controller.manager
         self.manager: ManagerCore | None = None
         if with_agents and vf_policy(policy.vf).uses_manager and len(self.drivers) > 1:
@@ -210,6 +215,9 @@ class World:
             return
         if phase == STEP and self._sensing is not None:
             sensed = self._sensing.sense(self.engine)
+            factors = self._sensing.factors
+            if self._control is not None and factors is not None:
+                sensed = self._control.decide(self.engine, self.agents, sensed, factors)
             self._record(t, {h: a.step(sensed[h]) for h, a in self.agents.items()})
             self._plan(t)
             return

@@ -1,0 +1,208 @@
+"""DSR-IOV VF scheduling (:func:`sova.policy.vfsched.schedule`) as one array pass over the
+VMs of any number of hosts.
+
+:func:`schedule_hosts` is the implementation: a host agent calls it with its one host
+(:func:`schedule_one`, what the VF policies use) and a simulated world with every host at
+once (``sova.sim.fleet_control``). :func:`sova.policy.vfsched.schedule` stays as the
+readable specification; ``tests/test_vfkernel.py`` holds the two equal on random
+heterogeneous clusters.
+
+Rows are VMs, each with its host's index. Ties the specification breaks by VM name are
+broken by ``name_rank`` (any numbering in the names' order). The greedy tolerance groups
+are sequential inside a host, so that step loops over rank positions (as many iterations
+as the largest host has VMs), each one vectorised over all hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
+
+
+@dataclass(frozen=True)
+class VFRows:
+    """What the scheduler knows of each VM this period, one row per VM (any order)."""
+
+    host: np.ndarray  # int64: the VM's host (index into vf_count)
+    name_rank: np.ndarray  # int64: the names' order (ties go to the smaller)
+    io_score: np.ndarray
+    net_score: np.ndarray
+    has_traffic: np.ndarray  # bool
+    eligible: np.ndarray  # bool
+    holder: np.ndarray  # bool: holds a VF now
+    since: np.ndarray  # when a holder got its VF (ignored for the others)
+
+
+@dataclass(frozen=True)
+class VFSchedule:
+    """The period's decision for every row."""
+
+    passed: np.ndarray  # bool: eligible and through the I/O filter
+    rank: np.ndarray  # int64: position in its host's ranking (0 = best), -1 = not ranked
+    pq: np.ndarray  # bool: holds a VF after this period
+    dwell: np.ndarray  # bool: in the PQ because its dwell time protects it
+    ranked: np.ndarray  # int64: the host's ranking rows, hosts in index order
+
+
+def _segments(keys_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted keys: the start of each element's run of equal keys, and its position
+    inside the run."""
+    n = keys_sorted.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    new = np.r_[True, keys_sorted[1:] != keys_sorted[:-1]]
+    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    return start, np.arange(n) - start
+
+
+def _cumcount(host_sorted: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """For rows sorted by host: the flagged rows of the same host up to this one, inclusive."""
+    cs = np.cumsum(flag)
+    start, _ = _segments(host_sorted)
+    before = np.where(start > 0, cs[np.maximum(start - 1, 0)], 0)
+    return np.asarray(cs - before)
+
+
+def schedule_hosts(
+    rows: VFRows, vf_count: np.ndarray, now_s: float, config: VFSchedulerConfig
+) -> VFSchedule:
+    """One scheduling period of every host: :func:`~sova.policy.vfsched.schedule` per host."""
+    if vf_count.size and int(vf_count.min()) < 0:
+        raise ValueError(f"vf_count must be >= 0, got {int(vf_count.min())}")
+    host, name_rank = rows.host, rows.name_rank
+    n = host.size
+    # a holder's scores count (1 + hysteresis) times, in the filter and in the ranking
+    boost = np.where(rows.holder, 1.0 + config.hysteresis, 1.0)
+    netb, iob = rows.net_score * boost, rows.io_score * boost
+    passed = rows.eligible.copy()
+    if config.io_filter == "threshold":
+        passed &= iob >= config.io_threshold
+    elif config.top_q:
+        e = np.flatnonzero(passed)
+        order = e[np.lexsort((name_rank[e], -iob[e], host[e]))]
+        _, pos = _segments(host[order])
+        passed[order[pos >= config.top_q]] = False
+    active = np.flatnonzero(passed & rows.has_traffic)
+    # tolerance groups, formed greedily from each host's leader down
+    order = active[np.lexsort((name_rank[active], -netb[active], host[active]))]
+    start, pos = _segments(host[order])
+    group = np.zeros(order.size, dtype=np.int64)
+    leader = np.zeros(order.size)  # at each host's first row: its current group's leader
+    nb = netb[order]
+    for j in range(int(pos.max()) + 1 if order.size else 0):
+        at = np.flatnonzero(pos == j)
+        s = start[at]
+        if j == 0:
+            leader[s] = nb[at]
+            continue
+        same = nb[at] >= leader[s] / (1.0 + config.tolerance)
+        group[at] = group[at - 1] + ~same
+        leader[s] = np.where(same, leader[s], nb[at])
+    g_of = np.zeros(n, dtype=np.int64)
+    g_of[order] = group
+    ranked = active[np.lexsort((name_rank[active], -iob[active], g_of[active], host[active]))]
+    hr = host[ranked]
+    _, rpos = _segments(hr)
+    rank = np.full(n, -1, dtype=np.int64)
+    rank[ranked] = rpos
+    # holders inside their dwell keep their VF whatever their rank (up to the pool), the
+    # rest of the pool goes down the ranking
+    prot = rows.holder[ranked] & (now_s - rows.since[ranked] < config.min_dwell_s)
+    vfc = vf_count[hr]
+    kept = prot & (_cumcount(hr, prot) <= vfc)
+    n_kept = np.bincount(hr, kept, minlength=vf_count.size).astype(np.int64)
+    rest = ~prot
+    fill = rest & (_cumcount(hr, rest) <= np.maximum(vfc - n_kept[hr], 0))
+    pq = np.zeros(n, dtype=bool)
+    pq[ranked[kept | fill]] = True
+    dwell = np.zeros(n, dtype=bool)
+    dwell[ranked[kept]] = True
+    return VFSchedule(passed=passed, rank=rank, pq=pq, dwell=dwell, ranked=ranked)
+
+
+class Decisions:
+    """Hosts' :class:`~sova.policy.vfsched.VFDecision` from one :func:`schedule_hosts`
+    result (the arrays are read into lists once for all hosts)."""
+
+    def __init__(
+        self, names: Sequence[str], rows: VFRows, result: VFSchedule, config: VFSchedulerConfig
+    ) -> None:
+        self.names, self.config = names, config
+        self.eligible, self.passed = rows.eligible.tolist(), result.passed.tolist()
+        self.traffic, self.pq = rows.has_traffic.tolist(), result.pq.tolist()
+        self.dwell, self.io = result.dwell.tolist(), rows.io_score.tolist()
+        # the top-q filter lists its VMs best first by boosted I/O score, then name
+        self.io_key: list[tuple[float, int]] = []
+        if config.io_filter != "threshold":
+            boost = np.where(rows.holder, 1.0 + config.hysteresis, 1.0)
+            key = (-(rows.io_score * boost)).tolist()
+            self.io_key = list(zip(key, rows.name_rank.tolist(), strict=True))
+
+    def of(self, members: Sequence[int], ranking: Sequence[int], vf_count: int) -> VFDecision:
+        """One host's decision: ``members`` are its rows in the candidates' order,
+        ``ranking`` its ranked rows best first."""
+        names, eligible, passed = self.names, self.eligible, self.passed
+        reasons: dict[str, str] = {}
+        # the specification's order of reasons: ineligible, filtered, no traffic, ranked
+        for i in members:
+            if not eligible[i]:
+                reasons[names[i]] = "ineligible (migrating or no failover backup)"
+        metric = self.config.io_metric
+        for i in members:
+            if eligible[i] and not passed[i]:
+                reasons[names[i]] = f"filtered: {metric}={self.io[i]:.2f}"
+        quiet = [i for i in members if passed[i] and not self.traffic[i]]
+        if self.config.io_filter != "threshold":
+            quiet.sort(key=self.io_key.__getitem__)
+        for i in quiet:
+            reasons[names[i]] = "no traffic in window"
+        total = len(ranking)
+        pq: list[str] = []
+        for k, i in enumerate(ranking):
+            vm = names[i]
+            if self.pq[i]:
+                pq.append(vm)
+                late = " (dwell)" if self.dwell[i] and k >= vf_count else ""
+                reasons[vm] = f"rank {k + 1} of {total}{late}"
+            else:
+                reasons[vm] = f"rank {k + 1} of {total}, below the {vf_count} VFs"
+        chosen = set(pq)
+        gq = tuple(sorted(names[i] for i in members if names[i] not in chosen))
+        return VFDecision(
+            pq=tuple(pq), gq=gq, ranking=tuple(names[i] for i in ranking), reasons=reasons
+        )
+
+
+def schedule_one(
+    candidates: Sequence[Candidate],
+    holders: Mapping[str, float],
+    vf_count: int,
+    now_s: float,
+    config: VFSchedulerConfig,
+) -> VFDecision:
+    """:func:`schedule_hosts` for one host, with :func:`~sova.policy.vfsched.schedule`'s
+    arguments and result (a host agent's VF policy calls this)."""
+    if vf_count < 0:
+        raise ValueError(f"vf_count must be >= 0, got {vf_count}")
+    unique = list(candidates)  # one per VM, as a host's inventory lists them
+    names = [c.vm for c in unique]
+    by_name = sorted(range(len(names)), key=names.__getitem__)
+    name_rank = np.empty(len(names), dtype=np.int64)
+    name_rank[by_name] = np.arange(len(names))
+    rows = VFRows(
+        host=np.zeros(len(names), dtype=np.int64),
+        name_rank=name_rank,
+        io_score=np.array([c.io_score for c in unique], dtype=float),
+        net_score=np.array([c.net_score for c in unique], dtype=float),
+        has_traffic=np.array([c.has_traffic for c in unique], dtype=bool),
+        eligible=np.array([c.eligible for c in unique], dtype=bool),
+        holder=np.array([vm in holders for vm in names], dtype=bool),
+        since=np.array([holders.get(vm, now_s) for vm in names], dtype=float),
+    )
+    result = schedule_hosts(rows, np.array([vf_count], dtype=np.int64), now_s, config)
+    members = range(len(names))
+    return Decisions(names, rows, result, config).of(members, result.ranked.tolist(), vf_count)

@@ -1,0 +1,124 @@
+"""Every host's VF scheduling of a simulated world in one pass of the policy's kernel.
+
+Each control period :meth:`HostAgent.step` builds its host's candidates and runs the VF
+policy; for the scheduling policies (``dsr-iov``, ``sova``: ``VFPolicy.schedules``) that
+is :func:`~sova.policy.vfkernel.schedule_hosts` on one host. Here the world runs the same
+kernel once for every host, from the sensing pass's factor arrays
+(:class:`~sova.sim.fleet_sensing.FleetSensing`) and the engine's VM state, and hands each
+agent its host's decision (``Sensed.vf``). An agent whose decision could differ from the
+one the world computed decides for itself as before: a host not yet measured (the policy
+keeps its holders), with an operation in flight (its outcome may change the dwell times),
+with the manager's migration signal (the chosen VM stops being a candidate) or with
+operator fences.
+
+A host whose decided holders are the ones it has, at the rates it has, with nothing in
+flight and nothing leaving, is *settled* (``Sensed.settled``): its agent skips the
+reconcile, which would plan nothing. So the executor, the planner and the operations run
+only on hosts where something happens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sova.agent.loop import HostAgent, Sensed
+from sova.policy.kernels import SensedFactors
+from sova.policy.vfkernel import Decisions, VFRows, schedule_hosts
+from sova.sim.engine import Engine
+from sova.sim.state import INF
+
+
+class FleetControl:
+    def __init__(self, engine: Engine, agents: dict[str, HostAgent]) -> None:
+        first = next(iter(agents.values()))
+        self.scheduler = first.scheduler
+        names = engine.vm_names
+        order = sorted(range(len(names)), key=names.__getitem__)
+        self.name_rank = np.empty(len(names), dtype=np.int64)
+        self.name_rank[order] = np.arange(len(names))
+        self.pool = np.array([h.nic.vf_pool for h in engine.hosts], dtype=np.int64)
+        # tiers give holders rates from their demand: such a host is never settled here
+        self.tiered = np.array([bool(h.nic.tiers_bps) for h in engine.hosts], dtype=bool)
+
+    @staticmethod
+    def applies(agents: dict[str, HostAgent]) -> bool:
+        """Whether the world's agents schedule with the kernel (one config for all)."""
+        first = next(iter(agents.values()), None)
+        return first is not None and first.vf_policy.schedules
+
+    def decide(
+        self,
+        engine: Engine,
+        agents: dict[str, HostAgent],
+        sensed: dict[str, Sensed],
+        factors: SensedFactors,
+    ) -> dict[str, Sensed]:
+        """Each host's sensing with its VF decision where the world can make it."""
+        e = engine
+        now = e.env.now
+        host = e.host
+        hosts = e.host_names
+        # hosts whose agent decides as the kernel here would (see the module's docstring)
+        mine = np.array(
+            [
+                sensed[h].measured
+                and not a.executor.in_flight
+                and not a.signalled
+                and not a.vf_freeze_host
+                and not a.vf_freeze_vms
+                for h, a in ((h, agents[h]) for h in hosts)
+            ],
+            dtype=bool,
+        )
+        if not mine.any():
+            return sensed
+        leaving = np.zeros(e.N, dtype=bool)
+        since = np.full(e.N, now)
+        index = e.vm_index
+        # an agent's own records count for the VMs on its host only (a VM that left is
+        # the target's now)
+        for hi, h in enumerate(hosts):
+            a = agents[h]
+            for vm in a.migrating:
+                i = index[vm]
+                if host[i] == hi:
+                    leaving[i] = True
+            for vm, t in a.vf_since.items():
+                i = index[vm]
+                if host[i] == hi:
+                    since[i] = t
+        cfg = self.scheduler
+        rows = VFRows(
+            host=host,
+            name_rank=self.name_rank,
+            io_score=factors.io_degree if cfg.io_metric == "io_degree" else factors.io_factor,
+            net_score=factors.net_degree if cfg.net_metric == "net_degree" else factors.net_factor,
+            has_traffic=factors.has_traffic,
+            eligible=e.ready & ~e.migrating & ~leaving,
+            holder=e.on_vf.copy(),
+            since=since,
+        )
+        result = schedule_hosts(rows, self.pool, now, cfg)
+        holder = rows.holder
+        changes = np.bincount(host, result.pq != holder, minlength=e.H) > 0
+        rated = holder & ((e.vf_max < INF) | (e.vf_min > 0))
+        settled = ~changes & ~self.tiered & (np.bincount(host, rated, minlength=e.H) == 0)
+        # rows by host, each host's VMs in name order (the agent's candidates' order)
+        by_host = np.lexsort((self.name_rank, host))
+        m_cut = np.searchsorted(host[by_host], np.arange(e.H + 1)).tolist()
+        r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
+        by_host_l, ranked_l = by_host.tolist(), result.ranked.tolist()
+        decisions = Decisions(e.vm_names, rows, result, cfg)
+        pool, settled_l = self.pool.tolist(), settled.tolist()
+        out = dict(sensed)
+        for hi in np.flatnonzero(mine).tolist():
+            h = hosts[hi]
+            vf = decisions.of(
+                by_host_l[m_cut[hi] : m_cut[hi + 1]],
+                ranked_l[r_cut[hi] : r_cut[hi + 1]],
+                pool[hi],
+            )
+            s = sensed[h]
+            quiet = settled_l[hi] and not agents[h].migrating
+            out[h] = Sensed(s.factors, s.measured, s.loads, vf, quiet)
+        return out
