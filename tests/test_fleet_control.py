@@ -101,3 +101,32 @@ def test_settled_hosts_plan_nothing_and_moving_hosts_act() -> None:
     assert (True, True) in seen
     assert (True, False) in seen
     assert all(vf or not settled for vf, settled in seen)
+
+
+@pytest.mark.parametrize(("name", "policy"), [("sova-tour", "sova"), ("sova-fig6", "sova")])
+def test_inventories_read_again_only_where_a_vm_changed_equal_fresh_reads(
+    name: str, policy: str
+) -> None:
+    # the world reuses a host's last inventory when no VM's state in the driver's view
+    # changed; every reuse must equal what the driver would read now (VF moves, limits
+    # set every second, a live migration in sova-tour and sova-fig6)
+    scn = _scenario(name, 600.0 if name == "sova-tour" else 300.0)
+    spec = next(p for p in scn.policy_specs if p.name == policy)
+    world = World(scn, spec)
+    control = world._control
+    assert control is not None
+    read = control._inventories
+    reused = 0
+
+    def check(e: Any, hosts: list[int]) -> Any:
+        nonlocal reused
+        before = dict(control.read)
+        out = read(e, hosts)
+        for h, inv in out.items():
+            assert inv == e.inventory(h), h
+            reused += inv is before.get(h)
+        return out
+
+    control._inventories = check  # type: ignore[method-assign]
+    world.run_until(scn.duration)
+    assert reused > 0

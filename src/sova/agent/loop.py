@@ -91,6 +91,9 @@ class Sensed:
     # the world found the decided VF holders and rates already in place, nothing in
     # flight and nothing leaving: the period has nothing to reconcile
     settled: bool = False
+    # the host's inventory when the world read it for the agent (what driver.inventory()
+    # would return now)
+    actual: Inventory | None = None
 
 
 @dataclass(frozen=True)
@@ -379,9 +382,13 @@ class HostAgent:
 
     def step(self, sensed: Sensed | None = None) -> StepReport:
         """One control period: sense (or take ``sensed``), decide, plan, apply."""
-        self.executor.poll()
+        if sensed is None or not sensed.settled:
+            self.executor.poll()  # (a settled host has nothing in flight)
         now = self.driver.now()
-        actual = self.snapshot = self.driver.inventory()
+        if sensed is not None and sensed.actual is not None:
+            actual = self.snapshot = sensed.actual
+        else:
+            actual = self.snapshot = self.driver.inventory()
         if sensed is not None and sensed.loads is not None:
             load = self._take_loads(sensed.loads)
         else:

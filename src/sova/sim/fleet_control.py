@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from sova.agent.loop import HostAgent, Sensed
+from sova.model import Inventory
 from sova.policy.kernels import SensedFactors
 from sova.policy.vfkernel import Decisions, VFRows, schedule_hosts
 from sova.sim.engine import Engine
@@ -39,6 +40,10 @@ class FleetControl:
         self.pool = np.array([h.nic.vf_pool for h in engine.hosts], dtype=np.int64)
         # tiers give holders rates from their demand: such a host is never settled here
         self.tiered = np.array([bool(h.nic.tiers_bps) for h in engine.hosts], dtype=bool)
+        # the last period's reading of each host this world read for its agent, and the
+        # VM state it was read from (see _inventories)
+        self.read: dict[str, Inventory] = {}
+        self.state: tuple[np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def applies(agents: dict[str, HostAgent]) -> bool:
@@ -111,7 +116,9 @@ class FleetControl:
         decisions = Decisions(e.vm_names, rows, result, cfg)
         pool, settled_l = self.pool.tolist(), settled.tolist()
         out = dict(sensed)
-        for hi in np.flatnonzero(mine).tolist():
+        mine_l = np.flatnonzero(mine).tolist()
+        inventories = self._inventories(e, mine_l)
+        for hi in mine_l:
             h = hosts[hi]
             vf = decisions.of(
                 by_host_l[m_cut[hi] : m_cut[hi + 1]],
@@ -120,5 +127,33 @@ class FleetControl:
             )
             s = sensed[h]
             quiet = settled_l[hi] and not agents[h].migrating
-            out[h] = Sensed(s.factors, s.measured, s.loads, vf, quiet)
+            out[h] = Sensed(s.factors, s.measured, s.loads, vf, quiet, inventories[h])
         return out
+
+    def _inventories(self, e: Engine, hosts: list[int]) -> dict[str, Inventory]:
+        """Each host's inventory (the driver's view, ``Engine.inventory``), read again only
+        for hosts where a VM's state in that view changed since the last period (most
+        hosts change nothing in a period). Another host's step cannot change this host's
+        VMs (an operation changes its own VM, and only when the clock runs), so reading
+        every host before the steps gives what each would read at its own step."""
+        # every column Engine.inventory reads, and which host each VM is on
+        cols = np.stack(
+            (e.on_vf, e.vf_index, e.vf_max, e.vf_min, e.guest_limit, e.ready, e.migrating)
+        ).astype(np.float64)
+        host = e.host.copy()
+        prev, self.state = self.state, (cols, host)
+        changed = np.ones(e.H, dtype=bool)
+        if prev is not None:
+            moved = (cols != prev[0]).any(axis=0) | (host != prev[1])
+            changed = (np.bincount(host[moved], minlength=e.H) > 0) | (
+                np.bincount(prev[1][moved], minlength=e.H) > 0
+            )
+        names, last = e.host_names, self.read
+        fresh = changed.tolist()
+        self.read = {
+            names[hi]: (
+                e.inventory(names[hi]) if fresh[hi] or names[hi] not in last else last[names[hi]]
+            )
+            for hi in hosts
+        }
+        return self.read
