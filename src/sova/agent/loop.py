@@ -24,7 +24,7 @@ Two more loops share the executor:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -173,6 +173,48 @@ def operation_table(
     return out
 
 
+class VMLoadReports(Mapping[str, VMLoad]):
+    """A host's VM loads as the migration policy sees them (:meth:`HostAgent.host_report`),
+    built when first read. A manager's round reads the VMs of the few hosts it may move a
+    VM off or onto, so a simulated world of thousands of hosts builds those instead of
+    every VM's every period; what is built is what the agent had when it reported."""
+
+    __slots__ = ("_args", "_built")
+
+    def __init__(
+        self, loads: Mapping[str, LoadShares], actual: Inventory, migrating: frozenset[str]
+    ) -> None:
+        # the agent replaces its loads each period, never changes them: no copy needed
+        self._args = (loads, actual, migrating)
+        self._built: dict[str, VMLoad] | None = None
+
+    def _reports(self) -> dict[str, VMLoad]:
+        if self._built is None:
+            loads, actual, migrating = self._args
+            self._built = {
+                vm: VMLoad(
+                    Utilisation(s.cpu, s.mem, s.net),
+                    actual.vms[vm].vm.memory_bytes,
+                    migrating=vm in migrating,
+                )
+                for vm, s in loads.items()
+                if vm in actual.vms
+            }
+        return self._built
+
+    def __getitem__(self, vm: str) -> VMLoad:
+        return self._reports()[vm]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reports())
+
+    def __len__(self) -> int:
+        return len(self._reports())
+
+    def __reduce__(self) -> tuple[type[dict[str, VMLoad]], tuple[dict[str, VMLoad]]]:
+        return dict, (self._reports(),)  # travels as the plain mapping it is
+
+
 class HostAgent:
     def __init__(
         self,
@@ -277,16 +319,8 @@ class HostAgent:
             )
         return out
 
-    def _vm_load_reports(self, actual: Inventory) -> dict[str, VMLoad]:
-        return {
-            vm: VMLoad(
-                Utilisation(s.cpu, s.mem, s.net),
-                actual.vms[vm].vm.memory_bytes,
-                migrating=vm in self.migrating,
-            )
-            for vm, s in self.last_vm_loads.items()
-            if vm in actual.vms
-        }
+    def _vm_load_reports(self, actual: Inventory) -> VMLoadReports:
+        return VMLoadReports(self.last_vm_loads, actual, frozenset(self.migrating))
 
     def decide(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
@@ -258,7 +258,9 @@ class ManagerCore:
             self._skip[host] -= 1  # it spans the migration's copy: not the new placement
         else:
             window.append(load)
-        self.vms[host] = dict(vms)
+        # kept as given unless the caller could change it afterwards (an agent's report
+        # builds its VMs' loads when first read: most hosts' are never read)
+        self.vms[host] = dict(vms) if isinstance(vms, MutableMapping) else vms
         self.locate(host, vms)
         return closed
 
