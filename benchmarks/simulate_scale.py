@@ -138,6 +138,28 @@ per-tick statistics only) takes 0.74-0.82 CPU-s per 300 s at 1,000 x 3 (median o
 ~1.1 M VM-steps per CPU-s as a ceiling, below 10x CloudSim Plus's ~230 k VM-steps per CPU-s
 over an hour; the per-tick arithmetic (many small numpy calls) must be fused (fewer, larger
 array calls, or a compiled kernel) to reach the issue's target.
+
+Issue 23, fifth session, branch speedctl: the VF scheduling is one kernel over any number of
+hosts (``sova.policy.vfkernel``; ``vfsched.schedule`` stays its specification, held equal by
+property tests on random heterogeneous clusters). The VF policies call it for their one host;
+the world calls it once for every host (``sova.sim.fleet_control``) and hands each agent its
+decision, and a host whose decided holders and rates are in place, with nothing in flight or
+leaving, skips the reconcile; the world re-reads a host's inventory only where a VM's state
+changed (about 15 % of the host-periods here: the bandwidth loop moves limits on most hosts
+every period); an agent's per-VM load report is built when the manager reads it. Golden
+outputs unchanged. Simulation only (``run_policy``), CPU seconds, alternating before/after,
+load average 8-12 on the 2 cores:
+
+    size (hosts x VMs x s)   before (main 834e2c2): CPU s   after   VM-steps per CPU-s
+    1,000 x 3 x 300                   5.91 (5.57-5.98)   4.94 (4.79-5.15)   152,000 -> 182,000
+
+(1.20x). By phase (one run each, ``process_time`` around each part): the agents' control
+steps with the world's scheduling 2.36 -> 1.89 CPU-s (of which the all-hosts scheduling,
+inventories and per-host decisions 0.74), the manager's round with the reports 1.11 -> 0.80;
+the rest is unchanged: sensing 0.53, timeline rows 0.59, the engine's tick 0.61, the
+bandwidth loop. What remains of the control step is per host but small: each host's
+``StepReport`` (inventory, operation table, decision objects), which ``World._record`` reads
+for the timeline; built from arrays, with the timeline kept as columns, it would go.
 """
 
 from __future__ import annotations
