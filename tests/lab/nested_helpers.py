@@ -17,6 +17,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def tier_settings() -> Any:
+    """The tier's own lab (directory, name prefix): never an operator's `sova lab up
+    --sriov` (prefix ``svn``), never the namespace testbed's (``svt-``)."""
+    from sova.lab.nested import NestedSettings
+
+    return NestedSettings(
+        root=Path("/var/lib/sova-lab-sriov-test"), prefix="svs", l1s=2, boot_timeout_s=420.0
+    )
+
+
 def nested_lab_session() -> Iterator[Any]:
     """Two L1s booted once for the whole nested tier (the tests/lab conftest's
     ``nested_lab``): one boot of two L1s costs about what one L1 did alone, and each
@@ -28,9 +38,7 @@ def nested_lab_session() -> Iterator[Any]:
     why = nested_mod.unavailable()
     if why:
         pytest.skip(why)
-    ns = nested_mod.NestedSettings(
-        root=Path("/var/lib/sova-lab-sriov-test"), prefix="svt", l1s=2, boot_timeout_s=420.0
-    )
+    ns = tier_settings()
     nested_mod.down(ns)
     try:
         state = nested_mod.up(ns, ROOT, say=print)
@@ -139,15 +147,36 @@ def guest_sh(ga: Any, dom: Any, script: str) -> str:
 
 
 def wait_guest_agent(ga: Any, dom: Any, timeout_s: float = 600.0) -> float:
-    """Seconds until the guest agent answers (the L2 kernel is up: hot-plug needs pciehp)."""
+    """Seconds until the guest agent answers (the L2 kernel is up: hot-plug needs pciehp).
+
+    Only the guest agent's silence is waited for: a domain that stopped running or an L1
+    whose libvirt no longer answers fails at once, naming it (a run waited 600 s on a
+    guest whose L1 had been killed under it: docs/lab.md#nested)."""
+    import libvirt
+
     t0 = time.monotonic()
     while True:
         try:
             ga.command(dom, "guest-ping")
             return time.monotonic() - t0
-        except Exception:
+        except Exception as e:
+            try:
+                running = dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+            except libvirt.libvirtError as lost:
+                raise AssertionError(f"{dom.name()}: its L1's libvirt is gone: {lost}") from e
+            assert running, f"{dom.name()} is not running (state {dom.state()}): {e}"
             assert time.monotonic() - t0 < timeout_s, f"no guest agent after {timeout_s:g} s"
-            time.sleep(3)
+            time.sleep(1)
+
+
+def wait_guest_agents(ga: Any, doms: dict[str, Any], timeout_s: float = 600.0) -> dict[str, float]:
+    """Every guest's guest agent up (they boot in parallel): seconds each, from now."""
+    t0 = time.monotonic()
+    up: dict[str, float] = {}
+    for name, dom in doms.items():
+        wait_guest_agent(ga, dom, max(1.0, timeout_s - (time.monotonic() - t0)))
+        up[name] = round(time.monotonic() - t0, 1)
+    return up
 
 
 def wait_agent_started(log: Path, timeout_s: float = 600.0) -> float:
@@ -156,7 +185,7 @@ def wait_agent_started(log: Path, timeout_s: float = 600.0) -> float:
     t0 = time.monotonic()
     while "sova agent for" not in (log.read_text(errors="replace") if log.exists() else ""):
         assert time.monotonic() - t0 < timeout_s, f"the agent in L1 not started: {log}"
-        time.sleep(2)
+        time.sleep(0.5)
     return time.monotonic() - t0
 
 

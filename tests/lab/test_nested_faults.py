@@ -153,8 +153,6 @@ def test_the_agent_killed_mid_plug_is_reconciled_from_the_live_xml(nested):
 
     ns = nested
     conn = libvirt.open(ns.l1_uri(1))
-    dom = conn.defineXML(l2_guest_xml(ns, 1, 1, _dtype(conn)))
-    dom.create()
     host = f"{ns.subnet}.1"
     ga = GuestAgent(command_timeout_s=10, exec_timeout_s=30.0)
     controller = {
@@ -166,10 +164,15 @@ def test_the_agent_killed_mid_plug_is_reconciled_from_the_live_xml(nested):
     toml = agent_toml(ns, 1, controller, vf_pool=1)
     sink = StreamSink(host, 5211)  # the guest's bulk stream lands here
     try:
-        wait_guest_agent(ga, dom)
-        guest_sh(ga, dom, f"nc {host} 5211 </dev/zero >/dev/null 2>&1 &")
+        # the agent first, in an idle L1 (its start took minutes beside a busy guest)
         log = start_agent(ns, 1, toml, ROOT)
+        t0 = time.monotonic()
         wait_agent_started(log)
+        print(f"agent started in {time.monotonic() - t0:.0f} s")
+        dom = conn.defineXML(l2_guest_xml(ns, 1, 1, _dtype(conn)))
+        dom.create()
+        print(f"guest agent up in {wait_guest_agent(ga, dom):.0f} s")
+        guest_sh(ga, dom, f"nc {host} 5211 </dev/zero >/dev/null 2>&1 &")
         deadline = time.monotonic() + 300
         while _hostdevs(dom) == 0:
             assert time.monotonic() < deadline, log.read_text(errors="replace")[-1500:]
@@ -179,7 +182,7 @@ def test_the_agent_killed_mid_plug_is_reconciled_from_the_live_xml(nested):
         print(f"agent killed {killed:.1f} s after the VF showed; log tail: {before[-800:]}")
         assert "stopped by SIGKILL" in before
         log = start_agent(ns, 1, toml, ROOT)
-        wait_agent_started(log)
+        print(f"agent restarted in {wait_agent_started(log):.0f} s")
         deadline = time.monotonic() + 120
         text = ""
         while not re.search(r"reconciled l1-1: .*VF holders \[g1\]", text):

@@ -14,7 +14,7 @@ below 4 GiB, which QEMU 10.0.2 needs (it maps a 64-bit VF BAR above 4 GiB at its
 bits only, and the VF's mailbox then reaches nothing); ``caching-mode=on`` lets VFIO in L1
 use the emulated VT-d; ``ICH9-LPC.noreboot=true`` after two spontaneous L1 resets.
 
-Everything lives in one network namespace (``<prefix>-l0``: the L0 bridge, one tap per L1
+Everything lives in one network namespace (``<prefix>l0``: the L0 bridge, one tap per L1
 NIC) joined to this machine by one veth, and under one directory; ``down`` kills what the
 ledger recorded, deletes the namespace and the veth, and removes the directory.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import compileall
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from sova.lab.daemons import LabError, kill_pids, ledger_pids, record_pid_at
+from sova.lab.qemu import LabQemu
+
+#: a nested lab's name prefix: no '-', so that no testbed prefix (``P-``) matches its names
+PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,5}$")
 
 #: Tools this machine needs for the nested lab (scripts/ci-setup-lab.sh installs them).
 TOOLS = ("ip", "unshare", "mmdebstrap", "mkfs.ext4", "qemu-img", "virsh", "apt-get", "dpkg")
@@ -52,9 +57,21 @@ class NestedSettings:
     subnet: str = "10.78.0"  # /24: this machine is .1, L1 n is .10+n
     boot_timeout_s: float = 300.0
 
+    def __post_init__(self) -> None:
+        if not PREFIX_RE.match(self.prefix):
+            raise LabError(
+                f"nested lab prefix: {self.prefix!r} is not 2-6 lower-case letters or digits "
+                "(no '-')"
+            )
+
     @property
     def netns(self) -> str:
-        return f"{self.prefix}-l0"
+        # no '-': the namespace testbed (tests/testbed, `sova testbed down --prefix P-`)
+        # kills every process in each namespace whose name starts with its prefix, which
+        # always ends in '-', and deletes the namespace. With `svt-l0` it took the tier's
+        # L1s and its veth (the route to 10.78.0.0/24 with it) while a CI run's testbed
+        # tests ran beside the tier (docs/lab.md#nested)
+        return f"{self.prefix}l0"
 
     @property
     def bridge(self) -> str:
@@ -165,17 +182,12 @@ def _network_up(ns: NestedSettings) -> None:
 def l1_command(
     ns: NestedSettings, qemu: Path, image: Path, n: int, repo: Path | None = None
 ) -> list[str]:
-    """The L1's QEMU 10, in the L0 namespace and a private mount namespace where QEMU 10's
-    own modules and firmware are bind-mounted over the machine's (QEMU 7.2's).
+    """The L1's QEMU 10, in the L0 namespace, laid over the machine's QEMU 7.2 the way the
+    ordinary lab lays it (:meth:`sova.lab.qemu.LabQemu.wrap`: a private mount namespace with
+    QEMU 10's binary, modules and firmware bind-mounted over the system's).
 
     With ``repo``, L1 n's run directory as a writable 9p share: the agent inside L1
     (scripts/lab/nested/l1/…/sova-l1-agent) takes its code and its file from there."""
-    prefix = qemu.parents[2]
-    binds = [
-        (prefix / "usr/lib/x86_64-linux-gnu/qemu", Path("/usr/lib/x86_64-linux-gnu/qemu")),
-        (prefix / "usr/share/qemu", Path("/usr/share/qemu")),
-        (prefix / "usr/share/seabios", Path("/usr/share/seabios")),
-    ]
     ctl, pf = ns.taps(n)
     disk = ns.root / f"l1-{n}.qcow2"
     args = [
@@ -205,13 +217,7 @@ def l1_command(
     ]  # fmt: skip
     if repo is not None:
         args += ["-virtfs", f"local,path={ns.run_dir(n)},mount_tag=sova-run,security_model=none"]
-    mounts = " && ".join(f"mount --bind '{a}' '{b}'" for a, b in binds)
-    inner = " ".join(f"'{a}'" for a in args)
-    return [
-        "ip", "netns", "exec", ns.netns,
-        "unshare", "--mount", "--propagation", "private",
-        "sh", "-c", f"{mounts} && exec {inner}",
-    ]  # fmt: skip
+    return ["ip", "netns", "exec", ns.netns, *LabQemu(qemu.parents[2]).wrap(args)]
 
 
 def _answers(uri: str) -> bool:
@@ -418,14 +424,25 @@ def _no_cache(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 def start_agent(ns: NestedSettings, n: int, toml: str, repo: Path) -> Path:
     """Hand L1 n's agent its code and its file (it waits for the file, docs/lab.md#nested);
-    its log path. A previous agent's log is kept as ``agent.log.<k>``."""
+    its log path. A previous agent's log is kept as ``agent.log.<k>``.
+
+    The code is the checkout as it was at this lab's first agent start: one archive per
+    lab (``<root>/sova-agent.tar.gz``, gone with ``down``), shared by every L1 and every
+    restart — building it (byte code, 31 MB of gzip) took L0 tens of seconds per start
+    beside two TCG L1s."""
     run = ns.run_dir(n)
     if (run / "agent.toml").exists():
         raise LabError(f"an agent already runs in L1 {n}: stop_agent first")
     log = run / "agent.log"
     if log.exists():
         log.rename(run / f"agent.log.{len(list(run.glob('agent.log.*'))) + 1}")
-    agent_bundle(repo, run / "sova-agent.tar.gz")
+    shared = ns.root / "sova-agent.tar.gz"
+    if not shared.exists():
+        tmp_bundle = ns.root / "sova-agent.tar.gz.tmp"
+        agent_bundle(repo, tmp_bundle)
+        tmp_bundle.rename(shared)
+    if not (run / "sova-agent.tar.gz").exists():
+        os.link(shared, run / "sova-agent.tar.gz")
     tmp = run / "agent.toml.tmp"
     tmp.write_text(toml)
     tmp.rename(run / "agent.toml")  # the agent never reads half a file
