@@ -41,7 +41,29 @@ def nested(nested_lab: Any) -> Iterator[Any]:
         yield ns
 
 
-def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nested):
+@pytest.fixture(scope="module")
+def prebooted(nested: Any) -> Iterator[dict[str, Any]]:
+    """g1 and g2 of the agent test, defined and started at the module's start: their
+    boots (minutes under load) overlap the driver test's instead of following it. Idle
+    until the agent test starts their loads."""
+    import libvirt
+
+    from sova.lab.nested import l2_guest_xml
+
+    conn = libvirt.open(nested.l1_uri(1))
+    caps = conn.getCapabilities()
+    dtype = "kvm" if "type='kvm'" in caps or 'type="kvm"' in caps else "qemu"
+    doms = {}
+    try:
+        for k in (1, 2):
+            doms[f"g{k}"] = conn.defineXML(l2_guest_xml(nested, 1, k, dtype))
+            doms[f"g{k}"].create()
+        yield doms
+    finally:
+        conn.close()
+
+
+def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nested, prebooted):
     import libvirt  # type: ignore[import-untyped]
 
     from sova.driver.base import OpState
@@ -103,7 +125,7 @@ def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nes
         conn.close()
 
 
-def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(nested):
+def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(nested, prebooted):
     """`sova agent` inside L1 (sriov-vf + teaming, DSR-IOV top-q, standalone, a pool of one
     VF) gives the VF to the guest that sends, takes it back when the loads swap and gives it
     to the other guest. The guests' own traffic (busybox nc to this machine) and CPU burners
@@ -123,12 +145,10 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
 
     from sova.driver.guest_agent import GuestAgent
     from sova.lab.loads import ping_gaps
-    from sova.lab.nested import agent_toml, l2_guest_xml, start_agent
+    from sova.lab.nested import agent_toml, start_agent
 
     uri = nested.l1_uri(1)
     conn = libvirt.open(uri)
-    caps = conn.getCapabilities()
-    dtype = "kvm" if "type='kvm'" in caps or 'type="kvm"' in caps else "qemu"
     names = ["g1", "g2"]
     ips = {g: nested.l2_ip(1, k) for k, g in enumerate(names, start=1)}
     doms = {}
@@ -146,13 +166,12 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
     }
     t_start = time.time()
     try:
-        # the agent first, in an idle L1: its start took minutes beside busy guests and
-        # under one in an idle L1 (docs/lab.md#nested); it takes the guests in as they come
+        # the agent first, its guests idle: its start took minutes beside busy guests and
+        # under one in an idle L1 (docs/lab.md#nested)
         agent_log = start_agent(nested, 1, agent_toml(nested, 1, controller, vf_pool=1), ROOT)
         print(f"agent in L1 started after {wait_agent_started(agent_log):.0f} s")
-        for k, g in enumerate(names, start=1):  # both boot at once
-            doms[g] = conn.defineXML(l2_guest_xml(nested, 1, k, dtype))
-            doms[g].create()
+        for g in names:  # booted with the module (idle so far)
+            doms[g] = conn.lookupByName(prebooted[g].name())
         # guest agent up (the L2 kernel is: hot-plug needs its pciehp)
         print(f"guest agents up after {wait_guest_agents(ga, doms)} s")
         for g in names:
