@@ -185,20 +185,21 @@ def _cluster(ns: Any) -> Iterator[Cluster]:
             "host_cpus": 2,
             "host_memory_mib": 2048,
         }
-        # the agents first, in L1s with no guest yet: unpacking and importing the agent
-        # took 6 min in an L1 with two busy L2s beside it and under 1 min in an idle one
-        # (run 2, docs/lab.md#nested); the agent takes the guests in as they appear
+        for k, g in enumerate(names, start=1):  # both boot at once
+            doms[g] = conns[1].defineXML(l2_guest_xml(ns, 1, k, dtype))
+            doms[g].create()
+        up = wait_guest_agents(ga, doms)
+        print(f"guest agents up {up} s after their start, at +{time.time() - t_start:.0f} s")
+        # the agents once the guests are up and before their loads start: unpacking and
+        # importing the agent took 6 min in an L1 with two busy L2s beside it and under 1
+        # min in an idle one (run 2, docs/lab.md#nested); not before the guests' boot,
+        # whose CPU made L1 1 hot: the manager moved a booting guest (this session's run)
         for n in (1, 2):
             h = f"l1-{n}"
             start_agent(ns, n, agent_toml(ns, n, controller, None, (url, tokens[h]), lv), ROOT)
         for n in (1, 2):
             wait_agent_started(ns.run_dir(n) / "agent.log")
         print(f"agents started at +{time.time() - t_start:.0f} s")
-        for k, g in enumerate(names, start=1):  # both boot at once
-            doms[g] = conns[1].defineXML(l2_guest_xml(ns, 1, k, dtype))
-            doms[g].create()
-        up = wait_guest_agents(ga, doms)
-        print(f"guest agents up {up} s after their start, at +{time.time() - t_start:.0f} s")
         for g in names:
             r = subprocess.run(["ping", "-c", "1", "-W", "60", ips[g]], capture_output=True)
             assert r.returncode == 0, f"{g} at {ips[g]}: {r.stdout.decode()[-200:]}"
