@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from sova.agent.executor import Outcome, Result
 from sova.model import AttachVF, Migrate, SetGuestRateLimit
 from sova.record import (
@@ -96,3 +101,113 @@ def test_measured_rates_from_two_counter_readings() -> None:
     assert measured_rates(a, b, 2.0) == (100.0, 20.0, 0.5)
     assert measured_rates(None, b, 2.0) == (0.0, 0.0, 0.0)
     assert measured_rates(b, a, 2.0) == (0.0, 0.0, 0.0)  # counters reset: no negative traffic
+
+
+# --------------------------------------------------------------------------- the timeline
+
+
+def _rows_strategy() -> Any:
+    from hypothesis import strategies as st
+
+    from sova.record import TimelineRow
+
+    num = st.floats(allow_nan=True, allow_infinity=True) | st.floats(-1e4, 1e4)
+    opt = st.none() | num
+    text = st.sampled_from(["h1", "vm,2", 'q"uote', "", "vf", "virtio", "ü"])
+    row = st.builds(
+        TimelineRow,
+        policy=text,
+        time_s=num,
+        host=text,
+        vm=text,
+        nic=text,
+        vf_rate_mbps=opt,
+        tx_mbps=num,
+        rx_mbps=num,
+        cpu_usage=num,
+        io_degree=num,
+        net_factor=num,
+        net_degree=num,
+        io_factor=num,
+        offered_mbps=opt,
+        response_ms=opt,
+        limit_mbps=opt,
+    )
+    return st.lists(row, max_size=40)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Rows equal value for value, a NaN equal to a NaN (and None only to None)."""
+    import math
+
+    def cell(x: Any, y: Any) -> bool:
+        if isinstance(x, float) and isinstance(y, float) and math.isnan(x):
+            return math.isnan(y)
+        return bool(x == y) and type(x) is type(y)
+
+    return all(cell(getattr(a, c), getattr(b, c)) for c in TIMELINE_COLUMNS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=_rows_strategy(), chunk=st.integers(1, 7), spill=st.booleans())
+def test_the_timeline_as_columns_gives_back_its_rows_and_their_csv_bytes(
+    tmp_path_factory: Any, rows: list[Any], chunk: int, spill: bool
+) -> None:
+    """Rows in, the same rows out (None apart from NaN, across chunk boundaries, from a
+    temporary file past the spill size, through pickling), and the column writer's CSV
+    byte for byte the row writer's."""
+    import pickle
+
+    from sova.record import SPILL_BYTES, Timeline
+    from sova.sim.output import timeline_blocks
+    from sova.writer import cells, write_csv, write_csv_columns
+
+    tl = Timeline(rows[: len(rows) // 2], chunk_rows=chunk, spill_bytes=0 if spill else SPILL_BYTES)
+    for r in rows[len(rows) // 2 :]:
+        tl.append(r)
+    assert len(tl) == len(rows)
+    copied = pickle.loads(pickle.dumps(tl))  # with rows not yet in a chunk
+    for back in (list(copied), list(tl)):
+        assert len(back) == len(rows) and all(_same(a, b) for a, b in zip(back, rows, strict=True))
+    if rows:
+        assert _same(tl[-1], rows[-1]) and _same(tl[0], rows[0])
+        assert all(_same(a, b) for a, b in zip(tl[1:3], rows[1:3], strict=True))
+
+    class Run:
+        timeline = tl
+
+    class Point:
+        sweep_value = {"rate": 1.5, "n": 2}
+
+    d = tmp_path_factory.mktemp("csv")
+    for sweep in (False, True):
+        lead = ["sweep_value"] if sweep else []
+        want = [([Point.sweep_value] if sweep else []) + cells(r, TIMELINE_COLUMNS) for r in rows]
+        write_csv(d / "rows.csv", lead + TIMELINE_COLUMNS, want)
+        blocks = timeline_blocks([(Point, [Run])], sweep)  # type: ignore[list-item]
+        write_csv_columns(d / "cols.csv", lead + TIMELINE_COLUMNS, blocks)
+        assert (d / "cols.csv").read_bytes() == (d / "rows.csv").read_bytes()
+
+
+def test_per_period_host_series_are_the_mean_of_each_periods_ticks() -> None:
+    """HostSeries keeps a period's mean, not its ticks, past TICK_HOSTS hosts: the same
+    numbers as averaging the kept ticks (k = 3 ticks a period, 7 ticks: 2 periods and a
+    partial one of 1 tick)."""
+    import numpy as np
+
+    from sova.sim.world import TICK_HOSTS, HostSeries
+
+    rng = np.random.default_rng(3)
+    ticks = rng.uniform(0, 1, (7, TICK_HOSTS + 5))
+    many, few = HostSeries(TICK_HOSTS + 5, 3), HostSeries(TICK_HOSTS, 3)
+    for row in ticks:
+        many.add(row)
+        few.add(row[:TICK_HOSTS])
+    assert many.ticks is None and few.ticks is not None
+    want = np.vstack([ticks[:6].reshape(2, 3, -1).mean(axis=1), ticks[6:].mean(axis=0)])
+    assert np.array_equal(many.periods(), want)
+    assert np.array_equal(few.ticks, ticks[:, :TICK_HOSTS])
+    assert many.busiest() == float(ticks.mean(axis=0).max())
+    assert few.mean() == float(np.mean(ticks[:, :TICK_HOSTS]))
+    assert abs(float(many.mean() or 0) - float(ticks.mean())) < 1e-12
+    assert [list(r) for r in many.last] == [list(r) for r in ticks[-3:]]

@@ -9,15 +9,24 @@ simulator's offered load and response time, the testbed's kernel counters), so "
 demo writes the same events as simulate" rests on one function, not on copies.
 
 Adding an output column: a field on :class:`TimelineRow` (or :class:`EventRow`), filled
-in :func:`step_rows` if the agent knows it; the CSV columns follow the fields.
+in :func:`step_values` if the agent knows it; the CSV columns follow the fields.
+
+A run keeps its timeline as columns (:class:`Timeline`), not as row objects: an hour of
+1,000 hosts x 3 VMs is 1.08 M rows, which as dataclasses cost ~800 bytes each.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import operator
+import os
+import struct
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any, overload
+
+import numpy as np
 
 from sova.agent.executor import EVENT_KIND, Outcome
 from sova.agent.loop import StepReport
@@ -68,6 +77,233 @@ TIMELINE_COLUMNS = [f.name for f in dataclasses.fields(TimelineRow)]
 EVENT_COLUMNS = [f.name for f in dataclasses.fields(EventRow)]
 # Filled by the world, not by the agent: what the offered load and the response were.
 WORLD_COLUMNS = ("policy", "host", "offered_mbps", "response_ms")
+TEXT_COLUMNS = frozenset({"policy", "host", "vm", "nic"})
+# An empty float cell (None) is stored as a NaN with its own payload, so a float column
+# stays one float64 array and a NaN the world measured still reads back as NaN.
+NONE_BITS = 0x7FF8_0000_5E0F_A0E0
+NONE = struct.unpack("<d", struct.pack("<Q", NONE_BITS))[0]
+Values = tuple[Any, ...]  # one row's values in TIMELINE_COLUMNS order
+_row_values = operator.attrgetter(*TIMELINE_COLUMNS)
+
+
+def none_mask(a: np.ndarray) -> np.ndarray:
+    """Where a float column holds None (an empty cell), not a number or a NaN."""
+    out: np.ndarray = a.view(np.uint64) == NONE_BITS
+    return out
+
+
+class _Codes(dict[Any, int]):
+    """Text -> its code in a column's vocabulary, new texts appended as they come."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str | None] = []
+
+    def __missing__(self, text: str | None) -> int:
+        self[text] = code = len(self.texts)
+        self.texts.append(text)
+        return code
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive timeline rows as columns: float64 arrays (None as :data:`NONE`) and,
+    for the text columns, int32 codes into :attr:`Timeline.texts`."""
+
+    n: int
+    columns: dict[str, np.ndarray]
+
+
+DTYPES = {c: np.dtype(np.int32 if c in TEXT_COLUMNS else np.float64) for c in TIMELINE_COLUMNS}
+ROW_BYTES = sum(d.itemsize for d in DTYPES.values())
+# Past this many bytes of columns a timeline moves its chunks to a temporary file: an hour
+# of 1,000 hosts x 3 VMs is ~120 MB of columns, most of a run's memory, read back only
+# when the outputs are written.
+SPILL_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class _Spilled:
+    offset: int
+    n: int
+
+
+class Timeline(Sequence[TimelineRow]):
+    """A run's timeline rows kept as columns, in chunks of ``chunk_rows`` rows.
+
+    Rows come in as values (:meth:`extend_values`, a world's fast path) or as
+    :class:`TimelineRow` (:meth:`append`); readers iterate rows (built a chunk at a time)
+    or read the columns (:meth:`chunks`, :meth:`column`) without building rows. Texts are
+    stored once per run (host and VM names), numbers as float64, so an hour of 1,000
+    hosts x 3 VMs is ~100 bytes a row instead of ~800 as row objects.
+    """
+
+    def __init__(
+        self,
+        rows: Iterable[TimelineRow] = (),
+        chunk_rows: int = 32768,
+        spill_bytes: int = SPILL_BYTES,
+    ) -> None:
+        self.chunk_rows = chunk_rows
+        self.spill_bytes = spill_bytes
+        self._chunks: list[Chunk | _Spilled] = []
+        self._pending: list[Values] = []
+        self._codes = {c: _Codes() for c in TEXT_COLUMNS}
+        self._n = 0
+        self._held = 0  # bytes of chunks in memory
+        self._file: IO[bytes] | None = None
+        self.extend(rows)
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, row: TimelineRow) -> None:
+        self.extend_values((_row_values(row),))
+
+    def extend(self, rows: Iterable[TimelineRow]) -> None:
+        self.extend_values(map(_row_values, rows))
+
+    def extend_values(self, rows: Iterable[Values]) -> None:
+        """Rows as tuples of values in :data:`TIMELINE_COLUMNS` order."""
+        pending = self._pending
+        before = len(pending)
+        pending.extend(rows)
+        self._n += len(pending) - before
+        if len(pending) >= self.chunk_rows:
+            self._seal()
+
+    def _seal(self) -> None:
+        rows, self._pending = self._pending, []
+        if not rows:
+            return
+        cols: dict[str, np.ndarray] = {}
+        for name, values in zip(TIMELINE_COLUMNS, zip(*rows, strict=True), strict=True):
+            if name in TEXT_COLUMNS:
+                codes = self._codes[name]
+                cols[name] = np.fromiter(map(codes.__getitem__, values), np.int32, len(values))
+            elif None in values:
+                cols[name] = np.array([NONE if v is None else v for v in values], dtype=float)
+            else:
+                cols[name] = np.array(values, dtype=float)
+        self._chunks.append(Chunk(len(rows), cols))
+        self._held += len(rows) * ROW_BYTES
+        if self._held > self.spill_bytes:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Every chunk held in memory to the temporary file (made on first use; the OS
+        deletes it when it is closed, also after a crash)."""
+        if self._file is None:
+            # open as long as the timeline lives (closed, so deleted, when it is freed)
+            self._file = tempfile.TemporaryFile(prefix="sova-timeline-")  # noqa: SIM115
+        f = self._file
+        for k, c in enumerate(self._chunks):
+            if isinstance(c, Chunk):
+                f.seek(0, os.SEEK_END)
+                offset = f.tell()
+                for name in TIMELINE_COLUMNS:
+                    f.write(np.ascontiguousarray(c.columns[name], DTYPES[name]).tobytes())
+                self._chunks[k] = _Spilled(offset, c.n)
+        self._held = 0
+
+    def _load(self, s: _Spilled) -> Chunk:
+        assert self._file is not None
+        self._file.seek(s.offset)
+        data = self._file.read(s.n * ROW_BYTES)
+        cols, at = {}, 0
+        for name in TIMELINE_COLUMNS:
+            dt = DTYPES[name]
+            cols[name] = np.frombuffer(data, dt, s.n, at)
+            at += s.n * dt.itemsize
+        return Chunk(s.n, cols)
+
+    # ------------------------------------------------------------------ reading
+
+    def texts(self, column: str) -> list[str | None]:
+        """The vocabulary of a text column: code -> text."""
+        self._seal()
+        return self._codes[column].texts
+
+    def chunks(self) -> Iterator[Chunk]:
+        """The rows so far as column chunks, in order."""
+        self._seal()
+        for c in self._chunks:
+            yield c if isinstance(c, Chunk) else self._load(c)
+
+    def column(self, name: str) -> np.ndarray:
+        """One column of every row (float64, or int32 codes for a text column)."""
+        parts = [c.columns[name] for c in self.chunks()]
+        if parts:
+            return np.concatenate(parts)
+        return np.zeros(0, dtype=np.int32 if name in TEXT_COLUMNS else float)
+
+    def _rows(self, chunk: Chunk) -> list[TimelineRow]:
+        cols: list[list[Any]] = []
+        for name in TIMELINE_COLUMNS:
+            a = chunk.columns[name]
+            if name in TEXT_COLUMNS:
+                cols.append(list(map(self._codes[name].texts.__getitem__, a.tolist())))
+                continue
+            values = a.tolist()
+            for i in np.flatnonzero(none_mask(a)).tolist():
+                values[i] = None
+            cols.append(values)
+        return [TimelineRow(*v) for v in zip(*cols, strict=True)]
+
+    def __iter__(self) -> Iterator[TimelineRow]:
+        for chunk in self.chunks():
+            yield from self._rows(chunk)
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> TimelineRow: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[TimelineRow]: ...
+
+    def __getitem__(self, i: int | slice) -> TimelineRow | list[TimelineRow]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("timeline row out of range")
+        for chunk in self.chunks():
+            if i < chunk.n:
+                one = Chunk(1, {k: v[i : i + 1] for k, v in chunk.columns.items()})
+                return self._rows(one)[0]
+            i -= chunk.n
+        raise IndexError("timeline row out of range")  # pragma: no cover (n counts rows)
+
+    def sort(self, key: Callable[[TimelineRow], Any]) -> None:
+        """Reorder the rows (a world whose agents report out of order)."""
+        rows = sorted(self, key=key)
+        self._chunks, self._pending, self._n, self._held = [], [], 0, 0
+        if self._file is not None:
+            self._file.truncate(0)
+        self.extend(rows)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Timeline | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with every chunk in the state (a run going back from a worker)."""
+        chunks = list(self.chunks())  # pending rows sealed first
+        state = dict(self.__dict__)
+        state["_chunks"] = chunks
+        state["_file"], state["_held"] = None, 0
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._held = sum(c.n for c in self._chunks) * ROW_BYTES
+        if self._held > self.spill_bytes:
+            self._spill()
 
 
 @dataclass
@@ -75,7 +311,7 @@ class RunRecord:
     """The records of one policy's run in any world."""
 
     policy: str
-    timeline: list[TimelineRow] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
     events: list[EventRow] = field(default_factory=list)
     decisions: list[dict[str, object]] = field(default_factory=list)
 
@@ -95,29 +331,44 @@ def step_rows(
     ``offered_mbps`` and ``response_ms`` come from ``world`` (VM name -> both) when the
     world knows them at once, else they are left empty (see :func:`complete_row`).
     """
+    for values in step_values(rep, policy=policy, host=host, world=world):
+        yield TimelineRow(*values)
+
+
+def step_values(
+    rep: StepReport,
+    *,
+    policy: str = "",
+    host: str = "",
+    world: Callable[[str], tuple[float | None, float | None]] | None = None,
+) -> Iterator[Values]:
+    """:func:`step_rows` as tuples in :data:`TIMELINE_COLUMNS` order (what a
+    :class:`Timeline` stores, without building a row object per VM)."""
+    time_s = round(rep.time_s, 3)
+    vms = rep.actual.vms
     for vm, f in sorted(rep.factors.items()):
-        st = rep.actual.vms.get(vm)
+        st = vms.get(vm)
         if st is None:
             continue
         on_vf = st.nic is NicKind.VF
         offered, response = (None, None) if world is None else world(vm)
-        yield TimelineRow(
-            policy=policy,
-            time_s=round(rep.time_s, 3),
-            host=host,
-            vm=vm,
-            nic=st.nic.value,
-            vf_rate_mbps=(st.vf_max_bps / 1e6 if st.vf_max_bps else None) if on_vf else None,
-            tx_mbps=f.tx_bps / 1e6,
-            rx_mbps=f.rx_bps / 1e6,
-            cpu_usage=f.cpu_usage,
-            io_degree=f.io_degree,
-            net_factor=f.net_factor,
-            net_degree=f.net_degree,
-            io_factor=f.io_factor,
-            offered_mbps=offered,
-            response_ms=response,
-            limit_mbps=st.guest_limit_bps / 1e6 if st.guest_limit_bps else None,
+        yield (
+            policy,
+            time_s,
+            host,
+            vm,
+            st.nic.value,
+            (st.vf_max_bps / 1e6 if st.vf_max_bps else None) if on_vf else None,
+            f.tx_bps / 1e6,
+            f.rx_bps / 1e6,
+            f.cpu_usage,
+            f.io_degree,
+            f.net_factor,
+            f.net_degree,
+            f.io_factor,
+            offered,
+            response,
+            st.guest_limit_bps / 1e6 if st.guest_limit_bps else None,
         )
 
 

@@ -12,6 +12,7 @@ metadata, so the same seed gives byte-identical files.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -23,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from sova.record import none_mask
 
 PNG_META = {"Software": None}
 
@@ -62,6 +62,38 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
         w.writerows([fmt(v) for v in r] for r in rows)
 
 
+def format_floats(a: np.ndarray) -> list[str]:
+    """:func:`fmt` of every value of a float column (empty cells stored as
+    :data:`sova.record.NONE`), without a call per cell."""
+    # f"{nan:.4f}" is "nan" and the strips leave it (and "inf") alone: one expression
+    # gives fmt's text for every float
+    out = [f"{v:.4f}".rstrip("0").rstrip(".") for v in a.tolist()]
+    for i in np.flatnonzero(none_mask(a)).tolist():
+        out[i] = ""
+    return out
+
+
+def csv_cell(value: Any) -> str:
+    """A cell as :func:`write_csv` writes it: :func:`fmt`, quoted where the csv module
+    quotes (once per distinct text, so column writers can reuse it)."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([fmt(value), ""])
+    return buf.getvalue()[: -len(",\n")]
+
+
+Block = Sequence[Sequence[str]]  # columns of CSV cells (already formatted and quoted)
+
+
+def write_csv_columns(path: Path, header: Sequence[str], blocks: Iterable[Block]) -> None:
+    """A CSV file from blocks of columns: the bytes :func:`write_csv` writes for the same
+    values, joined a block at a time instead of formatted a cell at a time."""
+    with path.open("w", newline="") as fh:
+        fh.write(",".join(csv_cell(h) for h in header) + "\n")
+        for block in blocks:
+            if block and block[0]:
+                fh.write("\n".join(map(",".join, zip(*block, strict=True))) + "\n")
+
+
 def cells(record: Any, columns: Sequence[str]) -> list[Any]:
     """A record's values for ``columns`` (absent attributes are empty cells)."""
     return [getattr(record, c, None) for c in columns]
@@ -89,20 +121,35 @@ Table = tuple[Sequence[str], Iterable[Sequence[Any]]]  # header, rows of raw val
 
 def write_outputs(
     out: Path,
-    tables: Mapping[str, Table],
+    tables: Mapping[str, Table | Callable[[Path], None]],
     summary: Mapping[str, Any],
     report: Callable[[Path], None],
 ) -> None:
-    """CSV tables, ``summary.json`` and the report (written by ``report`` into the staging
-    directory it is given) into ``out``, atomically."""
+    """CSV tables (header and rows, or a function writing the file it is given),
+    ``summary.json`` and the report (written by ``report`` into the staging directory it
+    is given) into ``out``, atomically."""
     with staged_dir(out) as tmp:
-        for name, (header, rows) in tables.items():
-            write_csv(tmp / name, header, rows)
+        for name, table in tables.items():
+            if callable(table):
+                table(tmp / name)
+            else:
+                write_csv(tmp / name, *table)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         report(tmp)
 
 
 # --------------------------------------------------------------------------- plots
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display on servers, byte-stable PNGs),
+    imported when a plot is drawn: ~30 MiB a run that only writes tables never needs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 @dataclass(frozen=True)
@@ -139,6 +186,7 @@ def plot_vf_holders(
     """VF holders over time, one panel per run, the expected holders (vms, start, end) in
     orange beside them. Returns the bars drawn per panel (the caller leaves out a plot
     with none: an empty plot says nothing)."""
+    plt = pyplot()
     unit = 60.0 if minutes else 1.0
     plotted: Plotted = {}
     all_hosts = sorted({h for p in panels for v in (p.hosts or {}).values() for h in v})

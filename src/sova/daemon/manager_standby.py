@@ -96,8 +96,7 @@ class WarmWindows:
             if self.mark is None:
                 windows, boots = self.store.report_windows(self.n, upto=mark)
                 self.rows = {
-                    h: deque((_decoded(r) for r in rs), maxlen=self.n)
-                    for h, rs in windows.items()
+                    h: deque((_decoded(r) for r in rs), maxlen=self.n) for h, rs in windows.items()
                 }
                 self.boots = boots
                 self.mark = mark

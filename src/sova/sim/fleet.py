@@ -24,15 +24,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sova.scenario import Scenario
-from sova.sim.world import PolicyRun
+from sova.sim.world import TICK_HOSTS, PolicyRun
 from sova.writer import PNG_META, Plotted
 
 AGGREGATE_VMS = 20  # more VMs than this: per-VM plots aggregate
-AGGREGATE_HOSTS = 10  # more hosts than this: per-host plots become heat maps
+AGGREGATE_HOSTS = TICK_HOSTS  # more hosts than this: per-host plots become heat maps
 TOP_N = 5
 MAX_LEGEND = 12
 TABLE_VMS = 20  # rows of report.md's per-VM table (and migrations listed in prose)
-BANDS = ((10.0, 90.0, 0.18), (25.0, 75.0, 0.35))  # (low, high percentile, alpha)
+BANDS = ((10.0, 90.0, 0.18), (25.0, 75.0, 0.35))
+HEAT_ROWS = 250  # most pixel rows of a host x time heat map  # (low, high percentile, alpha)
 
 
 def aggregates_vms(scn: Scenario) -> bool:
@@ -50,29 +51,38 @@ class Grid:
     times: np.ndarray  # period end times (s), ascending
     vms: list[str]
     hosts: list[str]
-    host: np.ndarray  # period x VM: index into hosts, -1 where the VM has no row
+    host: np.ndarray  # period x VM: index into hosts, -1 where the VM has no row (int32)
     vf: np.ndarray  # period x VM: held a VF
-    values: dict[str, np.ndarray]  # metric -> period x VM (NaN where no row or no value)
+    values: dict[str, np.ndarray]  # metric -> period x VM, float32 (NaN: no row or no value)
 
 
 def grid(run: PolicyRun, vms: Sequence[str], hosts: Sequence[str], metrics: Sequence[str]) -> Grid:
+    """From the timeline's columns a chunk at a time (no row objects)."""
     tl = run.timeline
     vindex = {v: i for i, v in enumerate(vms)}
     hindex = {h: i for i, h in enumerate(hosts)}
-    t_all = np.array([r.time_s for r in tl], dtype=float)
-    times, ti = np.unique(t_all, return_inverse=True)
-    vi = np.array([vindex[r.vm] for r in tl], dtype=np.int64)
+    vcode = np.array([vindex.get(str(v), -1) for v in tl.texts("vm")] + [-1], dtype=np.int64)
+    hcode = np.array([hindex.get(str(h), -1) for h in tl.texts("host")] + [-1], dtype=np.int64)
+    is_vf = np.array([t == "vf" for t in tl.texts("nic")] + [False])
+    times = np.unique(
+        np.concatenate([np.unique(c.columns["time_s"]) for c in tl.chunks()] or [np.zeros(0)])
+    )
     shape = (times.size, len(vms))
-    host = np.full(shape, -1, dtype=np.int64)
-    host[ti, vi] = [hindex[r.host] for r in tl]
+    host = np.full(shape, -1, dtype=np.int32)
     vf = np.zeros(shape, dtype=bool)
-    vf[ti, vi] = [r.nic == "vf" for r in tl]
-    values = {}
-    for m in metrics:
-        a = np.full(shape, np.nan)
-        # None (a value the world does not know) becomes NaN
-        a[ti, vi] = np.array([getattr(r, m) for r in tl], dtype=float)
-        values[m] = a
+    # float32: plotted, not written (an hour of 3,000 VMs is 4 MB a metric, not 9)
+    values = {m: np.full(shape, np.nan, dtype=np.float32) for m in metrics}
+    for c in tl.chunks():
+        cols = c.columns
+        vi = vcode[cols["vm"]]
+        ok = vi >= 0
+        vi = vi[ok]
+        ti = np.searchsorted(times, cols["time_s"][ok])
+        host[ti, vi] = hcode[cols["host"][ok]]
+        vf[ti, vi] = is_vf[cols["nic"][ok]]
+        for m in metrics:
+            # an empty cell (None, stored as a NaN) is NaN here too
+            values[m][ti, vi] = cols[m][ok]
     return Grid(times, list(vms), list(hosts), host, vf, values)
 
 
@@ -135,33 +145,31 @@ def plot_metric_fleet(
     return plotted
 
 
-def _per_period(series: np.ndarray, k: int) -> np.ndarray:
-    """Mean over blocks of ``k`` ticks (rows), a trailing partial block included."""
-    n = series.shape[0]
-    if k <= 1 or n == 0:
-        return np.asarray(series, dtype=float)
-    full = n // k * k
-    out: np.ndarray = series[:full].reshape(n // k, k, -1).mean(axis=1)
-    if full < n:
-        out = np.vstack([out, series[full:].mean(axis=0, keepdims=True)])
-    return out
-
-
 def _heat(
     fig: Figure, ax: Axes, m: np.ndarray, t_end: float, what: str, vmax: float, cmap: str
 ) -> None:
-    """Hosts down, time across; ``m`` is hosts x periods."""
+    """Hosts down, time across; ``m`` is hosts x periods. Past :data:`HEAT_ROWS` hosts a
+    row of the map is the largest value of a group of neighbouring hosts: the image has
+    fewer pixel rows than a fleet has hosts, and nearest-pixel sampling would drop most
+    hosts (hot ones with them); it also keeps matplotlib's image buffers small."""
+    hosts = m.shape[0]
+    group = -(-hosts // HEAT_ROWS)
+    label = "host (index)"
+    if group > 1:
+        pad = np.full((-hosts % group, m.shape[1]), -np.inf)
+        m = np.vstack([m, pad]).reshape(-1, group, m.shape[1]).max(axis=1)
+        label = f"host (index; a row = max of {group})"
     im = ax.imshow(
         m,
         aspect="auto",
         origin="lower",
         interpolation="nearest",
-        extent=(0.0, t_end / 60.0, -0.5, m.shape[0] - 0.5),
+        extent=(0.0, t_end / 60.0, -0.5, hosts - 0.5),
         vmin=0.0,
         vmax=vmax,
         cmap=cmap,
     )
-    ax.set_ylabel("host (index)")
+    ax.set_ylabel(label)
     fig.colorbar(im, ax=ax, pad=0.01, fraction=0.03, label=what)
 
 
@@ -181,8 +189,7 @@ def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Pl
     for n, run in enumerate(runs):
         st = run.stats
         band_ax, heat_ax = axes[2 * n, 0], axes[2 * n + 1, 0]
-        net = np.asarray(st.series_host_net, dtype=float).reshape(len(st.series_t), -1)
-        per = _per_period(net, k)
+        per = st.host_net.periods()
         t = np.asarray(st.series_t, dtype=float)
         tp = t[k - 1 :: k] if t.size >= k else t[-1:]
         tp = np.append(tp, t[-1]) if tp.size < per.shape[0] else tp

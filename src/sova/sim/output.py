@@ -12,8 +12,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sova import writer
-from sova.record import EVENT_COLUMNS, TIMELINE_COLUMNS, TimelineRow
+from sova.record import EVENT_COLUMNS, TEXT_COLUMNS, TIMELINE_COLUMNS, Timeline, TimelineRow
 from sova.scenario import Scenario
 from sova.sim.world import PolicyRun, p99_from_hist
 from sova.writer import cells
@@ -49,6 +51,27 @@ def paper_match(scn: Scenario, run: PolicyRun) -> list[dict[str, Any]]:
     return out
 
 
+def vm_means(timeline: Timeline, vms: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per VM of ``vms``: its timeline rows, those on a VF, and the sum of its
+    ``cpu_usage`` added in row order (as a sum over its rows would), from the columns."""
+    rows, on_vf, cpu = (
+        np.zeros(len(vms), np.int64),
+        np.zeros(len(vms), np.int64),
+        np.zeros(len(vms)),
+    )
+    where = {v: i for i, v in enumerate(vms)}
+    index = np.array([where.get(str(v), -1) for v in timeline.texts("vm")] + [-1], dtype=np.int64)
+    vf = np.array([t == "vf" for t in timeline.texts("nic")] + [False])
+    for chunk in timeline.chunks():
+        i = index[chunk.columns["vm"]]
+        known = i >= 0
+        i = i[known]
+        rows += np.bincount(i, minlength=len(vms))
+        on_vf += np.bincount(i[vf[chunk.columns["nic"]][known]], minlength=len(vms))
+        np.add.at(cpu, i, chunk.columns["cpu_usage"][known])  # in row order, one at a time
+    return rows, on_vf, cpu
+
+
 def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
     """Per-policy figures, from the per-tick statistics (not the 10 s timeline)."""
     st = run.stats
@@ -56,18 +79,14 @@ def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
     assert eng is not None
     seconds = max(st.ticks * scn.tick, 1e-9)
     capacity_bps = float(eng.capacity.sum())
-    by_vm: dict[str, list[TimelineRow]] = defaultdict(list)
-    for r in run.timeline:
-        by_vm[r.vm].append(r)
+    rows, on_vf, cpu = vm_means(run.timeline, eng.vm_names)
     per_vm: dict[str, dict[str, Any]] = {}
     for i, vm in enumerate(eng.vm_names):
-        rows = by_vm.get(vm, [])
+        n = int(rows[i])
         entry: dict[str, Any] = {
             "throughput_mbps": round(float(st.tx_bits[i]) / seconds / 1e6, 3),
-            "vf_share": round(sum(1 for r in rows if r.nic == "vf") / len(rows), 4)
-            if rows
-            else 0.0,
-            "mean_cpu_usage": round(sum(r.cpu_usage for r in rows) / len(rows), 4) if rows else 0.0,
+            "vf_share": round(int(on_vf[i]) / n, 4) if n else 0.0,
+            "mean_cpu_usage": round(float(cpu[i]) / n, 4) if n else 0.0,
         }
         if st.req_weight[i] > 0:
             entry["mean_response_ms"] = round(float(st.req_time[i] / st.req_weight[i]) * 1000, 4)
@@ -96,7 +115,7 @@ def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
         "migration_log": migrations(eng),
         "files_done": len(files),
         "mean_transfer_s": round(sum(files) / len(files), 3) if files else None,
-        "periods": len({r.time_s for r in run.timeline}),
+        "periods": int(np.unique(run.timeline.column("time_s")).size),
         "per_vm": per_vm,
     }
     if scn.paper.classification is not None:
@@ -138,7 +157,7 @@ def live_figures(run: PolicyRun, eng: Any, scn: Scenario | None) -> dict[str, An
     k = 10
     if scn is not None:
         k = max(1, int(round(scn.controller.period / scn.tick)))
-    net = st.series_host_net[-k:]
+    net = list(st.host_net.last)[-k:]
     link = {h: float(sum(row[j] for row in net)) / len(net) for j, h in enumerate(eng.host_names)}
     tx = list(st.series_vm_tx)[-k:]
     guarantees = {}
@@ -196,6 +215,34 @@ def _rows(
                 yield lead + cells(r, columns)
 
 
+BLOCK_ROWS = 4096
+
+
+def timeline_blocks(
+    points: Sequence[tuple[Scenario, Sequence[PolicyRun]]], sweep: bool
+) -> Iterator[writer.Block]:
+    """Every run's timeline as blocks of CSV columns, sweep value first: a column is
+    formatted at once (texts once per distinct value), not a cell at a time."""
+    for scn, runs in points:
+        lead = writer.csv_cell(scn.sweep_value)
+        for run in runs:
+            tl = run.timeline
+            texts = {c: [writer.csv_cell(t) for t in tl.texts(c)] for c in TEXT_COLUMNS}
+            for chunk in tl.chunks():
+                # a few thousand rows at a time: a block of cell strings costs ~1 kB a row
+                for at in range(0, chunk.n, BLOCK_ROWS):
+                    part = {k: v[at : at + BLOCK_ROWS] for k, v in chunk.columns.items()}
+                    n = min(BLOCK_ROWS, chunk.n - at)
+                    block: list[list[str]] = [[lead] * n] if sweep else []
+                    for name in TIMELINE_COLUMNS:
+                        a = part[name]
+                        if name in TEXT_COLUMNS:
+                            block.append(list(map(texts[name].__getitem__, a.tolist())))
+                        else:
+                            block.append(writer.format_floats(a))
+                    yield block
+
+
 def write_outputs(
     out: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]
 ) -> dict[str, Any]:
@@ -212,13 +259,13 @@ def write_outputs(
         else:
             write_report(tmp, points[0][0], points[0][1], summary)
 
+    def timeline(tmp: Path) -> None:
+        writer.write_csv_columns(tmp, lead + TIMELINE_COLUMNS, timeline_blocks(points, sweep))
+
     writer.write_outputs(
         out,
         {
-            "timeline.csv": (
-                lead + TIMELINE_COLUMNS,
-                _rows(points, "timeline", TIMELINE_COLUMNS, sweep),
-            ),
+            "timeline.csv": timeline,
             "events.csv": (lead + EVENT_COLUMNS, _rows(points, "events", EVENT_COLUMNS, sweep)),
         },
         summary,

@@ -122,8 +122,10 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
         hosts = [h.name for h in scn.hosts]
         # Averaged over one control period: what the manager sees, and readable.
         k = max(1, int(round(scn.controller.period / scn.tick)))
+        ticks = st.host_net.ticks
+        assert ticks is not None, "a line per host is drawn only where every tick is kept"
         for j, h in enumerate(hosts):
-            series = np.array([row[j] for row in st.series_host_net])
+            series = ticks[:, j]
             # edge-padded, so the average does not dip to zero at the run's ends
             smooth = (
                 np.convolve(
@@ -165,18 +167,12 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
 
 def host_cpu(run: PolicyRun) -> float | None:
     """Mean CPU utilisation over hosts and ticks (guest + backend work)."""
-    rows = run.stats.series_host_cpu
-    if not rows:
-        return None
-    return float(np.mean(np.asarray(rows, dtype=float)))
+    return run.stats.host_cpu.mean()
 
 
 def busiest_link(run: PolicyRun) -> float | None:
     """Mean link use of the most loaded host: where a guarantee is tested."""
-    rows = run.stats.series_host_net
-    if not rows:
-        return None
-    return float(np.asarray(rows, dtype=float).mean(axis=0).max())
+    return run.stats.host_net.busiest()
 
 
 def _guarantees(s: dict[str, Any]) -> str:
@@ -321,10 +317,19 @@ def migrations_table(pol: dict[str, Any]) -> list[str]:
 
 def vf_hosts(run: PolicyRun) -> dict[str, list[str]]:
     """VM -> the hosts it held a VF on, in order."""
+    tl = run.timeline
+    vms, hosts = tl.texts("vm"), tl.texts("host")
+    vf = np.array([t == "vf" for t in tl.texts("nic")] + [False])
+    seen: dict[tuple[int, int], None] = {}
+    for chunk in tl.chunks():
+        on = vf[chunk.columns["nic"]]
+        pairs = zip(
+            chunk.columns["vm"][on].tolist(), chunk.columns["host"][on].tolist(), strict=True
+        )
+        seen.update(dict.fromkeys(pairs))
     out: dict[str, list[str]] = defaultdict(list)
-    for r in run.timeline:
-        if r.nic == "vf" and r.host not in out[r.vm]:
-            out[r.vm].append(r.host)
+    for v, h in seen:  # first time on a VF on each host, in row order
+        out[str(vms[v])].append(str(hosts[h]))
     return out
 
 
@@ -347,7 +352,9 @@ def write_report(
     )
     if fleet.aggregates_vms(scn):
         vms, hosts = [v.name for v in scn.vms], [h.name for h in scn.hosts]
-        grids = {r.policy: fleet.grid(r, vms, hosts, [m for _, m, _ in metrics]) for r in runs}
+        names = [m for _, m, _ in metrics]
+        # the metrics are drawn for the main run only; every run's VF holders are
+        grids = {r.policy: fleet.grid(r, vms, hosts, names if r is main else []) for r in runs}
         has_holders = keep(
             "vf_holders.png",
             fleet.plot_vf_holders_fleet(

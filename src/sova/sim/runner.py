@@ -13,6 +13,7 @@ output files are byte-identical to a serial run's.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, wait
@@ -128,7 +129,10 @@ def _serial(
             for p in policies:
                 if on_start is not None:
                     on_start(scn, p)
-                runs.append(run_policy(scn, p, on_tick))
+                runs.append(portable(run_policy(scn, p, on_tick)))
+                # the finished world's agents and listeners refer to each other: free them
+                # now rather than at a later full pass, before the next run or the report
+                gc.collect()
         except KeyboardInterrupt:
             sweep = scn.sweep is not None
             # a sweep keeps whole points (its tables compare policies at each point)

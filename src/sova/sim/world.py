@@ -37,7 +37,7 @@ from sova.record import (
     decision_record,
     migration_start_event,
     outcome_event,
-    step_rows,
+    step_values,
 )
 from sova.scenario import PolicySpec, Scenario
 from sova.sim.driver import SimDriver
@@ -46,6 +46,66 @@ from sova.sim.fleet_bandwidth import FleetBandwidth
 from sova.sim.fleet_control import FleetControl
 from sova.sim.fleet_sensing import FleetSensing
 from sova.sim.state import Op
+
+TICK_HOSTS = 10  # up to this many hosts the report draws a line per host per tick
+
+
+class HostSeries:
+    """One value per host per tick (link or CPU use), kept as compactly as its readers
+    allow: every tick only up to :data:`TICK_HOSTS` hosts (the report's line per host);
+    for any number of hosts the per-period means (heat maps), each host's sum over the
+    run, and the last period's ticks (live views). A list of per-tick arrays for 1,000
+    hosts over an hour was 29 MB per series."""
+
+    def __init__(self, hosts: int = 0, period_ticks: int = 1) -> None:
+        self.k = max(1, period_ticks)
+        self.n = 0
+        self._ticks: np.ndarray | None = np.zeros((64, hosts)) if hosts <= TICK_HOSTS else None
+        self.total = np.zeros(hosts)
+        self._periods: list[np.ndarray] = []
+        self._acc = np.zeros(hosts)
+        self.last: deque[np.ndarray] = deque(maxlen=self.k)
+
+    def add(self, values: np.ndarray) -> None:
+        if self._ticks is not None:
+            if self.n == self._ticks.shape[0]:
+                self._ticks = np.concatenate([self._ticks, np.zeros_like(self._ticks)])
+            self._ticks[self.n] = values
+        self.n += 1
+        self.total += values
+        # a period's ticks added one after another, then divided: numpy's mean over them
+        self._acc = values.copy() if self.n % self.k == 1 or self.k == 1 else self._acc + values
+        if self.n % self.k == 0:
+            self._periods.append(self._acc / self.k)
+        self.last.append(values.copy())
+
+    @property
+    def ticks(self) -> np.ndarray | None:
+        """Ticks x hosts, or None past :data:`TICK_HOSTS` hosts."""
+        return None if self._ticks is None else self._ticks[: self.n]
+
+    def periods(self) -> np.ndarray:
+        """Periods x hosts: the mean of each period's ticks, a trailing partial one included."""
+        rows = list(self._periods)
+        if self.n % self.k:
+            rows.append(self._acc / (self.n % self.k))
+        return np.array(rows) if rows else np.zeros((0, self.total.size))
+
+    def mean(self) -> float | None:
+        """The mean over hosts and ticks."""
+        if self.n == 0:
+            return None
+        if self._ticks is not None:
+            return float(np.mean(self._ticks[: self.n]))
+        return float(self.total.sum() / (self.n * self.total.size))
+
+    def busiest(self) -> float | None:
+        """The largest of the hosts' means over the run."""
+        if self.n == 0:
+            return None
+        if self._ticks is not None:
+            return float(self._ticks[: self.n].mean(axis=0).max())
+        return float((self.total / self.n).max())
 
 
 @dataclass
@@ -63,9 +123,8 @@ class Stats:
     guar_intervals: np.ndarray = field(default_factory=lambda: np.zeros(0))
     guar_met: np.ndarray = field(default_factory=lambda: np.zeros(0))
     series_t: list[float] = field(default_factory=list)
-    # one array per tick (a list of Python floats per tick cost ~4x the memory)
-    series_host_net: list[np.ndarray] = field(default_factory=list)
-    series_host_cpu: list[np.ndarray] = field(default_factory=list)
+    host_net: HostSeries = field(default_factory=HostSeries)
+    host_cpu: HostSeries = field(default_factory=HostSeries)
     # only the last control period's (live views read it): per VM per tick for a whole
     # run was most of a large run's memory
     series_vm_tx: deque[np.ndarray] = field(default_factory=deque)
@@ -126,7 +185,9 @@ class World:
         st.host_tx_bits = np.zeros(self.engine.H)
         st.req_weight, st.req_time = np.zeros(n), np.zeros(n)
         st.guar_intervals, st.guar_met = np.zeros(n), np.zeros(n)
-        st.series_vm_tx = deque(maxlen=max(1, int(round(scn.controller.period / scn.tick))))
+        k = max(1, int(round(scn.controller.period / scn.tick)))
+        st.series_vm_tx = deque(maxlen=k)
+        st.host_net, st.host_cpu = HostSeries(self.engine.H, k), HostSeries(self.engine.H, k)
         self._guarantee = np.array([v.sla.bandwidth.minimum for v in self.engine.vms])
         self._tolerance = float(scn.metrics.get("guarantee_tolerance", 0.05))
         # Response times count only after this time (default 0: the whole run). A sweep point
@@ -289,8 +350,8 @@ class World:
             st.guar_intervals += offering
             st.guar_met += offering & (eng.tx >= (1.0 - self._tolerance) * g)
         st.series_t.append(t)
-        st.series_host_net.append(eng.host_net_util.copy())
-        st.series_host_cpu.append(eng.host_cpu_util.copy())
+        st.host_net.add(eng.host_net_util)
+        st.host_cpu.add(eng.host_cpu_util)
         st.series_vm_tx.append(eng.tx / 1e6)
 
     def _record(self, t: float, reports: dict[str, StepReport]) -> None:
@@ -305,7 +366,7 @@ class World:
 
         timeline, policy = self.run.timeline, self.policy.name
         for host, report in reports.items():
-            timeline.extend(step_rows(report, policy=policy, host=host, world=world))
+            timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
 
     def complete(self, row: TimelineRow, host: str) -> TimelineRow:
         """An agent's row with what only the simulated cluster knows."""
