@@ -211,3 +211,30 @@ def test_per_period_host_series_are_the_mean_of_each_periods_ticks() -> None:
     assert few.mean() == float(np.mean(ticks[:, :TICK_HOSTS]))
     assert abs(float(many.mean() or 0) - float(ticks.mean())) < 1e-12
     assert [list(r) for r in many.last] == [list(r) for r in ticks[-3:]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(
+        st.floats(allow_nan=True, allow_infinity=True)
+        | st.floats(-1e12, 1e12)
+        | st.floats(-2.0, 2.0)
+        | st.integers(-(10**6), 10**6).map(lambda k: k / 32)  # exact halves at 4 decimals
+        | st.integers(-(10**9), 10**9).map(lambda k: k / 1e4 + 0.00005)  # near halves
+        | st.none(),
+        max_size=60,
+    )
+)
+def test_float_cells_are_fmt_of_every_value(values: list[float | None]) -> None:
+    """The column formatter writes what fmt writes, cell for cell: halves (1/32 is
+    0.03125, "0.0312" when rounded half to even), values near a half, tiny negatives
+    ("-0"), huge, NaN, infinite and empty cells."""
+    import numpy as np
+
+    from sova.record import NONE
+    from sova.writer import float_cells, fmt
+
+    a = np.array([NONE if v is None else v for v in values], dtype=float)
+    m = float_cells(a)
+    got = [bytes(row[row != 0]).decode() for row in m]
+    assert got == [fmt(v) for v in values]

@@ -141,7 +141,7 @@ class Timeline(Sequence[TimelineRow]):
     def __init__(
         self,
         rows: Iterable[TimelineRow] = (),
-        chunk_rows: int = 32768,
+        chunk_rows: int = 8192,
         spill_bytes: int = SPILL_BYTES,
     ) -> None:
         self.chunk_rows = chunk_rows
@@ -231,7 +231,8 @@ class Timeline(Sequence[TimelineRow]):
 
     def column(self, name: str) -> np.ndarray:
         """One column of every row (float64, or int32 codes for a text column)."""
-        parts = [c.columns[name] for c in self.chunks()]
+        # copies: a chunk read back from the file is one buffer of all its columns
+        parts = [c.columns[name].copy() for c in self.chunks()]
         if parts:
             return np.concatenate(parts)
         return np.zeros(0, dtype=np.int32 if name in TEXT_COLUMNS else float)

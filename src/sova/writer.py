@@ -62,15 +62,64 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
         w.writerows([fmt(v) for v in r] for r in rows)
 
 
-def format_floats(a: np.ndarray) -> list[str]:
+def float_cells(a: np.ndarray) -> np.ndarray:
     """:func:`fmt` of every value of a float column (empty cells stored as
-    :data:`sova.record.NONE`), without a call per cell."""
-    # f"{nan:.4f}" is "nan" and the strips leave it (and "inf") alone: one expression
-    # gives fmt's text for every float
-    out = [f"{v:.4f}".rstrip("0").rstrip(".") for v in a.tolist()]
-    for i in np.flatnonzero(none_mask(a)).tolist():
-        out[i] = ""
-    return out
+    :data:`sova.record.NONE`), as a rows x width byte matrix, 0 where a cell has no byte.
+
+    A value is its 4-decimal rounding as an integer (``rint(v * 1e4)``) written digit by
+    digit; values whose rounding the product could get wrong (within a few units in the
+    last place of a half), beyond 1e11, NaN, infinite or empty go through :func:`fmt`
+    itself, so every cell is :func:`fmt`'s text (a property test holds them equal).
+    """
+    a = np.asarray(a, dtype=float)
+    n = a.size
+    finite = np.isfinite(a) & (np.abs(a) < 1e11)
+    x = np.where(finite, a, 0.0)
+    p = x * 1e4
+    frac = np.abs(p - np.trunc(p))
+    near_half = np.abs(frac - 0.5) <= np.abs(p) * 2.0**-50
+    slow = ~finite | near_half
+    q = np.abs(np.rint(p)).astype(np.int64)
+    ip, fp = np.divmod(q, 10000)
+    m = np.zeros((n, 17), dtype=np.uint8)  # sign, 11 integer digits, ".", 4 decimals
+    m[:, 0] = np.signbit(x) * np.uint8(ord("-"))
+    # integer digits from the units up, while any value has digits left; a digit is
+    # written where the value reaches its place (the units always)
+    rest, place = ip, 1
+    for col in range(11, 0, -1):
+        rest, d = np.divmod(rest, 10)
+        m[:, col] = (d + ord("0")) * ((ip >= place) | (place == 1))
+        place *= 10
+        if not rest.any():
+            break
+    # decimals from the last: a digit is written up to the last non-zero one
+    rest, tail = fp, np.zeros(n, dtype=bool)
+    for col in range(16, 12, -1):
+        rest, d = np.divmod(rest, 10)
+        tail |= d != 0
+        m[:, col] = (d + ord("0")) * tail
+    m[:, 12] = (fp != 0) * np.uint8(ord("."))
+    rows = np.flatnonzero(slow)
+    if rows.size:
+        none = none_mask(a)
+        texts = [b"" if none[i] else fmt(float(a[i])).encode() for i in rows.tolist()]
+        width = max(17, max(map(len, texts)))
+        if width > 17:
+            m = np.hstack([m, np.zeros((n, width - 17), dtype=np.uint8)])
+        m[rows] = 0
+        for i, t in zip(rows.tolist(), texts, strict=True):
+            m[i, : len(t)] = np.frombuffer(t, dtype=np.uint8)
+    return m
+
+
+def text_table(texts: Sequence[Any]) -> np.ndarray:
+    """A text column's distinct values as a code x width byte matrix (each formatted and
+    quoted once, by :func:`csv_cell`): ``text_table(texts)[codes]`` are its cells."""
+    encoded = [csv_cell(t).encode() for t in texts]
+    table = np.zeros((len(encoded), max(map(len, encoded), default=0)), dtype=np.uint8)
+    for k, t in enumerate(encoded):
+        table[k, : len(t)] = np.frombuffer(t, dtype=np.uint8)
+    return table
 
 
 def csv_cell(value: Any) -> str:
@@ -81,17 +130,26 @@ def csv_cell(value: Any) -> str:
     return buf.getvalue()[: -len(",\n")]
 
 
-Block = Sequence[Sequence[str]]  # columns of CSV cells (already formatted and quoted)
+Block = Sequence[np.ndarray]  # a block of rows: one rows x width byte matrix per column
 
 
 def write_csv_columns(path: Path, header: Sequence[str], blocks: Iterable[Block]) -> None:
-    """A CSV file from blocks of columns: the bytes :func:`write_csv` writes for the same
-    values, joined a block at a time instead of formatted a cell at a time."""
-    with path.open("w", newline="") as fh:
-        fh.write(",".join(csv_cell(h) for h in header) + "\n")
+    """A CSV file from blocks of columns (:func:`float_cells`, :func:`text_table`): the
+    bytes :func:`write_csv` writes for the same values, laid out a block at a time (cells
+    side by side with their commas, the empty bytes dropped) instead of a cell at a time."""
+    with path.open("wb") as fh:
+        fh.write((",".join(csv_cell(h) for h in header) + "\n").encode())
         for block in blocks:
-            if block and block[0]:
-                fh.write("\n".join(map(",".join, zip(*block, strict=True))) + "\n")
+            n = block[0].shape[0] if block else 0
+            if n == 0:
+                continue
+            comma = np.full((n, 1), ord(","), dtype=np.uint8)
+            parts: list[np.ndarray] = []
+            for m in block:
+                parts += [m, comma]
+            parts[-1] = np.full((n, 1), ord("\n"), dtype=np.uint8)
+            flat = np.hstack(parts).ravel()
+            fh.write(flat[flat != 0].tobytes())
 
 
 def cells(record: Any, columns: Sequence[str]) -> list[Any]:

@@ -224,22 +224,22 @@ def timeline_blocks(
     """Every run's timeline as blocks of CSV columns, sweep value first: a column is
     formatted at once (texts once per distinct value), not a cell at a time."""
     for scn, runs in points:
-        lead = writer.csv_cell(scn.sweep_value)
+        lead = np.frombuffer(writer.csv_cell(scn.sweep_value).encode(), dtype=np.uint8)
         for run in runs:
             tl = run.timeline
-            texts = {c: [writer.csv_cell(t) for t in tl.texts(c)] for c in TEXT_COLUMNS}
+            texts = {c: writer.text_table(tl.texts(c)) for c in TEXT_COLUMNS}
             for chunk in tl.chunks():
-                # a few thousand rows at a time: a block of cell strings costs ~1 kB a row
+                # a few thousand rows at a time: the byte matrices are ~100 bytes a row
                 for at in range(0, chunk.n, BLOCK_ROWS):
                     part = {k: v[at : at + BLOCK_ROWS] for k, v in chunk.columns.items()}
                     n = min(BLOCK_ROWS, chunk.n - at)
-                    block: list[list[str]] = [[lead] * n] if sweep else []
+                    block = [np.tile(lead, (n, 1))] if sweep else []
                     for name in TIMELINE_COLUMNS:
                         a = part[name]
                         if name in TEXT_COLUMNS:
-                            block.append(list(map(texts[name].__getitem__, a.tolist())))
+                            block.append(texts[name][a])
                         else:
-                            block.append(writer.format_floats(a))
+                            block.append(writer.float_cells(a))
                     yield block
 
 
