@@ -160,6 +160,33 @@ the rest is unchanged: sensing 0.53, timeline rows 0.59, the engine's tick 0.61,
 bandwidth loop. What remains of the control step is per host but small: each host's
 ``StepReport`` (inventory, operation table, decision objects), which ``World._record`` reads
 for the timeline; built from arrays, with the timeline kept as columns, it would go.
+
+Issue 23, fifth session, branch speedout (memory and outputs). The timeline is kept as
+columns (``record.Timeline``: float64 and coded-text chunks of 8,192 rows, moved to an
+unlinked temporary file past 16 MiB; ~110 bytes a row there), the per-tick host series
+keep every tick only up to 10 hosts and per-period means past that
+(``world.HostSeries``), ``timeline.csv`` is written a block of columns at a time with the
+numbers laid out digit by digit (``writer.write_csv_columns``, byte-identical), and
+matplotlib is imported only when the report draws. Golden outputs and the 1,000-host
+report.md unchanged. The whole ``sova simulate`` command, one run each, load 10-13 (measured
+before rebasing onto speedctl's branch):
+
+    size (hosts x VMs x s)   before (main 834e2c2): wall / CPU / RSS   after: wall / CPU / RSS
+    1,000 x 3 x 300             30.7 s / 11.4 s / 221 MiB                 26.0 s / 9.5 s / 169 MiB
+    1,000 x 3 x 3,600           681.8 s / 99.6 s / 895 MiB (4th session)  225.9 s / 83.9 s / 218 MiB
+
+So an hour now takes 218 MiB, ~0.47 of CloudSim Plus's 463 MiB (the issue asks a
+quarter, ~115 MiB). Stages of the hour in one process (CPU s, peak RSS so far): the
+imports 54 MiB; loading the scenario YAML (0.8 MB, PyYAML's pure-Python loader in
+``scenario._yaml``) peaks at 114 MiB by itself, about the target before anything runs
+(``yaml.CSafeLoader`` measured ~20 MiB less); the run 63 s, 142 MiB at its end with
+1.08 M rows (before: ~860 MiB); then the summary 0.15 s, timeline.csv 3.5 s (161 MiB)
+and the report 1.6 s (204 MiB: matplotlib and its figures add ~45 MiB). Writing at
+1,000 x 3 x 300 s (CPU s, one process, before -> after): timeline.csv 0.71 -> 0.31, the
+report 1.09 -> 1.05, the summary 0.06 -> 0.04; at one hour timeline.csv (111 MB) 3.5 s
+(the row writer: ~8.5 s) and the report 1.6 s (the issue: <= 10 s; images looked at).
+What remains for the quarter: the scenario loader's peak, matplotlib (~30 MiB when the
+report draws) and the report's period x VM grids (float32, ~4 MB a metric an hour).
 """
 
 from __future__ import annotations
