@@ -8,6 +8,7 @@ pure and dependency-light, and both sides call the same code.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +54,49 @@ def waterfill(
     return alloc
 
 
+@dataclass(frozen=True)
+class Links:
+    """Flows laid out by the link they cross: row ``g`` holds link ``g``'s flows in index
+    order, then empty cells (flow index ``n``, one past the last flow).
+
+    Built once while the flows' links stay the same (a simulated world rebuilds it when a
+    VM moves), so each fill sorts only within rows instead of all flows at once.
+    """
+
+    n: int
+    cell: npt.NDArray[np.int64]  # (links, width): the flow in each cell, n if empty
+    count: npt.NDArray[np.int64]  # flows per link
+    real: npt.NDArray[np.bool_]  # (links, width): the cell holds a flow
+    left: FloatArray  # (links, width): flows from this cell to the row's end (1 if empty)
+
+    @classmethod
+    def of(cls, group: npt.NDArray[np.int64], n_links: int) -> Links:
+        g = np.asarray(group, dtype=np.int64)
+        order = np.argsort(g, kind="stable")
+        return cls._from(g.size, g[order], order, n_links)
+
+    @classmethod
+    def _from(
+        cls, n: int, g: npt.NDArray[np.int64], flows: npt.NDArray[np.int64], n_links: int
+    ) -> Links:
+        """``flows`` (index order within each link) crossing links ``g`` (sorted)."""
+        count = np.bincount(g, minlength=n_links)
+        width = int(count.max()) if g.size else 0
+        col = np.arange(g.size) - (np.cumsum(count) - count)[g]
+        cell = np.full((n_links, width), n, dtype=np.int64)
+        cell[g, col] = flows
+        cols = np.arange(width)
+        real = cols[None, :] < count[:, None]
+        left = np.where(real, (count[:, None] - cols[None, :]).astype(np.float64), 1.0)
+        return cls(n, cell, count, real, left)
+
+    def subset(self, member: npt.NDArray[np.bool_]) -> Links:
+        """The same links with only the flows where ``member`` is true (same indices)."""
+        keep = np.append(member, False)[self.cell]
+        rows = np.broadcast_to(np.arange(self.cell.shape[0])[:, None], keep.shape)
+        return Links._from(self.n, rows[keep], self.cell[keep], self.cell.shape[0])
+
+
 def grouped_waterfill(
     capacity: FloatArray,
     group: npt.NDArray[np.int64],
@@ -68,34 +112,62 @@ def grouped_waterfill(
     water stops, and it and every later flow of the link get ``level · weight``.
     """
     d = np.asarray(demands, dtype=np.float64)
-    n = d.size
-    if n == 0:
+    if d.size == 0:
         return d.copy()
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
-    g = np.asarray(group, dtype=np.int64)
     cap = np.asarray(capacity, dtype=np.float64)
-    sat = d / w
-    order = np.lexsort((sat, g))
-    gs, ds, ws, ss = g[order], d[order], w[order], sat[order]
-    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
-    lengths = np.diff(np.r_[starts, n])
-    cum_d = np.cumsum(ds)
-    cum_w = np.cumsum(ws)
-    before_d = cum_d - ds - np.repeat((cum_d - ds)[starts], lengths)
-    total_w = np.repeat(np.add.reduceat(ws, starts), lengths)
-    before_w = cum_w - ws - np.repeat((cum_w - ws)[starts], lengths)
-    remaining_w = total_w - before_w
-    level = (cap[gs] - before_d) / remaining_w
-    unsat = ss > level
-    pos = np.arange(n)
-    # First unsaturated position of each link (n when every flow of the link is satisfied).
-    first = np.minimum.reduceat(np.where(unsat, pos, n), starts)
-    first_of = np.repeat(first, lengths)
-    stop_level = np.where(first_of < n, level[np.minimum(first_of, n - 1)], np.inf)
-    alloc_sorted = np.where(pos < first_of, ds, np.minimum(ds, stop_level * ws))
-    out = np.empty(n)
-    out[order] = alloc_sorted
-    return out
+    return links_waterfill(cap, Links.of(group, cap.size), d, weights)
+
+
+def links_waterfill(
+    capacity: FloatArray, links: Links, demands: FloatArray, weights: FloatArray | None = None
+) -> FloatArray:
+    """:func:`grouped_waterfill` of the flows laid out in ``links`` (others get 0).
+
+    Sums run over the flows in the order the one-array form always used (every link's
+    flows sorted by saturation level, links in index order, one running sum across them):
+    an empty cell adds 0.0, which leaves every partial sum bit for bit the same.
+    """
+    n = links.n
+    d_ext = np.zeros(n + 1)
+    d_ext[:n] = demands
+    if weights is None:
+        sat_ext = d_ext.copy()
+    else:
+        w_ext = np.zeros(n + 1)
+        w_ext[:n] = weights
+        sat_ext = np.empty(n + 1)
+        np.divide(d_ext[:n], w_ext[:n], out=sat_ext[:n])
+    sat_ext[n] = np.nan  # empty cells sort after every flow, NaN demands included
+    cell = links.cell
+    width = cell.shape[1]
+    out = np.zeros(n + 1)
+    if width == 0:
+        return out[:n]
+    s = np.take_along_axis(cell, np.argsort(sat_ext[cell], axis=1, kind="stable"), axis=1)
+    ds = d_ext[s]
+    ex_d = np.cumsum(ds).reshape(ds.shape)
+    ex_d -= ds
+    before_d = ex_d - ex_d[:, :1]
+    if weights is None:
+        remaining_w = links.left  # sums of ones: exact in any order
+    else:
+        ws = w_ext[s]
+        ex_w = np.cumsum(ws).reshape(ws.shape)
+        ex_w -= ws
+        before_w = ex_w - ex_w[:, :1]
+        full = links.count > 0
+        total_w = np.zeros(cell.shape[0])
+        starts = (np.cumsum(links.count) - links.count)[full]
+        total_w[full] = np.add.reduceat(ws[links.real], starts)
+        remaining_w = np.where(links.real, total_w[:, None] - before_w, 1.0)
+    level = (capacity[:, None] - before_d) / remaining_w
+    unsat = sat_ext[s] > level
+    # first unsaturated cell of each link (width when every flow is satisfied)
+    first = np.where(unsat.any(axis=1), unsat.argmax(axis=1), width)
+    stop = level[np.arange(cell.shape[0]), np.minimum(first, width - 1)][:, None]
+    fill = stop if weights is None else stop * ws
+    out[s] = np.where(np.arange(width)[None, :] < first[:, None], ds, np.minimum(ds, fill))
+    return out[:n]
 
 
 def floored_waterfill(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sova.policy.waterfill import floored_waterfill, grouped_waterfill
+from sova.policy.waterfill import floored_waterfill, grouped_waterfill, links_waterfill
 
 if TYPE_CHECKING:
     from sova.sim.state import EngineState, MigrationState
@@ -77,7 +77,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         own = want * np.where(need0 > eng.vcpus, eng.vcpus / np.maximum(need0, 1e-12), 1.0)
         busy0 = np.bincount(h, np.minimum(need0, eng.vcpus), minlength=H)
         own = own * np.minimum(1.0, eng.cores / np.maximum(busy0, 1e-12))[h]
-        fair = grouped_waterfill(eng.capacity, h, own, np.maximum(eng.streams, 1.0))
+        fair = links_waterfill(eng.capacity, eng.links(), own, np.maximum(eng.streams, 1.0))
         # only the link's verdict caps: a CPU-bound sender is scaled down below anyway
         link_cap = np.where(fair < own * (1.0 - 1e-9), fair, INF)
         want = np.where((kind <= 1) | (kind == 3), np.minimum(want, link_cap), want)
@@ -125,14 +125,14 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
 
     # paths: VF cap; virtio per-VM ceiling and the backend's shared packet-rate ceiling
     want = np.where(eng.on_vf, np.minimum(want, eng.vf_max), np.minimum(want, p.virtio_flow_limit))
-    vi = np.flatnonzero(virt & (want > 0))
+    vi = virt & (want > 0)
     pps_limit = p.virtio_pps_limit * backend_scale * np.maximum(0.01, 1.0 - backend_vm_frac)
     backend_pps = np.zeros(H)
-    if vi.size:
-        pps = want[vi] / pkt_bits[vi]
-        got = grouped_waterfill(pps_limit, h[vi], pps)
-        want[vi] = got * pkt_bits[vi]
-        backend_pps = np.bincount(h[vi], got, minlength=H).astype(np.float64)
+    if vi.any():
+        got = links_waterfill(pps_limit, eng.links().subset(vi), want / pkt_bits)
+        want = np.where(vi, got * pkt_bits, want)
+        # the others got 0.0, which leaves each host's sum the same
+        backend_pps = np.bincount(h, got, minlength=H).astype(np.float64)
 
     # PF egress, shared with migration streams
     migs = list(eng.migrations.values())
@@ -149,8 +149,10 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         floors = np.zeros(demands.size)
         floors[:N] = np.where(eng.on_vf, np.minimum(want, eng.vf_min), 0.0)
         share = floored_waterfill(eng.capacity, groups, demands, weights, floors)
-    else:
+    elif mig_active:
         share = grouped_waterfill(eng.capacity, groups, demands, weights)
+    else:
+        share = links_waterfill(eng.capacity, eng.links(), demands, weights)
     tx = share[:N]
     if is_file.any():
         tx = np.where(is_file, np.minimum(tx, eng.file_left * 8.0 / dt), tx)

@@ -16,6 +16,7 @@ import numpy as np
 
 from sova import model
 from sova.clock import Environment
+from sova.policy.waterfill import Links
 from sova.scenario import Scenario
 
 INF = float("inf")
@@ -136,6 +137,7 @@ class EngineState:
         self.on_op_done: list[Callable[[float, Op], None]] = []
         self.on_submit: list[Callable[[float, Op], None]] = []
         self._members: list[np.ndarray] | None = None
+        self._links: Links | None = None
         self._trace_cache: dict[str, dict[str, np.ndarray]] = {}
 
     def _complete(self, op: Op, state: str, detail: str) -> None:
@@ -150,6 +152,13 @@ class EngineState:
         ``host``, so the per-host member lists the driver views read stay right."""
         self.host[i] = dst
         self._members = None
+        self._links = None
+
+    def links(self) -> Links:
+        """Every VM laid out by host (the tick's water-fills), rebuilt after a move."""
+        if self._links is None:
+            self._links = Links.of(self.host, self.H)
+        return self._links
 
     def _members_of(self, hi: int) -> np.ndarray:
         # Every agent reads its host's VMs several times a second: a scan of all N VMs per
