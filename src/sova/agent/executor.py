@@ -15,7 +15,7 @@ applies each one with the guarantees an operator needs on a real host:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -193,6 +193,12 @@ class Executor:
         batched limits, see :meth:`settle`): the failure count starts again."""
         if self._failures:
             self._failures.pop((vm, chan), None)
+
+    def settled_all(self, vms: Iterable[str], chan: str) -> None:
+        """:meth:`settled` for many VMs at once (nothing to do without failures)."""
+        if self._failures:
+            for vm in vms:
+                self._failures.pop((vm, chan), None)
 
     def timeout_for(self, action: Action) -> float:
         return self.migration_timeout_s if isinstance(action, Migrate) else self.op_timeout_s

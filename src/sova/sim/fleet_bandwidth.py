@@ -17,6 +17,7 @@ starts with whatever the target's agent last applied to it, usually none).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ class FleetBandwidth:
         names = engine.host_names
         self.agents = [agents[h] for h in names]
         self.allocators = [a.allocator for a in self.agents if a.allocator is not None]
-        self.rank = np.argsort(np.argsort(np.array(engine.vm_names, dtype=object)))
+        self.names = np.array(engine.vm_names, dtype=object)
+        self.rank = np.argsort(np.argsort(self.names))
         self.sla = bw.SLAArrays.of([v.sla for v in engine.vms])
         self.prev: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None
         # limit[i]: what the agent of host limit_host[i] last applied to VM i (nan: none)
@@ -105,9 +107,11 @@ class FleetBandwidth:
         # A flow with no call in flight, not migrating, on a host whose executor tracks
         # nothing (no call in flight, no back-off) goes straight into the round; the
         # others take the per-flow rules below, which would let those through too.
-        quiet = np.array([a.executor.idle for a in self.agents], dtype=bool)
-        ci = flows[ks]
-        plain = quiet[fh[ks]] & ~self.pending[ci] & ~engine.migrating[ci]
+        ci, ch = flows[ks], fh[ks]
+        busy = np.unique(ch)  # only the hosts with a change are asked
+        quiet = np.zeros(engine.H, dtype=bool)
+        quiet[busy] = [self.agents[h].executor.idle for h in busy.tolist()]
+        plain = quiet[ch] & ~self.pending[ci] & ~engine.migrating[ci]
         batch: list[int] = ks[plain].tolist()
         for k in ks[~plain].tolist():
             i, h = int(flows[k]), int(fh[k])
@@ -158,12 +162,16 @@ class FleetBandwidth:
             on = idx[rnd.ok]
             mine = on[self.limit_host[on] == self.pending_host[on]]
             self.limit[mine] = self.pending_rate[mine]
-            rates = self.pending_rate[on].tolist()
-            for i, h, r in zip(on.tolist(), self.pending_host[on].tolist(), rates, strict=True):
-                agent = self.agents[h]
-                vm = engine.vm_names[i]
-                agent.limits[vm] = None if math.isnan(r) else r
-                agent.executor.settled(vm, "rate")
+            # a round is in flow order, so each host's calls are one run: each agent's
+            # record is updated in one call, in submission order
+            hosts = self.pending_host[on]
+            vms = self.names[on].tolist()
+            rates = [None if math.isnan(r) else r for r in self.pending_rate[on].tolist()]
+            cuts = [0, *(np.flatnonzero(hosts[1:] != hosts[:-1]) + 1).tolist(), len(vms)]
+            for a, b in itertools.pairwise(cuts):
+                agent = self.agents[int(hosts[a])]
+                agent.limits.update(zip(vms[a:b], rates[a:b], strict=True))
+                agent.executor.settled_all(vms[a:b], "rate")
             for i in idx[~rnd.ok].tolist():
                 h = int(self.pending_host[i])
                 r, p = float(self.pending_rate[i]), float(self.pending_pps[i])

@@ -98,23 +98,24 @@ def on_fraction(
     live = np.flatnonzero((duty > 0.0) & (duty < 1.0))
     if live.size == 0:
         return frac
-    on = np.zeros(live.size)
-    cur = np.full(live.size, t0)
+    # Only the processes whose cycle ended inside the tick take another pass; the others
+    # are done (their terms would add 0.0). Draws stay in index order, pass by pass.
     s, ln, d = start[live], length[live], duty[live]
-    act = np.ones(live.size, dtype=bool)  # processes whose time is not yet covered to t1
-    for _ in range(64):  # cycles are >= cycle_min long: a few passes cover a tick
-        end = s + ln
-        on_end = s + d * ln
-        seg_end = np.minimum(t1, end)
-        on += np.where(act, np.clip(np.minimum(seg_end, on_end) - cur, 0.0, None), 0.0)
-        adv = act & (end <= t1)
-        if not adv.any():
+    end = s + ln
+    on = np.clip(np.minimum(np.minimum(t1, end), s + d * ln) - t0, 0.0, None)
+    k = np.flatnonzero(end <= t1)
+    for i in range(64):  # cycles are >= cycle_min long: a few passes cover a tick
+        if k.size == 0:
             break
-        k = np.flatnonzero(adv)
-        cur[k] = end[k]
-        s[k] = end[k]
+        cur = end[k]
+        s[k] = cur
         ln[k] = eng.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
-        act = adv
+        if i == 63:
+            break  # the last pass draws its cycles but covers no more of the tick
+        end_k = cur + ln[k]
+        end[k] = end_k
+        on[k] += np.clip(np.minimum(np.minimum(t1, end_k), cur + d[k] * ln[k]) - cur, 0.0, None)
+        k = k[end_k <= t1]
     start[live], length[live] = s, ln
     frac[live] = on / (t1 - t0)
     return frac
@@ -128,7 +129,12 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
     cpu_frac = on_fraction(eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1)
     jit = eng.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
     cj = 1.0 + (eng.wrng.normal(0.0, p.cpu_jitter, N) if p.cpu_jitter else np.zeros(N))
-    arrivals = eng.wrng.poisson(eng.req_rate * dt).astype(float)
+    arrivals = np.zeros(N)
+    asks = np.flatnonzero(eng.req_rate)
+    if asks.size:
+        # a Poisson draw of mean 0 takes nothing from the stream: drawing only the others
+        # leaves every value the same
+        arrivals[asks] = eng.wrng.poisson(eng.req_rate[asks] * dt)
     if eng._ingress_limited:
         # The NIC discards requests above the VM's ingress limit: they never reach the
         # guest (or a driver domain), so they cost no CPU and are never answered.
