@@ -224,7 +224,14 @@ def _flat_waterfill(
         min_size=1,
         max_size=60,
     ),
-    st.lists(st.floats(0, 2e10, allow_subnormal=False), min_size=12, max_size=12),
+    st.lists(
+        # whole Gbit/s (links exactly full, the no-sort path's edge) or any capacity
+        st.one_of(
+            st.integers(0, 20).map(lambda k: k * 1e9), st.floats(0, 2e10, allow_subnormal=False)
+        ),
+        min_size=12,
+        max_size=12,
+    ),
     st.booleans(),
 )
 def test_links_waterfill_equals_the_flat_form_bit_for_bit(
@@ -248,6 +255,8 @@ def test_links_waterfill_equals_the_flat_form_bit_for_bit(
         ws = None if w is None else w[idx]
         assert np.array_equal(sub[idx], _flat_waterfill(cap, g[idx], d[idx], ws))
     assert not sub[~member].any()
+    by_mask = links_waterfill(cap, Links.of(g, n_links), d, w, member=member)
+    assert np.array_equal(by_mask, sub)
 
 
 def test_links_waterfill_per_link_matches_waterfill() -> None:

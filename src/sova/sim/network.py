@@ -129,7 +129,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     pps_limit = p.virtio_pps_limit * backend_scale * np.maximum(0.01, 1.0 - backend_vm_frac)
     backend_pps = np.zeros(H)
     if vi.any():
-        got = links_waterfill(pps_limit, eng.links().subset(vi), want / pkt_bits)
+        got = links_waterfill(pps_limit, eng.links(), want / pkt_bits, member=vi)
         want = np.where(vi, got * pkt_bits, want)
         # the others got 0.0, which leaves each host's sum the same
         backend_pps = np.bincount(h, got, minlength=H).astype(np.float64)
