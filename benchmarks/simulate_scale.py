@@ -395,6 +395,44 @@ def profile(hosts: int, per_host: int, duration: float, seed: int, work: Path) -
     pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
 
 
+def simulate_only(
+    hosts: int, per_host: int, duration: float, seed: int, work: Path, physics: bool
+) -> float:
+    """CPU seconds of the simulation alone in this process: ``run_policy`` (``physics``
+    False) or the world without agents, i.e. the engine's ticks and the world's per-tick
+    statistics (``physics`` True)."""
+    from sova.scenario import load_sweep
+    from sova.sim.runner import run_policy
+    from sova.sim.world import World
+
+    path = work / f"scenario-{hosts}x{per_host}.yaml"
+    path.write_text(yaml.safe_dump(scenario_data(hosts, per_host, duration, seed)))
+    scn = load_sweep(path)[0]
+    spec = scn.policy_specs[0]
+    t = time.process_time()
+    if physics:
+        World(scn, spec, with_agents=False).run_until(scn.duration)
+    else:
+        run_policy(scn, spec.name)
+    return time.process_time() - t
+
+
+def run_simulate_only(
+    size: tuple[int, int], args: argparse.Namespace, physics: bool
+) -> tuple[float, float]:
+    """(CPU s, peak RSS MiB) of :func:`simulate_only` in a child process (``--sova-src``
+    runs another tree's code there)."""
+    cmd = [str(ROOT / ".venv/bin/python"), __file__, "--child", f"{size[0]}x{size[1]}"]
+    cmd += ["--duration", str(args.duration), "--seed", str(args.seed)]
+    cmd += ["--physics-only"] if physics else []
+    env = dict(os.environ)
+    if args.sova_src is not None:
+        env["PYTHONPATH"] = str(args.sova_src)
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    cpu, rss = out.split()
+    return float(cpu), float(rss)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--sizes", default="100x3", help="HOSTSxVMS_PER_HOST, comma-separated")
@@ -405,7 +443,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile the first size instead")
     ap.add_argument("--keep", type=Path, help="keep the scenarios and outputs here")
     ap.add_argument("--sova-src", type=Path, help="run this src/ tree instead (before/after)")
+    ap.add_argument(
+        "--sim-only", action="store_true", help="CPU s of run_policy alone (no outputs)"
+    )
+    ap.add_argument(
+        "--physics-only",
+        action="store_true",
+        help="CPU s of the world without agents (engine ticks and per-tick statistics)",
+    )
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        import resource
+
+        h, v = (int(x) for x in args.child.split("x"))
+        with tempfile.TemporaryDirectory() as tmp:
+            cpu = simulate_only(h, v, args.duration, args.seed, Path(tmp), args.physics_only)
+        print(cpu, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        return 0
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="sova-simscale-")) if args.keep is None else args.keep
     work.mkdir(parents=True, exist_ok=True)
@@ -413,6 +468,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             h, v = sizes[0]
             profile(h, v, args.duration, args.seed, work)
+            return 0
+        if args.sim_only or args.physics_only:
+            what = "world without agents" if args.physics_only else "run_policy"
+            print(f"{'hosts':>6} {'VMs':>6} {'CPU s':>7} {'VM-steps/CPU-s':>15} {'peak MiB':>9}")
+            for size in sizes:
+                runs = [run_simulate_only(size, args, args.physics_only) for _ in range(args.reps)]
+                cpu, peak = (statistics.median(x) for x in zip(*runs, strict=True))
+                steps = size[0] * size[1] * int(round(args.duration))
+                line = f"{size[0]:>6} {size[0] * size[1]:>6} {cpu:>7.2f} {steps / cpu:>15,.0f}"
+                print(
+                    f"{line} {peak:>9,.0f}   ({what}; CPU s of each run: "
+                    + ", ".join(f"{c:.2f}" for c, _ in runs)
+                    + ")",
+                    flush=True,
+                )
             return 0
         head = (
             f"{'hosts':>6} {'VMs':>6} {'wall s':>8} {'CPU s':>7} {'VM-steps/s':>11} {'peak MiB':>9}"

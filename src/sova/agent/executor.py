@@ -194,6 +194,11 @@ class Executor:
         if self._failures:
             self._failures.pop((vm, chan), None)
 
+    @property
+    def failing(self) -> bool:
+        """Some action failed since its last success (retries counted)."""
+        return bool(self._failures)
+
     def settled_all(self, vms: Iterable[str], chan: str) -> None:
         """:meth:`settled` for many VMs at once (nothing to do without failures)."""
         if self._failures:

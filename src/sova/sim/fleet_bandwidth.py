@@ -17,7 +17,6 @@ starts with whatever the target's agent last applied to it, usually none).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,6 +54,13 @@ class FleetBandwidth:
         self.pending_rate = np.full(engine.N, np.nan)
         self.pending_pps = np.full(engine.N, np.nan)
         self.rounds: list[_Round] = []
+        # A landed limit goes into its agent's record (HostAgent.limits) lazily: rewriting
+        # every VM's entry every second was the bandwidth loop's largest cost. saved[i]
+        # False: the last limit landed for VM i (saved_rate, by host saved_host's agent)
+        # is not in that agent's record yet; whoever reads the record reads it first.
+        self.saved = np.ones(engine.N, dtype=bool)
+        self.saved_host = np.full(engine.N, -1, dtype=np.int64)
+        self.saved_rate = np.full(engine.N, np.nan)
 
     @classmethod
     def of(cls, engine: Engine, agents: Mapping[str, HostAgent]) -> FleetBandwidth | None:
@@ -67,6 +73,17 @@ class FleetBandwidth:
         i, h = engine.vm_index[action.vm], engine.host_index[host]
         if result == Result.SUCCEEDED and self.limit_host[i] == h:
             self.limit[i] = math.nan if action.rate_bps is None else action.rate_bps
+        if result == Result.SUCCEEDED and self.saved_host[i] == h:
+            self.saved[i] = True  # the agent recorded a later limit itself
+
+    def save(self, engine: Engine, idx: np.ndarray | None = None) -> None:
+        """Write the landed limits not yet in their agents' records (of VMs ``idx``, or
+        all): before a record is read, and at the end of a run."""
+        idx = np.flatnonzero(~self.saved) if idx is None else idx[~self.saved[idx]]
+        hosts, rates = self.saved_host[idx].tolist(), self.saved_rate[idx].tolist()
+        for i, h, r in zip(idx.tolist(), hosts, rates, strict=True):
+            self.agents[h].limits[engine.vm_names[i]] = None if math.isnan(r) else r
+        self.saved[idx] = True
 
     def step(self, engine: Engine) -> None:
         now = engine.env.now
@@ -82,6 +99,8 @@ class FleetBandwidth:
         order = np.lexsort((self.rank[flows], fh))
         flows, fh = flows[order], fh[order]
         stale = np.flatnonzero(self.limit_host[flows] != fh)
+        if stale.size:
+            self.save(engine, flows[stale])
         for k in stale.tolist():
             i = int(flows[k])
             cur = self.agents[fh[k]].limits.get(engine.vm_names[i])
@@ -162,16 +181,15 @@ class FleetBandwidth:
             on = idx[rnd.ok]
             mine = on[self.limit_host[on] == self.pending_host[on]]
             self.limit[mine] = self.pending_rate[mine]
-            # a round is in flow order, so each host's calls are one run: each agent's
-            # record is updated in one call, in submission order
             hosts = self.pending_host[on]
-            vms = self.names[on].tolist()
-            rates = [None if math.isnan(r) else r for r in self.pending_rate[on].tolist()]
-            cuts = [0, *(np.flatnonzero(hosts[1:] != hosts[:-1]) + 1).tolist(), len(vms)]
-            for a, b in itertools.pairwise(cuts):
-                agent = self.agents[int(hosts[a])]
-                agent.limits.update(zip(vms[a:b], rates[a:b], strict=True))
-                agent.executor.settled_all(vms[a:b], "rate")
+            # an unsaved limit another host's agent applied goes into its record first
+            self.save(engine, on[self.saved_host[on] != hosts])
+            self.saved[on] = False
+            self.saved_host[on], self.saved_rate[on] = hosts, self.pending_rate[on]
+            for h in np.unique(hosts).tolist():
+                ex = self.agents[h].executor
+                if ex.failing:  # the failure counts of the landed calls start again
+                    ex.settled_all(self.names[on[hosts == h]].tolist(), "rate")
             for i in idx[~rnd.ok].tolist():
                 h = int(self.pending_host[i])
                 r, p = float(self.pending_rate[i]), float(self.pending_pps[i])

@@ -292,6 +292,8 @@ class World:
         with _no_cycle_scans():
             while self.k < steps:
                 self.advance(progress)
+        if self._bw is not None:
+            self._bw.save(self.engine)  # every agent's record of its limits complete
         self.run.engine = self.engine
         return self.run
 
