@@ -13,6 +13,8 @@ of ``../shared/bench/cloudsim-compare``) at the same sizes, S = 1 s, and prints 
     .venv/bin/python benchmarks/simulate_scale.py --sizes 100x3 --duration 300
     .venv/bin/python benchmarks/simulate_scale.py --sizes 100x3,1000x3 --duration 300 --reps 3
     .venv/bin/python benchmarks/simulate_scale.py --sizes 100x3 --duration 300 --profile
+    .venv/bin/python benchmarks/simulate_scale.py --sizes 1000x20 --physics-only --reps 3
+    .venv/bin/python benchmarks/simulate_scale.py --sizes 1000x3 --sim-only --sova-src OLD/src
 
 Measured on the shared 2-core development machine while seven other sessions ran (load
 average 9-11, so wall times swing 2-4x between runs; CPU time is the steadier figure), seed 1,
@@ -187,6 +189,32 @@ report 1.09 -> 1.05, the summary 0.06 -> 0.04; at one hour timeline.csv (111 MB)
 (the row writer: ~8.5 s) and the report 1.6 s (the issue: <= 10 s; images looked at).
 What remains for the quarter: the scenario loader's peak, matplotlib (~30 MiB when the
 report draws) and the report's period x VM grids (float32, ~4 MB a metric an hour).
+
+Issue 23, fifth session, branch speedeng: the engine's tick. The two water-fills of every
+tick (the backend's packet-rate share, the PF's egress share) sorted all flows at once; they
+now sort within each host's row of a per-host layout built once per placement
+(``sova.policy.waterfill.Links``), keeping the flat form's running sums so every share is
+the same float (property test against the flat form), and skip the sort when every host
+clearly has room for its flows. Duty cycles advance only the processes whose cycle ended in
+the tick, Poisson arrivals are drawn only for request VMs, and the bandwidth loop writes
+landed limits into the agents' records when they are read instead of every VM every second.
+Golden outputs unchanged. CPU seconds, before (main 834e2c2) and after (this branch on
+834e2c2, without speedctl's changes) alternating, median of 3 (range in brackets), load
+average 6-12 on the 2 cores; reproduce with
+``--physics-only`` (the world without agents: engine ticks and per-tick statistics) or
+``--sim-only`` (``run_policy``), ``--sova-src`` for the before tree:
+
+    size (hosts x VMs x s)   what               before: CPU s        after: CPU s        VM-steps per CPU-s
+    1,000 x 3 x 300          without agents     0.76 (0.64-0.91)     0.44 (0.34-0.46)    1.18 M -> 2.05 M
+    1,000 x 20 x 300         without agents     3.85 (3.80-3.86)     1.86 (1.74-1.96)    1.56 M -> 3.23 M
+    1,000 x 3 x 300          run_policy         5.40 (5.03-5.64)     4.74 (4.62-5.05)    167 k -> 190 k
+    1,000 x 20 x 300         run_policy         24.97 (24.50-29.20)  20.51 (19.46-20.66)  240 k -> 293 k
+
+The world without agents reaches ~3.2 M VM-steps per CPU-s at 1,000 x 20 (the issue asks
+5 M for the whole run): what remains of a tick is mostly the random draws every VM needs
+(rate and CPU jitter: ~0.6 ms of a ~6 ms tick at 20,000 VMs), the PF's fill on congested
+hosts (a row sort per host) and ~150 small array operations. In ``run_policy`` the agents'
+control period and the records dominate (see the sessions above).
 """
 
 from __future__ import annotations

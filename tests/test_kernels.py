@@ -472,7 +472,7 @@ def test_load_shares_equal_host_load_and_vm_loads(run: dict[str, object], seed: 
 
 def _run(
     scn: Scenario, policy: str, fleet: bool, sensing: bool = True
-) -> tuple[list[object], list[object], list[float]]:
+) -> tuple[list[object], list[object], list[float], dict[str, dict[str, float | None]]]:
     spec = next(p for p in scn.policy_specs if p.name == policy)
     world = World(scn, spec)
     if not fleet:
@@ -481,7 +481,8 @@ def _run(
         world._sensing = None  # every agent's own HostSensor, one host at a time
     run = world.run_until(scn.duration)
     eng = world.engine
-    return list(run.timeline), list(run.events), eng.guest_limit.tolist()
+    limits = {h: dict(a.limits) for h, a in world.agents.items()}
+    return list(run.timeline), list(run.events), eng.guest_limit.tolist(), limits
 
 
 @pytest.mark.parametrize(
@@ -496,7 +497,8 @@ def test_world_decides_the_same_with_all_hosts_at_once(
 ) -> None:
     # The world's bandwidth phase (sim/fleet_bandwidth.py: one pass for all hosts, limit
     # calls landing in one batch per round) against every HostAgent.bandwidth_step on its
-    # own host: the same timeline, events and applied limits, VM by VM.
+    # own host: the same timeline, events and applied limits, VM by VM, and the same
+    # record in every agent of the limits it applied (written lazily by the world).
     scn = load_sweep(ROOT / "scenarios" / f"{name}.yaml")[0]
     scn = scn.model_copy(update={"duration": duration})
     fast = _run(scn, policy, fleet=True)
@@ -504,6 +506,7 @@ def test_world_decides_the_same_with_all_hosts_at_once(
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     assert fast[2] == slow[2]
+    assert fast[3] == slow[3]
 
 
 @pytest.mark.parametrize(

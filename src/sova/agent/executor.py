@@ -188,19 +188,14 @@ class Executor:
             self._record_failure(key, outcome.time_s)
         return self._emit(outcome)
 
-    def settled(self, vm: str, chan: str) -> None:
-        """A success settled by the caller without an outcome (the simulated world's
-        batched limits, see :meth:`settle`): the failure count starts again."""
-        if self._failures:
-            self._failures.pop((vm, chan), None)
-
     @property
     def failing(self) -> bool:
         """Some action failed since its last success (retries counted)."""
         return bool(self._failures)
 
     def settled_all(self, vms: Iterable[str], chan: str) -> None:
-        """:meth:`settled` for many VMs at once (nothing to do without failures)."""
+        """Successes settled by the caller without an outcome (the simulated world's
+        batched limits, see :meth:`settle`): their failure counts start again."""
         if self._failures:
             for vm in vms:
                 self._failures.pop((vm, chan), None)
