@@ -37,8 +37,35 @@ bash scripts/lab-image.sh >/dev/null
 if [[ "$QEMU" == backports ]]; then
     bash scripts/lab-nested-qemu.sh >/dev/null  # fetched once, before the clock starts
 fi
+# What the tier's lab (tests/lab/conftest.py: TEST_ROOT, TEST_PREFIX) left behind, looked
+# for independently of `sova lab down`'s own bookkeeping (issue 18: a libvirtd in its mount
+# namespace survived a `down` that said "nothing to remove").
+LAB_ROOT=/var/lib/sova-lab-test
+LAB_PREFIX=svq
+leftovers() {
+    local found="" links ns procs
+    [[ -e "$LAB_ROOT" ]] && found+=" directory $LAB_ROOT;"
+    links=$(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^$LAB_PREFIX" | tr '\n' ' ' || true)
+    [[ -n "$links" ]] && found+=" links $links;"
+    ns=$(ip netns list | awk '{print $1}' | grep "^$LAB_PREFIX" | tr '\n' ' ' || true)
+    [[ -n "$ns" ]] && found+=" namespaces $ns;"
+    # a process whose command line or mount table names the lab's directory
+    procs=$( { pgrep -f "$LAB_ROOT/" || true; grep -l "$LAB_ROOT/" /proc/[0-9]*/mountinfo 2>/dev/null | cut -d/ -f3 || true; } | sort -u | tr '\n' ' ')
+    [[ -n "$procs" ]] && found+=" processes $procs;"
+    echo "$found"
+}
 start=$SECONDS
 status=0
 "$PY" -m pytest tests/lab -m lab -ra --durations=0 || status=$?
 echo "ci-lab: lab tier on QEMU $QEMU took $((SECONDS - start)) s (exit $status)"
+# The tier's session fixture ends with `down`: nothing may be left for the next tier (CI
+# runs it again on the other QEMU). A leftover fails the tier, then is removed.
+left=$(leftovers)
+if [[ -n "$left" ]]; then
+    echo "ci-lab: the tier left behind:$left" >&2
+    SOVA_LAB_DIR="$LAB_ROOT" SOVA_LAB_PREFIX="$LAB_PREFIX" "$PY" -m sova.cli lab down >&2 || true
+    status=1
+else
+    echo "ci-lab: nothing of the lab left (no process, link, namespace or directory)"
+fi
 exit $status
