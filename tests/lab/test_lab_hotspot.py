@@ -56,19 +56,32 @@ def test_hot_hv1_sends_one_guest_to_hv2_through_the_real_daemons(lab, tmp_path):
         assert (out / name).stat().st_size > 0 and sum(plots[name].values()) > 0, plots
 
 
-def _hv1_cpu(out) -> str:
-    """HV1's utilisation as its agent computed it, per phase: says whether the burners got
-    the CPU that makes a host hot (a machine busy with other work gives TCG guests less)."""
+def _hv1_two_burners(out) -> list[float]:
+    """HV1's utilisation as its agent computed it (hosts.csv, about one row a second) while
+    both burners ran on it: from 5 s into the burner phase (one agent period, so a report
+    covers burners only) to the first migration's start, or the run's end if none came."""
     import csv
 
+    start = 40.0 + 5.0  # the network-only phase lasts 40 s (scenario)
+    stops = [float(e["time_s"]) for e in _events(out) if e["event"] == "migrate_start"]
+    stop = min(stops, default=float("inf"))
     with (out / "hosts.csv").open() as fh:
-        rows = [r for r in csv.DictReader(fh) if r["host"] == "HV1"]
-    early = [float(r["cpu"]) for r in rows if float(r["time_s"]) < 40]
-    late = [float(r["cpu"]) for r in rows if float(r["time_s"]) >= 45]
+        return [
+            float(r["cpu"])
+            for r in csv.DictReader(fh)
+            if r["host"] == "HV1" and start <= float(r["time_s"]) < stop
+        ]
+
+
+def _hv1_cpu(out) -> str:
+    """Whether HV1's burners got the CPU that makes a host hot (a machine busy with other
+    work gives TCG guests less): the figures the manager judged against alpha 0.5."""
+    two = sorted(_hv1_two_burners(out))
+    if not two:
+        return "HV1 cpu: no report while both burners ran"
     return (
-        f"HV1 cpu (of alpha 0.5): network-only max {max(early, default=0):.2f}, "
-        f"burners median {sorted(late)[len(late) // 2] if late else 0:.2f} "
-        f"max {max(late, default=0):.2f}"
+        f"HV1 cpu with both burners (alpha 0.5): median {two[len(two) // 2]:.2f}, "
+        f"min {two[0]:.2f}, max {two[-1]:.2f} over {len(two)} reports"
     )
 
 
