@@ -22,7 +22,6 @@ from typing import ClassVar
 
 from sova.model import Inventory
 from sova.policy.sensing import VMFactors
-from sova.policy.vfkernel import schedule_one
 from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
 Desired = dict[str, float | None]
@@ -124,6 +123,11 @@ class DsrIov(VFPolicy):
         decision = ctx.scheduled
         if decision is None:
             holders = {vm: ctx.vf_since[vm] for vm in actual.vf_holders}
+            # Imported here, not at the top: the registry (and through it the controller's
+            # config and the scenario loader) must import on a `cli`-only install without
+            # numpy, so that `sova demo` there prints its one install line.
+            from sova.policy.vfkernel import schedule_one
+
             decision = schedule_one(
                 ctx.candidates, holders, actual.host.nic.vf_pool, ctx.now, ctx.scheduler
             )
