@@ -373,6 +373,66 @@ def step_values(
         )
 
 
+def column_values(
+    *,
+    policy: str,
+    time_s: float,
+    hosts: Sequence[str],
+    vms: Sequence[str],
+    on_vf: np.ndarray,
+    vf_max_bps: np.ndarray,
+    guest_limit_bps: np.ndarray,
+    factors: Sequence[np.ndarray],
+    offered_mbps: Sequence[float | None],
+    response_ms: Sequence[float | None],
+) -> list[Values]:
+    """:func:`step_values` of many VMs from arrays, one element per row (a world that holds
+    its hosts' state and sensing as arrays builds no step report for them).
+
+    ``vf_max_bps`` and ``guest_limit_bps`` are what the inventory reads (``inf`` for no
+    limit, as :class:`~sova.model.VMState` has None); ``factors`` are the VMs' tx_bps,
+    rx_bps, cpu_usage, io_degree, net_factor, net_degree and io_factor. The numbers are
+    the same floats :func:`step_values` computes from the objects.
+    """
+    vf = on_vf.astype(bool)
+    nic = np.where(vf, NicKind.VF.value, NicKind.VIRTIO.value).tolist()
+    rate = _mbps_or_none(vf_max_bps, vf)
+    limit = _mbps_or_none(guest_limit_bps, np.ones(len(vf), dtype=bool))
+    tx, rx, cpu, io_degree, net_factor, net_degree, io_factor = factors
+    n = len(vms)
+    return list(
+        zip(
+            [policy] * n,
+            [round(time_s, 3)] * n,
+            hosts,
+            vms,
+            nic,
+            rate,
+            (tx / 1e6).tolist(),
+            (rx / 1e6).tolist(),
+            cpu.tolist(),
+            io_degree.tolist(),
+            net_factor.tolist(),
+            net_degree.tolist(),
+            io_factor.tolist(),
+            offered_mbps,
+            response_ms,
+            limit,
+            strict=True,
+        )
+    )
+
+
+def _mbps_or_none(bps: np.ndarray, where: np.ndarray) -> list[float | None]:
+    """``bps / 1e6`` where ``where`` holds and the rate is set (finite and not zero: a
+    zero rate is no rate, as in :func:`step_values`), else None."""
+    values: list[float | None] = (bps / 1e6).tolist()
+    unset = ~where | ~np.isfinite(bps) | (bps == 0)
+    for i in np.flatnonzero(unset).tolist():
+        values[i] = None
+    return values
+
+
 def measured_rates(
     prev: VMCounters | None, cur: VMCounters, dt: float
 ) -> tuple[float, float, float]:

@@ -15,9 +15,15 @@ A host whose decided holders are the ones it has, at the rates it has, with noth
 flight and nothing leaving, is *settled* (``Sensed.settled``): its agent skips the
 reconcile, which would plan nothing. So the executor, the planner and the operations run
 only on hosts where something happens.
+
+The timeline rows of the hosts the world decided for come from the same arrays
+(:class:`Rows`, ``World._decided_values``: the sensing's factors and the inventory columns
+the agents read), not from their step reports.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,6 +33,19 @@ from sova.policy.kernels import SensedFactors
 from sova.policy.vfkernel import Decisions, VFRows, schedule_hosts
 from sova.sim.engine import Engine
 from sova.sim.state import INF
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The VMs of the hosts the world decided for in a period, in the order their timeline
+    rows come (host by host, each host's VMs by name: ``sorted(factors)`` of the step), with
+    the inventory's columns as the agents read them (:meth:`FleetControl._inventories`)."""
+
+    hosts: list[int]  # host indices, ascending
+    cut: list[int]  # host k's rows are members[cut[k] : cut[k + 1]]
+    members: np.ndarray  # VM indices
+    state: np.ndarray  # the inventory columns (_inventories' cols) of those VMs
+    time_s: float
 
 
 class FleetControl:
@@ -44,6 +63,8 @@ class FleetControl:
         # VM state it was read from (see _inventories)
         self.read: dict[str, Inventory] = {}
         self.state: tuple[np.ndarray, np.ndarray] | None = None
+        # this period's hosts the world decided for, as timeline rows (see rows())
+        self.decided: Rows | None = None
 
     @staticmethod
     def applies(agents: dict[str, HostAgent]) -> bool:
@@ -60,6 +81,7 @@ class FleetControl:
     ) -> dict[str, Sensed]:
         """Each host's sensing with its VF decision where the world can make it."""
         e = engine
+        self.decided = None
         now = e.env.now
         host = e.host
         hosts = e.host_names
@@ -118,6 +140,16 @@ class FleetControl:
         out = dict(sensed)
         mine_l = np.flatnonzero(mine).tolist()
         inventories = self._inventories(e, mine_l)
+        assert self.state is not None
+        members = by_host[mine[host[by_host]]]
+        counts = np.bincount(host[members], minlength=e.H)[mine]
+        self.decided = Rows(
+            mine_l,
+            np.concatenate(([0], np.cumsum(counts))).tolist(),
+            members,
+            self.state[0][:, members],
+            now,
+        )
         for hi in mine_l:
             h = hosts[hi]
             vf = decisions.of(

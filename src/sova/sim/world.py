@@ -32,6 +32,8 @@ from sova.model import Migrate, SetGuestRateLimit
 from sova.record import (
     RunRecord,
     TimelineRow,
+    Values,
+    column_values,
     complete_row,
     decision_event,
     decision_record,
@@ -367,8 +369,54 @@ class World:
             return _world_columns(offered[i], resp_s[i], kind[i])
 
         timeline, policy = self.run.timeline, self.policy.name
+        decided = self._decided_values()
         for host, report in reports.items():
-            timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
+            if decided is not None and (rows := decided.get(host)) is not None:
+                timeline.extend_values(rows)
+            else:
+                timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
+
+    def _decided_values(self) -> dict[str, list[Values]] | None:
+        """The timeline rows of the hosts the world decided for this period
+        (``FleetControl.decided``), built from the arrays the agents' step
+        reports came from: the period's sensing and the inventories' columns, by host name. The rows
+        are :func:`~sova.record.step_values` of those reports (tests/test_fleet_control.py
+        holds the two equal)."""
+        ctl, sensing = self._control, self._sensing
+        rows = None if ctl is None else ctl.decided
+        f = None if sensing is None else sensing.factors
+        if rows is None or f is None:
+            return None
+        eng, m, cut = self.engine, rows.members, rows.cut
+        names, hosts = eng.vm_names, eng.host_names
+        request = eng.kind[m] == 2
+        response: list[float | None] = (eng.resp_s[m] * 1000).tolist()
+        for k in np.flatnonzero(~request).tolist():
+            response[k] = None
+        values = column_values(
+            policy=self.policy.name,
+            time_s=rows.time_s,
+            hosts=[hosts[h] for k, h in enumerate(rows.hosts) for _ in range(cut[k + 1] - cut[k])],
+            vms=[names[i] for i in m.tolist()],
+            on_vf=rows.state[0],
+            vf_max_bps=rows.state[2],
+            guest_limit_bps=rows.state[4],
+            factors=[
+                a[m]
+                for a in (
+                    f.tx_bps,
+                    f.rx_bps,
+                    f.cpu_usage,
+                    f.io_degree,
+                    f.net_factor,
+                    f.net_degree,
+                    f.io_factor,
+                )
+            ],
+            offered_mbps=(eng.offered[m] / 1e6).tolist(),
+            response_ms=response,
+        )
+        return {hosts[h]: values[cut[k] : cut[k + 1]] for k, h in enumerate(rows.hosts)}
 
     def complete(self, row: TimelineRow, host: str) -> TimelineRow:
         """An agent's row with what only the simulated cluster knows."""
