@@ -132,3 +132,44 @@ def test_a_stale_source_ends_its_lease_and_restarts_both_windows() -> None:
     core.ingest("dst", Utilisation(0.1, 0.1, 0.1), {}, at=100.0)  # src silent since t = 0
     (end,) = core.plan(100.0).closed
     assert end.why == EndReason.STALE and end.moved and core.orphaned == set()
+
+
+def test_a_batch_of_reports_is_each_report_in_turn() -> None:
+    # ingest_many (a simulated world's every host at once) against ingest one by one: the
+    # same closed leases in the same order and the same state, across an arrival that
+    # closes a lease and restarts both windows (src's next report is dropped), a host back
+    # from a silence (its window cleared), capacities and a mutable VM mapping (copied)
+    from sova.policy.hotspot import HostCapacity
+
+    u = Utilisation
+    cap = HostCapacity(32.0, 2.0**38, 1e10)
+    vm = {"vm": VMLoad(u(0.1, 0.1, 0.1), 1 << 30)}
+    rounds = [
+        (5.0, [("src", u(0.2, 0.1, 0.3), {}, cap), ("dst", u(0.4, 0.2, 0.1), {}, None)]),
+        # vm arrives on dst: its lease ends and dst's and src's windows restart
+        (10.0, [("dst", u(0.5, 0.2, 0.1), vm, cap), ("src", u(0.1, 0.1, 0.1), {}, cap)]),
+        (20.0, [("src", u(0.3, 0.1, 0.1), {}, None), ("other", u(0.9, 0.9, 0.9), {}, cap)]),
+        (200.0, [("dst", u(0.6, 0.2, 0.1), dict(vm), None)]),  # dst silent for 190 s
+    ]
+
+    def state(c: ManagerCore) -> tuple[object, ...]:
+        hist = {h: list(w) for h, w in c.history.items()}
+        return hist, dict(c.vms), dict(c.capacity), dict(c.seen), dict(c._skip), c.leases
+
+    one, many = _core(), _core()
+    for c in (one, many):
+        c.stale_after_s = 100.0
+    closed = []
+    for at, reports in rounds:
+        got = many.ingest_many(reports, at=at)
+        want = [
+            e for h, load, vms, cp in reports for e in one.ingest(h, load, vms, at=at, capacity=cp)
+        ]
+        assert got == want
+        assert state(many) == state(one)
+        closed += got
+    # the cases happened: the arrival closed the lease, dst's window restarted after its
+    # silence (one load), src's report after the arrival was dropped, VMs copied
+    assert [e.why for e in closed] == [EndReason.ARRIVED]
+    assert len(many.history["dst"]) == 1 and len(many.history["src"]) == 1
+    assert many.vms["dst"] == vm and many.vms["dst"] is not vm

@@ -39,6 +39,7 @@ from sova.model import (
     Action,
     AttachVF,
     DetachVF,
+    Host,
     HostSample,
     Inventory,
     Migrate,
@@ -251,6 +252,7 @@ class HostAgent:
         self.snapshot: Inventory | None = None
         self.last_load: LoadShares | None = None
         self.last_vm_loads: dict[str, LoadShares] = {}
+        self._capacity: tuple[Host, HostCapacity] | None = None  # host_report's, kept
         plugin = allocator_plugin(self.config.bandwidth_policy)
         self.allocator = plugin.build(self.config.static_caps) if plugin else None
         self.spread_spare = plugin is not None and plugin.spread_spare
@@ -552,12 +554,19 @@ class HostAgent:
         if s is None or actual is None:
             return None
         h = actual.host
+        known = self._capacity
+        if known is None or known[0] is not h:
+            # Shares are of this host's capacity: the manager needs it to judge how much of
+            # a smaller or larger target a VM would take (heterogeneous hosts). Built again
+            # only when the host's description is another object (a driver's new reading).
+            known = self._capacity = (
+                h,
+                HostCapacity(float(h.cores), float(h.memory_bytes), h.nic.capacity_bps),
+            )
         return HostReport(
             history=(Utilisation(s.cpu, s.mem, s.net),),
             vms=self._vm_load_reports(actual),
-            # Shares are of this host's capacity: the manager needs it to judge how much of
-            # a smaller or larger target a VM would take (heterogeneous hosts).
-            capacity=HostCapacity(float(h.cores), float(h.memory_bytes), h.nic.capacity_bps),
+            capacity=known[1],
         )
 
 

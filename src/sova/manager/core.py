@@ -238,30 +238,51 @@ class ManagerCore:
         capacity: HostCapacity | None = None,
     ) -> list[LeaseEnd]:
         """One host report (Monitor), received at ``at``. Returns the leases it closed."""
-        window = self.history.setdefault(host, deque(maxlen=self.detector.n))
-        if capacity is not None:
-            self.capacity[host] = capacity
-        if at is not None:
-            last = self.seen.get(host)
-            if last is not None and at - last > self.stale_after_s:
-                window.clear()  # back from a silence: the old window is not its present
-            self.seen[host] = at
-        # A VM that shows up on its lease's target has arrived: the lease is done. Closed
-        # first, so that this report (it spans the copy) is the one the restart drops.
-        closed = []
-        for vm, lease in list(self.leases.items()):
-            if not (self.close_on_arrival or vm in self.orphaned):
-                continue
-            if lease.dst == host and vm in vms:
-                closed.append(self._end(lease, EndReason.ARRIVED))
-        if self._skip.get(host, 0) > 0:
-            self._skip[host] -= 1  # it spans the migration's copy: not the new placement
-        else:
-            window.append(load)
-        # kept as given unless the caller could change it afterwards (an agent's report
-        # builds its VMs' loads when first read: most hosts' are never read)
-        self.vms[host] = dict(vms) if isinstance(vms, MutableMapping) else vms
-        self.locate(host, vms)
+        return self.ingest_many(((host, load, vms, capacity),), at=at)
+
+    def ingest_many(
+        self,
+        reports: Iterable[tuple[str, Utilisation, Mapping[str, VMLoad], HostCapacity | None]],
+        *,
+        at: float | None = None,
+    ) -> list[LeaseEnd]:
+        """Host reports ``(host, load, vms, capacity)`` received at ``at``, in order: what
+        :meth:`ingest` of each in turn does (a simulated world reports every host each
+        period; the checks that depend on the round's state, not on the host, are made once).
+        Returns the leases they closed."""
+        history, maxlen = self.history, self.detector.n
+        skip, stored = self._skip, self.vms
+        members = self.placement.members
+        closed: list[LeaseEnd] = []
+        for host, load, vms, capacity in reports:
+            window = history.get(host)
+            if window is None:
+                window = history[host] = deque(maxlen=maxlen)
+            if capacity is not None:
+                self.capacity[host] = capacity
+            if at is not None:
+                last = self.seen.get(host)
+                if last is not None and at - last > self.stale_after_s:
+                    window.clear()  # back from a silence: the old window is not its present
+                self.seen[host] = at
+            # A VM that shows up on its lease's target has arrived: the lease is done.
+            # Closed first, so that this report (it spans the copy) is the one the restart
+            # drops.
+            if self.leases:
+                for vm, lease in list(self.leases.items()):
+                    if not (self.close_on_arrival or vm in self.orphaned):
+                        continue
+                    if lease.dst == host and vm in vms:
+                        closed.append(self._end(lease, EndReason.ARRIVED))
+            if skip and skip.get(host, 0) > 0:
+                skip[host] -= 1  # it spans the migration's copy: not the new placement
+            else:
+                window.append(load)
+            # kept as given unless the caller could change it afterwards (an agent's report
+            # builds its VMs' loads when first read: most hosts' are never read)
+            stored[host] = dict(vms) if isinstance(vms, MutableMapping) else vms
+            if members:
+                self.locate(host, vms)
         return closed
 
     def locate(self, host: str, named: Iterable[str]) -> None:

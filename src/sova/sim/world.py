@@ -304,10 +304,10 @@ class World:
     def _plan(self, t: float) -> None:
         if self.manager is None:
             return
-        for h, agent in self.agents.items():
-            rep = agent.host_report()
-            if rep is not None:
-                self.manager.ingest(h, rep.history[-1], rep.vms, capacity=rep.capacity)
+        reports = ((h, agent.host_report()) for h, agent in self.agents.items())
+        self.manager.ingest_many(
+            (h, rep.history[-1], rep.vms, rep.capacity) for h, rep in reports if rep is not None
+        )
         before = len(self.manager.log)
         signals = self.manager.plan(t).signals
         for d in self.manager.log[before:]:
