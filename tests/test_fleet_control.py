@@ -1,6 +1,7 @@
 """The world's VF scheduling of every host at once (sim/fleet_control.py) against every
 agent scheduling its own host: the same step reports period by period (decisions with their
-reasons, desired holders, planned actions), timeline, events and applied state."""
+reasons, desired holders, planned actions), timeline, events and applied state; and the timeline
+rows the world builds from arrays against the step report's rows."""
 
 from __future__ import annotations
 
@@ -130,3 +131,62 @@ def test_inventories_read_again_only_where_a_vm_changed_equal_fresh_reads(
     control._inventories = check  # type: ignore[method-assign]
     world.run_until(scn.duration)
     assert reused > 0
+
+
+def test_rows_from_arrays_are_step_values_at_the_edges() -> None:
+    # record.column_values against record.step_values of the inventory the driver reads,
+    # at values the scenarios do not reach: a VF whose max rate is 0 (no rate: empty
+    # cell), unlimited (inf) and zero guest limits, a VM on virtio with a stale max rate
+    import numpy as np
+
+    from sova.policy.sensing import VMFactors
+    from sova.record import column_values, step_values
+    from sova.sim.state import INF
+
+    scn = _scenario("sova-fig6", 10.0)
+    world = World(scn, next(p for p in scn.policy_specs if p.name == "sova"))
+    e = world.engine
+    e.on_vf[:] = [True, True, False, True, False]
+    e.vf_index[:] = [0, 1, 0, 0, 0]
+    e.vf_max[:] = [0.0, 2.5e9, 1e9, INF, INF]
+    e.guest_limit[:] = [INF, 0.0, 3.3e8, 1.234567e9, INF]
+    rng = np.random.default_rng(7)
+    cols = rng.uniform(0, 1e9, size=(7, e.N))  # tx, rx, cpu, io_degree, net_factor, ...
+    offered = rng.uniform(0, 1e9, size=e.N)
+    for h in e.host_names:
+        inv = e.inventory(h)
+        idx = sorted((e.vm_index[v] for v in inv.vms), key=lambda i: e.vm_names[i])
+        factors = {
+            e.vm_names[i]: VMFactors(
+                e.vm_names[i],
+                *cols[2:4, i],
+                cols[6, i],
+                cols[5, i],
+                cols[4, i],
+                True,
+                0.0,
+                0.0,
+                *cols[0:2, i],
+            )
+            for i in idx
+        }
+        report = StepReport(12.34567, factors, inv, None, {}, [])
+        want = list(
+            step_values(
+                report, policy="p", host=h, world=lambda vm: (offered[e.vm_index[vm]] / 1e6, None)
+            )
+        )
+        m = np.array(idx)
+        got = column_values(
+            policy="p",
+            time_s=12.34567,
+            hosts=[h] * len(idx),
+            vms=[e.vm_names[i] for i in idx],
+            on_vf=e.on_vf[m],
+            vf_max_bps=e.vf_max[m],
+            guest_limit_bps=e.guest_limit[m],
+            factors=list(cols[:, m]),
+            offered_mbps=(offered[m] / 1e6).tolist(),
+            response_ms=[None] * len(idx),
+        )
+        assert got == want
