@@ -528,3 +528,35 @@ def test_world_senses_the_same_with_all_hosts_at_once(
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     assert fast[2] == slow[2]
+
+
+def test_host_factors_built_late_are_the_periods_factors() -> None:
+    # Sensed.factors is built when first read (sim/fleet_sensing.HostFactors): read at the
+    # end of a run, every period's mapping must hold what it held in its period (the
+    # kernel's arrays are new each period), and a copy travels as a plain dict
+    import pickle
+
+    from sova.sim.fleet_sensing import HostFactors
+
+    scn = load_sweep(ROOT / "scenarios" / "sova-tour.yaml")[0]
+    scn = scn.model_copy(update={"duration": 300.0})
+    world = World(scn, next(p for p in scn.policy_specs if p.name == "sova"))
+    sensing = world._sensing
+    assert sensing is not None
+    sense = sensing.sense
+    late: list[tuple[HostFactors, dict[str, object]]] = []
+
+    def spy(e: object) -> object:
+        out = sense(e)  # type: ignore[arg-type]
+        for s in out.values():
+            f = s.factors
+            assert isinstance(f, HostFactors)
+            late.append((f, dict(HostFactors(*f._args))))  # the same period, read now
+        return out
+
+    sensing.sense = spy  # type: ignore[method-assign,assignment]
+    world.run_until(scn.duration)
+    assert len(late) > 20 and any(now for _, now in late)
+    for f, now in late:
+        assert dict(f) == now and len(f) == len(now)
+        assert pickle.loads(pickle.dumps(f)) == now

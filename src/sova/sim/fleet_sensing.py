@@ -5,7 +5,9 @@
 world that was a third of the run time. Here the world reads the engine's counter arrays
 once per control period, :class:`~sova.policy.kernels.SensorKernel` computes every VM's
 factors at once, and each host's agent gets its VMs' factors (:class:`~sova.agent.loop.Sensed`)
-and decides, plans and applies as usual. The host and VM load shares the agent reports to
+and decides, plans and applies as usual. Those per-VM factor objects are built only when
+read (:class:`HostFactors`): the hosts the world decides for
+(:mod:`sova.sim.fleet_control`) never read them. The host and VM load shares the agent reports to
 the manager (``host_load``/``vm_loads`` of the host's last two samples) come from
 :func:`~sova.policy.kernels.load_shares` in the same pass, so no agent reads a sample.
 
@@ -17,6 +19,8 @@ kernel equal to ``HostSensor``; ``scripts/golden.py check`` holds the runs byte-
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
+
 import numpy as np
 
 from sova.agent.config import ControllerConfig
@@ -24,6 +28,53 @@ from sova.agent.loop import Loads, Sensed
 from sova.policy.kernels import SensedFactors, SensorKernel, load_shares
 from sova.policy.sensing import LoadShares, VMFactors
 from sova.sim.engine import Engine
+
+
+class HostFactors(Mapping[str, VMFactors]):
+    """One host's :class:`~sova.policy.sensing.VMFactors` (``Sensed.factors``) from the
+    period's factor arrays, built when first read: the hosts the world decides for take
+    their decision and their timeline rows from the arrays, so most hosts' are never read.
+    What is built is what the arrays held that period (the kernel makes new ones each
+    period)."""
+
+    __slots__ = ("_args", "_built")
+
+    def __init__(self, factors: SensedFactors, names: Sequence[str], rows: list[int]) -> None:
+        self._args = (factors, names, rows)
+        self._built: dict[str, VMFactors] | None = None
+
+    def _factors(self) -> dict[str, VMFactors]:
+        if self._built is None:
+            f, names, rows = self._args
+            m = np.array(rows, dtype=np.int64)
+            cols = zip(
+                rows,
+                f.cpu_usage[m].tolist(),
+                f.io_degree[m].tolist(),
+                f.io_factor[m].tolist(),
+                f.net_degree[m].tolist(),
+                f.net_factor[m].tolist(),
+                f.has_traffic[m].tolist(),
+                f.demand_bps[m].tolist(),
+                f.last_rate_bps[m].tolist(),
+                f.tx_bps[m].tolist(),
+                f.rx_bps[m].tolist(),
+                strict=True,
+            )
+            self._built = {names[i]: VMFactors(names[i], *vals) for i, *vals in cols}
+        return self._built
+
+    def __getitem__(self, vm: str) -> VMFactors:
+        return self._factors()[vm]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._factors())
+
+    def __len__(self) -> int:
+        return len(self._args[2])
+
+    def __reduce__(self) -> tuple[type[dict[str, VMFactors]], tuple[dict[str, VMFactors]]]:
+        return dict, (self._factors(),)  # travels as the plain mapping it is
 
 
 class FleetSensing:
@@ -47,24 +98,11 @@ class FleetSensing:
         k = self.kernel
         k.observe(e.env.now, counters, e.vcpus, host)
         f = self.factors = k.factors(host, e.H)
-        per_host: list[dict[str, VMFactors]] = [{} for _ in range(e.H)]
-        cols = zip(
-            e.vm_names,
-            host.tolist(),
-            f.cpu_usage.tolist(),
-            f.io_degree.tolist(),
-            f.io_factor.tolist(),
-            f.net_degree.tolist(),
-            f.net_factor.tolist(),
-            f.has_traffic.tolist(),
-            f.demand_bps.tolist(),
-            f.last_rate_bps.tolist(),
-            f.tx_bps.tolist(),
-            f.rx_bps.tolist(),
-            strict=True,
-        )
-        for name, h, *vals in cols:
-            per_host[h][name] = VMFactors(name, *vals)
+        # each host's VMs in index order (the order the agent's sensor lists them)
+        order = np.argsort(host, kind="stable")
+        cut = np.searchsorted(host[order], np.arange(e.H + 1)).tolist()
+        order_l, names = order.tolist(), e.vm_names
+        per_host = [HostFactors(f, names, order_l[cut[h] : cut[h + 1]]) for h in range(e.H)]
         measured = np.bincount(host, f.count > 0, minlength=e.H) > 0
         loads = self._loads(e, counters, host)
         return {
