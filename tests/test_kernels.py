@@ -531,12 +531,13 @@ def test_world_senses_the_same_with_all_hosts_at_once(
 
 
 def test_host_factors_built_late_are_the_periods_factors() -> None:
-    # Sensed.factors is built when first read (sim/fleet_sensing.HostFactors): read at the
-    # end of a run, every period's mapping must hold what it held in its period (the
-    # kernel's arrays are new each period), and a copy travels as a plain dict
+    # Sensed.factors and Loads.vms are built when first read (sim/fleet_sensing.HostFactors,
+    # HostLoads): read at the end of a run, every period's mapping must hold what it held
+    # in its period (the kernels' arrays are new each period), and a copy travels as a
+    # plain dict
     import pickle
 
-    from sova.sim.fleet_sensing import HostFactors
+    from sova.sim.fleet_sensing import HostFactors, HostLoads
 
     scn = load_sweep(ROOT / "scenarios" / "sova-tour.yaml")[0]
     scn = scn.model_copy(update={"duration": 300.0})
@@ -544,7 +545,7 @@ def test_host_factors_built_late_are_the_periods_factors() -> None:
     sensing = world._sensing
     assert sensing is not None
     sense = sensing.sense
-    late: list[tuple[HostFactors, dict[str, object]]] = []
+    late: list[tuple[HostFactors | HostLoads, dict[str, object]]] = []
 
     def spy(e: object) -> object:
         out = sense(e)  # type: ignore[arg-type]
@@ -552,11 +553,16 @@ def test_host_factors_built_late_are_the_periods_factors() -> None:
             f = s.factors
             assert isinstance(f, HostFactors)
             late.append((f, dict(HostFactors(*f._args))))  # the same period, read now
+            if s.loads is not None and s.loads.previous:
+                v = s.loads.vms
+                assert isinstance(v, HostLoads)
+                late.append((v, dict(HostLoads(*v._args))))
         return out
 
     sensing.sense = spy  # type: ignore[method-assign,assignment]
     world.run_until(scn.duration)
     assert len(late) > 20 and any(now for _, now in late)
+    assert any(isinstance(f, HostLoads) and now for f, now in late)
     for f, now in late:
         assert dict(f) == now and len(f) == len(now)
         assert pickle.loads(pickle.dumps(f)) == now

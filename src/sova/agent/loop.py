@@ -251,7 +251,7 @@ class HostAgent:
         # manager's directive and the next reconcile use it instead of asking again.
         self.snapshot: Inventory | None = None
         self.last_load: LoadShares | None = None
-        self.last_vm_loads: dict[str, LoadShares] = {}
+        self.last_vm_loads: Mapping[str, LoadShares] = {}
         self._capacity: tuple[Host, HostCapacity] | None = None  # host_report's, kept
         plugin = allocator_plugin(self.config.bandwidth_policy)
         self.allocator = plugin.build(self.config.static_caps) if plugin else None
@@ -411,7 +411,7 @@ class HostAgent:
         """:meth:`_observe`'s bookkeeping with loads measured outside the agent."""
         if not loads.previous:
             return None
-        self.last_vm_loads = dict(loads.vms)
+        self.last_vm_loads = loads.vms  # the world's, never changed after
         if loads.host is not None:
             self.last_load = loads.host
         return loads.host

@@ -25,7 +25,7 @@ import numpy as np
 
 from sova.agent.config import ControllerConfig
 from sova.agent.loop import Loads, Sensed
-from sova.policy.kernels import SensedFactors, SensorKernel, load_shares
+from sova.policy.kernels import LoadArrays, SensedFactors, SensorKernel, load_shares
 from sova.policy.sensing import LoadShares, VMFactors
 from sova.sim.engine import Engine
 
@@ -75,6 +75,40 @@ class HostFactors(Mapping[str, VMFactors]):
 
     def __reduce__(self) -> tuple[type[dict[str, VMFactors]], tuple[dict[str, VMFactors]]]:
         return dict, (self._factors(),)  # travels as the plain mapping it is
+
+
+class HostLoads(Mapping[str, LoadShares]):
+    """One host's :func:`~sova.policy.sensing.vm_loads` (``Loads.vms``) from the period's
+    load arrays, built when first read (the manager reads the VMs of the few hosts it may
+    move a VM off or onto)."""
+
+    __slots__ = ("_args", "_built")
+
+    def __init__(self, loads: LoadArrays, names: Sequence[str], rows: list[int]) -> None:
+        self._args = (loads, names, rows)
+        self._built: dict[str, LoadShares] | None = None
+
+    def _loads(self) -> dict[str, LoadShares]:
+        if self._built is None:
+            a, names, rows = self._args
+            m = np.array(rows, dtype=np.int64)
+            cols = zip(
+                rows, a.vm_cpu[m].tolist(), a.vm_mem[m].tolist(), a.vm_net[m].tolist(), strict=True
+            )
+            self._built = {names[i]: LoadShares(c, mem, net) for i, c, mem, net in cols}
+        return self._built
+
+    def __getitem__(self, vm: str) -> LoadShares:
+        return self._loads()[vm]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loads())
+
+    def __len__(self) -> int:
+        return len(self._args[2])
+
+    def __reduce__(self) -> tuple[type[dict[str, LoadShares]], tuple[dict[str, LoadShares]]]:
+        return dict, (self._loads(),)  # travels as the plain mapping it is
 
 
 class FleetSensing:
@@ -131,12 +165,12 @@ class FleetSensing:
             self.memory,
             self.capacity,
         )
-        vms: list[dict[str, LoadShares]] = [{} for _ in range(e.H)]
-        names, hl = e.vm_names, host.tolist()
-        for i in np.flatnonzero(a.vm_ok).tolist():
-            vms[hl[i]][names[i]] = LoadShares(
-                float(a.vm_cpu[i]), float(a.vm_mem[i]), float(a.vm_net[i])
-            )
+        # each host's measured VMs in index order (vm_loads' order), built when read
+        ok = np.flatnonzero(a.vm_ok)
+        order = ok[np.argsort(host[ok], kind="stable")]
+        cut = np.searchsorted(host[order], np.arange(e.H + 1)).tolist()
+        order_l, names = order.tolist(), e.vm_names
+        vms = [HostLoads(a, names, order_l[cut[h] : cut[h + 1]]) for h in range(e.H)]
         hosts = zip(
             a.host_ok.tolist(),
             a.host_cpu.tolist(),
