@@ -232,6 +232,30 @@ run beside it):
 (the fourth session: 99.6 CPU-s and 895 MiB beside CloudSim Plus's 47.3 CPU-s and 463 MiB).
 Sova uses 32 % of CloudSim Plus's memory (a quarter asked) and takes 1.6x its time: ~15x
 remain to the issue's 10x faster.
+
+Issue 23, fifth session, second wave, branch speedrec: less per-host Python in the control
+period. The timeline rows of the hosts the world decided for are built from the arrays
+(``record.column_values``: the sensing's factors and the inventory columns the agents read,
+``fleet_control.Rows``) instead of from each step report; a host's per-VM factors and load
+shares are built only when read (``fleet_sensing.HostFactors``, ``HostLoads``: the decided
+hosts' factors never are, the loads only for hosts a manager's round looks at); the
+manager takes the period's reports as one batch (``ManagerCore.ingest_many``, which
+``ingest`` also goes through). Golden outputs unchanged. ``--sim-only``, CPU seconds, before
+(main cb774cc, ``--sova-src``) and after alternating, load average 3.2-3.6 on the 2 cores:
+
+    size (hosts x VMs x s)   before: CPU s             after: CPU s              VM-steps per CPU-s
+    1,000 x 3 x 300          3.66 (3.25-4.11; 6 runs)  3.19 (3.00-3.72; 6 runs)  246 k -> 283 k
+    1,000 x 20 x 300         14.24 (14.03, 14.45)      11.86 (11.58, 12.13)      421 k -> 506 k
+
+(1.15x and 1.20x). By phase at 1,000 x 3 (``process_time`` around each, one run, before
+this branch): the manager's round with the reports ~0.8 CPU-s (its plan ~0.4: the hot-spot
+windows rebuilt from each host's deque of ``Utilisation``, a "not hot" reason string per
+host), the world's VF scheduling pass ~0.8 (inventories read again for ~75 % of the VMs:
+the bandwidth loop changes a guest limit on most VMs every period; each host's
+``VFDecision`` with its reasons), the agents' steps ~0.6 (``StepReport``, operation table),
+the sensing ~0.5 (now ~0.35). Next: the manager's history as a host x window array (the
+round's windows without a per-host rebuild), the inventory re-read per VM rather than per
+host, and the decided hosts' step without a ``StepReport``.
 """
 
 from __future__ import annotations
