@@ -251,6 +251,7 @@ Whole command, one run each, load 2-4 (wall/CPU swing with load; memory does not
                              + libyaml loader                    60.7 / 54.5     210 MiB
                              + report grids, VF counts           96.1 / 62.7     196 MiB
                              + no httpx, periods by chunk        63.6 / 47.2     192 MiB
+                             rebased on main 3a2534b             88.7 / 61.4     191 MiB
 
 So 192 MiB: 0.41 of CloudSim Plus's 463 MiB of the fourth session, 0.29 of the 658 MiB it
 took in the side-by-side run above (a quarter asked). Where it is now
