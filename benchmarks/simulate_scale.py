@@ -256,6 +256,38 @@ the bandwidth loop changes a guest limit on most VMs every period; each host's
 the sensing ~0.5 (now ~0.35). Next: the manager's history as a host x window array (the
 round's windows without a per-host rebuild), the inventory re-read per VM rather than per
 host, and the decided hosts' step without a ``StepReport``.
+
+Issue 23, fifth session, second wave, branch speedmem (peak memory of the whole command).
+RSS at the phase boundaries of the real command (``/proc/self/status``, the high-water mark
+reset per phase) and ``tracemalloc`` snapshots, 1,000 x 3, one hour: the peak is the report;
+what Python holds live is small (~22 MiB after the run: the scenario's models ~10, the
+timeline's in-memory chunks, the stats), the rest is the interpreter and its modules and
+memory freed but not returned (the parse's and the run's transients). Changes: the scenario
+YAML parsed by libyaml's safe loader (``scenario.SAFE_LOADER``; same data for every shipped
+file, a test), the fleet report grids one metric at a time and counts VF holders a period at
+a time (no index arrays over every VF-period), the summary counts periods a chunk at a time,
+and ``sova.demo`` (registered on every ``sova`` run) imports httpx only when the demo talks to
+its daemons. Golden outputs unchanged; the hour's report, PNGs and CSVs byte-identical.
+Whole command, one run each, load 2-4 (wall/CPU swing with load; memory does not):
+
+    size (hosts x VMs x s)   step                               wall / CPU s    peak RSS
+    1,000 x 3 x 3,600        main cb774cc                        55.0 / 49.4     221 MiB
+                             + libyaml loader                    60.7 / 54.5     210 MiB
+                             + report grids, VF counts           96.1 / 62.7     196 MiB
+                             + no httpx, periods by chunk        63.6 / 47.2     192 MiB
+                             rebased on main 3a2534b             88.7 / 61.4     191 MiB
+
+So 192 MiB: 0.41 of CloudSim Plus's 463 MiB of the fourth session, 0.29 of the 658 MiB it
+took in the side-by-side run above (a quarter asked). Where it is now
+(RSS, one run): imports 56 MiB (numpy ~22, pydantic, typer/rich, the sova modules); the
+scenario parse +38 (its live result ~10 MiB; a 40 MiB transient of libyaml's node tree and
+the dict leaves pymalloc arenas partly used); the run +40 (~13 MiB live); matplotlib's import
++11 on top of that (~30 MiB alone: its modules' code objects, ~14 MiB traced) and the report
++36 at its peak (the first figure's fonts, and ``savefig`` of the two heat maps: matplotlib's
+image resampling ~14 MiB each). What remains for the quarter is mostly not data: a leaner
+parse than PyYAML's node tree (or a scenario format for fleets that is not one YAML
+document), the report drawn without matplotlib's image resampling (heat maps written as
+images at their own resolution), and fewer modules imported.
 """
 
 from __future__ import annotations

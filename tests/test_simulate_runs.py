@@ -122,6 +122,28 @@ def test_quiet_when_not_a_terminal(tmp_path: Path) -> None:
     assert "report:" in res.stdout
 
 
+def test_simulate_does_not_load_the_daemons_http_client(tmp_path: Path) -> None:
+    """`sova simulate` talks to no daemon: httpx (and ssl with it, ~6 MiB of the command's
+    peak memory) stays unloaded, though `sova` registers every command on each run."""
+    scn = cluster(tmp_path / "runs.yaml", duration=20)
+    probe = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('loaded:', [m for m in ('httpx', 'ssl') "
+        "if m in sys.modules], file=sys.stderr))\n"
+        "from sova.console import main\n"
+        "main()\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", probe, "simulate", str(scn), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "report:" in res.stdout
+    assert "loaded: []" in res.stderr, res.stderr
+
+
 def _files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
 

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
+# httpx (with ssl, ~6 MiB) is imported where the demo talks to its daemons: `sova` registers
+# this command on every run, `sova simulate` included, which never needs it.
 import typer
 from rich.console import Console, Group
 from rich.live import Live
@@ -333,15 +334,21 @@ class Cluster:
         return p.wait(timeout_s)
 
     def pause(self, paused: bool = True) -> None:
+        import httpx
+
         httpx.post(self.world_url + "/v1/world/pause", json={"paused": paused}, timeout=5.0)
 
     def pause_at_migration(self) -> None:
         """Arm the world's breakpoint: it pauses itself at the end of the first tick in which
         a VM is migrating (fault tests act mid-migration without racing the world)."""
+        import httpx
+
         r = httpx.post(self.world_url + "/v1/world/pause", json={"at": "migration"}, timeout=5.0)
         r.raise_for_status()
 
     def wait_ready(self, url: str, what: str, timeout_s: float = 30.0) -> None:
+        import httpx
+
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for name, p in self.procs.items():
@@ -379,6 +386,8 @@ class Cluster:
                 p.wait(5.0)
 
     def view(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        import httpx
+
         world = httpx.get(self.world_url + "/v1/world/view", timeout=2.0).json()
         cluster = None
         if self.uses_manager:
@@ -389,6 +398,8 @@ class Cluster:
         return world, cluster
 
     def decisions(self) -> list[dict[str, Any]]:
+        import httpx
+
         if not self.uses_manager:
             return []
         out: list[dict[str, Any]] = []
@@ -406,6 +417,8 @@ class Cluster:
             after = page["next_after"]
 
     def finish(self, baseline: str | None = None) -> None:
+        import httpx
+
         body: dict[str, Any] = {"decisions": self.decisions()}
         if baseline is not None:
             body["baseline"] = baseline  # simulated by the world, in-process, for the report
@@ -529,6 +542,8 @@ def run_demo(
     With ``baseline`` (a compared policy), the world also simulates it in-process at the
     end, and the files compare the two.
     """
+    import httpx
+
     console = console or Console(stderr=True)
     scn = load_scenario(scenario)
     spec = pick_policy(scn, policy)

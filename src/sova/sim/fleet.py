@@ -53,16 +53,21 @@ class Grid:
     hosts: list[str]
     host: np.ndarray  # period x VM: index into hosts, -1 where the VM has no row (int32)
     vf: np.ndarray  # period x VM: held a VF
-    values: dict[str, np.ndarray]  # metric -> period x VM, float32 (NaN: no row or no value)
 
 
-def grid(run: PolicyRun, vms: Sequence[str], hosts: Sequence[str], metrics: Sequence[str]) -> Grid:
-    """From the timeline's columns a chunk at a time (no row objects)."""
+def _codes(run: PolicyRun, column: str, names: Sequence[str]) -> np.ndarray:
+    """The timeline's codes of ``column`` -> index into ``names`` (-1: not there)."""
+    where = {v: i for i, v in enumerate(names)}
+    texts = run.timeline.texts(column)
+    return np.array([where.get(str(v), -1) for v in texts] + [-1], dtype=np.int64)
+
+
+def grid(run: PolicyRun, vms: Sequence[str], hosts: Sequence[str]) -> Grid:
+    """Where each VM was and whether it held a VF, from the timeline's columns a chunk at a
+    time (no row objects); a metric's values come from :func:`metric`, one at a time."""
     tl = run.timeline
-    vindex = {v: i for i, v in enumerate(vms)}
-    hindex = {h: i for i, h in enumerate(hosts)}
-    vcode = np.array([vindex.get(str(v), -1) for v in tl.texts("vm")] + [-1], dtype=np.int64)
-    hcode = np.array([hindex.get(str(h), -1) for h in tl.texts("host")] + [-1], dtype=np.int64)
+    vcode = _codes(run, "vm", vms)
+    hcode = _codes(run, "host", hosts)
     is_vf = np.array([t == "vf" for t in tl.texts("nic")] + [False])
     times = np.unique(
         np.concatenate([np.unique(c.columns["time_s"]) for c in tl.chunks()] or [np.zeros(0)])
@@ -70,8 +75,6 @@ def grid(run: PolicyRun, vms: Sequence[str], hosts: Sequence[str], metrics: Sequ
     shape = (times.size, len(vms))
     host = np.full(shape, -1, dtype=np.int32)
     vf = np.zeros(shape, dtype=bool)
-    # float32: plotted, not written (an hour of 3,000 VMs is 4 MB a metric, not 9)
-    values = {m: np.full(shape, np.nan, dtype=np.float32) for m in metrics}
     for c in tl.chunks():
         cols = c.columns
         vi = vcode[cols["vm"]]
@@ -80,10 +83,22 @@ def grid(run: PolicyRun, vms: Sequence[str], hosts: Sequence[str], metrics: Sequ
         ti = np.searchsorted(times, cols["time_s"][ok])
         host[ti, vi] = hcode[cols["host"][ok]]
         vf[ti, vi] = is_vf[cols["nic"][ok]]
-        for m in metrics:
-            # an empty cell (None, stored as a NaN) is NaN here too
-            values[m][ti, vi] = cols[m][ok]
-    return Grid(times, list(vms), list(hosts), host, vf, values)
+    return Grid(times, list(vms), list(hosts), host, vf)
+
+
+def metric(run: PolicyRun, g: Grid, name: str) -> np.ndarray:
+    """Period x VM values of one timeline metric, float32 (NaN: no row or no value): plotted,
+    not written, and drawn one metric at a time (an hour of 3,000 VMs is 4 MB, not 9)."""
+    vcode = _codes(run, "vm", g.vms)
+    values = np.full((g.times.size, len(g.vms)), np.nan, dtype=np.float32)
+    for c in run.timeline.chunks():
+        cols = c.columns
+        vi = vcode[cols["vm"]]
+        ok = vi >= 0
+        ti = np.searchsorted(g.times, cols["time_s"][ok])
+        # an empty cell (None, stored as a NaN) is NaN here too
+        values[ti, vi[ok]] = cols[name][ok]
+    return values
 
 
 def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) -> None:
@@ -106,11 +121,11 @@ def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) 
 
 
 def plot_metric_fleet(
-    path: Path, scn: Scenario, run: PolicyRun, g: Grid, metric: str, label: str
+    path: Path, scn: Scenario, run: PolicyRun, g: Grid, name: str, label: str
 ) -> Plotted | None:
     """Percentile bands over the VMs and the top :data:`TOP_N` VMs by volume."""
-    a = g.values[metric]
-    a = np.where(np.isfinite(a), a, np.nan)
+    a = metric(run, g, name)
+    a[~np.isfinite(a)] = np.nan
     if not np.isfinite(a).any():
         return None
     x = g.times / 60.0
@@ -237,8 +252,10 @@ def plot_vf_holders_fleet(
     counts = []
     for g in grids:
         c = np.zeros((len(g.hosts), g.times.size), dtype=float)
-        p, v = np.nonzero(g.vf)
-        np.add.at(c, (g.host[p, v], p), 1.0)
+        # a period at a time: index arrays over every VF-period of an hour were ~20 MB
+        for p in range(g.times.size):
+            h = g.host[p][g.vf[p]]
+            c[:, p] = np.bincount(h[h >= 0], minlength=len(g.hosts))
         counts.append(c)
     if not any(c.any() for c in counts):
         return None

@@ -352,16 +352,13 @@ def write_report(
     )
     if fleet.aggregates_vms(scn):
         vms, hosts = [v.name for v in scn.vms], [h.name for h in scn.hosts]
-        names = [m for _, m, _ in metrics]
-        # the metrics are drawn for the main run only; every run's VF holders are
-        grids = {r.policy: fleet.grid(r, vms, hosts, names if r is main else []) for r in runs}
+        # every run's VF holders are drawn; the metrics for the main run only, one at a time
+        grids = [fleet.grid(r, vms, hosts) for r in runs]
         has_holders = keep(
-            "vf_holders.png",
-            fleet.plot_vf_holders_fleet(
-                out / "vf_holders.png", scn, runs, [grids[r.policy] for r in runs]
-            ),
+            "vf_holders.png", fleet.plot_vf_holders_fleet(out / "vf_holders.png", scn, runs, grids)
         )
-        g = grids[main.policy]
+        g = next(gr for r, gr in zip(runs, grids, strict=True) if r is main)
+        del grids  # the other runs' grids are not drawn again
         metric_pngs = [
             (name, label)
             for name, metric, label in metrics
