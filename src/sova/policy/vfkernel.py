@@ -15,7 +15,7 @@ as the largest host has VMs), each one vectorised over all hosts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,10 +144,26 @@ class Decisions:
 
     def of(self, members: Sequence[int], ranking: Sequence[int], vf_count: int) -> VFDecision:
         """One host's decision: ``members`` are its rows in the candidates' order,
-        ``ranking`` its ranked rows best first."""
+        ``ranking`` its ranked rows best first. The reasons are written when first read
+        (:class:`Reasons`): a world of thousands of hosts decides every period, and nothing
+        reads most hosts' reasons."""
+        names, pq_of = self.names, self.pq
+        pq = tuple([names[i] for i in ranking if pq_of[i]])
+        gq = tuple(sorted([names[i] for i in members if not pq_of[i]]))
+        return VFDecision(
+            pq=pq,
+            gq=gq,
+            ranking=tuple([names[i] for i in ranking]),
+            reasons=Reasons(self, members, ranking, vf_count),
+        )
+
+    def reasons(
+        self, members: Sequence[int], ranking: Sequence[int], vf_count: int
+    ) -> dict[str, str]:
+        """Why each of a host's VMs is where :meth:`of` put it, in the specification's
+        order: ineligible, filtered, no traffic, ranked."""
         names, eligible, passed = self.names, self.eligible, self.passed
         reasons: dict[str, str] = {}
-        # the specification's order of reasons: ineligible, filtered, no traffic, ranked
         for i in members:
             if not eligible[i]:
                 reasons[names[i]] = "ineligible (migrating or no failover backup)"
@@ -161,20 +177,48 @@ class Decisions:
         for i in quiet:
             reasons[names[i]] = "no traffic in window"
         total = len(ranking)
-        pq: list[str] = []
         for k, i in enumerate(ranking):
             vm = names[i]
             if self.pq[i]:
-                pq.append(vm)
                 late = " (dwell)" if self.dwell[i] and k >= vf_count else ""
                 reasons[vm] = f"rank {k + 1} of {total}{late}"
             else:
                 reasons[vm] = f"rank {k + 1} of {total}, below the {vf_count} VFs"
-        chosen = set(pq)
-        gq = tuple(sorted(names[i] for i in members if names[i] not in chosen))
-        return VFDecision(
-            pq=tuple(pq), gq=gq, ranking=tuple(names[i] for i in ranking), reasons=reasons
-        )
+        return reasons
+
+
+class Reasons(Mapping[str, str]):
+    """One host's ``VFDecision.reasons`` (:meth:`Decisions.reasons`), written when first
+    read from the period's lists (which nothing changes after)."""
+
+    __slots__ = ("_args", "_built")
+
+    def __init__(
+        self, decisions: Decisions, members: Sequence[int], ranking: Sequence[int], vf_count: int
+    ) -> None:
+        self._args = (decisions, members, ranking, vf_count)
+        self._built: dict[str, str] | None = None
+
+    def _reasons(self) -> dict[str, str]:
+        if self._built is None:
+            d, members, ranking, vf_count = self._args
+            self._built = d.reasons(members, ranking, vf_count)
+        return self._built
+
+    def __getitem__(self, vm: str) -> str:
+        return self._reasons()[vm]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reasons())
+
+    def __len__(self) -> int:
+        return len(self._reasons())
+
+    def __repr__(self) -> str:
+        return repr(self._reasons())
+
+    def __reduce__(self) -> tuple[type[dict[str, str]], tuple[dict[str, str]]]:
+        return dict, (self._reasons(),)  # travels as the plain mapping it is
 
 
 def schedule_one(

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sova.agent.loop import HostAgent, Sensed
-from sova.model import Inventory
+from sova.model import Inventory, NicKind, VMState
 from sova.policy.kernels import SensedFactors
 from sova.policy.vfkernel import Decisions, VFRows, schedule_hosts
 from sova.sim.engine import Engine
@@ -63,6 +63,9 @@ class FleetControl:
         # VM state it was read from (see _inventories)
         self.read: dict[str, Inventory] = {}
         self.state: tuple[np.ndarray, np.ndarray] | None = None
+        # each VM's state as that reading saw it, and each host's VMs in index order
+        self.vm_states: dict[int, VMState] = {}
+        self.members: list[list[int]] = []
         # this period's hosts the world decided for, as timeline rows (see rows())
         self.decided: Rows | None = None
 
@@ -163,29 +166,67 @@ class FleetControl:
         return out
 
     def _inventories(self, e: Engine, hosts: list[int]) -> dict[str, Inventory]:
-        """Each host's inventory (the driver's view, ``Engine.inventory``), read again only
-        for hosts where a VM's state in that view changed since the last period (most
-        hosts change nothing in a period). Another host's step cannot change this host's
-        VMs (an operation changes its own VM, and only when the clock runs), so reading
-        every host before the steps gives what each would read at its own step."""
+        """Each host's inventory (the driver's view, ``Engine.inventory``), built again
+        only for hosts where a VM's state in that view changed since the last period, and
+        from a :class:`~sova.model.VMState` built again only for the VMs that changed (the
+        bandwidth loop moves a guest limit on most VMs every period, VF holders rarely
+        change). Another host's step cannot change this host's VMs (an operation changes
+        its own VM, and only when the clock runs), so reading every host before the steps
+        gives what each would read at its own step."""
         # every column Engine.inventory reads, and which host each VM is on
         cols = np.stack(
             (e.on_vf, e.vf_index, e.vf_max, e.vf_min, e.guest_limit, e.ready, e.migrating)
         ).astype(np.float64)
         host = e.host.copy()
         prev, self.state = self.state, (cols, host)
-        changed = np.ones(e.H, dtype=bool)
-        if prev is not None:
+        if prev is None:
+            moved = np.ones(e.N, dtype=bool)
+            changed = np.ones(e.H, dtype=bool)
+        else:
             moved = (cols != prev[0]).any(axis=0) | (host != prev[1])
             changed = (np.bincount(host[moved], minlength=e.H) > 0) | (
                 np.bincount(prev[1][moved], minlength=e.H) > 0
             )
-        names, last = e.host_names, self.read
-        fresh = changed.tolist()
-        self.read = {
-            names[hi]: (
-                e.inventory(names[hi]) if fresh[hi] or names[hi] not in last else last[names[hi]]
+        states = self.vm_states
+        idx = np.flatnonzero(moved)
+        # Engine.inventory's VMState of each VM that changed, its columns read once for all
+        vms, names = e.vms, e.vm_names
+        for i, on, vfi, vmax, vmin, glim, ready, mig in zip(
+            idx.tolist(),
+            e.on_vf[idx].tolist(),
+            e.vf_index[idx].tolist(),
+            e.vf_max[idx].tolist(),
+            e.vf_min[idx].tolist(),
+            e.guest_limit[idx].tolist(),
+            e.ready[idx].tolist(),
+            e.migrating[idx].tolist(),
+            strict=True,
+        ):
+            states[i] = VMState(
+                vm=vms[i],
+                nic=NicKind.VF if on else NicKind.VIRTIO,
+                vf_index=vfi if on else None,
+                vf_max_bps=vmax if on and vmax < INF else None,
+                vf_min_bps=vmin if on and vmin > 0 else None,
+                guest_limit_bps=glim if glim < INF else None,
+                failover_ready=ready,
+                backup_link_up=ready,
+                migrating=mig,
             )
-            for hi in hosts
-        }
-        return self.read
+        if prev is None or bool((host != prev[1]).any()):
+            # each host's VMs in index order (Engine.inventory's), again when VMs moved
+            order = np.argsort(host, kind="stable")
+            cut = np.searchsorted(host[order], np.arange(e.H + 1)).tolist()
+            order_l = order.tolist()
+            self.members = [order_l[cut[h] : cut[h + 1]] for h in range(e.H)]
+        host_names, last, members = e.host_names, self.read, self.members
+        fresh = changed.tolist()
+        read: dict[str, Inventory] = {}
+        for hi in hosts:
+            h = host_names[hi]
+            inv = last.get(h)
+            if inv is None or fresh[hi]:
+                inv = Inventory(host=e.hosts[hi], vms={names[i]: states[i] for i in members[hi]})
+            read[h] = inv
+        self.read = read
+        return read
