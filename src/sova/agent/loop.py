@@ -174,6 +174,45 @@ def operation_table(
     return out
 
 
+class OperationTable(Mapping[str, Operation]):
+    """:func:`operation_table` of a period (``StepReport.operations``), built when first
+    read: a simulated world reads the tables of the few hosts it did not decide for. Its
+    inputs are the period's own (the read, the desired holders, a copy of the VMs
+    leaving), which nothing changes after the step."""
+
+    __slots__ = ("_args", "_built")
+
+    def __init__(
+        self,
+        actual: Inventory,
+        desired: Collection[str],
+        leaving: Collection[str],
+        grants_vfs: bool,
+    ) -> None:
+        self._args = (actual, desired, leaving, grants_vfs)
+        self._built: dict[str, Operation] | None = None
+
+    def _table(self) -> dict[str, Operation]:
+        if self._built is None:
+            self._built = operation_table(*self._args)
+        return self._built
+
+    def __getitem__(self, vm: str) -> Operation:
+        return self._table()[vm]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return repr(self._table())
+
+    def __reduce__(self) -> tuple[type[dict[str, Operation]], tuple[dict[str, Operation]]]:
+        return dict, (self._table(),)  # travels as the plain mapping it is
+
+
 class VMLoadReports(Mapping[str, VMLoad]):
     """A host's VM loads as the migration policy sees them (:meth:`HostAgent.host_report`),
     built when first read. A manager's round reads the VMs of the few hosts it may move a
@@ -343,7 +382,11 @@ class HostAgent:
             if chosen is not None:
                 self.migrating[chosen[0]] = chosen[1]
                 scheduled = None  # the chosen VM is no longer a candidate
-        frozen = set(actual.vms) if self.vf_freeze_host else self.vf_freeze_vms & actual.vms.keys()
+        frozen: set[str] | frozenset[str] = frozenset()
+        if self.vf_freeze_host or self.vf_freeze_vms:  # (no fences: no set built)
+            frozen = (
+                set(actual.vms) if self.vf_freeze_host else self.vf_freeze_vms & actual.vms.keys()
+            )
         if frozen and policy.grants_vfs:
             # The policy schedules the rest: frozen VMs are not candidates, and the VFs
             # frozen holders keep are not in its pool.
@@ -441,18 +484,10 @@ class HostAgent:
         self._ops_this_period = 0
         settled = sensed is not None and sensed.settled and d.migration is None
         planned = [] if settled else self._reconcile(actual)
-        table = operation_table(actual, d.desired, self.migrating, self.vf_policy.grants_vfs)
+        leaving = dict(self.migrating)
+        table = OperationTable(actual, d.desired, leaving, self.vf_policy.grants_vfs)
         return StepReport(
-            now,
-            factors,
-            actual,
-            d.vf,
-            d.desired,
-            planned,
-            load,
-            dict(self.migrating),
-            table,
-            d.migration,
+            now, factors, actual, d.vf, d.desired, planned, load, leaving, table, d.migration
         )
 
     def poll(self) -> list[Outcome]:

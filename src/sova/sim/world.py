@@ -175,6 +175,11 @@ class World:
         if with_agents and vf_policy(policy.vf).uses_manager and len(self.drivers) > 1:
             self.manager = ManagerCore.from_spec(m)
         self.engine.on_submit.append(self._on_submit)
+        # the hosts whose agents may have operations in flight: every operation an agent
+        # tracks was submitted to the engine from its host (Executor.apply), so the others
+        # have nothing to poll; in the agents' order
+        self._submitted: set[str] = set()
+        self._order = {h: k for k, h in enumerate(self.agents)}
         self.tick_s = scn.tick
         self.k = 0
         self._changes = sorted({p.at for p in scn.workload if p.at > 0})
@@ -236,6 +241,7 @@ class World:
         return log
 
     def _on_submit(self, t: float, op: Op) -> None:
+        self._submitted.add(op.host)
         if isinstance(op.action, Migrate):
             self.run.events.append(migration_start_event(self.policy.name, t, op.action, op.host))
 
@@ -272,9 +278,13 @@ class World:
         if phase == POLL:
             # an agent polls only to collect finished operations: one without any in
             # flight has nothing to do (HostAgent.poll returns at once)
-            for a in self.agents.values():
+            submitted = self._submitted
+            for h in sorted(submitted, key=self._order.__getitem__):
+                a = self.agents[h]
                 if a.executor.in_flight:
                     a.poll()
+                if not a.executor.in_flight:
+                    submitted.discard(h)
             return
         if phase == STEP and self._sensing is not None:
             sensed = self._sensing.sense(self.engine)
