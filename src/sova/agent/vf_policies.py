@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
 
-from sova.model import Inventory
+from sova.model import Inventory, NicKind
 from sova.policy.sensing import VMFactors
 from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
@@ -110,8 +110,9 @@ class DsrIov(VFPolicy):
 
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         actual = ctx.actual
-        for vm in actual.vf_holders:
-            ctx.vf_since.setdefault(vm, ctx.now)
+        for vm, st in actual.vms.items():  # the holders (no set of them built)
+            if st.nic is NicKind.VF:
+                ctx.vf_since.setdefault(vm, ctx.now)
         if not ctx.measured:
             # Warm-up after a (re)start: no VM has a measured period yet, so "no traffic"
             # only means "not measured". Keep the eligible holders instead of revoking
