@@ -104,6 +104,18 @@ def test_all_hosts_at_once_decide_as_each_host_alone(
         ranking = [i for i, hh in zip(ranked, ranked_host, strict=True) if hh == h]
         got = decisions.of(members, ranking, v)
         _same(got, schedule(cands, holders, v, NOW, config))
+    # some of the hosts' decisions at once, as a world asks for them (of_hosts: each
+    # host's lists are slices of lists over all hosts) are each host's alone
+    m_cut = np.searchsorted(host, np.arange(len(hosts) + 1)).tolist()
+    r_cut = np.searchsorted(host[result.ranked], np.arange(len(hosts) + 1)).tolist()
+    pick = [h for h in range(len(hosts)) if (seed >> h) & 1]
+    many = decisions.of_hosts(range(len(names)), m_cut, ranked, r_cut, vfs.tolist(), pick)
+    for h, got in zip(pick, many, strict=True):
+        v, cands, holders = hosts[h]
+        _same(got, schedule(cands, holders, v, NOW, config))
+        assert got == decisions.of(
+            range(m_cut[h], m_cut[h + 1]), ranked[r_cut[h] : r_cut[h + 1]], v
+        )
 
 
 @settings(max_examples=300, deadline=None)

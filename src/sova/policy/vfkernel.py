@@ -15,8 +15,9 @@ as the largest host has VMs), each one vectorised over all hosts.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -156,6 +157,38 @@ class Decisions:
             ranking=tuple([names[i] for i in ranking]),
             reasons=Reasons(self, members, ranking, vf_count),
         )
+
+    def of_hosts(
+        self,
+        members: Sequence[int],
+        m_cut: Sequence[int],
+        ranked: Sequence[int],
+        r_cut: Sequence[int],
+        vf_count: Sequence[int],
+        hosts: Iterable[int],
+    ) -> list[VFDecision]:
+        """:meth:`of` of each of ``hosts``: host h's members are
+        ``members[m_cut[h] : m_cut[h + 1]]``, its ranking ``ranked[r_cut[h] : r_cut[h + 1]]``.
+        Each row's name is looked up once for all hosts, each host's lists are slices."""
+        names, pq = self.names, self.pq
+        ranking = [names[i] for i in ranked]
+        # the PQ in ranking order and the members left out of it, with each host's bounds
+        chosen = [names[i] for i in ranked if pq[i]]
+        rest = [names[i] for i in members if not pq[i]]
+        c_cut = list(accumulate((pq[i] for i in ranked), initial=0))
+        o_cut = list(accumulate((not pq[i] for i in members), initial=0))
+        out = []
+        for h in hosts:
+            m0, m1, r0, r1 = m_cut[h], m_cut[h + 1], r_cut[h], r_cut[h + 1]
+            out.append(
+                VFDecision(
+                    pq=tuple(chosen[c_cut[r0] : c_cut[r1]]),
+                    gq=tuple(sorted(rest[o_cut[m0] : o_cut[m1]])),
+                    ranking=tuple(ranking[r0:r1]),
+                    reasons=Reasons(self, members[m0:m1], ranked[r0:r1], vf_count[h]),
+                )
+            )
+        return out
 
     def reasons(
         self, members: Sequence[int], ranking: Sequence[int], vf_count: int

@@ -153,13 +153,9 @@ class FleetControl:
             self.state[0][:, members],
             now,
         )
-        for hi in mine_l:
+        vfs = decisions.of_hosts(by_host_l, m_cut, ranked_l, r_cut, pool, mine_l)
+        for hi, vf in zip(mine_l, vfs, strict=True):
             h = hosts[hi]
-            vf = decisions.of(
-                by_host_l[m_cut[hi] : m_cut[hi + 1]],
-                ranked_l[r_cut[hi] : r_cut[hi + 1]],
-                pool[hi],
-            )
             s = sensed[h]
             quiet = settled_l[hi] and not agents[h].migrating
             out[h] = Sensed(s.factors, s.measured, s.loads, vf, quiet, inventories[h])
