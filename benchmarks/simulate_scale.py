@@ -288,6 +288,35 @@ image resampling ~14 MiB each). What remains for the quarter is mostly not data:
 parse than PyYAML's node tree (or a scenario format for fleets that is not one YAML
 document), the report drawn without matplotlib's image resampling (heat maps written as
 images at their own resolution), and fewer modules imported.
+
+Issue 23, fifth session, third wave, branch speedagent (the control period outside the
+manager). The world re-reads an inventory per changed VM: a ``VMState`` is built again only
+for the VMs whose columns moved (the rest keep theirs), each changed host's ``Inventory``
+from those; the decided hosts' ``VFDecision`` come from lists over all hosts
+(``vfkernel.Decisions.of_hosts``: each host's PQ, GQ and ranking are slices) with their
+reasons written when read (``vfkernel.Reasons``); an agent's step builds its operation table
+when read (``loop.OperationTable``) and no fence set without fences; the dsr-iov policy
+sets its holders' VF times without building the holders' set; the world polls only the
+agents an operation was submitted from. Golden outputs unchanged. 1,000 x 3 x 300 s,
+``process_time`` of the world's control phase without the manager's round and the
+timeline rows (sensing, the VF scheduling pass, the agents' steps), main f715164 and this
+branch alternating, one run each, load average 3-21 (2026-11-27):
+
+    control phase CPU s   before: 2.19, 1.90, 1.59   after: 2.10, 1.77, 1.39   (-4 to -13 %)
+    whole run_policy      before: 4.06, 4.26, 3.31, 3.81, 4.04, 3.55, 4.41, 4.93
+    (--sim-only)          after:  4.23, 4.15, 3.02, 4.06, 3.43, 4.16, 4.44, 4.93
+
+so the whole simulation moved less than this machine's noise (medians 4.05 -> 4.16 CPU-s
+over 8 alternating runs each; the load swung 3 -> 21). With a per-call timer (one run,
+load 7): the VF scheduling pass 1.05 -> 0.84 CPU-s (inventories 0.43 -> 0.35; the per-host
+decisions, 0.27 before, now one pass inside it), the agents' steps 0.90 -> 0.87. What remains is per host and not
+small: 92 % of the host-periods are settled (holders and rates in place), yet each still
+runs ``HostAgent.step`` (~15 us: the VF policy's context and ``desired``, a ``Decision``,
+a ``StepReport``), gets an ``Inventory`` (most are rebuilt: the bandwidth loop moves a guest
+limit on ~75 % of the VMs each period, and each changed VM's frozen ``VMState`` costs
+~2 us) and a ``Sensed`` twice (sensing, then scheduling). Cutting that needs the settled
+hosts' period done from arrays with the agents' records kept as arrays (``vf_since``, the
+desired holders, the snapshot), so per-host Python runs only where something changes.
 """
 
 from __future__ import annotations
