@@ -94,14 +94,22 @@ def _hv1_two_burners(out) -> list[float]:
 
 def _hv1_cpu(out) -> str:
     """Whether HV1's burners got the CPU that makes a host hot (a machine busy with other
-    work gives TCG guests less): the figures the manager judged against alpha 0.5."""
+    work gives TCG guests less): the figures the manager judged against the scenario's alpha."""
     two = sorted(_hv1_two_burners(out))
     if not two:
         return "HV1 cpu: no report while both burners ran"
     return (
-        f"HV1 cpu with both burners (alpha 0.5): median {two[len(two) // 2]:.2f}, "
+        f"HV1 cpu with both burners (alpha {_alpha()}): median {two[len(two) // 2]:.2f}, "
         f"min {two[0]:.2f}, max {two[-1]:.2f} over {len(two)} reports"
     )
+
+
+def _alpha() -> float:
+    from sova.lab.scenario import load_lab_scenario
+
+    manager = load_lab_scenario(SCENARIO).controller.manager
+    assert manager is not None
+    return manager.alpha
 
 
 def _events(out):
