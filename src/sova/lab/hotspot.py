@@ -105,6 +105,8 @@ def run_hotspot(
         for h in s.hosts:
             p = daemons.start_agent(h)
             say(f"t={now():6.1f} sova agent for {h}: pid {p.proc.pid}")
+        took = daemons.wait_reported(list(s.hosts))
+        say(f"t={now():6.1f} both agents reported to the manager ({took:.1f} s)")
         peer.servers(scn.guests)
         time.sleep(0.5)
         peer.pings(scn.guests, scn.ping_interval_s, scn.duration_s + 30)
