@@ -66,3 +66,37 @@ def test_a_guarantee_still_binds_when_the_link_is_full() -> None:
         world.advance(1.0)
     caps = {a.vm: a.rate_bps for a in drv.submitted() if isinstance(a, SetGuestRateLimit)}
     assert caps["be"] == pytest.approx(LINK - 6e9, rel=0.02)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="missing mechanism (issue 18, docs/lab.md guarantee): a guaranteed VM under its "
+    "minimum on a full link is taken to want only the rate TCP left it",
+)
+def test_a_guarantee_under_its_minimum_on_a_full_link_is_restored_at_once() -> None:
+    # The lab's guarantee scenario, scaled to this link: g (one TCP stream, minimum 7 Gbit/s)
+    # gets what TCP leaves it beside a many-stream neighbour on a full link: 2 Gbit/s sent
+    # (0.5 GB/s of rx + tx), be 8 Gbit/s; 2 + 8 = the link. g offers more than its minimum;
+    # its rate is the link's congestion, not its demand. Measured in the lab (2026-11-27,
+    # QEMU 10): at the guest-side phase's start g1's caps went 14.2, 7.5, 11.8, 7.9 ... Mbit/s
+    # against its 35 minimum and took 30 s of +20 % probes to reach it; a reading under 80 %
+    # of its cap inside the judged window dropped its cap to 31.2 (g1 31.05 < 31.5).
+    from dataclasses import replace
+
+    from sova.model import SLA, ResourceTuple
+
+    loads = {"g": Load(cpu=0.1, bytes_per_s=0.5e9), "be": Load(cpu=0.1, bytes_per_s=2e9)}
+    world = HostWorld(loads)
+    world.states["g"] = replace(
+        world.states["g"],
+        vm=replace(world.states["g"].vm, sla=SLA(bandwidth=ResourceTuple(minimum=7e9))),
+    )
+    drv = MockDriver(world)
+    agent = HostAgent(drv, ControllerConfig(bandwidth_policy="sova"))
+    for _ in range(2):  # the first step only reads the counters
+        agent.bandwidth_step()
+        world.advance(1.0)
+    caps = {a.vm: a.rate_bps for a in drv.submitted() if isinstance(a, SetGuestRateLimit)}
+    # g's minimum is left free at the first decision: be is held to the rest (10 - 7)
+    assert caps.get("be") is not None and caps["be"] <= (LINK - 7e9) * 1.02, caps
+    assert caps.get("g") is None or caps["g"] >= 7e9, caps
