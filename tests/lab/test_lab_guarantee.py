@@ -20,6 +20,20 @@ other busy sessions on the 2 cores a guest gets 2 / (2 + k) of a core — 0.67 w
 kept busy (the project's standard); g1 still held guest-side at about a third of a core
 (k about 4, below), and missed it at load average 17-60.
 
+The bound is the shaping arithmetic, not a guess: g1 held at its 35 Mbit/s cap (HTB counts
+whole 1514-byte frames, iperf3 the 1448 bytes of payload) shows 35 x 1448 / 1514 = 33.5, and
+measured 33.0-33.9 in each second of a judged window held at the cap; 90 % (31.5) leaves
+2 Mbit/s for the window's readings to dip. What spends that slack is the allocator, not
+the shaping: a reading of g1 under 80 % of its cap (1 - probe) is taken as its demand, so its
+cap drops below its minimum and climbs back 20 % a period. On a full link the rate TCP
+leaves a guaranteed guest is not its demand, and nothing yet says so: at the guest-side
+phase's start g1's caps went 14.2, 7.5, 11.8, 7.9, 10.7 ... Mbit/s against its minimum of
+35 and took 30 s of probes to reach it, and in the failing run below one such reading inside
+the judged window (cap 31.2) took g1 to 31.05. That is the missing mechanism
+(tests/test_bandwidth_step.py's strict xfail), not a wrong bound; until it exists the
+45 s settle lets the climb finish before the judged window, and a dip in the window can
+still fail the test.
+
 Measured, g1's mean Mbit/s (none / guest-side / host-side), QEMU 10, 2026-11-27: 26.4 /
 33.2 / 33.5 with other sessions' benchmarks beside the tier (about one busy core); 19.7 /
 32.4 / 33.3 with a busy-loop of the tier's own beside those (about four busy sessions,
