@@ -78,7 +78,9 @@ def _hv1_two_burners(out) -> list[float]:
     covers burners only) to the first migration's start, or the run's end if none came."""
     import csv
 
-    start = 40.0 + 5.0  # the network-only phase lasts 40 s (scenario)
+    summary = json.loads((out / "summary.json").read_text())
+    burners = next(p for p in summary["phases"] if p["name"] == "cpu-burners")
+    start = float(burners["start_s"]) + 5.0
     stops = [float(e["time_s"]) for e in _events(out) if e["event"] == "migrate_start"]
     stop = min(stops, default=float("inf"))
     with (out / "hosts.csv").open() as fh:
