@@ -29,7 +29,11 @@ the ceiling 0.8, so there is one move at every share.
 Measured before this design (alpha 0.5, 2 of 3), QEMU 10, 2026-11-27: HV1 median 0.68
 (0.54-0.72) with about one busy core beside the tier; 0.37 (0.27-0.58, nothing flagged) with
 about four busy sessions; 0.54 (0.48-0.69); 0.96 (0.91-0.98) on a quiet machine. With this
-design: see the runs below (filled in from the tier's runs) and docs/lab.md's run table.
+design, in the tier with a busy loop in a session of its own beside it (2026-11-27, load
+average 2.7-26.5, 622 s, all 15 passed): HV1 0.25-0.32 with the light load (0.52-0.60 for
+5 s at the two plugs, not flagged), both burners median 0.62 (0.58-0.69, 20 reports),
+flagged 18.8 s into the burners, one migration, downtime 237 ms, ping gap 0.3 s, each host
+0.19-0.43 after the move. One run so far (docs/lab.md's run table).
 On failure the message gives HV1's figures from the same window.
 """
 
