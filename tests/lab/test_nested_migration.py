@@ -1,6 +1,7 @@
 """A manager-ordered live migration of a teamed guest with a real VF between two L1
 hypervisors: `sova manager` on this machine, `sova agent` inside each L1 (sriov-vf +
-teaming, as production runs it), the L2 guests on L1 1.
+teaming, as production runs it), the L2 guests on L1 1. One cluster (guests, agents,
+manager) serves both tests: setting it up is most of a test's time (docs/lab.md#nested).
 
 Opt-in (``SOVA_LAB_SRIOV=1``): two TCG L1s take both cores for many minutes. Skips, saying
 why, where it cannot run. Times in docs/lab.md.
@@ -90,9 +91,12 @@ class Cluster:
     admin: str
     t_start: float
 
-    def api(self, path: str) -> Any:
+    def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
         req = urllib.request.Request(
-            f"{self.url}{path}", headers={"Authorization": f"Bearer {self.admin}"}
+            f"{self.url}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.admin}", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())
@@ -111,6 +115,16 @@ class Cluster:
         for dom in self.doms.values():
             with contextlib.suppress(Exception):
                 guest_sh(self.ga, dom, "kill $(cat /run/burn.pid); rm -f /run/burn.pid")
+
+
+@pytest.fixture(scope="module")
+def cluster(nested2: Any) -> Iterator[Cluster]:
+    """One cluster for the module's tests: the second starts from where the first left it."""
+    from sova.driver.libvirt_driver import ensure_event_loop
+
+    ensure_event_loop()
+    with _cluster(nested2) as c:
+        yield c
 
 
 @contextlib.contextmanager
@@ -252,7 +266,7 @@ def _views(ns: Any) -> dict[int, Any]:
     return views
 
 
-def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2):
+def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(cluster):
     """Both guests on L1 1 hold a VF (light TCP streams); CPU burners in both make L1 1 hot
     (host totals from its domains over 2 CPUs: two burners ~1.0, one ~0.5). The manager
     flags L1 1 and orders one guest to L1 2; L1 1's agent migrates it (Sova unplugs the
@@ -264,111 +278,119 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(nested2
     """
     import libvirt
 
-    from sova.driver.libvirt_driver import ensure_event_loop
     from sova.lab.loads import ping_gaps
 
-    ensure_event_loop()
-    ns = nested2
-    with _cluster(ns) as c:
-        t_burn = c.burn()
-        moved = None
-        deadline = time.monotonic() + 600
-        while moved is None:
-            assert c.manager.poll() is None, (ns.root / "manager.log").read_text()[-1500:]
-            moved = next((g for g in c.doms if _running(c.conns[2], g)), None)
-            assert time.monotonic() < deadline, "no guest reached L1 2 in 600 s"
-            time.sleep(1)
-        t_arrived = time.time()
-        print(f"{moved} running on L1 2 {t_arrived - t_burn:.0f} s after the burners started")
-        c.calm()  # no second move
-        dst = c.conns[2].lookupByName(moved)
-        deadline = time.monotonic() + 300
-        while _vf_of(dst) is None:
-            assert time.monotonic() < deadline, f"{moved} has no VF on L1 2 after 300 s"
-            time.sleep(1)
-        t_vf = time.time()
-        job = dst.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
-        views = _views(ns)
-        pf2, inv2 = views[2]
-        vf2 = _vf_of(dst)
-        assert vf2.pci in pf2.vfs.values(), (vf2, pf2)  # a VF of L1 2's own PF
-        assert inv2.vms[moved].vf_index is not None, inv2.vms[moved]
-        _pf1, inv1 = views[1]
-        assert moved not in inv1.vms, inv1.vms.keys()
-        held1 = [v.vf_index for v in inv1.vms.values() if v.vf_index is not None]
-        assert len(held1) == len(set(held1)) <= 1, inv1.vms
-        src_log = (ns.run_dir(1) / "agent.log").read_text(errors="replace")
-        dst_log = (ns.run_dir(2) / "agent.log").read_text(errors="replace")
-        assert f"migrating {moved} to l1-2" in src_log, src_log[-1500:]
-        assert re.search(rf"vf_attach {moved}: vf \d+ attached", dst_log), dst_log[-1500:]
-        time.sleep(15)  # the stream resumes through the VF on L1 2
-        assert _running(c.conns[1], moved) is None, "the source domain still runs"
-        gap = ping_gaps(c.logs[moved], t_burn, t_vf + 15, 0.05)
-        lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
-        silence = c.ticks.max_gap(c.ips[moved], t_burn, t_vf)
-        decisions = c.api("/v1/decisions")
-        print(
-            f"migration: job time_elapsed {job.get('time_elapsed')} ms, downtime "
-            f"{job.get('downtime')} ms; arrived -> VF on L1 2 {t_vf - t_arrived:.1f} s; "
-            f"ping {gap}; stream silence {silence:.2f} s; decisions {str(decisions)[:600]}"
-        )
-        assert not lost, f"long-lived TCP streams ended: {lost}"
-        assert job.get("downtime") is not None, job
+    c = cluster
+    ns = c.ns
+    t_burn = c.burn()
+    moved = None
+    deadline = time.monotonic() + 600
+    while moved is None:
+        assert c.manager.poll() is None, (ns.root / "manager.log").read_text()[-1500:]
+        moved = next((g for g in c.doms if _running(c.conns[2], g)), None)
+        assert time.monotonic() < deadline, "no guest reached L1 2 in 600 s"
+        time.sleep(1)
+    t_arrived = time.time()
+    print(f"{moved} running on L1 2 {t_arrived - t_burn:.0f} s after the burners started")
+    c.calm()  # no second move
+    dst = c.conns[2].lookupByName(moved)
+    c.doms[moved] = dst  # the next test finds it there
+    deadline = time.monotonic() + 300
+    while _vf_of(dst) is None:
+        assert time.monotonic() < deadline, f"{moved} has no VF on L1 2 after 300 s"
+        time.sleep(1)
+    t_vf = time.time()
+    job = dst.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+    views = _views(ns)
+    pf2, inv2 = views[2]
+    vf2 = _vf_of(dst)
+    assert vf2.pci in pf2.vfs.values(), (vf2, pf2)  # a VF of L1 2's own PF
+    assert inv2.vms[moved].vf_index is not None, inv2.vms[moved]
+    _pf1, inv1 = views[1]
+    assert moved not in inv1.vms, inv1.vms.keys()
+    held1 = [v.vf_index for v in inv1.vms.values() if v.vf_index is not None]
+    assert len(held1) == len(set(held1)) <= 1, inv1.vms
+    src_log = (ns.run_dir(1) / "agent.log").read_text(errors="replace")
+    dst_log = (ns.run_dir(2) / "agent.log").read_text(errors="replace")
+    assert f"migrating {moved} to l1-2" in src_log, src_log[-1500:]
+    assert re.search(rf"vf_attach {moved}: vf \d+ attached", dst_log), dst_log[-1500:]
+    time.sleep(15)  # the stream resumes through the VF on L1 2
+    assert _running(c.conns[1], moved) is None, "the source domain still runs"
+    gap = ping_gaps(c.logs[moved], t_burn, t_vf + 15, 0.05)
+    lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
+    silence = c.ticks.max_gap(c.ips[moved], t_burn, t_vf)
+    decisions = c.api("/v1/decisions")
+    print(
+        f"migration: job time_elapsed {job.get('time_elapsed')} ms, downtime "
+        f"{job.get('downtime')} ms; arrived -> VF on L1 2 {t_vf - t_arrived:.1f} s; "
+        f"ping {gap}; stream silence {silence:.2f} s; decisions {str(decisions)[:600]}"
+    )
+    assert not lost, f"long-lived TCP streams ended: {lost}"
+    assert job.get("downtime") is not None, job
 
 
-def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_source(nested2):
-    """As above, but L1 2's libvirtd is killed (SIGKILL) as soon as the incoming domain
-    shows there. The migration must fail on L1 1's agent; the guest keeps running on L1 1;
-    the manager's lease on it is released; L1 1's agent gives the guest a VF back (its
-    long-lived stream never ended). L1 2's libvirtd comes back through systemd."""
-    from sova.driver.libvirt_driver import ensure_event_loop
+def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_source(cluster):
+    """The cluster the test above left (one guest on each L1, each with a VF, no burners):
+    L1 1 drained through the manager's API (an operator's maintenance: the manager orders
+    its guest to L1 2 at once, with no hot windows to wait for), and L1 2's libvirtd killed
+    (SIGKILL) as soon as the incoming domain shows there; the drain is cancelled then, so
+    the manager orders no second try. The migration must fail on L1 1's agent; the guest
+    keeps running on L1 1; the manager's lease on it is released; L1 1's agent gives the
+    guest a VF back (no long-lived stream ended). L1 2's libvirtd comes back through
+    systemd."""
     from sova.lab.nested import l1_exec
 
-    ensure_event_loop()
-    ns = nested2
-    with _cluster(ns) as c:
-        t_burn = c.burn()
-        deadline = time.monotonic() + 600
-        incoming = None
-        while incoming is None:  # active on L1 2 but not running: the incoming domain
-            assert time.monotonic() < deadline, "no migration to L1 2 started in 600 s"
-            for g in c.doms:
-                with contextlib.suppress(Exception):
-                    if c.conns[2].lookupByName(g).isActive():
-                        incoming = g
-            time.sleep(0.3)
-        rc, out = l1_exec(ns, 2, "kill -9 $(pidof libvirtd) && echo killed")
-        t_kill = time.time()
-        print(f"{incoming}: incoming on L1 2 {t_kill - t_burn:.0f} s after the burn; {out!r}")
-        assert rc == 0, out
-        c.calm()
-        src_log = ns.run_dir(1) / "agent.log"
-        deadline = time.monotonic() + 300
-        while f"migration of {incoming} to l1-2 failed" not in (
-            text := src_log.read_text(errors="replace")
-        ):
-            assert time.monotonic() < deadline, text[-2000:]
-            time.sleep(1)
-        t_failed = time.time()
-        assert _running(c.conns[1], incoming) is not None, "the guest left L1 1"
-        deadline = time.monotonic() + 180
-        while any(lease["vm"] == incoming for lease in c.api("/v1/cluster")["leases"]):
-            assert time.monotonic() < deadline, c.api("/v1/cluster")["leases"]
-            time.sleep(2)
-        t_released = time.time()
-        deadline = time.monotonic() + 300
-        while _vf_of(c.doms[incoming]) is None:
-            assert time.monotonic() < deadline, src_log.read_text(errors="replace")[-2000:]
-            time.sleep(1)
-        t_vf = time.time()
-        _pf1, inv1 = _views(ns)[1]
-        held1 = [v.vf_index for v in inv1.vms.values() if v.vf_index is not None]
-        assert inv1.vms[incoming].vf_index is not None and len(held1) == len(set(held1))
-        lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
-        print(
-            f"kill -> failed {t_failed - t_kill:.1f} s, lease released +"
-            f"{t_released - t_kill:.1f} s, VF back +{t_vf - t_kill:.1f} s"
+    c = cluster
+    ns = c.ns
+    on1 = [g for g in c.doms if _running(c.conns[1], g)]
+    assert on1, "no guest left on L1 1 to migrate"
+    for g in on1:
+        c.doms[g] = c.conns[1].lookupByName(g)
+    t_drain = time.time()
+    c.api("/v1/hosts/l1-1/drain", "PUT", {"by": "test", "reason": "destination-killed test"})
+    deadline = time.monotonic() + 600
+    incoming = None
+    while incoming is None:  # active on L1 2 but not running: the incoming domain
+        assert time.monotonic() < deadline, (
+            f"no migration to L1 2 started in 600 s: {c.api('/v1/hosts/l1-1/drain')}"
         )
-        assert not lost, f"long-lived TCP streams ended: {lost}"
-        rc, out = l1_exec(ns, 2, "sleep 5; systemctl is-active libvirtd; pidof libvirtd")
-        print(f"L1 2 libvirtd after the kill: {out!r}")
+        for g in on1:
+            with contextlib.suppress(Exception):
+                if c.conns[2].lookupByName(g).isActive():
+                    incoming = g
+        time.sleep(0.3)
+    rc, out = l1_exec(ns, 2, "kill -9 $(pidof libvirtd) && echo killed")
+    t_kill = time.time()
+    c.api("/v1/hosts/l1-1/drain", "DELETE")
+    print(f"{incoming}: incoming on L1 2 {t_kill - t_drain:.0f} s after the drain; {out!r}")
+    assert rc == 0, out
+    src_log = ns.run_dir(1) / "agent.log"
+    deadline = time.monotonic() + 300
+    while f"migration of {incoming} to l1-2 failed" not in (
+        text := src_log.read_text(errors="replace")
+    ):
+        assert time.monotonic() < deadline, text[-2000:]
+        time.sleep(1)
+    t_failed = time.time()
+    assert _running(c.conns[1], incoming) is not None, "the guest left L1 1"
+    deadline = time.monotonic() + 180
+    while any(lease["vm"] == incoming for lease in c.api("/v1/cluster")["leases"]):
+        assert time.monotonic() < deadline, c.api("/v1/cluster")["leases"]
+        time.sleep(2)
+    t_released = time.time()
+    deadline = time.monotonic() + 300
+    while _vf_of(c.doms[incoming]) is None:
+        assert time.monotonic() < deadline, src_log.read_text(errors="replace")[-2000:]
+        time.sleep(1)
+    t_vf = time.time()
+    _pf1, inv1 = _views(ns)[1]
+    held1 = [v.vf_index for v in inv1.vms.values() if v.vf_index is not None]
+    assert inv1.vms[incoming].vf_index is not None and len(held1) == len(set(held1))
+    lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
+    print(
+        f"kill -> failed {t_failed - t_kill:.1f} s, lease released +"
+        f"{t_released - t_kill:.1f} s, VF back +{t_vf - t_kill:.1f} s"
+    )
+    assert not lost, f"long-lived TCP streams ended: {lost}"
+    rc, out = l1_exec(ns, 2, "sleep 5; systemctl is-active libvirtd; pidof libvirtd")
+    print(f"L1 2 libvirtd after the kill: {out!r}")
