@@ -100,6 +100,8 @@ def guest_sh(dom: Any, script: str, timeout_s: float = 30.0) -> str:
 
 
 def wait_op(drv: Any, op: str, timeout_s: float = 120.0) -> Any:
+    """The driver operation's final status, polled every 0.2 s until ``timeout_s`` (the
+    nested tier's TCG L1s pass 300 s)."""
     deadline = time.monotonic() + timeout_s
     while True:
         st = drv.poll(op)

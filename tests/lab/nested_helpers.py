@@ -192,14 +192,3 @@ def wait_agent_started(log: Path, timeout_s: float = 600.0) -> float:
         assert time.monotonic() - t0 < timeout_s, f"the agent in L1 not started: {log}"
         time.sleep(0.5)
     return time.monotonic() - t0
-
-
-def wait_op(drv: Any, op: str, timeout_s: float = 300.0) -> Any:
-    """The driver operation's final status, polled every 0.5 s (bounded)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        st = drv.poll(op)
-        if st.done:
-            return st
-        assert time.monotonic() < deadline, st
-        time.sleep(0.5)

@@ -22,8 +22,9 @@ from tests.lab.nested_helpers import (
     module_lab,
     wait_agent_started,
     wait_guest_agent,
-    wait_op,
 )
+
+from .conftest import wait_op
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,7 @@ def test_a_guest_that_ignores_the_unplug_keeps_its_vf_and_a_working_path(nested,
     log = ns.root / "ping-g3.log"
     try:
         wait_guest_agent(GuestAgent(command_timeout_s=10), dom)
-        st = wait_op(drv, drv.submit(AttachVF("g3")))
+        st = wait_op(drv, drv.submit(AttachVF("g3")), 300)
         assert st.state is OpState.SUCCEEDED, st
         assert _hostdevs(dom) == 1
         # right after the plug the first ping got an ICMP error at once (ARP unanswered
@@ -124,7 +125,7 @@ def test_a_guest_that_ignores_the_unplug_keeps_its_vf_and_a_working_path(nested,
         drv = driver(10.0, 1)
         dom.suspend()
         t0 = time.monotonic()
-        st = wait_op(drv, drv.submit(DetachVF("g3")))
+        st = wait_op(drv, drv.submit(DetachVF("g3")), 300)
         took = time.monotonic() - t0
         print(f"detach of a paused guest's VF: {st.state.name} after {took:.1f} s: {st.detail}")
         assert st.state is OpState.FAILED, st

@@ -27,8 +27,9 @@ from tests.lab.nested_helpers import (
     wait_agent_started,
     wait_guest_agent,
     wait_guest_agents,
-    wait_op,
 )
+
+from .conftest import wait_op
 
 ROOT = Path(__file__).resolve().parents[2]
 L2_MAC = "52:54:00:77:00:10"
@@ -99,7 +100,7 @@ def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nes
         # 20 s, 90 s for a TCG L2)
         wait_guest_agent(GuestAgent(command_timeout_s=10), dom)
         t0 = time.monotonic()
-        st = wait_op(drv, drv.submit(AttachVF("l2")))
+        st = wait_op(drv, drv.submit(AttachVF("l2")), 300)
         plug_s = time.monotonic() - t0
         assert st.state is OpState.SUCCEEDED, st
         vf = parse_domain(dom.XMLDesc(0)).sova_vf()
@@ -109,7 +110,7 @@ def test_a_real_teamed_vf_is_plugged_and_taken_back_by_the_production_driver(nes
         with pytest.raises(libvirt.libvirtError, match="multiple devices matching MAC"):
             dom.detachDeviceFlags(detach_xml_for(vf), libvirt.VIR_DOMAIN_AFFECT_LIVE)
         t0 = time.monotonic()
-        st = wait_op(drv, drv.submit(DetachVF("l2")))
+        st = wait_op(drv, drv.submit(DetachVF("l2")), 300)
         unplug_s = time.monotonic() - t0
         assert st.state is OpState.SUCCEEDED, st
         live = ET.fromstring(dom.XMLDesc(0))
