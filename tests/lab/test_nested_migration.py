@@ -138,6 +138,12 @@ def _cluster(ns: Any) -> Iterator[Cluster]:
     print(f"reset: {reset_l1s(ns)}")
     host = f"{ns.subnet}.1"
     conns = {n: libvirt.open(ns.l1_uri(n)) for n in (1, 2)}
+    for conn in conns.values():
+        # a connection still referenced when the lab goes down (a failed test's traceback
+        # keeps its domains) was closed at the interpreter's exit, and that close waited on
+        # TCP retries to the dead L1: the tier hung for minutes after its last test (this
+        # session's first run). With keepalive, libvirt drops it itself once the L1 is gone
+        conn.setKeepAlive(10, 6)
     caps = conns[1].getCapabilities()
     dtype = "kvm" if "type='kvm'" in caps or 'type="kvm"' in caps else "qemu"
     names = ["g1", "g2"]
@@ -245,6 +251,7 @@ def _cluster(ns: Any) -> Iterator[Cluster]:
             log = ns.run_dir(n) / "agent.log"
             if log.exists():
                 print(f"agent l1-{n} log tail:", log.read_text(errors="replace")[-2000:])
+        doms.clear()  # a domain holds its connection open past close()
         for conn in conns.values():
             with contextlib.suppress(Exception):  # L1 2's libvirtd may have been killed
                 conn.close()
