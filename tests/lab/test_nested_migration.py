@@ -344,7 +344,12 @@ def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_s
     the manager orders no second try. The migration must fail on L1 1's agent; the guest
     keeps running on L1 1; the manager's lease on it is released; L1 1's agent gives the
     guest a VF back (no long-lived stream ended). L1 2's libvirtd comes back through
-    systemd."""
+    systemd.
+
+    Waits against what they took (docs/lab.md#nested, run 7, load average 4-8.5): the
+    incoming domain 40 s after the drain (bound 600 s), the failure in L1 1's agent log
+    2.1 s after the kill (300 s), the lease released 2.5 s (180 s), the VF back 5.8 s
+    (300 s); run 2, before the shared cluster, at load 7-65: failure 21 s, VF back 35 s."""
     from sova.lab.nested import l1_exec
 
     c = cluster
