@@ -194,15 +194,16 @@ def l1_command(
         str(qemu),
         "-name", f"sova-l1-{n}",
         "-uuid", f"5eb1a000-0000-4000-8000-0000000000{n:02d}",  # libvirt's host UUID: two hosts
-        # single-threaded TCG: both vCPUs on one host thread, in turn. Multi-threaded, an L1
-        # hung as two CPU-burning L2s started: one vCPU waited for ever for a TLB-flush IPI
-        # the other never answered (nested SVM under MTTCG, docs/lab.md#nested). It costs
-        # little here: two L1s on 2 cores get about a core each anyway. Two vCPUs, not one:
-        # with one, two L2s' network streams alone fill it and a CPU hotspot cannot show
-        "-accel", "tcg,thread=single",
+        # one vCPU. Two on multi-threaded TCG: an L1 hung as two CPU-burning L2s started,
+        # one vCPU waiting for ever for a TLB-flush IPI the other never answered (nested SVM
+        # under MTTCG); two on single-threaded TCG: every cross-CPU wait lasts until the
+        # round-robin switches, and two L2s' guest agents were not up after 6 min (36-41 s
+        # on one vCPU). One vCPU has no cross-CPU flush to lose; two L1s on this 2-core
+        # machine get about a core each anyway (docs/lab.md#nested)
+        "-accel", "tcg",
         "-machine", "q35",
         "-cpu", "max",
-        "-smp", "2",
+        "-smp", "1",
         "-m", str(ns.l1_memory_mib),
         "-device", "intel-iommu,intremap=on,caching-mode=on",
         "-global", "q35-pcihost.pci-hole64-size=0",
