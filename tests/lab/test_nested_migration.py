@@ -291,6 +291,14 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(cluster
     has no trace of it (at most the other guest holds a VF there), libvirt's
     completed-job statistics on L1 2 (time, downtime), the ping gap from this machine at
     20/s around the migration, and each guest's long-lived TCP stream never ended.
+
+    Measured (docs/lab.md#nested; bounds: 600 s to the move, 300 s to the VF): run 9 (one
+    vCPU per L1, load average 8-11): on L1 2 66 s after the burners, libvirt's job 37.8 s
+    with 1.4 s downtime, VF 12.1 s after arrival, ping gap 1.9 s, stream silence 3.2 s; run
+    6: job 29.8 s, downtime 1.4 s, VF 25 s, gap 1.95 s, silence 3.45 s; run 2 (load 7-65):
+    315 s to the move, job 234 s, downtime 3.0 s, VF 66 s, gap 6.8 s, silence 17.6 s. In
+    run 9 L1 1 was already over alpha on its guests' own load (0.57-0.65 of its one vCPU
+    before the burners) and the manager ordered the move 7 s after they started.
     """
     import libvirt
 
