@@ -659,7 +659,7 @@ def _events_to_data(text: str) -> Any:
     loader instead, so the result and every message stay PyYAML's. PyYAML has no event-
     driven constructor of its own (``yaml.load`` always composes), hence this builder.
     """
-    loader = SAFE_LOADER(text)
+    loader: Any = SAFE_LOADER(text)  # types-PyYAML leaves the parser's methods untyped
     try:
         loader.get_event()  # StreamStart
         if loader.check_event(yaml.StreamEndEvent):
