@@ -37,6 +37,7 @@ TOP_N = 5
 MAX_LEGEND = 12
 TABLE_VMS = 20  # rows of report.md's per-VM table (and migrations listed in prose)
 BANDS = ((10.0, 90.0, 0.18), (25.0, 75.0, 0.35))
+BLOCK = 256  # rows (or columns) of a period x VM grid reduced at a time
 HEAT_ROWS = 250  # most pixel rows of a host x time heat map  # (low, high percentile, alpha)
 
 
@@ -108,10 +109,19 @@ def metric(run: PolicyRun, g: Grid, name: str) -> np.ndarray:
 def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) -> None:
     """Percentile bands and the median of ``a`` (rows: times, columns: members)."""
     ok = np.isfinite(a).any(axis=1)
-    x, a = x[ok], a[ok]
+    if not ok.all():
+        x, a = x[ok], a[ok]
     if a.size == 0:
         return
-    pct = np.nanpercentile(a, [10, 25, 50, 75, 90], axis=1)
+    # a block of rows at a time: the same numbers (each row's percentiles are its own),
+    # without nanpercentile's float copies of an hour's period x VM grid at once
+    pct = np.concatenate(
+        [
+            np.nanpercentile(a[i : i + BLOCK], [10, 25, 50, 75, 90], axis=1)
+            for i in range(0, a.shape[0], BLOCK)
+        ],
+        axis=1,
+    )
     at = {10.0: 0, 25.0: 1, 50.0: 2, 75.0: 3, 90.0: 4}
     for lo, hi, alpha in BANDS:
         label = f"p{lo:g}–p{hi:g} over {what}"
@@ -136,7 +146,11 @@ def plot_metric_fleet(
     plotted: Plotted = {}
     fig, ax = plt.subplots(figsize=(10, 4))
     _bands(ax, x, a, f"{len(g.vms)} VMs", plotted)
-    volume = np.nansum(np.abs(a), axis=0)
+    # columns a block at a time: each VM's sum adds its periods in the same order
+    volume = np.concatenate(
+        [np.nansum(np.abs(a[:, j : j + BLOCK]), axis=0) for j in range(0, a.shape[1], BLOCK)]
+        or [np.zeros(0, dtype=a.dtype)]
+    )
     top = [int(i) for i in np.argsort(-volume, kind="stable")[:TOP_N] if volume[i] > 0]
     colours = ("tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown")
     for k, i in enumerate(top):
