@@ -330,14 +330,16 @@ one process (high-water mark), before -> after: imports 58 -> 58 MiB, the scenar
 99 -> 76, the run 134 -> 125 (the run now allocates fresh what it reused of the parse's
 freed memory), the report's peak 190 -> 168 (the first metric plot; a heat map figure
 20 -> 7 MiB alone). The whole command beside CloudSim Plus 8.5.7 (``--cloudsim``, one
-run each, load 6-8; before the block-wise reductions):
+run each; the first before the block-wise reductions, load 6-8; the second rebased on main
+4342d8f, load 7-9):
 
     hosts  VMs    Sova wall / CPU / RSS        CS+ wall / CPU / RSS       CS+/Sova: memory
     1,000 3,000   70.6 s / 51.9 s / 171 MiB    59.6 s / 49.3 s / 401 MiB             2.34
+    1,000 3,000   139.0 s / 52.6 s / 167 MiB   47.7 s / 50.9 s / 524 MiB             3.14
     (before, main f715164, same session: 209.2 s / 61.7 s / 190 MiB, Sova alone)
 
-So 171 MiB: 0.43 of CloudSim Plus's 401 MiB in this run, 0.26 of the 658 MiB of the
-side-by-side run above (a quarter asked; ~100 MiB for this run's CloudSim Plus). What stays:
+So 167-171 MiB: 0.32-0.43 of CloudSim Plus's peak beside it (401 and 524 MiB; it swings
+with the JVM's heap sizing), not yet the quarter asked (~100-131 MiB). What stays:
 the interpreter and numpy (~28 MiB), pydantic and the scenario models' schemas (~16),
 typer/rich (~5), matplotlib when the report draws (~20-40: its modules, PIL, the font
 cache), the run's records and stats (~50 with freed-but-held memory), the report's grids.
