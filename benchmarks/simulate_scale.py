@@ -317,6 +317,32 @@ limit on ~75 % of the VMs each period, and each changed VM's frozen ``VMState`` 
 ~2 us) and a ``Sensed`` twice (sensing, then scheduling). Cutting that needs the settled
 hosts' period done from arrays with the agents' records kept as arrays (``vf_since``, the
 desired holders, the snapshot), so per-host Python runs only where something changes.
+
+Issue 23, fifth session, third wave, branch speedmem2 (2026-11-27, load average 6-16 on the
+2 cores). The scenario YAML is built from libyaml's events (``scenario._events_to_data``, no
+node tree; PyYAML's loader for anything beyond plain mappings, lists, scalars and anchors;
+the same data for every shipped file and random documents, tests); the fleet heat maps are
+drawn as the axes' pixels (``fleet._PixelGrid``; the PNGs are byte-identical to imshow's
+here); the report's percentiles and per-VM volumes reduce the period x VM grid a block at a
+time (same numbers). Golden outputs of every shipped scenario unchanged; the hour's
+report.md, plots.json and PNGs byte-identical. RSS at the phase boundaries of the hour in
+one process (high-water mark), before -> after: imports 58 -> 58 MiB, the scenario parse
+99 -> 76, the run 134 -> 125 (the run now allocates fresh what it reused of the parse's
+freed memory), the report's peak 190 -> 168 (the first metric plot; a heat map figure
+20 -> 7 MiB alone). The whole command beside CloudSim Plus 8.5.7 (``--cloudsim``, one
+run each; the first before the block-wise reductions, load 6-8; the second rebased on main
+4342d8f, load 7-9):
+
+    hosts  VMs    Sova wall / CPU / RSS        CS+ wall / CPU / RSS       CS+/Sova: memory
+    1,000 3,000   70.6 s / 51.9 s / 171 MiB    59.6 s / 49.3 s / 401 MiB             2.34
+    1,000 3,000   139.0 s / 52.6 s / 167 MiB   47.7 s / 50.9 s / 524 MiB             3.14
+    (before, main f715164, same session: 209.2 s / 61.7 s / 190 MiB, Sova alone)
+
+So 167-171 MiB: 0.32-0.43 of CloudSim Plus's peak beside it (401 and 524 MiB; it swings
+with the JVM's heap sizing), not yet the quarter asked (~100-131 MiB). What stays:
+the interpreter and numpy (~28 MiB), pydantic and the scenario models' schemas (~16),
+typer/rich (~5), matplotlib when the report draws (~20-40: its modules, PIL, the font
+cache), the run's records and stats (~50 with freed-but-held memory), the report's grids.
 """
 
 from __future__ import annotations

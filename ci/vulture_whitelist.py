@@ -109,3 +109,6 @@ _.moves_failed
 
 # Read by uvicorn's serve loop (a standby's server stops when it wins the leadership)
 _.should_exit  # unused attribute (src/sova/daemon/manager_standby.py)
+
+# matplotlib calls an artist's draw when the figure renders (src/sova/sim/fleet.py: _PixelGrid)
+_.draw  # unused method

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.axes
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -97,3 +98,62 @@ def test_small_run_keeps_a_line_per_vm(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     plots = json.loads((out / "plots.json").read_text())
     assert set(plots["throughput.png"]) == {f"vm{i}" for i in range(6)}
+
+
+@pytest.mark.parametrize(
+    ("hosts", "figsize"),
+    [(1000, (10, 6.8)), (37, (7, 3.1)), (251, (10, 3.4))],  # grouped by 4, one per row, by 2
+)
+def test_heat_maps_draw_the_pixels_imshow_drew(hosts: int, figsize: tuple[float, float]) -> None:
+    """The heat maps are drawn as the axes' pixels (``fleet._PixelGrid``: imshow's
+    resampling buffers were ~14 MiB a map, the report's peak at 1,000 hosts); every pixel of
+    the PNG is the one ``imshow(interpolation="nearest")`` drew, gaps (NaN) included, but
+    for pixels whose centre falls on a cell boundary (1,000 hosts: one pixel row of 900)."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import Normalize
+    from PIL import Image
+
+    rng = np.random.default_rng(hosts)
+    m = rng.random((hosts, 360)) ** 4
+    m[:, 100:130] = np.nan
+    m[17, :] = 1.0
+
+    def png(draw: Any) -> np.ndarray:
+        fig, ax = plt.subplots(figsize=figsize)
+        draw(fig, ax)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, dpi=90, format="png")
+        plt.close(fig)
+        return np.asarray(Image.open(buf))
+
+    def by_imshow(fig: Any, ax: Any) -> None:
+        group = -(-hosts // fleet.HEAT_ROWS)
+        g = np.vstack([m, np.full((-hosts % group, m.shape[1]), -np.inf)])
+        g = g.reshape(-1, group, m.shape[1]).max(axis=1)
+        im = ax.imshow(
+            g,
+            aspect="auto",
+            origin="lower",
+            interpolation="nearest",
+            extent=(0.0, 60.0, -0.5, hosts - 0.5),
+            norm=Normalize(0.0, 0.8),
+            cmap="viridis",
+        )
+        ax.set_ylabel(f"host (index; a row = max of {group})" if group > 1 else "host (index)")
+        fig.colorbar(im, ax=ax, pad=0.01, fraction=0.03, label="link use")
+
+    want = png(by_imshow)
+    got = png(lambda fig, ax: fleet._heat(fig, ax, m, 3600.0, "link use", 0.8, "viridis"))
+    assert got.shape == want.shape
+    # where a pixel's centre falls on a cell boundary (to rounding) the two may pick either
+    # neighbour: such a pixel has the colour imshow drew next to it, in at most one pixel
+    # row or one pixel column of the whole map
+    rows, cols = np.nonzero((got != want).any(axis=2))
+    assert len(set(rows.tolist())) <= 1 or len(set(cols.tolist())) <= 1
+    for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+        near = [want[r + dr, c + dc] for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))]
+        assert any((got[r, c] == n).all() for n in near), (r, c)
+    assert len(np.unique(got.reshape(-1, 4), axis=0)) > 100  # a map was drawn, not a blank

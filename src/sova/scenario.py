@@ -630,9 +630,121 @@ def _depth_error(data: Any, source: str) -> str | None:
 SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+_TAG = "tag:yaml.org,2002:"
+# scalar tags whose safe constructors read only the node's text (not collections, merge keys)
+_SCALAR_TAGS = frozenset(
+    _TAG + t for t in ("null", "bool", "int", "float", "str", "binary", "timestamp")
+)
+
+
+_NOT_BUILT = object()
+
+
+class _NotPlain(Exception):
+    """The document uses YAML the event builder leaves to PyYAML's whole-document loader."""
+
+
+def _events_to_data(text: str) -> Any:
+    """The single document of ``text`` built from the parser's events, as ``yaml.safe_load``
+    would build it, without composing the whole node tree first.
+
+    PyYAML composes every node of a document (a Python object with two position marks per
+    scalar) before it constructs anything: a 3,000-VM scenario's ~80,000 nodes took ~40 MiB
+    for an instant, and the pymalloc arenas they left half-used stayed with the process for
+    the rest of the run. Here each event becomes its value at once (scalars through the
+    safe constructor's own functions and the resolver's implicit tags; anchors and aliases
+    share the object as PyYAML's do). Anything else -- merge keys, explicit collection tags
+    (``!!set``, ``!!omap``), several documents, an error, nesting past MAX_NESTING -- raises
+    :class:`_NotPlain` or the parser's error, and :func:`_yaml` loads the text with PyYAML's
+    loader instead, so the result and every message stay PyYAML's. PyYAML has no event-
+    driven constructor of its own (``yaml.load`` always composes), hence this builder.
+    """
+    loader: Any = SAFE_LOADER(text)  # types-PyYAML leaves the parser's methods untyped
+    try:
+        loader.get_event()  # StreamStart
+        if loader.check_event(yaml.StreamEndEvent):
+            return None
+        loader.get_event()  # DocumentStart
+        anchors: dict[str, Any] = {}
+        # open collections: (the list or dict, the pending key of a dict, whether it has one)
+        stack: list[list[Any]] = []
+        result: Any = None
+
+        def attach(value: Any) -> None:
+            nonlocal result
+            if not stack:
+                result = value
+                return
+            top = stack[-1]
+            if isinstance(top[0], list):
+                top[0].append(value)
+            elif top[2]:
+                hash(top[1])  # an unhashable key: PyYAML's error, through the fallback
+                top[0][top[1]] = value
+                top[2] = False
+            else:
+                if isinstance(value, list | dict):
+                    raise _NotPlain("a collection as a mapping key")
+                top[1], top[2] = value, True
+
+        while True:
+            event = loader.get_event()
+            anchor = getattr(event, "anchor", None)
+            if anchor in anchors and not isinstance(event, yaml.AliasEvent):
+                raise _NotPlain("a duplicate anchor")
+            if isinstance(event, yaml.ScalarEvent):
+                tag = event.tag
+                if tag is None or tag == "!":
+                    tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+                if tag not in _SCALAR_TAGS:
+                    raise _NotPlain(f"a scalar tagged {tag}")
+                node = yaml.ScalarNode(tag, event.value, None, None, event.style)
+                value = loader.yaml_constructors[tag](loader, node)
+                if anchor is not None:
+                    anchors[anchor] = value
+                attach(value)
+            elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+                kind = (
+                    yaml.SequenceNode
+                    if isinstance(event, yaml.SequenceStartEvent)
+                    else yaml.MappingNode
+                )
+                tag = event.tag
+                if tag is None or tag == "!":
+                    tag = loader.resolve(kind, None, event.implicit)
+                want = _TAG + ("seq" if kind is yaml.SequenceNode else "map")
+                if tag != want or len(stack) >= MAX_NESTING:
+                    raise _NotPlain(f"a collection tagged {tag} or nested deep")
+                coll: list[Any] | dict[Any, Any] = [] if kind is yaml.SequenceNode else {}
+                if anchor is not None:
+                    anchors[anchor] = coll
+                attach(coll)
+                stack.append([coll, None, False])
+            elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+                stack.pop()
+            elif isinstance(event, yaml.AliasEvent):
+                if event.anchor not in anchors:
+                    raise _NotPlain("an undefined alias")
+                attach(anchors[event.anchor])
+            elif isinstance(event, yaml.DocumentEndEvent):
+                break
+            else:
+                raise _NotPlain(f"an unexpected {type(event).__name__}")
+        if not loader.check_event(yaml.StreamEndEvent):
+            raise _NotPlain("more than one document")
+        return result
+    finally:
+        loader.dispose()
+
+
 def _yaml(text: str, source: str) -> Any:
     try:
-        data = yaml.load(text, Loader=SAFE_LOADER)
+        data = _events_to_data(text)
+    except Exception:  # PyYAML's loader below gives the result, or its own error
+        data = _NOT_BUILT
+    try:
+        if data is _NOT_BUILT:
+            data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
     except RecursionError:

@@ -20,7 +20,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.backend_bases import RendererBase
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from sova.scenario import Scenario
@@ -33,6 +37,7 @@ TOP_N = 5
 MAX_LEGEND = 12
 TABLE_VMS = 20  # rows of report.md's per-VM table (and migrations listed in prose)
 BANDS = ((10.0, 90.0, 0.18), (25.0, 75.0, 0.35))
+BLOCK = 256  # rows (or columns) of a period x VM grid reduced at a time
 HEAT_ROWS = 250  # most pixel rows of a host x time heat map  # (low, high percentile, alpha)
 
 
@@ -104,10 +109,19 @@ def metric(run: PolicyRun, g: Grid, name: str) -> np.ndarray:
 def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) -> None:
     """Percentile bands and the median of ``a`` (rows: times, columns: members)."""
     ok = np.isfinite(a).any(axis=1)
-    x, a = x[ok], a[ok]
+    if not ok.all():
+        x, a = x[ok], a[ok]
     if a.size == 0:
         return
-    pct = np.nanpercentile(a, [10, 25, 50, 75, 90], axis=1)
+    # a block of rows at a time: the same numbers (each row's percentiles are its own),
+    # without nanpercentile's float copies of an hour's period x VM grid at once
+    pct = np.concatenate(
+        [
+            np.nanpercentile(a[i : i + BLOCK], [10, 25, 50, 75, 90], axis=1)
+            for i in range(0, a.shape[0], BLOCK)
+        ],
+        axis=1,
+    )
     at = {10.0: 0, 25.0: 1, 50.0: 2, 75.0: 3, 90.0: 4}
     for lo, hi, alpha in BANDS:
         label = f"p{lo:g}–p{hi:g} over {what}"
@@ -132,7 +146,11 @@ def plot_metric_fleet(
     plotted: Plotted = {}
     fig, ax = plt.subplots(figsize=(10, 4))
     _bands(ax, x, a, f"{len(g.vms)} VMs", plotted)
-    volume = np.nansum(np.abs(a), axis=0)
+    # columns a block at a time: each VM's sum adds its periods in the same order
+    volume = np.concatenate(
+        [np.nansum(np.abs(a[:, j : j + BLOCK]), axis=0) for j in range(0, a.shape[1], BLOCK)]
+        or [np.zeros(0, dtype=a.dtype)]
+    )
     top = [int(i) for i in np.argsort(-volume, kind="stable")[:TOP_N] if volume[i] > 0]
     colours = ("tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown")
     for k, i in enumerate(top):
@@ -160,13 +178,47 @@ def plot_metric_fleet(
     return plotted
 
 
+class _PixelGrid(Artist):
+    """A heat map drawn as the axes' own pixels: each screen pixel of the axes takes the
+    colour of the cell under its centre (what ``imshow(interpolation="nearest")`` shows).
+
+    ``imshow`` resamples through float32 RGBA buffers at the output size, several copies of
+    them (~14 MiB for one of the report's maps: the peak of a 1,000-host report). Here the
+    cells are coloured once (uint8, cells x 4 bytes) and spread to the axes' pixel box by
+    index (pixels x 4 bytes, ~1 MB), then handed to the renderer as they are."""
+
+    def __init__(self, rgba: np.ndarray) -> None:
+        super().__init__()
+        self._rgba = rgba  # rows bottom-up (origin "lower"), uint8 RGBA
+
+    def draw(self, renderer: RendererBase) -> None:
+        if self.axes is None or not self.get_visible():
+            return
+        x0, y0, x1, y1 = self.axes.bbox.extents
+        left, bottom = int(np.floor(x0)), int(np.floor(y0))
+        w, h = int(np.ceil(x1)) - left, int(np.ceil(y1)) - bottom
+        if w <= 0 or h <= 0:
+            return
+        rows, cols = self._rgba.shape[:2]
+        # the cell under each pixel's centre; Agg takes the image's first row as the bottom one
+        ci = np.minimum(((np.arange(w) + left + 0.5 - x0) * cols / (x1 - x0)).astype(int), cols - 1)
+        ri = np.minimum(
+            ((np.arange(h) + bottom + 0.5 - y0) * rows / (y1 - y0)).astype(int), rows - 1
+        )
+        pixels = self._rgba[np.maximum(ri, 0)][:, np.maximum(ci, 0)]
+        gc = renderer.new_gc()
+        gc.set_clip_rectangle(self.axes.bbox)
+        renderer.draw_image(gc, left, bottom, np.ascontiguousarray(pixels))
+        gc.restore()
+
+
 def _heat(
     fig: Figure, ax: Axes, m: np.ndarray, t_end: float, what: str, vmax: float, cmap: str
 ) -> None:
     """Hosts down, time across; ``m`` is hosts x periods. Past :data:`HEAT_ROWS` hosts a
     row of the map is the largest value of a group of neighbouring hosts: the image has
     fewer pixel rows than a fleet has hosts, and nearest-pixel sampling would drop most
-    hosts (hot ones with them); it also keeps matplotlib's image buffers small."""
+    hosts (hot ones with them)."""
     hosts = m.shape[0]
     group = -(-hosts // HEAT_ROWS)
     label = "host (index)"
@@ -174,18 +226,12 @@ def _heat(
         pad = np.full((-hosts % group, m.shape[1]), -np.inf)
         m = np.vstack([m, pad]).reshape(-1, group, m.shape[1]).max(axis=1)
         label = f"host (index; a row = max of {group})"
-    im = ax.imshow(
-        m,
-        aspect="auto",
-        origin="lower",
-        interpolation="nearest",
-        extent=(0.0, t_end / 60.0, -0.5, hosts - 0.5),
-        vmin=0.0,
-        vmax=vmax,
-        cmap=cmap,
-    )
+    mappable = ScalarMappable(norm=Normalize(0.0, vmax), cmap=cmap)
+    ax.add_artist(_PixelGrid(mappable.to_rgba(m, bytes=True)))
+    ax.set_xlim(0.0, t_end / 60.0)
+    ax.set_ylim(-0.5, hosts - 0.5)
     ax.set_ylabel(label)
-    fig.colorbar(im, ax=ax, pad=0.01, fraction=0.03, label=what)
+    fig.colorbar(mappable, ax=ax, pad=0.01, fraction=0.03, label=what)
 
 
 def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
