@@ -265,6 +265,13 @@ class ManagerCore:
         arrays = self.windows()
         members = self.placement.members
         closed: list[LeaseEnd] = []
+        # The leases a report can close, by target: found once per batch, not per report.
+        # A batch opens none, and one it closes is no longer in ``leases`` (checked below).
+        leases = self.leases
+        arriving: dict[str, list[Lease]] = {}
+        for vm, lease in leases.items():
+            if self.close_on_arrival or vm in self.orphaned:
+                arriving.setdefault(lease.dst, []).append(lease)
         for host, load, vms, capacity in reports:
             window = history.get(host)
             if window is None:
@@ -280,11 +287,9 @@ class ManagerCore:
             # A VM that shows up on its lease's target has arrived: the lease is done.
             # Closed first, so that this report (it spans the copy) is the one the restart
             # drops.
-            if self.leases:
-                for vm, lease in list(self.leases.items()):
-                    if not (self.close_on_arrival or vm in self.orphaned):
-                        continue
-                    if lease.dst == host and vm in vms:
+            if arriving and host in arriving:
+                for lease in arriving[host]:
+                    if lease.vm in vms and leases.get(lease.vm) is lease:
                         closed.append(self._end(lease, EndReason.ARRIVED))
             if skip and skip.get(host, 0) > 0:
                 skip[host] -= 1  # it spans the migration's copy: not the new placement

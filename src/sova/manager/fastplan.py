@@ -198,6 +198,16 @@ class WindowArrays:
         self.head: list[int] = []
         self.free: list[int] = []
         self.values = np.zeros((0, n, 3), dtype=np.float64)
+        # (row, slot) -> its newest value, written into ``values`` when a round reads them:
+        # one array assignment per round instead of one per report.
+        self.pending: dict[tuple[int, int], Utilisation] = {}
+
+    def _flush(self) -> None:
+        pending = self.pending
+        if pending:
+            at = np.array(list(pending), dtype=np.intp)
+            self.values[at[:, 0], at[:, 1]] = [(u.cpu, u.mem, u.net) for u in pending.values()]
+            pending.clear()
 
     def _alloc(self, host: str) -> int:
         r = self.row.get(host)
@@ -218,6 +228,7 @@ class WindowArrays:
 
     def sync(self, host: str, window: Sequence[Utilisation]) -> None:
         """Copy ``window`` (oldest first) into ``host``'s row."""
+        self._flush()  # an older pending value must not land on the copy
         r = self._alloc(host)
         last = list(window)[-self.n :]
         if last:
@@ -238,7 +249,7 @@ class WindowArrays:
         else:
             pos = self.head[r]
             self.head[r] = pos + 1 if pos + 1 < self.n else 0
-        self.values[r, pos] = (u.cpu, u.mem, u.net)
+        self.pending[r, pos] = u
 
     def clear(self, host: str) -> None:
         r = self.row.get(host)
@@ -258,6 +269,7 @@ class WindowArrays:
         """The windows of ``names`` (each in ``history``): groups ``(observations, positions
         in names, windows (m, observations, 3))`` and every host's latest row (hosts, 3)."""
         owner = self.owner
+        self._flush()
         for h in names:
             w = history[h]
             if owner.get(h) is not w:
