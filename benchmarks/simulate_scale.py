@@ -343,6 +343,28 @@ with the JVM's heap sizing), not yet the quarter asked (~100-131 MiB). What stay
 the interpreter and numpy (~28 MiB), pydantic and the scenario models' schemas (~16),
 typer/rich (~5), matplotlib when the report draws (~20-40: its modules, PIL, the font
 cache), the run's records and stats (~50 with freed-but-held memory), the report's grids.
+
+Issue 23, fifth session, third wave, branch speedmgr: the manager's round. The core keeps its
+detector windows also as a host x window ring of floats (``fastplan.WindowArrays``, written
+once per round from the reports' values), so the round's hot-spot test is one array pass
+with no per-host rebuild; ``HostReport`` objects are built only for the hosts the exact
+search looks at (the hot ones and the coldest few), a host that is not hot gets its "not hot"
+reason only when its signal is read (``fastplan.Signals``; the world reads the flagged ones),
+and the leases a report can close are indexed once per batch. ``coordinate`` stays the
+specification (a hypothesis test holds the round equal to it on random heterogeneous
+clusters: short, full and wrapped windows, silent hosts, restarted windows). Golden outputs
+unchanged. ``--sim-only``, CPU seconds, before (main f715164, ``--sova-src``) and after
+alternating, 6 runs each, load average 3.7-7.7 on the 2 cores (2026-11-27, measured before
+rebasing onto speedagent's branch):
+
+    size (hosts x VMs x s)   before: CPU s        after: CPU s         VM-steps per CPU-s
+    1,000 x 3 x 300          4.09 (3.44-4.45)     3.63 (3.35-4.29)     220 k -> 248 k
+
+(1.13x). By phase (``process_time`` around each, 2 runs each, alternating): the manager's
+round with the reports 0.65-0.75 -> 0.33-0.38 CPU-s, of which the plan 0.41-0.45 ->
+0.07-0.08; what remains of it is taking the reports (0.24-0.30: each agent's
+``host_report``, a validated ``Utilisation`` and ``HostReport`` per host, about half, then
+the core's per-report bookkeeping), which arrays from the world's sensing pass would replace.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sova.manager.fastplan import fast_coordinate
+from sova.manager.fastplan import WindowArrays, coordinate_windows, notable
 from sova.manager.fleet import DRAIN, drain_signals, note_bars, relax_should_rules
 from sova.manager.placement import Bars, Placement, View
 from sova.policy.hotspot import (
@@ -128,7 +128,7 @@ class RoundResult:
 
     @property
     def flagged(self) -> list[str]:
-        return sorted(h for h, s in self.signals.items() if s.flag)
+        return [h for h, s in notable(self.signals) if s.flag]
 
 
 @dataclass
@@ -201,6 +201,16 @@ class ManagerCore:
     # the latest reports alone miss idle members (an anti-affine peer idle on a target).
     # Both hosts of a migration whose outcome is unknown, until a report names the VM.
     located: dict[str, frozenset[str]] = field(default_factory=dict)
+    # ``history`` again as a host x window array, for the round's one-pass hot-spot test.
+    # Kept in step by the core's own writes (ingest, window restarts, forget); a window
+    # object put into ``history`` from outside is copied when the round reads it.
+    _arrays: WindowArrays | None = field(default=None, repr=False, compare=False)
+
+    def windows(self) -> WindowArrays:
+        arrays = self._arrays
+        if arrays is None or arrays.n != self.detector.n:
+            arrays = self._arrays = WindowArrays(self.detector.n)
+        return arrays
 
     @classmethod
     def from_spec(
@@ -252,8 +262,16 @@ class ManagerCore:
         Returns the leases they closed."""
         history, maxlen = self.history, self.detector.n
         skip, stored = self._skip, self.vms
+        arrays = self.windows()
         members = self.placement.members
         closed: list[LeaseEnd] = []
+        # The leases a report can close, by target: found once per batch, not per report.
+        # A batch opens none, and one it closes is no longer in ``leases`` (checked below).
+        leases = self.leases
+        arriving: dict[str, list[Lease]] = {}
+        for vm, lease in leases.items():
+            if self.close_on_arrival or vm in self.orphaned:
+                arriving.setdefault(lease.dst, []).append(lease)
         for host, load, vms, capacity in reports:
             window = history.get(host)
             if window is None:
@@ -264,20 +282,20 @@ class ManagerCore:
                 last = self.seen.get(host)
                 if last is not None and at - last > self.stale_after_s:
                     window.clear()  # back from a silence: the old window is not its present
+                    arrays.clear(host)
                 self.seen[host] = at
             # A VM that shows up on its lease's target has arrived: the lease is done.
             # Closed first, so that this report (it spans the copy) is the one the restart
             # drops.
-            if self.leases:
-                for vm, lease in list(self.leases.items()):
-                    if not (self.close_on_arrival or vm in self.orphaned):
-                        continue
-                    if lease.dst == host and vm in vms:
+            if arriving and host in arriving:
+                for lease in arriving[host]:
+                    if lease.vm in vms and leases.get(lease.vm) is lease:
                         closed.append(self._end(lease, EndReason.ARRIVED))
             if skip and skip.get(host, 0) > 0:
                 skip[host] -= 1  # it spans the migration's copy: not the new placement
             else:
                 window.append(load)
+                arrays.append(host, window, load)
             # kept as given unless the caller could change it afterwards (an agent's report
             # builds its VMs' loads when first read: most hosts' are never read)
             stored[host] = dict(vms) if isinstance(vms, MutableMapping) else vms
@@ -302,6 +320,7 @@ class ManagerCore:
 
     def forget(self, host: str) -> None:
         self.history.pop(host, None)
+        self.windows().drop(host)
         self.vms.pop(host, None)
         self.seen.pop(host, None)
         self.capacity.pop(host, None)
@@ -422,6 +441,7 @@ class ManagerCore:
         for host in (lease.src, lease.dst):
             if host in self.history:
                 self.history[host].clear()
+                self.windows().clear(host)
             self._skip[host] = 1
 
     def apply_round(self, result: RoundResult) -> None:
@@ -510,21 +530,26 @@ class ManagerCore:
         stale = self.stale(now_s)
         closed = self._expire(now_s, stale)
         pinned = self.pinned
-        planned = [h for h, w in self.history.items() if w and h not in stale]
+        history = self.history
+        planned = [h for h, w in history.items() if w and h not in stale]
         caps = self.capacity if all(h in self.capacity for h in planned) else {}
-        reports = {
-            # A pinned VM's load still counts in its host's utilisation (the window); it
-            # is only never a candidate to move.
-            h: HostReport(
-                tuple(w),
-                {n: v for n, v in self.vms.get(h, {}).items() if n not in pinned}
-                if pinned
-                else self.vms.get(h, {}),
-                caps.get(h),
-            )
-            for h, w in self.history.items()
-            if w and h not in stale
-        }
+        built: dict[str, HostReport] = {}
+
+        def report(h: str) -> HostReport:
+            # Built for the hosts the round's exact search looks at (a few dozen of
+            # thousands), or for every host when fleet controls need them all.
+            rep = built.get(h)
+            if rep is None:
+                vms = self.vms.get(h, {})
+                rep = built[h] = HostReport(
+                    tuple(history[h]),
+                    # A pinned VM's load still counts in its host's utilisation (the
+                    # window); it is only never a candidate to move.
+                    {n: v for n, v in vms.items() if n not in pinned} if pinned else vms,
+                    caps.get(h),
+                )
+            return rep
+
         tabu = (
             {
                 vm: [h for h, t in left.items() if now_s - t < self.return_tabu_s]
@@ -537,9 +562,12 @@ class ManagerCore:
         for h in self.draining:
             fenced.setdefault(h, "host in maintenance (draining)")
         leased = self.leased_hosts()
-        bars = self._bars(list(reports), tabu or {})
-        signals = fast_coordinate(  # exactly coordinate(), vectorised over hosts
-            reports,
+        bars = self._bars(planned, tabu or {})
+        # Exactly coordinate() over every planned host's report, vectorised over hosts.
+        signals: MutableMapping[str, MigrationSignal] = coordinate_windows(
+            planned,
+            *self.windows().windows(planned, history),
+            report,
             self.detector,
             metric=self.metric,
             ceiling=self.ceiling,
@@ -547,42 +575,49 @@ class ManagerCore:
             barred=bars if bars is not None else tabu,
             fenced=fenced,
         )
-        if bars is not None:
-            signals = relax_should_rules(
-                signals,
-                reports,
-                self.detector,
-                soft=bars,
-                hard=replace(bars, soft=False, _cache={}),  # the same view, should-rules left out
-                metric=self.metric,
-                ceiling=self.ceiling,
-                leased=leased,
-                fenced=fenced,
-            )
-            signals = note_bars(signals, bars)
-        if self.draining:
-            signals = drain_signals(
-                signals,
-                reports,
-                self.draining,
-                alpha=self.detector.alpha,
-                bars=bars if bars is not None else tabu or {},
-                leased=leased,
-                fenced=fenced,
-                pinned=pinned,
-                metric=self.metric,
-                ceiling=self.ceiling,
-                capacities=caps or None,
-                named=self.vms,
-            )
+        if bars is not None or self.draining:
+            # Fleet controls re-plan among every host: all reports, every signal built.
+            reports = {h: report(h) for h in planned}
+            plain = dict(signals)
+            if bars is not None:
+                plain = relax_should_rules(
+                    plain,
+                    reports,
+                    self.detector,
+                    soft=bars,
+                    # the same view, should-rules left out
+                    hard=replace(bars, soft=False, _cache={}),
+                    metric=self.metric,
+                    ceiling=self.ceiling,
+                    leased=leased,
+                    fenced=fenced,
+                )
+                plain = note_bars(plain, bars)
+            if self.draining:
+                plain = drain_signals(
+                    plain,
+                    reports,
+                    self.draining,
+                    alpha=self.detector.alpha,
+                    bars=bars if bars is not None else tabu or {},
+                    leased=leased,
+                    fenced=fenced,
+                    pinned=pinned,
+                    metric=self.metric,
+                    ceiling=self.ceiling,
+                    capacities=caps or None,
+                    named=self.vms,
+                )
+            signals = plain
         opened: list[Lease] = []
         proposed: list[Lease] = []
         decisions: list[Decision] = []
         # The hosts the round considered. Listed by name up to a hundred; beyond, a count:
         # 10,000 names in every decision row were megabytes per round in the store.
-        candidates: list[str] | int = sorted(reports) if len(reports) <= 100 else len(reports)
+        candidates: list[str] | int = sorted(planned) if len(planned) <= 100 else len(planned)
         next_id = first_id
-        for host, sig in sorted(signals.items()):
+        # The plain "not hot" verdicts are left out: never flagged, held or proposed.
+        for host, sig in notable(signals):
             held: str | None = None
             proposal = False
             mover, target = sig.vm, sig.target
@@ -610,10 +645,11 @@ class ManagerCore:
                     opened.append(self.open(Lease(mover, host, target, now_s, next_id)))
             verdict_hot = bool(sig.hot_resources) or sig.flag
             if verdict_hot or held is not None or proposal:
-                last = reports[host].history[-1]
+                window = report(host).history
+                last = window[-1]
                 inputs: dict[str, Any] = {
                     "utilisation": [last.cpu, last.mem, last.net],
-                    "history": [[u.cpu, u.mem, u.net] for u in reports[host].history],
+                    "history": [[u.cpu, u.mem, u.net] for u in window],
                     "candidates": candidates,
                 }
                 if held is not None:

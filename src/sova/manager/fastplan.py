@@ -3,8 +3,9 @@
 :func:`sova.policy.hotspot.coordinate` is the readable specification; it judges every host
 with the scalar AR(1)/k-of-n detector, ~80 µs a host in CPython, so a round over 10,000
 hosts took 0.5-1.4 s of CPU in the manager's process and stalled its HTTP loop (the GIL).
-:func:`fast_coordinate` returns *exactly* what ``coordinate`` returns (a property test
-compares them signal by signal, reasons included):
+:func:`coordinate_windows` (and :func:`fast_coordinate`, its form over host reports) returns
+*exactly* what ``coordinate`` returns (property tests compare them signal by signal, reasons
+included):
 
 1. every host's verdict is computed at once with numpy, with the same floating-point
    operations in the same order as ``ar1_coefficient``/``ar1_forecast`` (sums accumulated
@@ -13,27 +14,46 @@ compares them signal by signal, reasons included):
    least-hot hosts — the only ones its cold-spot search can reach first;
 3. if a hot host found no cold spot among them, the whole round is re-run through
    ``coordinate`` with every host (rare; exact by construction).
+
+The manager keeps its windows in :class:`WindowArrays` (a host x window ring of floats beside
+its deques of ``Utilisation``), so a round reads them without rebuilding an array from
+objects, and a host that is not hot gets its "not hot" reason only when someone reads its
+signal (:class:`Signals`): a simulated round reads a handful of the thousands.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Mapping
+from collections.abc import (
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+    Sized,
+)
+from itertools import chain
 
 import numpy as np
 
 from sova.policy.hotspot import (
     RESOURCES,
+    VOLUME_CLAMP,
     HostReport,
     HotnessMetric,
     HotspotDetector,
     MigrationSignal,
+    Utilisation,
     coordinate,
-    hotness,
 )
 
-# Below this many hosts the scalar round is cheap enough and numpy's set-up dominates.
+# Below this many hosts the scalar round over reports is cheap enough and numpy's set-up
+# (building the windows from objects) dominates.
 FAST_MIN_HOSTS = 256
+
+# (names, over-counts (m, 3), forecasts (m, 3), observations in their window)
+_Quiet = tuple[list[str], np.ndarray, np.ndarray, int]
 
 
 def _verdict_arrays(
@@ -74,8 +94,203 @@ def _reason(over: np.ndarray, n_obs: int, forecast: np.ndarray, alpha: float) ->
     return "not hot: " + "; ".join(parts)
 
 
-def fast_coordinate(
-    reports: Mapping[str, HostReport],
+def hotness_array(last: np.ndarray, metric: HotnessMetric | str) -> np.ndarray:
+    """:func:`sova.policy.hotspot.hotness` of each row (cpu, mem, net) of ``last``, bit-equal:
+    the same operations in the same order (``volume``'s running product from 1.0,
+    ``skewness``'s sums left to right)."""
+    c, m, n = last[:, 0], last[:, 1], last[:, 2]
+    if HotnessMetric(metric) is HotnessMetric.SKEWNESS:
+        mean = (c + m + n) / 3
+        safe = np.where(mean == 0.0, 1.0, mean)
+        d0, d1, d2 = c / safe - 1.0, m / safe - 1.0, n / safe - 1.0
+        out: np.ndarray = np.where(mean == 0.0, 0.0, np.sqrt(d0 * d0 + d1 * d1 + d2 * d2))
+        return out
+    product = 1.0 - np.minimum(c, VOLUME_CLAMP)
+    product = product * (1.0 - np.minimum(m, VOLUME_CLAMP))
+    product = product * (1.0 - np.minimum(n, VOLUME_CLAMP))
+    vol: np.ndarray = 1.0 / product
+    return vol
+
+
+class Signals(MutableMapping[str, MigrationSignal]):
+    """A round's signals by host, in name order, as ``coordinate`` returns them; a host that
+    is not hot gets its signal (and its "not hot" reason, ~15 µs of string formatting) when
+    it is first read. :meth:`notable` lists the others without building any."""
+
+    def __init__(self, explicit: dict[str, MigrationSignal], quiet: list[_Quiet], alpha: float):
+        self._explicit = explicit
+        self._quiet = quiet
+        self._alpha = alpha
+        self._index: dict[str, tuple[int, int]] | None = None
+        self._built: dict[str, MigrationSignal] = {}
+
+    def _where(self) -> dict[str, tuple[int, int]]:
+        if self._index is None:
+            self._index = {
+                name: (g, j)
+                for g, (names, _, _, _) in enumerate(self._quiet)
+                for j, name in enumerate(names)
+                if name not in self._explicit
+            }
+        return self._index
+
+    def notable(self) -> list[tuple[str, MigrationSignal]]:
+        """The signals that are not a plain "not hot" verdict (hot hosts, and any set
+        since), by name: the only ones that can flag, carry hot resources or a target."""
+        return sorted(self._explicit.items())
+
+    def __getitem__(self, host: str) -> MigrationSignal:
+        sig = self._explicit.get(host)
+        if sig is not None:
+            return sig
+        sig = self._built.get(host)
+        if sig is None:
+            g, j = self._where()[host]
+            _, over, forecast, n_obs = self._quiet[g]
+            sig = MigrationSignal(False, None, _reason(over[j], n_obs, forecast[j], self._alpha))
+            self._built[host] = sig
+        return sig
+
+    def __setitem__(self, host: str, sig: MigrationSignal) -> None:
+        self._where().pop(host, None)
+        self._built.pop(host, None)
+        self._explicit[host] = sig
+
+    def __delitem__(self, host: str) -> None:
+        if host in self._explicit:
+            del self._explicit[host]
+        else:
+            del self._where()[host]
+            self._built.pop(host, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(chain(self._explicit, self._where())))
+
+    def __len__(self) -> int:
+        return len(self._explicit) + len(self._where())
+
+    def __contains__(self, host: object) -> bool:
+        return host in self._explicit or host in self._where()
+
+    def __repr__(self) -> str:
+        return f"Signals({dict(self.items())!r})"
+
+
+def notable(signals: Mapping[str, MigrationSignal]) -> list[tuple[str, MigrationSignal]]:
+    """The signals of ``signals`` that are not a plain "not hot" verdict, by host name (all
+    of them for a mapping that is not :class:`Signals`: the plain verdicts are harmless)."""
+    if isinstance(signals, Signals):
+        return signals.notable()
+    return sorted(signals.items())
+
+
+class WindowArrays:
+    """The manager's detector windows as one (hosts, n, 3) float64 ring buffer: each host's
+    last ``n`` utilisations, oldest at ``head`` once full. It mirrors the core's deques of
+    ``Utilisation`` (still the record: decisions quote them, the daemon's store and tests read
+    them); a window replaced by another object is copied again (:meth:`windows`)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.row: dict[str, int] = {}
+        self.owner: dict[str, Sized] = {}  # host -> the window object its row mirrors
+        self.count: list[int] = []
+        self.head: list[int] = []
+        self.free: list[int] = []
+        self.values = np.zeros((0, n, 3), dtype=np.float64)
+        # (row, slot) -> its newest value, written into ``values`` when a round reads them:
+        # one array assignment per round instead of one per report.
+        self.pending: dict[tuple[int, int], Utilisation] = {}
+
+    def _flush(self) -> None:
+        pending = self.pending
+        if pending:
+            at = np.array(list(pending), dtype=np.intp)
+            self.values[at[:, 0], at[:, 1]] = [(u.cpu, u.mem, u.net) for u in pending.values()]
+            pending.clear()
+
+    def _alloc(self, host: str) -> int:
+        r = self.row.get(host)
+        if r is not None:
+            return r
+        if self.free:
+            r = self.free.pop()
+        else:
+            r = len(self.count)
+            self.count.append(0)
+            self.head.append(0)
+            if r >= len(self.values):
+                grown = np.zeros((max(64, 2 * len(self.values)), self.n, 3), dtype=np.float64)
+                grown[: len(self.values)] = self.values
+                self.values = grown
+        self.row[host] = r
+        return r
+
+    def sync(self, host: str, window: Sequence[Utilisation]) -> None:
+        """Copy ``window`` (oldest first) into ``host``'s row."""
+        self._flush()  # an older pending value must not land on the copy
+        r = self._alloc(host)
+        last = list(window)[-self.n :]
+        if last:
+            self.values[r, : len(last)] = [u.as_tuple() for u in last]
+        self.count[r], self.head[r] = len(last), 0
+        self.owner[host] = window
+
+    def append(self, host: str, window: Sequence[Utilisation], u: Utilisation) -> None:
+        """``u`` was appended to ``window``, ``host``'s window."""
+        r = self.row.get(host)
+        if r is None or self.owner[host] is not window:
+            self.sync(host, window)
+            return
+        c = self.count[r]
+        if c < self.n:
+            pos = c
+            self.count[r] = c + 1
+        else:
+            pos = self.head[r]
+            self.head[r] = pos + 1 if pos + 1 < self.n else 0
+        self.pending[r, pos] = u
+
+    def clear(self, host: str) -> None:
+        r = self.row.get(host)
+        if r is not None:
+            self.count[r] = self.head[r] = 0
+
+    def drop(self, host: str) -> None:
+        r = self.row.pop(host, None)
+        if r is not None:
+            self.owner.pop(host, None)
+            self.count[r] = self.head[r] = 0
+            self.free.append(r)
+
+    def windows(
+        self, names: Sequence[str], history: Mapping[str, Sequence[Utilisation]]
+    ) -> tuple[list[tuple[int, np.ndarray, np.ndarray]], np.ndarray]:
+        """The windows of ``names`` (each in ``history``): groups ``(observations, positions
+        in names, windows (m, observations, 3))`` and every host's latest row (hosts, 3)."""
+        owner = self.owner
+        self._flush()
+        for h in names:
+            w = history[h]
+            if owner.get(h) is not w:
+                self.sync(h, w)
+        rows = np.fromiter((self.row[h] for h in names), dtype=np.intp, count=len(names))
+        count = np.asarray(self.count, dtype=np.intp)[rows]
+        head = np.asarray(self.head, dtype=np.intp)[rows]
+        last = self.values[rows, (head + count - 1) % self.n]
+        groups = []
+        for n_obs in np.unique(count).tolist():
+            sel = np.flatnonzero(count == n_obs)
+            pos = (head[sel, None] + np.arange(n_obs)) % self.n
+            groups.append((n_obs, sel, self.values[rows[sel, None], pos]))
+        return groups, last
+
+
+def coordinate_windows(
+    names: Sequence[str],
+    groups: Sequence[tuple[int, np.ndarray, np.ndarray]],
+    last: np.ndarray,
+    report: Callable[[str], HostReport],
     detector: HotspotDetector,
     *,
     metric: HotnessMetric | str = HotnessMetric.VOLUME,
@@ -84,56 +299,37 @@ def fast_coordinate(
     barred: Mapping[str, Collection[str]] | None = None,
     fenced: Mapping[str, str] | None = None,
     spare: int = 64,
-) -> dict[str, MigrationSignal]:
-    """Exactly ``coordinate(reports, detector, ...)``, in a fraction of its time."""
+) -> Signals:
+    """Exactly ``coordinate({h: report(h) for h in names}, detector, ...)``, from the hosts'
+    windows as arrays (``groups``: ``(observations, positions in names, windows (m,
+    observations, 3))``, every host in one; ``last``: each host's latest utilisation).
+    ``report`` is called only for the hosts the exact search needs."""
+    explicit: dict[str, MigrationSignal] = {}
+    quiet: list[_Quiet] = []
+    hot: list[str] = []
+    candidate = np.zeros(len(names), dtype=bool)  # observed and not hot: possible targets
+    for n_obs, sel, windows in groups:
+        if n_obs == 0:
+            for j in sel.tolist():
+                explicit[names[j]] = MigrationSignal(False, None, "no observations")
+            continue
+        over, forecast, hot_res = _verdict_arrays(windows, detector)
+        is_hot = np.asarray(hot_res.any(axis=1), dtype=bool)
+        hot.extend(names[j] for j in sel[is_hot].tolist())
+        calm = ~is_hot
+        candidate[sel[calm]] = True
+        quiet.append(([names[j] for j in sel[calm].tolist()], over[calm], forecast[calm], n_obs))
+    if not hot:
+        return Signals(explicit, quiet, detector.alpha)
     # With capacities the search below stays exact: the subset is a prefix of the hosts
     # ranked by hotness, the screening walks that ranking and takes the first host that
     # passes, so a pass inside the prefix is the first pass overall (and none falls back).
-    if len(reports) < FAST_MIN_HOSTS:
-        return coordinate(
-            reports,
-            detector,
-            metric=metric,
-            ceiling=ceiling,
-            leased=leased,
-            barred=barred,
-            fenced=fenced,
-        )
-    by_len: dict[int, list[str]] = {}
-    for name, rep in reports.items():
-        by_len.setdefault(len(rep.history[-detector.n :]), []).append(name)
-    signals: dict[str, MigrationSignal] = {}
-    hot: list[str] = []
-    for n_obs, names in by_len.items():
-        if n_obs == 0:
-            for name in names:
-                signals[name] = MigrationSignal(False, None, "no observations")
-            continue
-        windows = np.array(
-            [[u.as_tuple() for u in reports[h].history[-detector.n :]] for h in names],
-            dtype=np.float64,
-        )
-        over, forecast, hot_res = _verdict_arrays(windows, detector)
-        is_hot = np.asarray(hot_res.any(axis=1), dtype=bool)
-        for j, name in enumerate(names):
-            if is_hot[j]:
-                hot.append(name)
-            else:
-                signals[name] = MigrationSignal(
-                    False, None, _reason(over[j], n_obs, forecast[j], detector.alpha)
-                )
-    if not hot:
-        return dict(sorted(signals.items()))
-    hot_set = set(hot)
+    at = np.flatnonzero(candidate)
     coldest = heapq.nsmallest(
         len(hot) + len(leased) + len(fenced or ()) + spare,
-        (
-            (hotness(rep.history[-1], metric), name)
-            for name, rep in reports.items()
-            if rep.history and name not in hot_set
-        ),
+        zip(hotness_array(last[at], metric).tolist(), [names[j] for j in at.tolist()], strict=True),
     )
-    subset = {name: reports[name] for name in (*hot, *(name for _, name in coldest))}
+    subset = {name: report(name) for name in (*hot, *(name for _, name in coldest))}
     kw = {
         "metric": metric,
         "ceiling": ceiling,
@@ -145,7 +341,62 @@ def fast_coordinate(
     if any(not part[h].flag and part[h].vm is not None for h in hot):
         # A hot host found no cold spot among the coldest few: only the full search is
         # exact (a host further down may take this VM), and its refusals list them all.
-        return coordinate(reports, detector, **kw)  # type: ignore[arg-type]
+        full = coordinate({name: report(name) for name in names}, detector, **kw)  # type: ignore[arg-type]
+        return Signals(full, [], detector.alpha)
     for h in hot:
-        signals[h] = part[h]
-    return dict(sorted(signals.items()))
+        explicit[h] = part[h]
+    return Signals(explicit, quiet, detector.alpha)
+
+
+def fast_coordinate(
+    reports: Mapping[str, HostReport],
+    detector: HotspotDetector,
+    *,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+    ceiling: float | None = None,
+    leased: Collection[str] = frozenset(),
+    barred: Mapping[str, Collection[str]] | None = None,
+    fenced: Mapping[str, str] | None = None,
+    spare: int = 64,
+) -> Mapping[str, MigrationSignal]:
+    """Exactly ``coordinate(reports, detector, ...)``, in a fraction of its time."""
+    if len(reports) < FAST_MIN_HOSTS:
+        return coordinate(
+            reports,
+            detector,
+            metric=metric,
+            ceiling=ceiling,
+            leased=leased,
+            barred=barred,
+            fenced=fenced,
+        )
+    names = list(reports)
+    by_len: dict[int, list[int]] = {}
+    for j, rep in enumerate(reports.values()):
+        by_len.setdefault(len(rep.history[-detector.n :]), []).append(j)
+    groups = []
+    last = np.zeros((len(names), 3), dtype=np.float64)
+    for n_obs, at in by_len.items():
+        sel = np.asarray(at, dtype=np.intp)
+        if n_obs == 0:
+            groups.append((0, sel, np.zeros((len(at), 0, 3))))
+            continue
+        windows = np.array(
+            [[u.as_tuple() for u in reports[names[j]].history[-detector.n :]] for j in at],
+            dtype=np.float64,
+        )
+        last[sel] = windows[:, -1]
+        groups.append((n_obs, sel, windows))
+    return coordinate_windows(
+        names,
+        groups,
+        last,
+        reports.__getitem__,
+        detector,
+        metric=metric,
+        ceiling=ceiling,
+        leased=leased,
+        barred=barred,
+        fenced=fenced,
+        spare=spare,
+    )

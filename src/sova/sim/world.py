@@ -319,7 +319,7 @@ class World:
             (h, rep.history[-1], rep.vms, rep.capacity) for h, rep in reports if rep is not None
         )
         before = len(self.manager.log)
-        signals = self.manager.plan(t).signals
+        result = self.manager.plan(t)
         for d in self.manager.log[before:]:
             sig = d.signal
             self.run.events.append(
@@ -338,9 +338,9 @@ class World:
                     t, d.host, flag=sig.flag, target=sig.target, vm=sig.vm, reason=sig.reason
                 )
             )
-        for h, sig in signals.items():
-            if sig.flag:
-                self.agents[h].signal(True, sig.target, sig.vm)
+        for h in result.flagged:  # read without building every quiet host's signal
+            sig = result.signals[h]
+            self.agents[h].signal(True, sig.target, sig.vm)
 
     # ----------------------------------------------------------------- records
 

@@ -1,0 +1,226 @@
+"""The manager's round from its window arrays decides exactly what ``coordinate`` decides.
+
+``ManagerCore`` keeps each host's detector window twice: the deques of ``Utilisation`` (the
+record) and :class:`sova.manager.fastplan.WindowArrays` (a host x window ring the round
+reads in one pass). Random heterogeneous clusters go through random report sequences
+(windows short, full and wrapped, hosts silent past ``stale_after_s``, migrations whose end
+restarts both windows and drops the next report, hosts forgotten, windows put in by a
+restore) and the round must return, signal by signal and reason by reason, what the
+readable ``coordinate`` returns for the reports built from the deques.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sova.manager.core import Lease, ManagerCore
+from sova.manager.fastplan import Signals, WindowArrays, hotness_array, notable
+from sova.policy.hotspot import (
+    HostCapacity,
+    HostReport,
+    HotspotDetector,
+    Utilisation,
+    VMLoad,
+    coordinate,
+    hotness,
+)
+
+GENERATIONS = (HostCapacity(16, 64, 10), HostCapacity(32, 256, 25), HostCapacity(64, 512, 40))
+
+
+def _util(rng: random.Random, hot: bool) -> Utilisation:
+    r = rng.random()
+    if r < 0.05:  # a constant window at exactly alpha
+        return Utilisation(0.75, 0.75, 0.75)
+    if r < 0.08:
+        return Utilisation(0.0, 0.0, 0.0)
+    if r < 0.10:  # past the volume clamp
+        return Utilisation(1.0, 1.04, 0.9995)
+    base = rng.uniform(0.7, 1.0) if hot else rng.uniform(0.0, 0.8)
+    return Utilisation(rng.uniform(0, 0.9), rng.uniform(0, 0.9), base)
+
+
+def _vms(rng: random.Random, host: int) -> dict[str, VMLoad]:
+    return {
+        f"vm{host}-{j}": VMLoad(
+            Utilisation(rng.uniform(0, 0.3), rng.uniform(0, 0.3), rng.uniform(0, 0.4)),
+            rng.choice((1, 2, 8)) * 2**30,
+            migrating=rng.random() < 0.05,
+        )
+        for j in range(rng.randint(0, 4))
+    }
+
+
+def _run(seed: int, hosts: int, n: int, k: int, metric: str, ceiling: float | None) -> None:
+    rng = random.Random(seed)
+    core = ManagerCore(
+        detector=HotspotDetector(k, n, 0.75),
+        metric=metric,
+        ceiling=ceiling,
+        # no brakes and no return tabu: the round's signals are coordinate()'s, unedited
+        return_tabu_s=0.0,
+        max_concurrent_migrations=0,
+        max_migrations_per_hour=0,
+        vm_cooldown_s=0.0,
+        lease_timeout_s=1e9,
+        stale_after_s=25.0,
+    )
+    names = [f"h{i:04d}" for i in range(hosts)]
+    heterogeneous = rng.random() < 0.5
+    caps = {h: rng.choice(GENERATIONS) for h in names}
+    hot_share = rng.choice((0.0, 0.01, 0.1, 0.4))
+    hot = {h for h in names if rng.random() < hot_share}
+    vms = {h: _vms(rng, i) for i, h in enumerate(names)}
+    silent = {h for h in names if rng.random() < 0.1}
+    t = 0.0
+    for rnd in range(rng.randint(1, 2 * n + 2)):
+        t = 10.0 * rnd
+        batch = [
+            (h, _util(rng, h in hot), vms[h], caps[h] if heterogeneous else None)
+            for h in names
+            if not (h in silent and 1 <= rnd <= 3) and rng.random() < 0.95
+        ]
+        if rng.random() < 0.5:
+            core.ingest_many(batch, at=t)
+        else:
+            for h, u, v, c in batch:  # the daemon's path: a batch of one
+                core.ingest(h, u, v, at=t, capacity=c)
+        if rng.random() < 0.2 and len(names) > 2:  # a migration ends: both windows restart
+            src, dst = rng.sample(names, 2)
+            core.open(Lease(f"moved{rnd}", src, dst, t))
+            core.release(f"moved{rnd}")
+        if rng.random() < 0.05:
+            gone = rng.choice(names)
+            core.forget(gone)
+        if rng.random() < 0.05:  # a restore puts in an empty window of its own
+            core.history.pop(h := rng.choice(names), None)
+            core.history.setdefault(h, deque(maxlen=n))
+    now = t + 5.0
+    fresh = [h for h, w in core.history.items() if w and now - core.seen[h] <= 25.0]
+    for i, h in enumerate(rng.sample(fresh, min(len(fresh), rng.randint(0, 3)))):
+        core.open(Lease(f"leased{i}", h, rng.choice(names), now))
+    if fresh and rng.random() < 0.3:
+        core.maintenance[rng.choice(fresh)] = "disk"
+    if rng.random() < 0.3:
+        core.pinned = {f"vm{i}-0" for i in range(0, hosts, 3)}
+
+    stale = core.stale(now)
+    planned = {h: w for h, w in core.history.items() if w and h not in stale}
+    with_caps = all(h in core.capacity for h in planned)
+    reports = {
+        h: HostReport(
+            tuple(w),
+            {m: v for m, v in core.vms.get(h, {}).items() if m not in core.pinned},
+            core.capacity[h] if with_caps else None,
+        )
+        for h, w in planned.items()
+    }
+    fenced = {h: f"host in maintenance ({why})" for h, why in core.maintenance.items()}
+    expected = coordinate(
+        reports,
+        core.detector,
+        metric=metric,
+        ceiling=ceiling,
+        leased=core.leased_hosts(),
+        fenced=fenced,
+    )
+
+    # the ring holds each planned host's deque, oldest first
+    groups, last = core.windows().windows(list(planned), planned)
+    order = list(planned)
+    for n_obs, sel, windows in groups:
+        for j, row in zip(sel.tolist(), windows, strict=True):
+            want = [u.as_tuple() for u in planned[order[j]]][-n:]
+            assert n_obs == len(want) and row.tolist() == [list(x) for x in want]
+    assert last.tolist() == [list(planned[h][-1].as_tuple()) for h in order]
+
+    result = core.plan(now)
+    assert dict(result.signals) == expected
+    assert list(result.signals) == sorted(expected)
+    # notable() leaves out only plain "not hot" verdicts
+    left_out = set(expected) - {h for h, _ in notable(result.signals)}
+    assert all(
+        not expected[h].flag and not expected[h].hot_resources and expected[h].target is None
+        for h in left_out
+    )
+    assert result.flagged == sorted(h for h, s in expected.items() if s.flag)
+    assert {d.host for d in result.decisions} == {
+        h for h, s in expected.items() if s.flag or s.hot_resources
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    hosts=st.integers(1, 40),
+    n=st.integers(1, 6),
+    k_share=st.floats(0.0, 1.0),
+    metric=st.sampled_from(("volume", "skewness")),
+    ceiling=st.sampled_from((None, 0.9)),
+)
+def test_round_from_window_arrays_equals_coordinate_small(
+    seed: int, hosts: int, n: int, k_share: float, metric: str, ceiling: float | None
+) -> None:
+    _run(seed, hosts, n, 1 + int(k_share * (n - 1)), metric, ceiling)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    hosts=st.integers(200, 400),
+    metric=st.sampled_from(("volume", "skewness")),
+    ceiling=st.sampled_from((None, 0.9)),
+)
+def test_round_from_window_arrays_equals_coordinate_large(
+    seed: int, hosts: int, metric: str, ceiling: float | None
+) -> None:
+    # past fastplan's 64 spare hosts: the exact search runs on a subset (or falls back)
+    _run(seed, hosts, 5, 3, metric, ceiling)
+
+
+@given(
+    st.lists(
+        st.tuples(*[st.floats(0.0, 1.05, allow_nan=False) for _ in range(3)]),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from(("volume", "skewness")),
+)
+def test_hotness_array_is_bit_equal_to_hotness(rows: list[tuple[float, ...]], metric: str) -> None:
+    rows = [*rows, (0.0, 0.0, 0.0), (1.05, 0.999, 0.0)]
+    got = hotness_array(np.array(rows, dtype=np.float64), metric).tolist()
+    assert got == [hotness(Utilisation(*r), metric) for r in rows]
+
+
+def test_quiet_signals_are_built_when_read() -> None:
+    rng = random.Random(7)
+    reports = {
+        f"h{i}": HostReport(tuple(_util(rng, i < 2) for _ in range(5)), _vms(rng, i))
+        for i in range(300)
+    }
+    det = HotspotDetector(3, 5, 0.75)
+    arrays = WindowArrays(5)
+    for h, rep in reports.items():
+        arrays.sync(h, rep.history)
+    from sova.manager.fastplan import coordinate_windows
+
+    names = list(reports)
+    sig = coordinate_windows(
+        names, *arrays.windows(names, reports_history(reports)), reports.__getitem__, det
+    )
+    assert isinstance(sig, Signals) and not sig._built
+    quiet = next(h for h in sorted(reports) if h not in dict(sig.notable()))
+    assert sig[quiet] == coordinate(reports, det)[quiet] and quiet in sig._built
+    sig[quiet] = sig[quiet]  # set: now notable
+    assert quiet in dict(sig.notable()) and len(sig) == len(reports)
+    del sig[quiet]
+    assert quiet not in sig and len(sig) == len(reports) - 1
+
+
+def reports_history(reports: dict[str, HostReport]) -> dict[str, tuple[Utilisation, ...]]:
+    return {h: r.history for h, r in reports.items()}
