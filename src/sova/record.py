@@ -445,10 +445,12 @@ def column_block(
     offered_mbps: np.ndarray,
     response_ms: np.ndarray,
 ) -> ColumnBlock:
-    """:func:`column_values` as columns, for :meth:`Timeline.extend_columns`: the host and
+    """:func:`step_values` of many VMs from arrays, as columns for
+    :meth:`Timeline.extend_columns` (a world that holds its hosts' state and sensing as
+    arrays builds no step report for them): the host and
     VM of each row as indices into ``host_names`` and ``vm_names``, the world's columns as
-    arrays (None as :data:`NONE`). The floats are :func:`column_values`' (one division
-    each, the same in numpy as in Python)."""
+    arrays (None as :data:`NONE`). The floats are :func:`step_values`' (one
+    division each, the same in numpy as in Python)."""
     vf = on_vf.astype(bool)
     n = len(vf)
     tx, rx, cpu, io_degree, net_factor, net_degree, io_factor = factors
@@ -481,48 +483,6 @@ def _mbps_or_none(bps: np.ndarray, where: np.ndarray) -> np.ndarray:
     unset = ~where | ~np.isfinite(bps) | (bps == 0)
     out: np.ndarray = np.where(unset, NONE, bps / 1e6)
     return out
-
-
-def column_values(
-    *,
-    policy: str,
-    time_s: float,
-    hosts: Sequence[str],
-    vms: Sequence[str],
-    on_vf: np.ndarray,
-    vf_max_bps: np.ndarray,
-    guest_limit_bps: np.ndarray,
-    factors: Sequence[np.ndarray],
-    offered_mbps: Sequence[float | None],
-    response_ms: Sequence[float | None],
-) -> list[Values]:
-    """:func:`step_values` of many VMs from arrays, one element per row, through
-    :func:`column_block` and :meth:`Timeline.extend_columns` (what a world that holds its
-    hosts' state and sensing as arrays records instead of step reports).
-
-    ``vf_max_bps`` and ``guest_limit_bps`` are what the inventory reads (``inf`` for no
-    limit, as :class:`~sova.model.VMState` has None); ``factors`` are the VMs' tx_bps,
-    rx_bps, cpu_usage, io_degree, net_factor, net_degree and io_factor. The numbers are
-    the same floats :func:`step_values` computes from the objects.
-    """
-    n = len(vms)
-    block = column_block(
-        policy=policy,
-        time_s=time_s,
-        host_names=hosts,
-        host=np.arange(n),
-        vm_names=vms,
-        vm=np.arange(n),
-        on_vf=on_vf,
-        vf_max_bps=vf_max_bps,
-        guest_limit_bps=guest_limit_bps,
-        factors=factors,
-        offered_mbps=np.array([NONE if v is None else v for v in offered_mbps], dtype=float),
-        response_ms=np.array([NONE if v is None else v for v in response_ms], dtype=float),
-    )
-    timeline = Timeline()
-    timeline.extend_columns(*block)
-    return [_row_values(r) for r in timeline]
 
 
 def measured_rates(
