@@ -365,6 +365,39 @@ round with the reports 0.65-0.75 -> 0.33-0.38 CPU-s, of which the plan 0.41-0.45
 0.07-0.08; what remains of it is taking the reports (0.24-0.30: each agent's
 ``host_report``, a validated ``Utilisation`` and ``HostReport`` per host, about half, then
 the core's per-report bookkeeping), which arrays from the world's sensing pass would replace.
+
+Issue 23, fifth session, third wave, branch speedio: the command outside the simulation
+loop. CPU seconds by phase of the real command's calls (``process_time`` around each,
+one run on main f715164, 1,000 x 3, one hour, load 5-8, so CPU is inflated ~1.5x):
+
+    phase                                              CPU s
+    interpreter start and imports                       0.92
+    scenario load and validation (load_sweep)           1.00
+    run_points (the simulation)                        64.29
+      of which recording the timeline (World._record)   5.26
+        the decided hosts' rows as tuples               2.20
+        tuples back to columns (Timeline._seal)         1.99
+        the spill to the temporary file                 0.07
+    write_outputs                                       8.29
+      summary                                           0.12
+      timeline.csv                                      5.66 (float_cells 4.65)
+      events.csv                                        0.01
+      report                                            2.47
+    whole process                                      74.51 (peak 201 MiB)
+
+timeline.csv was the largest piece outside the loop, and within it the column formatter's
+slow path: 12.6 % of the float cells (empty vf_rate_mbps and response_ms cells) went
+through ``fmt`` one at a time. Empty, NaN and infinite cells now get fmt's fixed texts by
+mask, and numbers are looked up four digits at a time in tables of fmt's own texts for
+0-9999 (``writer._digit_tables``, each entry checked against ``str`` and ``format``);
+the rounding to an integer is unchanged. Writing the timeline of 1,000 x 3 x 300 s (the
+run pickled, 108 k rows, one process, one run each): 0.35 -> 0.11 CPU-s (the row writer:
+0.99), the file byte-identical to the row writer's; the formatter alone over those
+blocks 0.22-0.25 -> 0.04-0.06 CPU-s. The recording (~5 CPU-s of the hour: the decided
+hosts' rows built as Python tuples from arrays, then turned back into arrays) now goes
+from the world's arrays into the timeline's columns (``record.column_block``,
+``Timeline.extend_columns``); its saving on the hour was not measured in the session's
+time. Golden outputs unchanged.
 """
 
 from __future__ import annotations

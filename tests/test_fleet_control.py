@@ -166,13 +166,13 @@ def test_polling_only_the_hosts_with_operations_submitted_changes_nothing() -> N
 
 
 def test_rows_from_arrays_are_step_values_at_the_edges() -> None:
-    # record.column_values against record.step_values of the inventory the driver reads,
+    # record.column_block (through Timeline.extend_columns) against record.step_values of the inventory the driver reads,
     # at values the scenarios do not reach: a VF whose max rate is 0 (no rate: empty
     # cell), unlimited (inf) and zero guest limits, a VM on virtio with a stale max rate
     import numpy as np
 
     from sova.policy.sensing import VMFactors
-    from sova.record import column_values, step_values
+    from sova.record import NONE, TIMELINE_COLUMNS, Timeline, column_block, step_values
     from sova.sim.state import INF
 
     scn = _scenario("sova-fig6", 10.0)
@@ -209,16 +209,21 @@ def test_rows_from_arrays_are_step_values_at_the_edges() -> None:
             )
         )
         m = np.array(idx)
-        got = column_values(
+        block = column_block(
             policy="p",
             time_s=12.34567,
-            hosts=[h] * len(idx),
-            vms=[e.vm_names[i] for i in idx],
+            host_names=[h],
+            host=np.zeros(len(idx), dtype=np.int64),
+            vm_names=e.vm_names,
+            vm=m,
             on_vf=e.on_vf[m],
             vf_max_bps=e.vf_max[m],
             guest_limit_bps=e.guest_limit[m],
             factors=list(cols[:, m]),
-            offered_mbps=(offered[m] / 1e6).tolist(),
-            response_ms=[None] * len(idx),
+            offered_mbps=offered[m] / 1e6,
+            response_ms=np.full(len(idx), NONE),
         )
+        timeline = Timeline()
+        timeline.extend_columns(*block)
+        got = [tuple(getattr(r, c) for c in TIMELINE_COLUMNS) for r in timeline]
         assert got == want

@@ -189,6 +189,50 @@ def test_the_timeline_as_columns_gives_back_its_rows_and_their_csv_bytes(
         assert (d / "cols.csv").read_bytes() == (d / "rows.csv").read_bytes()
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=_rows_strategy(),
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+    chunk=st.integers(1, 9),
+    spill=st.booleans(),
+)
+def test_rows_given_as_columns_are_the_rows_given_as_values(
+    rows: list[Any], cuts: list[int], chunk: int, spill: bool
+) -> None:
+    """A world records some periods' rows as columns (extend_columns) and others as values:
+    mixed in any order, across chunk and spill boundaries, the timeline holds the same rows
+    in the same order, and codes its texts in the same order, as one given all as values.
+    Each text column comes as a vocabulary of its own (reversed: indices differ from
+    codes)."""
+    import numpy as np
+
+    from sova.record import NONE, SPILL_BYTES, TEXT_COLUMNS, Timeline
+
+    spill_bytes = 0 if spill else SPILL_BYTES
+    want = Timeline(rows, chunk_rows=chunk, spill_bytes=spill_bytes)
+    got = Timeline(chunk_rows=chunk, spill_bytes=spill_bytes)
+    bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        part = rows[a:b]
+        if k % 2:
+            got.extend(part)
+            continue
+        numbers, texts = {}, {}
+        for name in TIMELINE_COLUMNS:
+            values = [getattr(r, name) for r in part]
+            if name in TEXT_COLUMNS:
+                vocab = sorted(set(values), reverse=True)
+                texts[name] = (vocab, np.array([vocab.index(v) for v in values], dtype=np.int64))
+            else:
+                numbers[name] = np.array([NONE if v is None else v for v in values], dtype=float)
+        got.extend_columns(len(part), numbers, texts)
+    assert len(got) == len(rows)
+    back = list(got)
+    assert all(_same(x, y) for x, y in zip(back, rows, strict=True))
+    for name in TEXT_COLUMNS:
+        assert got.texts(name) == want.texts(name)
+
+
 def test_per_period_host_series_are_the_mean_of_each_periods_ticks() -> None:
     """HostSeries keeps a period's mean, not its ticks, past TICK_HOSTS hosts: the same
     numbers as averaging the kept ticks (k = 3 ticks a period, 7 ticks: 2 periods and a

@@ -148,6 +148,8 @@ class Timeline(Sequence[TimelineRow]):
         self.spill_bytes = spill_bytes
         self._chunks: list[Chunk | _Spilled] = []
         self._pending: list[Values] = []
+        self._parts: list[Chunk] = []  # rows in columns not yet in a chunk, in order
+        self._parts_n = 0
         self._codes = {c: _Codes() for c in TEXT_COLUMNS}
         self._n = 0
         self._held = 0  # bytes of chunks in memory
@@ -168,10 +170,46 @@ class Timeline(Sequence[TimelineRow]):
         before = len(pending)
         pending.extend(rows)
         self._n += len(pending) - before
-        if len(pending) >= self.chunk_rows:
+        if len(pending) + self._parts_n >= self.chunk_rows:
             self._seal()
 
-    def _seal(self) -> None:
+    def extend_columns(
+        self,
+        n: int,
+        numbers: Mapping[str, np.ndarray],
+        texts: Mapping[str, tuple[Sequence[str | None], np.ndarray]],
+    ) -> None:
+        """``n`` rows as columns (a world holding its state as arrays builds no row):
+        ``numbers`` the float columns (None as :data:`NONE`), ``texts`` each text column as
+        a vocabulary and every row's index into it."""
+        if n == 0:
+            return
+        self._rows_to_part()  # rows before these keep their place
+        cols: dict[str, np.ndarray] = {}
+        for name in TIMELINE_COLUMNS:
+            if name in TEXT_COLUMNS:
+                vocab, index = texts[name]
+                cols[name] = self._code(name, vocab, np.asarray(index))
+            else:
+                cols[name] = np.asarray(numbers[name], dtype=np.float64)
+        self._parts.append(Chunk(n, cols))
+        self._parts_n += n
+        self._n += n
+        if self._parts_n >= self.chunk_rows:
+            self._seal()
+
+    def _code(self, column: str, vocab: Sequence[str | None], index: np.ndarray) -> np.ndarray:
+        """This timeline's codes of ``vocab[index]``, new texts coded in the order they
+        first come (as row by row)."""
+        codes = self._codes[column]
+        used, first, inverse = np.unique(index, return_index=True, return_inverse=True)
+        lut = np.empty(len(used), dtype=np.int32)
+        for k in np.argsort(first, kind="stable").tolist():
+            lut[k] = codes[vocab[int(used[k])]]
+        out: np.ndarray = lut[inverse.reshape(-1)]
+        return out
+
+    def _rows_to_part(self) -> None:
         rows, self._pending = self._pending, []
         if not rows:
             return
@@ -184,8 +222,21 @@ class Timeline(Sequence[TimelineRow]):
                 cols[name] = np.array([NONE if v is None else v for v in values], dtype=float)
             else:
                 cols[name] = np.array(values, dtype=float)
-        self._chunks.append(Chunk(len(rows), cols))
-        self._held += len(rows) * ROW_BYTES
+        self._parts.append(Chunk(len(rows), cols))
+        self._parts_n += len(rows)
+
+    def _seal(self) -> None:
+        self._rows_to_part()
+        parts, self._parts, self._parts_n = self._parts, [], 0
+        if not parts:
+            return
+        if len(parts) == 1:
+            chunk = parts[0]
+        else:
+            cols = {k: np.concatenate([p.columns[k] for p in parts]) for k in TIMELINE_COLUMNS}
+            chunk = Chunk(sum(p.n for p in parts), cols)
+        self._chunks.append(chunk)
+        self._held += chunk.n * ROW_BYTES
         if self._held > self.spill_bytes:
             self._spill()
 
@@ -281,6 +332,7 @@ class Timeline(Sequence[TimelineRow]):
         """Reorder the rows (a world whose agents report out of order)."""
         rows = sorted(self, key=key)
         self._chunks, self._pending, self._n, self._held = [], [], 0, 0
+        self._parts, self._parts_n = [], 0
         if self._file is not None:
             self._file.truncate(0)
         self.extend(rows)
@@ -373,64 +425,64 @@ def step_values(
         )
 
 
-def column_values(
+ColumnBlock = tuple[
+    int, dict[str, np.ndarray], dict[str, tuple[Sequence[str | None], np.ndarray]]
+]  # rows, float columns, text columns: what Timeline.extend_columns takes
+
+
+def column_block(
     *,
     policy: str,
     time_s: float,
-    hosts: Sequence[str],
-    vms: Sequence[str],
+    host_names: Sequence[str],
+    host: np.ndarray,
+    vm_names: Sequence[str],
+    vm: np.ndarray,
     on_vf: np.ndarray,
     vf_max_bps: np.ndarray,
     guest_limit_bps: np.ndarray,
     factors: Sequence[np.ndarray],
-    offered_mbps: Sequence[float | None],
-    response_ms: Sequence[float | None],
-) -> list[Values]:
-    """:func:`step_values` of many VMs from arrays, one element per row (a world that holds
-    its hosts' state and sensing as arrays builds no step report for them).
-
-    ``vf_max_bps`` and ``guest_limit_bps`` are what the inventory reads (``inf`` for no
-    limit, as :class:`~sova.model.VMState` has None); ``factors`` are the VMs' tx_bps,
-    rx_bps, cpu_usage, io_degree, net_factor, net_degree and io_factor. The numbers are
-    the same floats :func:`step_values` computes from the objects.
-    """
+    offered_mbps: np.ndarray,
+    response_ms: np.ndarray,
+) -> ColumnBlock:
+    """:func:`step_values` of many VMs from arrays, as columns for
+    :meth:`Timeline.extend_columns` (a world that holds its hosts' state and sensing as
+    arrays builds no step report for them): the host and
+    VM of each row as indices into ``host_names`` and ``vm_names``, the world's columns as
+    arrays (None as :data:`NONE`). The floats are :func:`step_values`' (one
+    division each, the same in numpy as in Python)."""
     vf = on_vf.astype(bool)
-    nic = np.where(vf, NicKind.VF.value, NicKind.VIRTIO.value).tolist()
-    rate = _mbps_or_none(vf_max_bps, vf)
-    limit = _mbps_or_none(guest_limit_bps, np.ones(len(vf), dtype=bool))
+    n = len(vf)
     tx, rx, cpu, io_degree, net_factor, net_degree, io_factor = factors
-    n = len(vms)
-    return list(
-        zip(
-            [policy] * n,
-            [round(time_s, 3)] * n,
-            hosts,
-            vms,
-            nic,
-            rate,
-            (tx / 1e6).tolist(),
-            (rx / 1e6).tolist(),
-            cpu.tolist(),
-            io_degree.tolist(),
-            net_factor.tolist(),
-            net_degree.tolist(),
-            io_factor.tolist(),
-            offered_mbps,
-            response_ms,
-            limit,
-            strict=True,
-        )
-    )
+    numbers = {
+        "time_s": np.full(n, round(time_s, 3)),
+        "vf_rate_mbps": _mbps_or_none(vf_max_bps, vf),
+        "tx_mbps": tx / 1e6,
+        "rx_mbps": rx / 1e6,
+        "cpu_usage": cpu,
+        "io_degree": io_degree,
+        "net_factor": net_factor,
+        "net_degree": net_degree,
+        "io_factor": io_factor,
+        "offered_mbps": offered_mbps,
+        "response_ms": response_ms,
+        "limit_mbps": _mbps_or_none(guest_limit_bps, np.ones(n, dtype=bool)),
+    }
+    texts: dict[str, tuple[Sequence[str | None], np.ndarray]] = {
+        "policy": ([policy], np.zeros(n, dtype=np.int64)),
+        "host": (host_names, host),
+        "vm": (vm_names, vm),
+        "nic": ([NicKind.VF.value, NicKind.VIRTIO.value], (~vf).astype(np.int64)),
+    }
+    return n, numbers, texts
 
 
-def _mbps_or_none(bps: np.ndarray, where: np.ndarray) -> list[float | None]:
+def _mbps_or_none(bps: np.ndarray, where: np.ndarray) -> np.ndarray:
     """``bps / 1e6`` where ``where`` holds and the rate is set (finite and not zero: a
-    zero rate is no rate, as in :func:`step_values`), else None."""
-    values: list[float | None] = (bps / 1e6).tolist()
+    zero rate is no rate, as in :func:`step_values`), else :data:`NONE` (an empty cell)."""
     unset = ~where | ~np.isfinite(bps) | (bps == 0)
-    for i in np.flatnonzero(unset).tolist():
-        values[i] = None
-    return values
+    out: np.ndarray = np.where(unset, NONE, bps / 1e6)
+    return out
 
 
 def measured_rates(

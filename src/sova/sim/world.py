@@ -30,10 +30,11 @@ from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
 from sova.model import Migrate, SetGuestRateLimit
 from sova.record import (
+    NONE,
+    ColumnBlock,
     RunRecord,
     TimelineRow,
-    Values,
-    column_values,
+    column_block,
     complete_row,
     decision_event,
     decision_record,
@@ -379,18 +380,44 @@ class World:
             return _world_columns(offered[i], resp_s[i], kind[i])
 
         timeline, policy = self.run.timeline, self.policy.name
-        decided = self._decided_values()
+        decided = self._decided_block()
+        if decided is None:
+            for host, report in reports.items():
+                timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
+            return
+        at, cut, (_, numbers, texts) = decided
+
+        def put(first: int, last: int) -> None:
+            """The decided hosts first..last (consecutive in the block) into the timeline."""
+            a, b = cut[first], cut[last + 1]
+            timeline.extend_columns(
+                b - a,
+                {k: v[a:b] for k, v in numbers.items()},
+                {k: (vocab, index[a:b]) for k, (vocab, index) in texts.items()},
+            )
+
+        run: list[int] = []  # the decided hosts met in a row: one block
         for host, report in reports.items():
-            if decided is not None and (rows := decided.get(host)) is not None:
-                timeline.extend_values(rows)
+            k = at.get(host)
+            if k is not None and (not run or k == run[1] + 1):
+                run = [run[0] if run else k, k]
+                continue
+            if run:
+                put(*run)
+            run = []
+            if k is not None:
+                run = [k, k]
             else:
                 timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
+        if run:
+            put(*run)
 
-    def _decided_values(self) -> dict[str, list[Values]] | None:
+    def _decided_block(self) -> tuple[dict[str, int], list[int], ColumnBlock] | None:
         """The timeline rows of the hosts the world decided for this period
-        (``FleetControl.decided``), built from the arrays the agents' step
-        reports came from: the period's sensing and the inventories' columns, by host name. The rows
-        are :func:`~sova.record.step_values` of those reports (tests/test_fleet_control.py
+        (``FleetControl.decided``) as columns, built from the arrays the agents' step
+        reports came from: the period's sensing and the inventories' columns; with each
+        host's place in the block by name and where its rows start. The rows are
+        :func:`~sova.record.step_values` of those reports (tests/test_fleet_control.py
         holds the two equal)."""
         ctl, sensing = self._control, self._sensing
         rows = None if ctl is None else ctl.decided
@@ -398,16 +425,14 @@ class World:
         if rows is None or f is None:
             return None
         eng, m, cut = self.engine, rows.members, rows.cut
-        names, hosts = eng.vm_names, eng.host_names
         request = eng.kind[m] == 2
-        response: list[float | None] = (eng.resp_s[m] * 1000).tolist()
-        for k in np.flatnonzero(~request).tolist():
-            response[k] = None
-        values = column_values(
+        block = column_block(
             policy=self.policy.name,
             time_s=rows.time_s,
-            hosts=[hosts[h] for k, h in enumerate(rows.hosts) for _ in range(cut[k + 1] - cut[k])],
-            vms=[names[i] for i in m.tolist()],
+            host_names=eng.host_names,
+            host=np.repeat(np.asarray(rows.hosts, dtype=np.int64), np.diff(cut)),
+            vm_names=eng.vm_names,
+            vm=m,
             on_vf=rows.state[0],
             vf_max_bps=rows.state[2],
             guest_limit_bps=rows.state[4],
@@ -423,10 +448,11 @@ class World:
                     f.io_factor,
                 )
             ],
-            offered_mbps=(eng.offered[m] / 1e6).tolist(),
-            response_ms=response,
+            offered_mbps=eng.offered[m] / 1e6,
+            response_ms=np.where(request, eng.resp_s[m] * 1000, NONE),
         )
-        return {hosts[h]: values[cut[k] : cut[k + 1]] for k, h in enumerate(rows.hosts)}
+        at = {eng.host_names[h]: k for k, h in enumerate(rows.hosts)}
+        return at, list(cut), block
 
     def complete(self, row: TimelineRow, host: str) -> TimelineRow:
         """An agent's row with what only the simulated cluster knows."""
