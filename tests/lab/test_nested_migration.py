@@ -354,54 +354,66 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(cluster
 
 
 def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_source(cluster):
-    """The cluster the test above left (one guest on each L1, each with a VF, no burners):
-    L1 1 drained through the manager's API (an operator's maintenance: the manager orders
-    its guest to L1 2 at once, with no hot windows to wait for), and L1 2's libvirtd killed
+    """The cluster the test above left (no burners; usually one guest on each L1, each with
+    a VF): the source L1 (L1 1 when a guest runs there, else the other) drained through the
+    manager's API (an operator's maintenance: the manager orders its guest to the other L1
+    at once, with no hot windows to wait for), and the destination's libvirtd killed
     (SIGKILL) as soon as the incoming domain shows there; the drain is cancelled then, so
-    the manager orders no second try. The migration must fail on L1 1's agent; the guest
-    keeps running on L1 1; the manager's lease on it is released; L1 1's agent gives the
-    guest a VF back (no long-lived stream ended). L1 2's libvirtd comes back through
-    systemd.
+    the manager orders no second try. The migration must fail on the source's agent; the
+    guest keeps running on the source; the manager's lease on it is released; the source's
+    agent gives the guest a VF back (no long-lived stream ended). The destination's
+    libvirtd comes back through systemd.
+
+    Either direction, because the test above cannot fix where the manager leaves the
+    guests: in run 10 (docs/lab.md#nested) L1 1 stayed over alpha after the first move (the
+    migration's own CPU in its domains' totals, and the hot windows the round still held)
+    and the manager moved the second guest to L1 2 as well, 27 s after the first arrived.
 
     Waits against what they took (docs/lab.md#nested, run 7, load average 4-8.5): the
-    incoming domain 40 s after the drain (bound 600 s), the failure in L1 1's agent log
-    2.1 s after the kill (300 s), the lease released 2.5 s (180 s), the VF back 5.8 s
+    incoming domain 40 s after the drain (bound 600 s), the failure in the source agent's
+    log 2.1 s after the kill (300 s), the lease released 2.5 s (180 s), the VF back 5.8 s
     (300 s); run 2, before the shared cluster, at load 7-65: failure 21 s, VF back 35 s."""
     from sova.lab.nested import l1_exec
 
     c = cluster
     ns = c.ns
-    on1 = [g for g in c.doms if _running(c.conns[1], g)]
-    assert on1, "no guest left on L1 1 to migrate"
-    for g in on1:
-        c.doms[g] = c.conns[1].lookupByName(g)
+    src = next((n for n in (1, 2) if any(_running(c.conns[n], g) for g in c.doms)), None)
+    assert src is not None, "no guest runs on either L1"
+    dst = 3 - src
+    on_src = [g for g in c.doms if _running(c.conns[src], g)]
+    for g in on_src:
+        c.doms[g] = c.conns[src].lookupByName(g)
+    drain = f"/v1/hosts/l1-{src}/drain"
     t_drain = time.time()
-    c.api("/v1/hosts/l1-1/drain", "PUT", {"by": "test", "reason": "destination-killed test"})
+    c.api(drain, "PUT", {"by": "test", "reason": "destination-killed test"})
     deadline = time.monotonic() + 600
     incoming = None
-    while incoming is None:  # active on L1 2 but not running: the incoming domain
+    while incoming is None:  # active on the destination but not running: the incoming domain
         assert time.monotonic() < deadline, (
-            f"no migration to L1 2 started in 600 s: {c.api('/v1/hosts/l1-1/drain')}"
+            f"no migration to L1 {dst} started in 600 s: {c.api(drain)}"
         )
-        for g in on1:
+        for g in on_src:
             with contextlib.suppress(Exception):
-                if c.conns[2].lookupByName(g).isActive():
+                if c.conns[dst].lookupByName(g).isActive():
                     incoming = g
         time.sleep(0.3)
-    rc, out = l1_exec(ns, 2, "kill -9 $(pidof libvirtd) && echo killed")
+    rc, out = l1_exec(ns, dst, "kill -9 $(pidof libvirtd) && echo killed")
     t_kill = time.time()
-    c.api("/v1/hosts/l1-1/drain", "DELETE")
-    print(f"{incoming}: incoming on L1 2 {t_kill - t_drain:.0f} s after the drain; {out!r}")
+    c.api(drain, "DELETE")
+    print(
+        f"{incoming}: incoming on L1 {dst} {t_kill - t_drain:.0f} s after draining L1 {src}; "
+        f"{out!r}"
+    )
     assert rc == 0, out
-    src_log = ns.run_dir(1) / "agent.log"
+    src_log = ns.run_dir(src) / "agent.log"
     deadline = time.monotonic() + 300
-    while f"migration of {incoming} to l1-2 failed" not in (
+    while f"migration of {incoming} to l1-{dst} failed" not in (
         text := src_log.read_text(errors="replace")
     ):
         assert time.monotonic() < deadline, text[-2000:]
         time.sleep(1)
     t_failed = time.time()
-    assert _running(c.conns[1], incoming) is not None, "the guest left L1 1"
+    assert _running(c.conns[src], incoming) is not None, f"the guest left L1 {src}"
     deadline = time.monotonic() + 180
     while any(lease["vm"] == incoming for lease in c.api("/v1/cluster")["leases"]):
         assert time.monotonic() < deadline, c.api("/v1/cluster")["leases"]
@@ -412,14 +424,14 @@ def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_s
         assert time.monotonic() < deadline, src_log.read_text(errors="replace")[-2000:]
         time.sleep(1)
     t_vf = time.time()
-    _pf1, inv1 = _views(ns)[1]
-    held1 = [v.vf_index for v in inv1.vms.values() if v.vf_index is not None]
-    assert inv1.vms[incoming].vf_index is not None and len(held1) == len(set(held1))
+    _pf, inv = _views(ns)[src]
+    held = [v.vf_index for v in inv.vms.values() if v.vf_index is not None]
+    assert inv.vms[incoming].vf_index is not None and len(held) == len(set(held))
     lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
     print(
         f"kill -> failed {t_failed - t_kill:.1f} s, lease released +"
         f"{t_released - t_kill:.1f} s, VF back +{t_vf - t_kill:.1f} s"
     )
     assert not lost, f"long-lived TCP streams ended: {lost}"
-    rc, out = l1_exec(ns, 2, "sleep 5; systemctl is-active libvirtd; pidof libvirtd")
-    print(f"L1 2 libvirtd after the kill: {out!r}")
+    rc, out = l1_exec(ns, dst, "sleep 5; systemctl is-active libvirtd; pidof libvirtd")
+    print(f"L1 {dst} libvirtd after the kill: {out!r}")
