@@ -398,6 +398,27 @@ hosts' rows built as Python tuples from arrays, then turned back into arrays) no
 from the world's arrays into the timeline's columns (``record.column_block``,
 ``Timeline.extend_columns``); its saving on the hour was not measured in the session's
 time. Golden outputs unchanged.
+
+Issue 23, fifth session, combined (every branch above merged, main 5494c5c, against the
+fourth session's main 3a2534b through ``--sova-src``; the whole command on 1,000 x 3, one
+simulated hour; one run each, 2026-11-27, with the fresh-clone CI's main tier running beside
+them, so wall time is inflated and CPU seconds are the figure):
+
+    tree              Sova wall / CPU / RSS       CloudSim Plus wall / CPU / RSS  (same minutes)
+    3a2534b (before)  67.1 s / 59.4 s / 213 MiB
+    5494c5c (after)   52.5 s / 39.7 s / 145 MiB   53.5 s / 44.1 s / 650 MiB
+
+So 1.50x less CPU and 0.68x the memory of the session's start; beside CloudSim Plus, 0.90 of
+its CPU time and 0.22 of its peak memory in this run (its peak swings with the JVM's heap
+sizing: 401-658 MiB across this session's and the last's runs, so the quarter holds against
+its figure in the same minutes, not against its lowest). The world without agents for the
+same hour (``--physics-only``): 3.89 CPU-s, 81 MiB. That figure is the floor the 10x asks
+to beat: 10x CloudSim Plus's 44.1 CPU-s is 4.4 s for the whole command, and the physics
+alone takes 3.9 of it, before the interpreter and imports (~0.9), the scenario's load
+(~1.0), the timeline.csv of ~111 MB (~1.3 after speedio's formatter) and any control. The
+10x needs the physics itself cut several-fold (ticks skipped where nothing changes, or
+fused) and a fleet-scale timeline that is not a 111 MB CSV, not only the controller's
+per-host Python removed.
 """
 
 from __future__ import annotations
