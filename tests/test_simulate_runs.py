@@ -80,8 +80,13 @@ def test_ctrl_c_keeps_the_completed_policies_and_the_bar_shows_time_rate_eta(
     tmp_path: Path,
 ) -> None:
     """On a terminal the bar names the running policy, the simulated time and its rate;
-    Ctrl-C once the second policy is running leaves the first one's outputs, exit 130."""
-    scn = cluster(tmp_path / "runs.yaml", duration=3600)
+    Ctrl-C once the second policy is running leaves the first one's outputs, exit 130.
+
+    Ten simulated hours: at one hour the faster simulator finished the sova policy before
+    the Ctrl-C reached it (exit 0, fresh-clone CI, 2026-11-27); the whole command of one
+    hour took 5.4 s at load, of ten hours 28.5 s, so the second policy now runs for
+    seconds after its bar shows."""
+    scn = cluster(tmp_path / "runs.yaml", duration=36000)
     out = tmp_path / "out"
     master, slave = pty.openpty()
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "160"}
@@ -100,7 +105,7 @@ def test_ctrl_c_keeps_the_completed_policies_and_the_bar_shows_time_rate_eta(
         proc.kill()
         os.close(master)
     text = shown.decode(errors="replace")
-    assert "runs [do-nothing]" in text and "/3,600 s" in text
+    assert "runs [do-nothing]" in text and "/36,000 s" in text
     assert "wrote the outputs of completed policies do-nothing" in text
     summary = yaml.safe_load((out / "summary.json").read_text())
     assert list(summary["policies"]) == ["do-nothing"]
