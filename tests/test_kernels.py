@@ -165,6 +165,41 @@ def test_a_bad_flow_is_refused_naming_the_field() -> None:
 # --------------------------------------------------------------------------- the loop
 
 
+def spec_reserve(
+    capacity: float,
+    bps: dict[str, float],
+    limits: dict[str, float | None],
+    probe: float,
+    slas: dict[str, FlowDemand],
+    reservations: dict[str, tuple[int, float]],
+    demand: dict[str, float],
+) -> None:
+    """A guaranteed VM's reservation (docs/design.md#guarantees), one VM at a time: updates
+    ``reservations`` (absent: none) and raises a reserved VM's ``demand`` to its minimum."""
+    full = math.fsum(bps.values()) >= bw.FULL_LINK * capacity
+    hold = bw.HOLD_PERIODS
+    for vm, r in sorted(bps.items()):
+        m = slas[vm].sla.bandwidth.minimum
+        if not (m > 0 and r < m):
+            reservations.pop(vm, None)  # at or over its minimum (or none): its reading
+            continue
+        q, level = reservations.get(vm, (-1, 0.0))
+        cap = limits.get(vm)
+        busy = full or (cap is not None and r >= (1.0 - probe) * cap)
+        if q < 0:  # free: reserved at once if the reading may be congestion
+            q, level = (0, 0.0) if busy else (-1, 0.0)
+        elif q < hold:  # reserved: one more quiet period, or start again
+            q, level = (0, 0.0) if busy else (q + 1, max(level, r))
+        elif r > level + probe * m:  # released, and sends more than it did then
+            q, level = 0, 0.0
+        if q < 0:
+            reservations.pop(vm, None)
+        else:
+            reservations[vm] = (q, level)
+        if 0 <= q < hold:
+            demand[vm] = min(max(demand[vm], m), capacity)
+
+
 def spec_limits(
     capacity: float,
     bps: dict[str, float],
@@ -172,17 +207,23 @@ def spec_limits(
     probe: float,
     spread_spare: bool,
     slas: dict[str, FlowDemand],
+    reservations: dict[str, tuple[int, float]] | None = None,
 ) -> dict[str, tuple[float | None, float | None]]:
     """The agent's bandwidth period for one host as it was written before the kernels
     (HostAgent.bandwidth_step): the readable specification of sova.agent.bandwidth."""
-    demands = []
+    want: dict[str, float] = {}
     for vm, rate_bps in sorted(bps.items()):
         cap = limits.get(vm)
         demand = rate_bps
         if cap is not None and rate_bps >= (1.0 - probe) * cap:
             demand = max(rate_bps, cap) * (1.0 + probe)
+        want[vm] = min(demand, capacity)
+    if spread_spare and reservations is not None:
+        spec_reserve(capacity, bps, limits, probe, slas, reservations, want)
+    demands = []
+    for vm, demand in sorted(want.items()):
         d = slas[vm]
-        demands.append(FlowDemand(vm, min(demand, capacity), d.sla, d.packet_bytes))
+        demands.append(FlowDemand(vm, demand, d.sla, d.packet_bytes))
     alloc = SovaAllocator().allocate(capacity, demands)
     extra = 0.0
     if spread_spare and alloc:
@@ -235,9 +276,32 @@ def test_limits_kernel_equals_the_per_host_loop(
         else d.demand_bps
         for d in demands
     }
+    # each guaranteed VM's reservation: free, reserved after some quiet periods, or released
+    states = st.one_of(
+        st.none(),
+        st.tuples(
+            st.integers(0, bw.HOLD_PERIODS),
+            st.floats(0, 2_500, allow_subnormal=False).map(lambda x: x * MBIT),
+        ),
+    )
+    held = {d.vm: data.draw(states) for d in demands}
+    reservations = {vm: s for vm, s in held.items() if s is not None}
     cur = np.array([math.nan if current[d.vm] is None else current[d.vm] for d in demands])
     row_cap = capacity[groups.row]
-    demand = bw.probe_demand(np.array([bps[d.vm] for d in demands]), cur, row_cap, probe)
+    reading = np.array([bps[d.vm] for d in demands])
+    demand = bw.probe_demand(reading, cur, row_cap, probe)
+    if spread:
+        demand, after = bw.reserve_guarantees(
+            groups,
+            capacity,
+            reading,
+            cur,
+            demand,
+            np.array([d.sla.bandwidth.minimum for d in demands]),
+            probe,
+            bw.Reservations.of([held[d.vm] for d in demands]),
+        )
+        got_reserved = {d.vm: e for k, d in enumerate(demands) if (e := after.entry(k)) is not None}
     vms = [VM(d.vm, 1, 1, sla=d.sla) for d in demands]
     rate, pps = bw.allocate(
         [SovaAllocator()] * len(c.hosts),
@@ -267,9 +331,12 @@ def test_limits_kernel_equals_the_per_host_loop(
                     probe,
                     spread,
                     {d.vm: d for d in fl},
+                    reservations,
                 )
             )
     assert got == want
+    if spread:
+        assert got_reserved == reservations
 
 
 counter = st.integers(0, 2**40)
@@ -472,7 +539,13 @@ def test_load_shares_equal_host_load_and_vm_loads(run: dict[str, object], seed: 
 
 def _run(
     scn: Scenario, policy: str, fleet: bool, sensing: bool = True
-) -> tuple[list[object], list[object], list[float], dict[str, dict[str, float | None]]]:
+) -> tuple[
+    list[object],
+    list[object],
+    list[float],
+    dict[str, dict[str, float | None]],
+    dict[str, dict[str, tuple[int, float]]],
+]:
     spec = next(p for p in scn.policy_specs if p.name == policy)
     world = World(scn, spec)
     if not fleet:
@@ -482,31 +555,45 @@ def _run(
     run = world.run_until(scn.duration)
     eng = world.engine
     limits = {h: dict(a.limits) for h, a in world.agents.items()}
-    return list(run.timeline), list(run.events), eng.guest_limit.tolist(), limits
+    held = {h: dict(a.reservations) for h, a in world.agents.items()}
+    return list(run.timeline), list(run.events), eng.guest_limit.tolist(), limits, held
 
 
 @pytest.mark.parametrize(
-    ("name", "policy", "duration"),
+    ("name", "policy", "duration", "minimum"),
     [
-        ("sova-tour", "sova", 600.0),  # Sova allocator, 3 hosts, hot spots, a live migration
-        ("daqs-fig3", "daqs", 60.0),  # DAQS: a stateful allocator called host by host
+        ("sova-tour", "sova", 600.0, None),  # Sova allocator, 3 hosts, hot spots, a migration
+        ("daqs-fig3", "daqs", 60.0, None),  # DAQS: a stateful allocator called host by host
+        # guarantees under their minimum on a full link, reserved and released (G's 1 stream
+        # against BE's 5; BE's senders joining one a minute)
+        ("daqs-fig3", "sova", 60.0, None),
+        ("daqs-fig4", "sova", 480.0, None),
+        # every VM guaranteed 1.5 Gbit/s: the VM that migrates carries a reservation
+        ("sova-tour", "sova", 600.0, 1.5e9),
     ],
 )
 def test_world_decides_the_same_with_all_hosts_at_once(
-    name: str, policy: str, duration: float
+    name: str, policy: str, duration: float, minimum: float | None
 ) -> None:
     # The world's bandwidth phase (sim/fleet_bandwidth.py: one pass for all hosts, limit
     # calls landing in one batch per round) against every HostAgent.bandwidth_step on its
     # own host: the same timeline, events and applied limits, VM by VM, and the same
-    # record in every agent of the limits it applied (written lazily by the world).
+    # record in every agent of the limits it applied (written lazily by the world) and
+    # of its guaranteed VMs' reservations.
     scn = load_sweep(ROOT / "scenarios" / f"{name}.yaml")[0]
     scn = scn.model_copy(update={"duration": duration})
+    if minimum is not None:
+        vms = [
+            v.model_copy(update={"sla": v.sla.model_copy(update={"min": minimum})}) for v in scn.vms
+        ]
+        scn = scn.model_copy(update={"vms": vms})
     fast = _run(scn, policy, fleet=True)
     slow = _run(scn, policy, fleet=False)
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     assert fast[2] == slow[2]
     assert fast[3] == slow[3]
+    assert fast[4] == slow[4]
 
 
 @pytest.mark.parametrize(

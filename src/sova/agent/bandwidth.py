@@ -50,6 +50,89 @@ def probe_demand(
     return out
 
 
+# A guaranteed VM under its minimum whose reading may be the link's congestion rather than
+# its demand (docs/design.md#guarantees): its reservation stands until it reads under its
+# minimum, not held by its cap, on a link with headroom, this many periods in a row.
+HOLD_PERIODS = 5
+# Readings adding up to this share of a host's capacity make a full link.
+FULL_LINK = 0.95
+_FREE = -1  # Reservations.quiet of a VM without a reservation (the default)
+
+
+@dataclass(frozen=True)
+class Reservations:
+    """Each guaranteed VM's reservation state, one entry per flow (docs/design.md#guarantees).
+
+    ``quiet`` is ``-1`` (no reservation: its reading is its demand), ``0 .. HOLD_PERIODS-1``
+    (reserved: its demand is at least its minimum; the number of quiet periods so far) or
+    ``HOLD_PERIODS`` (released: it showed it wants ``level``, what it read with room to send).
+    ``level`` is the highest reading of the current quiet run (reserved) or the level it was
+    released at; 0.0 when free.
+    """
+
+    quiet: IntArray
+    level: FloatArray
+
+    @classmethod
+    def free(cls, n: int) -> Reservations:
+        return cls(np.full(n, _FREE, dtype=np.int64), np.zeros(n))
+
+    @classmethod
+    def of(cls, states: Sequence[tuple[int, float] | None]) -> Reservations:
+        """From a record's entries (``None``: free)."""
+        return cls(
+            np.array([_FREE if s is None else s[0] for s in states], dtype=np.int64),
+            np.array([0.0 if s is None else s[1] for s in states], dtype=np.float64),
+        )
+
+    def entry(self, k: int) -> tuple[int, float] | None:
+        """Flow ``k``'s state for a record (``None``: free, nothing to keep)."""
+        q = int(self.quiet[k])
+        return None if q == _FREE else (q, float(self.level[k]))
+
+
+def reserve_guarantees(
+    groups: Groups,
+    capacity: FloatArray,
+    bps: FloatArray,
+    limit: FloatArray,
+    demand: FloatArray,
+    minimum: FloatArray,
+    probe: float,
+    state: Reservations,
+) -> tuple[FloatArray, Reservations]:
+    """Demands with each congested guarantee restored to its minimum, and the next state.
+
+    A guaranteed VM reading under its minimum while the link is full (readings adding up to
+    ``FULL_LINK`` of the capacity) or while it is held at its cap may be sending what the
+    congestion leaves it: it is reserved at once (demand at least its minimum). It is
+    released after ``HOLD_PERIODS`` periods in a row under its minimum, below its cap, on a
+    link with headroom (its reading was then its demand), and stays released — no
+    reservation on a full link — until it reads ``probe · minimum`` more than it read then.
+    ``capacity`` is per host, the rest per flow.
+    """
+    under = (minimum > 0) & (bps < minimum)
+    if not under.any():
+        return demand, Reservations.free(len(demand))
+    cap = capacity[groups.row]
+    full = (groups.fsum(bps) >= FULL_LINK * capacity)[groups.row]
+    held = ~np.isnan(limit) & (bps >= (1.0 - probe) * limit)
+    busy = full | held
+    q, level = state.quiet, state.level
+    released = q >= HOLD_PERIODS
+    rising = released & (bps > level + probe * minimum)
+    reserved = (q >= 0) & ~released
+    start = (q == _FREE) & busy | reserved & busy | rising
+    quiet = reserved & ~busy
+    q_next = np.where(start, 0, np.where(quiet, q + 1, q))
+    level_next = np.where(start, 0.0, np.where(quiet, np.maximum(level, bps), level))
+    q_next = np.where(under, q_next, _FREE)
+    level_next = np.where(under, level_next, 0.0)
+    hold = (q_next >= 0) & (q_next < HOLD_PERIODS)
+    out: FloatArray = np.where(hold, np.minimum(np.maximum(demand, minimum), cap), demand)
+    return out, Reservations(q_next.astype(np.int64), level_next)
+
+
 def limits(
     groups: Groups,
     capacity: FloatArray,

@@ -36,6 +36,7 @@ from sova.agent.registry import allocator_plugin, vf_policy
 from sova.agent.vf_policies import VFContext, VFPolicy
 from sova.driver_protocol import Driver
 from sova.model import (
+    VM,
     Action,
     AttachVF,
     DetachVF,
@@ -297,6 +298,8 @@ class HostAgent:
         self.spread_spare = plugin is not None and plugin.spread_spare
         self._bw_last: HostSample | None = None  # the bandwidth loop's previous reading
         self.limits: dict[str, float | None] = {}
+        # Guaranteed VMs' reservations (bandwidth.Reservations.entry; absent: none).
+        self.reservations: dict[str, tuple[int, float]] = {}
         # Operator fences from the manager (docs/operations.md#fencing): VMs (or the whole
         # host) whose VF assignment stays as it is — neither attached nor detached.
         self.vf_freeze_host = False
@@ -566,8 +569,13 @@ class HostAgent:
         capacity = np.array([actual.host.nic.capacity_bps])
         current = np.array([_nan(self.limits.get(vm)) for vm in flows])
         probe = self.config.probe
-        demand = bw.probe_demand(m.bps[keep], current, capacity[groups.row], probe)
+        bps = m.bps[keep]
+        demand = bw.probe_demand(bps, current, capacity[groups.row], probe)
         vms = [actual.vms[vm].vm for vm in flows]
+        if self.spread_spare:
+            # an allocator sharing out measured demand needs a congested guarantee's true
+            # demand (docs/design.md#guarantees); the published baselines read raw rates
+            demand = self._reserve(flows, vms, groups, capacity, bps, current, demand)
         rate, pps = bw.allocate(
             [self.allocator], groups, capacity, demand, m.packet_bytes[keep], vms.__getitem__
         )
@@ -579,6 +587,31 @@ class HostAgent:
         for act in actions:
             self.executor.apply(act, actual)
         return actions
+
+    def _reserve(
+        self,
+        flows: list[str],
+        vms: list[VM],
+        groups: Groups,
+        capacity: np.ndarray,
+        bps: np.ndarray,
+        current: np.ndarray,
+        demand: np.ndarray,
+    ) -> np.ndarray:
+        minimum = np.array([v.sla.bandwidth.minimum for v in vms], dtype=np.float64)
+        if not self.reservations and not (minimum > 0).any():
+            return demand  # no guarantee here: nothing to reserve or release
+        state = bw.Reservations.of([self.reservations.get(vm) for vm in flows])
+        out, state = bw.reserve_guarantees(
+            groups, capacity, bps, current, demand, minimum, self.config.probe, state
+        )
+        for k, vm in enumerate(flows):
+            entry = state.entry(k)
+            if entry is None:
+                self.reservations.pop(vm, None)
+            else:
+                self.reservations[vm] = entry
+        return out
 
     # ----------------------------------------------------------------- report
 

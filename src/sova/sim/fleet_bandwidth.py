@@ -61,6 +61,13 @@ class FleetBandwidth:
         self.saved = np.ones(engine.N, dtype=bool)
         self.saved_host = np.full(engine.N, -1, dtype=np.int64)
         self.saved_rate = np.full(engine.N, np.nan)
+        # Guaranteed VMs' reservations (bandwidth.Reservations), each held for the agent of
+        # host res_host[i]; written into that agent's record (HostAgent.reservations) when
+        # the VM is next measured on another host, and read back if it returns.
+        self.res_quiet = bw.Reservations.free(engine.N).quiet
+        self.res_level = np.zeros(engine.N)
+        self.res_host = np.full(engine.N, -1, dtype=np.int64)
+        self.guaranteed = bool((self.sla.minimum > 0).any())
 
     @classmethod
     def of(cls, engine: Engine, agents: Mapping[str, HostAgent]) -> FleetBandwidth | None:
@@ -78,7 +85,10 @@ class FleetBandwidth:
 
     def save(self, engine: Engine, idx: np.ndarray | None = None) -> None:
         """Write the landed limits not yet in their agents' records (of VMs ``idx``, or
-        all): before a record is read, and at the end of a run."""
+        all): before a record is read, and at the end of a run (all: the reservations too)."""
+        if idx is None:
+            for i in np.flatnonzero(self.res_host >= 0).tolist():
+                self._keep_reservation(engine, i)
         idx = np.flatnonzero(~self.saved) if idx is None else idx[~self.saved[idx]]
         hosts, rates = self.saved_host[idx].tolist(), self.saved_rate[idx].tolist()
         for i, h, r in zip(idx.tolist(), hosts, rates, strict=True):
@@ -108,7 +118,10 @@ class FleetBandwidth:
             self.limit_host[i] = fh[k]
         groups = Groups.of(fh, engine.H)
         current = self.limit[flows]
-        demand = bw.probe_demand(m.bps[flows], current, engine.capacity[fh], self.probe)
+        bps = m.bps[flows]
+        demand = bw.probe_demand(bps, current, engine.capacity[fh], self.probe)
+        if self.spread_spare and self.guaranteed:
+            demand = self._reserve(engine, flows, fh, groups, bps, current, demand)
         rate, pps = bw.allocate(
             self.allocators,
             groups,
@@ -157,6 +170,49 @@ class FleetBandwidth:
             rnd = _Round(idx)
             self.rounds.append(rnd)
             engine.env.schedule(CALL_DELAY_S, partial(self._land, engine, rnd))
+
+    def _reserve(
+        self,
+        engine: Engine,
+        flows: np.ndarray,
+        fh: np.ndarray,
+        groups: Groups,
+        bps: np.ndarray,
+        current: np.ndarray,
+        demand: np.ndarray,
+    ) -> np.ndarray:
+        """:meth:`HostAgent._reserve` for every host: each agent's own reservations."""
+        moved = np.flatnonzero(self.res_host[flows] != fh)
+        for k in moved.tolist():
+            i, h = int(flows[k]), int(fh[k])
+            if self.res_host[i] >= 0:
+                self._keep_reservation(engine, i)
+            back = bw.Reservations.of([self.agents[h].reservations.get(engine.vm_names[i])])
+            self.res_quiet[i], self.res_level[i] = back.quiet[0], back.level[0]
+            self.res_host[i] = h
+        state = bw.Reservations(self.res_quiet[flows], self.res_level[flows])
+        out, state = bw.reserve_guarantees(
+            groups,
+            engine.capacity,
+            bps,
+            current,
+            demand,
+            self.sla.minimum[flows],
+            self.probe,
+            state,
+        )
+        self.res_quiet[flows], self.res_level[flows] = state.quiet, state.level
+        return out
+
+    def _keep_reservation(self, engine: Engine, i: int) -> None:
+        """VM ``i``'s reservation into the record of the agent it was held for."""
+        held = bw.Reservations(self.res_quiet[i : i + 1], self.res_level[i : i + 1])
+        record = self.agents[int(self.res_host[i])].reservations
+        entry = held.entry(0)
+        if entry is None:
+            record.pop(engine.vm_names[i], None)
+        else:
+            record[engine.vm_names[i]] = entry
 
     def _land(self, engine: Engine, rnd: _Round) -> None:
         """The round's calls take effect (Engine._apply of each SetGuestRateLimit)."""
