@@ -171,8 +171,9 @@ def spec_reserve(
     limits: dict[str, float | None],
     probe: float,
     slas: dict[str, FlowDemand],
-    reservations: dict[str, tuple[int, float]],
+    reservations: dict[str, tuple[int, float, bool]],
     demand: dict[str, float],
+    fast: dict[str, bool],
 ) -> None:
     """A guaranteed VM's reservation (docs/design.md#guarantees), one VM at a time: updates
     ``reservations`` (absent: none) and raises a reserved VM's ``demand`` to its minimum."""
@@ -183,19 +184,21 @@ def spec_reserve(
         if not (m > 0 and r < m):
             reservations.pop(vm, None)  # at or over its minimum (or none): its reading
             continue
-        q, level = reservations.get(vm, (-1, 0.0))
+        q, level, was_fast = reservations.get(vm, (-1, 0.0, False))
+        if q >= 0 and was_fast != fast[vm]:
+            q, level = -1, 0.0  # a VF gained or lost: what it read then says nothing now
         cap = limits.get(vm)
         busy = full or (cap is not None and r >= (1.0 - probe) * cap)
         if q < 0:  # free: reserved at once if the reading may be congestion
             q, level = (0, 0.0) if busy else (-1, 0.0)
         elif q < hold:  # reserved: one more quiet period, or start again
             q, level = (0, 0.0) if busy else (q + 1, max(level, r))
-        elif r > level + probe * m:  # released, and sends more than it did then
+        elif r > (1.0 + probe / 2) * max(level, probe * m):  # released; sends more than then
             q, level = 0, 0.0
         if q < 0:
             reservations.pop(vm, None)
         else:
-            reservations[vm] = (q, level)
+            reservations[vm] = (q, level, fast[vm])
         if 0 <= q < hold:
             demand[vm] = min(max(demand[vm], m), capacity)
 
@@ -207,7 +210,8 @@ def spec_limits(
     probe: float,
     spread_spare: bool,
     slas: dict[str, FlowDemand],
-    reservations: dict[str, tuple[int, float]] | None = None,
+    reservations: dict[str, tuple[int, float, bool]] | None = None,
+    fast: dict[str, bool] | None = None,
 ) -> dict[str, tuple[float | None, float | None]]:
     """The agent's bandwidth period for one host as it was written before the kernels
     (HostAgent.bandwidth_step): the readable specification of sova.agent.bandwidth."""
@@ -218,8 +222,8 @@ def spec_limits(
         if cap is not None and rate_bps >= (1.0 - probe) * cap:
             demand = max(rate_bps, cap) * (1.0 + probe)
         want[vm] = min(demand, capacity)
-    if spread_spare and reservations is not None:
-        spec_reserve(capacity, bps, limits, probe, slas, reservations, want)
+    if spread_spare and reservations is not None and fast is not None:
+        spec_reserve(capacity, bps, limits, probe, slas, reservations, want, fast)
     demands = []
     for vm, demand in sorted(want.items()):
         d = slas[vm]
@@ -282,9 +286,11 @@ def test_limits_kernel_equals_the_per_host_loop(
         st.tuples(
             st.integers(0, bw.HOLD_PERIODS),
             st.floats(0, 2_500, allow_subnormal=False).map(lambda x: x * MBIT),
+            st.booleans(),
         ),
     )
     held = {d.vm: data.draw(states) for d in demands}
+    on_vf = {d.vm: data.draw(st.booleans()) for d in demands}
     reservations = {vm: s for vm, s in held.items() if s is not None}
     cur = np.array([math.nan if current[d.vm] is None else current[d.vm] for d in demands])
     row_cap = capacity[groups.row]
@@ -298,6 +304,7 @@ def test_limits_kernel_equals_the_per_host_loop(
             cur,
             demand,
             np.array([d.sla.bandwidth.minimum for d in demands]),
+            np.array([on_vf[d.vm] for d in demands]),
             probe,
             bw.Reservations.of([held[d.vm] for d in demands]),
         )
@@ -332,6 +339,7 @@ def test_limits_kernel_equals_the_per_host_loop(
                     spread,
                     {d.vm: d for d in fl},
                     reservations,
+                    on_vf,
                 )
             )
     assert got == want
@@ -544,7 +552,7 @@ def _run(
     list[object],
     list[float],
     dict[str, dict[str, float | None]],
-    dict[str, dict[str, tuple[int, float]]],
+    dict[str, dict[str, tuple[int, float, bool]]],
 ]:
     spec = next(p for p in scn.policy_specs if p.name == policy)
     world = World(scn, spec)

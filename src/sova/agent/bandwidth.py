@@ -67,28 +67,30 @@ class Reservations:
     (reserved: its demand is at least its minimum; the number of quiet periods so far) or
     ``HOLD_PERIODS`` (released: it showed it wants ``level``, what it read with room to send).
     ``level`` is the highest reading of the current quiet run (reserved) or the level it was
-    released at; 0.0 when free.
+    released at; 0.0 when free. ``fast``: the VM was on a VF when its state was last decided.
     """
 
     quiet: IntArray
     level: FloatArray
+    fast: BoolArray
 
     @classmethod
     def free(cls, n: int) -> Reservations:
-        return cls(np.full(n, _FREE, dtype=np.int64), np.zeros(n))
+        return cls(np.full(n, _FREE, dtype=np.int64), np.zeros(n), np.zeros(n, dtype=bool))
 
     @classmethod
-    def of(cls, states: Sequence[tuple[int, float] | None]) -> Reservations:
+    def of(cls, states: Sequence[tuple[int, float, bool] | None]) -> Reservations:
         """From a record's entries (``None``: free)."""
         return cls(
             np.array([_FREE if s is None else s[0] for s in states], dtype=np.int64),
             np.array([0.0 if s is None else s[1] for s in states], dtype=np.float64),
+            np.array([False if s is None else s[2] for s in states], dtype=bool),
         )
 
-    def entry(self, k: int) -> tuple[int, float] | None:
+    def entry(self, k: int) -> tuple[int, float, bool] | None:
         """Flow ``k``'s state for a record (``None``: free, nothing to keep)."""
         q = int(self.quiet[k])
-        return None if q == _FREE else (q, float(self.level[k]))
+        return None if q == _FREE else (q, float(self.level[k]), bool(self.fast[k]))
 
 
 def reserve_guarantees(
@@ -98,6 +100,7 @@ def reserve_guarantees(
     limit: FloatArray,
     demand: FloatArray,
     minimum: FloatArray,
+    fast: BoolArray,
     probe: float,
     state: Reservations,
 ) -> tuple[FloatArray, Reservations]:
@@ -108,8 +111,11 @@ def reserve_guarantees(
     congestion leaves it: it is reserved at once (demand at least its minimum). It is
     released after ``HOLD_PERIODS`` periods in a row under its minimum, below its cap, on a
     link with headroom (its reading was then its demand), and stays released — no
-    reservation on a full link — until it reads ``probe · minimum`` more than it read then.
-    ``capacity`` is per host, the rest per flow.
+    reservation on a full link — until it reads more than ``1 + probe/2`` times the most it
+    read then (counted as at least ``probe · minimum``): one probing step up, with half a
+    step's margin for a steady VM's noise. A VM that gained or lost its VF (``fast``: on a
+    VF now) starts again from no reservation: what it read on its old path says nothing
+    about the new one. ``capacity`` is per host, the rest per flow.
     """
     under = (minimum > 0) & (bps < minimum)
     if not under.any():
@@ -118,9 +124,11 @@ def reserve_guarantees(
     full = (groups.fsum(bps) >= FULL_LINK * capacity)[groups.row]
     held = ~np.isnan(limit) & (bps >= (1.0 - probe) * limit)
     busy = full | held
-    q, level = state.quiet, state.level
+    moved = state.fast != fast
+    q = np.where(moved, _FREE, state.quiet)
+    level = np.where(moved, 0.0, state.level)
     released = q >= HOLD_PERIODS
-    rising = released & (bps > level + probe * minimum)
+    rising = released & (bps > (1.0 + probe / 2) * np.maximum(level, probe * minimum))
     reserved = (q >= 0) & ~released
     start = (q == _FREE) & busy | reserved & busy | rising
     quiet = reserved & ~busy
@@ -130,7 +138,8 @@ def reserve_guarantees(
     level_next = np.where(under, level_next, 0.0)
     hold = (q_next >= 0) & (q_next < HOLD_PERIODS)
     out: FloatArray = np.where(hold, np.minimum(np.maximum(demand, minimum), cap), demand)
-    return out, Reservations(q_next.astype(np.int64), level_next)
+    kept = q_next != _FREE
+    return out, Reservations(q_next.astype(np.int64), level_next, kept & fast)
 
 
 def limits(

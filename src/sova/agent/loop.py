@@ -299,7 +299,7 @@ class HostAgent:
         self._bw_last: HostSample | None = None  # the bandwidth loop's previous reading
         self.limits: dict[str, float | None] = {}
         # Guaranteed VMs' reservations (bandwidth.Reservations.entry; absent: none).
-        self.reservations: dict[str, tuple[int, float]] = {}
+        self.reservations: dict[str, tuple[int, float, bool]] = {}
         # Operator fences from the manager (docs/operations.md#fencing): VMs (or the whole
         # host) whose VF assignment stays as it is — neither attached nor detached.
         self.vf_freeze_host = False
@@ -575,7 +575,8 @@ class HostAgent:
         if self.spread_spare:
             # an allocator sharing out measured demand needs a congested guarantee's true
             # demand (docs/design.md#guarantees); the published baselines read raw rates
-            demand = self._reserve(flows, vms, groups, capacity, bps, current, demand)
+            fast = np.array([actual.vms[vm].nic is NicKind.VF for vm in flows], dtype=bool)
+            demand = self._reserve(flows, vms, fast, groups, capacity, bps, current, demand)
         rate, pps = bw.allocate(
             [self.allocator], groups, capacity, demand, m.packet_bytes[keep], vms.__getitem__
         )
@@ -592,6 +593,7 @@ class HostAgent:
         self,
         flows: list[str],
         vms: list[VM],
+        fast: np.ndarray,
         groups: Groups,
         capacity: np.ndarray,
         bps: np.ndarray,
@@ -603,7 +605,7 @@ class HostAgent:
             return demand  # no guarantee here: nothing to reserve or release
         state = bw.Reservations.of([self.reservations.get(vm) for vm in flows])
         out, state = bw.reserve_guarantees(
-            groups, capacity, bps, current, demand, minimum, self.config.probe, state
+            groups, capacity, bps, current, demand, minimum, fast, self.config.probe, state
         )
         for k, vm in enumerate(flows):
             entry = state.entry(k)

@@ -204,7 +204,9 @@ class AllocatorPlugin:
     needs_static_caps: bool = False
     # Its allocations are fair shares of what was measured, not caps: the agent spreads the
     # capacity nobody was allocated over them, so a bursty VM is not held at its mean rate
-    # while the link idles (the published baselines keep their own caps).
+    # while the link idles (the published baselines keep their own caps). Being shares of
+    # demand, they also get a congested guarantee's minimum as its demand
+    # (docs/design.md#guarantees); the baselines read raw rates.
     spread_spare: bool = False
 
     def build(self, static_caps: Mapping[str, float]) -> BandwidthAllocator:

@@ -66,6 +66,7 @@ class FleetBandwidth:
         # the VM is next measured on another host, and read back if it returns.
         self.res_quiet = bw.Reservations.free(engine.N).quiet
         self.res_level = np.zeros(engine.N)
+        self.res_fast = np.zeros(engine.N, dtype=bool)
         self.res_host = np.full(engine.N, -1, dtype=np.int64)
         self.guaranteed = bool((self.sla.minimum > 0).any())
 
@@ -189,8 +190,9 @@ class FleetBandwidth:
                 self._keep_reservation(engine, i)
             back = bw.Reservations.of([self.agents[h].reservations.get(engine.vm_names[i])])
             self.res_quiet[i], self.res_level[i] = back.quiet[0], back.level[0]
+            self.res_fast[i] = back.fast[0]
             self.res_host[i] = h
-        state = bw.Reservations(self.res_quiet[flows], self.res_level[flows])
+        state = bw.Reservations(self.res_quiet[flows], self.res_level[flows], self.res_fast[flows])
         out, state = bw.reserve_guarantees(
             groups,
             engine.capacity,
@@ -198,15 +200,19 @@ class FleetBandwidth:
             current,
             demand,
             self.sla.minimum[flows],
+            engine.on_vf[flows],
             self.probe,
             state,
         )
         self.res_quiet[flows], self.res_level[flows] = state.quiet, state.level
+        self.res_fast[flows] = state.fast
         return out
 
     def _keep_reservation(self, engine: Engine, i: int) -> None:
         """VM ``i``'s reservation into the record of the agent it was held for."""
-        held = bw.Reservations(self.res_quiet[i : i + 1], self.res_level[i : i + 1])
+        held = bw.Reservations(
+            self.res_quiet[i : i + 1], self.res_level[i : i + 1], self.res_fast[i : i + 1]
+        )
         record = self.agents[int(self.res_host[i])].reservations
         entry = held.entry(0)
         if entry is None:
