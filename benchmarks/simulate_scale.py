@@ -419,6 +419,41 @@ alone takes 3.9 of it, before the interpreter and imports (~0.9), the scenario's
 10x needs the physics itself cut several-fold (ticks skipped where nothing changes, or
 fused) and a fleet-scale timeline that is not a 111 MB CSV, not only the controller's
 per-host Python removed.
+
+Issue 23, sixth session, branch speedsettle: the settled hosts' period without per-host
+policy objects. Of the host-periods of 1,000 x 3 x 300 s, 92.4 % (27,732 of 30,000) are
+settled: the kernel's holders are the ones the host has, at no rate, nothing in flight or
+leaving. Their agents no longer run ``HostAgent.step`` (the VF policy's context, a
+``VFDecision`` with its gq and reasons, a ``Decision``, an operation table, a
+``StepReport``): the world hands them the PQ and ranking (``vfkernel.Decisions.queues``,
+slices of lists over all hosts) and ``HostAgent.settle`` leaves the records the step would
+(dwell starts, desired holders, ranking, snapshot, loads; tests/test_fleet_control.py
+compares every agent's records after every period against agents stepping alone, and
+test_vfkernel.py the queues against ``vfsched.schedule`` on 400 random heterogeneous
+clusters). The manager takes each agent's report as its parts
+(``HostAgent.report_parts``), no ``HostReport`` object. Golden outputs unchanged. Under
+cProfile (one run each, shares of the world's ``advance``): the agents' steps 18 % ->
+11 % (27,732 settles ~5 %, the 2,268 remaining steps with their reconciles ~6 %).
+``--sim-only``, CPU seconds, before (main 5d2e5dd, ``--sova-src``) and after alternating,
+5 pairs at 1,000 x 3 and 2 at 1,000 x 20, load average 8.7-10.6 on the 2 cores
+(2026-11-27):
+
+    size (hosts x VMs x s)   before: CPU s           after: CPU s            VM-steps per CPU-s
+    1,000 x 3 x 300          2.64 (2.31-3.35)        2.53 (1.97-3.10)        341 k -> 356 k
+    1,000 x 20 x 300         9.73 (9.48, 9.97)       9.49 (8.94, 10.03)      617 k -> 632 k
+    (paired at 1,000 x 3: after - before = -0.55, -0.34, +0.03, -0.25, -0.60 s; median -0.34)
+
+So ~10 % less CPU at 3 VMs a host and none measurable at 20, within this load's noise: the
+profile's per-host share overstated the real cost (cProfile charges every Python call).
+What remains per host in the control period: the settled hosts' inventories (built for the
+agents' snapshots; ~75 % of the VMs change a guest limit every period), each host's
+sensing ``Sensed`` and ``Loads``, the manager's per-host ingest (a validated
+``Utilisation`` and a ``VMLoadReports`` a host, its deque and ring); and, larger at 20 VMs,
+the bandwidth loop and the engine's tick, outside this branch.
+The issue's workload through ``sova simulate`` itself (1,000 x 3, one simulated hour,
+outputs and report included), one run each, after then before (``--sova-src``), load
+7.5-8.3: before 230.3 s wall / 41.8 CPU-s / 149 MiB, after 163.8 s / 35.9 CPU-s / 149 MiB
+(0.86x the CPU; single runs at this load swing ~15 %).
 """
 
 from __future__ import annotations

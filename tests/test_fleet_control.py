@@ -10,11 +10,29 @@ from typing import Any
 
 import pytest
 
-from sova.agent.loop import StepReport
+from sova.agent.loop import HostAgent, StepReport
 from sova.scenario import Scenario, load_sweep
 from sova.sim.world import World
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _records(a: HostAgent) -> tuple[Any, ...]:
+    """What an agent keeps from one period to the next (its step's effect on itself)."""
+    return (
+        dict(a.vf_since),
+        list(a.vf_since),
+        dict(a._last_desired),
+        list(a._last_desired),
+        a._last_ranking,
+        a._ops_this_period,
+        a._measured,
+        a.snapshot,
+        a.last_load,
+        dict(a.last_vm_loads),
+        dict(a.migrating),
+        a.signalled,
+    )
 
 
 def _run(scn: Scenario, policy: str, fleet: bool) -> tuple[list[Any], ...]:
@@ -22,18 +40,22 @@ def _run(scn: Scenario, policy: str, fleet: bool) -> tuple[list[Any], ...]:
     world = World(scn, spec)
     if not fleet:
         world._control = None  # every agent schedules its own host
-    steps: list[tuple[str, StepReport]] = []
+    steps: list[tuple[str, StepReport | None]] = []
+    kept: list[tuple[str, tuple[Any, ...]]] = []
     record = world._record
 
-    def keep(t: float, reports: dict[str, StepReport]) -> None:
+    def keep(t: float, reports: dict[str, StepReport | None]) -> None:
         steps.extend(reports.items())
+        kept.extend((h, _records(a)) for h, a in world.agents.items())
         record(t, reports)
 
     world._record = keep  # type: ignore[method-assign]
     run = world.run_until(scn.duration)
     eng = world.engine
     reports = [
-        (
+        (h, None)
+        if r is None
+        else (
             h,
             r.time_s,
             r.decision,
@@ -46,7 +68,7 @@ def _run(scn: Scenario, policy: str, fleet: bool) -> tuple[list[Any], ...]:
         for h, r in steps
     ]
     state = (eng.on_vf.tolist(), eng.vf_max.tolist(), eng.host.tolist())
-    return reports, list(run.timeline), list(run.events), list(run.decisions), [state]
+    return reports, kept, list(run.timeline), list(run.events), list(run.decisions), [state]
 
 
 def _scenario(name: str, duration: float, **scheduler: Any) -> Scenario:
@@ -75,9 +97,18 @@ def test_world_schedules_as_each_agent_alone(
     scn = _scenario(name, duration, **scheduler)
     fast = _run(scn, policy, fleet=True)
     slow = _run(scn, policy, fleet=False)
-    assert any(r[2] is not None for r in fast[0])  # the kernel's decisions were taken
-    for got, want in zip(fast, slow, strict=True):
-        assert got == want
+    assert any(r[1] is not None and r[2] is not None for r in fast[0])  # kernel decisions
+    # a settled host's agent made no report (HostAgent.settle): its own step planned
+    # nothing and chose no migration; the others' reports are the agents' own
+    assert any(r[1] is None for r in fast[0])
+    for got, want in zip(fast[0], slow[0], strict=True):
+        if got[1] is None:
+            assert got[0] == want[0] and want[5] == [] and want[7] is None
+        else:
+            assert got == want
+    # every agent's records after every period, settled or not, are its own step's
+    for got_all, want_all in zip(fast[1:], slow[1:], strict=True):
+        assert got_all == want_all
 
 
 def test_settled_hosts_plan_nothing_and_moving_hosts_act() -> None:
@@ -93,8 +124,13 @@ def test_settled_hosts_plan_nothing_and_moving_hosts_act() -> None:
 
     def spy(*args: Any) -> Any:
         out = decide(*args)
-        for s in out.values():
-            seen.append((s.vf is not None, s.settled))
+        for h, s in out.items():
+            # settled: decided by the world, handed only holders and ranking
+            seen.append((s.vf is not None or h in control.settled, h in control.settled))
+            if h in control.settled:
+                actual, pq, _ = control.settled[h]
+                assert set(pq) == actual.vf_holders, h
+                assert all(actual.vms[vm].vf_max_bps is None for vm in pq), h
         return out
 
     control.decide = spy  # type: ignore[method-assign]

@@ -90,9 +90,6 @@ class Sensed:
     # the host's VF scheduling when the world ran the kernel for every host at once
     # (what the agent's VF policy would decide: no signal, fence or operation in flight)
     vf: VFDecision | None = None
-    # the world found the decided VF holders and rates already in place, nothing in
-    # flight and nothing leaving: the period has nothing to reconcile
-    settled: bool = False
     # the host's inventory when the world read it for the agent (what driver.inventory()
     # would return now)
     actual: Inventory | None = None
@@ -464,8 +461,7 @@ class HostAgent:
 
     def step(self, sensed: Sensed | None = None) -> StepReport:
         """One control period: sense (or take ``sensed``), decide, plan, apply."""
-        if sensed is None or not sensed.settled:
-            self.executor.poll()  # (a settled host has nothing in flight)
+        self.executor.poll()
         now = self.driver.now()
         if sensed is not None and sensed.actual is not None:
             actual = self.snapshot = sensed.actual
@@ -485,13 +481,41 @@ class HostAgent:
         self._last_desired = d.desired
         self._last_ranking = d.vf.ranking if d.vf else tuple(d.desired)
         self._ops_this_period = 0
-        settled = sensed is not None and sensed.settled and d.migration is None
-        planned = [] if settled else self._reconcile(actual)
+        planned = self._reconcile(actual)
         leaving = dict(self.migrating)
         table = OperationTable(actual, d.desired, leaving, self.vf_policy.grants_vfs)
         return StepReport(
             now, factors, actual, d.vf, d.desired, planned, load, leaving, table, d.migration
         )
+
+    def settle(
+        self,
+        sensed: Sensed,
+        actual: Inventory,
+        pq: tuple[str, ...],
+        ranking: tuple[str, ...],
+    ) -> None:
+        """A period found *settled* outside the agent: the scheduling kernel's holders
+        ``pq`` (its ``ranking``) are the ones the host has, at no rate, with the host
+        measured, nothing in flight or leaving, no signal, fence or tier. :meth:`step`
+        would plan nothing then; this leaves the agent's records as that step would
+        (tests/test_fleet_control.py holds the two equal) without its report, so a
+        simulated world of thousands of hosts spends per-host Python only where
+        something changes."""
+        now = self.driver.now()
+        self.snapshot = actual
+        if sensed.loads is not None:
+            self._take_loads(sensed.loads)
+        else:
+            self._observe(self.driver.sample(), actual, True)
+        self._measured = sensed.measured
+        self._signal = None
+        since = self.vf_since
+        for vm in pq:  # the holders (note_holders' record; a settled host's PQ is them)
+            since.setdefault(vm, now)
+        self._last_desired = dict.fromkeys(pq)
+        self._last_ranking = ranking
+        self._ops_this_period = 0
 
     def poll(self) -> list[Outcome]:
         """Between periods: collect finished operations, use freed VFs at once."""
@@ -620,6 +644,15 @@ class HostAgent:
     def host_report(self) -> HostReport | None:
         """What the manager needs from this host, from the last period's snapshot: its
         latest load (the manager keeps the history) and per-VM loads."""
+        parts = self.report_parts()
+        if parts is None:
+            return None
+        load, vms, capacity = parts
+        return HostReport(history=(load,), vms=vms, capacity=capacity)
+
+    def report_parts(self) -> tuple[Utilisation, Mapping[str, VMLoad], HostCapacity] | None:
+        """:meth:`host_report`'s parts as ``ManagerCore.ingest_many`` takes them (a
+        simulated world hands every host's to its manager without the report object)."""
         s, actual = self.last_load, self.snapshot
         if s is None or actual is None:
             return None
@@ -633,11 +666,7 @@ class HostAgent:
                 h,
                 HostCapacity(float(h.cores), float(h.memory_bytes), h.nic.capacity_bps),
             )
-        return HostReport(
-            history=(Utilisation(s.cpu, s.mem, s.net),),
-            vms=self._vm_load_reports(actual),
-            capacity=known[1],
-        )
+        return Utilisation(s.cpu, s.mem, s.net), self._vm_load_reports(actual), known[1]
 
 
 def _nan(x: float | None) -> float:

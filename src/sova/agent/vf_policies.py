@@ -110,9 +110,7 @@ class DsrIov(VFPolicy):
 
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         actual = ctx.actual
-        for vm, st in actual.vms.items():  # the holders (no set of them built)
-            if st.nic is NicKind.VF:
-                ctx.vf_since.setdefault(vm, ctx.now)
+        note_holders(actual, ctx.vf_since, ctx.now)
         if not ctx.measured:
             # Warm-up after a (re)start: no VM has a measured period yet, so "no traffic"
             # only means "not measured". Keep the eligible holders instead of revoking
@@ -133,6 +131,14 @@ class DsrIov(VFPolicy):
                 ctx.candidates, holders, actual.host.nic.vf_pool, ctx.now, ctx.scheduler
             )
         return decision, ctx.with_tiers(list(decision.pq))
+
+
+def note_holders(actual: Inventory, vf_since: MutableMapping[str, float], now: float) -> None:
+    """A scheduling policy's record of when each VM got its VF: the holders it finds (one
+    attached before the agent ran) count from ``now``."""
+    for vm, st in actual.vms.items():  # the holders (no set of them built)
+        if st.nic is NicKind.VF:
+            vf_since.setdefault(vm, now)
 
 
 class Sova(DsrIov):

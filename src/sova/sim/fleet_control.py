@@ -12,9 +12,12 @@ with the manager's migration signal (the chosen VM stops being a candidate) or w
 operator fences.
 
 A host whose decided holders are the ones it has, at the rates it has, with nothing in
-flight and nothing leaving, is *settled* (``Sensed.settled``): its agent skips the
-reconcile, which would plan nothing. So the executor, the planner and the operations run
-only on hosts where something happens.
+flight and nothing leaving, is *settled* (:attr:`FleetControl.settled`): its step would
+plan nothing, so its agent takes only the holders and ranking
+(:meth:`~sova.agent.loop.HostAgent.settle`: the records the step would leave, no
+``VFDecision``, ``Decision`` or ``StepReport``). So the policy's objects, the executor,
+the planner and the operations run only on hosts where something happens (about 8 % of
+the host-periods of benchmarks/simulate_scale.py).
 
 The timeline rows of the hosts the world decided for come from the same arrays
 (:class:`Rows`, ``World._decided_values``: the sensing's factors and the inventory columns
@@ -68,6 +71,8 @@ class FleetControl:
         self.members: list[list[int]] = []
         # this period's hosts the world decided for, as timeline rows (see rows())
         self.decided: Rows | None = None
+        # this period's settled hosts (see decide): host -> (inventory, PQ, ranking)
+        self.settled: dict[str, tuple[Inventory, tuple[str, ...], tuple[str, ...]]] = {}
 
     @staticmethod
     def applies(agents: dict[str, HostAgent]) -> bool:
@@ -82,9 +87,12 @@ class FleetControl:
         sensed: dict[str, Sensed],
         factors: SensedFactors,
     ) -> dict[str, Sensed]:
-        """Each host's sensing with its VF decision where the world can make it."""
+        """Each host's sensing with its VF decision where the world can make it; the
+        settled hosts' holders and ranking go to :attr:`settled` instead (their agents
+        take them with :meth:`~sova.agent.loop.HostAgent.settle`)."""
         e = engine
         self.decided = None
+        self.settled = {}
         now = e.env.now
         host = e.host
         hosts = e.host_names
@@ -153,12 +161,20 @@ class FleetControl:
             self.state[0][:, members],
             now,
         )
-        vfs = decisions.of_hosts(by_host_l, m_cut, ranked_l, r_cut, pool, mine_l)
-        for hi, vf in zip(mine_l, vfs, strict=True):
+        # a settled host's agent takes its holders and ranking (HostAgent.settle); the
+        # others their whole decision
+        quiet = [settled_l[hi] and not agents[hosts[hi]].migrating for hi in mine_l]
+        busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
+        calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
+        vfs = decisions.of_hosts(by_host_l, m_cut, ranked_l, r_cut, pool, busy)
+        for hi, vf in zip(busy, vfs, strict=True):
             h = hosts[hi]
             s = sensed[h]
-            quiet = settled_l[hi] and not agents[h].migrating
-            out[h] = Sensed(s.factors, s.measured, s.loads, vf, quiet, inventories[h])
+            out[h] = Sensed(s.factors, s.measured, s.loads, vf, inventories[h])
+        self.settled = {
+            hosts[hi]: (inventories[hosts[hi]], *q)
+            for hi, q in zip(calm, decisions.queues(ranked_l, r_cut, calm), strict=True)
+        }
         return out
 
     def _inventories(self, e: Engine, hosts: list[int]) -> dict[str, Inventory]:

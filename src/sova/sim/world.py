@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -28,7 +28,7 @@ from sova.agent.loop import HostAgent, StepReport
 from sova.agent.registry import vf_policy
 from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
-from sova.model import Migrate, SetGuestRateLimit
+from sova.model import Inventory, Migrate, SetGuestRateLimit
 from sova.record import (
     NONE,
     ColumnBlock,
@@ -290,14 +290,25 @@ class World:
         if phase == STEP and self._sensing is not None:
             sensed = self._sensing.sense(self.engine)
             factors = self._sensing.factors
+            settled: dict[str, tuple[Inventory, tuple[str, ...], tuple[str, ...]]] = {}
             if self._control is not None and factors is not None:
                 sensed = self._control.decide(self.engine, self.agents, sensed, factors)
-            self._record(t, {h: a.step(sensed[h]) for h, a in self.agents.items()})
+                settled = self._control.settled
+            # a settled host's rows come from the world's arrays (_decided_block): no report
+            reports: dict[str, StepReport | None] = {}
+            for h, a in self.agents.items():
+                q = settled.get(h)
+                if q is None:
+                    reports[h] = a.step(sensed[h])
+                else:
+                    a.settle(sensed[h], *q)
+                    reports[h] = None
+            self._record(t, reports)
             self._plan(t)
             return
-        reports = {h: act(a, phase) for h, a in self.agents.items()}
+        acted = {h: act(a, phase) for h, a in self.agents.items()}
         if phase == STEP:
-            self._record(t, {h: r for h, r in reports.items() if r is not None})
+            self._record(t, {h: r for h, r in acted.items() if r is not None})
             self._plan(t)
 
     def run_until(self, until: float, progress: Callable[[int], None] | None = None) -> PolicyRun:
@@ -315,10 +326,9 @@ class World:
     def _plan(self, t: float) -> None:
         if self.manager is None:
             return
-        reports = ((h, agent.host_report()) for h, agent in self.agents.items())
-        self.manager.ingest_many(
-            (h, rep.history[-1], rep.vms, rep.capacity) for h, rep in reports if rep is not None
-        )
+        # each agent's host_report as its parts: nothing here reads the report object
+        parts = ((h, agent.report_parts()) for h, agent in self.agents.items())
+        self.manager.ingest_many((h, *p) for h, p in parts if p is not None)
         before = len(self.manager.log)
         result = self.manager.plan(t)
         for d in self.manager.log[before:]:
@@ -369,7 +379,9 @@ class World:
         st.host_cpu.add(eng.host_cpu_util)
         st.series_vm_tx.append(eng.tx / 1e6)
 
-    def _record(self, t: float, reports: dict[str, StepReport]) -> None:
+    def _record(self, t: float, reports: Mapping[str, StepReport | None]) -> None:
+        """The period's timeline rows; a host without a report (settled: ``None``) is one
+        the world decided for, whose rows come from its arrays."""
         eng = self.engine
         # the engine's arrays read once per period, not once per row
         offered, resp_s, kind = eng.offered.tolist(), eng.resp_s.tolist(), eng.kind.tolist()
@@ -383,6 +395,7 @@ class World:
         decided = self._decided_block()
         if decided is None:
             for host, report in reports.items():
+                assert report is not None
                 timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
             return
         at, cut, (_, numbers, texts) = decided
@@ -408,6 +421,7 @@ class World:
             if k is not None:
                 run = [k, k]
             else:
+                assert report is not None  # (settled hosts are decided ones)
                 timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
         if run:
             put(*run)
