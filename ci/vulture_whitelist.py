@@ -11,6 +11,7 @@ _: object
 _.unregister  # unused method (src/sova/agent/registry.py:101)
 _.submitted  # unused method (src/sova/driver/base.py:83)
 _.add_event_listener  # unused method (src/sova/driver/libvirt_driver/driver.py:368)
+_.budget_s  # unused method (src/sova/driver/libvirt_driver/connection.py:127)
 DriverActuator  # unused class (src/sova/orchestrator/libvirt.py:18)
 proposals_from_signals  # unused function (src/sova/orchestrator/recommend.py:41)
 _.effective_bps  # unused method (src/sova/policy/bandwidth.py:104)

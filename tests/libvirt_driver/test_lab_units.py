@@ -72,7 +72,7 @@ def _domain_with(iface_xml: str) -> str:
 
 
 def test_lab_nic_plug_xml_is_recognised_as_the_held_slot():
-    nic = LabNic(conn=None, bridge="svl-fast", taps=("svl1f0", "svl1f1"), speed_mbit=300)
+    nic = LabNic(conn=lambda: None, bridge="svl-fast", taps=("svl1f0", "svl1f1"), speed_mbit=300)
     backup = DomainNic(type="bridge", mac="52:54:00:77:00:01", model="virtio", alias="ua-backup")
     xml = nic.plug_xml(backup, "svl1f1", pairing=False)
     assert "<teaming" not in xml  # libvirt refuses transient teaming on a virtio NIC

@@ -366,8 +366,19 @@ class AgentDaemon:
                 try:
                     self.do_phase(phase)
                 except DriverError as exc:
-                    # The host's API failed this once; the next period reads it afresh.
-                    log.warning("%s phase failed: %s", phase.label, exc)
+                    # The host's API failed (libvirt down, or a connection the driver could
+                    # not replace): nothing is decided from what was read before. The host
+                    # is adopted as found again before the next decision, since actions and
+                    # events may have been lost meanwhile.
+                    self.metrics.skipped.labels(phase.label).inc()
+                    log.warning(
+                        "%s phase skipped, nothing decided: %s; the host is reconciled "
+                        "before the next decision",
+                        phase.label,
+                        exc,
+                    )
+                    reconciled = False
+                    break
 
 
 def _finite(x: float) -> float:

@@ -140,6 +140,13 @@ class AgentMetrics:
             ["result"],
             registry=r,
         )
+        self.skipped = Counter(
+            "sova_agent_phases_skipped_total",
+            "phases that decided nothing because the host could not be read (the driver "
+            "failed: libvirt down or unreachable after bounded reconnect attempts)",
+            ["loop"],
+            registry=r,
+        )
         self.manager_up = Gauge(
             "sova_agent_manager_up", "1 if the last report reached the manager", registry=r
         )

@@ -11,6 +11,12 @@ SR-IOV hosts rather than what the happy path needs:
   ACPI eject): completion is confirmed by libvirt's DEVICE_ADDED / DEVICE_REMOVED /
   DEVICE_REMOVAL_FAILED events with a timeout, cross-checked against the live XML (events
   can be missed across a reconnect), and retried a bounded number of times.
+* The connection does not outlive its daemon: a restarted ``libvirtd`` leaves the old one
+  dead. Every read of the host and every action first asks the :class:`LibvirtLink` for a
+  live connection; a dead one is replaced (bounded attempts with back-off), the domain
+  events are registered again on the new one, and the fast paths are adopted from the live
+  XML, the truth after a gap in which events were missed. When no connection can be had,
+  the read raises :class:`DriverError` and the agent decides nothing that period.
 * ``submit`` never blocks: each action runs on a daemon worker thread, actions on the same
   VM are serialised, and ``poll`` reports progress. Every wait has a deadline.
 * Capabilities are probed on the NIC, not assumed (see :mod:`sova.driver.netlink_vf`).
@@ -42,6 +48,8 @@ from typing import Any
 from sova.driver.base import Capabilities, DriverError, OpState, OpStatus
 from sova.driver.guest_agent import GuestAgent, GuestAgentError, htb_script
 from sova.driver.libvirt_driver.connection import (
+    LibvirtLink,
+    ReconnectPolicy,
     ensure_event_loop,
     open_connection,
     require_libvirt,
@@ -139,6 +147,11 @@ class LibvirtDriverConfig:
     sampling: str = "host"  # "host" (black box) or "guest-agent" (gray box, docs/design.md#sensing)
     max_workers: int = 4
     keepalive: tuple[int, int] = (5, 3)  # interval s, count: a dead remote host fails fast
+    # A dead connection (its daemon restarted) is replaced before the next read or action:
+    # this many opens, each bounded by connect_timeout_s, back-off 1, 2, 4 ... x this.
+    reconnect_attempts: int = 3
+    reconnect_backoff_s: float = 1.0
+    connect_timeout_s: float = 10.0
     # Strategies (docs/lab.md): where the fast NIC comes from, and what keeps the VM's
     # network up while it comes and goes. Production: sriov-vf + teaming.
     fast_path: str = "sriov-vf"  # "sriov-vf" | "lab-nic"
@@ -184,6 +197,12 @@ class LibvirtDriverConfig:
             raise ValueError(f"sampling: {self.sampling!r} is not 'host' or 'guest-agent'")
         if self.host_totals not in ("node", "domains"):
             raise ValueError(f"host_totals: {self.host_totals!r} is not 'node' or 'domains'")
+        if self.reconnect_attempts < 1:
+            raise ValueError(f"reconnect_attempts: {self.reconnect_attempts!r} must be >= 1")
+        for k in ("reconnect_backoff_s", "connect_timeout_s"):
+            v = getattr(self, k)
+            if not v > 0:
+                raise ValueError(f"{k}: {v!r} must be > 0")
         for k in ("host_cpus", "host_memory_mib"):
             v = getattr(self, k)
             if v is not None and v < 1:
@@ -248,10 +267,15 @@ class LibvirtDriver:
         agent: GuestAgent | None = None,
     ) -> None:
         self.config = config
-        self._conn = conn if conn is not None else open_connection(config.uri, config.read_only)
-        if conn is None and config.keepalive[0] > 0:
-            with contextlib.suppress(Exception):  # local/test URIs have no keepalive
-                self._conn.setKeepAlive(*config.keepalive)
+        self._link = LibvirtLink(
+            config.uri,
+            lambda: open_connection(config.uri, config.read_only, config.connect_timeout_s),
+            ReconnectPolicy(
+                config.reconnect_attempts, config.reconnect_backoff_s, config.connect_timeout_s
+            ),
+            config.keepalive,
+            conn=conn,
+        )
         self._netlink = netlink
         self._agent = agent
         self._hub = EventHub()
@@ -271,12 +295,49 @@ class LibvirtDriver:
         self._callback_ids: list[int] = []
         self._fast: FastPathSource = (
             LabNic(
-                self._conn, config.lab_nic_bridge, config.lab_nic_taps, config.lab_nic_speed_mbit
+                self._current_conn,
+                config.lab_nic_bridge,
+                config.lab_nic_taps,
+                config.lab_nic_speed_mbit,
             )
             if config.fast_path == "lab-nic"
-            else SriovVF(self._conn, config.pf, config.sysfs_root, lambda: self._netlink)
+            else SriovVF(self._current_conn, config.pf, config.sysfs_root, lambda: self._netlink)
         )
         self._register_events()
+
+    @property
+    def _conn(self) -> Any:
+        """The link's connection now: never kept, so a replaced one is never used."""
+        return self._link.conn
+
+    def _current_conn(self) -> Any:
+        return self._link.conn
+
+    @property
+    def reconnects(self) -> int:
+        """Connections opened after the first (the daemon restarted or went away)."""
+        return self._link.generation
+
+    def _connected(self) -> None:
+        """Before reading the host or acting on it: a dead connection is replaced, or
+        :class:`DriverError` says why there is none (nothing is read from the dead one).
+
+        After a replacement the events are registered again (those of the old connection
+        died with it), a ``reconnected`` marker tells event readers that the history before
+        it has gaps, and the fast paths are adopted from the live XML as after a restart."""
+        if not self._link.ensure():
+            return
+        _log.warning(
+            "libvirt connection %d opened: events registered again, fast paths adopted "
+            "from the live XML",
+            self.reconnects + 1,
+        )
+        self._callback_ids.clear()
+        self._hub.post("reconnected", "")
+        self._register_events()
+        if not self.config.read_only:
+            for note in self.adopt_fast_paths():
+                _log.info("after reconnecting: %s", note)
 
     @property
     def _failover(self) -> Failover:
@@ -406,6 +467,7 @@ class LibvirtDriver:
         return self.capabilities()
 
     def _probe(self) -> Capabilities:
+        self._connected()
         pf = self.pf_view()
         notes = list(pf.notes)
         pool = len(pf.vfs) if self.config.vf_pool is None else min(self.config.vf_pool, len(pf.vfs))
@@ -461,6 +523,7 @@ class LibvirtDriver:
     def vm_reports(self) -> list[VMReport]:
         """Per-VM findings for the operator: failover readiness and the VF each holds."""
         lv = _require_libvirt()
+        self._connected()
         pf = self.pf_view()
         out: list[VMReport] = []
         for dom in self._conn.listAllDomains(0):
@@ -490,6 +553,7 @@ class LibvirtDriver:
 
     def inventory(self) -> Inventory:
         lv = _require_libvirt()
+        self._connected()
         pf = self.pf_view()
         caps = self.capabilities()
         vf_table = self._vf_table()
@@ -551,6 +615,7 @@ class LibvirtDriver:
     # ------------------------------------------------------------------ sampling
 
     def sample(self) -> HostSample:
+        self._connected()
         t = self.now()
         pf = self.pf_view()
         vf_table = self._vf_table()
@@ -621,6 +686,7 @@ class LibvirtDriver:
         try:
             with self._workers, self._vm_lock(a.vm):
                 self._progress(op, "running")
+                self._connected()
                 if isinstance(a, AttachVF):
                     detail = self._attach(op, a)
                 elif isinstance(a, DetachVF):
@@ -634,7 +700,7 @@ class LibvirtDriver:
                 else:  # pragma: no cover - Action is a closed union
                     raise _OpFailed(f"unsupported action {a!r}")
             self._finish(op, OpState.SUCCEEDED, detail)
-        except _OpFailed as e:
+        except (_OpFailed, DriverError) as e:
             self._finish(op, OpState.FAILED, str(e))
         except Exception as e:  # never let a worker die silently: the caller polls
             self._finish(op, OpState.FAILED, f"{type(e).__name__}: {e}")

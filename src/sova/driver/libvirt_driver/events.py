@@ -16,7 +16,9 @@ from sova.driver.libvirt_driver.connection import require_libvirt
 @dataclass(frozen=True)
 class DomainEvent:
     seq: int
-    kind: str  # lifecycle | device-added | device-removed | device-removal-failed
+    # lifecycle | device-added | device-removed | device-removal-failed | reconnected (the
+    # connection was replaced: events between the old one's death and this were missed)
+    kind: str
     vm: str
     alias: str = ""
     event: int = 0  # lifecycle: VIR_DOMAIN_EVENT_*
@@ -110,7 +112,9 @@ def migrating_now(hub: EventHub, in_flight: set[str]) -> set[str]:
     out = set(in_flight)
     last: dict[str, DomainEvent] = {}
     for ev in hub.recent():
-        if ev.kind == "lifecycle":
+        if ev.kind == "reconnected":
+            last.clear()  # a migration seen on the dead connection may have ended since
+        elif ev.kind == "lifecycle":
             last[ev.vm] = ev
     for vm, ev in last.items():
         if (

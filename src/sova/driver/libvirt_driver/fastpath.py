@@ -73,12 +73,12 @@ class SriovVF:
 
     def __init__(
         self,
-        conn: Any,
+        conn: Callable[[], Any],
         pf: str | None,
         sysfs_root: str,
         netlink: Callable[[], NetlinkVF | None],
     ) -> None:
-        self._conn = conn
+        self._conn = conn  # the driver's connection at the moment of use (it is replaced)
         self._pf = pf
         self._sysfs = sysfs_root
         self._netlink_of = netlink
@@ -88,10 +88,10 @@ class SriovVF:
         return self._netlink_of()
 
     def view(self) -> PFView:
-        return discover_pf(self._conn, self._pf, self._sysfs)
+        return discover_pf(self._conn(), self._pf, self._sysfs)
 
     def holders(self, pf: PFView) -> dict[str, tuple[str, str]]:
-        return vf_holders(self._conn, pf)
+        return vf_holders(self._conn(), pf)
 
     def held(self, info: DomainInfo, pf: PFView) -> tuple[int | None, str]:
         return held_vf(info, pf)
@@ -161,8 +161,10 @@ class LabNic:
 
     name = "lab-nic"
 
-    def __init__(self, conn: Any, bridge: str, taps: tuple[str, ...], speed_mbit: int) -> None:
-        self._conn = conn
+    def __init__(
+        self, conn: Callable[[], Any], bridge: str, taps: tuple[str, ...], speed_mbit: int
+    ) -> None:
+        self._conn = conn  # the driver's connection at the moment of use (it is replaced)
         self.bridge = bridge
         self.taps = taps
         self.speed_mbit = speed_mbit
@@ -196,7 +198,7 @@ class LabNic:
     def holders(self, pf: PFView) -> dict[str, tuple[str, str]]:
         lv = require_libvirt()
         held: dict[str, tuple[str, str]] = {}
-        for dom in self._conn.listAllDomains(lv.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+        for dom in self._conn().listAllDomains(lv.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
             try:
                 info = parse_domain(dom.XMLDesc(0))
             except lv.libvirtError:
