@@ -244,3 +244,56 @@ def test_no_host_read_while_libvirtd_is_down_then_recovery(lv, libvirtd):
         assert drv.reconnects == 1
     finally:
         drv.close()
+
+
+def test_agent_decides_nothing_while_libvirtd_is_down_and_reconciles_after(lv, libvirtd, caplog):
+    """The agent daemon's loop on the real driver: while the daemon is down no control step
+    completes (each is skipped, counted and logged); once it is back the agent adopts the
+    host as found and its steps resume. Before the fix the steps never resumed."""
+    import logging
+    import threading
+
+    from sova.daemon.agent_daemon import AgentDaemon
+    from sova.daemon.config import AgentSettings
+    from sova.daemon.tickers import WallTicker
+
+    caplog.set_level(logging.INFO, logger="sova")
+    settings = AgentSettings.model_validate(
+        {
+            "driver": "mock",
+            "host": "hv1",
+            "dry_run": True,
+            "controller": {"period": 1, "vf_policy": "sova", "bandwidth_policy": "sova"},
+        }
+    )
+    drv = _driver(libvirtd.uri)
+    d = AgentDaemon(settings, drv)
+    stop = threading.Event()
+    loop = threading.Thread(
+        target=d.run, args=(WallTicker(drv, 1.0, None, 0.5, stop), stop), daemon=True
+    )
+
+    def skipped(loop: str) -> float:
+        v = d.metrics.registry.get_sample_value("sova_agent_phases_skipped_total", {"loop": loop})
+        return v or 0.0
+
+    loop.start()
+    try:
+        assert eventually(lambda: d.last_report is not None, 10.0), "no step before the kill"
+        libvirtd.kill()
+        assert eventually(lambda: skipped("control") >= 1, 15.0), "no control phase skipped"
+        held = d.last_report
+        # then every period is held until the host can be adopted as found again
+        assert eventually(lambda: skipped("reconcile") >= 2, 15.0), "periods not held"
+        assert d.last_report is held, "a step completed while libvirtd was down"
+        assert "control phase skipped, nothing decided" in caplog.text
+        caplog.clear()
+        libvirtd.start(lv)
+        assert eventually(lambda: d.last_report is not held, 15.0), "steps did not resume"
+        assert "reconciled hv1" in caplog.text
+        assert drv.reconnects == 1
+    finally:
+        stop.set()
+        loop.join(10)
+        drv.close()
+    assert not loop.is_alive()

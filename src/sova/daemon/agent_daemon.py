@@ -342,8 +342,9 @@ class AgentDaemon:
     def _try_reconcile(self) -> bool:
         try:
             self.reconcile()
-        except DriverError as exc:  # host or cloud down at start: retried next period
-            log.warning("reconcile skipped, retried next period: %s", exc)
+        except DriverError as exc:  # host or cloud down: retried next period, nothing decided
+            self.metrics.skipped.labels("reconcile").inc()
+            log.warning("reconcile skipped, nothing decided, retried next period: %s", exc)
             return False
         return True
 

@@ -143,7 +143,8 @@ class AgentMetrics:
         self.skipped = Counter(
             "sova_agent_phases_skipped_total",
             "phases that decided nothing because the host could not be read (the driver "
-            "failed: libvirt down or unreachable after bounded reconnect attempts)",
+            "failed: libvirt down or unreachable after bounded reconnect attempts); loop = "
+            "control, bandwidth, poll or reconcile (adopting the host as found)",
             ["loop"],
             registry=r,
         )
