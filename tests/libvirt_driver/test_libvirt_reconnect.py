@@ -61,7 +61,7 @@ class PrivateLibvirtd:
             'log_outputs = "3:stderr"\n'
         )
 
-    def start(self, lv: Any, timeout_s: float = 30.0) -> int:
+    def start(self, lv: Any, timeout_s: float = 60.0) -> int:
         dirs = dict(zip(SHADOWED, ("etc", "run", "lib", "cache", "log"), strict=True))
         binds = [f"mount --bind {self.root / 'empty'} {self.modules}"] + [
             f"mount --bind {self.root / sub} {target}" for target, sub in dirs.items()
@@ -199,7 +199,7 @@ def test_driver_reconnects_after_libvirtd_is_killed_and_restarted(lv, libvirtd):
         assert "test" in drv.inventory().vms
         mark = drv._hub.mark()
         _suspend_resume(lv, libvirtd.uri)
-        assert eventually(lambda: _suspended(lv, drv, mark), 5.0), "no event before the kill"
+        assert eventually(lambda: _suspended(lv, drv, mark), 15.0), "no event before the kill"
         old = drv._conn
 
         libvirtd.kill()
@@ -214,7 +214,7 @@ def test_driver_reconnects_after_libvirtd_is_killed_and_restarted(lv, libvirtd):
         # events registered again, on the new connection, from the restarted daemon
         mark = drv._hub.mark()
         _suspend_resume(lv, libvirtd.uri)
-        assert eventually(lambda: _suspended(lv, drv, mark), 5.0), (
+        assert eventually(lambda: _suspended(lv, drv, mark), 15.0), (
             f"no lifecycle event after the restart: {drv.events()[-3:]}"
         )
         assert drv.sample().vms.keys() == {"test"}
@@ -232,12 +232,16 @@ def test_no_host_read_while_libvirtd_is_down_then_recovery(lv, libvirtd):
     try:
         drv.inventory()
         libvirtd.kill()
+        # A call made before libvirt's event loop has read the EOF fails on the dead socket
+        # itself ("Cannot write data: Broken pipe", seen once in 10 loaded runs): also no
+        # decision, but not this test's point, which is every read once the loss is known.
+        assert eventually(lambda: not drv._link.alive(), 15.0), "libvirt did not see the EOF"
         budget = drv._link.policy.budget_s()
         for read in (drv.inventory, drv.sample):
             t0 = time.monotonic()
             with pytest.raises(DriverError, match=r"lost .*3 reconnect attempts failed"):
                 read()
-            assert time.monotonic() - t0 < budget + 2.0
+            assert time.monotonic() - t0 < budget + 10.0
         assert drv.reconnects == 0
         libvirtd.start(lv)
         assert "test" in drv.inventory().vms
@@ -279,21 +283,21 @@ def test_agent_decides_nothing_while_libvirtd_is_down_and_reconciles_after(lv, l
 
     loop.start()
     try:
-        assert eventually(lambda: d.last_report is not None, 10.0), "no step before the kill"
+        assert eventually(lambda: d.last_report is not None, 30.0), "no step before the kill"
         libvirtd.kill()
-        assert eventually(lambda: skipped("control") >= 1, 15.0), "no control phase skipped"
+        assert eventually(lambda: skipped("control") >= 1, 30.0), "no control phase skipped"
         held = d.last_report
         # then every period is held until the host can be adopted as found again
-        assert eventually(lambda: skipped("reconcile") >= 2, 15.0), "periods not held"
+        assert eventually(lambda: skipped("reconcile") >= 2, 30.0), "periods not held"
         assert d.last_report is held, "a step completed while libvirtd was down"
         assert "control phase skipped, nothing decided" in caplog.text
         caplog.clear()
         libvirtd.start(lv)
-        assert eventually(lambda: d.last_report is not held, 15.0), "steps did not resume"
+        assert eventually(lambda: d.last_report is not held, 30.0), "steps did not resume"
         assert "reconciled hv1" in caplog.text
         assert drv.reconnects == 1
     finally:
         stop.set()
-        loop.join(10)
+        loop.join(30)
         drv.close()
     assert not loop.is_alive()

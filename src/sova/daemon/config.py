@@ -100,6 +100,11 @@ class LibvirtSettings(_Strict):
     sysfs_root: str | None = Field(default=None, min_length=1)
     max_workers: int | None = Field(default=None, ge=1, le=64)
     keepalive: tuple[int, int] | None = None
+    # Replacing a connection whose daemon restarted (docs/deployment.md, "When libvirtd
+    # restarts"): opens tried, back-off before the second (doubling), bound on each open.
+    reconnect_attempts: int | None = Field(default=None, ge=1, le=20)
+    reconnect_backoff_s: Duration | None = Field(default=None, gt=0, le=60)
+    connect_timeout_s: Duration | None = Field(default=None, gt=0, le=600)
     host_totals: Literal["node", "domains"] | None = None
     host_cpus: int | None = Field(default=None, ge=1, le=100_000)
     host_memory_mib: int | None = Field(default=None, ge=1, le=2**40)

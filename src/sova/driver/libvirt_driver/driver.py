@@ -327,7 +327,7 @@ class LibvirtDriver:
         it has gaps, and the fast paths are adopted from the live XML as after a restart."""
         if not self._link.ensure():
             return
-        _log.warning(
+        _log.info(
             "libvirt connection %d opened: events registered again, fast paths adopted "
             "from the live XML",
             self.reconnects + 1,
