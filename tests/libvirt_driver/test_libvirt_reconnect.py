@@ -301,3 +301,62 @@ def test_agent_decides_nothing_while_libvirtd_is_down_and_reconciles_after(lv, l
         loop.join(30)
         drv.close()
     assert not loop.is_alive()
+
+
+class _Conn:
+    """A connection as the link sees it: alive until its daemon goes."""
+
+    def __init__(self) -> None:
+        self.alive, self.closed = True, False
+
+    def isAlive(self) -> int:
+        return int(self.alive)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_link_gives_up_after_its_attempts_with_doubling_backoff() -> None:
+    """The retry bound without a daemon (runs everywhere): 3 failed opens sleep 1 s then
+    2 s between them and raise, naming the loss and the last error; the next ensure tries
+    again and replaces the dead connection once an open succeeds."""
+    from sova.driver.base import DriverError
+    from sova.driver.libvirt_driver.connection import LibvirtLink, ReconnectPolicy
+
+    first = _Conn()
+    opens: list[Any] = [first]
+    sleeps: list[float] = []
+
+    def opener() -> Any:
+        nxt = opens.pop(0)
+        if isinstance(nxt, Exception):
+            raise nxt
+        return nxt
+
+    link = LibvirtLink("test+unix:///x", opener, ReconnectPolicy(3, 1.0, 5.0), sleep=sleeps.append)
+    assert link.conn is first and not link.ensure()  # alive: nothing opened
+    first.alive = False
+    opens += [DriverError(f"refused {n}") for n in (1, 2, 3)]
+    with pytest.raises(DriverError, match=r"lost .*3 reconnect attempts failed, last: refused 3"):
+        link.ensure()
+    assert sleeps == [1.0, 2.0]  # none after the last attempt
+    assert link.conn is first and link.generation == 0
+    second = _Conn()
+    opens.append(second)
+    assert link.ensure() is True
+    assert link.conn is second and first.closed and link.generation == 1
+    # (1 s + 2 s of back-off, 3 opens of at most 5 s)
+    assert link.policy.budget_s() == 18.0
+
+
+def test_link_never_replaces_a_connection_it_was_given() -> None:
+    from sova.driver.libvirt_driver.connection import LibvirtLink, ReconnectPolicy
+
+    given = _Conn()
+    given.alive = False
+
+    def opener() -> Any:
+        raise AssertionError("a caller's connection was replaced")
+
+    link = LibvirtLink("test:///default", opener, ReconnectPolicy(), conn=given)
+    assert link.ensure() is False and link.conn is given
