@@ -189,10 +189,10 @@ def test_driver_reconnects_after_libvirtd_is_killed_and_restarted(lv, libvirtd):
     Failed before the fix: ``inventory()`` raised ``cannot list domains: internal error:
     client socket is closed`` after the restart, and did so for ever.
 
-    Repeated 10 times on 2 cores under ``nice -n 19`` in a low-priority autogroup with
-    another process keeping one core busy (2026-11-27): 10 of 10 passed, 0.9-1.2 s each
-    (the daemon's two starts are most of it); the events arrive within 0.1 s of the
-    suspend, against the 5 s allowed.
+    Repeated on 2 cores under ``nice -n 19`` in a low-priority autogroup with a busy loop
+    on one core and other sessions' work (load average 6.8-12.7, 2026-11-27/28; the
+    private daemon inherits the niceness): 18 of 18 passed, 0.3-11.7 s each (median about
+    2 s; the slow ones are the daemon's restart, starved of CPU).
     """
     drv = _driver(libvirtd.uri)
     try:
@@ -225,7 +225,10 @@ def test_driver_reconnects_after_libvirtd_is_killed_and_restarted(lv, libvirtd):
 def test_no_host_read_while_libvirtd_is_down_then_recovery(lv, libvirtd):
     """While the daemon is down every read fails within the reconnect budget, saying the
     connection was lost and how many attempts failed, so the agent decides nothing; the
-    first read after the daemon is back reconnects."""
+    first read after the daemon is back reconnects.
+
+    Same loaded repetition: 17 of 18 passed, 1.6-25.8 s; the failure was a read made before
+    libvirt had seen the EOF (now waited for, see below); the 8 runs since passed."""
     from sova.driver.base import DriverError
 
     drv = _driver(libvirtd.uri)
@@ -253,7 +256,10 @@ def test_no_host_read_while_libvirtd_is_down_then_recovery(lv, libvirtd):
 def test_agent_decides_nothing_while_libvirtd_is_down_and_reconciles_after(lv, libvirtd, caplog):
     """The agent daemon's loop on the real driver: while the daemon is down no control step
     completes (each is skipped, counted and logged); once it is back the agent adopts the
-    host as found and its steps resume. Before the fix the steps never resumed."""
+    host as found and its steps resume. Before the fix the steps never resumed.
+
+    Same loaded repetition: 18 of 18 passed, 5.2-99 s (median about 9 s; every wait here
+    allows 30 s, the longest single wait was not recorded)."""
     import logging
     import threading
 
