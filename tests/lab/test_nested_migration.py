@@ -73,6 +73,17 @@ def _wait_manager(proc: Any, url: str, log: Path, timeout_s: float = 120.0) -> N
             time.sleep(1)
 
 
+def _call(url: str, admin: str, path: str, method: str = "GET", body: Any = None) -> Any:
+    req = urllib.request.Request(
+        f"{url}{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
 @dataclass
 class Cluster:
     """What `_cluster` set up: the L1s' connections, the guests on L1 1 (each holding a VF,
@@ -92,14 +103,31 @@ class Cluster:
     t_start: float
 
     def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
-        req = urllib.request.Request(
-            f"{self.url}{path}",
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.admin}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
+        return _call(self.url, self.admin, path, method, body)
+
+    def pin(self, vm: str, why: str) -> None:
+        """An operator's `pin` fence (docs/operations.md#fencing): the manager never
+        chooses ``vm`` to move."""
+        self.api(f"/v1/fences/pin/{vm}", "PUT", {"by": "test", "reason": why})
+
+    def unpin(self, vm: str) -> None:
+        self.api(f"/v1/fences/pin/{vm}?by=test", "DELETE")
+
+    def unsettled(self) -> str | None:
+        """What migration is still in flight (a manager lease, a libvirt job, a domain
+        active but not running: a migration's incoming or paused source), or None."""
+        import libvirt
+
+        leases = self.api("/v1/cluster")["leases"]
+        if leases:
+            return f"manager leases {leases}"
+        for n, conn in self.conns.items():
+            for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+                if dom.state()[0] != libvirt.VIR_DOMAIN_RUNNING:
+                    return f"{dom.name()} on L1 {n} in state {dom.state()}"
+                if dom.jobInfo()[0] != libvirt.VIR_DOMAIN_JOB_NONE:
+                    return f"{dom.name()} on L1 {n} has a libvirt job {dom.jobInfo()}"
+        return None
 
     def burn(self) -> float:
         """CPU burners in both guests (L1 1 becomes hot); when they started."""
@@ -191,6 +219,11 @@ def _cluster(ns: Any) -> Iterator[Cluster]:
     t_start = time.time()
     try:
         _wait_manager(manager, url, mlog_path)
+        # g2 pinned before any agent reports, so the hotspot test's move is g1's and the
+        # only one: with both guests movable, L1 1 stayed over alpha after g1 left (idle L2s
+        # alone hold its one vCPU at 0.57-0.65, plus the migration's own CPU) and the manager
+        # sent g2 after it (runs 10 and 11, docs/lab.md#nested), leaving no guest on L1 1
+        _call(url, admin, "/v1/fences/pin/g2", "PUT", {"by": "test", "reason": "only g1 moves"})
         controller = {
             "period": "5s",
             "vf_policy": "sova",
@@ -284,11 +317,13 @@ def _views(ns: Any) -> dict[int, Any]:
 def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(cluster):
     """Both guests on L1 1 hold a VF (light TCP streams); CPU burners in both make L1 1 hot
     (host totals from its domains over L1's one vCPU, which the burners fill; the bulk
-    streams are paced to keep it free before: CPU-bound, two filled it). The manager
-    flags L1 1 and orders one guest to L1 2; L1 1's agent migrates it (Sova unplugs the
-    VF first; virtio carries the traffic), L1 2's agent gives it a VF of L1 2's own PF.
-    Checked: the guest runs on L1 2 holding a VF of L1 2's PF, the source's bookkeeping
-    has no trace of it (at most the other guest holds a VF there), libvirt's
+    streams are paced to keep it free before: CPU-bound, two filled it). g2 is pinned (an
+    operator's fence, set before the agents' first report), so the guest the manager can
+    move is g1 alone: it flags L1 1 and orders g1 to L1 2; L1 1's agent migrates it (Sova
+    unplugs the VF first; virtio carries the traffic), L1 2's agent gives it a VF of L1 2's
+    own PF. Checked: g1 runs on L1 2 holding a VF of L1 2's PF, the source's bookkeeping
+    has no trace of it (at most g2 holds a VF there), g2 still runs on L1 1 (the pin held
+    while L1 1 stayed hot with g2's burner), libvirt's
     completed-job statistics on L1 2 (time, downtime), the ping gap from this machine at
     20/s around the migration, and each guest's long-lived TCP stream never ended.
 
@@ -316,7 +351,8 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(cluster
         time.sleep(1)
     t_arrived = time.time()
     print(f"{moved} running on L1 2 {t_arrived - t_burn:.0f} s after the burners started")
-    c.calm()  # no second move
+    c.calm()
+    assert moved == "g1", f"{moved} moved though pinned: {c.api('/v1/fences')}"
     dst = c.conns[2].lookupByName(moved)
     c.doms[moved] = dst  # the next test finds it there
     deadline = time.monotonic() + 300
@@ -340,6 +376,7 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(cluster
     assert re.search(rf"vf_attach {moved}: vf \d+ attached", dst_log), dst_log[-1500:]
     time.sleep(15)  # the stream resumes through the VF on L1 2
     assert _running(c.conns[1], moved) is None, "the source domain still runs"
+    assert _running(c.conns[1], "g2") is not None, "pinned g2 no longer runs on L1 1"
     gap = ping_gaps(c.logs[moved], t_burn, t_vf + 15, 0.05)
     lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
     silence = c.ticks.max_gap(c.ips[moved], t_burn, t_vf)
@@ -354,66 +391,68 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(cluster
 
 
 def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_source(cluster):
-    """The cluster the test above left (no burners; usually one guest on each L1, each with
-    a VF): the source L1 (L1 1 when a guest runs there, else the other) drained through the
-    manager's API (an operator's maintenance: the manager orders its guest to the other L1
-    at once, with no hot windows to wait for), and the destination's libvirtd killed
+    """The cluster the test above left (g1 on L1 2, pinned g2 on L1 1, each with a VF, no
+    burners), once no migration is in flight (no manager lease, no libvirt job, every
+    domain running): g1 pinned, g2 unpinned, so g2 is the one guest the manager may move;
+    L1 1 drained through the manager's API (an operator's maintenance: the manager orders
+    g2 to L1 2 at once, with no hot windows to wait for), and L1 2's libvirtd killed
     (SIGKILL) as soon as the incoming domain shows there; the drain is cancelled then, so
-    the manager orders no second try. The migration must fail on the source's agent; the
-    guest keeps running on the source; the manager's lease on it is released; the source's
-    agent gives the guest a VF back (no long-lived stream ended). The destination's
-    libvirtd comes back through systemd.
+    the manager orders no second try. The migration must fail on L1 1's agent; the guest
+    keeps running on L1 1; the manager's lease on it is released; L1 1's agent gives the
+    guest a VF back (no long-lived stream ended). L1 2's libvirtd comes back through
+    systemd.
 
-    Either direction, because the test above cannot fix where the manager leaves the
-    guests: in run 10 (docs/lab.md#nested) L1 1 stayed over alpha after the first move (the
-    migration's own CPU in its domains' totals, and the hot windows the round still held)
-    and the manager moved the second guest to L1 2 as well, 27 s after the first arrived.
+    Why g2 and L1 1: g1 left L1 1 minutes ago, so the manager's return tabu (900 s) bars it
+    from going back and its `vm_cooldown` (300 s) holds it; a drain obeys both
+    (docs/operations.md#draining-a-host). Run 11 drained the L1 holding both guests after
+    each had left L1 1, and the drain stayed `blocked: no cold spot (… barred by placement
+    rules or return tabu)` for the whole 600 s wait (docs/lab.md#nested).
 
     Waits against what they took (docs/lab.md#nested, run 7, load average 4-8.5): the
-    incoming domain 40 s after the drain (bound 600 s), the failure in the source agent's
-    log 2.1 s after the kill (300 s), the lease released 2.5 s (180 s), the VF back 5.8 s
+    incoming domain 40 s after the drain (bound 600 s), the failure in L1 1's agent log
+    2.1 s after the kill (300 s), the lease released 2.5 s (180 s), the VF back 5.8 s
     (300 s); run 2, before the shared cluster, at load 7-65: failure 21 s, VF back 35 s."""
     from sova.lab.nested import l1_exec
 
     c = cluster
     ns = c.ns
-    src = next((n for n in (1, 2) if any(_running(c.conns[n], g) for g in c.doms)), None)
-    assert src is not None, "no guest runs on either L1"
-    dst = 3 - src
-    on_src = [g for g in c.doms if _running(c.conns[src], g)]
-    for g in on_src:
-        c.doms[g] = c.conns[src].lookupByName(g)
-    drain = f"/v1/hosts/l1-{src}/drain"
+    deadline = time.monotonic() + 300
+    while (busy := c.unsettled()) is not None:
+        assert time.monotonic() < deadline, f"a migration still in flight after 300 s: {busy}"
+        time.sleep(1)
+    layout = {n: [g for g in c.doms if _running(c.conns[n], g)] for n in (1, 2)}
+    assert layout == {1: ["g2"], 2: ["g1"]}, f"guests per L1 before the drain: {layout}"
+    c.doms["g2"] = c.conns[1].lookupByName("g2")
+    c.pin("g1", "only g2 moves")
+    c.unpin("g2")
+    on1 = ["g2"]
     t_drain = time.time()
-    c.api(drain, "PUT", {"by": "test", "reason": "destination-killed test"})
+    c.api("/v1/hosts/l1-1/drain", "PUT", {"by": "test", "reason": "destination-killed test"})
     deadline = time.monotonic() + 600
     incoming = None
-    while incoming is None:  # active on the destination but not running: the incoming domain
+    while incoming is None:  # active on L1 2 but not running: the incoming domain
         assert time.monotonic() < deadline, (
-            f"no migration to L1 {dst} started in 600 s: {c.api(drain)}"
+            f"no migration to L1 2 started in 600 s: {c.api('/v1/hosts/l1-1/drain')}"
         )
-        for g in on_src:
+        for g in on1:
             with contextlib.suppress(Exception):
-                if c.conns[dst].lookupByName(g).isActive():
+                if c.conns[2].lookupByName(g).isActive():
                     incoming = g
         time.sleep(0.3)
-    rc, out = l1_exec(ns, dst, "kill -9 $(pidof libvirtd) && echo killed")
+    rc, out = l1_exec(ns, 2, "kill -9 $(pidof libvirtd) && echo killed")
     t_kill = time.time()
-    c.api(drain, "DELETE")
-    print(
-        f"{incoming}: incoming on L1 {dst} {t_kill - t_drain:.0f} s after draining L1 {src}; "
-        f"{out!r}"
-    )
+    c.api("/v1/hosts/l1-1/drain", "DELETE")
+    print(f"{incoming}: incoming on L1 2 {t_kill - t_drain:.0f} s after the drain; {out!r}")
     assert rc == 0, out
-    src_log = ns.run_dir(src) / "agent.log"
+    src_log = ns.run_dir(1) / "agent.log"
     deadline = time.monotonic() + 300
-    while f"migration of {incoming} to l1-{dst} failed" not in (
+    while f"migration of {incoming} to l1-2 failed" not in (
         text := src_log.read_text(errors="replace")
     ):
         assert time.monotonic() < deadline, text[-2000:]
         time.sleep(1)
     t_failed = time.time()
-    assert _running(c.conns[src], incoming) is not None, f"the guest left L1 {src}"
+    assert _running(c.conns[1], incoming) is not None, "the guest left L1 1"
     deadline = time.monotonic() + 180
     while any(lease["vm"] == incoming for lease in c.api("/v1/cluster")["leases"]):
         assert time.monotonic() < deadline, c.api("/v1/cluster")["leases"]
@@ -424,14 +463,14 @@ def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_s
         assert time.monotonic() < deadline, src_log.read_text(errors="replace")[-2000:]
         time.sleep(1)
     t_vf = time.time()
-    _pf, inv = _views(ns)[src]
-    held = [v.vf_index for v in inv.vms.values() if v.vf_index is not None]
-    assert inv.vms[incoming].vf_index is not None and len(held) == len(set(held))
+    _pf1, inv1 = _views(ns)[1]
+    held1 = [v.vf_index for v in inv1.vms.values() if v.vf_index is not None]
+    assert inv1.vms[incoming].vf_index is not None and len(held1) == len(set(held1))
     lost = {p: rec["ended"] for p, rec in c.ticks.conns.items() if rec["ended"]}
     print(
         f"kill -> failed {t_failed - t_kill:.1f} s, lease released +"
         f"{t_released - t_kill:.1f} s, VF back +{t_vf - t_kill:.1f} s"
     )
     assert not lost, f"long-lived TCP streams ended: {lost}"
-    rc, out = l1_exec(ns, dst, "sleep 5; systemctl is-active libvirtd; pidof libvirtd")
-    print(f"L1 {dst} libvirtd after the kill: {out!r}")
+    rc, out = l1_exec(ns, 2, "sleep 5; systemctl is-active libvirtd; pidof libvirtd")
+    print(f"L1 2 libvirtd after the kill: {out!r}")
