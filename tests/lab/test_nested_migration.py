@@ -339,7 +339,10 @@ def test_the_manager_moves_a_teamed_guest_between_l1s_and_the_vf_follows(cluster
     completed-job statistics on L1 2 (time, downtime), the ping gap from this machine at
     20/s around the migration, and each guest's long-lived TCP stream never ended.
 
-    Measured (docs/lab.md#nested; bounds: 600 s to the move, 300 s to the VF): run 9 (one
+    Measured (docs/lab.md#nested; bounds: 600 s to the move, 300 s to the VF): runs 13 and
+    14 (g2 pinned, load average 7-9): on L1 2 31/35 s after the burners, job 20.8/21.7 s,
+    downtime 289/988 ms, VF 17.6/16.1 s after arrival, ping gap 2.25/1.55 s, stream silence
+    3.35/1.76 s; run 9 (one
     vCPU per L1, load average 8-11): on L1 2 66 s after the burners, libvirt's job 37.8 s
     with 1.4 s downtime, VF 12.1 s after arrival, ping gap 1.9 s, stream silence 3.2 s; run
     6: job 29.8 s, downtime 1.4 s, VF 25 s, gap 1.95 s, silence 3.45 s; run 2 (load 7-65):
@@ -425,7 +428,9 @@ def test_the_destination_libvirtd_killed_mid_migration_leaves_the_guest_on_the_s
     each had left L1 1, and the drain stayed `blocked: no cold spot (… barred by placement
     rules or return tabu)` for the whole 600 s wait (docs/lab.md#nested).
 
-    Waits against what they took (docs/lab.md#nested, run 7, load average 4-8.5): the
+    Waits against what they took (docs/lab.md#nested): runs 13 and 14 (load average 7-9),
+    the incoming domain 18/20 s after the drain, the failure 1.0 s after the kill, the lease
+    released +1.0 s, the VF back +6.1/+7.2 s; run 7 (load average 4-8.5): the
     incoming domain 40 s after the drain (bound 600 s), the failure in L1 1's agent log
     2.1 s after the kill (300 s), the lease released 2.5 s (180 s), the VF back 5.8 s
     (300 s); run 2, before the shared cluster, at load 7-65: failure 21 s, VF back 35 s."""
