@@ -2,7 +2,7 @@
 # The nested SR-IOV tier (tests/lab/test_nested_*.py: real igb VFs in QEMU 10 TCG L1
 # hypervisors, teamed L2 guests), as root, with its time. One boot of two L1s serves every
 # module (tests/lab/conftest.py's nested_lab). Takes both cores for tens of minutes and
-# must not run beside the ordinary lab tier. Not in .ci/run (docs/lab.md#nested says why);
+# must not run beside the ordinary lab tier. .ci/run runs it after the ordinary lab tiers;
 # it exits 0 with a reason where it cannot run.
 #
 # Usage: scripts/lab-nested-tier.sh [VENV] [PYTEST ARGS...]   (default VENV: .venv)
