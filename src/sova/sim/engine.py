@@ -93,38 +93,50 @@ class Engine(EngineState):
     def _count(self, o: workload.Offer, s: network.Shares) -> None:
         """Cumulative counters (all a driver reads) and the last tick's figures."""
         p, h, H, dt = self.profile, self.host, self.H, o.dt
-        arrivals, paused, offered = o.arrivals, o.paused, o.offered
         tx, rx, tx_host, rx_host = s.tx, s.rx, s.tx_host, s.rx_host
-        pkt_bits, pkts_per_bit, ns_pkt, virt = s.pkt_bits, s.pkts_per_bit, s.ns_pkt, s.virt
-        cpu_busy, need, host_scale, host_need = s.cpu_busy, s.need, s.host_scale, s.host_need
-        backend_vm_frac = s.backend_vm_frac
-        pk_tx = tx / pkt_bits
-        pk_rx = rx / (8.0 * ACK_BYTES)
-        cpu_used = (
-            cpu_busy
-            + (tx * pkts_per_bit * ns_pkt + tx / 8.0 * self.ns_per_byte) / 1e9
-            + arrivals / dt * p.guest_ns_per_request / 1e9
-        ) * host_scale[h]
-        cpu_used = np.minimum(cpu_used, self.vcpus)
-        cpu_used[paused] = 0.0
-        wanted_cpu = np.minimum(need, self.vcpus)
-        self.steal_ns += np.maximum(0.0, wanted_cpu - cpu_used) * dt * 1e9 * (host_scale[h] < 1)
+        host_scale_vm = self._host_scale_vm  # host_scale[h], from network.share
+        # (the expressions of the readable form, evaluated in its order: the same floats)
+        tx_ppb = tx * s.pkts_per_bit
+        cpu_used = tx_ppb * s.ns_pkt
+        b = tx / 8.0
+        b *= self.ns_per_byte
+        cpu_used += b
+        cpu_used /= 1e9
+        cpu_used += s.cpu_busy
+        cpu_used += s.arrival_cost
+        cpu_used *= host_scale_vm
+        np.minimum(cpu_used, self.vcpus, out=cpu_used)
+        if o.any_paused:
+            cpu_used[o.paused] = 0.0
+        if s.host_scale.min() < 1:
+            wanted_cpu = np.minimum(s.need, self.vcpus)
+            wanted_cpu -= cpu_used
+            np.maximum(0.0, wanted_cpu, out=wanted_cpu)
+            wanted_cpu *= dt
+            wanted_cpu *= 1e9
+            wanted_cpu *= host_scale_vm < 1
+            self.steal_ns += wanted_cpu
+        # else every factor (host_scale < 1) is 0: each term is 0.0, the sums unchanged
         self.cpu_ns += cpu_used * dt * 1e9
         self.tx_b += tx * dt / 8.0
         self.rx_b += rx * dt / 8.0
-        self.tx_pk += pk_tx * dt
-        self.rx_pk += pk_rx * dt
-        backend_used = np.bincount(
-            h, tx * pkts_per_bit * p.virtio_host_ns_per_packet * virt, minlength=H
-        )
-        backend_used = np.add(backend_used, backend_vm_frac * 1e9)
-        self.h_cpu_ns += (np.bincount(h, cpu_used, minlength=H) * 1e9 + backend_used) * dt
+        self.tx_pk += tx / s.pkt_bits * dt
+        self.rx_pk += rx / (8.0 * ACK_BYTES) * dt
+        tx_ppb *= p.virtio_host_ns_per_packet
+        tx_ppb *= s.virt
+        backend_used = np.bincount(h, tx_ppb, minlength=H)
+        backend_used = np.add(backend_used, s.backend_vm_frac * 1e9)
+        host_cpu = np.bincount(h, cpu_used, minlength=H) * 1e9
+        host_cpu += backend_used
+        host_cpu *= dt
+        self.h_cpu_ns += host_cpu
         self.h_tx_b += tx_host * dt / 8.0
         self.h_rx_b += rx_host * dt / 8.0
-        self.host_cpu_util = np.minimum(1.0, host_need / self.cores)
+        self.host_cpu_util = np.minimum(1.0, s.host_need / self.cores)
         self.host_net_util = np.maximum(tx_host, rx_host) / self.capacity
-        self.offered, self.tx, self.rx = offered, tx, rx
-        self.cpu_use = cpu_used / self.vcpus
+        self.offered, self.tx, self.rx = o.offered, tx, rx
+        cpu_used /= self.vcpus
+        self.cpu_use = cpu_used
 
     def _files(self, o: workload.Offer, s: network.Shares, t1: float) -> None:
         h, dt, is_file, tx = self.host, o.dt, o.is_file, s.tx

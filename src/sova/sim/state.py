@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from sova import model
 from sova.clock import Environment
 from sova.policy.waterfill import Links
 from sova.scenario import Scenario
+
+if TYPE_CHECKING:
+    from sova.sim.workload import LoadStatic
 
 INF = float("inf")
 
@@ -116,6 +120,9 @@ class EngineState:
         self.guest_limit = np.full(N, INF)
         self.guest_pps = np.full(N, INF)
         self.paused_until = np.full(N, -INF)
+        # the latest paused_until: no VM is paused from then on (the tick skips the mask)
+        self.paused_through = -INF
+        self._no_vms = f(N, dtype=bool)
         self.migrating = f(N, dtype=bool)
         # counters (cumulative, what drivers read)
         self.cpu_ns, self.steal_ns = f(N), f(N)
@@ -139,6 +146,7 @@ class EngineState:
         self._members: list[np.ndarray] | None = None
         self._links: Links | None = None
         self._trace_cache: dict[str, dict[str, np.ndarray]] = {}
+        self._load_static: LoadStatic | None = None  # rebuilt after set_workload
 
     def _complete(self, op: Op, state: str, detail: str) -> None:
         op.state, op.detail = state, detail
