@@ -167,13 +167,14 @@ class Engine(EngineState):
         dt: float,
     ) -> None:
         p = self.profile
-        req = self.kind == 2
+        st = workload.load_static(self)
         self.resp_s[:] = 0.0
         self.served_req[:] = 0.0
-        if not req.any():
+        if not st.any_req:
             return
         h = self.host
-        idx = np.flatnonzero(req)
+        idx = st.req_idx
+        resp_bits = st.req_resp_bits  # resp_bytes[idx] * 8.0
         hh = h[idx]
         # the rate this VM could get right now: what the others leave of the link
         residual = np.maximum(self.capacity[hh] - (tx_host[hh] - tx[idx]), 1e3)
@@ -188,7 +189,7 @@ class Engine(EngineState):
             p.vf_latency + sched,
             p.virtio_latency / (1.0 - rho_b) + 2.0 * sched,
         )
-        transfer = self.resp_bytes[idx] * 8.0 / service / (1.0 - rho_link)
+        transfer = resp_bits / service / (1.0 - rho_link)
         # httperf opens a connection per request: handshake and request/response each
         # cross the host's path and wake the vCPU (and on virtio the backend) again.
         path = path * p.request_round_trips + p.request_fixed_latency
@@ -196,7 +197,7 @@ class Engine(EngineState):
             # The server's own work on the request (Apache + the packets' guest cost) at a
             # vCPU that gets only host_scale of a core, queued M/M/1 behind its other work.
             ns_pkt = p.guest_ns_per_packet + p.virtio_guest_ns_per_packet * ~self.on_vf[idx]
-            pkts = self.resp_bytes[idx] * 8.0 * self._pkts_per_bit[idx]
+            pkts = resp_bits * self._pkts_per_bit[idx]
             s_req = (p.guest_ns_per_request + pkts * ns_pkt) / 1e9
             s_req = s_req / np.maximum(self._host_scale_vm[idx], 1e-3)
             rho_v = np.minimum(0.99, self._vcpu_load[idx])
@@ -209,9 +210,7 @@ class Engine(EngineState):
         wait = backlog / np.maximum(sent, 1e3) / 2.0
         self.resp_s[idx] = path + transfer + wait
         self.served_req[idx] = np.where(
-            self.resp_bytes[idx] > 0,
-            np.minimum(total_bits, sent * dt) / (self.resp_bytes[idx] * 8.0),
-            0.0,
+            resp_bits > 0, np.minimum(total_bits, sent * dt) / resp_bits, 0.0
         )
 
     # ------------------------------------------------------------------ operations
