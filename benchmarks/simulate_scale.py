@@ -458,7 +458,7 @@ outputs and report included), one run each, after then before (``--sova-src``), 
 Issue 23, sixth session (branch speedphys): the tick's arrays that follow from the
 workload parameters alone (duty masks and live indices, packet bits and packets per bit,
 stream weights, kind masks, request VMs and their response bits) are derived once per
-workload change (``sova.sim.workload.LoadStatic``) instead of every second; the tick's
+workload change (``sova.sim.state.LoadStatic``) instead of every second; the tick's
 other expressions run in their old order, in place where a temporary was thrown away, and
 masks that are all false (paused VMs, file transfers) skip their writes. Every value is
 the same float: golden outputs unchanged (17 runs, 0 differences) and

@@ -22,7 +22,8 @@ from sova.policy.waterfill import floored_waterfill, links_waterfill
 from sova.scenario import Workload, parse_scenario
 from sova.sim import workload
 from sova.sim.engine import Engine
-from sova.sim.network import ACK_BYTES, INF
+from sova.sim.network import INF
+from sova.sim.workload import ACK_BYTES
 
 # ---------------------------------------------------------------- the readable form
 

@@ -43,8 +43,8 @@ import numpy as np
 from sova import model
 from sova.scenario import Scenario, Workload
 from sova.sim import migration, network, workload
-from sova.sim.network import ACK_BYTES
 from sova.sim.state import INF, EngineState, FileDone, Op
+from sova.sim.workload import ACK_BYTES
 
 # A rate change is a netlink or guest-agent call: it takes effect this long after submission.
 CALL_DELAY_S = 0.05

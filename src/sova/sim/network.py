@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from sova.sim.state import EngineState, MigrationState
     from sova.sim.workload import Offer
 
-ACK_BYTES = 66.0
 INF = float("inf")
 
 

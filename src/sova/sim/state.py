@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,9 +18,6 @@ from sova import model
 from sova.clock import Environment
 from sova.policy.waterfill import Links
 from sova.scenario import Scenario
-
-if TYPE_CHECKING:
-    from sova.sim.workload import LoadStatic
 
 INF = float("inf")
 
@@ -58,6 +54,36 @@ class MigrationState:
     rounds: int = 1
     sent_bytes: float = 0.0
     fail_at_round: int = 0  # 0 = does not fail
+
+
+@dataclass
+class LoadStatic:
+    """What the tick derives from the workload parameters alone (kind, duty, rate,
+    packet size, ...), which only :func:`set_workload` writes: derived once per change
+    instead of every tick (the workloads are piecewise constant). Each array is computed
+    by the same expression the tick used, so every value is the same float."""
+
+    net_live: np.ndarray  # VMs whose network duty cycle is strictly between 0 and 1
+    net_full: np.ndarray  # 1.0 where the network duty is >= 1, else 0.0
+    net_live_duty: np.ndarray
+    cpu_live: np.ndarray
+    cpu_full: np.ndarray
+    cpu_live_duty: np.ndarray
+    asks: np.ndarray  # VMs with a request rate
+    ask_rate: np.ndarray  # their rates
+    streamy: np.ndarray  # kind <= 1 (duty and bulk streams)
+    is_req: np.ndarray  # kind == 2
+    req_idx: np.ndarray  # flatnonzero(kind == 2)
+    any_req: bool
+    file_kind: np.ndarray  # kind == 3
+    any_file_kind: bool
+    traces: np.ndarray  # flatnonzero(kind == 4)
+    ingress_div: np.ndarray  # 8 * max(request bytes, 1)
+    pkt_bits: np.ndarray  # pkt_bytes * 8.0
+    pkts_per_bit: np.ndarray
+    weights: np.ndarray  # max(streams, 1): the PF's TCP-stream weights
+    link_clocked: np.ndarray  # (kind <= 1) | (kind == 3)
+    req_resp_bits: np.ndarray  # resp_bytes[req_idx] * 8.0
 
 
 class EngineState:

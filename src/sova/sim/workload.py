@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sova.scenario import Workload
+from sova.sim.state import LoadStatic
 
 if TYPE_CHECKING:
     from sova.sim.state import EngineState
 
+ACK_BYTES = 66.0
 KIND = {"duty": 0, "bulk": 1, "requests": 2, "file": 3, "trace": 4}
 
 
@@ -49,36 +51,6 @@ class Offer:
     arrival_cost: np.ndarray | None = None  # guest CPU of this tick's requests (cores)
 
 
-@dataclass
-class LoadStatic:
-    """What the tick derives from the workload parameters alone (kind, duty, rate,
-    packet size, ...), which only :func:`set_workload` writes: derived once per change
-    instead of every tick (the workloads are piecewise constant). Each array is computed
-    by the same expression the tick used, so every value is the same float."""
-
-    net_live: np.ndarray  # VMs whose network duty cycle is strictly between 0 and 1
-    net_full: np.ndarray  # 1.0 where the network duty is >= 1, else 0.0
-    net_live_duty: np.ndarray
-    cpu_live: np.ndarray
-    cpu_full: np.ndarray
-    cpu_live_duty: np.ndarray
-    asks: np.ndarray  # VMs with a request rate
-    ask_rate: np.ndarray  # their rates
-    streamy: np.ndarray  # kind <= 1 (duty and bulk streams)
-    is_req: np.ndarray  # kind == 2
-    req_idx: np.ndarray  # flatnonzero(kind == 2)
-    any_req: bool
-    file_kind: np.ndarray  # kind == 3
-    any_file_kind: bool
-    traces: np.ndarray  # flatnonzero(kind == 4)
-    ingress_div: np.ndarray  # 8 * max(request bytes, 1)
-    pkt_bits: np.ndarray  # pkt_bytes * 8.0
-    pkts_per_bit: np.ndarray
-    weights: np.ndarray  # max(streams, 1): the PF's TCP-stream weights
-    link_clocked: np.ndarray  # (kind <= 1) | (kind == 3)
-    req_resp_bits: np.ndarray  # resp_bytes[req_idx] * 8.0
-
-
 def load_static(eng: EngineState) -> LoadStatic:
     """The cached :class:`LoadStatic` of the current workloads (built after a change)."""
     st = eng._load_static
@@ -88,8 +60,6 @@ def load_static(eng: EngineState) -> LoadStatic:
 
 
 def _derive(eng: EngineState) -> LoadStatic:
-    from sova.sim.network import ACK_BYTES
-
     kind = eng.kind
 
     def live(duty: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,16 +142,6 @@ def load_trace(eng: EngineState, path: str) -> dict[str, np.ndarray]:
     return eng._trace_cache[path]
 
 
-def on_fraction(
-    eng: EngineState, start: np.ndarray, length: np.ndarray, duty: np.ndarray, t0: float, t1: float
-) -> np.ndarray:
-    """Exact on-time share of [t0, t1) for every VM's on/off process (vectorised)."""
-    live = np.flatnonzero((duty > 0.0) & (duty < 1.0))
-    return _on_fraction(
-        eng, start, length, np.where(duty >= 1.0, 1.0, 0.0), live, duty[live], t0, t1
-    )
-
-
 def _on_fraction(
     eng: EngineState,
     start: np.ndarray,
@@ -192,7 +152,8 @@ def _on_fraction(
     t0: float,
     t1: float,
 ) -> np.ndarray:
-    """:func:`on_fraction` given the live processes, their duties and the share of the
+    """Exact on-time share of [t0, t1) for every VM's on/off process (vectorised), given
+    the live processes (duty strictly between 0 and 1), their duties and the share of the
     others (``frac``, written in place)."""
     p = eng.profile
     if live.size == 0:
