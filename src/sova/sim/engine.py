@@ -43,8 +43,8 @@ import numpy as np
 from sova import model
 from sova.scenario import Scenario, Workload
 from sova.sim import migration, network, workload
-from sova.sim.network import ACK_BYTES
 from sova.sim.state import INF, EngineState, FileDone, Op
+from sova.sim.workload import ACK_BYTES
 
 # A rate change is a netlink or guest-agent call: it takes effect this long after submission.
 CALL_DELAY_S = 0.05
@@ -93,38 +93,50 @@ class Engine(EngineState):
     def _count(self, o: workload.Offer, s: network.Shares) -> None:
         """Cumulative counters (all a driver reads) and the last tick's figures."""
         p, h, H, dt = self.profile, self.host, self.H, o.dt
-        arrivals, paused, offered = o.arrivals, o.paused, o.offered
         tx, rx, tx_host, rx_host = s.tx, s.rx, s.tx_host, s.rx_host
-        pkt_bits, pkts_per_bit, ns_pkt, virt = s.pkt_bits, s.pkts_per_bit, s.ns_pkt, s.virt
-        cpu_busy, need, host_scale, host_need = s.cpu_busy, s.need, s.host_scale, s.host_need
-        backend_vm_frac = s.backend_vm_frac
-        pk_tx = tx / pkt_bits
-        pk_rx = rx / (8.0 * ACK_BYTES)
-        cpu_used = (
-            cpu_busy
-            + (tx * pkts_per_bit * ns_pkt + tx / 8.0 * self.ns_per_byte) / 1e9
-            + arrivals / dt * p.guest_ns_per_request / 1e9
-        ) * host_scale[h]
-        cpu_used = np.minimum(cpu_used, self.vcpus)
-        cpu_used[paused] = 0.0
-        wanted_cpu = np.minimum(need, self.vcpus)
-        self.steal_ns += np.maximum(0.0, wanted_cpu - cpu_used) * dt * 1e9 * (host_scale[h] < 1)
+        host_scale_vm = self._host_scale_vm  # host_scale[h], from network.share
+        # (the expressions of the readable form, evaluated in its order: the same floats)
+        tx_ppb = tx * s.pkts_per_bit
+        cpu_used = tx_ppb * s.ns_pkt
+        b = tx / 8.0
+        b *= self.ns_per_byte
+        cpu_used += b
+        cpu_used /= 1e9
+        cpu_used += s.cpu_busy
+        cpu_used += s.arrival_cost
+        cpu_used *= host_scale_vm
+        np.minimum(cpu_used, self.vcpus, out=cpu_used)
+        if o.any_paused:
+            cpu_used[o.paused] = 0.0
+        if s.host_scale.min() < 1:
+            wanted_cpu = np.minimum(s.need, self.vcpus)
+            wanted_cpu -= cpu_used
+            np.maximum(0.0, wanted_cpu, out=wanted_cpu)
+            wanted_cpu *= dt
+            wanted_cpu *= 1e9
+            wanted_cpu *= host_scale_vm < 1
+            self.steal_ns += wanted_cpu
+        # else every factor (host_scale < 1) is 0: each term is 0.0, the sums unchanged
         self.cpu_ns += cpu_used * dt * 1e9
         self.tx_b += tx * dt / 8.0
         self.rx_b += rx * dt / 8.0
-        self.tx_pk += pk_tx * dt
-        self.rx_pk += pk_rx * dt
-        backend_used = np.bincount(
-            h, tx * pkts_per_bit * p.virtio_host_ns_per_packet * virt, minlength=H
-        )
-        backend_used = np.add(backend_used, backend_vm_frac * 1e9)
-        self.h_cpu_ns += (np.bincount(h, cpu_used, minlength=H) * 1e9 + backend_used) * dt
+        self.tx_pk += tx / s.pkt_bits * dt
+        self.rx_pk += rx / (8.0 * ACK_BYTES) * dt
+        tx_ppb *= p.virtio_host_ns_per_packet
+        tx_ppb *= s.virt
+        backend_used = np.bincount(h, tx_ppb, minlength=H)
+        backend_used = np.add(backend_used, s.backend_vm_frac * 1e9)
+        host_cpu = np.bincount(h, cpu_used, minlength=H) * 1e9
+        host_cpu += backend_used
+        host_cpu *= dt
+        self.h_cpu_ns += host_cpu
         self.h_tx_b += tx_host * dt / 8.0
         self.h_rx_b += rx_host * dt / 8.0
-        self.host_cpu_util = np.minimum(1.0, host_need / self.cores)
+        self.host_cpu_util = np.minimum(1.0, s.host_need / self.cores)
         self.host_net_util = np.maximum(tx_host, rx_host) / self.capacity
-        self.offered, self.tx, self.rx = offered, tx, rx
-        self.cpu_use = cpu_used / self.vcpus
+        self.offered, self.tx, self.rx = o.offered, tx, rx
+        cpu_used /= self.vcpus
+        self.cpu_use = cpu_used
 
     def _files(self, o: workload.Offer, s: network.Shares, t1: float) -> None:
         h, dt, is_file, tx = self.host, o.dt, o.is_file, s.tx
@@ -155,13 +167,14 @@ class Engine(EngineState):
         dt: float,
     ) -> None:
         p = self.profile
-        req = self.kind == 2
+        st = workload.load_static(self)
         self.resp_s[:] = 0.0
         self.served_req[:] = 0.0
-        if not req.any():
+        if not st.any_req:
             return
         h = self.host
-        idx = np.flatnonzero(req)
+        idx = st.req_idx
+        resp_bits = st.req_resp_bits  # resp_bytes[idx] * 8.0
         hh = h[idx]
         # the rate this VM could get right now: what the others leave of the link
         residual = np.maximum(self.capacity[hh] - (tx_host[hh] - tx[idx]), 1e3)
@@ -176,7 +189,7 @@ class Engine(EngineState):
             p.vf_latency + sched,
             p.virtio_latency / (1.0 - rho_b) + 2.0 * sched,
         )
-        transfer = self.resp_bytes[idx] * 8.0 / service / (1.0 - rho_link)
+        transfer = resp_bits / service / (1.0 - rho_link)
         # httperf opens a connection per request: handshake and request/response each
         # cross the host's path and wake the vCPU (and on virtio the backend) again.
         path = path * p.request_round_trips + p.request_fixed_latency
@@ -184,7 +197,7 @@ class Engine(EngineState):
             # The server's own work on the request (Apache + the packets' guest cost) at a
             # vCPU that gets only host_scale of a core, queued M/M/1 behind its other work.
             ns_pkt = p.guest_ns_per_packet + p.virtio_guest_ns_per_packet * ~self.on_vf[idx]
-            pkts = self.resp_bytes[idx] * 8.0 * self._pkts_per_bit[idx]
+            pkts = resp_bits * self._pkts_per_bit[idx]
             s_req = (p.guest_ns_per_request + pkts * ns_pkt) / 1e9
             s_req = s_req / np.maximum(self._host_scale_vm[idx], 1e-3)
             rho_v = np.minimum(0.99, self._vcpu_load[idx])
@@ -197,9 +210,7 @@ class Engine(EngineState):
         wait = backlog / np.maximum(sent, 1e3) / 2.0
         self.resp_s[idx] = path + transfer + wait
         self.served_req[idx] = np.where(
-            self.resp_bytes[idx] > 0,
-            np.minimum(total_bits, sent * dt) / (self.resp_bytes[idx] * 8.0),
-            0.0,
+            resp_bits > 0, np.minimum(total_bits, sent * dt) / resp_bits, 0.0
         )
 
     # ------------------------------------------------------------------ operations

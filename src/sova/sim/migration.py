@@ -50,6 +50,7 @@ def advance(eng: EngineState, m: MigrationState, rate: float, dt: float, t: floa
             downtime = m.dirty_bytes / max(r, 1e6 / 8.0)
             m.sent_bytes += m.dirty_bytes
             eng.paused_until[m.vm] = now + downtime
+            eng.paused_through = max(eng.paused_through, now + downtime)
             eng.env.schedule(
                 max(0.0, now + downtime - eng.env.now),
                 partial(finish_after_downtime, eng, m, downtime),

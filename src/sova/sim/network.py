@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sova.policy.waterfill import floored_waterfill, grouped_waterfill, links_waterfill
+from sova.sim.workload import load_static
 
 if TYPE_CHECKING:
     from sova.sim.state import EngineState, MigrationState
     from sova.sim.workload import Offer
 
-ACK_BYTES = 66.0
 INF = float("inf")
 
 
@@ -30,6 +30,7 @@ INF = float("inf")
 class Shares:
     """What each VM got this tick, and the contention figures latency and counters need."""
 
+    arrival_cost: np.ndarray  # guest CPU of this tick's requests (cores)
     want: np.ndarray  # bit/s after CPU and path limits
     tx: np.ndarray
     rx: np.ndarray
@@ -55,48 +56,69 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     dt = o.dt
     N, H = eng.N, eng.H
     h = eng.host
-    kind = eng.kind
-    cpu_frac, cj, arrivals, paused = o.cpu_frac, o.cj, o.arrivals, o.paused
+    st = load_static(eng)
+    cpu_frac, cj, paused = o.cpu_frac, o.cj, o.paused
     want, is_file = o.want, o.is_file
-    pkt_bits = eng.pkt_bytes * 8.0
+    arrival_cost = o.arrival_cost
+    if arrival_cost is None:
+        arrival_cost = o.arrivals / dt * p.guest_ns_per_request / 1e9
+    pkt_bits = st.pkt_bits
     virt = ~eng.on_vf
+    vcpus = eng.vcpus
 
     # guest CPU: benchmarks, per-packet and per-byte network work, per-request work
-    ns_pkt = p.guest_ns_per_packet + p.virtio_guest_ns_per_packet * virt
-    pkts_per_bit = (1.0 + eng.rx_share * eng.pkt_bytes / ACK_BYTES) / pkt_bits
-    net_cost = (
-        want * pkts_per_bit * ns_pkt + want / 8.0 * eng.ns_per_byte
-    ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
-    cpu_busy = np.clip(cpu_frac * cj, 0.0, 1.0) * eng.vcpus
+    ns_pkt = p.virtio_guest_ns_per_packet * virt
+    ns_pkt += p.guest_ns_per_packet
+    pkts_per_bit = st.pkts_per_bit
+
+    def net_cost_of(want: np.ndarray) -> np.ndarray:
+        # (want * pkts_per_bit * ns_pkt + want / 8.0 * ns_per_byte) / 1e9 + arrival_cost
+        c: np.ndarray = want * pkts_per_bit
+        c *= ns_pkt
+        b = want / 8.0
+        b *= eng.ns_per_byte
+        c += b
+        c /= 1e9
+        c += arrival_cost
+        return c
+
+    net_cost = net_cost_of(want)
+    cpu_busy = np.clip(cpu_frac * cj, 0.0, 1.0)
+    cpu_busy *= vcpus
     if p.tcp_link_clocked:
         # A TCP sender is clocked by its ACKs: it sends (and spends CPU on) only what
         # its share of the egress link drains, not all netperf would like to send. The
         # share is computed on what each vCPU could push, so a CPU-bound sender leaves
         # its unused share to the others.
         need0 = cpu_busy + net_cost
-        own = want * np.where(need0 > eng.vcpus, eng.vcpus / np.maximum(need0, 1e-12), 1.0)
-        busy0 = np.bincount(h, np.minimum(need0, eng.vcpus), minlength=H)
-        own = own * np.minimum(1.0, eng.cores / np.maximum(busy0, 1e-12))[h]
-        fair = links_waterfill(eng.capacity, eng.links(), own, np.maximum(eng.streams, 1.0))
+        own = want * _scale_to(need0, vcpus)
+        busy0 = np.bincount(h, np.minimum(need0, vcpus), minlength=H)
+        own *= np.minimum(1.0, eng.cores / np.maximum(busy0, 1e-12))[h]
+        fair = links_waterfill(eng.capacity, eng.links(), own, st.weights)
         # only the link's verdict caps: a CPU-bound sender is scaled down below anyway
-        link_cap = np.where(fair < own * (1.0 - 1e-9), fair, INF)
-        want = np.where((kind <= 1) | (kind == 3), np.minimum(want, link_cap), want)
-        net_cost = (
-            want * pkts_per_bit * ns_pkt + want / 8.0 * eng.ns_per_byte
-        ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
+        own *= 1.0 - 1e-9
+        link_cap = np.where(fair < own, fair, INF)
+        want = np.where(st.link_clocked, np.minimum(want, link_cap), want)
+        net_cost = net_cost_of(want)
     need = cpu_busy + net_cost
-    vm_scale = np.where(need > eng.vcpus, eng.vcpus / np.maximum(need, 1e-12), 1.0)
-    vm_scale[paused] = 0.0
+    vm_scale = _scale_to(need, vcpus)
+    if o.any_paused:
+        vm_scale[paused] = 0.0
     want = want * vm_scale
     # host CPU: vCPUs + virtio backend
-    backend_ns = want * pkts_per_bit * p.virtio_host_ns_per_packet * virt
+    backend_ns = want * pkts_per_bit
+    backend_ns *= p.virtio_host_ns_per_packet
+    backend_ns *= virt
+    need_scaled = need * vm_scale
     if eng._dedicated_backend:
         # A driver domain on its own cores: its backend work does not compete with vCPUs.
         ded = eng.backend_cores > 0
         shared_ns = np.where(ded[h], 0.0, backend_ns)
-        host_need = np.bincount(h, need * vm_scale + shared_ns / 1e9, minlength=H)
+        shared_ns /= 1e9
+        need_scaled += shared_ns
     else:
-        host_need = np.bincount(h, need * vm_scale + backend_ns / 1e9, minlength=H)
+        need_scaled += backend_ns / 1e9
+    host_need = np.bincount(h, need_scaled, minlength=H)
     # Per-queue backend overhead (wake-ups, notifications, switching between the VMs'
     # queues) is paid per active virtio VM whatever its rate: with many VMs it eats
     # into the backend's capacity. 0 by default (no such overhead).
@@ -106,13 +128,14 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         backend_vm_frac = n_virt * p.virtio_backend_ns_per_vm / 1e9
         host_need = np.add(host_need, backend_vm_frac)
     host_scale = np.minimum(1.0, eng.cores / np.maximum(host_need, 1e-12))
-    want = want * host_scale[h]
+    host_scale_vm = host_scale[h]
+    want *= host_scale_vm
     backend_scale = host_scale  # how fast the backend runs: slowed by vCPU contention
     if eng._dedicated_backend:
         # ... unless it has its own cores; then it saturates on its own: when the driver
         # domain's cores are full, every virtio VM gets a proportional share of them.
         dd_need = np.bincount(
-            h, np.where(ded[h], backend_ns, 0.0) * host_scale[h] / 1e9, minlength=H
+            h, np.where(ded[h], backend_ns, 0.0) * host_scale_vm / 1e9, minlength=H
         )
         dd_scale = np.where(
             ded, np.minimum(1.0, eng.backend_cores / np.maximum(dd_need, 1e-12)), 1.0
@@ -120,8 +143,9 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         want = np.where(virt, want * dd_scale[h], want)
         backend_scale = np.where(ded, 1.0, host_scale)
     # kept for the request service time in _latency
-    eng._pkts_per_bit, eng._host_scale_vm = pkts_per_bit, host_scale[h]
-    eng._vcpu_load = need / np.maximum(eng.vcpus * host_scale[h], 1e-12)
+    eng._pkts_per_bit, eng._host_scale_vm = pkts_per_bit, host_scale_vm
+    if p.request_service_latency:
+        eng._vcpu_load = need / np.maximum(vcpus * host_scale_vm, 1e-12)
 
     # paths: VF cap; virtio per-VM ceiling and the backend's shared packet-rate ceiling
     want = np.where(eng.on_vf, np.minimum(want, eng.vf_max), np.minimum(want, p.virtio_flow_limit))
@@ -138,7 +162,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     migs = list(eng.migrations.values())
     mig_active = [m for m in migs if m.copy_from_s <= t0 and eng.paused_until[m.vm] <= t0]
     groups = h
-    demands, weights = want, np.maximum(eng.streams, 1.0)
+    demands, weights = want, st.weights
     if mig_active:
         groups = np.r_[h, [m.src for m in mig_active]]
         demands = np.r_[want, [m.cap_bps for m in mig_active]]
@@ -154,9 +178,15 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     else:
         share = links_waterfill(eng.capacity, eng.links(), demands, weights)
     tx = share[:N]
-    if is_file.any():
+    if o.any_file:
         tx = np.where(is_file, np.minimum(tx, eng.file_left * 8.0 / dt), tx)
-    rx = tx * eng.rx_share + arrivals * eng.req_bytes * 8.0 / dt
+    rx = tx * eng.rx_share
+    if st.asks.size:
+        # (without requests the term is 0.0 everywhere and rx is never -0.0)
+        r = o.arrivals * eng.req_bytes
+        r *= 8.0
+        r /= dt
+        rx += r
     rx_host = np.bincount(h, rx, minlength=H)
     mig_rate = np.zeros(len(mig_active))
     for k, m in enumerate(mig_active):
@@ -167,6 +197,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     for k, m in enumerate(mig_active):
         tx_host[m.src] += mig_rate[k]
     return Shares(
+        arrival_cost,
         want,
         tx,
         rx,
@@ -186,3 +217,13 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         need,
         virt,
     )
+
+
+def _scale_to(need: np.ndarray, vcpus: np.ndarray) -> np.ndarray:
+    """``np.where(need > vcpus, vcpus / np.maximum(need, 1e-12), 1.0)``: the share of its
+    need a VM's vCPUs can run, the division only where they are short."""
+    over = need > vcpus
+    out = np.ones(need.size)
+    if over.any():
+        np.divide(vcpus, np.maximum(need, 1e-12), out=out, where=over)
+    return out

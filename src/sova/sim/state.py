@@ -56,6 +56,36 @@ class MigrationState:
     fail_at_round: int = 0  # 0 = does not fail
 
 
+@dataclass
+class LoadStatic:
+    """What the tick derives from the workload parameters alone (kind, duty, rate,
+    packet size, ...), which only :func:`set_workload` writes: derived once per change
+    instead of every tick (the workloads are piecewise constant). Each array is computed
+    by the same expression the tick used, so every value is the same float."""
+
+    net_live: np.ndarray  # VMs whose network duty cycle is strictly between 0 and 1
+    net_full: np.ndarray  # 1.0 where the network duty is >= 1, else 0.0
+    net_live_duty: np.ndarray
+    cpu_live: np.ndarray
+    cpu_full: np.ndarray
+    cpu_live_duty: np.ndarray
+    asks: np.ndarray  # VMs with a request rate
+    ask_rate: np.ndarray  # their rates
+    streamy: np.ndarray  # kind <= 1 (duty and bulk streams)
+    is_req: np.ndarray  # kind == 2
+    req_idx: np.ndarray  # flatnonzero(kind == 2)
+    any_req: bool
+    file_kind: np.ndarray  # kind == 3
+    any_file_kind: bool
+    traces: np.ndarray  # flatnonzero(kind == 4)
+    ingress_div: np.ndarray  # 8 * max(request bytes, 1)
+    pkt_bits: np.ndarray  # pkt_bytes * 8.0
+    pkts_per_bit: np.ndarray
+    weights: np.ndarray  # max(streams, 1): the PF's TCP-stream weights
+    link_clocked: np.ndarray  # (kind <= 1) | (kind == 3)
+    req_resp_bits: np.ndarray  # resp_bytes[req_idx] * 8.0
+
+
 class EngineState:
     """The arrays, the operations and their listeners, and where each VM runs;
     :class:`sova.sim.engine.Engine` adds the tick and the driver views."""
@@ -116,6 +146,9 @@ class EngineState:
         self.guest_limit = np.full(N, INF)
         self.guest_pps = np.full(N, INF)
         self.paused_until = np.full(N, -INF)
+        # the latest paused_until: no VM is paused from then on (the tick skips the mask)
+        self.paused_through = -INF
+        self._no_vms = f(N, dtype=bool)
         self.migrating = f(N, dtype=bool)
         # counters (cumulative, what drivers read)
         self.cpu_ns, self.steal_ns = f(N), f(N)
@@ -139,6 +172,7 @@ class EngineState:
         self._members: list[np.ndarray] | None = None
         self._links: Links | None = None
         self._trace_cache: dict[str, dict[str, np.ndarray]] = {}
+        self._load_static: LoadStatic | None = None  # rebuilt after set_workload
 
     def _complete(self, op: Op, state: str, detail: str) -> None:
         op.state, op.detail = state, detail

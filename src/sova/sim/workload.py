@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sova.scenario import Workload
+from sova.sim.state import LoadStatic
 
 if TYPE_CHECKING:
     from sova.sim.state import EngineState
 
+ACK_BYTES = 66.0
 KIND = {"duty": 0, "bulk": 1, "requests": 2, "file": 3, "trace": 4}
 
 
@@ -44,6 +46,56 @@ class Offer:
     is_file: np.ndarray  # file transfers with bytes left
     paused: np.ndarray  # VMs stopped for a migration's downtime
     want: np.ndarray  # offered, capped by the guest's own limits
+    any_paused: bool = True  # False: ``paused`` is all False (the writes to it are skipped)
+    any_file: bool = True  # False: ``is_file`` is all False
+    arrival_cost: np.ndarray | None = None  # guest CPU of this tick's requests (cores)
+
+
+def load_static(eng: EngineState) -> LoadStatic:
+    """The cached :class:`LoadStatic` of the current workloads (built after a change)."""
+    st = eng._load_static
+    if st is None:
+        st = eng._load_static = _derive(eng)
+    return st
+
+
+def _derive(eng: EngineState) -> LoadStatic:
+    kind = eng.kind
+
+    def live(duty: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        idx = np.flatnonzero((duty > 0.0) & (duty < 1.0))
+        return idx, np.where(duty >= 1.0, 1.0, 0.0), duty[idx]
+
+    net_live, net_full, net_live_duty = live(eng.net_duty)
+    cpu_live, cpu_full, cpu_live_duty = live(eng.cpu_duty)
+    asks = np.flatnonzero(eng.req_rate)
+    pkt_bits = eng.pkt_bytes * 8.0
+    is_req = kind == 2
+    req_idx = np.flatnonzero(is_req)
+    file_kind = kind == 3
+    return LoadStatic(
+        net_live=net_live,
+        net_full=net_full,
+        net_live_duty=net_live_duty,
+        cpu_live=cpu_live,
+        cpu_full=cpu_full,
+        cpu_live_duty=cpu_live_duty,
+        asks=asks,
+        ask_rate=eng.req_rate[asks],
+        streamy=kind <= 1,
+        is_req=is_req,
+        req_idx=req_idx,
+        any_req=bool(req_idx.size),
+        file_kind=file_kind,
+        any_file_kind=bool(file_kind.any()),
+        traces=np.flatnonzero(kind == 4),
+        ingress_div=8.0 * np.maximum(eng.req_bytes, 1.0),
+        pkt_bits=pkt_bits,
+        pkts_per_bit=(1.0 + eng.rx_share * eng.pkt_bytes / ACK_BYTES) / pkt_bits,
+        weights=np.maximum(eng.streams, 1.0),
+        link_clocked=(kind <= 1) | (kind == 3),
+        req_resp_bits=eng.resp_bytes[req_idx] * 8.0,
+    )
 
 
 def reset_cycles(eng: EngineState, idx: np.ndarray, t: float) -> None:
@@ -55,6 +107,7 @@ def reset_cycles(eng: EngineState, idx: np.ndarray, t: float) -> None:
 
 
 def set_workload(eng: EngineState, i: int, w: Workload, t: float) -> None:
+    eng._load_static = None  # the only writer of the workload parameters
     eng.kind[i] = KIND[w.kind]
     eng.net_duty[i] = w.net_duty
     eng.cpu_duty[i] = w.cpu
@@ -89,20 +142,30 @@ def load_trace(eng: EngineState, path: str) -> dict[str, np.ndarray]:
     return eng._trace_cache[path]
 
 
-def on_fraction(
-    eng: EngineState, start: np.ndarray, length: np.ndarray, duty: np.ndarray, t0: float, t1: float
+def _on_fraction(
+    eng: EngineState,
+    start: np.ndarray,
+    length: np.ndarray,
+    frac: np.ndarray,
+    live: np.ndarray,
+    d: np.ndarray,
+    t0: float,
+    t1: float,
 ) -> np.ndarray:
-    """Exact on-time share of [t0, t1) for every VM's on/off process (vectorised)."""
+    """Exact on-time share of [t0, t1) for every VM's on/off process (vectorised), given
+    the live processes (duty strictly between 0 and 1), their duties and the share of the
+    others (``frac``, written in place)."""
     p = eng.profile
-    frac = np.where(duty >= 1.0, 1.0, 0.0)
-    live = np.flatnonzero((duty > 0.0) & (duty < 1.0))
     if live.size == 0:
         return frac
     # Only the processes whose cycle ended inside the tick take another pass; the others
     # are done (their terms would add 0.0). Draws stay in index order, pass by pass.
-    s, ln, d = start[live], length[live], duty[live]
+    s, ln = start[live], length[live]
     end = s + ln
-    on = np.clip(np.minimum(np.minimum(t1, end), s + d * ln) - t0, 0.0, None)
+    on = np.minimum(t1, end)
+    np.minimum(on, s + d * ln, out=on)
+    on -= t0
+    np.maximum(on, 0.0, out=on)
     k = np.flatnonzero(end <= t1)
     for i in range(64):  # cycles are >= cycle_min long: a few passes cover a tick
         if k.size == 0:
@@ -114,10 +177,11 @@ def on_fraction(
             break  # the last pass draws its cycles but covers no more of the tick
         end_k = cur + ln[k]
         end[k] = end_k
-        on[k] += np.clip(np.minimum(np.minimum(t1, end_k), cur + d[k] * ln[k]) - cur, 0.0, None)
+        on[k] += np.maximum(np.minimum(np.minimum(t1, end_k), cur + d[k] * ln[k]) - cur, 0.0)
         k = k[end_k <= t1]
     start[live], length[live] = s, ln
-    frac[live] = on / (t1 - t0)
+    on /= t1 - t0
+    frac[live] = on
     return frac
 
 
@@ -125,38 +189,82 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
     p = eng.profile
     dt = t1 - t0
     N = eng.N
-    net_frac = on_fraction(eng, eng.net_start, eng.net_len, eng.net_duty, t0, t1)
-    cpu_frac = on_fraction(eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1)
+    st = load_static(eng)
+    net_frac = _on_fraction(
+        eng, eng.net_start, eng.net_len, st.net_full.copy(), st.net_live, st.net_live_duty, t0, t1
+    )
+    cpu_frac = _on_fraction(
+        eng, eng.cpu_start, eng.cpu_len, st.cpu_full.copy(), st.cpu_live, st.cpu_live_duty, t0, t1
+    )
     jit = eng.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
-    cj = 1.0 + (eng.wrng.normal(0.0, p.cpu_jitter, N) if p.cpu_jitter else np.zeros(N))
+    if p.cpu_jitter:
+        cj = eng.wrng.normal(0.0, p.cpu_jitter, N)
+        cj += 1.0
+    else:
+        cj = np.ones(N)
     arrivals = np.zeros(N)
-    asks = np.flatnonzero(eng.req_rate)
+    asks = st.asks
     if asks.size:
         # a Poisson draw of mean 0 takes nothing from the stream: drawing only the others
         # leaves every value the same
-        arrivals[asks] = eng.wrng.poisson(eng.req_rate[asks] * dt)
+        arrivals[asks] = eng.wrng.poisson(st.ask_rate * dt)
     if eng._ingress_limited:
         # The NIC discards requests above the VM's ingress limit: they never reach the
         # guest (or a driver domain), so they cost no CPU and are never answered.
-        allowed = eng.ingress_limit * dt / (8.0 * np.maximum(eng.req_bytes, 1.0))
+        allowed = eng.ingress_limit * dt / st.ingress_div
         arrivals = np.minimum(arrivals, allowed)
 
-    kind = eng.kind
-    offered = np.where(kind <= 1, net_frac * eng.rate * eng.streams * jit, 0.0)
+    net_frac *= eng.rate
+    net_frac *= eng.streams
+    net_frac *= jit
+    offered = np.where(st.streamy, net_frac, 0.0)
     # requests: new responses plus the backlog not yet sent
-    req_bits = arrivals * eng.resp_bytes * 8.0
-    offered = offered + (req_bits + eng.backlog_bits) / dt * (kind == 2)
-    is_file = (kind == 3) & (eng.file_left > 0)
+    req_bits = arrivals * eng.resp_bytes
+    req_bits *= 8.0
+    if st.any_req:
+        # (without request VMs the term is 0.0 everywhere and offered is never -0.0)
+        r = req_bits + eng.backlog_bits
+        r /= dt
+        r *= st.is_req
+        offered += r
+    if st.any_file_kind:
+        is_file = st.file_kind & (eng.file_left > 0)
+        any_file = bool(is_file.any())
+    else:
+        is_file, any_file = st.file_kind, False
     # scp offers its full rate while bytes are left; the last tick is clipped below
     # (offering only the remainder would shrink it geometrically and never finish)
-    offered = np.where(is_file, eng.rate, offered)
-    if (kind == 4).any():
-        for i in np.flatnonzero(kind == 4):
-            tt, col = eng.trace_t[i], eng.trace_col[i]
-            assert tt is not None and col is not None
-            k = max(0, int(np.searchsorted(tt, t0, side="right")) - 1)
-            offered[i] = col[k] * jit[i]
-    paused = eng.paused_until > t0
-    offered[paused] = 0.0
-    want = np.minimum(offered, np.minimum(eng.guest_limit, eng.guest_pps * eng.pkt_bytes * 8))
-    return Offer(dt, cpu_frac, cj, arrivals, offered, req_bits, is_file, paused, want)
+    if any_file:
+        offered = np.where(is_file, eng.rate, offered)
+    for i in st.traces:
+        tt, col = eng.trace_t[i], eng.trace_col[i]
+        assert tt is not None and col is not None
+        k = max(0, int(np.searchsorted(tt, t0, side="right")) - 1)
+        offered[i] = col[k] * jit[i]
+    any_paused = t0 < eng.paused_through
+    if any_paused:
+        paused = eng.paused_until > t0
+        offered[paused] = 0.0
+    else:
+        paused = eng._no_vms
+    cap = eng.guest_pps * eng.pkt_bytes
+    cap *= 8
+    np.minimum(eng.guest_limit, cap, out=cap)
+    want = np.minimum(offered, cap)
+    arrival_cost = arrivals / dt
+    arrival_cost *= p.guest_ns_per_request
+    arrival_cost /= 1e9
+    return Offer(
+        dt,
+        cpu_frac,
+        cj,
+        arrivals,
+        offered,
+        req_bits,
+        is_file,
+        paused,
+        want,
+        any_paused,
+        any_file,
+        arrival_cost,
+    )

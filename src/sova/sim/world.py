@@ -367,7 +367,8 @@ class World:
             st.req_weight += w
             st.req_time += w * eng.resp_s
             idx = np.flatnonzero(w > 0)
-            bins = np.clip(np.searchsorted(RESP_BINS, eng.resp_s[idx]) - 1, 0, 239)
+            bins = np.searchsorted(RESP_BINS, eng.resp_s[idx]) - 1
+            np.minimum(np.maximum(bins, 0, out=bins), 239, out=bins)  # (np.clip, cheaper)
             np.add.at(st.resp_hist, bins, w[idx])
         g = self._guarantee
         if g.any():

@@ -1,0 +1,365 @@
+"""The engine's tick against its readable form, kept here as the specification.
+
+The tick (sova.sim.workload.offer, sova.sim.network.share, Engine._count) derives the
+workload's static arrays once per change (``LoadStatic``), works in place and skips
+masks that are all false; these functions are the tick as it was written before, one
+expression per quantity. On random heterogeneous clusters (duty, bulk, request and file
+VMs; VFs with caps and floors, guest limits, paused VMs, driver domains, ingress limits,
+the profile's optional mechanisms) both forms run from the same seed and every state
+array must be the same bytes after every tick.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sova.policy.waterfill import floored_waterfill, links_waterfill
+from sova.scenario import Workload, parse_scenario
+from sova.sim import workload
+from sova.sim.engine import Engine
+from sova.sim.network import INF
+from sova.sim.workload import ACK_BYTES
+
+# ---------------------------------------------------------------- the readable form
+
+
+def ref_on_fraction(
+    eng: Engine, start: np.ndarray, length: np.ndarray, duty: np.ndarray, t0: float, t1: float
+) -> np.ndarray:
+    p = eng.profile
+    frac = np.where(duty >= 1.0, 1.0, 0.0)
+    live = np.flatnonzero((duty > 0.0) & (duty < 1.0))
+    if live.size == 0:
+        return frac
+    s, ln, d = start[live], length[live], duty[live]
+    end = s + ln
+    on = np.clip(np.minimum(np.minimum(t1, end), s + d * ln) - t0, 0.0, None)
+    k = np.flatnonzero(end <= t1)
+    for i in range(64):
+        if k.size == 0:
+            break
+        cur = end[k]
+        s[k] = cur
+        ln[k] = eng.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
+        if i == 63:
+            break
+        end_k = cur + ln[k]
+        end[k] = end_k
+        on[k] += np.clip(np.minimum(np.minimum(t1, end_k), cur + d[k] * ln[k]) - cur, 0.0, None)
+        k = k[end_k <= t1]
+    start[live], length[live] = s, ln
+    frac[live] = on / (t1 - t0)
+    return frac
+
+
+def ref_offer(eng: Engine, t0: float, t1: float) -> SimpleNamespace:
+    p = eng.profile
+    dt = t1 - t0
+    N = eng.N
+    net_frac = ref_on_fraction(eng, eng.net_start, eng.net_len, eng.net_duty, t0, t1)
+    cpu_frac = ref_on_fraction(eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1)
+    jit = eng.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
+    cj = 1.0 + (eng.wrng.normal(0.0, p.cpu_jitter, N) if p.cpu_jitter else np.zeros(N))
+    arrivals = np.zeros(N)
+    asks = np.flatnonzero(eng.req_rate)
+    if asks.size:
+        arrivals[asks] = eng.wrng.poisson(eng.req_rate[asks] * dt)
+    if eng._ingress_limited:
+        allowed = eng.ingress_limit * dt / (8.0 * np.maximum(eng.req_bytes, 1.0))
+        arrivals = np.minimum(arrivals, allowed)
+    kind = eng.kind
+    offered = np.where(kind <= 1, net_frac * eng.rate * eng.streams * jit, 0.0)
+    req_bits = arrivals * eng.resp_bytes * 8.0
+    offered = offered + (req_bits + eng.backlog_bits) / dt * (kind == 2)
+    is_file = (kind == 3) & (eng.file_left > 0)
+    offered = np.where(is_file, eng.rate, offered)
+    paused = eng.paused_until > t0
+    offered[paused] = 0.0
+    want = np.minimum(offered, np.minimum(eng.guest_limit, eng.guest_pps * eng.pkt_bytes * 8))
+    return SimpleNamespace(
+        dt=dt,
+        cpu_frac=cpu_frac,
+        cj=cj,
+        arrivals=arrivals,
+        offered=offered,
+        req_bits=req_bits,
+        is_file=is_file,
+        paused=paused,
+        want=want,
+    )
+
+
+def ref_share(eng: Engine, o: SimpleNamespace, t0: float) -> SimpleNamespace:
+    p = eng.profile
+    dt = o.dt
+    N, H = eng.N, eng.H
+    h = eng.host
+    kind = eng.kind
+    cpu_frac, cj, arrivals, paused = o.cpu_frac, o.cj, o.arrivals, o.paused
+    want, is_file = o.want, o.is_file
+    pkt_bits = eng.pkt_bytes * 8.0
+    virt = ~eng.on_vf
+    ns_pkt = p.guest_ns_per_packet + p.virtio_guest_ns_per_packet * virt
+    pkts_per_bit = (1.0 + eng.rx_share * eng.pkt_bytes / ACK_BYTES) / pkt_bits
+    net_cost = (
+        want * pkts_per_bit * ns_pkt + want / 8.0 * eng.ns_per_byte
+    ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
+    cpu_busy = np.clip(cpu_frac * cj, 0.0, 1.0) * eng.vcpus
+    if p.tcp_link_clocked:
+        need0 = cpu_busy + net_cost
+        own = want * np.where(need0 > eng.vcpus, eng.vcpus / np.maximum(need0, 1e-12), 1.0)
+        busy0 = np.bincount(h, np.minimum(need0, eng.vcpus), minlength=H)
+        own = own * np.minimum(1.0, eng.cores / np.maximum(busy0, 1e-12))[h]
+        fair = links_waterfill(eng.capacity, eng.links(), own, np.maximum(eng.streams, 1.0))
+        link_cap = np.where(fair < own * (1.0 - 1e-9), fair, INF)
+        want = np.where((kind <= 1) | (kind == 3), np.minimum(want, link_cap), want)
+        net_cost = (
+            want * pkts_per_bit * ns_pkt + want / 8.0 * eng.ns_per_byte
+        ) / 1e9 + arrivals / dt * p.guest_ns_per_request / 1e9
+    need = cpu_busy + net_cost
+    vm_scale = np.where(need > eng.vcpus, eng.vcpus / np.maximum(need, 1e-12), 1.0)
+    vm_scale[paused] = 0.0
+    want = want * vm_scale
+    backend_ns = want * pkts_per_bit * p.virtio_host_ns_per_packet * virt
+    if eng._dedicated_backend:
+        ded = eng.backend_cores > 0
+        shared_ns = np.where(ded[h], 0.0, backend_ns)
+        host_need = np.bincount(h, need * vm_scale + shared_ns / 1e9, minlength=H)
+    else:
+        host_need = np.bincount(h, need * vm_scale + backend_ns / 1e9, minlength=H)
+    backend_vm_frac: np.ndarray = np.zeros(H)
+    if p.virtio_backend_ns_per_vm:
+        n_virt = np.bincount(h, (virt & (want > 0)).astype(float), minlength=H)
+        backend_vm_frac = n_virt * p.virtio_backend_ns_per_vm / 1e9
+        host_need = np.add(host_need, backend_vm_frac)
+    host_scale = np.minimum(1.0, eng.cores / np.maximum(host_need, 1e-12))
+    want = want * host_scale[h]
+    backend_scale = host_scale
+    if eng._dedicated_backend:
+        dd_need = np.bincount(
+            h, np.where(ded[h], backend_ns, 0.0) * host_scale[h] / 1e9, minlength=H
+        )
+        dd_scale = np.where(
+            ded, np.minimum(1.0, eng.backend_cores / np.maximum(dd_need, 1e-12)), 1.0
+        )
+        want = np.where(virt, want * dd_scale[h], want)
+        backend_scale = np.where(ded, 1.0, host_scale)
+    eng._pkts_per_bit, eng._host_scale_vm = pkts_per_bit, host_scale[h]
+    eng._vcpu_load = need / np.maximum(eng.vcpus * host_scale[h], 1e-12)
+    want = np.where(eng.on_vf, np.minimum(want, eng.vf_max), np.minimum(want, p.virtio_flow_limit))
+    vi = virt & (want > 0)
+    pps_limit = p.virtio_pps_limit * backend_scale * np.maximum(0.01, 1.0 - backend_vm_frac)
+    backend_pps = np.zeros(H)
+    if vi.any():
+        got = links_waterfill(pps_limit, eng.links(), want / pkt_bits, member=vi)
+        want = np.where(vi, got * pkt_bits, want)
+        backend_pps = np.bincount(h, got, minlength=H).astype(np.float64)
+    demands, weights = want, np.maximum(eng.streams, 1.0)
+    if eng.vf_min.any():
+        floors = np.where(eng.on_vf, np.minimum(want, eng.vf_min), 0.0)
+        got_pf = floored_waterfill(eng.capacity, h, demands, weights, floors)
+    else:
+        got_pf = links_waterfill(eng.capacity, eng.links(), demands, weights)
+    assert not eng.migrations  # (the property below starts none)
+    tx = got_pf[:N]
+    if is_file.any():
+        tx = np.where(is_file, np.minimum(tx, eng.file_left * 8.0 / dt), tx)
+    rx = tx * eng.rx_share + arrivals * eng.req_bytes * 8.0 / dt
+    rx_host = np.bincount(h, rx, minlength=H)
+    tx_host = np.bincount(h, tx, minlength=H)
+    return SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("eng", "o", "p")})
+
+
+def ref_count(eng: Engine, o: SimpleNamespace, s: SimpleNamespace) -> None:
+    p, h, H, dt = eng.profile, eng.host, eng.H, o.dt
+    tx, rx = s.tx, s.rx
+    pk_tx = tx / s.pkt_bits
+    pk_rx = rx / (8.0 * ACK_BYTES)
+    cpu_used = (
+        s.cpu_busy
+        + (tx * s.pkts_per_bit * s.ns_pkt + tx / 8.0 * eng.ns_per_byte) / 1e9
+        + o.arrivals / dt * p.guest_ns_per_request / 1e9
+    ) * s.host_scale[h]
+    cpu_used = np.minimum(cpu_used, eng.vcpus)
+    cpu_used[o.paused] = 0.0
+    wanted_cpu = np.minimum(s.need, eng.vcpus)
+    eng.steal_ns += np.maximum(0.0, wanted_cpu - cpu_used) * dt * 1e9 * (s.host_scale[h] < 1)
+    eng.cpu_ns += cpu_used * dt * 1e9
+    eng.tx_b += tx * dt / 8.0
+    eng.rx_b += rx * dt / 8.0
+    eng.tx_pk += pk_tx * dt
+    eng.rx_pk += pk_rx * dt
+    backend_used = np.bincount(
+        h, tx * s.pkts_per_bit * p.virtio_host_ns_per_packet * s.virt, minlength=H
+    )
+    backend_used = np.add(backend_used, s.backend_vm_frac * 1e9)
+    eng.h_cpu_ns += (np.bincount(h, cpu_used, minlength=H) * 1e9 + backend_used) * dt
+    eng.h_tx_b += s.tx_host * dt / 8.0
+    eng.h_rx_b += s.rx_host * dt / 8.0
+    eng.host_cpu_util = np.minimum(1.0, s.host_need / eng.cores)
+    eng.host_net_util = np.maximum(s.tx_host, s.rx_host) / eng.capacity
+    eng.offered, eng.tx, eng.rx = o.offered, tx, rx
+    eng.cpu_use = cpu_used / eng.vcpus
+
+
+def ref_tick(eng: Engine, t0: float, t1: float) -> None:
+    o = ref_offer(eng, t0, t1)
+    s = ref_share(eng, o, t0)
+    eng._latency(
+        s.tx, s.want, o.offered, o.req_bits, s.tx_host, s.backend_pps, s.pps_limit,
+        s.host_need, o.dt,
+    )  # fmt: skip
+    ref_count(eng, o, s)
+    if o.is_file.any():
+        eng._files(o, s, t1)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- random clusters
+
+STATE = [
+    "cpu_ns", "steal_ns", "rx_b", "tx_b", "rx_pk", "tx_pk", "h_cpu_ns", "h_rx_b", "h_tx_b",
+    "offered", "tx", "rx", "cpu_use", "resp_s", "served_req", "backlog_bits",
+    "host_cpu_util", "host_net_util", "file_left", "net_start", "net_len", "cpu_start",
+    "cpu_len", "_pkts_per_bit", "_host_scale_vm",
+]  # fmt: skip
+
+
+def workloads(draw: Any) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["duty", "duty", "bulk", "requests", "file", "idle"]))
+    rate = draw(st.floats(1e6, 9e9))
+    if kind == "duty":
+        return {
+            "net": draw(st.sampled_from([0.0, 1.0, draw(st.floats(0.0, 1.0))])),
+            "cpu": draw(st.sampled_from([0.0, 1.0, draw(st.floats(0.0, 1.0))])),
+            "rate": rate,
+        }
+    if kind == "bulk":
+        return {"kind": "bulk", "rate": rate, "streams": draw(st.integers(1, 8))}
+    if kind == "requests":
+        return {
+            "kind": "requests",
+            "requests_per_s": draw(st.floats(1.0, 5000.0)),
+            "response": draw(st.integers(100, 200_000)),
+            "request": draw(st.integers(0, 2000)),
+        }
+    if kind == "file":
+        return {"kind": "file", "size": draw(st.integers(1, 2 * 10**9)), "rate": rate,
+                "ns_per_byte": draw(st.floats(0.0, 5.0))}  # fmt: skip
+    return {"cpu": draw(st.floats(0.0, 1.0))}
+
+
+@st.composite
+def clusters(draw: Any) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    hosts = draw(st.integers(1, 5))
+    per = [draw(st.integers(1 if i == 0 else 0, 6)) for i in range(hosts)]
+    names = [f"vm{k}" for k in range(sum(per))]
+    profile = {
+        "tcp_link_clocked": draw(st.booleans()),
+        "request_service_latency": draw(st.booleans()),
+        "virtio_backend_ns_per_vm": draw(st.sampled_from([0.0, 2e4])),
+        "virtio_guest_ns_per_packet": draw(st.sampled_from([0.0, 800.0])),
+        "guest_ns_per_request": draw(st.sampled_from([0.0, 5e4])),
+        "rate_jitter": draw(st.sampled_from([0.0, 0.05])),
+        "cpu_jitter": draw(st.sampled_from([0.0, 0.03])),
+        "cycle_min": 0.5,
+        "cycle_max": draw(st.sampled_from([1.0, 16.0])),
+    }
+    host_list, k = [], 0
+    for i, n in enumerate(per):
+        host: dict[str, Any] = {
+            "name": f"h{i}",
+            "cores": draw(st.integers(1, 32)),
+            "memory": "64GiB",
+            "nic": {"capacity": draw(st.floats(1e8, 4e10)), "vf_pool": 8},
+            "vms": names[k : k + n],
+        }
+        if draw(st.booleans()) and draw(st.booleans()):
+            host["backend_cores"] = draw(st.floats(0.5, 4.0))
+        host_list.append(host)
+        k += n
+    vms = []
+    for name in names:
+        vm: dict[str, Any] = {"name": name, "vcpus": draw(st.integers(1, 8))}
+        if draw(st.integers(0, 5)) == 0:
+            vm["ingress_limit"] = draw(st.floats(1e5, 1e9))
+        vms.append(vm)
+    data = {
+        "name": "tick-forms",
+        "seed": draw(st.integers(0, 1000)),
+        "duration": 60,
+        "tick": 1.0,
+        "profile": profile,
+        "hosts": host_list,
+        "vms": vms,
+        "workload": [{"at": 0, "vms": {n: workloads(draw) for n in names}}],
+    }
+    # the NIC and guest state the controller and operations would leave behind
+    nic = [
+        {
+            "vf": float(draw(st.booleans())),
+            "vf_max": draw(st.sampled_from([INF, draw(st.floats(1e6, 1e10))])),
+            "vf_min": draw(st.sampled_from([0.0, 0.0, draw(st.floats(0.0, 5e9))])),
+            "guest": draw(st.sampled_from([INF, INF, draw(st.floats(1e5, 1e10))])),
+            "pps": draw(st.sampled_from([INF, INF, draw(st.floats(1e2, 1e6))])),
+            "paused": draw(st.sampled_from([-INF, -INF, -INF, draw(st.floats(0.0, 6.0))])),
+        }
+        for _ in names
+    ]
+    return data, nic
+
+
+def engine(data: dict[str, Any], nic: list[dict[str, float]]) -> Engine:
+    eng = Engine(parse_scenario(data, "tick-forms"))
+    for i, s in enumerate(nic):
+        eng.on_vf[i] = bool(s["vf"])
+        eng.vf_max[i], eng.vf_min[i] = (s["vf_max"], s["vf_min"]) if s["vf"] else (INF, 0.0)
+        eng.guest_limit[i], eng.guest_pps[i] = s["guest"], s["pps"]
+        # migration.advance writes both when it stops a VM for its downtime
+        eng.paused_until[i] = s["paused"]
+        eng.paused_through = max(eng.paused_through, s["paused"])
+    return eng
+
+
+@settings(max_examples=120, deadline=None)
+@given(clusters(), st.integers(0, 1))
+def test_tick_matches_its_readable_form(case: Any, change: int) -> None:
+    data, nic = case
+    fast, spec = engine(data, nic), engine(data, nic)
+    for k in range(8):
+        t0, t1 = float(k), float(k + 1)
+        if k == 4 and change and fast.N:
+            # a workload change mid-run: the derived arrays are rebuilt
+            w = Workload(kind="bulk", rate=3e9, streams=3)
+            fast.set_workload(0, w, t0)
+            spec.set_workload(0, w, t0)
+        fast.tick(t0, t1)
+        ref_tick(spec, t0, t1)
+        names = STATE + (["_vcpu_load"] if fast.profile.request_service_latency else [])
+        for name in names:
+            a, b = getattr(fast, name), getattr(spec, name)
+            assert a.tobytes() == b.tobytes(), (name, k, a, b)
+        assert fast.files_done == spec.files_done
+        assert fast.wrng.bit_generator.state == spec.wrng.bit_generator.state
+
+
+def test_load_static_follows_set_workload() -> None:
+    """The derived arrays are rebuilt after a change, not kept from before it."""
+    data = {
+        "name": "s", "seed": 1, "duration": 10, "tick": 1.0,
+        "hosts": [{"name": "h", "cores": 4, "memory": "8GiB",
+                   "nic": {"capacity": 1e10, "vf_pool": 2}, "vms": ["a", "b"]}],
+        "vms": [{"name": "a"}, {"name": "b"}],
+        "workload": [{"at": 0, "vms": {"a": {"net": 0.5, "rate": 1e9}, "b": {"cpu": 1.0}}}],
+    }  # fmt: skip
+    eng = Engine(parse_scenario(data, "s"))
+    before = workload.load_static(eng)
+    assert before.net_live.tolist() == [0] and before.req_idx.size == 0
+    eng.set_workload(1, Workload(kind="requests", requests_per_s=10.0), 0.0)
+    after = workload.load_static(eng)
+    assert after is not before
+    assert after.req_idx.tolist() == [1] and after.asks.tolist() == [1]
