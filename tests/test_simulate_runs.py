@@ -99,8 +99,10 @@ def test_ctrl_c_keeps_the_completed_policies_and_the_bar_shows_time_rate_eta(
         # the second policy runs: the first one is complete
         shown += read_until(master, b"sim-s/s", timeout=60)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
-        shown += read_until(master, b"interrupted", timeout=10)
+        # read on while it stops, as a terminal does: a test that stops reading can fill the
+        # terminal's buffer and block the child's last writes
+        shown += read_until(master, b"interrupted", timeout=60)
+        assert proc.wait(timeout=30) == 130
     finally:
         proc.kill()
         os.close(master)
@@ -112,6 +114,39 @@ def test_ctrl_c_keeps_the_completed_policies_and_the_bar_shows_time_rate_eta(
     rows = (out / "timeline.csv").read_text().splitlines()[1:]
     assert rows and all(r.startswith("do-nothing,") for r in rows)
     assert (out / "report.md").exists()
+
+
+def test_ctrl_c_inside_the_bars_update_is_taken_when_the_update_returns(
+    tmp_path: Path,
+) -> None:
+    """A Ctrl-C that lands while rich updates the bar must not raise inside rich's update:
+    there a KeyboardInterrupt can leave the bar's lock held, the refresh thread waits for
+    it, and the bar's exit joins that thread for ever (a fresh-clone CI run, 2026-11-28:
+    the command still running 60 s after its Ctrl-C). The update here is the real bar's,
+    with the signal sent from inside it; it must run to its end, and the interrupt must
+    come right after it."""
+    from sova.cli import _SimProgress
+    from sova.scenario import load_sweep
+
+    points = load_sweep(cluster(tmp_path / "runs.yaml", duration=60))
+    progress = _SimProgress(points, ["do-nothing", "sova"], show=True)
+    real_update = progress.bar.update
+    finished: list[bool] = []
+
+    def update_hit_by_ctrl_c(*args: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        # give the interpreter bytecode boundaries at which a pending handler runs
+        for _ in range(1000):
+            time.sleep(0)
+        real_update(*args, **kwargs)
+        finished.append(True)
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), progress:
+        progress.bar.update = update_hit_by_ctrl_c  # type: ignore[method-assign]
+        progress.advance(1)
+    assert finished == [True], "the Ctrl-C was raised inside the bar's update"
+    assert signal.getsignal(signal.SIGINT) is before, "the previous SIGINT handler is back"
 
 
 def test_quiet_when_not_a_terminal(tmp_path: Path) -> None:

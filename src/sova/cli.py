@@ -195,16 +195,54 @@ class _SimProgress:
         self.done = 0
         self.in_run = 0
         self.t0 = 0.0
+        # Ctrl-C is raised at once, except while the bar's own code runs: a KeyboardInterrupt
+        # raised inside rich's update can leave its lock held, and the bar's refresh thread
+        # then waits for it while the exit joins that thread (a fresh-clone CI run hung
+        # 60 s after its Ctrl-C). There it is taken as soon as the update returns.
+        self._in_bar = False
+        self._asked = False
+        self._previous: Any = None
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self._in_bar:
+            self._asked = True
+            return
+        raise KeyboardInterrupt
+
+    def _update(self, **fields: Any) -> None:
+        self._in_bar = True
+        try:
+            self.bar.update(self.task, **fields)
+        finally:
+            self._in_bar = False
+        if self._asked:
+            raise KeyboardInterrupt
 
     def __enter__(self) -> _SimProgress:
+        import signal
+        import threading
         import time
 
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
         self.t0 = time.monotonic()
-        self.bar.__enter__()
+        self._in_bar = True
+        try:
+            self.bar.__enter__()
+        finally:
+            self._in_bar = False
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.bar.__exit__(None, None, None)
+        import signal
+
+        self._in_bar = True  # a Ctrl-C now changes nothing: the run is over either way
+        try:
+            self.bar.__exit__(None, None, None)
+        finally:
+            if self._previous is not None:
+                signal.signal(signal.SIGINT, self._previous)
+            self._in_bar = False
 
     def start(self, scn: Any, policy: str) -> None:
         what = f"{scn.name} [{policy}]"
@@ -212,7 +250,7 @@ class _SimProgress:
             what += f" {scn.sweep.variable}={scn.sweep_value}"
         self.in_run = 0
         # escaped: rich would take "[sova]" for a style tag and drop it
-        self.bar.update(self.task, description=escape(what))
+        self._update(description=escape(what))
 
     def advance(self, n: int) -> None:
         import time
@@ -223,8 +261,7 @@ class _SimProgress:
             return
         wall = max(time.monotonic() - self.t0, 1e-9)
         sim_s = self.done * self.tick
-        self.bar.update(
-            self.task,
+        self._update(
             advance=n,
             sim=f"t = {min(self.in_run * self.tick, self.duration):,.0f}/{self.duration:,.0f} s",
             rate=f"{sim_s / wall:,.0f} sim-s/s",
