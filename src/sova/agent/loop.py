@@ -33,7 +33,7 @@ from sova.agent import bandwidth as bw
 from sova.agent.config import ControllerConfig
 from sova.agent.executor import MIGRATION_ENDED, Executor, Outcome, Result
 from sova.agent.registry import allocator_plugin, vf_policy
-from sova.agent.vf_policies import VFContext, VFPolicy
+from sova.agent.vf_policies import VFContext, VFPolicy, note_holders
 from sova.driver_protocol import Driver
 from sova.model import (
     VM,
@@ -510,9 +510,7 @@ class HostAgent:
             self._observe(self.driver.sample(), actual, True)
         self._measured = sensed.measured
         self._signal = None
-        since = self.vf_since
-        for vm in pq:  # the holders (note_holders' record; a settled host's PQ is them)
-            since.setdefault(vm, now)
+        note_holders(actual, self.vf_since, now)  # what the policy's step records
         self._last_desired = dict.fromkeys(pq)
         self._last_ranking = ranking
         self._ops_this_period = 0
