@@ -10,6 +10,8 @@ read (:class:`HostFactors`): the hosts the world decides for
 (:mod:`sova.sim.fleet_control`) never read them. The host and VM load shares the agent reports to
 the manager (``host_load``/``vm_loads`` of the host's last two samples) come from
 :func:`~sova.policy.kernels.load_shares` in the same pass, so no agent reads a sample.
+A period's whole sensing is built per host only when read too (:class:`FleetSensed`), and
+hands on its arrays to readers that take every host at once.
 
 What a host's sensor would have seen is reproduced exactly: counters are whole numbers as a
 driver reads them, a VM that arrived on a host since the last period starts an empty window
