@@ -509,7 +509,8 @@ read every host, so that part moved to them until they take the arrays: the whol
 The timeline keeps each text column's codes of the world's name lists (no ``np.unique`` per
 block); ``row_fsum`` now accepts its compensated sum within half an ulp (a quarter only
 under a power of two): with a quarter, ~60 % of rows of arbitrary floats fell back to
-``math.fsum``, and a (1,000 x 3) sum took 232 µs, now 76 µs.
+``math.fsum``, and a (1,000 x 3) sum took 232 µs, now 76 µs. ``SensorKernel.observe``
+shifts every window by slices when all shift: 25 ms over the 30 periods, now 15 ms (1 run).
 """
 
 from __future__ import annotations
