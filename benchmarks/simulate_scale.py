@@ -496,6 +496,21 @@ S = 1 s, one run each, 00:44, load 1.5-3.7): Sova 25.0 s wall / 23.4 CPU-s / 145
 CloudSim Plus 26.9 s / 27.0 CPU-s / 692 MiB: 1.07x its speed by wall, 1.15x by CPU, 0.21
 of its peak memory. The issue's 10x is not reached (see speedphys above for the physics'
 floor under today's seed contract).
+
+Issue 23, seventh session, branch speedsense2 (against main 74c9c5c through ``--sova-src``;
+1,000 x 3, 300 simulated s, ``run_policy`` alone, alternating, 3 runs each, load 0.1-0.9,
+2026-11-28 03:56-04:00): process time of the world's sensing pass (``FleetSensing.sense``,
+30 periods) 0.192 s (0.179-0.231) before, 0.113 s (0.111-0.116) after; of the timeline
+recording (``World._record``) 0.087 s (0.072-0.098) before, 0.043 s (0.041-0.044) after.
+The pass hands on its arrays and builds a host's ``Sensed`` only when read
+(``FleetSensed``); today's readers (the VF scheduling's ``measured`` and ``settle``) still
+read every host, so that part moved to them until they take the arrays: the whole
+``run_policy`` was 1.92 CPU-s (1.85-2.35) before, 2.02 (1.98-2.22) after, within the spread.
+The timeline keeps each text column's codes of the world's name lists (no ``np.unique`` per
+block); ``row_fsum`` now accepts its compensated sum within half an ulp (a quarter only
+under a power of two): with a quarter, ~60 % of rows of arbitrary floats fell back to
+``math.fsum``, and a (1,000 x 3) sum took 232 µs, now 76 µs. ``SensorKernel.observe``
+shifts every window by slices when all shift: 25 ms over the 30 periods, now 15 ms (1 run).
 """
 
 from __future__ import annotations

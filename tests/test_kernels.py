@@ -65,6 +65,41 @@ def test_row_fsum_on_a_tie_that_a_compensated_sum_rounds_wrongly() -> None:
     assert row_fsum(m).tolist() == [math.fsum(m[0].tolist())] == [1.0 + 2.0**-52]
 
 
+def test_row_fsum_just_under_a_power_of_two() -> None:
+    # 1 - 2^-54 - 2^-107: the float sum and its remainder say 1.0 with 2^-54 to spare,
+    # which is half an ulp of 1.0 above it but a whole half-ulp below (the ulp under a
+    # power of two is half as big): the exact sum is past that tie, so 1 - 2^-53. A check
+    # that took half of np.spacing on both sides accepts 1.0 here.
+    m = np.array([[1.0, -(2.0**-54), -(2.0**-107)], [-1.0, 2.0**-54, 2.0**-107]])
+    want = [math.fsum(r) for r in m.tolist()]
+    assert want == [1.0 - 2.0**-53, -(1.0 - 2.0**-53)]
+    assert row_fsum(m).tolist() == want
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-1074, 1023),
+            st.lists(st.integers(-60, 2), min_size=1, max_size=5),
+            st.lists(st.sampled_from([-1.0, 1.0]), min_size=6, max_size=6),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_row_fsum_near_powers_of_two_and_ties(
+    rows: list[tuple[int, list[int], list[float]]],
+) -> None:
+    # rows of a power of two plus and minus a few smaller powers of two: sums that sit
+    # on, or a hair off, the ties and the ulp steps of a power of two
+    m = np.zeros((len(rows), 6))
+    for i, (k, offs, signs) in enumerate(rows):
+        vals = [2.0**k] + [math.ldexp(1.0, max(-1074, min(1023, k + o - 52))) for o in offs]
+        m[i, : len(vals)] = [sg * v for sg, v in zip(signs, vals, strict=False)]
+    assert row_fsum(m).tolist() == [math.fsum(r) for r in m.tolist()]
+
+
 # --------------------------------------------------------------------------- allocator
 
 
@@ -635,15 +670,33 @@ def test_host_factors_built_late_are_the_periods_factors() -> None:
     from sova.sim.fleet_sensing import HostFactors, HostLoads
 
     scn = load_sweep(ROOT / "scenarios" / "sova-tour.yaml")[0]
-    scn = scn.model_copy(update={"duration": 300.0})
+    scn = scn.model_copy(update={"duration": 600.0})
     world = World(scn, next(p for p in scn.policy_specs if p.name == "sova"))
     sensing = world._sensing
     assert sensing is not None
     sense = sensing.sense
     late: list[tuple[HostFactors | HostLoads, dict[str, object]]] = []
 
-    def spy(e: object) -> object:
+    def spy(e: World) -> object:
         out = sense(e)  # type: ignore[arg-type]
+        # the arrays readers of every host take are each host's VMs in index order (the
+        # sensor's and vm_loads' order), and what each host's Sensed holds
+        names, a, host = world.engine.vm_names, out.loads, world.engine.host
+        for hi, (h, s) in enumerate(out.items()):
+            assert out.measured[hi] == s.measured and h in out
+            on = np.flatnonzero(host == hi)
+            assert out.members[out.cut[hi] : out.cut[hi + 1]].tolist() == on.tolist()
+            assert [names[i] for i in on] == list(s.factors)
+            assert s.loads is not None and s.loads.previous == (a is not None)
+            if a is None:
+                continue
+            shares = LoadShares(*(float(x[hi]) for x in (a.host_cpu, a.host_mem, a.host_net)))
+            assert s.loads.host == (shares if a.host_ok[hi] else None)
+            vms = on[a.vm_ok[on]]
+            assert out.loaded[out.loaded_cut[hi] : out.loaded_cut[hi + 1]].tolist() == vms.tolist()
+            want = [(names[i], LoadShares(a.vm_cpu[i], a.vm_mem[i], a.vm_net[i])) for i in vms]
+            assert want == list(s.loads.vms.items())
+        assert "nowhere" not in out
         for s in out.values():
             f = s.factors
             assert isinstance(f, HostFactors)

@@ -195,15 +195,17 @@ def test_the_timeline_as_columns_gives_back_its_rows_and_their_csv_bytes(
     cuts=st.lists(st.integers(0, 40), max_size=6),
     chunk=st.integers(1, 9),
     spill=st.booleans(),
+    shared=st.booleans(),
 )
 def test_rows_given_as_columns_are_the_rows_given_as_values(
-    rows: list[Any], cuts: list[int], chunk: int, spill: bool
+    rows: list[Any], cuts: list[int], chunk: int, spill: bool, shared: bool
 ) -> None:
     """A world records some periods' rows as columns (extend_columns) and others as values:
     mixed in any order, across chunk and spill boundaries, the timeline holds the same rows
     in the same order, and codes its texts in the same order, as one given all as values.
     Each text column comes as a vocabulary of its own (reversed: indices differ from
-    codes)."""
+    codes), or (``shared``) as one vocabulary of the whole run passed again with every
+    block, as a world passes its host and VM names (the timeline keeps its codes)."""
     import numpy as np
 
     from sova.record import NONE, SPILL_BYTES, TEXT_COLUMNS, Timeline
@@ -212,6 +214,11 @@ def test_rows_given_as_columns_are_the_rows_given_as_values(
     want = Timeline(rows, chunk_rows=chunk, spill_bytes=spill_bytes)
     got = Timeline(chunk_rows=chunk, spill_bytes=spill_bytes)
     bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
+    # (with names no row has: a long vocabulary, of which only the used ones get codes)
+    run_vocab = {
+        name: sorted({getattr(r, name) for r in rows} | {f"x{i}" for i in range(9)}, reverse=True)
+        for name in TEXT_COLUMNS
+    }
     for k, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
         part = rows[a:b]
         if k % 2:
@@ -221,7 +228,7 @@ def test_rows_given_as_columns_are_the_rows_given_as_values(
         for name in TIMELINE_COLUMNS:
             values = [getattr(r, name) for r in part]
             if name in TEXT_COLUMNS:
-                vocab = sorted(set(values), reverse=True)
+                vocab = run_vocab[name] if shared else sorted(set(values), reverse=True)
                 texts[name] = (vocab, np.array([vocab.index(v) for v in values], dtype=np.int64))
             else:
                 numbers[name] = np.array([NONE if v is None else v for v in values], dtype=float)

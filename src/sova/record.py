@@ -105,6 +105,12 @@ class _Codes(dict[Any, int]):
         return code
 
 
+def _same(a: Sequence[str | None], b: Sequence[str | None]) -> bool:
+    """Whether two short vocabularies are equal (a long one is the same object or is
+    taken as another)."""
+    return len(a) == len(b) <= 8 and all(x == y for x, y in zip(a, b, strict=True))
+
+
 @dataclass(frozen=True)
 class Chunk:
     """Consecutive timeline rows as columns: float64 arrays (None as :data:`NONE`) and,
@@ -151,6 +157,8 @@ class Timeline(Sequence[TimelineRow]):
         self._parts: list[Chunk] = []  # rows in columns not yet in a chunk, in order
         self._parts_n = 0
         self._codes = {c: _Codes() for c in TEXT_COLUMNS}
+        # per text column: a vocabulary extend_columns was given and its entries' codes
+        self._luts: dict[str, tuple[Sequence[str | None], np.ndarray]] = {}
         self._n = 0
         self._held = 0  # bytes of chunks in memory
         self._file: IO[bytes] | None = None
@@ -200,13 +208,27 @@ class Timeline(Sequence[TimelineRow]):
 
     def _code(self, column: str, vocab: Sequence[str | None], index: np.ndarray) -> np.ndarray:
         """This timeline's codes of ``vocab[index]``, new texts coded in the order they
-        first come (as row by row)."""
-        codes = self._codes[column]
-        used, first, inverse = np.unique(index, return_index=True, return_inverse=True)
-        lut = np.empty(len(used), dtype=np.int32)
-        for k in np.argsort(first, kind="stable").tolist():
-            lut[k] = codes[vocab[int(used[k])]]
-        out: np.ndarray = lut[inverse.reshape(-1)]
+        first come (as row by row). A world passes the same vocabulary every period (its
+        host and VM names): each column keeps the codes of its last vocabulary's entries
+        (-1 where not coded yet), so a period costs one lookup, not an ``np.unique`` over
+        its rows (a vocabulary is not changed in place)."""
+        held = self._luts.get(column)
+        if (
+            held is None
+            or len(held[1]) != len(vocab)
+            or not (held[0] is vocab or _same(held[0], vocab))
+        ):
+            held = self._luts[column] = (vocab, np.full(len(vocab), -1, dtype=np.int32))
+        lut = held[1]
+        out: np.ndarray = lut[index]
+        new = out < 0
+        if new.any():
+            codes = self._codes[column]
+            used, first = np.unique(index[new], return_index=True)
+            for k in np.argsort(first, kind="stable").tolist():
+                i = int(used[k])
+                lut[i] = codes[vocab[i]]
+            out = lut[index]
         return out
 
     def _rows_to_part(self) -> None:
@@ -350,6 +372,7 @@ class Timeline(Sequence[TimelineRow]):
         state = dict(self.__dict__)
         state["_chunks"] = chunks
         state["_file"], state["_held"] = None, 0
+        state["_luts"] = {}  # a cache (holding the world's name lists)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

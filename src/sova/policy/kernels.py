@@ -35,6 +35,7 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 _U = 2.0**-53  # unit roundoff of float64
+_MANTISSA = (1 << 52) - 1  # a float64's fraction bits: all 0 on a power of two
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,14 @@ def row_fsum(m: FloatArray) -> FloatArray:
     # times, so off by at most delta.
     r, t = _two_sum(s, c)
     delta = 2.0 * width * _U * c_abs
-    # r is the correctly rounded sum when the rest (t, plus c's error) stays clear of half
-    # an ulp of r; a quarter of np.spacing is half an ulp even just below a power of two.
-    ok = (np.abs(t) + delta < np.spacing(np.abs(r)) / 4) | ((delta == 0) & (t == 0))
+    # r is the correctly rounded sum when the rest (t, plus c's error) stays inside r's
+    # rounding interval: half an ulp of r (np.spacing) each side, but only a quarter of
+    # it below a power of two (the ulp under it is half the one above). The comparison is
+    # exact enough: the limit is a power of two and rounding is monotonic.
+    a = np.abs(r)
+    pow2 = (a.view(np.int64) & _MANTISSA) == 0
+    limit = np.spacing(a) * np.where(pow2, 0.25, 0.5)
+    ok = (np.abs(t) + delta < limit) | ((delta == 0) & (t == 0))
     if not ok.all():
         for i in np.flatnonzero(~ok).tolist():
             r[i] = math.fsum(m[i].tolist())
@@ -226,7 +232,15 @@ class SensorKernel:
             "dt": np.full(self.n, dt),
             "vcpus": v,
         }
-        idx = np.flatnonzero(~moved & ~reset)
+        take = ~moved & ~reset
+        if take.all():  # the common period: every window shifts, by slices
+            for k in self.FIELDS:
+                b = self.buf[k]
+                b[:, :-1] = b[:, 1:]
+                b[:, -1] = stats[k]
+            np.minimum(self.count + 1, self.num, out=self.count)
+            return
+        idx = np.flatnonzero(take)
         for k in self.FIELDS:
             b = self.buf[k]
             b[idx, :-1] = b[idx, 1:]

@@ -26,6 +26,7 @@ the agents read), not from their step reports.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,9 +85,9 @@ class FleetControl:
         self,
         engine: Engine,
         agents: dict[str, HostAgent],
-        sensed: dict[str, Sensed],
+        sensed: Mapping[str, Sensed],
         factors: SensedFactors,
-    ) -> dict[str, Sensed]:
+    ) -> Mapping[str, Sensed]:
         """Each host's sensing with its VF decision where the world can make it; the
         settled hosts' holders and ranking go to :attr:`settled` instead (their agents
         take them with :meth:`~sova.agent.loop.HostAgent.settle`)."""

@@ -10,6 +10,8 @@ read (:class:`HostFactors`): the hosts the world decides for
 (:mod:`sova.sim.fleet_control`) never read them. The host and VM load shares the agent reports to
 the manager (``host_load``/``vm_loads`` of the host's last two samples) come from
 :func:`~sova.policy.kernels.load_shares` in the same pass, so no agent reads a sample.
+A period's whole sensing is built per host only when read too (:class:`FleetSensed`), and
+hands on its arrays to readers that take every host at once.
 
 What a host's sensor would have seen is reproduced exactly: counters are whole numbers as a
 driver reads them, a VM that arrived on a host since the last period starts an empty window
@@ -20,6 +22,7 @@ kernel equal to ``HostSensor``; ``scripts/golden.py check`` holds the runs byte-
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -111,6 +114,102 @@ class HostLoads(Mapping[str, LoadShares]):
         return dict, (self._loads(),)  # travels as the plain mapping it is
 
 
+class FleetSensed(Mapping[str, Sensed]):
+    """One period's :class:`~sova.agent.loop.Sensed` of every host (host name -> it),
+    each built when first read, and the arrays it is built from for readers that take
+    every host at once (the world's VF scheduling, its manager's reports): building a
+    ``Sensed`` with its factor and load mappings for each of 1,000 hosts every period was
+    most of the sensing pass.
+
+    ``factors`` every VM's factors; ``measured`` per host: some VM has a full period in its
+    window; ``loads`` every host's and VM's load shares (None in the first period: no
+    earlier reading); ``members`` every VM in host order (index order within a host, the
+    sensor's), host ``h``'s at ``members[cut[h]:cut[h + 1]]``; ``loaded`` and
+    ``loaded_cut`` the same of the VMs with a load share (``vm_loads``' order)."""
+
+    __slots__ = (
+        "factors",
+        "measured",
+        "loads",
+        "members",
+        "cut",
+        "loaded",
+        "loaded_cut",
+        "_names",
+        "_index",
+        "_vm_names",
+        "_lists",
+        "_built",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        factors: SensedFactors,
+        measured: np.ndarray,
+        members: np.ndarray,
+        cut: np.ndarray,
+        loads: LoadArrays | None,
+        loaded: np.ndarray,
+        loaded_cut: np.ndarray,
+    ) -> None:
+        self.factors, self.measured, self.loads = factors, measured, loads
+        self.members, self.cut, self.loaded, self.loaded_cut = members, cut, loaded, loaded_cut
+        self._names, self._index, self._vm_names = (
+            engine.host_names,
+            engine.host_index,
+            engine.vm_names,
+        )
+        self._lists: tuple[list[Any], ...] | None = None
+        self._built: list[Sensed | None] = [None] * len(engine.host_names)
+
+    def __getitem__(self, host: str) -> Sensed:
+        hi = self._index[host]
+        s = self._built[hi]
+        if s is None:
+            s = self._built[hi] = self._sensed(hi)
+        return s
+
+    def _sensed(self, hi: int) -> Sensed:
+        if self._lists is None:
+            a = self.loads
+            self._lists = (
+                self.members.tolist(),
+                self.cut.tolist(),
+                self.measured.tolist(),
+                self.loaded.tolist(),
+                self.loaded_cut.tolist(),
+                *(
+                    ()
+                    if a is None
+                    else (
+                        a.host_ok.tolist(),
+                        a.host_cpu.tolist(),
+                        a.host_mem.tolist(),
+                        a.host_net.tolist(),
+                    )
+                ),
+            )
+        members, cut, measured, loaded, lcut, *host = self._lists
+        f = HostFactors(self.factors, self._vm_names, members[cut[hi] : cut[hi + 1]])
+        a = self.loads
+        if a is None:
+            return Sensed(f, measured[hi], Loads(False, None, {}))
+        ok, cpu, mem, net = host
+        shares = LoadShares(cpu[hi], mem[hi], net[hi]) if ok[hi] else None
+        vms = HostLoads(a, self._vm_names, loaded[lcut[hi] : lcut[hi + 1]])
+        return Sensed(f, measured[hi], Loads(True, shares, vms))
+
+    def __contains__(self, host: object) -> bool:
+        return host in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 class FleetSensing:
     def __init__(self, engine: Engine, config: ControllerConfig) -> None:
         s = config.sensing
@@ -123,8 +222,9 @@ class FleetSensing:
         self.prev: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
         # the last period's factors of every VM (the world's VF scheduling reads them)
         self.factors: SensedFactors | None = None
+        self.last: FleetSensed | None = None  # the last period's sensing
 
-    def sense(self, engine: Engine) -> dict[str, Sensed]:
+    def sense(self, engine: Engine) -> FleetSensed:
         """One period's reading of every VM; each host's factors and whether it has measured."""
         e = engine
         host = e.host.copy()
@@ -133,26 +233,31 @@ class FleetSensing:
         k.observe(e.env.now, counters, e.vcpus, host)
         f = self.factors = k.factors(host, e.H)
         # each host's VMs in index order (the order the agent's sensor lists them)
+        bounds = np.arange(e.H + 1)
         order = np.argsort(host, kind="stable")
-        cut = np.searchsorted(host[order], np.arange(e.H + 1)).tolist()
-        order_l, names = order.tolist(), e.vm_names
-        per_host = [HostFactors(f, names, order_l[cut[h] : cut[h + 1]]) for h in range(e.H)]
+        cut = np.searchsorted(host[order], bounds)
         measured = np.bincount(host, f.count > 0, minlength=e.H) > 0
         loads = self._loads(e, counters, host)
-        return {
-            hn: Sensed(per_host[hi], bool(measured[hi]), loads[hi])
-            for hi, hn in enumerate(e.host_names)
-        }
+        if loads is None:
+            loaded, loaded_cut = order[:0], np.zeros(e.H + 1, dtype=np.int64)
+        else:
+            # each host's VMs with a load share in index order (vm_loads' order)
+            ok = np.flatnonzero(loads.vm_ok)
+            loaded = ok[np.argsort(host[ok], kind="stable")]
+            loaded_cut = np.searchsorted(host[loaded], bounds)
+        self.last = FleetSensed(e, f, measured, order, cut, loads, loaded, loaded_cut)
+        return self.last
 
-    def _loads(self, e: Engine, counters: np.ndarray, host: np.ndarray) -> list[Loads]:
-        """Every host's loads since the previous period (``HostAgent._observe``'s)."""
+    def _loads(self, e: Engine, counters: np.ndarray, host: np.ndarray) -> LoadArrays | None:
+        """Every host's loads since the previous period (``HostAgent._observe``'s); None
+        in the first period."""
         now = e.env.now
         totals = np.trunc(np.stack((e.h_cpu_ns, e.h_rx_b, e.h_tx_b)))
         prev, self.prev = self.prev, (now, totals, counters, host)
         if prev is None:
-            return [Loads(False, None, {}) for _ in range(e.H)]
+            return None
         t0, prev_totals, prev_counters, prev_host = prev
-        a = load_shares(
+        return load_shares(
             now - t0,
             prev_totals,
             totals,
@@ -165,21 +270,3 @@ class FleetSensing:
             self.memory,
             self.capacity,
         )
-        # each host's measured VMs in index order (vm_loads' order), built when read
-        ok = np.flatnonzero(a.vm_ok)
-        order = ok[np.argsort(host[ok], kind="stable")]
-        cut = np.searchsorted(host[order], np.arange(e.H + 1)).tolist()
-        order_l, names = order.tolist(), e.vm_names
-        vms = [HostLoads(a, names, order_l[cut[h] : cut[h + 1]]) for h in range(e.H)]
-        hosts = zip(
-            a.host_ok.tolist(),
-            a.host_cpu.tolist(),
-            a.host_mem.tolist(),
-            a.host_net.tolist(),
-            vms,
-            strict=True,
-        )
-        return [
-            Loads(True, LoadShares(cpu, mem, net) if ok else None, v)
-            for ok, cpu, mem, net, v in hosts
-        ]

@@ -24,7 +24,7 @@ import numpy as np
 
 from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
-from sova.agent.loop import HostAgent, StepReport
+from sova.agent.loop import HostAgent, Sensed, StepReport
 from sova.agent.registry import vf_policy
 from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
@@ -288,7 +288,7 @@ class World:
                     submitted.discard(h)
             return
         if phase == STEP and self._sensing is not None:
-            sensed = self._sensing.sense(self.engine)
+            sensed: Mapping[str, Sensed] = self._sensing.sense(self.engine)
             factors = self._sensing.factors
             settled: dict[str, tuple[Inventory, tuple[str, ...], tuple[str, ...]]] = {}
             if self._control is not None and factors is not None:
