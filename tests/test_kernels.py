@@ -31,6 +31,7 @@ from sova.policy.sensing import (
     host_load,
     vm_loads,
 )
+from sova.record import EventRow
 from sova.scenario import Scenario, load_sweep
 from sova.sim.world import World
 
@@ -637,6 +638,52 @@ def test_world_decides_the_same_with_all_hosts_at_once(
     assert fast[2] == slow[2]
     assert fast[3] == slow[3]
     assert fast[4] == slow[4]
+
+
+def _flaky(scn: Scenario, rate: float) -> Scenario:
+    """``scn`` on hardware whose VF hot-plugs fail at ``rate`` (the guest does not answer)."""
+    profile = scn.profile.model_copy(update={"hotplug_failure_rate": rate})
+    return scn.model_copy(update={"profile": profile})
+
+
+def test_world_decides_the_same_while_hot_plugs_fail() -> None:
+    # Hot-plugs that fail (retried, then backed off) leave executors that are not idle
+    # at the bandwidth phase: their flows take the executor's per-flow rules in the world
+    # too, and the world asks only those executors (FleetBandwidth.tracking).
+    scn = load_sweep(ROOT / "scenarios" / "sova-tour.yaml")[0]
+    scn = _flaky(scn.model_copy(update={"duration": 600.0}), 0.5)
+    fast = _run(scn, "sova", fleet=True)
+    slow = _run(scn, "sova", fleet=False)
+    failed = [e for e in fast[1] if isinstance(e, EventRow) and e.event == "vf_attach_failed"]
+    assert len(failed) > 5
+    for k in range(5):
+        assert fast[k] == slow[k]
+
+
+def test_world_asks_every_executor_that_tracks_something() -> None:
+    # The world's bandwidth phase asks idle/failing only of the executors marked as
+    # tracking something (Executor.on_track -> FleetBandwidth.tracking): an unmarked one
+    # must track nothing, after every phase of a run with VF operations in flight,
+    # hot-plugs failing and backing off, and a migration.
+    scn = load_sweep(ROOT / "scenarios" / "sova-tour.yaml")[0]
+    scn = _flaky(scn.model_copy(update={"duration": 600.0}), 0.5)
+    world = World(scn, next(p for p in scn.policy_specs if p.name == "sova"))
+    fleet = world._bw
+    assert fleet is not None
+    phase = world._phase
+    busy = 0
+
+    def checked(due: object, t: float) -> None:
+        nonlocal busy
+        phase(due, t)  # type: ignore[arg-type]
+        for h, a in enumerate(fleet.agents):
+            if not a.executor.tracks_nothing:
+                busy += 1
+                assert fleet.tracking[h], (t, h)
+
+    world._phase = checked  # type: ignore[method-assign]
+    world.run_until(scn.duration)
+    assert busy > 50  # executors did track operations and failures
 
 
 @pytest.mark.parametrize(
