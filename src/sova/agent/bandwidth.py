@@ -45,7 +45,8 @@ def probe_demand(
     """A VM sending at (nearly) its cap may want more than the cap lets through: ask for
     ``probe`` more than the cap, never more than the link."""
     near = ~np.isnan(limit) & (bps >= (1.0 - probe) * limit)
-    demand = np.where(near, np.maximum(bps, np.nan_to_num(limit)) * (1.0 + probe), bps)
+    # (nan where there is no limit: not near, not taken)
+    demand = np.where(near, np.maximum(bps, limit) * (1.0 + probe), bps)
     out: FloatArray = np.minimum(demand, capacity)
     return out
 
@@ -171,7 +172,7 @@ def limits(
     rate = np.where((rate >= cap * (1 - 1e-9)) & np.isnan(pps_cap), np.nan, rate)
     both = ~np.isnan(rate) & ~np.isnan(current)
     same = np.isnan(rate) & np.isnan(current)
-    diff = np.abs(np.nan_to_num(current) - np.nan_to_num(rate))
+    diff = np.abs(current - rate)  # nan where either is: not ``both``, not taken
     same |= both & (diff <= 0.01 * np.fmax(current, rate))
     return rate, ~same
 
