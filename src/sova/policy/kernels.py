@@ -159,7 +159,7 @@ def _sided_sums(
     Most hosts are far from their capacity, and the plain sum never leaves numpy.
     """
     row, n = groups.row, groups.n_hosts
-    plain = np.bincount(row, values, minlength=n)
+    plain: FloatArray = np.bincount(row, values, minlength=n).astype(np.float64, copy=False)
     bound = 2.0 * groups.count * _U * np.bincount(row, np.abs(values), minlength=n)
     exact = ~(np.abs(plain - capacity) > 2.0 * (bound + np.spacing(np.abs(capacity))))
     if exact_above:
