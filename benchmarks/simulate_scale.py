@@ -511,6 +511,23 @@ block); ``row_fsum`` now accepts its compensated sum within half an ulp (a quart
 under a power of two): with a quarter, ~60 % of rows of arbitrary floats fell back to
 ``math.fsum``, and a (1,000 x 3) sum took 232 µs, now 76 µs. ``SensorKernel.observe``
 shifts every window by slices when all shift: 25 ms over the 30 periods, now 15 ms (1 run).
+
+Issue 23, seventh session, branch speedbw2 (the per-second bandwidth loop and polling):
+FleetBandwidth asks idle/failing only of executors that announced they track something
+(Executor.on_track) instead of ~600 a second, reuses the period's flow order, groups and
+SLA arrays while the same VMs are measured in place, decides the allocator form once, and
+sova_allocate sums exactly only hosts whose plain sum cannot prove its side of the
+capacity. Golden outputs unchanged. 1,000 x 3, 300 s, before (main 74c9c5c through
+``--sova-src``) and after alternating, 3 runs each, 2026-11-28 04:11-04:14, load 6.6-12:
+
+    process_time in                        before: median (runs)    after: median (runs)
+    FleetBandwidth.step                    0.48 (0.44-0.51)         0.15 (0.14-0.15)
+    FleetBandwidth.settle                  0.17 (0.14-0.18)         0.02 (0.02-0.02)
+    POLL branch of World._phase (+settle)  0.22 (0.20-0.23)         0.07 (0.06-0.07)
+    run_policy, --sim-only (CPU s)         2.70 (2.19-2.99)         2.10 (1.99-2.17)
+
+so step + settle ~4x cheaper (0.65 -> 0.17 CPU-s), the run ~0.78x its CPU. What is left
+of step is numpy over 3,000 flows (measure, limits' exact sum of the rates, the kernel).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.test_bandwidth_props import flows
 
 from sova.agent import bandwidth as bw
-from sova.model import MBIT, VM, HostCounters, HostSample, VMCounters
+from sova.model import MBIT, SLA, VM, HostCounters, HostSample, ResourceTuple, VMCounters
 from sova.policy.bandwidth import FlowDemand, SovaAllocator
 from sova.policy.kernels import Groups, SensorKernel, load_shares, row_fsum
 from sova.policy.sensing import (
@@ -31,6 +31,7 @@ from sova.policy.sensing import (
     host_load,
     vm_loads,
 )
+from sova.record import EventRow
 from sova.scenario import Scenario, load_sweep
 from sova.sim.world import World
 
@@ -137,6 +138,61 @@ def flat(c: Cluster) -> tuple[Groups, list[FlowDemand], np.ndarray]:
 @settings(max_examples=400, deadline=None)
 @given(clusters())
 def test_sova_kernel_equals_the_allocator_host_by_host(c: Cluster) -> None:
+    _kernel_equals_the_allocator(c)
+
+
+# terms whose plain sum rounds away from the exact one: 2^33 + 2^-20 + 2^-20 is 2^33 added
+# left to right (each 2^-20 a tie, rounded to even) but 2^33 + 2^-19 exactly
+_TIES = [2.0**33, 2.0**-20, 1e9, 3e9 + 0.1, 0.3, 7.0, 0.0]
+
+
+@st.composite
+def tied_clusters(draw: st.DrawFn) -> Cluster:
+    """Hosts whose capacity is their flows' demand or guarantee total, exact or as a
+    plain sum, or a float or two beside it: where the kernel's plain sums cannot decide."""
+    caps, hosts, seq = [], [], 0
+    for _ in range(draw(st.integers(1, 6))):
+        fl = []
+        for _ in range(draw(st.integers(1, 5))):
+            d = draw(st.one_of(st.sampled_from(_TIES), st.floats(0, 1e10)))
+            m = draw(st.sampled_from([0.0, d, 2.0**-20]))
+            sla = SLA(bandwidth=ResourceTuple(minimum=m))
+            fl.append(FlowDemand(f"vm{seq}", d, sla, 1500.0, seq))
+            seq += 1
+        d_all = [f.demand_bps for f in fl]
+        m_all = [f.sla.bandwidth.minimum for f in fl]
+        base = draw(st.sampled_from([math.fsum(d_all), sum(d_all), math.fsum(m_all), sum(m_all)]))
+        cap = float(base)
+        for _ in range(draw(st.integers(0, 2))):
+            cap = float(np.nextafter(cap, draw(st.sampled_from([0.0, np.inf]))))
+        caps.append(cap)
+        hosts.append(fl)
+    return Cluster(caps, hosts)
+
+
+@settings(max_examples=400, deadline=None)
+@given(tied_clusters())
+def test_sova_kernel_equals_the_allocator_at_the_capacity(c: Cluster) -> None:
+    # sova_allocate compares plain per-host sums with the capacity where they provably
+    # fall on the same side as math.fsum's, and sums exactly elsewhere (_sided_sums)
+    _kernel_equals_the_allocator(c)
+
+
+def test_a_plain_sum_at_the_capacity_is_not_trusted() -> None:
+    # 2^33 + 2^-20 + 2^-20 on a 2^33 link: the exact demand total is over the link by
+    # 2^-19, so the specification water-fills (each flow's weight-fair share); its plain
+    # sum equals the link and would leave every flow at its demand. And as guarantees:
+    # over-committed by 2^-19, scaled down (the scale needs the exact total).
+    for guaranteed in (False, True):
+        d = [2.0**33, 2.0**-20, 2.0**-20]
+        fl = [
+            FlowDemand(f"vm{k}", x, SLA(bandwidth=ResourceTuple(minimum=x * guaranteed)), 1500.0, k)
+            for k, x in enumerate(d)
+        ]
+        _kernel_equals_the_allocator(Cluster([2.0**33], [fl]))
+
+
+def _kernel_equals_the_allocator(c: Cluster) -> None:
     groups, demands, capacity = flat(c)
     vms = [VM(d.vm, 1, 1, sla=d.sla) for d in demands]
     rate, pps = bw.allocate(
@@ -159,8 +215,6 @@ def test_congested_and_overcommitted_hosts_in_one_round() -> None:
     # host 0: two 6 Gbit/s guarantees on a 10 Gbit/s link (over-committed: scaled to 5 each);
     # host 1: 4 + 8 Gbit/s demand on 10 Gbit/s, weights 1:1 -> water level 5: 4 and 6;
     # host 2: 1 Gbit/s on 10 (uncongested: its demand).
-    from sova.model import SLA, ResourceTuple
-
     g = SLA(bandwidth=ResourceTuple(minimum=6e9))
     cl = Cluster(
         [10e9, 10e9, 10e9],
@@ -637,6 +691,52 @@ def test_world_decides_the_same_with_all_hosts_at_once(
     assert fast[2] == slow[2]
     assert fast[3] == slow[3]
     assert fast[4] == slow[4]
+
+
+def _flaky(scn: Scenario, rate: float) -> Scenario:
+    """``scn`` on hardware whose VF hot-plugs fail at ``rate`` (the guest does not answer)."""
+    profile = scn.profile.model_copy(update={"hotplug_failure_rate": rate})
+    return scn.model_copy(update={"profile": profile})
+
+
+def test_world_decides_the_same_while_hot_plugs_fail() -> None:
+    # Hot-plugs that fail (retried, then backed off) leave executors that are not idle
+    # at the bandwidth phase: their flows take the executor's per-flow rules in the world
+    # too, and the world asks only those executors (FleetBandwidth.tracking).
+    scn = load_sweep(ROOT / "scenarios" / "sova-tour.yaml")[0]
+    scn = _flaky(scn.model_copy(update={"duration": 600.0}), 0.5)
+    fast = _run(scn, "sova", fleet=True)
+    slow = _run(scn, "sova", fleet=False)
+    failed = [e for e in fast[1] if isinstance(e, EventRow) and e.event == "vf_attach_failed"]
+    assert len(failed) > 5
+    for k in range(5):
+        assert fast[k] == slow[k]
+
+
+def test_world_asks_every_executor_that_tracks_something() -> None:
+    # The world's bandwidth phase asks idle/failing only of the executors marked as
+    # tracking something (Executor.on_track -> FleetBandwidth.tracking): an unmarked one
+    # must track nothing, after every phase of a run with VF operations in flight,
+    # hot-plugs failing and backing off, and a migration.
+    scn = load_sweep(ROOT / "scenarios" / "sova-tour.yaml")[0]
+    scn = _flaky(scn.model_copy(update={"duration": 600.0}), 0.5)
+    world = World(scn, next(p for p in scn.policy_specs if p.name == "sova"))
+    fleet = world._bw
+    assert fleet is not None
+    phase = world._phase
+    busy = 0
+
+    def checked(due: object, t: float) -> None:
+        nonlocal busy
+        phase(due, t)  # type: ignore[arg-type]
+        for h, a in enumerate(fleet.agents):
+            if not a.executor.tracks_nothing:
+                busy += 1
+                assert fleet.tracking[h], (t, h)
+
+    world._phase = checked  # type: ignore[method-assign]
+    world.run_until(scn.duration)
+    assert busy > 50  # executors did track operations and failures
 
 
 @pytest.mark.parametrize(

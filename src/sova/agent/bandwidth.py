@@ -45,7 +45,8 @@ def probe_demand(
     """A VM sending at (nearly) its cap may want more than the cap lets through: ask for
     ``probe`` more than the cap, never more than the link."""
     near = ~np.isnan(limit) & (bps >= (1.0 - probe) * limit)
-    demand = np.where(near, np.maximum(bps, np.nan_to_num(limit)) * (1.0 + probe), bps)
+    # (nan where there is no limit: not near, not taken)
+    demand = np.where(near, np.maximum(bps, limit) * (1.0 + probe), bps)
     out: FloatArray = np.minimum(demand, capacity)
     return out
 
@@ -171,7 +172,7 @@ def limits(
     rate = np.where((rate >= cap * (1 - 1e-9)) & np.isnan(pps_cap), np.nan, rate)
     both = ~np.isnan(rate) & ~np.isnan(current)
     same = np.isnan(rate) & np.isnan(current)
-    diff = np.abs(np.nan_to_num(current) - np.nan_to_num(rate))
+    diff = np.abs(current - rate)  # nan where either is: not ``both``, not taken
     same |= both & (diff <= 0.01 * np.fmax(current, rate))
     return rate, ~same
 
@@ -201,6 +202,11 @@ class SLAArrays:
         return SLAArrays(self.minimum[idx], self.maximum[idx], self.max_pps[idx], self.weight[idx])
 
 
+def all_sova(allocators: Sequence[BandwidthAllocator]) -> bool:
+    """Every allocator is the Sova allocator itself (not a subclass): the kernel decides."""
+    return all(type(a) is SovaAllocator for a in allocators)
+
+
 def allocate(
     allocators: Sequence[BandwidthAllocator],
     groups: Groups,
@@ -209,16 +215,19 @@ def allocate(
     packet_bytes: FloatArray,
     vm: Callable[[int], VM],
     sla: SLAArrays | None = None,
+    sova: bool | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Each flow's (rate_bps, pps_cap or nan) from its host's allocator (one per host).
 
     The Sova allocator runs as the all-hosts kernel (:func:`sova.policy.kernels.sova_allocate`);
     any other allocator (stateful feedback loops such as DAQS, the published baselines,
     plug-ins) is called host by host, with the flows in the order the specification sees
-    them (their order in ``groups``). ``vm(k)`` is flow ``k``'s VM.
+    them (their order in ``groups``). ``vm(k)`` is flow ``k``'s VM. ``sova``: what
+    :func:`all_sova` says of ``allocators``, for a caller with the same allocators every
+    period (None: look).
     """
     n = len(demand)
-    if all(type(a) is SovaAllocator for a in allocators):
+    if all_sova(allocators) if sova is None else sova:
         s = sla if sla is not None else SLAArrays.of([vm(k).sla for k in range(n)])
         rate = sova_allocate(
             groups, capacity, demand, s.minimum, s.maximum, s.max_pps, packet_bytes, s.weight

@@ -92,6 +92,10 @@ class Executor:
     backoff_base_s: float = 20.0
     dry_run: bool = False
     on_outcome: Callable[[Outcome], None] | None = None
+    # Called whenever the executor starts tracking something (an operation in flight, a
+    # failure): a caller watching many executors (the simulated world, one per host) asks
+    # only those that called it since they last tracked nothing (tracks_nothing).
+    on_track: Callable[[], None] | None = None
     in_flight: dict[Key, _InFlight] = field(default_factory=dict)
     _failures: dict[Key, int] = field(default_factory=dict)
     _blocked_until: dict[Key, float] = field(default_factory=dict)
@@ -100,6 +104,11 @@ class Executor:
     def idle(self) -> bool:
         """Nothing in flight and nothing backing off: every action would be submitted."""
         return not self.in_flight and not self._blocked_until
+
+    @property
+    def tracks_nothing(self) -> bool:
+        """Idle, and no failure counted either: nothing :attr:`on_track` announced is left."""
+        return not self.in_flight and not self._blocked_until and not self._failures
 
     def busy(self, vm: str, chan: str = "nic") -> bool:
         return (vm, chan) in self.in_flight
@@ -149,6 +158,8 @@ class Executor:
             self._record_failure(key, now)
             return self._emit(Outcome(now, action, Result.FAILED, f"submit refused: {exc}"))
         self.in_flight[key] = _InFlight(op_id, action, now)
+        if self.on_track is not None:
+            self.on_track()
         return None
 
     def poll(self) -> list[Outcome]:
@@ -206,6 +217,8 @@ class Executor:
     def _record_failure(self, key: Key, now: float) -> None:
         n = self._failures.get(key, 0) + 1
         self._failures[key] = n
+        if self.on_track is not None:
+            self.on_track()
         if n >= self.max_retries:
             # Exponential back-off once the retry budget is spent, capped at ~10 min.
             self._blocked_until[key] = now + min(

@@ -125,8 +125,8 @@ def sova_allocate(
     pps_limit = np.where(np.isnan(max_pps), np.inf, max_pps * packet_bytes * 8.0)
     hi = np.minimum(np.minimum(demand, maximum), pps_limit)
     lo = np.minimum(minimum, hi)
-    floor_total = groups.fsum(lo)
-    hi_total = groups.fsum(hi)
+    floor_total = _sided_sums(groups, lo, capacity, exact_above=True)
+    hi_total = _sided_sums(groups, hi, capacity, exact_above=False)
     over = floor_total > capacity  # guarantees over-committed: scaled down
     scale = np.divide(capacity, floor_total, out=np.ones_like(capacity), where=over)
     rates = np.where(over[groups.row], lo * scale[groups.row], hi)
@@ -142,6 +142,37 @@ def sova_allocate(
                 float(capacity[h]), lo[idx].tolist(), hi[idx].tolist(), weight[idx].tolist()
             )
     return rates
+
+
+def _sided_sums(
+    groups: Groups, values: FloatArray, capacity: FloatArray, exact_above: bool
+) -> FloatArray:
+    """Each host's sum of ``values``, good for comparing with its ``capacity``: ``fsum``
+    exactly where a plain sum cannot prove which side of the capacity ``fsum`` falls on
+    (and above it too when ``exact_above``: the value is used there), the plain sum
+    elsewhere, where it is strictly on the same side as ``fsum``.
+
+    A sum in any order of n terms is within ``(n-1)·u·Σ|x|`` of the exact sum; where the
+    plain sum is further than twice that plus an ulp of the capacity from the capacity,
+    the exact sum is beyond the capacity's neighbouring float, so its correct rounding is
+    strictly on that side as well (the factor 2 covers the rounding of this test itself).
+    Most hosts are far from their capacity, and the plain sum never leaves numpy.
+    """
+    row, n = groups.row, groups.n_hosts
+    plain: FloatArray = np.bincount(row, values, minlength=n).astype(np.float64, copy=False)
+    bound = 2.0 * groups.count * _U * np.bincount(row, np.abs(values), minlength=n)
+    exact = ~(np.abs(plain - capacity) > 2.0 * (bound + np.spacing(np.abs(capacity))))
+    if exact_above:
+        exact |= plain > capacity
+    if not exact.any():
+        return plain
+    # the rows to sum exactly, in a matrix of their own (a host's flows in slot order)
+    at = np.cumsum(exact) - 1
+    sel = exact[row]
+    m = np.zeros((int(at[-1]) + 1, groups.width))
+    m[at[row[sel]], groups.slot[sel]] = values[sel]
+    plain[exact] = row_fsum(m)
+    return plain
 
 
 def _check(

@@ -69,12 +69,26 @@ class FleetBandwidth:
         self.res_fast = np.zeros(engine.N, dtype=bool)
         self.res_host = np.full(engine.N, -1, dtype=np.int64)
         self.guaranteed = bool((self.sla.minimum > 0).any())
+        # the allocators are the agents' own, taken once above: which form decides is fixed
+        self.sova = bw.all_sova(self.allocators)
+        self.last_flows: _Flows | None = None
+        # tracking[h]: host h's executor may track something (an operation in flight, a
+        # failure, a back-off): it announced one (Executor.on_track) since it was last
+        # found tracking nothing. Every other executor is idle and not failing, so the
+        # per-second loop asks only these few instead of an executor per host.
+        self.tracking = np.zeros(engine.H, dtype=bool)
+        for h, a in enumerate(self.agents):
+            a.executor.on_track = partial(self._track, h)
+            self.tracking[h] = not a.executor.tracks_nothing
 
     @classmethod
     def of(cls, engine: Engine, agents: Mapping[str, HostAgent]) -> FleetBandwidth | None:
         if not agents or any(a.allocator is None for a in agents.values()):
             return None
         return cls(engine, agents)
+
+    def _track(self, h: int) -> None:
+        self.tracking[h] = True
 
     def limit_set(self, engine: Engine, host: str, action: SetGuestRateLimit, result: str) -> None:
         """An agent's limit change finished (its own record is already updated)."""
@@ -103,12 +117,10 @@ class FleetBandwidth:
         if prev is None or now - prev[3] <= 0:
             return
         m = bw.measure(prev[0], prev[1], tx, pk, now - prev[3])
-        flows = np.flatnonzero(m.valid & (prev[2] == host))
+        fl = self._flows(m.valid & (prev[2] == host), host, engine.H)
+        flows, fh, groups = fl.flows, fl.host, fl.groups
         if not len(flows):
             return
-        fh = host[flows]
-        order = np.lexsort((self.rank[flows], fh))
-        flows, fh = flows[order], fh[order]
         stale = np.flatnonzero(self.limit_host[flows] != fh)
         if stale.size:
             self.save(engine, flows[stale])
@@ -117,7 +129,6 @@ class FleetBandwidth:
             cur = self.agents[fh[k]].limits.get(engine.vm_names[i])
             self.limit[i] = math.nan if cur is None else cur
             self.limit_host[i] = fh[k]
-        groups = Groups.of(fh, engine.H)
         current = self.limit[flows]
         bps = m.bps[flows]
         demand = bw.probe_demand(bps, current, engine.capacity[fh], self.probe)
@@ -130,7 +141,8 @@ class FleetBandwidth:
             demand,
             m.packet_bytes[flows],
             lambda k: engine.vms[int(flows[k])],
-            self.sla.take(flows),
+            fl.sla,
+            sova=self.sova,
         )
         new, changed = bw.limits(
             groups, engine.capacity, rate, pps, current, self.probe, self.spread_spare
@@ -141,11 +153,16 @@ class FleetBandwidth:
         # nothing (no call in flight, no back-off) goes straight into the round; the
         # others take the per-flow rules below, which would let those through too.
         ci, ch = flows[ks], fh[ks]
-        busy = np.unique(ch)  # only the hosts with a change are asked
-        quiet = np.zeros(engine.H, dtype=bool)
-        quiet[busy] = [self.agents[h].executor.idle for h in busy.tolist()]
+        quiet = ~self.tracking
+        # only the hosts with a change whose executors may track something are asked
+        for h in _distinct(ch[self.tracking[ch]]).tolist():
+            ex = self.agents[h].executor
+            quiet[h] = ex.idle
+            if ex.tracks_nothing:
+                self.tracking[h] = False
         plain = quiet[ch] & ~self.pending[ci] & ~engine.migrating[ci]
-        batch: list[int] = ks[plain].tolist()
+        batch = ks[plain]
+        more: list[int] = []
         for k in ks[~plain].tolist():
             i, h = int(flows[k]), int(fh[k])
             ex = self.agents[h].executor
@@ -161,16 +178,35 @@ class FleetBandwidth:
                     )
                 )
                 continue
-            batch.append(k)
-        if batch:
-            sel = np.sort(np.array(batch, dtype=np.int64))  # submission order: flow order
-            idx = flows[sel]
+            more.append(k)
+        if more:  # submission order: flow order
+            batch = np.sort(np.concatenate((batch, np.array(more, dtype=np.int64))))
+        if batch.size:
+            idx = flows[batch]
             self.pending[idx] = True
-            self.pending_host[idx] = fh[sel]
-            self.pending_rate[idx], self.pending_pps[idx] = new[sel], pps[sel]
+            self.pending_host[idx] = fh[batch]
+            self.pending_rate[idx], self.pending_pps[idx] = new[batch], pps[batch]
             rnd = _Round(idx)
             self.rounds.append(rnd)
             engine.env.schedule(CALL_DELAY_S, partial(self._land, engine, rnd))
+
+    def _flows(self, measured: np.ndarray, host: np.ndarray, n_hosts: int) -> _Flows:
+        """The flows measured (``measured``: per VM) in each host's VM-name order, as
+        the last period's when the same VMs were measured on the same hosts (usually)."""
+        last = self.last_flows
+        if (
+            last is not None
+            and np.array_equal(last.measured, measured)
+            and np.array_equal(last.on, host)
+        ):
+            return last
+        flows = np.flatnonzero(measured)
+        fh = host[flows]
+        order = np.lexsort((self.rank[flows], fh))
+        flows, fh = flows[order], fh[order]
+        fl = _Flows(measured, host, flows, fh, Groups.of(fh, n_hosts), self.sla.take(flows))
+        self.last_flows = fl
+        return fl
 
     def _reserve(
         self,
@@ -248,7 +284,8 @@ class FleetBandwidth:
             self.save(engine, on[self.saved_host[on] != hosts])
             self.saved[on] = False
             self.saved_host[on], self.saved_rate[on] = hosts, self.pending_rate[on]
-            for h in np.unique(hosts).tolist():
+            # only an executor that tracks something may be failing
+            for h in _distinct(hosts[self.tracking[hosts]]).tolist():
                 ex = self.agents[h].executor
                 if ex.failing:  # the failure counts of the landed calls start again
                     ex.settled_all(self.names[on[hosts == h]].tolist(), "rate")
@@ -261,6 +298,25 @@ class FleetBandwidth:
                 )
                 detail = f"VM {vm!r} is no longer on {engine.host_names[h]}"
                 self.agents[h].executor.settle(Outcome(now, action, Result.FAILED, detail))
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of ``a``, sorted by host (flows are in host order): no sort."""
+    if a.size < 2:
+        return a
+    return a[np.concatenate(([True], a[1:] != a[:-1]))]
+
+
+@dataclass(frozen=True)
+class _Flows:
+    """One period's flows (read only: reused while the same VMs are measured in place)."""
+
+    measured: np.ndarray  # per VM: measured this period, on the host of the last reading
+    on: np.ndarray  # per VM: its host
+    flows: np.ndarray  # the measured VMs, by host, each host's in VM-name order
+    host: np.ndarray  # each flow's host
+    groups: Groups
+    sla: bw.SLAArrays
 
 
 @dataclass
