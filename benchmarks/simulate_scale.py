@@ -528,6 +528,28 @@ capacity. Golden outputs unchanged. 1,000 x 3, 300 s, before (main 74c9c5c throu
 
 so step + settle ~4x cheaper (0.65 -> 0.17 CPU-s), the run ~0.78x its CPU. What is left
 of step is numpy over 3,000 flows (measure, limits' exact sum of the rates, the kernel).
+
+Issue 23, seventh session, branch speedtick2 (the tick, same floats; golden unchanged): the
+duty cycles' passes reuse their draws instead of gathering them back, the PF's water-fill
+takes its weights' whole-number test from ``LoadStatic`` and tests the fit by one bincount,
+the world's per-host tx is the tick's own sum. ``--physics-only``, CPU s, before = main
+74c9c5c (``--sova-src``) and after alternating, median (range) of 3, 2026-11-28 03:34-03:37,
+load average 10 falling to 2: 1,000 x 3 x 3600 s 3.54 (3.26-3.62) -> 2.86 (2.54-3.01),
+-19 % (pairs -0.25, -0.76, -1.00 s); 1,000 x 20 x 600 s 3.17 (2.86-3.33) -> 3.30
+(2.80-3.39), no change beyond noise. What bounds it (measured, outside the repository):
+each distribution gives the same values drawn in bulk as tick by tick on its own stream
+(standard_normal, normal, lognormal, uniform, exponential, poisson), but the tick interleaves
+them on one stream and the cycles' uniform count depends on the cycles, so bulk draws need a
+new seed contract; their cost is per value (~12 ns a normal, ~50-90 ns a Poisson here), not
+per call. ``lognormal`` cannot become ``np.exp(s * standard_normal)``: numpy's AVX-512 exp
+differs from the libm exp the generator uses (1.39 M of 30 M values). A compiled kernel
+(numba 0.68.1 / llvmlite 0.50, from the package index, 208 MB installed): ``_count``'s
+arithmetic as one loop gave numpy's bytes over 50 ticks and ran 5-8x faster (N = 20,000:
+425-1074 -> 54-89 us), and numba's ``Generator.lognormal``/``normal`` gave numpy's values
+and state; the price for a fresh ``sova simulate`` is ``import numba`` 0.3-0.4 s and 0.9-1.6 s
+of JIT per small kernel (0.01-0.2 s from its on-disk cache), i.e. a whole-tick kernel would
+cost seconds on a first run against ~3 s of physics in the hour: worth it only with a cache
+written at install time, and each kernel needs an equality test against the readable form.
 """
 
 from __future__ import annotations

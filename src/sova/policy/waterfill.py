@@ -71,16 +71,24 @@ class Links:
     count: npt.NDArray[np.int64]  # flows per link
     real: npt.NDArray[np.bool_]  # (links, width): the cell holds a flow
     left: FloatArray  # (links, width): flows from this cell to the row's end (1 if empty)
+    # each flow's link in index order when every flow is laid out (None for a subset):
+    # per-link sums by one bincount instead of a gather of the layout
+    group: npt.NDArray[np.int64] | None = None
 
     @classmethod
     def of(cls, group: npt.NDArray[np.int64], n_links: int) -> Links:
         g = np.asarray(group, dtype=np.int64)
         order = np.argsort(g, kind="stable")
-        return cls._from(g.size, g[order], order, n_links)
+        return cls._from(g.size, g[order], order, n_links, g.copy())
 
     @classmethod
     def _from(
-        cls, n: int, g: npt.NDArray[np.int64], flows: npt.NDArray[np.int64], n_links: int
+        cls,
+        n: int,
+        g: npt.NDArray[np.int64],
+        flows: npt.NDArray[np.int64],
+        n_links: int,
+        group: npt.NDArray[np.int64] | None = None,
     ) -> Links:
         """``flows`` (index order within each link) crossing links ``g`` (sorted)."""
         count = np.bincount(g, minlength=n_links)
@@ -91,7 +99,7 @@ class Links:
         cols = np.arange(width)
         real = cols[None, :] < count[:, None]
         left = np.where(real, (count[:, None] - cols[None, :]).astype(np.float64), 1.0)
-        return cls(n, g.size, cell, count, real, left)
+        return cls(n, g.size, cell, count, real, left, group)
 
     def subset(self, member: npt.NDArray[np.bool_]) -> Links:
         """The same links with only the flows where ``member`` is true (same indices)."""
@@ -127,9 +135,11 @@ def links_waterfill(
     demands: FloatArray,
     weights: FloatArray | None = None,
     member: npt.NDArray[np.bool_] | None = None,
+    whole: bool | None = None,
 ) -> FloatArray:
     """:func:`grouped_waterfill` of the flows laid out in ``links`` (others get 0), or of
-    only those where ``member`` is true.
+    only those where ``member`` is true. ``whole``: whether every weight is a whole
+    number, if the caller knows (weights that change rarely); checked here otherwise.
 
     Sums run over the flows in the order the one-array form always used (every link's
     flows sorted by saturation level, links in index order, one running sum across them):
@@ -140,7 +150,8 @@ def links_waterfill(
     n = links.n
     d_ext = np.zeros(n + 1)
     d_ext[:n] = demands if member is None else np.where(member, demands, 0.0)
-    whole = weights is None or np.array_equal(weights, np.trunc(weights))
+    if whole is None:
+        whole = weights is None or np.array_equal(weights, np.trunc(weights))
     if whole and _all_fit(capacity, links, d_ext):
         if links.flows == n:
             return d_ext[:n]
@@ -207,7 +218,12 @@ def _all_fit(capacity: FloatArray, links: Links, d_ext: FloatArray) -> bool:
     + max C) plus 1e-9·C leaves every flow satisfied in floating point as in exact
     arithmetic. Only for whole-number weights (fractional ones' sums round too).
     """
-    total = d_ext[links.cell].sum(axis=1)
+    if links.group is not None:
+        # (each link's flows summed in index order: rounding of the same bound as the
+        # layout's row sums, which the slack below covers for any order)
+        total = np.bincount(links.group, d_ext[: links.n], minlength=capacity.size)
+    else:
+        total = d_ext[links.cell].sum(axis=1)
     s = total.sum()
     bound = 8.0 * (links.n + 2) * _U * (s + capacity.max()) + 1e-9 * capacity
     return bool(((capacity - total > bound) | (links.count == 0)).all())

@@ -83,7 +83,11 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         return c
 
     net_cost = net_cost_of(want)
-    cpu_busy = np.clip(cpu_frac * cj, 0.0, 1.0)
+    # np.clip(cpu_frac * cj, 0.0, 1.0) without its wrapper: the same value for every
+    # product that is not -0.0 (cpu_frac and cj are >= +0.0)
+    cpu_busy = cpu_frac * cj
+    np.maximum(0.0, cpu_busy, out=cpu_busy)
+    np.minimum(cpu_busy, 1.0, out=cpu_busy)
     cpu_busy *= vcpus
     if p.tcp_link_clocked:
         # A TCP sender is clocked by its ACKs: it sends (and spends CPU on) only what
@@ -94,7 +98,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         own = want * _scale_to(need0, vcpus)
         busy0 = np.bincount(h, np.minimum(need0, vcpus), minlength=H)
         own *= np.minimum(1.0, eng.cores / np.maximum(busy0, 1e-12))[h]
-        fair = links_waterfill(eng.capacity, eng.links(), own, st.weights)
+        fair = links_waterfill(eng.capacity, eng.links(), own, st.weights, whole=st.weights_whole)
         # only the link's verdict caps: a CPU-bound sender is scaled down below anyway
         own *= 1.0 - 1e-9
         link_cap = np.where(fair < own, fair, INF)
@@ -176,7 +180,9 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     elif mig_active:
         share = grouped_waterfill(eng.capacity, groups, demands, weights)
     else:
-        share = links_waterfill(eng.capacity, eng.links(), demands, weights)
+        share = links_waterfill(
+            eng.capacity, eng.links(), demands, weights, whole=st.weights_whole
+        )
     tx = share[:N]
     if o.any_file:
         tx = np.where(is_file, np.minimum(tx, eng.file_left * 8.0 / dt), tx)
@@ -194,6 +200,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         mig_rate[k] = min(share[N + k], room)
         rx_host[m.dst] += mig_rate[k]
     tx_host = np.bincount(h, tx, minlength=H)
+    eng.tx_by_host = tx_host.copy() if mig_active else tx_host
     for k, m in enumerate(mig_active):
         tx_host[m.src] += mig_rate[k]
     return Shares(

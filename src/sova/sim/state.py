@@ -82,6 +82,7 @@ class LoadStatic:
     pkt_bits: np.ndarray  # pkt_bytes * 8.0
     pkts_per_bit: np.ndarray
     weights: np.ndarray  # max(streams, 1): the PF's TCP-stream weights
+    weights_whole: bool  # every weight a whole number (the water-fill's exact sums)
     link_clocked: np.ndarray  # (kind <= 1) | (kind == 3)
     req_resp_bits: np.ndarray  # resp_bytes[req_idx] * 8.0
 
@@ -160,6 +161,9 @@ class EngineState:
         self.backlog_bits = f(N)
         self.host_cpu_util, self.host_net_util = f(H), f(H)
         self._pkts_per_bit, self._host_scale_vm, self._vcpu_load = f(N), np.ones(N), f(N)
+        # the last tick's tx summed by host, without migration streams (the world's
+        # statistics read it); None after a VM moved
+        self.tx_by_host: np.ndarray | None = None
         self.wrng = np.random.default_rng([scn.seed, 1])  # workloads: policy-independent
         self.orng = np.random.default_rng([scn.seed, 2])  # operations
         self.ops: dict[str, Op] = {}
@@ -187,6 +191,7 @@ class EngineState:
         self.host[i] = dst
         self._members = None
         self._links = None
+        self.tx_by_host = None  # summed before the move: no longer each host's
 
     def links(self) -> Links:
         """Every VM laid out by host (the tick's water-fills), rebuilt after a move."""

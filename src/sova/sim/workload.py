@@ -73,6 +73,7 @@ def _derive(eng: EngineState) -> LoadStatic:
     is_req = kind == 2
     req_idx = np.flatnonzero(is_req)
     file_kind = kind == 3
+    weights = np.maximum(eng.streams, 1.0)
     return LoadStatic(
         net_live=net_live,
         net_full=net_full,
@@ -92,7 +93,8 @@ def _derive(eng: EngineState) -> LoadStatic:
         ingress_div=8.0 * np.maximum(eng.req_bytes, 1.0),
         pkt_bits=pkt_bits,
         pkts_per_bit=(1.0 + eng.rx_share * eng.pkt_bytes / ACK_BYTES) / pkt_bits,
-        weights=np.maximum(eng.streams, 1.0),
+        weights=weights,
+        weights_whole=bool(np.array_equal(weights, np.trunc(weights))),
         link_clocked=(kind <= 1) | (kind == 3),
         req_resp_bits=eng.resp_bytes[req_idx] * 8.0,
     )
@@ -163,22 +165,32 @@ def _on_fraction(
     s, ln = start[live], length[live]
     end = s + ln
     on = np.minimum(t1, end)
-    np.minimum(on, s + d * ln, out=on)
+    x = d * ln
+    x += s
+    np.minimum(on, x, out=on)
     on -= t0
     np.maximum(on, 0.0, out=on)
     k = np.flatnonzero(end <= t1)
+    cur = end[k]  # where each renewed cycle starts
     for i in range(64):  # cycles are >= cycle_min long: a few passes cover a tick
         if k.size == 0:
             break
-        cur = end[k]
         s[k] = cur
-        ln[k] = eng.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
+        ln_k = eng.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
+        ln[k] = ln_k
         if i == 63:
             break  # the last pass draws its cycles but covers no more of the tick
-        end_k = cur + ln[k]
-        end[k] = end_k
-        on[k] += np.maximum(np.minimum(np.minimum(t1, end_k), cur + d[k] * ln[k]) - cur, 0.0)
-        k = k[end_k <= t1]
+        end_k = cur + ln_k
+        # max(min(t1, end_k, cur + d * ln) - cur, 0): the new cycle's on-time in the tick
+        x = d[k]
+        x *= ln_k
+        x += cur
+        np.minimum(np.minimum(t1, end_k), x, out=x)
+        x -= cur
+        np.maximum(x, 0.0, out=x)
+        on[k] += x
+        more = end_k <= t1
+        k, cur = k[more], end_k[more]
     start[live], length[live] = s, ln
     on /= t1 - t0
     frac[live] = on
@@ -251,9 +263,12 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
     cap *= 8
     np.minimum(eng.guest_limit, cap, out=cap)
     want = np.minimum(offered, cap)
-    arrival_cost = arrivals / dt
-    arrival_cost *= p.guest_ns_per_request
-    arrival_cost /= 1e9
+    if p.guest_ns_per_request:
+        arrival_cost = arrivals / dt
+        arrival_cost *= p.guest_ns_per_request
+        arrival_cost /= 1e9
+    else:
+        arrival_cost = np.zeros(N)  # (arrivals are finite and >= 0: each term is +0.0)
     return Offer(
         dt,
         cpu_frac,

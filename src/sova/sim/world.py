@@ -361,7 +361,10 @@ class World:
         st.ticks += 1
         st.tx_bits += eng.tx * dt
         st.rx_bits += eng.rx * dt
-        st.host_tx_bits += np.bincount(eng.host, eng.tx, minlength=eng.H) * dt
+        by_host = eng.tx_by_host  # the tick's own sum, unless a VM moved since
+        if by_host is None:
+            by_host = np.bincount(eng.host, eng.tx, minlength=eng.H)
+        st.host_tx_bits += by_host * dt
         w = eng.served_req
         if w.any() and t > self._measure_from:
             st.req_weight += w
