@@ -77,6 +77,17 @@ def test_row_fsum_just_under_a_power_of_two() -> None:
     assert row_fsum(m).tolist() == want
 
 
+def test_row_fsum_counts_the_rounding_of_its_error_terms() -> None:
+    # 1 - 2^-54 - 2^-107 + 3*2^-109 = 1 - 2^-54 - 2^-109: just past the tie under 1.0, so
+    # 1 - 2^-53. The error terms summed in float give -2^-54 + 2^-107 (-2^-54 - 2^-107
+    # is a tie, rounded to even), a remainder inside the quarter-ulp limit of 1.0: only
+    # the bound on that float sum of error terms (delta) sends the row to math.fsum.
+    m = np.array([[1.0, -(2.0**-54), -(2.0**-107), 3 * 2.0**-109]])
+    want = [math.fsum(r) for r in m.tolist()]
+    assert want == [1.0 - 2.0**-53]
+    assert row_fsum(m).tolist() == want
+
+
 @settings(max_examples=500, deadline=None)
 @given(
     st.lists(
@@ -190,6 +201,22 @@ def test_a_plain_sum_at_the_capacity_is_not_trusted() -> None:
             for k, x in enumerate(d)
         ]
         _kernel_equals_the_allocator(Cluster([2.0**33], [fl]))
+
+
+def test_a_plain_sum_several_ulps_off_the_capacity_is_not_trusted() -> None:
+    # 2^33 + 8 * 2^-20 on a link of 2^33 + 3 * 2^-19 (3 ulps of 2^33 above it): each 2^-20
+    # is a tie that a plain sum rounds away, so the plain total is 2^33, 3 ulps below the
+    # link, but the exact total is 2^33 + 4 ulps, above it: the specification water-fills
+    # (as guarantees: over-committed, scaled). A check that trusts the plain sum beyond a
+    # couple of ulps of the capacity, without its error bound, leaves every flow at demand.
+    for guaranteed in (False, True):
+        d = [2.0**33] + [2.0**-20] * 8
+        fl = [
+            FlowDemand(f"vm{k}", x, SLA(bandwidth=ResourceTuple(minimum=x * guaranteed)), 1500.0, k)
+            for k, x in enumerate(d)
+        ]
+        assert sum(d) == 2.0**33 < 2.0**33 + 3 * 2.0**-19 < math.fsum(d)
+        _kernel_equals_the_allocator(Cluster([2.0**33 + 3 * 2.0**-19], [fl]))
 
 
 def _kernel_equals_the_allocator(c: Cluster) -> None:
