@@ -653,7 +653,8 @@ class ManagerCore:
         closed = self._expire(now_s, stale)
         pinned = self.pinned
         history = self.history
-        planned = [h for h, w in history.items() if w and h not in stale]
+        observed = self.windows().observed(history)
+        planned = [h for h in observed if h not in stale] if stale else observed
         caps = self.capacity if all(h in self.capacity for h in planned) else {}
         built: dict[str, HostReport] = {}
 

@@ -286,6 +286,16 @@ class WindowArrays:
         r = self.row.get(host)
         return 0 if r is None or self.owner.get(host) is not window else int(self.count[r])
 
+    def observed(self, history: Mapping[str, Sized]) -> list[str]:
+        """The hosts of ``history`` whose window is not empty, in its order (a view's length
+        read from the counts, not per host through its methods)."""
+        count, row, owner = self.count.tolist(), self.row, self.owner
+        return [
+            h
+            for h, w in history.items()
+            if (count[row[h]] if type(w) is ArrayWindow and owner.get(h) is w else len(w))
+        ]
+
     def read(self, host: str, window: Sized) -> list[list[float]]:
         """``host``'s window (oldest first) as rows of floats, if ``window`` is its owner."""
         r = self.row.get(host)
