@@ -552,8 +552,8 @@ cost seconds on a first run against ~3 s of physics in the hour: worth it only w
 written at install time, and each kernel needs an equality test against the readable form.
 
 Issue 23, seventh session, branch speedmgr2 (against main 74c9c5c; 2026-11-28, 03:56-04:15,
-2 cores shared with other sessions, load 0.3 then 13-15): the manager's round in the world. The world hands its
-manager the period's loads as one array (the sensing pass's, ManagerCore.ingest_arrays:
+2 cores shared with other sessions, load 0.3 then 13-15): the manager's round in the world.
+The world hands its manager the period's loads as one array (the sensing pass's, ManagerCore.ingest_arrays:
 validated at once, written in one assignment) and the core keeps each window once, as views
 of its window arrays (no Utilisation per host and report). process_time of World._plan per
 run, 1000x3, before/after alternating: 300 s: 0.263/0.276/0.272 -> 0.128/0.113/0.121 CPU-s
