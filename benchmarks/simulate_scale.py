@@ -550,6 +550,17 @@ and state; the price for a fresh ``sova simulate`` is ``import numba`` 0.3-0.4 s
 of JIT per small kernel (0.01-0.2 s from its on-disk cache), i.e. a whole-tick kernel would
 cost seconds on a first run against ~3 s of physics in the hour: worth it only with a cache
 written at install time, and each kernel needs an equality test against the readable form.
+
+Issue 23, seventh session, branch speedmgr2 (against main 74c9c5c; 2026-11-28, 03:56-04:15,
+2 cores shared with other sessions, load 0.3 then 13-15): the manager's round in the world.
+The world hands its manager the period's loads as one array (the sensing pass's, ManagerCore.ingest_arrays:
+validated at once, written in one assignment) and the core keeps each window once, as views
+of its window arrays (no Utilisation per host and report). process_time of World._plan per
+run, 1000x3, before/after alternating: 300 s: 0.263/0.276/0.272 -> 0.128/0.113/0.121 CPU-s
+(median 0.272 -> 0.121, 2.2x); one hour (load 13-15, 2 reps): 4.28/4.00 -> 2.28/2.13 (1.9x);
+--sim-only 300 s (run_policy): medians 1.86 -> 1.74 CPU-s (spread 1.83-2.11 / 1.68-1.91).
+What is left of _plan: a third is the manager dropping the previous period's VM-load views,
+which frees the world's previous inventories (their last reference), then the round itself.
 """
 
 from __future__ import annotations

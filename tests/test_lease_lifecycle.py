@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sova.manager.core import EndReason, Lease, ManagerCore
@@ -156,8 +157,8 @@ def test_a_batch_of_reports_is_each_report_in_turn() -> None:
         hist = {h: list(w) for h, w in c.history.items()}
         return hist, dict(c.vms), dict(c.capacity), dict(c.seen), dict(c._skip), c.leases
 
-    one, many = _core(), _core()
-    for c in (one, many):
+    one, many, arrays = _core(), _core(), _core()
+    for c in (one, many, arrays):
         c.stale_after_s = 100.0
     closed = []
     for at, reports in rounds:
@@ -165,8 +166,12 @@ def test_a_batch_of_reports_is_each_report_in_turn() -> None:
         want = [
             e for h, load, vms, cp in reports for e in one.ingest(h, load, vms, at=at, capacity=cp)
         ]
+        # and the batch intake, the loads as one array (a simulated world's)
+        hosts, loads, vmss, caps = zip(*reports, strict=True)
+        util = np.array([u.as_tuple() for u in loads])
+        assert arrays.ingest_arrays(hosts, util, vmss, caps, at=at) == want
         assert got == want
-        assert state(many) == state(one)
+        assert state(many) == state(one) == state(arrays)
         closed += got
     # the cases happened: the arrival closed the lease, dst's window restarted after its
     # silence (one load), src's report after the arrival was dropped, VMs copied

@@ -1,8 +1,9 @@
-"""The manager's round from its window arrays decides exactly what ``coordinate`` decides.
+"""The manager's round from its window arrays decides exactly what ``coordinate`` decides,
+and its batch intake (``ingest_arrays``) does exactly what per-host ``ingest`` does.
 
-``ManagerCore`` keeps each host's detector window twice: the deques of ``Utilisation`` (the
-record) and :class:`sova.manager.fastplan.WindowArrays` (a host x window ring the round
-reads in one pass). Random heterogeneous clusters go through random report sequences
+``ManagerCore`` keeps each host's detector window once, in
+:class:`sova.manager.fastplan.WindowArrays` (a host x window ring the round reads in one
+pass); ``history`` holds views of it (or deques put in from outside, a restore's). Random heterogeneous clusters go through random report sequences
 (windows short, full and wrapped, hosts silent past ``stale_after_s``, migrations whose end
 restarts both windows and drops the next report, hosts forgotten, windows put in by a
 restore) and the round must return, signal by signal and reason by reason, what the
@@ -85,8 +86,17 @@ def _run(seed: int, hosts: int, n: int, k: int, metric: str, ceiling: float | No
             for h in names
             if not (h in silent and 1 <= rnd <= 3) and rng.random() < 0.95
         ]
-        if rng.random() < 0.5:
+        r = rng.random()
+        if r < 0.35:
             core.ingest_many(batch, at=t)
+        elif r < 0.7:  # a simulated world's path: the loads as one array
+            core.ingest_arrays(
+                tuple(h for h, _, _, _ in batch),
+                np.array([u.as_tuple() for _, u, _, _ in batch]).reshape(-1, 3),
+                [v for _, _, v, _ in batch],
+                [c for _, _, _, c in batch],
+                at=t,
+            )
         else:
             for h, u, v, c in batch:  # the daemon's path: a batch of one
                 core.ingest(h, u, v, at=t, capacity=c)
@@ -224,3 +234,103 @@ def test_quiet_signals_are_built_when_read() -> None:
 
 def reports_history(reports: dict[str, HostReport]) -> dict[str, tuple[Utilisation, ...]]:
     return {h: r.history for h, r in reports.items()}
+
+
+def _old_core(core: ManagerCore) -> ManagerCore:
+    """``core`` keeping every window it makes as a deque of ``Utilisation`` (the arrays only
+    mirror them): the record before the batch intake, the reference here."""
+    arrays = core.windows()
+    arrays.window = lambda host: deque(maxlen=arrays.n)  # type: ignore[assignment,method-assign,return-value]
+    return core
+
+
+def _intake(seed: int, hosts: int, n: int) -> None:
+    rng = random.Random(seed)
+
+    def make() -> ManagerCore:
+        return ManagerCore(detector=HotspotDetector(1, n, 0.75), stale_after_s=25.0)
+
+    ref, fast = _old_core(make()), make()
+    names = [f"h{i:03d}" for i in range(hosts)]
+    caps = {h: rng.choice((*GENERATIONS, None)) for h in names}
+    vms = {h: _vms(rng, i) for i, h in enumerate(names)}
+    closed_ref: list[object] = []
+    closed_fast: list[object] = []
+    t = 0.0
+    for rnd in range(rng.randint(1, 3 * n + 3)):
+        t += rng.choice((10.0, 10.0, 30.0))  # a 30 s gap: every host is back from a silence
+        batch = [h for h in names if rng.random() < 0.9]
+        rng.shuffle(batch)
+        loads = [_util(rng, rng.random() < 0.3) for _ in batch]
+        for h in batch:
+            if rng.random() < 0.05 and len(names) > 1:  # a VM migrates onto h: a lease
+                vm = f"mv{rnd}-{h}"
+                src = rng.choice([x for x in names if x != h])
+                for c in (ref, fast):
+                    c.open(Lease(vm, src, h, t))
+                if rng.random() < 0.5:  # and arrives in this very batch (or a later one)
+                    vms[h] = {**vms[h], vm: VMLoad(Utilisation(0.1, 0.1, 0.1), 2**30)}
+        for h, u in zip(batch, loads, strict=True):
+            closed_ref += ref.ingest(h, u, vms[h], at=t, capacity=caps[h])
+        closed_fast += fast.ingest_arrays(
+            tuple(batch),
+            np.array([u.as_tuple() for u in loads]).reshape(-1, 3),
+            [vms[h] for h in batch],
+            [caps[h] for h in batch],
+            at=t,
+        )
+        for c in (ref, fast):
+            if rnd % 4 == 3 and c.leases:  # a migration's end restarts both windows
+                c.release(min(c.leases))
+        if rng.random() < 0.1:
+            gone = rng.choice(names)
+            for c in (ref, fast):
+                c.forget(gone)
+        if rng.random() < 0.1:  # a restore puts in a deque of its own
+            h = rng.choice(names)
+            for c in (ref, fast):
+                c.history.pop(h, None)
+                c.history[h] = deque(maxlen=n)
+        assert closed_fast == closed_ref
+        assert {h: list(w) for h, w in fast.history.items()} == {
+            h: list(w) for h, w in ref.history.items()
+        }
+        assert dict(fast.vms) == dict(ref.vms) and fast.capacity == ref.capacity
+        assert fast.seen == ref.seen and fast._skip == ref._skip and fast.leases == ref.leases
+    assert all(type(w) is deque for w in ref.history.values())
+    result, want = fast.plan(t), ref.plan(t)
+    assert dict(result.signals) == dict(want.signals)
+    assert result.decisions == want.decisions
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), hosts=st.integers(1, 30), n=st.integers(1, 5))
+def test_batch_intake_is_each_report_in_turn(seed: int, hosts: int, n: int) -> None:
+    # random heterogeneous clusters (capacities of three generations or none), random
+    # subsets reporting in random order (silent hosts, some back past stale_after_s: their
+    # windows restart), windows short, full and wrapped (n as small as 1), leases closed by
+    # a VM arriving within a batch (the ordered path) and by releases (both windows restart,
+    # the next report is dropped), hosts forgotten, deques put in by a restore
+    _intake(seed, hosts, n)
+
+
+def test_batch_intake_refuses_a_bad_load_whole() -> None:
+    core = ManagerCore()
+    good = np.full((3, 3), 0.5)
+    core.ingest_arrays(("a", "b", "c"), good, [{}, {}, {}], [None] * 3, at=0.0)
+    before = {h: list(w) for h, w in core.history.items()}, dict(core.seen)
+    for bad, field, value in (
+        (1.5, "mem", "1.5"),
+        (float("nan"), "mem", "nan"),
+        (-0.1, "mem", "-0.1"),
+    ):
+        util = good.copy()
+        util[2, 1] = bad
+        try:
+            core.ingest_arrays(("a", "b", "c"), util, [{}, {}, {}], [None] * 3, at=10.0)
+        except ValueError as exc:
+            assert str(exc) == f"host c: {field} utilisation must be in [0, 1], got {value}"
+        else:
+            raise AssertionError("accepted a bad load")
+        # nothing of the batch was taken, not even the good hosts' loads
+        assert ({h: list(w) for h, w in core.history.items()}, dict(core.seen)) == before

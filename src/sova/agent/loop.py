@@ -361,7 +361,10 @@ class HostAgent:
         return out
 
     def _vm_load_reports(self, actual: Inventory) -> VMLoadReports:
-        return VMLoadReports(self.last_vm_loads, actual, frozenset(self.migrating))
+        migrating = self.migrating
+        return VMLoadReports(
+            self.last_vm_loads, actual, frozenset(migrating) if migrating else _NOT_MIGRATING
+        )
 
     def decide(
         self,
@@ -665,6 +668,15 @@ class HostAgent:
                 HostCapacity(float(h.cores), float(h.memory_bytes), h.nic.capacity_bps),
             )
         return Utilisation(s.cpu, s.mem, s.net), self._vm_load_reports(actual), known[1]
+
+    def report_vms(self) -> VMLoadReports | None:
+        """:meth:`report_parts`' VM loads alone, or None before the first period (a
+        simulated world hands its manager the hosts' loads as arrays, and these beside)."""
+        actual = self.snapshot
+        return None if actual is None else self._vm_load_reports(actual)
+
+
+_NOT_MIGRATING: frozenset[str] = frozenset()
 
 
 def _nan(x: float | None) -> float:

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sova.manager.fastplan import WindowArrays, coordinate_windows, notable
+import numpy as np
+
+from sova.manager.fastplan import ArrayWindow, WindowArrays, coordinate_windows, notable
 from sova.manager.fleet import DRAIN, drain_signals, note_bars, relax_should_rules
 from sova.manager.placement import Bars, Placement, View
 from sova.policy.hotspot import (
+    RESOURCES,
+    UTILISATION_SLACK,
     HostCapacity,
     HostReport,
     HotnessMetric,
@@ -30,7 +34,14 @@ from sova.policy.hotspot import (
     MigrationSignal,
     Utilisation,
     VMLoad,
+    _check_utilisation,
 )
+
+_NONE = object()  # no window (not None: history.get gives None for an unknown host)
+
+# A host's detector window: the core's own view of its window arrays, or a deque put in
+# from outside (a restore replays the stored reports into one).
+Window = ArrayWindow | deque[Utilisation]
 
 
 class ManagerParams(Protocol):
@@ -160,7 +171,10 @@ class ManagerCore:
     departed: dict[str, dict[str, float]] = field(default_factory=dict)  # vm -> host -> t
     last_moved: dict[str, float] = field(default_factory=dict)  # vm -> when it was last sent
     started: deque[float] = field(default_factory=deque)  # start times within the last hour
-    history: dict[str, deque[Utilisation]] = field(default_factory=dict)
+    # host -> its detector window, oldest first: a view of the window arrays below
+    # (fastplan.ArrayWindow) for the windows the core made, or a deque of Utilisation put
+    # in from outside (a restore)
+    history: dict[str, Window] = field(default_factory=dict)
     vms: dict[str, Mapping[str, VMLoad]] = field(default_factory=dict)
     # vm -> lease. Written only by the lease lifecycle below (open, release, withdraw,
     # supersede, revoke, expiry in plan, arrival in ingest, restore); everything else reads.
@@ -201,15 +215,27 @@ class ManagerCore:
     # the latest reports alone miss idle members (an anti-affine peer idle on a target).
     # Both hosts of a migration whose outcome is unknown, until a report names the VM.
     located: dict[str, frozenset[str]] = field(default_factory=dict)
-    # ``history`` again as a host x window array, for the round's one-pass hot-spot test.
-    # Kept in step by the core's own writes (ingest, window restarts, forget); a window
-    # object put into ``history`` from outside is copied when the round reads it.
+    # The windows' values as a host x window array, for the round's one-pass hot-spot test
+    # and the batch intake (ingest_arrays). Kept in step by the core's own writes (ingest,
+    # window restarts, forget); a window object put into ``history`` from outside is copied
+    # when the round reads it.
     _arrays: WindowArrays | None = field(default=None, repr=False, compare=False)
+    # ingest_arrays' host -> position of its last ``hosts`` (the same tuple every period)
+    _order: tuple[tuple[str, ...], dict[str, int]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def windows(self) -> WindowArrays:
         arrays = self._arrays
         if arrays is None or arrays.n != self.detector.n:
+            old = self.history
             arrays = self._arrays = WindowArrays(self.detector.n)
+            for h, w in old.items():  # the views of the old arrays move to the new ones
+                if isinstance(w, ArrayWindow):
+                    values = list(w)
+                    view = old[h] = arrays.window(h)
+                    for u in values[-arrays.n :]:
+                        arrays.append(h, view, u)
         return arrays
 
     @classmethod
@@ -260,7 +286,7 @@ class ManagerCore:
         :meth:`ingest` of each in turn does (a simulated world reports every host each
         period; the checks that depend on the round's state, not on the host, are made once).
         Returns the leases they closed."""
-        history, maxlen = self.history, self.detector.n
+        history = self.history
         skip, stored = self._skip, self.vms
         arrays = self.windows()
         members = self.placement.members
@@ -275,7 +301,7 @@ class ManagerCore:
         for host, load, vms, capacity in reports:
             window = history.get(host)
             if window is None:
-                window = history[host] = deque(maxlen=maxlen)
+                window = history[host] = arrays.window(host)
             if capacity is not None:
                 self.capacity[host] = capacity
             if at is not None:
@@ -294,7 +320,8 @@ class ManagerCore:
             if skip and skip.get(host, 0) > 0:
                 skip[host] -= 1  # it spans the migration's copy: not the new placement
             else:
-                window.append(load)
+                if not isinstance(window, ArrayWindow):
+                    window.append(load)
                 arrays.append(host, window, load)
             # kept as given unless the caller could change it afterwards (an agent's report
             # builds its VMs' loads when first read: most hosts' are never read)
@@ -302,6 +329,101 @@ class ManagerCore:
             if members:
                 self.locate(host, vms)
         return closed
+
+    def ingest_arrays(
+        self,
+        hosts: tuple[str, ...],
+        util: np.ndarray,
+        vms: Sequence[Mapping[str, VMLoad]],
+        capacity: Sequence[HostCapacity | None],
+        *,
+        at: float | None = None,
+    ) -> list[LeaseEnd]:
+        """What :meth:`ingest_many` of ``(hosts[i], Utilisation(*util[i]), vms[i],
+        capacity[i])`` does, with the loads as one (hosts, 3) array (a simulated world's
+        every host each period): the array is validated at once (a bad value fails the whole
+        batch before anything changes: one line naming the host, the field and the value)
+        and written into the windows in one assignment; no ``Utilisation`` is built. ``hosts``
+        are distinct; ``vms`` are kept as given (the caller never changes them). A batch in
+        which a lease closes by arrival goes through :meth:`ingest_many` itself (the close
+        restarts windows of hosts reported before and after it). Returns the leases closed."""
+        util = np.asarray(util, dtype=np.float64)
+        m = len(hosts)
+        if util.shape != (m, 3) or len(vms) != m or len(capacity) != m:
+            raise ValueError(
+                f"util must be ({m}, 3) with {m} vms and capacities, got {util.shape}, "
+                f"{len(vms)}, {len(capacity)}"
+            )
+        bad = ~np.isfinite(util) | (util < 0.0) | (util > 1.0 + UTILISATION_SLACK)
+        if bad.any():
+            i, j = (int(x) for x in np.argwhere(bad)[0])
+            try:
+                _check_utilisation(RESOURCES[j], float(util[i, j]))
+            except ValueError as exc:
+                raise ValueError(f"host {hosts[i]}: {exc}") from None
+        order = self._order
+        if order is None or order[0] is not hosts:
+            index = {h: i for i, h in enumerate(hosts)}
+            if len(index) != m:
+                raise ValueError("hosts must be distinct")
+            order = self._order = (hosts, index)
+        index = order[1]
+        leases = self.leases
+        arrives = any(
+            (self.close_on_arrival or vm in self.orphaned)
+            and lease.dst in index
+            and vm in vms[index[lease.dst]]
+            for vm, lease in leases.items()
+        )
+        if arrives:  # a lease closes: the ordered path, exactly
+            loads = [Utilisation(*r) for r in util.tolist()]
+            return self.ingest_many(zip(hosts, loads, vms, capacity, strict=True), at=at)
+        history, arrays, caps, skip = self.history, self.windows(), self.capacity, self._skip
+        for h, cap in zip(hosts, capacity, strict=True):
+            if cap is not None:
+                caps[h] = cap
+        if at is not None:
+            if math.isfinite(self.stale_after_s):
+                seen = self.seen
+                for h in hosts:
+                    last = seen.get(h)
+                    if last is not None and at - last > self.stale_after_s and h in history:
+                        history[h].clear()  # back from a silence: as ingest
+                        arrays.clear(h)
+            self.seen.update(dict.fromkeys(hosts, at))
+        owner = arrays.owner
+        # the hosts whose window is the core's own view: their loads land in one assignment
+        take = [
+            i
+            for i, h in enumerate(hosts)
+            if (w := history.get(h)) is owner.get(h, _NONE) and type(w) is ArrayWindow
+        ]
+        if len(take) < m:  # a host new to the core, or whose window was put in from outside
+            for i in sorted(set(range(m)).difference(take)):
+                h = hosts[i]
+                if h not in history:
+                    history[h] = arrays.window(h)
+                    take.append(i)
+                elif not (skip and skip.get(h, 0) > 0):
+                    load = Utilisation(*util[i].tolist())
+                    window = history[h]
+                    if not isinstance(window, ArrayWindow):
+                        window.append(load)
+                    arrays.append(h, window, load)
+            take.sort()
+        if skip:
+            dropped = {index[h] for h, left in skip.items() if left > 0 and h in index}
+            for i in dropped:
+                skip[hosts[i]] -= 1  # it spans the migration's copy: not the new placement
+            take = [i for i in take if i not in dropped]
+        row = arrays.row
+        at_rows = np.fromiter((row[hosts[i]] for i in take), dtype=np.intp, count=len(take))
+        arrays.extend(at_rows, util[take] if len(take) < m else util)
+        self.vms.update(zip(hosts, vms, strict=True))
+        if self.placement.members:
+            for h, named in zip(hosts, vms, strict=True):
+                self.locate(h, named)
+        return []
 
     def locate(self, host: str, named: Iterable[str]) -> None:
         """``host`` reported the VMs ``named``: the rules' members among them are there."""
@@ -531,7 +653,8 @@ class ManagerCore:
         closed = self._expire(now_s, stale)
         pinned = self.pinned
         history = self.history
-        planned = [h for h, w in history.items() if w and h not in stale]
+        observed = self.windows().observed(history)
+        planned = [h for h in observed if h not in stale] if stale else observed
         caps = self.capacity if all(h in self.capacity for h in planned) else {}
         built: dict[str, HostReport] = {}
 

@@ -15,9 +15,10 @@ included):
 3. if a hot host found no cold spot among them, the whole round is re-run through
    ``coordinate`` with every host (rare; exact by construction).
 
-The manager keeps its windows in :class:`WindowArrays` (a host x window ring of floats beside
-its deques of ``Utilisation``), so a round reads them without rebuilding an array from
-objects, and a host that is not hot gets its "not hot" reason only when someone reads its
+The manager keeps its windows in :class:`WindowArrays` (a host x window ring of floats; the
+core's windows are views of it, :class:`ArrayWindow`, whose ``Utilisation`` objects are built
+only when read), so a round reads them without rebuilding an array from objects, a batch of
+reports lands in one array assignment, and a host that is not hot gets its "not hot" reason only when someone reads its
 signal (:class:`Signals`): a simulated round reads a handful of the thousands.
 """
 
@@ -34,6 +35,7 @@ from collections.abc import (
     Sized,
 )
 from itertools import chain
+from typing import Any
 
 import numpy as np
 
@@ -184,18 +186,63 @@ def notable(signals: Mapping[str, MigrationSignal]) -> list[tuple[str, Migration
     return sorted(signals.items())
 
 
+class ArrayWindow(Sequence[Utilisation]):
+    """One host's detector window as the core keeps it: a view of its row of
+    :class:`WindowArrays`, oldest first, with a deque's ``append``/``clear``/``maxlen``. A
+    batch of reports (:meth:`ManagerCore.ingest_arrays`) writes the rows in one array
+    assignment, so no ``Utilisation`` is built per host and report; a reader (a decision's
+    quote, the daemon's state, a test) gets them built from the floats, equal to the ones
+    reported. A view whose host was forgotten or given another window reads empty."""
+
+    __slots__ = ("arrays", "host")
+
+    def __init__(self, arrays: WindowArrays, host: str) -> None:
+        self.arrays = arrays
+        self.host = host
+
+    @property
+    def maxlen(self) -> int:
+        return self.arrays.n
+
+    def _rows(self) -> list[list[float]]:
+        return self.arrays.read(self.host, self)
+
+    def __len__(self) -> int:
+        return self.arrays.length(self.host, self)
+
+    def __iter__(self) -> Iterator[Utilisation]:
+        return iter([Utilisation(*r) for r in self._rows()])
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [Utilisation(*r) for r in self._rows()[i]]
+        return Utilisation(*self._rows()[i])
+
+    def append(self, u: Utilisation) -> None:
+        self.arrays.append(self.host, self, u)
+
+    def clear(self) -> None:
+        if self.arrays.owner.get(self.host) is self:
+            self.arrays.clear(self.host)
+
+    def __repr__(self) -> str:
+        return f"ArrayWindow({list(self)!r})"
+
+
 class WindowArrays:
     """The manager's detector windows as one (hosts, n, 3) float64 ring buffer: each host's
-    last ``n`` utilisations, oldest at ``head`` once full. It mirrors the core's deques of
-    ``Utilisation`` (still the record: decisions quote them, the daemon's store and tests read
-    them); a window replaced by another object is copied again (:meth:`windows`)."""
+    last ``n`` utilisations, oldest at ``head`` once full. The core's windows are views of
+    it (:class:`ArrayWindow`); a window object put into ``history`` from outside (a deque of
+    ``Utilisation``: a restore, a test) is mirrored here, and copied again when replaced
+    (:meth:`windows`)."""
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.row: dict[str, int] = {}
         self.owner: dict[str, Sized] = {}  # host -> the window object its row mirrors
-        self.count: list[int] = []
-        self.head: list[int] = []
+        self.count = np.zeros(0, dtype=np.intp)
+        self.head = np.zeros(0, dtype=np.intp)
+        self.used = 0  # rows handed out (free ones are reused first)
         self.free: list[int] = []
         self.values = np.zeros((0, n, 3), dtype=np.float64)
         # (row, slot) -> its newest value, written into ``values`` when a round reads them:
@@ -216,40 +263,87 @@ class WindowArrays:
         if self.free:
             r = self.free.pop()
         else:
-            r = len(self.count)
-            self.count.append(0)
-            self.head.append(0)
+            r = self.used
+            self.used += 1
             if r >= len(self.values):
-                grown = np.zeros((max(64, 2 * len(self.values)), self.n, 3), dtype=np.float64)
+                size = max(64, 2 * len(self.values))
+                grown = np.zeros((size, self.n, 3), dtype=np.float64)
                 grown[: len(self.values)] = self.values
                 self.values = grown
+                self.count = np.concatenate((self.count, np.zeros(size - len(self.count), np.intp)))
+                self.head = np.concatenate((self.head, np.zeros(size - len(self.head), np.intp)))
         self.row[host] = r
         return r
+
+    def window(self, host: str) -> ArrayWindow:
+        """A new, empty window for ``host``, kept here (the core's ``history`` holds it)."""
+        r = self._alloc(host)
+        self.count[r] = self.head[r] = 0
+        w = self.owner[host] = ArrayWindow(self, host)
+        return w
+
+    def length(self, host: str, window: Sized) -> int:
+        r = self.row.get(host)
+        return 0 if r is None or self.owner.get(host) is not window else int(self.count[r])
+
+    def observed(self, history: Mapping[str, Sized]) -> list[str]:
+        """The hosts of ``history`` whose window is not empty, in its order (a view's length
+        read from the counts, not per host through its methods)."""
+        count, row, owner = self.count.tolist(), self.row, self.owner
+        return [
+            h
+            for h, w in history.items()
+            if (count[row[h]] if type(w) is ArrayWindow and owner.get(h) is w else len(w))
+        ]
+
+    def read(self, host: str, window: Sized) -> list[list[float]]:
+        """``host``'s window (oldest first) as rows of floats, if ``window`` is its owner."""
+        r = self.row.get(host)
+        if r is None or self.owner.get(host) is not window:
+            return []
+        self._flush()
+        c, h = int(self.count[r]), int(self.head[r])
+        rows: list[list[float]] = self.values[r, (h + np.arange(c)) % self.n].tolist()
+        return rows
 
     def sync(self, host: str, window: Sequence[Utilisation]) -> None:
         """Copy ``window`` (oldest first) into ``host``'s row."""
         self._flush()  # an older pending value must not land on the copy
-        r = self._alloc(host)
         last = list(window)[-self.n :]
+        r = self._alloc(host)
         if last:
             self.values[r, : len(last)] = [u.as_tuple() for u in last]
         self.count[r], self.head[r] = len(last), 0
         self.owner[host] = window
 
     def append(self, host: str, window: Sequence[Utilisation], u: Utilisation) -> None:
-        """``u`` was appended to ``window``, ``host``'s window."""
+        """``u`` was appended to ``window``, ``host``'s window (or is, for its view)."""
         r = self.row.get(host)
         if r is None or self.owner[host] is not window:
-            self.sync(host, window)
-            return
-        c = self.count[r]
+            self.sync(host, window)  # a deque already holds u; a view gets it below
+            if not isinstance(window, ArrayWindow):
+                return
+            r = self.row[host]
+        c = int(self.count[r])
         if c < self.n:
             pos = c
             self.count[r] = c + 1
         else:
-            pos = self.head[r]
+            pos = int(self.head[r])
             self.head[r] = pos + 1 if pos + 1 < self.n else 0
         self.pending[r, pos] = u
+
+    def extend(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """One report per row of ``rows`` (distinct rows of views), ``values`` (m, 3)
+        already validated: what :meth:`append` of each does, in one assignment."""
+        self._flush()  # a pending value of an earlier slot must not land after these
+        n = self.n
+        c, h = self.count[rows], self.head[rows]
+        full = c >= n
+        pos = np.where(full, h, c)
+        self.values[rows, pos] = values
+        self.count[rows] = np.where(full, c, c + 1)
+        self.head[rows] = np.where(full, (h + 1) % n, h)
 
     def clear(self, host: str) -> None:
         r = self.row.get(host)
@@ -275,8 +369,8 @@ class WindowArrays:
             if owner.get(h) is not w:
                 self.sync(h, w)
         rows = np.fromiter((self.row[h] for h in names), dtype=np.intp, count=len(names))
-        count = np.asarray(self.count, dtype=np.intp)[rows]
-        head = np.asarray(self.head, dtype=np.intp)[rows]
+        count = self.count[rows]
+        head = self.head[rows]
         last = self.values[rows, (head + count - 1) % self.n]
         groups = []
         for n_obs in np.unique(count).tolist():

@@ -223,6 +223,11 @@ class FleetSensing:
         # the last period's factors of every VM (the world's VF scheduling reads them)
         self.factors: SensedFactors | None = None
         self.last: FleetSensed | None = None  # the last period's sensing
+        # each host's last measured load (cpu, mem, net) and whether it has one: every
+        # agent's ``last_load`` (a host whose counter went back keeps its previous one), as
+        # the world hands them to its manager (World._plan)
+        self.last_load = np.zeros((engine.H, 3))
+        self.has_load = np.zeros(engine.H, dtype=bool)
 
     def sense(self, engine: Engine) -> FleetSensed:
         """One period's reading of every VM; each host's factors and whether it has measured."""
@@ -257,7 +262,7 @@ class FleetSensing:
         if prev is None:
             return None
         t0, prev_totals, prev_counters, prev_host = prev
-        return load_shares(
+        a = load_shares(
             now - t0,
             prev_totals,
             totals,
@@ -270,3 +275,7 @@ class FleetSensing:
             self.memory,
             self.capacity,
         )
+        ok_h = a.host_ok
+        self.last_load[ok_h] = np.stack((a.host_cpu, a.host_mem, a.host_net), axis=1)[ok_h]
+        self.has_load |= ok_h
+        return a

@@ -29,6 +29,7 @@ from sova.agent.registry import vf_policy
 from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
 from sova.model import Inventory, Migrate, SetGuestRateLimit
+from sova.policy.hotspot import HostCapacity
 from sova.record import (
     NONE,
     ColumnBlock,
@@ -181,6 +182,14 @@ class World:
         # have nothing to poll; in the agents' order
         self._submitted: set[str] = set()
         self._order = {h: k for k, h in enumerate(self.agents)}
+        # the manager's batch intake (_ingest): the hosts in index order (the agents' and
+        # the sensing arrays'), and each host's capacity as its agent reports it
+        self._agent_list = list(self.agents.values())
+        self._host_tuple = tuple(self.agents)
+        self._caps = [
+            HostCapacity(float(h.cores), float(h.memory_bytes), h.nic.capacity_bps)
+            for h in self.engine.hosts
+        ]
         self.tick_s = scn.tick
         self.k = 0
         self._changes = sorted({p.at for p in scn.workload if p.at > 0})
@@ -326,9 +335,15 @@ class World:
     def _plan(self, t: float) -> None:
         if self.manager is None:
             return
-        # each agent's host_report as its parts: nothing here reads the report object
-        parts = ((h, agent.report_parts()) for h, agent in self.agents.items())
-        self.manager.ingest_many((h, *p) for h, p in parts if p is not None)
+        sensing = self._sensing
+        if sensing is not None:
+            # every agent's report as arrays: its last load is the sensing pass's (the
+            # agents took theirs from it), its VM loads are built only when read
+            self._ingest(sensing)
+        else:
+            # each agent's host_report as its parts: nothing here reads the report object
+            parts = ((h, agent.report_parts()) for h, agent in self.agents.items())
+            self.manager.ingest_many((h, *p) for h, p in parts if p is not None)
         before = len(self.manager.log)
         result = self.manager.plan(t)
         for d in self.manager.log[before:]:
@@ -352,6 +367,23 @@ class World:
         for h in result.flagged:  # read without building every quiet host's signal
             sig = result.signals[h]
             self.agents[h].signal(True, sig.target, sig.vm)
+
+    def _ingest(self, sensing: FleetSensing) -> None:
+        """What ``ingest_many`` of every agent's ``report_parts`` does (in the agents'
+        order, the hosts' index order), through the manager's batch intake."""
+        assert self.manager is not None
+        agents = self._agent_list
+        vms = [a.report_vms() for a in agents]
+        has = sensing.has_load
+        if has.all() and not any(v is None for v in vms):
+            hosts, caps, util = self._host_tuple, self._caps, sensing.last_load
+        else:
+            keep = [i for i in np.flatnonzero(has).tolist() if vms[i] is not None]
+            hosts = tuple(self._host_tuple[i] for i in keep)
+            caps = [self._caps[i] for i in keep]
+            util = sensing.last_load[keep]
+            vms = [vms[i] for i in keep]
+        self.manager.ingest_arrays(hosts, util, vms, caps)  # type: ignore[arg-type]
 
     # ----------------------------------------------------------------- records
 
