@@ -575,7 +575,8 @@ process), the report's matplotlib drawing (~0.2 s a plot: text layout, tight_lay
 The whole command (1,000 x 3, 1 h), two alternating pairs at load 6-18: before 112.6 s /
 36.7 CPU-s, 63.5 s / 30.3; after 98.5 s / 33.2, 94.4 s / 32.7 -- within this load's noise
 (the loop is ~30 of it). Peak RSS 147 -> 137-138 MiB: the largest process (the command
-no longer loads matplotlib); the child adds its own pages (~40 MiB) beside the command's.
+no longer loads matplotlib); the child adds its own pages beside it (not measured here;
+matplotlib and its figures were ~30-45 MiB in the fifth session).
 """
 
 from __future__ import annotations
