@@ -561,6 +561,33 @@ run, 1000x3, before/after alternating: 300 s: 0.263/0.276/0.272 -> 0.128/0.113/0
 --sim-only 300 s (run_policy): medians 1.86 -> 1.74 CPU-s (spread 1.83-2.11 / 1.68-1.91).
 What is left of _plan: a third is the manager dropping the previous period's VM-load views,
 which frees the world's previous inventories (their last reference), then the round itself.
+
+Issue 23, seventh session, branch speedout2: the command outside the simulation loop.
+The real command with timers around its calls and the hour's ``run_points`` result loaded
+from a pickle (2026-11-28 04:07, load average 12-18 on the 2 cores, so walls are not
+comparable; CPU s, median of 3 alternating, main 74c9c5c -> this branch):
+
+    part                                   before   after
+    interpreter start, imports             0.69     0.63
+    scenario load (load_sweep)             0.44     0.39
+    write_outputs in the command process   3.38     1.30  (summary 0.08, timeline.csv 1.17)
+      report in a forked process            -       ~2.1  (matplotlib import ~0.4 + drawing)
+    teardown at exit                       0.37     ~0.3
+    whole command minus the loop           5.02     4.41  (CPU of both processes)
+
+(earlier, load 2-4: imports 0.6-0.7, load 0.4, import + summary 0.6, timeline.csv 1.0,
+report 1.3, exit 0.3: 4.5 CPU-s, 4.6 s wall, of the whole command's ~27). The report is
+drawn by a forked child (``writer.Forked``) while the command writes the tables, so on two
+free cores the outputs take the longer of the two (~2.1 s) instead of their sum (~3.4 s);
+matplotlib is imported only in that child. Same files (golden 0 differences; the hour's
+outputs byte-identical). Left: the teardown (~0.3 s, ``os._exit`` after the outputs),
+typer/rich/pydantic imports, timeline.csv (its blocks could be formatted by a second
+process), the report's matplotlib drawing (~0.2 s a plot: text layout, tight_layout).
+The whole command (1,000 x 3, 1 h), two alternating pairs at load 6-18: before 112.6 s /
+36.7 CPU-s, 63.5 s / 30.3; after 98.5 s / 33.2, 94.4 s / 32.7 -- within this load's noise
+(the loop is ~30 of it). Peak RSS 147 -> 137-138 MiB: the largest process (the command
+no longer loads matplotlib); the child adds its own pages beside it (not measured here;
+matplotlib and its figures were ~30-45 MiB in the fifth session).
 """
 
 from __future__ import annotations

@@ -289,3 +289,44 @@ def test_float_cells_are_fmt_of_every_value(values: list[float | None]) -> None:
     m = float_cells(a)
     got = [bytes(row[row != 0]).decode() for row in m]
     assert got == [fmt(v) for v in values]
+
+
+def test_a_spilled_timeline_reads_right_while_another_process_moves_the_file_position() -> None:
+    """The report is drawn in a forked process while this one writes timeline.csv, both
+    reading the spilled chunks through the one open temporary file (one file position
+    for both). A read must not depend on that position: here the other process's move is
+    made at the worst moment, right after every seek this process makes (seek-then-read
+    read the wrong bytes for every chunk)."""
+    import os
+
+    import numpy as np
+
+    from sova.record import Timeline
+
+    n = 200
+    tl = Timeline(chunk_rows=n, spill_bytes=0)  # 20 chunks, all in the file
+    for at in range(0, 20 * n, n):
+        tl.extend_columns(
+            n,
+            {c: np.arange(at, at + n, dtype=float) + k for k, c in enumerate(TIMELINE_COLUMNS)},
+            {c: (["a", "b"], np.arange(n) % 2) for c in ("policy", "host", "vm", "nic")},
+        )
+    assert len(tl._chunks) == 20
+    want = {c: tl.column(c) for c in TIMELINE_COLUMNS}
+    real = tl._file
+    assert real is not None
+
+    class Shared:
+        """The open file as two processes share it: the other one seeks too."""
+
+        def seek(self, offset: int, whence: int = 0) -> int:
+            at = real.seek(offset, whence)
+            os.lseek(real.fileno(), 0, os.SEEK_SET)  # the other process's move
+            return at
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    tl._file = Shared()  # type: ignore[assignment]
+    for c in TIMELINE_COLUMNS:
+        assert np.array_equal(tl.column(c), want[c]), c

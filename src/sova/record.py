@@ -276,12 +276,14 @@ class Timeline(Sequence[TimelineRow]):
                 for name in TIMELINE_COLUMNS:
                     f.write(np.ascontiguousarray(c.columns[name], DTYPES[name]).tobytes())
                 self._chunks[k] = _Spilled(offset, c.n)
+        f.flush()  # read back with os.pread, beneath the file object's buffer
         self._held = 0
 
     def _load(self, s: _Spilled) -> Chunk:
         assert self._file is not None
-        self._file.seek(s.offset)
-        data = self._file.read(s.n * ROW_BYTES)
+        # at an offset, not seek-then-read: a forked process writing the report reads the
+        # same open file at the same time, and a shared file position would mix their reads
+        data = os.pread(self._file.fileno(), s.n * ROW_BYTES, s.offset)
         cols, at = {}, 0
         for name in TIMELINE_COLUMNS:
             dt = DTYPES[name]

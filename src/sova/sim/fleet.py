@@ -35,7 +35,6 @@ AGGREGATE_VMS = 20  # more VMs than this: per-VM plots aggregate
 AGGREGATE_HOSTS = TICK_HOSTS  # more hosts than this: per-host plots become heat maps
 TOP_N = 5
 MAX_LEGEND = 12
-TABLE_VMS = 20  # rows of report.md's per-VM table (and migrations listed in prose)
 BANDS = ((10.0, 90.0, 0.18), (25.0, 75.0, 0.35))
 BLOCK = 256  # rows (or columns) of a period x VM grid reduced at a time
 HEAT_ROWS = 250  # most pixel rows of a host x time heat map  # (low, high percentile, alpha)

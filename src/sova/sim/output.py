@@ -253,14 +253,19 @@ def timeline_blocks(
 def write_outputs(
     out: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]
 ) -> dict[str, Any]:
-    """All files of a run (one point, or every point of a sweep) into ``out``, atomically."""
-    from sova.sim.report import write_report, write_sweep_report
+    """All files of a run (one point, or every point of a sweep) into ``out``, atomically.
 
+    The summary reads every run's timeline (sealing it) before the report, drawn in a
+    forked process (:func:`sova.writer.write_outputs`), and the CSV files read it at once.
+    """
     sweep = points[0][0].sweep is not None
     summary = build_sweep_summary(points) if sweep else build_summary(*points[0])
     lead = ["sweep_value"] if sweep else []
 
     def report(tmp: Path) -> None:
+        # imported here: matplotlib (~0.4 CPU-s) loads in the process that draws
+        from sova.sim.report import write_report, write_sweep_report
+
         if sweep:
             write_sweep_report(tmp, points, summary)
         else:

@@ -15,18 +15,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # before pyplot: no display on servers, byte-stable PNGs
-import matplotlib.pyplot as plt
 import numpy as np
 
 from sova import writer
 from sova.agent.registry import vf_policy
 from sova.scenario import PolicySpec, Scenario
-from sova.sim import fleet
 from sova.sim.world import PolicyRun
 from sova.writer import PNG_META, HolderPanel, Plotted, mark
+
+# matplotlib (through writer.pyplot and sova.sim.fleet) is imported where a plot is drawn:
+# `sova simulate` reads holder_verdict here after a forked process drew the report.
+TABLE_VMS = 20  # rows of report.md's per-VM table (and migrations listed in prose)
 
 EQUAL = 0.01  # throughputs within 1 % are "equal": the report then shows CPU and latency
 
@@ -90,6 +89,7 @@ def plot_metric(
     if not series:
         return None
     plotted: Plotted = {}
+    plt = writer.pyplot()
     fig, ax = plt.subplots(figsize=(10, 4))
     for vm in [v.name for v in scn.vms]:
         pts = series.get(vm, [])
@@ -113,6 +113,7 @@ def plot_metric(
 def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
     """Network and CPU utilisation of every host over time, migrations shaded (Sova Fig. 5/8)."""
     plotted: Plotted = {}
+    plt = writer.pyplot()
     fig, axes = plt.subplots(
         len(runs), 1, figsize=(10, 2.6 * len(runs)), squeeze=False, sharex=True
     )
@@ -281,10 +282,10 @@ def _did(scn: Scenario, run: PolicyRun, s: dict[str, Any]) -> list[str]:
         moves = ", ".join(
             f"{m['vm']} {m['src']}→{m['dst']} at {float(m['start_s']):.0f} s "
             f"({float(m['downtime_ms']):.0f} ms down)"
-            for m in log[: fleet.TABLE_VMS]
+            for m in log[:TABLE_VMS]
         )
-        if len(log) > fleet.TABLE_VMS:
-            moves += f" and {len(log) - fleet.TABLE_VMS} more (all in the table below)"
+        if len(log) > TABLE_VMS:
+            moves += f" and {len(log) - TABLE_VMS} more (all in the table below)"
         lines.append(f"- **Hotspots removed by migration**: {moves}.")
     refused = [e for e in run.events if e.event == "hotspot" and "no cold spot" in e.detail]
     if refused:
@@ -336,6 +337,8 @@ def vf_hosts(run: PolicyRun) -> dict[str, list[str]]:
 def write_report(
     out: Path, scn: Scenario, runs: Sequence[PolicyRun], summary: dict[str, Any]
 ) -> None:
+    from sova.sim import fleet
+
     plots: dict[str, Plotted] = {}
 
     def keep(name: str, plotted: Plotted | None) -> bool:
@@ -511,7 +514,7 @@ def write_report(
         per_vm = list(s["per_vm"].items())
         if big:
             # a fleet's table: the busiest VMs; every VM is in summary.json
-            per_vm = sorted(per_vm, key=lambda kv: -kv[1]["throughput_mbps"])[: fleet.TABLE_VMS]
+            per_vm = sorted(per_vm, key=lambda kv: -kv[1]["throughput_mbps"])[:TABLE_VMS]
         for vm, v in per_vm:
             lines.append(
                 f"| {name} | {vm} | {v['throughput_mbps']:.1f} | {v['vf_share']:.0%} | "
@@ -520,7 +523,7 @@ def write_report(
     if big:
         lines += [
             "",
-            f"The {fleet.TABLE_VMS} VMs with the most traffic per policy; every VM is in "
+            f"The {TABLE_VMS} VMs with the most traffic per policy; every VM is in "
             "`summary.json` (`per_vm`).",
         ]
     (out / "report.md").write_text("\n".join(lines) + "\n")
@@ -619,6 +622,7 @@ def plot_sweep(
             for name in policies
         }
     plotted: Plotted = {}
+    plt = writer.pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     bars = categorical(xs)
     width = 0.8 / max(1, len(values) + len(scn.paper.series))
