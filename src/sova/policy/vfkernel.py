@@ -190,23 +190,12 @@ class Decisions:
             )
         return out
 
-    def queues(
-        self, ranked: Sequence[int], r_cut: Sequence[int], hosts: Iterable[int]
-    ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-        """Each of ``hosts``' ``(pq, ranking)`` as :meth:`of_hosts` would decide them (host
-        h's ranking is ``ranked[r_cut[h] : r_cut[h + 1]]``), without the rest of a
+    def queue(self, ranking: Sequence[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """A host's ``(pq, ranking)`` as :meth:`of` would decide them (``ranking``: its
+        ranked rows best first), without the rest of a
         :class:`~sova.policy.vfsched.VFDecision`: what a settled host's agent keeps."""
         names, pq = self.names, self.pq
-        ranking = [names[i] for i in ranked]
-        chosen = [names[i] for i in ranked if pq[i]]
-        c_cut = list(accumulate((pq[i] for i in ranked), initial=0))
-        return [
-            (
-                tuple(chosen[c_cut[r_cut[h]] : c_cut[r_cut[h + 1]]]),
-                tuple(ranking[r_cut[h] : r_cut[h + 1]]),
-            )
-            for h in hosts
-        ]
+        return tuple([names[i] for i in ranking if pq[i]]), tuple([names[i] for i in ranking])
 
     def reasons(
         self, members: Sequence[int], ranking: Sequence[int], vf_count: int
