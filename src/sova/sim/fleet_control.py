@@ -118,23 +118,27 @@ class FleetControl:
         if not mine.any():
             self.kept = {}  # every agent steps: none keeps a settled period's records
             return sensed
-        leaving = np.zeros(e.N, dtype=bool)
-        since = np.full(e.N, now)
-        recorded = np.zeros(e.N, dtype=bool)  # the agent has the VF's dwell start
-        index = e.vm_index
+        index, host_l = e.vm_index, host.tolist()
         # an agent's own records count for the VMs on its host only (a VM that left is
-        # the target's now)
+        # the target's now); gathered in lists, written into the arrays at once
+        gone: list[int] = []
+        held: list[int] = []
+        held_since: list[float] = []
         for hi, h in enumerate(hosts):
             a = agents[h]
-            for vm in a.migrating:
-                i = index[vm]
-                if host[i] == hi:
-                    leaving[i] = True
+            if a.migrating:
+                gone += [i for i in map(index.__getitem__, a.migrating) if host_l[i] == hi]
             for vm, t in a.vf_since.items():
                 i = index[vm]
-                if host[i] == hi:
-                    since[i] = t
-                    recorded[i] = True
+                if host_l[i] == hi:
+                    held.append(i)
+                    held_since.append(t)
+        leaving = np.zeros(e.N, dtype=bool)
+        leaving[gone] = True
+        since = np.full(e.N, now)
+        since[held] = held_since
+        recorded = np.zeros(e.N, dtype=bool)  # the agent has the VF's dwell start
+        recorded[held] = True
         cfg = self.scheduler
         rows = VFRows(
             host=host,
