@@ -17,7 +17,9 @@ plan nothing, so its agent takes only the holders and ranking
 (:meth:`~sova.agent.loop.HostAgent.settle`: the records the step would leave, no
 ``VFDecision``, ``Decision`` or ``StepReport``). So the policy's objects, the executor,
 the planner and the operations run only on hosts where something happens (about 8 % of
-the host-periods of benchmarks/simulate_scale.py).
+the host-periods of benchmarks/simulate_scale.py). A settled host's inventory builds its
+VMs only when something reads them (:class:`HostVMs`), and most settled hosts keep last
+period's desired holders and ranking objects (their kernel ranks and PQ did not change).
 
 The timeline rows of the hosts the world decided for come from the same arrays
 (:class:`Rows`, ``World._decided_values``: the sensing's factors and the inventory columns
