@@ -116,10 +116,11 @@ def test_all_hosts_at_once_decide_as_each_host_alone(
         assert got == decisions.of(
             range(m_cut[h], m_cut[h + 1]), ranked[r_cut[h] : r_cut[h + 1]], v
         )
-    # a settled host's agent takes only its PQ and ranking (Decisions.queues): the
+    # a settled host's agent takes only its PQ and ranking (Decisions.queue): the
     # specification's for each host, picked or not
     rest = [h for h in range(len(hosts)) if h not in pick]
-    for h, (pq, ranking) in zip(rest, decisions.queues(ranked, r_cut, rest), strict=True):
+    for h in rest:
+        pq, ranking = decisions.queue(ranked[r_cut[h] : r_cut[h + 1]])
         v, cands, holders = hosts[h]
         want = schedule(cands, holders, v, NOW, config)
         assert (pq, ranking) == (want.pq, want.ranking)

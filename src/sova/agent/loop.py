@@ -495,17 +495,20 @@ class HostAgent:
         self,
         sensed: Sensed,
         actual: Inventory,
-        pq: tuple[str, ...],
+        desired: dict[str, float | None],
         ranking: tuple[str, ...],
+        unrecorded: Sequence[str] = (),
     ) -> None:
         """A period found *settled* outside the agent: the scheduling kernel's holders
-        ``pq`` (its ``ranking``) are the ones the host has, at no rate, with the host
-        measured, nothing in flight or leaving, no signal, fence or tier. :meth:`step`
-        would plan nothing then; this leaves the agent's records as that step would
-        (tests/test_fleet_control.py holds the two equal) without its report, so a
-        simulated world of thousands of hosts spends per-host Python only where
-        something changes."""
-        now = self.driver.now()
+        ``desired`` (all at no rate; its ``ranking``) are the ones the host has, with the
+        host measured, nothing in flight or leaving, no signal, fence or tier;
+        ``unrecorded``: the holders, in ``actual``'s order, without a dwell start in
+        :attr:`vf_since`. :meth:`step` would plan nothing then; this leaves the agent's
+        records as that step would (tests/test_fleet_control.py holds the two equal)
+        without its report, so a simulated world of thousands of hosts spends per-host
+        Python only where something changes. ``desired`` is not copied: nothing changes
+        an agent's desired holders after it took them (a world hands a host the same
+        mapping period after period while its holders stay)."""
         self.snapshot = actual
         if sensed.loads is not None:
             self._take_loads(sensed.loads)
@@ -513,8 +516,9 @@ class HostAgent:
             self._observe(self.driver.sample(), actual, True)
         self._measured = sensed.measured
         self._signal = None
-        note_holders(actual, self.vf_since, now)  # what the policy's step records
-        self._last_desired = dict.fromkeys(pq)
+        if unrecorded:
+            note_holders(unrecorded, self.vf_since, self.driver.now())  # as the policy does
+        self._last_desired = desired
         self._last_ranking = ranking
         self._ops_this_period = 0
 

@@ -15,7 +15,7 @@ decision (or None) and the desired holders with their VF max rate (None = no rat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
@@ -110,7 +110,8 @@ class DsrIov(VFPolicy):
 
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         actual = ctx.actual
-        note_holders(actual, ctx.vf_since, ctx.now)
+        found = (vm for vm, st in actual.vms.items() if st.nic is NicKind.VF)  # (no set)
+        note_holders(found, ctx.vf_since, ctx.now)
         if not ctx.measured:
             # Warm-up after a (re)start: no VM has a measured period yet, so "no traffic"
             # only means "not measured". Keep the eligible holders instead of revoking
@@ -133,12 +134,12 @@ class DsrIov(VFPolicy):
         return decision, ctx.with_tiers(list(decision.pq))
 
 
-def note_holders(actual: Inventory, vf_since: MutableMapping[str, float], now: float) -> None:
-    """A scheduling policy's record of when each VM got its VF: the holders it finds (one
-    attached before the agent ran) count from ``now``."""
-    for vm, st in actual.vms.items():  # the holders (no set of them built)
-        if st.nic is NicKind.VF:
-            vf_since.setdefault(vm, now)
+def note_holders(holders: Iterable[str], vf_since: MutableMapping[str, float], now: float) -> None:
+    """A scheduling policy's record of when each VM got its VF: the holders it finds in
+    its inventory (in the inventory's order) that it has no record of (one attached
+    before the agent ran) count from ``now``."""
+    for vm in holders:
+        vf_since.setdefault(vm, now)
 
 
 class Sova(DsrIov):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 
 import numpy as np
 
@@ -169,44 +168,18 @@ class Decisions:
     ) -> list[VFDecision]:
         """:meth:`of` of each of ``hosts``: host h's members are
         ``members[m_cut[h] : m_cut[h + 1]]``, its ranking ``ranked[r_cut[h] : r_cut[h + 1]]``.
-        Each row's name is looked up once for all hosts, each host's lists are slices."""
-        names, pq = self.names, self.pq
-        ranking = [names[i] for i in ranked]
-        # the PQ in ranking order and the members left out of it, with each host's bounds
-        chosen = [names[i] for i in ranked if pq[i]]
-        rest = [names[i] for i in members if not pq[i]]
-        c_cut = list(accumulate((pq[i] for i in ranked), initial=0))
-        o_cut = list(accumulate((not pq[i] for i in members), initial=0))
-        out = []
-        for h in hosts:
-            m0, m1, r0, r1 = m_cut[h], m_cut[h + 1], r_cut[h], r_cut[h + 1]
-            out.append(
-                VFDecision(
-                    pq=tuple(chosen[c_cut[r0] : c_cut[r1]]),
-                    gq=tuple(sorted(rest[o_cut[m0] : o_cut[m1]])),
-                    ranking=tuple(ranking[r0:r1]),
-                    reasons=Reasons(self, members[m0:m1], ranked[r0:r1], vf_count[h]),
-                )
-            )
-        return out
-
-    def queues(
-        self, ranked: Sequence[int], r_cut: Sequence[int], hosts: Iterable[int]
-    ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-        """Each of ``hosts``' ``(pq, ranking)`` as :meth:`of_hosts` would decide them (host
-        h's ranking is ``ranked[r_cut[h] : r_cut[h + 1]]``), without the rest of a
-        :class:`~sova.policy.vfsched.VFDecision`: what a settled host's agent keeps."""
-        names, pq = self.names, self.pq
-        ranking = [names[i] for i in ranked]
-        chosen = [names[i] for i in ranked if pq[i]]
-        c_cut = list(accumulate((pq[i] for i in ranked), initial=0))
+        Only the rows of ``hosts`` are read (a world asks for the few hosts that act)."""
         return [
-            (
-                tuple(chosen[c_cut[r_cut[h]] : c_cut[r_cut[h + 1]]]),
-                tuple(ranking[r_cut[h] : r_cut[h + 1]]),
-            )
+            self.of(members[m_cut[h] : m_cut[h + 1]], ranked[r_cut[h] : r_cut[h + 1]], vf_count[h])
             for h in hosts
         ]
+
+    def queue(self, ranking: Sequence[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """A host's ``(pq, ranking)`` as :meth:`of` would decide them (``ranking``: its
+        ranked rows best first), without the rest of a
+        :class:`~sova.policy.vfsched.VFDecision`: what a settled host's agent keeps."""
+        names, pq = self.names, self.pq
+        return tuple([names[i] for i in ranking if pq[i]]), tuple([names[i] for i in ranking])
 
     def reasons(
         self, members: Sequence[int], ranking: Sequence[int], vf_count: int

@@ -17,7 +17,9 @@ plan nothing, so its agent takes only the holders and ranking
 (:meth:`~sova.agent.loop.HostAgent.settle`: the records the step would leave, no
 ``VFDecision``, ``Decision`` or ``StepReport``). So the policy's objects, the executor,
 the planner and the operations run only on hosts where something happens (about 8 % of
-the host-periods of benchmarks/simulate_scale.py).
+the host-periods of benchmarks/simulate_scale.py). A settled host's inventory builds its
+VMs only when something reads them (:class:`HostVMs`), and most settled hosts keep last
+period's desired holders and ranking objects (their kernel ranks and PQ did not change).
 
 The timeline rows of the hosts the world decided for come from the same arrays
 (:class:`Rows`, ``World._decided_values``: the sensing's factors and the inventory columns
@@ -26,7 +28,7 @@ the agents read), not from their step reports.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +36,7 @@ import numpy as np
 from sova.agent.loop import HostAgent, Sensed
 from sova.model import Inventory, NicKind, VMState
 from sova.policy.kernels import SensedFactors
-from sova.policy.vfkernel import Decisions, VFRows, schedule_hosts
+from sova.policy.vfkernel import Decisions, VFRows, VFSchedule, schedule_hosts
 from sova.sim.engine import Engine
 from sova.sim.state import INF
 
@@ -52,6 +54,11 @@ class Rows:
     time_s: float
 
 
+# a settled host's inventory, desired holders, ranking and the holders it finds without a
+# dwell start (the arguments of HostAgent.settle)
+Settled = tuple[Inventory, dict[str, float | None], tuple[str, ...], Sequence[str]]
+
+
 class FleetControl:
     def __init__(self, engine: Engine, agents: dict[str, HostAgent]) -> None:
         first = next(iter(agents.values()))
@@ -63,17 +70,18 @@ class FleetControl:
         self.pool = np.array([h.nic.vf_pool for h in engine.hosts], dtype=np.int64)
         # tiers give holders rates from their demand: such a host is never settled here
         self.tiered = np.array([bool(h.nic.tiers_bps) for h in engine.hosts], dtype=bool)
-        # the last period's reading of each host this world read for its agent, and the
-        # VM state it was read from (see _inventories)
-        self.read: dict[str, Inventory] = {}
+        # the inventory columns of the last reading and each VM's host (see _inventories)
         self.state: tuple[np.ndarray, np.ndarray] | None = None
-        # each VM's state as that reading saw it, and each host's VMs in index order
-        self.vm_states: dict[int, VMState] = {}
+        # each host's VMs in index order
         self.members: list[list[int]] = []
+        # last period's settled hosts' desired holders and ranking as their agents took
+        # them, and every VM's rank, PQ and host they were decided from (see _settled)
+        self.kept: dict[int, tuple[dict[str, float | None], tuple[str, ...]]] = {}
+        self.last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         # this period's hosts the world decided for, as timeline rows (see rows())
         self.decided: Rows | None = None
-        # this period's settled hosts (see decide): host -> (inventory, PQ, ranking)
-        self.settled: dict[str, tuple[Inventory, tuple[str, ...], tuple[str, ...]]] = {}
+        # this period's settled hosts (see decide): what each one's agent takes
+        self.settled: dict[str, Settled] = {}
 
     @staticmethod
     def applies(agents: dict[str, HostAgent]) -> bool:
@@ -110,22 +118,29 @@ class FleetControl:
             dtype=bool,
         )
         if not mine.any():
+            self.kept = {}  # every agent steps: none keeps a settled period's records
             return sensed
-        leaving = np.zeros(e.N, dtype=bool)
-        since = np.full(e.N, now)
-        index = e.vm_index
+        index, host_l = e.vm_index, host.tolist()
         # an agent's own records count for the VMs on its host only (a VM that left is
-        # the target's now)
+        # the target's now); gathered in lists, written into the arrays at once
+        gone: list[int] = []
+        held: list[int] = []
+        held_since: list[float] = []
         for hi, h in enumerate(hosts):
             a = agents[h]
-            for vm in a.migrating:
-                i = index[vm]
-                if host[i] == hi:
-                    leaving[i] = True
+            if a.migrating:
+                gone += [i for i in map(index.__getitem__, a.migrating) if host_l[i] == hi]
             for vm, t in a.vf_since.items():
                 i = index[vm]
-                if host[i] == hi:
-                    since[i] = t
+                if host_l[i] == hi:
+                    held.append(i)
+                    held_since.append(t)
+        leaving = np.zeros(e.N, dtype=bool)
+        leaving[gone] = True
+        since = np.full(e.N, now)
+        since[held] = held_since
+        recorded = np.zeros(e.N, dtype=bool)  # the agent has the VF's dwell start
+        recorded[held] = True
         cfg = self.scheduler
         rows = VFRows(
             host=host,
@@ -142,17 +157,17 @@ class FleetControl:
         changes = np.bincount(host, result.pq != holder, minlength=e.H) > 0
         rated = holder & ((e.vf_max < INF) | (e.vf_min > 0))
         settled = ~changes & ~self.tiered & (np.bincount(host, rated, minlength=e.H) == 0)
+        # a settled host's agent takes its holders and ranking (HostAgent.settle); the
+        # others their whole decision
+        mine_l = np.flatnonzero(mine).tolist()
+        settled_l = settled.tolist()
+        quiet = [settled_l[hi] and not agents[hosts[hi]].migrating for hi in mine_l]
+        busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
+        calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
+        inventories = self._inventories(e, mine_l, set(busy))
+        assert self.state is not None
         # rows by host, each host's VMs in name order (the agent's candidates' order)
         by_host = np.lexsort((self.name_rank, host))
-        m_cut = np.searchsorted(host[by_host], np.arange(e.H + 1)).tolist()
-        r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
-        by_host_l, ranked_l = by_host.tolist(), result.ranked.tolist()
-        decisions = Decisions(e.vm_names, rows, result, cfg)
-        pool, settled_l = self.pool.tolist(), settled.tolist()
-        out = dict(sensed)
-        mine_l = np.flatnonzero(mine).tolist()
-        inventories = self._inventories(e, mine_l)
-        assert self.state is not None
         members = by_host[mine[host[by_host]]]
         counts = np.bincount(host[members], minlength=e.H)[mine]
         self.decided = Rows(
@@ -162,84 +177,168 @@ class FleetControl:
             self.state[0][:, members],
             now,
         )
-        # a settled host's agent takes its holders and ranking (HostAgent.settle); the
-        # others their whole decision
-        quiet = [settled_l[hi] and not agents[hosts[hi]].migrating for hi in mine_l]
-        busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
-        calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
-        vfs = decisions.of_hosts(by_host_l, m_cut, ranked_l, r_cut, pool, busy)
-        for hi, vf in zip(busy, vfs, strict=True):
-            h = hosts[hi]
-            s = sensed[h]
-            out[h] = Sensed(s.factors, s.measured, s.loads, vf, inventories[h])
-        self.settled = {
-            hosts[hi]: (inventories[hosts[hi]], *q)
-            for hi, q in zip(calm, decisions.queues(ranked_l, r_cut, calm), strict=True)
-        }
+        r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
+        ranked_l = result.ranked.tolist()
+        decisions = Decisions(e.vm_names, rows, result, cfg)
+        out = dict(sensed)
+        if busy:
+            m_cut = np.searchsorted(host[by_host], np.arange(e.H + 1)).tolist()
+            pool = self.pool.tolist()
+            vfs = decisions.of_hosts(by_host.tolist(), m_cut, ranked_l, r_cut, pool, busy)
+            for hi, vf in zip(busy, vfs, strict=True):
+                h = hosts[hi]
+                s = sensed[h]
+                out[h] = Sensed(s.factors, s.measured, s.loads, vf, inventories[h])
+        self.settled = self._settled(
+            e, calm, inventories, result, decisions, ranked_l, r_cut, recorded
+        )
         return out
 
-    def _inventories(self, e: Engine, hosts: list[int]) -> dict[str, Inventory]:
-        """Each host's inventory (the driver's view, ``Engine.inventory``), built again
-        only for hosts where a VM's state in that view changed since the last period, and
-        from a :class:`~sova.model.VMState` built again only for the VMs that changed (the
-        bandwidth loop moves a guest limit on most VMs every period, VF holders rarely
-        change). Another host's step cannot change this host's VMs (an operation changes
-        its own VM, and only when the clock runs), so reading every host before the steps
-        gives what each would read at its own step."""
-        # every column Engine.inventory reads, and which host each VM is on
+    def _settled(
+        self,
+        e: Engine,
+        calm: list[int],
+        inventories: dict[str, Inventory],
+        result: VFSchedule,
+        decisions: Decisions,
+        ranked: list[int],
+        r_cut: list[int],
+        recorded: np.ndarray,
+    ) -> dict[str, Settled]:
+        """What each settled host's agent takes (:meth:`HostAgent.settle`). Most hosts
+        are settled period after period with the same holders in the same ranking: their
+        desired holders and ranking are last period's objects (the agent still has them),
+        built again only for hosts whose VMs' ranks or PQ changed, or that stepped."""
+        rank, pq, host = result.rank, result.pq, e.host
+        prev, self.kept = self.kept, {}
+        stale_l: list[bool] = []
+        if prev and self.last is not None:
+            p_rank, p_pq, p_host = self.last
+            moved = (rank != p_rank) | (pq != p_pq) | (host != p_host)
+            stale = (np.bincount(host[moved], minlength=e.H) > 0) | (
+                np.bincount(p_host[moved], minlength=e.H) > 0
+            )
+            stale_l = stale.tolist()
+        self.last = (rank, pq, host.copy())
+        # the holders whose dwell start the agent has not recorded (attached before it ran),
+        # by host in index order, as the policy's step records them (note_holders)
+        fresh: dict[int, list[str]] = {}
+        names = e.vm_names
+        for i in np.flatnonzero(e.on_vf & ~recorded).tolist():
+            fresh.setdefault(int(host[i]), []).append(names[i])
+        hosts = e.host_names
+        out: dict[str, Settled] = {}
+        kept = self.kept
+        for hi in calm:
+            q = prev.get(hi) if prev and not stale_l[hi] else None
+            if q is None:
+                pq_h, ranking = decisions.queue(ranked[r_cut[hi] : r_cut[hi + 1]])
+                q = (dict.fromkeys(pq_h), ranking)
+            kept[hi] = q
+            h = hosts[hi]
+            out[h] = (inventories[h], q[0], q[1], fresh.get(hi, ()))
+        return out
+
+    def _inventories(self, e: Engine, hosts: list[int], busy: set[int]) -> dict[str, Inventory]:
+        """Each host's inventory (the driver's view, ``Engine.inventory``) as it is now.
+        Another host's step cannot change this host's VMs (an operation changes its own VM,
+        and only when the clock runs), so reading every host before the steps gives what
+        each would read at its own step. A settled host's VMs (:class:`HostVMs`) are built
+        only when something reads them (the manager reads the few hosts it may move a VM
+        off or onto): the bandwidth loop moves a guest limit on most VMs every period, and
+        a VM's state costs more to build than its host's whole settled period."""
+        # every column Engine.inventory reads (the timeline's rows read them too)
         cols = np.stack(
             (e.on_vf, e.vf_index, e.vf_max, e.vf_min, e.guest_limit, e.ready, e.migrating)
         ).astype(np.float64)
         host = e.host.copy()
         prev, self.state = self.state, (cols, host)
-        if prev is None:
-            moved = np.ones(e.N, dtype=bool)
-            changed = np.ones(e.H, dtype=bool)
-        else:
-            moved = (cols != prev[0]).any(axis=0) | (host != prev[1])
-            changed = (np.bincount(host[moved], minlength=e.H) > 0) | (
-                np.bincount(prev[1][moved], minlength=e.H) > 0
-            )
-        states = self.vm_states
-        idx = np.flatnonzero(moved)
-        # Engine.inventory's VMState of each VM that changed, its columns read once for all
-        vms, names = e.vms, e.vm_names
-        for i, on, vfi, vmax, vmin, glim, ready, mig in zip(
-            idx.tolist(),
-            e.on_vf[idx].tolist(),
-            e.vf_index[idx].tolist(),
-            e.vf_max[idx].tolist(),
-            e.vf_min[idx].tolist(),
-            e.guest_limit[idx].tolist(),
-            e.ready[idx].tolist(),
-            e.migrating[idx].tolist(),
-            strict=True,
-        ):
-            states[i] = VMState(
-                vm=vms[i],
-                nic=NicKind.VF if on else NicKind.VIRTIO,
-                vf_index=vfi if on else None,
-                vf_max_bps=vmax if on and vmax < INF else None,
-                vf_min_bps=vmin if on and vmin > 0 else None,
-                guest_limit_bps=glim if glim < INF else None,
-                failover_ready=ready,
-                backup_link_up=ready,
-                migrating=mig,
-            )
         if prev is None or bool((host != prev[1]).any()):
             # each host's VMs in index order (Engine.inventory's), again when VMs moved
             order = np.argsort(host, kind="stable")
             cut = np.searchsorted(host[order], np.arange(e.H + 1)).tolist()
             order_l = order.tolist()
             self.members = [order_l[cut[h] : cut[h + 1]] for h in range(e.H)]
-        host_names, last, members = e.host_names, self.read, self.members
-        fresh = changed.tolist()
+        frame = _Frame(e)
+        host_names, objs, members = e.host_names, e.hosts, self.members
         read: dict[str, Inventory] = {}
         for hi in hosts:
-            h = host_names[hi]
-            inv = last.get(h)
-            if inv is None or fresh[hi]:
-                inv = Inventory(host=e.hosts[hi], vms={names[i]: states[i] for i in members[hi]})
-            read[h] = inv
-        self.read = read
+            vms = HostVMs(frame, members[hi])
+            # a host that steps reads its VMs at once, and often: a plain dict
+            read[host_names[hi]] = Inventory(objs[hi], vms.states() if hi in busy else vms)
         return read
+
+
+class _Frame:
+    """One period's copy of the engine's columns that :meth:`Engine.inventory` reads (the
+    engine's arrays change as the clock runs; a reading is of its moment)."""
+
+    __slots__ = ("vms", "names", "on_vf", "vf_index", "vf_max", "vf_min", "limit", "ready", "mig")
+
+    def __init__(self, e: Engine) -> None:
+        self.vms, self.names = e.vms, e.vm_names  # never changed after the engine's start
+        self.on_vf, self.vf_index = e.on_vf.copy(), e.vf_index.copy()
+        self.vf_max, self.vf_min = e.vf_max.copy(), e.vf_min.copy()
+        self.limit, self.ready, self.mig = e.guest_limit.copy(), e.ready.copy(), e.migrating.copy()
+
+
+class HostVMs(Mapping[str, VMState]):
+    """One host's ``Inventory.vms`` as :meth:`Engine.inventory` read them at a period's
+    start, built when first read (tests/test_fleet_control.py holds a settled agent's
+    snapshot equal to its own read)."""
+
+    __slots__ = ("_frame", "_members", "_built")
+
+    def __init__(self, frame: _Frame, members: list[int]) -> None:
+        self._frame, self._members = frame, members
+        self._built: dict[str, VMState] | None = None
+
+    def states(self) -> dict[str, VMState]:
+        if self._built is None:
+            f, idx = self._frame, self._members
+            vms, names = f.vms, f.names
+            states = {}
+            for i, on, vfi, vmax, vmin, glim, ready, mig in zip(
+                idx,
+                f.on_vf[idx].tolist(),
+                f.vf_index[idx].tolist(),
+                f.vf_max[idx].tolist(),
+                f.vf_min[idx].tolist(),
+                f.limit[idx].tolist(),
+                f.ready[idx].tolist(),
+                f.mig[idx].tolist(),
+                strict=True,
+            ):
+                states[names[i]] = VMState(
+                    vm=vms[i],
+                    nic=NicKind.VF if on else NicKind.VIRTIO,
+                    vf_index=vfi if on else None,
+                    vf_max_bps=vmax if on and vmax < INF else None,
+                    vf_min_bps=vmin if on and vmin > 0 else None,
+                    guest_limit_bps=glim if glim < INF else None,
+                    failover_ready=ready,
+                    backup_link_up=ready,
+                    migrating=mig,
+                )
+            self._built = states
+        return self._built
+
+    def __getitem__(self, vm: str) -> VMState:
+        return self.states()[vm]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.states())
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __eq__(self, other: object) -> bool:
+        return self.states() == other if isinstance(other, Mapping) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # (a mapping, as dict)
+
+    def __repr__(self) -> str:
+        return repr(self.states())
+
+    def __reduce__(self) -> tuple[type[dict[str, VMState]], tuple[dict[str, VMState]]]:
+        return dict, (self.states(),)  # travels as the plain mapping it is

@@ -28,7 +28,7 @@ from sova.agent.loop import HostAgent, Sensed, StepReport
 from sova.agent.registry import vf_policy
 from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
-from sova.model import Inventory, Migrate, SetGuestRateLimit
+from sova.model import Migrate, SetGuestRateLimit
 from sova.policy.hotspot import HostCapacity
 from sova.record import (
     NONE,
@@ -47,7 +47,7 @@ from sova.scenario import PolicySpec, Scenario
 from sova.sim.driver import SimDriver
 from sova.sim.engine import Engine
 from sova.sim.fleet_bandwidth import FleetBandwidth
-from sova.sim.fleet_control import FleetControl
+from sova.sim.fleet_control import FleetControl, Settled
 from sova.sim.fleet_sensing import FleetSensing
 from sova.sim.state import Op
 
@@ -299,7 +299,7 @@ class World:
         if phase == STEP and self._sensing is not None:
             sensed: Mapping[str, Sensed] = self._sensing.sense(self.engine)
             factors = self._sensing.factors
-            settled: dict[str, tuple[Inventory, tuple[str, ...], tuple[str, ...]]] = {}
+            settled: dict[str, Settled] = {}
             if self._control is not None and factors is not None:
                 sensed = self._control.decide(self.engine, self.agents, sensed, factors)
                 settled = self._control.settled
