@@ -608,6 +608,14 @@ before 2.41 (2.40-2.54), after 2.27 (2.11-2.58), the load's spread as large as t
 Again at 04:11-04:17 (load 6-18, alternating): 300 s decide before 0.47 (0.47-0.53), after
 0.24 (0.24-0.24), run_policy 2.54 (2.13-2.86) / 2.19 (2.01-2.29); the issue's hour, one run
 each: decide 6.06 -> 2.70 CPU s, run_policy 28.4 -> 23.3 CPU s.
+
+Lead's check after the merge (2026-11-28 04:35, the CI installing beside it): this script's
+peak RSS is the child's high-water mark from ``wait4``, the largest single process, so it
+does not see a forked report beside the command. The proportional set size of the whole
+process tree, sampled every 20 ms, for the hour: 201 MiB with the forked report (2
+processes; RSS sum 250), 141 MiB with it drawn in the command (1 process), 137 MiB on main
+74c9c5c. The forked report is therefore off unless ``SOVA_REPORT_FORK=1``: ~1.3 s of wall
+is not worth ~60 MiB when peak memory is a target of its own.
 """
 
 from __future__ import annotations
