@@ -616,6 +616,24 @@ process tree, sampled every 20 ms, for the hour: 201 MiB with the forked report 
 processes; RSS sum 250), 141 MiB with it drawn in the command (1 process), 137 MiB on main
 74c9c5c. The forked report is therefore off unless ``SOVA_REPORT_FORK=1``: ~1.3 s of wall
 is not worth ~60 MiB when peak memory is a target of its own.
+
+Issue 23, seventh session, combined (every branch above merged, the report in one process:
+main 1f103bb against the session's start 74c9c5c through ``--sova-src``; the whole
+``sova simulate`` of 1,000 x 3, 1 h; 2026-11-28 04:37-04:39, the fresh-clone CI's main tier
+holding one core):
+
+    code                   wall s   CPU s   peak RSS
+    before (74c9c5c)         28.0    27.6    145 MiB
+    after (1f103bb)          17.3    17.0    145 MiB
+    (04:31-04:33, the forked report still on: before 29.6, 34.1 s wall; after 16.3, 18.8)
+
+Beside CloudSim Plus 8.5.7 (``--cloudsim``, S = 1 s, one run each, 04:37): Sova 17.9 s wall /
+17.6 CPU-s / 145 MiB, CloudSim Plus 34.3 s / 35.3 CPU-s / 505 MiB: 1.92x its speed, 0.29 of
+its memory (the issue: 10x and a quarter). ``--sim-only`` at 1,000 x 20 x 300 s, two
+alternating pairs (04:40): 9.10, 8.64 -> 5.00, 4.71 CPU-s, i.e. 0.66-0.69 M -> 1.20-1.27 M
+VM-steps per CPU-s (5 M asked). Floors under today's contract: the physics alone 2.86 CPU-s
+for the hour (speedtick2) and the command outside the loop ~4.4 (speedout2), ~7.3 s before
+any control against the ~2.7-3.4 s that 10x CloudSim Plus's 27-34 s would need.
 """
 
 from __future__ import annotations
