@@ -38,6 +38,8 @@ in :mod:`sova.sim.network` (3-5), pre-copy in :mod:`sova.sim.migration`.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from sova import model
@@ -335,29 +337,49 @@ class Engine(EngineState):
 
     def inventory(self, host: str) -> model.Inventory:
         hi = self.host_index[host]
-        idx = self._members_of(hi)
-        states = {}
-        cols = zip(
-            idx.tolist(),
-            self.on_vf[idx].tolist(),
-            self.vf_index[idx].tolist(),
-            self.vf_max[idx].tolist(),
-            self.vf_min[idx].tolist(),
-            self.guest_limit[idx].tolist(),
-            self.ready[idx].tolist(),
-            self.migrating[idx].tolist(),
-            strict=True,
+        return model.Inventory(host=self.hosts[hi], vms=vm_states(self, self._members_of(hi)))
+
+
+class InventoryColumns(Protocol):
+    """The columns an inventory is read from: the engine's own, or a period's copy of them
+    (``sova.sim.fleet_control``), which must read the same."""
+
+    vms: list[model.VM]
+    vm_names: list[str]
+    on_vf: np.ndarray
+    vf_index: np.ndarray
+    vf_max: np.ndarray
+    vf_min: np.ndarray
+    guest_limit: np.ndarray
+    ready: np.ndarray
+    migrating: np.ndarray
+
+
+def vm_states(c: InventoryColumns, idx: np.ndarray | list[int]) -> dict[str, model.VMState]:
+    """The VMs ``idx`` (engine indices, in inventory order) as ``Inventory.vms``."""
+    rows = idx.tolist() if isinstance(idx, np.ndarray) else idx
+    states = {}
+    cols = zip(
+        rows,
+        c.on_vf[idx].tolist(),
+        c.vf_index[idx].tolist(),
+        c.vf_max[idx].tolist(),
+        c.vf_min[idx].tolist(),
+        c.guest_limit[idx].tolist(),
+        c.ready[idx].tolist(),
+        c.migrating[idx].tolist(),
+        strict=True,
+    )
+    for i, on, vfi, vmax, vmin, glim, ready, mig in cols:
+        states[c.vm_names[i]] = model.VMState(
+            vm=c.vms[i],
+            nic=model.NicKind.VF if on else model.NicKind.VIRTIO,
+            vf_index=vfi if on else None,
+            vf_max_bps=vmax if on and vmax < INF else None,
+            vf_min_bps=vmin if on and vmin > 0 else None,
+            guest_limit_bps=glim if glim < INF else None,
+            failover_ready=ready,
+            backup_link_up=ready,
+            migrating=mig,
         )
-        for i, on, vfi, vmax, vmin, glim, ready, mig in cols:
-            states[self.vm_names[i]] = model.VMState(
-                vm=self.vms[i],
-                nic=model.NicKind.VF if on else model.NicKind.VIRTIO,
-                vf_index=vfi if on else None,
-                vf_max_bps=vmax if on and vmax < INF else None,
-                vf_min_bps=vmin if on and vmin > 0 else None,
-                guest_limit_bps=glim if glim < INF else None,
-                failover_ready=ready,
-                backup_link_up=ready,
-                migrating=mig,
-            )
-        return model.Inventory(host=self.hosts[hi], vms=states)
+    return states

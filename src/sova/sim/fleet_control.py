@@ -34,10 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from sova.agent.loop import HostAgent, Sensed
-from sova.model import Inventory, NicKind, VMState
+from sova.model import Inventory, VMState
 from sova.policy.kernels import SensedFactors
 from sova.policy.vfkernel import Decisions, VFRows, VFSchedule, schedule_hosts
-from sova.sim.engine import Engine
+from sova.sim.engine import Engine, vm_states
 from sova.sim.state import INF
 
 
@@ -273,13 +273,24 @@ class _Frame:
     """One period's copy of the engine's columns that :meth:`Engine.inventory` reads (the
     engine's arrays change as the clock runs; a reading is of its moment)."""
 
-    __slots__ = ("vms", "names", "on_vf", "vf_index", "vf_max", "vf_min", "limit", "ready", "mig")
+    __slots__ = (
+        "vms",
+        "vm_names",
+        "on_vf",
+        "vf_index",
+        "vf_max",
+        "vf_min",
+        "guest_limit",
+        "ready",
+        "migrating",
+    )
 
     def __init__(self, e: Engine) -> None:
-        self.vms, self.names = e.vms, e.vm_names  # never changed after the engine's start
+        self.vms, self.vm_names = e.vms, e.vm_names  # never changed after the engine's start
         self.on_vf, self.vf_index = e.on_vf.copy(), e.vf_index.copy()
         self.vf_max, self.vf_min = e.vf_max.copy(), e.vf_min.copy()
-        self.limit, self.ready, self.mig = e.guest_limit.copy(), e.ready.copy(), e.migrating.copy()
+        self.guest_limit, self.ready = e.guest_limit.copy(), e.ready.copy()
+        self.migrating = e.migrating.copy()
 
 
 class HostVMs(Mapping[str, VMState]):
@@ -295,32 +306,7 @@ class HostVMs(Mapping[str, VMState]):
 
     def states(self) -> dict[str, VMState]:
         if self._built is None:
-            f, idx = self._frame, self._members
-            vms, names = f.vms, f.names
-            states = {}
-            for i, on, vfi, vmax, vmin, glim, ready, mig in zip(
-                idx,
-                f.on_vf[idx].tolist(),
-                f.vf_index[idx].tolist(),
-                f.vf_max[idx].tolist(),
-                f.vf_min[idx].tolist(),
-                f.limit[idx].tolist(),
-                f.ready[idx].tolist(),
-                f.mig[idx].tolist(),
-                strict=True,
-            ):
-                states[names[i]] = VMState(
-                    vm=vms[i],
-                    nic=NicKind.VF if on else NicKind.VIRTIO,
-                    vf_index=vfi if on else None,
-                    vf_max_bps=vmax if on and vmax < INF else None,
-                    vf_min_bps=vmin if on and vmin > 0 else None,
-                    guest_limit_bps=glim if glim < INF else None,
-                    failover_ready=ready,
-                    backup_link_up=ready,
-                    migrating=mig,
-                )
-            self._built = states
+            self._built = vm_states(self._frame, self._members)
         return self._built
 
     def __getitem__(self, vm: str) -> VMState:
