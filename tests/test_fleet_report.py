@@ -16,7 +16,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sova import writer
 from sova.cli import app
 from sova.sim import fleet
 
@@ -67,8 +66,6 @@ def test_large_run_plots_aggregates_with_short_legends(
         return leg
 
     monkeypatch.setattr(matplotlib.axes.Axes, "legend", counted)
-    # the report drawn in this process, where the legends are counted (not in a fork)
-    monkeypatch.setattr(writer, "FORK", False)
     scn = fleet_scenario(tmp_path / "fleet.yaml")
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["simulate", str(scn), "--out", str(out), "--no-progress"])

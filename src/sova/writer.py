@@ -11,31 +11,24 @@ metadata, so the same seed gives byte-identical files.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
 import math
 import os
-import pickle
 import shutil
-import signal
-import sys
 import tempfile
-import threading
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 
 from sova.record import none_mask
 
 PNG_META = {"Software": None}
-T = TypeVar("T")
 
 
 def fmt(value: Any) -> str:
@@ -235,131 +228,19 @@ def write_outputs(
     ``summary.json`` and the report (written by ``report`` into the staging directory it
     is given) into ``out``, atomically.
 
-    The report is written by a forked process while this one writes the tables (see
-    :class:`Forked`): the two take about the same time at fleet scale (an hour of 1,000
-    hosts: ~1 CPU-s each), so on two cores the files are done in about half the time.
-    What ``report`` reads must be complete before the call (a timeline sealed, nothing
-    appended while both processes read it)."""
+    The report is drawn after the tables, in this process. Drawing it in a forked child
+    beside the tables saved ~1.3 s of wall on a 1,000-host hour but the two processes
+    together held ~60 MiB more at their peak (201 against 141 MiB, proportional set
+    size), and the simulator's peak memory is a target of its own (issue 23), so the
+    fork was removed. What ``report`` reads must be complete before the call."""
     with staged_dir(out) as tmp:
-        drawing = Forked(lambda: report(tmp))
-        try:
-            for name, table in tables.items():
-                if callable(table):
-                    table(tmp / name)
-                else:
-                    write_csv(tmp / name, *table)
-            (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        except BaseException:
-            drawing.stop()  # before the staging directory goes: it writes into it
-            raise
-        drawing.result()
-
-
-# Off unless asked (SOVA_REPORT_FORK=1): the child's pages add to the parent's. Measured on
-# the issue-23 hour (1,000 x 3): ~1.3 s less wall for ~60 MiB more (proportional set size of
-# both processes: 201 MiB, against 141 in one process), and the simulator's peak memory is a
-# target of its own. Where on, fork only where it is safe: a POSIX system and no other Python
-# thread (a thread holding a lock at the fork would leave it held for ever in the child).
-FORK = hasattr(os, "fork") and os.environ.get("SOVA_REPORT_FORK") == "1"
-
-
-def can_fork() -> bool:
-    return FORK and threading.active_count() == 1
-
-
-class Forked(Generic[T]):
-    """``work()`` run in a forked child process from now on, its result (or its error)
-    taken by :meth:`result`; where forking is not safe (:func:`can_fork`), ``work`` runs
-    in :meth:`result` itself, as a plain call would.
-
-    The child shares what this process holds at the fork (copy on write): nothing is
-    pickled on the way there, only the result (or the exception) on the way back. It
-    leaves by ``os._exit``: no exit handler, buffered output or ``finally`` of this
-    process runs twice. Ctrl-C reaches it with its process group; it ignores it, and this
-    process, interrupted, ends it (:meth:`stop`)."""
-
-    def __init__(self, work: Callable[[], T]) -> None:
-        self._work: Callable[[], T] | None = work
-        self._pid = 0
-        self._pipe: int | None = None
-        if not can_fork():
-            return
-        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
-            stream.flush()
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            os.close(read)
-            _child(work, write)
-        os.close(write)
-        self._pid, self._pipe, self._work = pid, read, None
-
-    def result(self) -> T:
-        """The work's return value, or its exception raised here (the child's traceback
-        as a note on it)."""
-        if self._work is not None:
-            work, self._work = self._work, None
-            return work()
-        try:
-            assert self._pipe is not None
-            chunks = []
-            while chunk := os.read(self._pipe, 1 << 16):
-                chunks.append(chunk)
-            _, status = os.waitpid(self._pid, 0)
-            self._pid = 0
-        except BaseException:  # interrupted while waiting: the child goes too
-            self.stop()
-            raise
-        os.close(self._pipe)
-        self._pipe = None
-        if not chunks:
-            raise RuntimeError(f"a forked writer ended without a result ({_status_text(status)})")
-        reply = pickle.loads(b"".join(chunks))
-        if reply[0] == "ok":
-            out: T = reply[1]
-            return out
-        exc: BaseException = reply[1]
-        exc.add_note(f"(raised in a forked writer process)\n{reply[2]}")
-        raise exc
-
-    def stop(self) -> None:
-        """End the child (this process gave up on its result) and reap it."""
-        self._work = None
-        if self._pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._pid, signal.SIGKILL)
-            os.waitpid(self._pid, 0)
-            self._pid = 0
-        if self._pipe is not None:
-            os.close(self._pipe)
-            self._pipe = None
-
-
-def _child(work: Callable[[], Any], pipe: int) -> None:
-    """A forked child's life: run ``work``, send back its result or its error, exit."""
-    status = 1
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            data = pickle.dumps(("ok", work()))
-            status = 0
-        except BaseException as exc:  # every error goes back to the parent
-            tb = traceback.format_exc()
-            try:
-                data = pickle.dumps(("error", exc, tb))
-            except Exception:  # an exception that does not pickle
-                data = pickle.dumps(("error", RuntimeError(f"{type(exc).__name__}: {exc}"), tb))
-        view = memoryview(data)
-        while view:
-            view = view[os.write(pipe, view) :]
-    finally:
-        os._exit(status)
-
-
-def _status_text(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by signal {os.WTERMSIG(status)}"
-    return f"exit status {os.waitstatus_to_exitcode(status)}"
+        for name, table in tables.items():
+            if callable(table):
+                table(tmp / name)
+            else:
+                write_csv(tmp / name, *table)
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        report(tmp)
 
 
 # --------------------------------------------------------------------------- plots

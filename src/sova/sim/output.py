@@ -255,8 +255,8 @@ def write_outputs(
 ) -> dict[str, Any]:
     """All files of a run (one point, or every point of a sweep) into ``out``, atomically.
 
-    The summary reads every run's timeline (sealing it) before the report, drawn in a
-    forked process (:func:`sova.writer.write_outputs`), and the CSV files read it at once.
+    The summary reads every run's timeline (sealing it) before the CSV files and the
+    report read it (:func:`sova.writer.write_outputs`).
     """
     sweep = points[0][0].sweep is not None
     summary = build_sweep_summary(points) if sweep else build_summary(*points[0])
