@@ -24,7 +24,7 @@ Two more loops share the executor:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -35,6 +35,7 @@ from sova.agent.executor import MIGRATION_ENDED, Executor, Outcome, Result
 from sova.agent.registry import allocator_plugin, vf_policy
 from sova.agent.vf_policies import VFContext, VFPolicy, note_holders
 from sova.driver_protocol import Driver
+from sova.lazymap import LazyMapping
 from sova.model import (
     VM,
     Action,
@@ -172,13 +173,13 @@ def operation_table(
     return out
 
 
-class OperationTable(Mapping[str, Operation]):
+class OperationTable(LazyMapping[str, Operation]):
     """:func:`operation_table` of a period (``StepReport.operations``), built when first
     read: a simulated world reads the tables of the few hosts it did not decide for. Its
     inputs are the period's own (the read, the desired holders, a copy of the VMs
     leaving), which nothing changes after the step."""
 
-    __slots__ = ("_args", "_built")
+    __slots__ = ("_args",)
 
     def __init__(
         self,
@@ -187,70 +188,39 @@ class OperationTable(Mapping[str, Operation]):
         leaving: Collection[str],
         grants_vfs: bool,
     ) -> None:
+        super().__init__()
         self._args = (actual, desired, leaving, grants_vfs)
-        self._built: dict[str, Operation] | None = None
 
-    def _table(self) -> dict[str, Operation]:
-        if self._built is None:
-            self._built = operation_table(*self._args)
-        return self._built
-
-    def __getitem__(self, vm: str) -> Operation:
-        return self._table()[vm]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
-
-    def __repr__(self) -> str:
-        return repr(self._table())
-
-    def __reduce__(self) -> tuple[type[dict[str, Operation]], tuple[dict[str, Operation]]]:
-        return dict, (self._table(),)  # travels as the plain mapping it is
+    def _build(self) -> dict[str, Operation]:
+        return operation_table(*self._args)
 
 
-class VMLoadReports(Mapping[str, VMLoad]):
+class VMLoadReports(LazyMapping[str, VMLoad]):
     """A host's VM loads as the migration policy sees them (:meth:`HostAgent.host_report`),
     built when first read. A manager's round reads the VMs of the few hosts it may move a
     VM off or onto, so a simulated world of thousands of hosts builds those instead of
     every VM's every period; what is built is what the agent had when it reported."""
 
-    __slots__ = ("_args", "_built")
+    __slots__ = ("_args",)
 
     def __init__(
         self, loads: Mapping[str, LoadShares], actual: Inventory, migrating: frozenset[str]
     ) -> None:
+        super().__init__()
         # the agent replaces its loads each period, never changes them: no copy needed
         self._args = (loads, actual, migrating)
-        self._built: dict[str, VMLoad] | None = None
 
-    def _reports(self) -> dict[str, VMLoad]:
-        if self._built is None:
-            loads, actual, migrating = self._args
-            self._built = {
-                vm: VMLoad(
-                    Utilisation(s.cpu, s.mem, s.net),
-                    actual.vms[vm].vm.memory_bytes,
-                    migrating=vm in migrating,
-                )
-                for vm, s in loads.items()
-                if vm in actual.vms
-            }
-        return self._built
-
-    def __getitem__(self, vm: str) -> VMLoad:
-        return self._reports()[vm]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._reports())
-
-    def __len__(self) -> int:
-        return len(self._reports())
-
-    def __reduce__(self) -> tuple[type[dict[str, VMLoad]], tuple[dict[str, VMLoad]]]:
-        return dict, (self._reports(),)  # travels as the plain mapping it is
+    def _build(self) -> dict[str, VMLoad]:
+        loads, actual, migrating = self._args
+        return {
+            vm: VMLoad(
+                Utilisation(s.cpu, s.mem, s.net),
+                actual.vms[vm].vm.memory_bytes,
+                migrating=vm in migrating,
+            )
+            for vm, s in loads.items()
+            if vm in actual.vms
+        }
 
 
 class HostAgent:

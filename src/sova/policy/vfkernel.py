@@ -15,11 +15,12 @@ as the largest host has VMs), each one vectorised over all hosts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from sova.lazymap import LazyMapping
 from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
 
@@ -211,38 +212,21 @@ class Decisions:
         return reasons
 
 
-class Reasons(Mapping[str, str]):
+class Reasons(LazyMapping[str, str]):
     """One host's ``VFDecision.reasons`` (:meth:`Decisions.reasons`), written when first
     read from the period's lists (which nothing changes after)."""
 
-    __slots__ = ("_args", "_built")
+    __slots__ = ("_args",)
 
     def __init__(
         self, decisions: Decisions, members: Sequence[int], ranking: Sequence[int], vf_count: int
     ) -> None:
+        super().__init__()
         self._args = (decisions, members, ranking, vf_count)
-        self._built: dict[str, str] | None = None
 
-    def _reasons(self) -> dict[str, str]:
-        if self._built is None:
-            d, members, ranking, vf_count = self._args
-            self._built = d.reasons(members, ranking, vf_count)
-        return self._built
-
-    def __getitem__(self, vm: str) -> str:
-        return self._reasons()[vm]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._reasons())
-
-    def __len__(self) -> int:
-        return len(self._reasons())
-
-    def __repr__(self) -> str:
-        return repr(self._reasons())
-
-    def __reduce__(self) -> tuple[type[dict[str, str]], tuple[dict[str, str]]]:
-        return dict, (self._reasons(),)  # travels as the plain mapping it is
+    def _build(self) -> dict[str, str]:
+        d, members, ranking, vf_count = self._args
+        return d.reasons(members, ranking, vf_count)
 
 
 def schedule_one(

@@ -28,12 +28,13 @@ the agents read), not from their step reports.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from sova.agent.loop import HostAgent, Sensed
+from sova.lazymap import LazyMapping
 from sova.model import Inventory, VMState
 from sova.policy.kernels import SensedFactors
 from sova.policy.vfkernel import Decisions, VFRows, VFSchedule, schedule_hosts
@@ -265,7 +266,7 @@ class FleetControl:
         for hi in hosts:
             vms = HostVMs(frame, members[hi])
             # a host that steps reads its VMs at once, and often: a plain dict
-            read[host_names[hi]] = Inventory(objs[hi], vms.states() if hi in busy else vms)
+            read[host_names[hi]] = Inventory(objs[hi], vms.built() if hi in busy else vms)
         return read
 
 
@@ -293,38 +294,19 @@ class _Frame:
         self.migrating = e.migrating.copy()
 
 
-class HostVMs(Mapping[str, VMState]):
+class HostVMs(LazyMapping[str, VMState]):
     """One host's ``Inventory.vms`` as :meth:`Engine.inventory` read them at a period's
     start, built when first read (tests/test_fleet_control.py holds a settled agent's
     snapshot equal to its own read)."""
 
-    __slots__ = ("_frame", "_members", "_built")
+    __slots__ = ("_frame", "_members")
 
     def __init__(self, frame: _Frame, members: list[int]) -> None:
+        super().__init__()
         self._frame, self._members = frame, members
-        self._built: dict[str, VMState] | None = None
 
-    def states(self) -> dict[str, VMState]:
-        if self._built is None:
-            self._built = vm_states(self._frame, self._members)
-        return self._built
-
-    def __getitem__(self, vm: str) -> VMState:
-        return self.states()[vm]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.states())
+    def _build(self) -> dict[str, VMState]:
+        return vm_states(self._frame, self._members)
 
     def __len__(self) -> int:
         return len(self._members)
-
-    def __eq__(self, other: object) -> bool:
-        return self.states() == other if isinstance(other, Mapping) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # (a mapping, as dict)
-
-    def __repr__(self) -> str:
-        return repr(self.states())
-
-    def __reduce__(self) -> tuple[type[dict[str, VMState]], tuple[dict[str, VMState]]]:
-        return dict, (self.states(),)  # travels as the plain mapping it is

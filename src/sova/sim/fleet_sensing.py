@@ -28,90 +28,69 @@ import numpy as np
 
 from sova.agent.config import ControllerConfig
 from sova.agent.loop import Loads, Sensed
+from sova.lazymap import LazyMapping
 from sova.policy.kernels import LoadArrays, SensedFactors, SensorKernel, load_shares
 from sova.policy.sensing import LoadShares, VMFactors
 from sova.sim.engine import Engine
 
 
-class HostFactors(Mapping[str, VMFactors]):
+class HostFactors(LazyMapping[str, VMFactors]):
     """One host's :class:`~sova.policy.sensing.VMFactors` (``Sensed.factors``) from the
     period's factor arrays, built when first read: the hosts the world decides for take
     their decision and their timeline rows from the arrays, so most hosts' are never read.
     What is built is what the arrays held that period (the kernel makes new ones each
     period)."""
 
-    __slots__ = ("_args", "_built")
+    __slots__ = ("_args",)
 
     def __init__(self, factors: SensedFactors, names: Sequence[str], rows: list[int]) -> None:
+        super().__init__()
         self._args = (factors, names, rows)
-        self._built: dict[str, VMFactors] | None = None
 
-    def _factors(self) -> dict[str, VMFactors]:
-        if self._built is None:
-            f, names, rows = self._args
-            m = np.array(rows, dtype=np.int64)
-            cols = zip(
-                rows,
-                f.cpu_usage[m].tolist(),
-                f.io_degree[m].tolist(),
-                f.io_factor[m].tolist(),
-                f.net_degree[m].tolist(),
-                f.net_factor[m].tolist(),
-                f.has_traffic[m].tolist(),
-                f.demand_bps[m].tolist(),
-                f.last_rate_bps[m].tolist(),
-                f.tx_bps[m].tolist(),
-                f.rx_bps[m].tolist(),
-                strict=True,
-            )
-            self._built = {names[i]: VMFactors(names[i], *vals) for i, *vals in cols}
-        return self._built
-
-    def __getitem__(self, vm: str) -> VMFactors:
-        return self._factors()[vm]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._factors())
+    def _build(self) -> dict[str, VMFactors]:
+        f, names, rows = self._args
+        m = np.array(rows, dtype=np.int64)
+        cols = zip(
+            rows,
+            f.cpu_usage[m].tolist(),
+            f.io_degree[m].tolist(),
+            f.io_factor[m].tolist(),
+            f.net_degree[m].tolist(),
+            f.net_factor[m].tolist(),
+            f.has_traffic[m].tolist(),
+            f.demand_bps[m].tolist(),
+            f.last_rate_bps[m].tolist(),
+            f.tx_bps[m].tolist(),
+            f.rx_bps[m].tolist(),
+            strict=True,
+        )
+        return {names[i]: VMFactors(names[i], *vals) for i, *vals in cols}
 
     def __len__(self) -> int:
         return len(self._args[2])
 
-    def __reduce__(self) -> tuple[type[dict[str, VMFactors]], tuple[dict[str, VMFactors]]]:
-        return dict, (self._factors(),)  # travels as the plain mapping it is
 
-
-class HostLoads(Mapping[str, LoadShares]):
+class HostLoads(LazyMapping[str, LoadShares]):
     """One host's :func:`~sova.policy.sensing.vm_loads` (``Loads.vms``) from the period's
     load arrays, built when first read (the manager reads the VMs of the few hosts it may
     move a VM off or onto)."""
 
-    __slots__ = ("_args", "_built")
+    __slots__ = ("_args",)
 
     def __init__(self, loads: LoadArrays, names: Sequence[str], rows: list[int]) -> None:
+        super().__init__()
         self._args = (loads, names, rows)
-        self._built: dict[str, LoadShares] | None = None
 
-    def _loads(self) -> dict[str, LoadShares]:
-        if self._built is None:
-            a, names, rows = self._args
-            m = np.array(rows, dtype=np.int64)
-            cols = zip(
-                rows, a.vm_cpu[m].tolist(), a.vm_mem[m].tolist(), a.vm_net[m].tolist(), strict=True
-            )
-            self._built = {names[i]: LoadShares(c, mem, net) for i, c, mem, net in cols}
-        return self._built
-
-    def __getitem__(self, vm: str) -> LoadShares:
-        return self._loads()[vm]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._loads())
+    def _build(self) -> dict[str, LoadShares]:
+        a, names, rows = self._args
+        m = np.array(rows, dtype=np.int64)
+        cols = zip(
+            rows, a.vm_cpu[m].tolist(), a.vm_mem[m].tolist(), a.vm_net[m].tolist(), strict=True
+        )
+        return {names[i]: LoadShares(c, mem, net) for i, c, mem, net in cols}
 
     def __len__(self) -> int:
         return len(self._args[2])
-
-    def __reduce__(self) -> tuple[type[dict[str, LoadShares]], tuple[dict[str, LoadShares]]]:
-        return dict, (self._loads(),)  # travels as the plain mapping it is
 
 
 class FleetSensed(Mapping[str, Sensed]):
