@@ -634,6 +634,44 @@ alternating pairs (04:40): 9.10, 8.64 -> 5.00, 4.71 CPU-s, i.e. 0.66-0.69 M -> 1
 VM-steps per CPU-s (5 M asked). Floors under today's contract: the physics alone 2.86 CPU-s
 for the hour (speedtick2) and the command outside the loop ~4.4 (speedout2), ~7.3 s before
 any control against the ~2.7-3.4 s that 10x CloudSim Plus's 27-34 s would need.
+
+Issue 23, eighth session, on an idle 2-core machine (AMD EPYC, load average < 1 before
+each series; a different machine from the sessions above, so compare within a table only).
+The dormant forked report is removed and a timeline spills past 4 MiB instead of 16; the
+speed is unchanged. The hour through ``sova simulate`` beside CloudSim Plus 8.5.7
+(``--cloudsim``, S = 1 s, one run each; "before" is aef1e0c through ``--sova-src``):
+
+    run (08:03-08:05)       Sova wall / CPU / peak       CS+ wall / CPU / peak     CS+/Sova: wall  memory
+    after                   9.1 s / 9.2 s / 140 MiB      12.8 s / 15.7 s / 612 MiB        1.40    4.38
+    before                  10.6 s / 10.7 s / 145 MiB
+    after                   10.8 s / 10.9 s / 140 MiB    12.7 s / 15.2 s / 701 MiB        1.18    5.03
+    before                  9.3 s / 9.3 s / 145 MiB
+    (06:58 and 07:02, main aef1e0c: 9.4 / 9.5 / 154 against 12.9 / 15.8 / 623, and
+    10.9 / 11.0 / 145 against 14.0 / 16.7 / 715)
+
+So 1.2-1.4x CloudSim Plus's speed on an idle machine (it uses both cores; under load it
+slows more than Sova does, hence the 1.9x above) and 0.20-0.25 of its memory. The peak is
+the report: sampled in the command, the run holds 96-99 MiB, importing matplotlib brings
+it to 110 and drawing to 131-134 (of which the run's freed pages are not returned; the
+live objects after the run are ~12 MB). The hour's parts, CPU-s in one process: run 9.1,
+timeline.csv 0.9, report 1.2 (matplotlib's import 0.25); ``--physics-only`` 1.67,
+``--sim-only`` 7.90. Why 10x (about 1.3 s here) is out of reach of numpy calls per tick:
+docs/design.md#sim-ten-times.
+
+Cost against size, the whole command over 300 simulated s (3 runs each unless one, walls
+within 0.1 s of each other):
+
+    hosts x VMs       VM-steps      wall s   CPU s   VM-steps/s (wall)   peak RSS
+    100 x 3               90,000       1.5     1.6              60,700    107 MiB
+    1,000 x 3            900,000       2.4     2.5             371,000    120 MiB
+    10,000 x 3         9,000,000      15.4    15.5             585,000    352 MiB
+    100 x 20             600,000       1.7     1.8             363,000    115 MiB   (1 run)
+    1,000 x 20         6,000,000       5.8     5.9           1,042,000    199 MiB   (1 run)
+
+Past the fixed ~1.3 s (imports, scenario load, the report's import and layout) the cost
+grows linearly in VM-steps: 1,000 -> 10,000 hosts adds 13.0 s for 8.1 M VM-steps, ~1.6 us
+each. ``--sim-only`` at 1,000 x 20 x 300: 2.90, 2.89, 2.87 CPU-s, 2.08 M VM-steps per CPU-s
+(5 M asked).
 """
 
 from __future__ import annotations
