@@ -17,7 +17,7 @@ class Counted(LazyMapping[str, int]):
     __slots__ = ("builds",)
 
     def __init__(self) -> None:
-        super().__init__()
+        self._built = None
         self.builds = 0
 
     def _build(self) -> dict[str, int]:

@@ -19,22 +19,25 @@ V = TypeVar("V")
 
 class LazyMapping(Mapping[K, V]):
     """A mapping whose items :meth:`_build` computes once, on the first read that needs
-    them. Subclasses keep their inputs in their own slots and may override ``__len__``
-    where the size is known without building."""
+    them. Subclasses keep their inputs in their own slots, set ``self._built = None`` in
+    their ``__init__`` and may override ``__len__`` where the size is known without
+    building.
+
+    There is no ``__init__`` here to call: a world makes ~4 of these per host and period
+    (~1.4 M in an hour of 1,000 hosts), and a ``super().__init__()`` costs ~130 ns each."""
 
     __slots__ = ("_built",)
-
-    def __init__(self) -> None:
-        self._built: dict[K, V] | None = None
+    _built: dict[K, V] | None
 
     def _build(self) -> dict[K, V]:
         raise NotImplementedError
 
     def built(self) -> dict[K, V]:
         """The items as a dict, built now if no read has built them yet."""
-        if self._built is None:
-            self._built = self._build()
-        return self._built
+        b = self._built
+        if b is None:
+            b = self._built = self._build()
+        return b
 
     def __getitem__(self, key: K) -> V:
         return self.built()[key]

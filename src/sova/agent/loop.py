@@ -188,7 +188,7 @@ class OperationTable(LazyMapping[str, Operation]):
         leaving: Collection[str],
         grants_vfs: bool,
     ) -> None:
-        super().__init__()
+        self._built = None
         self._args = (actual, desired, leaving, grants_vfs)
 
     def _build(self) -> dict[str, Operation]:
@@ -206,7 +206,7 @@ class VMLoadReports(LazyMapping[str, VMLoad]):
     def __init__(
         self, loads: Mapping[str, LoadShares], actual: Inventory, migrating: frozenset[str]
     ) -> None:
-        super().__init__()
+        self._built = None
         # the agent replaces its loads each period, never changes them: no copy needed
         self._args = (loads, actual, migrating)
 

@@ -221,7 +221,7 @@ class Reasons(LazyMapping[str, str]):
     def __init__(
         self, decisions: Decisions, members: Sequence[int], ranking: Sequence[int], vf_count: int
     ) -> None:
-        super().__init__()
+        self._built = None
         self._args = (decisions, members, ranking, vf_count)
 
     def _build(self) -> dict[str, str]:

@@ -302,7 +302,7 @@ class HostVMs(LazyMapping[str, VMState]):
     __slots__ = ("_frame", "_members")
 
     def __init__(self, frame: _Frame, members: list[int]) -> None:
-        super().__init__()
+        self._built = None
         self._frame, self._members = frame, members
 
     def _build(self) -> dict[str, VMState]:

@@ -44,7 +44,7 @@ class HostFactors(LazyMapping[str, VMFactors]):
     __slots__ = ("_args",)
 
     def __init__(self, factors: SensedFactors, names: Sequence[str], rows: list[int]) -> None:
-        super().__init__()
+        self._built = None
         self._args = (factors, names, rows)
 
     def _build(self) -> dict[str, VMFactors]:
@@ -78,7 +78,7 @@ class HostLoads(LazyMapping[str, LoadShares]):
     __slots__ = ("_args",)
 
     def __init__(self, loads: LoadArrays, names: Sequence[str], rows: list[int]) -> None:
-        super().__init__()
+        self._built = None
         self._args = (loads, names, rows)
 
     def _build(self) -> dict[str, LoadShares]:
