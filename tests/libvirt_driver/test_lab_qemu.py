@@ -48,13 +48,18 @@ def test_a_prefix_is_laid_over_the_machines_qemu_where_both_have_a_piece(tmp_pat
 
 def test_wrap_runs_the_command_after_the_binds_in_a_private_mount_namespace(tmp_path):
     p = _prefix(tmp_path / "a dir", "usr/bin/qemu-system-x86_64")
-    q = LabQemu(p)
+    system = _prefix(tmp_path / "system", "usr/bin/qemu-system-x86_64")  # the QEMU laid over
+    q = LabQemu(p, system)
     argv = ["qemu-system-x86_64", "-append", "console=ttyS0 panic=-1"]
     got = q.wrap(argv)
     assert got[:5] == ["unshare", "--mount", "--propagation", "private", "sh"]
     script = got[-1]
     # the bind (quoted: the path has a space) comes before the exec, arguments stay whole
     assert script.index(f"mount --bind '{p}/usr/bin/qemu-system-x86_64' ") < script.index("exec")
+    # the machine's own QEMU is what the bind covers; without one there is nothing to bind
+    assert f"{system}/usr/bin/qemu-system-x86_64 && exec" in script
+    bare = LabQemu(p, tmp_path / "bare").wrap(argv)[-1]
+    assert bare == "exec qemu-system-x86_64 -append 'console=ttyS0 panic=-1'"
     assert script.endswith("exec qemu-system-x86_64 -append 'console=ttyS0 panic=-1'")
 
 

@@ -36,21 +36,23 @@ def test_the_l1_runs_qemu_10_laid_over_the_system_the_way_the_ordinary_lab_does(
     namespace, so every piece the ordinary lab lays over the system's QEMU (binary,
     modules, firmware, option ROMs) is laid here too, and the arguments stay whole."""
     prefix = tmp_path / "qemu 10"  # a space: the arguments must stay quoted
-    for rel in OVERLAID:
-        (prefix / rel).parent.mkdir(parents=True, exist_ok=True)
-        if rel.endswith("x86_64"):
-            (prefix / rel).write_text("")
-        else:
-            (prefix / rel).mkdir()
+    system = tmp_path / "system"  # the machine's QEMU 7.2, every piece present
+    for top in (prefix, system):
+        for rel in OVERLAID:
+            (top / rel).parent.mkdir(parents=True, exist_ok=True)
+            if rel.endswith("x86_64"):
+                (top / rel).write_text("")
+            else:
+                (top / rel).mkdir()
     ns = NestedSettings(root=tmp_path / "lab", prefix="svx")
     qemu = prefix / "usr/bin/qemu-system-x86_64"
-    cmd = l1_command(ns, qemu, tmp_path / "image", 1, repo=Path("/repo"))
+    cmd = l1_command(ns, qemu, tmp_path / "image", 1, repo=Path("/repo"), system_root=system)
     assert cmd[:4] == ["ip", "netns", "exec", "svxl0"]
     assert cmd[4:9] == ["unshare", "--mount", "--propagation", "private", "sh"]
     script = cmd[-1]
     mounts, _, exec_part = script.partition(" && exec ")
-    binds = LabQemu(prefix).binds()
-    assert binds, "this machine has no QEMU pieces to lay over"
+    binds = LabQemu(prefix, system).binds()
+    assert len(binds) == len(OVERLAID)  # every piece laid over
     for src, dst in binds:
         assert f"mount --bind {shlex.quote(str(src))} {shlex.quote(str(dst))}" in mounts
     argv = shlex.split(exec_part)

@@ -180,14 +180,20 @@ def _network_up(ns: NestedSettings) -> None:
 
 
 def l1_command(
-    ns: NestedSettings, qemu: Path, image: Path, n: int, repo: Path | None = None
+    ns: NestedSettings,
+    qemu: Path,
+    image: Path,
+    n: int,
+    repo: Path | None = None,
+    system_root: Path = Path("/"),
 ) -> list[str]:
     """The L1's QEMU 10, in the L0 namespace, laid over the machine's QEMU 7.2 the way the
     ordinary lab lays it (:meth:`sova.lab.qemu.LabQemu.wrap`: a private mount namespace with
     QEMU 10's binary, modules and firmware bind-mounted over the system's).
 
     With ``repo``, L1 n's run directory as a writable 9p share: the agent inside L1
-    (scripts/lab/nested/l1/…/sova-l1-agent) takes its code and its file from there."""
+    (scripts/lab/nested/l1/…/sova-l1-agent) takes its code and its file from there.
+    ``system_root``: the system QEMU 10 is laid over (:attr:`LabQemu.root`)."""
     ctl, pf = ns.taps(n)
     disk = ns.root / f"l1-{n}.qcow2"
     args = [
@@ -223,7 +229,7 @@ def l1_command(
     ]  # fmt: skip
     if repo is not None:
         args += ["-virtfs", f"local,path={ns.run_dir(n)},mount_tag=sova-run,security_model=none"]
-    return ["ip", "netns", "exec", ns.netns, *LabQemu(qemu.parents[2]).wrap(args)]
+    return ["ip", "netns", "exec", ns.netns, *LabQemu(qemu.parents[2], system_root).wrap(args)]
 
 
 def _answers(uri: str) -> bool:

@@ -35,18 +35,23 @@ class QemuChoiceError(ValueError):
 
 @dataclass(frozen=True)
 class LabQemu:
-    """The lab's QEMU: ``prefix`` None is the machine's own."""
+    """The lab's QEMU: ``prefix`` None is the machine's own. ``root`` is the system it is
+    laid over: ``/`` on a lab host; a directory of their own in tests, so that what a
+    command binds does not depend on whether the machine running them has a QEMU."""
 
     prefix: Path | None = None
+    root: Path = Path("/")
 
     @property
     def name(self) -> str:
         return "system" if self.prefix is None else str(self.prefix / BINARY)
 
-    def binds(self, root: Path = Path("/")) -> list[tuple[Path, Path]]:
-        """(source, target) bind mounts laying this QEMU over the machine's."""
+    def binds(self, root: Path | None = None) -> list[tuple[Path, Path]]:
+        """(source, target) bind mounts laying this QEMU over the machine's (under
+        ``root``, by default :attr:`root`)."""
         if self.prefix is None:
             return []
+        root = self.root if root is None else root
         return [
             (self.prefix / rel, root / rel)
             for rel in OVERLAID
@@ -66,7 +71,9 @@ class LabQemu:
             return list(argv)
         return [
             "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", f"{self.mount_script()} && exec {shlex.join(argv)}",
+            # no piece to bind (a machine without its own QEMU): the exec alone, not a
+            # script starting with "&&", which sh refuses
+            "sh", "-c", " && ".join(filter(None, (self.mount_script(), f"exec {shlex.join(argv)}"))),
         ]  # fmt: skip
 
 
