@@ -283,8 +283,8 @@ class Timeline(Sequence[TimelineRow]):
 
     def _load(self, s: _Spilled) -> Chunk:
         assert self._file is not None
-        # at an offset, not seek-then-read: readers (the CSV writer, the summary, the
-        # report) each walk the chunks, and a shared file position would mix their reads
+        # at an offset, not seek-then-read: chunks() is a generator, two walks of it may
+        # be interleaved, and a shared file position would mix their reads
         data = os.pread(self._file.fileno(), s.n * ROW_BYTES, s.offset)
         cols, at = {}, 0
         for name in TIMELINE_COLUMNS:
