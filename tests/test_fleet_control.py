@@ -134,8 +134,8 @@ def test_holders_found_without_a_dwell_start_are_recorded_as_each_agent_alone() 
     settle = HostAgent.settle
 
     def spy(self: HostAgent, *args: Any) -> None:
-        if len(args) > 4 and args[4]:
-            unrecorded.append(tuple(args[4]))
+        if len(args) > 5 and args[5]:
+            unrecorded.append(tuple(args[5]))
         settle(self, *args)
 
     HostAgent.settle = spy  # type: ignore[method-assign]
@@ -147,6 +147,36 @@ def test_holders_found_without_a_dwell_start_are_recorded_as_each_agent_alone() 
     assert unrecorded  # the case happened
     for got_all, want_all in zip(fast[1:], slow[1:], strict=True):
         assert got_all == want_all
+
+
+def test_settled_hosts_get_no_sensed_built() -> None:
+    # a settled host's agent takes its holders, ranking and loads (HostAgent.settle): the
+    # world builds no Sensed for it (nor its factors' mapping), only for the hosts whose
+    # agents step; before, deciding which hosts the world decides for read every host's
+    # Sensed (``measured``) and handed on a dict of all of them
+    scn = _scenario("sova-tour", 600.0)
+    world = World(scn, next(p for p in scn.policy_specs if p.name == "sova"))
+    control, sensing = world._control, world._sensing
+    assert control is not None and sensing is not None
+    record = world._record
+    settled = stepped = 0
+
+    def check(t: float, reports: dict[str, StepReport | None]) -> None:
+        nonlocal settled, stepped
+        assert control is not None and sensing is not None and sensing.last is not None
+        built = sensing.last._built
+        for hi, h in enumerate(world.engine.host_names):
+            if h in control.settled:
+                assert reports[h] is None and built[hi] is None, (t, h)
+                settled += 1
+            else:
+                assert reports[h] is not None and built[hi] is not None, (t, h)
+                stepped += 1
+        record(t, reports)
+
+    world._record = check  # type: ignore[method-assign]
+    world.run_until(scn.duration)
+    assert settled > 0 and stepped > 0
 
 
 def test_settled_hosts_plan_nothing_and_moving_hosts_act() -> None:

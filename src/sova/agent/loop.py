@@ -463,13 +463,15 @@ class HostAgent:
 
     def settle(
         self,
-        sensed: Sensed,
+        measured: bool,
+        loads: Loads | None,
         actual: Inventory,
         desired: dict[str, float | None],
         ranking: tuple[str, ...],
         unrecorded: Sequence[str] = (),
     ) -> None:
-        """A period found *settled* outside the agent: the scheduling kernel's holders
+        """A period found *settled* outside the agent (``measured`` and ``loads`` as in
+        :class:`Sensed`; its factors are not read): the scheduling kernel's holders
         ``desired`` (all at no rate; its ``ranking``) are the ones the host has, with the
         host measured, nothing in flight or leaving, no signal, fence or tier;
         ``unrecorded``: the holders, in ``actual``'s order, without a dwell start in
@@ -480,11 +482,11 @@ class HostAgent:
         an agent's desired holders after it took them (a world hands a host the same
         mapping period after period while its holders stay)."""
         self.snapshot = actual
-        if sensed.loads is not None:
-            self._take_loads(sensed.loads)
+        if loads is not None:
+            self._take_loads(loads)
         else:
             self._observe(self.driver.sample(), actual, True)
-        self._measured = sensed.measured
+        self._measured = measured
         self._signal = None
         if unrecorded:
             note_holders(unrecorded, self.vf_since, self.driver.now())  # as the policy does

@@ -28,7 +28,7 @@ the agents read), not from their step reports.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +39,7 @@ from sova.model import Inventory, VMState
 from sova.policy.kernels import SensedFactors
 from sova.policy.vfkernel import Decisions, VFRows, VFSchedule, schedule_hosts
 from sova.sim.engine import Engine, vm_states
+from sova.sim.fleet_sensing import FleetSensed
 from sova.sim.state import INF
 
 
@@ -94,12 +95,13 @@ class FleetControl:
         self,
         engine: Engine,
         agents: dict[str, HostAgent],
-        sensed: Mapping[str, Sensed],
+        sensed: FleetSensed,
         factors: SensedFactors,
-    ) -> Mapping[str, Sensed]:
-        """Each host's sensing with its VF decision where the world can make it; the
-        settled hosts' holders and ranking go to :attr:`settled` instead (their agents
-        take them with :meth:`~sova.agent.loop.HostAgent.settle`)."""
+    ) -> FleetSensed:
+        """Each host's sensing with its VF decision where the world can make it (``sensed``
+        itself, each deciding host's reading replaced); the settled hosts' holders and
+        ranking go to :attr:`settled` instead (their agents take them with
+        :meth:`~sova.agent.loop.HostAgent.settle`, and no ``Sensed`` is built for them)."""
         e = engine
         self.decided = None
         self.settled = {}
@@ -109,12 +111,12 @@ class FleetControl:
         # hosts whose agent decides as the kernel here would (see the module's docstring)
         mine = np.array(
             [
-                sensed[h].measured
+                m
                 and not a.executor.in_flight
                 and not a.signalled
                 and not a.vf_freeze_host
                 and not a.vf_freeze_vms
-                for h, a in ((h, agents[h]) for h in hosts)
+                for m, a in zip(sensed.measured_list(), map(agents.__getitem__, hosts), strict=True)
             ],
             dtype=bool,
         )
@@ -181,7 +183,6 @@ class FleetControl:
         r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
         ranked_l = result.ranked.tolist()
         decisions = Decisions(e.vm_names, rows, result, cfg)
-        out = dict(sensed)
         if busy:
             m_cut = np.searchsorted(host[by_host], np.arange(e.H + 1)).tolist()
             pool = self.pool.tolist()
@@ -189,11 +190,11 @@ class FleetControl:
             for hi, vf in zip(busy, vfs, strict=True):
                 h = hosts[hi]
                 s = sensed[h]
-                out[h] = Sensed(s.factors, s.measured, s.loads, vf, inventories[h])
+                sensed.decided(hi, Sensed(s.factors, s.measured, s.loads, vf, inventories[h]))
         self.settled = self._settled(
             e, calm, inventories, result, decisions, ranked_l, r_cut, recorded
         )
-        return out
+        return sensed
 
     def _settled(
         self,

@@ -146,20 +146,48 @@ class FleetSensed(Mapping[str, Sensed]):
         hi = self._index[host]
         s = self._built[hi]
         if s is None:
-            s = self._built[hi] = self._sensed(hi)
+            members, measured, *_ = self._host_lists()
+            f = HostFactors(self.factors, self._vm_names, members[hi])
+            s = self._built[hi] = Sensed(f, measured[hi], self.loads_at(hi))
         return s
 
-    def _sensed(self, hi: int) -> Sensed:
+    def decided(self, hi: int, sensed: Sensed) -> None:
+        """Host ``hi``'s reading with the world's VF decision and inventory
+        (:meth:`~sova.sim.fleet_control.FleetControl.decide`): what its agent steps with."""
+        self._built[hi] = sensed
+
+    def measured_list(self) -> list[bool]:
+        """``measured`` as a list (host index -> whether the host has measured)."""
+        return self._host_lists()[1]
+
+    def loads_at(self, hi: int) -> Loads:
+        """Host ``hi``'s ``Sensed.loads`` without its factors: a settled host's agent takes
+        only its loads (:meth:`~sova.agent.loop.HostAgent.settle`), and the factors'
+        mapping was a third of a host's ``Sensed``."""
+        s = self._built[hi]
+        if s is not None and s.loads is not None:
+            return s.loads
+        a = self.loads
+        if a is None:
+            return Loads(False, None, {})
+        _, _, loaded, ok, cpu, mem, net = self._host_lists()
+        shares = LoadShares(cpu[hi], mem[hi], net[hi]) if ok[hi] else None
+        return Loads(True, shares, HostLoads(a, self._vm_names, loaded[hi]))
+
+    def _host_lists(self) -> tuple[list[Any], ...]:
+        """Per host (by index): its VMs, whether it measured, its VMs with a load share,
+        and its load columns (ok, cpu, mem, net), as lists read once per period."""
         if self._lists is None:
+            members, cut = self.members.tolist(), self.cut.tolist()
+            loaded, lcut = self.loaded.tolist(), self.loaded_cut.tolist()
+            n = len(cut) - 1
             a = self.loads
             self._lists = (
-                self.members.tolist(),
-                self.cut.tolist(),
+                [members[cut[h] : cut[h + 1]] for h in range(n)],
                 self.measured.tolist(),
-                self.loaded.tolist(),
-                self.loaded_cut.tolist(),
+                [loaded[lcut[h] : lcut[h + 1]] for h in range(n)],
                 *(
-                    ()
+                    ([],) * 4
                     if a is None
                     else (
                         a.host_ok.tolist(),
@@ -169,15 +197,7 @@ class FleetSensed(Mapping[str, Sensed]):
                     )
                 ),
             )
-        members, cut, measured, loaded, lcut, *host = self._lists
-        f = HostFactors(self.factors, self._vm_names, members[cut[hi] : cut[hi + 1]])
-        a = self.loads
-        if a is None:
-            return Sensed(f, measured[hi], Loads(False, None, {}))
-        ok, cpu, mem, net = host
-        shares = LoadShares(cpu[hi], mem[hi], net[hi]) if ok[hi] else None
-        vms = HostLoads(a, self._vm_names, loaded[lcut[hi] : lcut[hi + 1]])
-        return Sensed(f, measured[hi], Loads(True, shares, vms))
+        return self._lists
 
     def __contains__(self, host: object) -> bool:
         return host in self._index

@@ -180,9 +180,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     elif mig_active:
         share = grouped_waterfill(eng.capacity, groups, demands, weights)
     else:
-        share = links_waterfill(
-            eng.capacity, eng.links(), demands, weights, whole=st.weights_whole
-        )
+        share = links_waterfill(eng.capacity, eng.links(), demands, weights, whole=st.weights_whole)
     tx = share[:N]
     if o.any_file:
         tx = np.where(is_file, np.minimum(tx, eng.file_left * 8.0 / dt), tx)

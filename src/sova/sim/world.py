@@ -24,7 +24,7 @@ import numpy as np
 
 from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
-from sova.agent.loop import HostAgent, Sensed, StepReport
+from sova.agent.loop import HostAgent, StepReport
 from sova.agent.registry import vf_policy
 from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.manager.core import ManagerCore
@@ -297,7 +297,7 @@ class World:
                     submitted.discard(h)
             return
         if phase == STEP and self._sensing is not None:
-            sensed: Mapping[str, Sensed] = self._sensing.sense(self.engine)
+            sensed = self._sensing.sense(self.engine)
             factors = self._sensing.factors
             settled: dict[str, Settled] = {}
             if self._control is not None and factors is not None:
@@ -305,12 +305,13 @@ class World:
                 settled = self._control.settled
             # a settled host's rows come from the world's arrays (_decided_block): no report
             reports: dict[str, StepReport | None] = {}
-            for h, a in self.agents.items():
+            measured = sensed.measured_list()
+            for hi, (h, a) in enumerate(self.agents.items()):
                 q = settled.get(h)
                 if q is None:
                     reports[h] = a.step(sensed[h])
                 else:
-                    a.settle(sensed[h], *q)
+                    a.settle(measured[hi], sensed.loads_at(hi), *q)
                     reports[h] = None
             self._record(t, reports)
             self._plan(t)
