@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -108,6 +109,7 @@ class FleetControl:
         now = e.env.now
         host = e.host
         hosts = e.host_names
+        agent_l = list(map(agents.__getitem__, hosts))
         # hosts whose agent decides as the kernel here would (see the module's docstring)
         mine = np.array(
             [
@@ -116,30 +118,35 @@ class FleetControl:
                 and not a.signalled
                 and not a.vf_freeze_host
                 and not a.vf_freeze_vms
-                for m, a in zip(sensed.measured_list(), map(agents.__getitem__, hosts), strict=True)
+                for m, a in zip(sensed.measured_list(), agent_l, strict=True)
             ],
             dtype=bool,
         )
         if not mine.any():
             self.kept = {}  # every agent steps: none keeps a settled period's records
             return sensed
-        index, host_l = e.vm_index, host.tolist()
+        index = e.vm_index
         # an agent's own records count for the VMs on its host only (a VM that left is
-        # the target's now); gathered in lists, written into the arrays at once
+        # the target's now)
         gone: list[int] = []
-        held: list[int] = []
-        held_since: list[float] = []
-        for hi, h in enumerate(hosts):
-            a = agents[h]
-            if a.migrating:
-                gone += [i for i in map(index.__getitem__, a.migrating) if host_l[i] == hi]
-            for vm, t in a.vf_since.items():
-                i = index[vm]
-                if host_l[i] == hi:
-                    held.append(i)
-                    held_since.append(t)
+        for hi in [hi for hi, a in enumerate(agent_l) if a.migrating]:
+            gone += [i for i in map(index.__getitem__, agent_l[hi].migrating) if host[i] == hi]
         leaving = np.zeros(e.N, dtype=bool)
         leaving[gone] = True
+        # every agent's dwell starts at once (~2 per host, every period): read through
+        # chained iterators into arrays, not a Python loop per holder
+        counts = [len(a.vf_since) for a in agent_l]
+        n = sum(counts)
+        held = np.fromiter(
+            map(index.__getitem__, chain.from_iterable(a.vf_since for a in agent_l)),
+            dtype=np.int64,
+            count=n,
+        )
+        held_since = np.fromiter(
+            chain.from_iterable(a.vf_since.values() for a in agent_l), dtype=np.float64, count=n
+        )
+        own = host[held] == np.repeat(np.arange(e.H), counts)
+        held, held_since = held[own], held_since[own]
         since = np.full(e.N, now)
         since[held] = held_since
         recorded = np.zeros(e.N, dtype=bool)  # the agent has the VF's dwell start
@@ -164,7 +171,7 @@ class FleetControl:
         # others their whole decision
         mine_l = np.flatnonzero(mine).tolist()
         settled_l = settled.tolist()
-        quiet = [settled_l[hi] and not agents[hosts[hi]].migrating for hi in mine_l]
+        quiet = [settled_l[hi] and not agent_l[hi].migrating for hi in mine_l]
         busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
         calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
         inventories = self._inventories(e, mine_l, set(busy))
