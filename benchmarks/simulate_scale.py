@@ -672,6 +672,33 @@ Past the fixed ~1.3 s (imports, scenario load, the report's import and layout) t
 grows linearly in VM-steps: 1,000 -> 10,000 hosts adds 13.0 s for 8.1 M VM-steps, ~1.6 us
 each. ``--sim-only`` at 1,000 x 20 x 300: 2.90, 2.89, 2.87 CPU-s, 2.08 M VM-steps per CPU-s
 (5 M asked).
+
+Issue 23, ninth session, same kind of idle 2-core machine. A settled host gets no ``Sensed``
+built (``FleetControl.decide`` reads the sensing's ``measured`` array and replaces only the
+deciding hosts' readings; ``HostAgent.settle`` takes ``measured`` and ``loads``), and the
+agents' dwell starts are read through chained iterators into arrays. Golden outputs
+unchanged. Whole processes, 5 alternating pairs after a warm-up, medians (min-max):
+
+    the hour through sova simulate     wall s               peak RSS    after/before
+    before (be6753c)                   8.38 (8.30-8.63)     140 MiB
+    after                              7.98 (7.84-8.20)     140 MiB     0.944 (0.926-0.983)
+    --child 1000x3 (scenario + run)    7.94 -> 7.46 s                   0.959 (0.876-0.988)
+
+Beside CloudSim Plus 8.5.7 (``--cloudsim``, S = 1 s, median of 3 each):
+
+    hosts x VMs x s        Sova wall / CPU / peak      CS+ wall / CPU / peak      speed  memory
+    1,000 x 3 x 3600       7.7 s / 7.8 s / 140 MiB     11.6 s / 14.0 s / 776 MiB   1.51    0.18
+    (again)                8.6 s / 8.6 s / 140 MiB     11.7 s / 14.2 s / 711 MiB   1.36    0.20
+    (before, be6753c)      8.4 s / 8.4 s / 140 MiB     12.1 s / 14.8 s / 718 MiB   1.45    0.19
+    10,000 x 3 x 300       12.9 s / 13.0 s / 352 MiB   23.0 s / 29.7 s / 1,967 MiB 1.79    0.18
+    (one run)
+
+At 1,000 x 20 x 300 s CloudSim Plus (1,000 hosts, 20,000 VMs) had not finished after
+31 min of CPU, 32 min of wall (``perf.ScaleBench 1000 20000 300 1 1``; stopped), where the
+whole ``sova simulate`` takes 6.3-6.4 s (3 runs; ``--sim-only`` 2.87 CPU-s, 2.09 M VM-steps
+per CPU-s, unchanged by this session). CloudSim Plus's cost grows faster than linearly in
+VMs (3,000 VMs: ~12 s for an hour; 20,000: not 300 s in 32 min); Sova's is linear. Of the
+sizes measured, the issue's workload is the one where CloudSim Plus comes closest.
 """
 
 from __future__ import annotations
