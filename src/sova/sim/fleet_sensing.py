@@ -221,7 +221,9 @@ class FleetSensing:
         self.prev: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
         # the last period's factors of every VM (the world's VF scheduling reads them)
         self.factors: SensedFactors | None = None
-        self.last: FleetSensed | None = None  # the last period's sensing
+        # the last period's sensing, with the readings of the hosts the world decided for
+        # (FleetSensed.decided)
+        self.last: FleetSensed | None = None
         # each host's last measured load (cpu, mem, net) and whether it has one: every
         # agent's ``last_load`` (a host whose counter went back keeps its previous one), as
         # the world hands them to its manager (World._plan)
