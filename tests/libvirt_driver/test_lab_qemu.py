@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from qemu_tree import qemu_tree
 
 from sova.lab.qemu import LabQemu, QemuChoiceError, from_record, resolve
 
@@ -13,14 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _prefix(tmp_path: Path, *rel: str) -> Path:
-    p = tmp_path / "qemu-10"
-    for r in rel:
-        (p / r).parent.mkdir(parents=True, exist_ok=True)
-        if r.endswith("qemu-system-x86_64"):
-            (p / r).write_text("#!/bin/sh\n")
-        else:
-            (p / r).mkdir()
-    return p
+    return qemu_tree(tmp_path / "qemu-10", rel)
 
 
 def test_the_machines_own_qemu_needs_no_namespace(tmp_path):

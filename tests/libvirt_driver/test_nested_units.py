@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from qemu_tree import qemu_tree
 from tests.lab.nested_helpers import tier_settings
 
 from sova.lab.daemons import LabError
@@ -38,12 +39,7 @@ def test_the_l1_runs_qemu_10_laid_over_the_system_the_way_the_ordinary_lab_does(
     prefix = tmp_path / "qemu 10"  # a space: the arguments must stay quoted
     system = tmp_path / "system"  # the machine's QEMU 7.2, every piece present
     for top in (prefix, system):
-        for rel in OVERLAID:
-            (top / rel).parent.mkdir(parents=True, exist_ok=True)
-            if rel.endswith("x86_64"):
-                (top / rel).write_text("")
-            else:
-                (top / rel).mkdir()
+        qemu_tree(top, OVERLAID)
     ns = NestedSettings(root=tmp_path / "lab", prefix="svx")
     qemu = prefix / "usr/bin/qemu-system-x86_64"
     cmd = l1_command(ns, qemu, tmp_path / "image", 1, repo=Path("/repo"), system_root=system)
