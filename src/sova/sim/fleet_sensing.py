@@ -22,7 +22,7 @@ kernel equal to ``HostSensor``; ``scripts/golden.py check`` holds the runs byte-
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -93,6 +93,19 @@ class HostLoads(LazyMapping[str, LoadShares]):
         return len(self._args[2])
 
 
+class _PerHost(NamedTuple):
+    """One period's sensing per host, as lists by host index (:meth:`FleetSensed._host_lists`);
+    the load columns are empty in the first period (no loads yet)."""
+
+    members: list[list[int]]  # its VMs, index order
+    measured: list[bool]
+    loaded: list[list[int]]  # its VMs with a load share, index order
+    ok: list[bool]  # whether its host share was measured (a counter did not go back)
+    cpu: list[float]
+    mem: list[float]
+    net: list[float]
+
+
 class FleetSensed(Mapping[str, Sensed]):
     """One period's :class:`~sova.agent.loop.Sensed` of every host (host name -> it),
     each built when first read, and the arrays it is built from for readers that take
@@ -139,16 +152,16 @@ class FleetSensed(Mapping[str, Sensed]):
             engine.host_index,
             engine.vm_names,
         )
-        self._lists: tuple[list[Any], ...] | None = None
+        self._lists: _PerHost | None = None
         self._built: list[Sensed | None] = [None] * len(engine.host_names)
 
     def __getitem__(self, host: str) -> Sensed:
         hi = self._index[host]
         s = self._built[hi]
         if s is None:
-            members, measured, *_ = self._host_lists()
-            f = HostFactors(self.factors, self._vm_names, members[hi])
-            s = self._built[hi] = Sensed(f, measured[hi], self.loads_at(hi))
+            p = self._host_lists()
+            f = HostFactors(self.factors, self._vm_names, p.members[hi])
+            s = self._built[hi] = Sensed(f, p.measured[hi], self.loads_at(hi))
         return s
 
     def decided(self, hi: int, sensed: Sensed) -> None:
@@ -158,7 +171,7 @@ class FleetSensed(Mapping[str, Sensed]):
 
     def measured_list(self) -> list[bool]:
         """``measured`` as a list (host index -> whether the host has measured)."""
-        return self._host_lists()[1]
+        return self._host_lists().measured
 
     def loads_at(self, hi: int) -> Loads:
         """Host ``hi``'s ``Sensed.loads`` without its factors: a settled host's agent takes
@@ -170,32 +183,32 @@ class FleetSensed(Mapping[str, Sensed]):
         a = self.loads
         if a is None:
             return Loads(False, None, {})
-        _, _, loaded, ok, cpu, mem, net = self._host_lists()
-        shares = LoadShares(cpu[hi], mem[hi], net[hi]) if ok[hi] else None
-        return Loads(True, shares, HostLoads(a, self._vm_names, loaded[hi]))
+        p = self._host_lists()
+        shares = LoadShares(p.cpu[hi], p.mem[hi], p.net[hi]) if p.ok[hi] else None
+        return Loads(True, shares, HostLoads(a, self._vm_names, p.loaded[hi]))
 
-    def _host_lists(self) -> tuple[list[Any], ...]:
-        """Per host (by index): its VMs, whether it measured, its VMs with a load share,
-        and its load columns (ok, cpu, mem, net), as lists read once per period."""
+    def _host_lists(self) -> _PerHost:
+        """What a host's reading takes, as lists by host index, read once per period."""
         if self._lists is None:
             members, cut = self.members.tolist(), self.cut.tolist()
             loaded, lcut = self.loaded.tolist(), self.loaded_cut.tolist()
             n = len(cut) - 1
             a = self.loads
-            self._lists = (
+            columns: tuple[list[Any], ...] = (
+                ([],) * 4
+                if a is None
+                else (
+                    a.host_ok.tolist(),
+                    a.host_cpu.tolist(),
+                    a.host_mem.tolist(),
+                    a.host_net.tolist(),
+                )
+            )
+            self._lists = _PerHost(
                 [members[cut[h] : cut[h + 1]] for h in range(n)],
                 self.measured.tolist(),
                 [loaded[lcut[h] : lcut[h + 1]] for h in range(n)],
-                *(
-                    ([],) * 4
-                    if a is None
-                    else (
-                        a.host_ok.tolist(),
-                        a.host_cpu.tolist(),
-                        a.host_mem.tolist(),
-                        a.host_net.tolist(),
-                    )
-                ),
+                *columns,
             )
         return self._lists
 
