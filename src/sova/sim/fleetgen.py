@@ -58,6 +58,7 @@ class FleetShape:
     vms: int = 200
     duration_s: float = DAY_S
     sample_s: float = 300.0  # the public traces' 5-minute samples
+    start_s: float = 0.0  # time of day the trace starts (the diurnal cycle's clock)
     seed: int = 0
     idle_share: float = 0.5  # send well under 1 Mbit/s
     heavy_share: float = 0.05  # Pareto-tailed senders: most of the bytes
@@ -79,6 +80,7 @@ class FleetShape:
             ("vms", self.vms, self.vms >= 1),
             ("duration_s", self.duration_s, self.duration_s >= self.sample_s),
             ("sample_s", self.sample_s, self.sample_s > 0),
+            ("start_s", self.start_s, self.start_s >= 0),
             ("idle_share", self.idle_share, 0 <= self.idle_share <= 1),
             ("heavy_share", self.heavy_share, 0 <= self.heavy_share <= 1),
             ("cpu_bound_share", self.cpu_bound_share, 0 <= self.cpu_bound_share <= 1),
@@ -142,7 +144,8 @@ def generate(shape: FleetShape) -> Fleet:
     # diurnal swing: business hours, per-VM amplitude and a phase jitter of ~1 h
     amp = np.where(is_[IDLE], rng.uniform(0.0, 0.3, n), rng.uniform(0.3, 0.9, n))
     phase = 14.0 / 24.0 - 0.25 + rng.normal(0.0, 1.0 / 24.0, n)  # peak about 14:00
-    diurnal = 1.0 + amp[:, None] * np.sin(2 * np.pi * (t[None, :] / DAY_S - phase[:, None]))
+    day = (t + shape.start_s)[None, :] / DAY_S
+    diurnal = 1.0 + amp[:, None] * np.sin(2 * np.pi * (day - phase[:, None]))
 
     # AR(1) noise in log space, correlated over a few samples, mean 1
     rho, sigma = 0.8, 0.4

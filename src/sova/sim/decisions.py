@@ -1,0 +1,122 @@
+"""What a run's decisions bought: VF moves per host-hour, useless moves, moved-back
+migrations, each measured on the run's records against the demand it faced.
+
+One definition of each, here, for the decision benchmark (benchmarks/decisions.py) and the
+report:
+
+* a **VF move** is an attach (a VM gets a VF); the detach that freed the VF is part of it;
+* a move is **useless** when the VM it went to sent no more than virtio carries without loss
+  (:func:`virtio_ceiling_bps`) at the attach and over the next :data:`USEFUL_HORIZON_S`: the
+  VF bought that VM nothing, and the hot-plug cost it a connectivity blip;
+* a migration is **moved back** when the VM returns to a host it left within
+  ``window_s``.
+
+The blip a hot-plug costs the guest is the nested real-VF tier's measurement (docs/lab.md,
+nested tier: ping gaps of 1.95-2.4 s at a plug, 1.3 s at an unplug).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sova.record import EventRow, Timeline
+from sova.scenario import ProfileSpec
+
+USEFUL_HORIZON_S = 60.0
+BLIP_ATTACH_S = 2.2  # docs/lab.md, nested tier: ping gaps 1.95-2.4 s at a plug
+BLIP_DETACH_S = 1.3  # docs/lab.md, nested tier: 1.3 s at an unplug
+MOVED_BACK_WINDOW_S = 3600.0
+PACKET_BYTES = 1448.0  # the workloads' default segment (scenario.Workload.packet_bytes)
+
+
+def virtio_ceiling_bps(profile: ProfileSpec, packet_bytes: float = PACKET_BYTES) -> float:
+    """What one VM's virtio path carries at most on this hardware: its per-VM flow limit or
+    the backend's whole packet rate, whichever is lower."""
+    return min(profile.virtio_flow_limit, profile.virtio_pps_limit * packet_bytes * 8.0)
+
+
+@dataclass(frozen=True)
+class DemandGrid:
+    """Each VM's offered load (bit/s) at each timeline sample of a run."""
+
+    times: np.ndarray  # (P,) sample times, ascending
+    vms: list[str]
+    offered: np.ndarray  # (V, P) bit/s; 0 where a VM has no sample
+    delivered: np.ndarray  # (V, P) bit/s sent
+
+    def index(self, vm: str) -> int:
+        return self.vms.index(vm)
+
+
+def demand_grid(timeline: Timeline, vms: Sequence[str]) -> DemandGrid:
+    """The run's offered and delivered load per VM and sample, from its timeline."""
+    t = timeline.column("time_s")
+    codes = timeline.column("vm")
+    names = timeline.texts("vm")
+    offered = timeline.column("offered_mbps")
+    tx = timeline.column("tx_mbps")
+    times = np.unique(t)
+    where = {v: i for i, v in enumerate(vms)}
+    row = np.array([where.get(str(names[c]), -1) for c in codes], dtype=np.int64)
+    col = np.searchsorted(times, t)
+    ok = row >= 0
+    grid = np.zeros((len(vms), times.size))
+    sent = np.zeros((len(vms), times.size))
+    off = np.where(np.isfinite(offered), offered, 0.0) * 1e6
+    grid[row[ok], col[ok]] = off[ok]
+    sent[row[ok], col[ok]] = tx[ok] * 1e6
+    return DemandGrid(times, list(vms), grid, sent)
+
+
+def attaches(events: Iterable[EventRow]) -> list[EventRow]:
+    return [e for e in events if e.event == "vf_attach"]
+
+
+def useless_attaches(
+    events: Iterable[EventRow],
+    grid: DemandGrid,
+    ceiling_bps: float,
+    horizon_s: float = USEFUL_HORIZON_S,
+) -> list[EventRow]:
+    """The VF attaches to a VM whose demand, from the sample before the attach to
+    ``horizon_s`` after it, never exceeded what its virtio path carries."""
+    period = float(np.median(np.diff(grid.times))) if grid.times.size > 1 else 0.0
+    out = []
+    for e in attaches(events):
+        i = grid.vms.index(e.vm) if e.vm in grid.vms else -1
+        if i < 0:
+            continue
+        lo = np.searchsorted(grid.times, e.time_s - period, side="left")
+        hi = np.searchsorted(grid.times, e.time_s + horizon_s, side="right")
+        peak = float(grid.offered[i, lo:hi].max()) if hi > lo else 0.0
+        if peak <= ceiling_bps:
+            out.append(e)
+    return out
+
+
+def moved_back(events: Iterable[EventRow], window_s: float = MOVED_BACK_WINDOW_S) -> int:
+    """Migrations that took a VM back to a host it had left less than ``window_s`` before."""
+    left: dict[tuple[str, str], float] = {}  # (vm, host) -> when the VM last left it
+    n = 0
+    for e in sorted((e for e in events if e.event == "migrate_end"), key=lambda e: e.time_s):
+        since = left.get((e.vm, e.dst_host))
+        if since is not None and e.time_s - since <= window_s:
+            n += 1
+        left[(e.vm, e.src_host)] = e.time_s
+    return n
+
+
+def blip_cost_mbit(events: Iterable[EventRow], grid: DemandGrid) -> float:
+    """The traffic the hot-plugs' blips would cost the guests (Mbit): each attach and
+    detach silences the VM for its blip at the rate it was sending then."""
+    total = 0.0
+    for e in events:
+        blip = {"vf_attach": BLIP_ATTACH_S, "vf_detach": BLIP_DETACH_S}.get(e.event)
+        if blip is None or e.vm not in grid.vms:
+            continue
+        k = min(int(np.searchsorted(grid.times, e.time_s)), grid.times.size - 1)
+        total += blip * float(grid.offered[grid.vms.index(e.vm), k]) / 1e6
+    return total
