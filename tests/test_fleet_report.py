@@ -86,7 +86,8 @@ def test_large_run_plots_aggregates_with_short_legends(
     policy = "sova+sova"
     assert hosts[f"{policy}: link use heat map (hosts x periods)"] == HOSTS * 12  # 120 s / 10 s
     assert f"{policy}: median over {HOSTS} hosts" in hosts
-    assert plots["vf_holders.png"][f"policy: {policy} (VF holders per host x period)"] > 0
+    holders = plots["vf_holders.png"]
+    assert holders[f"policy: {policy} (VF holders' share of host traffic, host x period)"] > 0
     assert legends and max(legends) <= fleet.MAX_LEGEND
     assert all((out / png).stat().st_size > 0 for png in plots)
 

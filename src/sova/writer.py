@@ -270,7 +270,20 @@ class HolderPanel:
 
 
 # Orange is the expected holders' colour: hosts get the others.
-HOST_COLOURS = ("tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:cyan", "tab:olive")
+# One colour per host up to the report's line-per-host limit (sim.world.TICK_HOSTS = 10),
+# none of them red (the alpha line and the burst markers are red)
+HOST_COLOURS = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:grey",
+    "tab:olive",
+    "tab:cyan",
+    "black",
+)
 
 Plotted = dict[str, int]  # series label -> points (or bars) drawn: what a PNG shows
 

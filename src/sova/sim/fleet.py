@@ -133,6 +133,38 @@ def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) 
     plotted[label] = int(x.size)
 
 
+def _volume(a: np.ndarray) -> np.ndarray:
+    """Each column's sum of magnitudes, columns a block at a time (each VM's sum adds its
+    periods in the same order)."""
+    return np.concatenate(
+        [np.nansum(np.abs(a[:, j : j + BLOCK]), axis=0) for j in range(0, a.shape[1], BLOCK)]
+        or [np.zeros(0, dtype=a.dtype)]
+    )
+
+
+def traffic_volume(run: PolicyRun, g: Grid) -> np.ndarray:
+    """Each VM's traffic over the run (sum of its tx samples), the order of "busiest"."""
+    return _volume(metric(run, g, "tx_mbps"))
+
+
+def holder_share(run: PolicyRun, g: Grid) -> np.ndarray:
+    """Hosts x periods: the share of each host's offered traffic that its VF holders offer
+    (NaN where the host offers none). 1 means the VFs sit on the VMs that send; near 0,
+    on VMs that barely send, whatever the number of holders."""
+    offered = metric(run, g, "offered_mbps")
+    offered = np.where(np.isfinite(offered), offered, np.float32(0.0))
+    H = len(g.hosts)
+    out = np.full((H, g.times.size), np.nan)
+    for p in range(g.times.size):  # a period at a time (see plot_vf_holders_fleet)
+        h = g.host[p]
+        ok = h >= 0
+        total = np.bincount(h[ok], offered[p][ok], minlength=H)
+        held = np.bincount(h[ok], np.where(g.vf[p][ok], offered[p][ok], 0.0), minlength=H)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[:, p] = np.where(total > 0, held / total, np.nan)
+    return out
+
+
 def plot_metric_fleet(
     path: Path, scn: Scenario, run: PolicyRun, g: Grid, name: str, label: str
 ) -> Plotted | None:
@@ -145,11 +177,9 @@ def plot_metric_fleet(
     plotted: Plotted = {}
     fig, ax = plt.subplots(figsize=(10, 4))
     _bands(ax, x, a, f"{len(g.vms)} VMs", plotted)
-    # columns a block at a time: each VM's sum adds its periods in the same order
-    volume = np.concatenate(
-        [np.nansum(np.abs(a[:, j : j + BLOCK]), axis=0) for j in range(0, a.shape[1], BLOCK)]
-        or [np.zeros(0, dtype=a.dtype)]
-    )
+    # The VMs drawn are the busiest senders whatever the metric: ranked by the metric's
+    # own volume, io_degree (high when idle) drew the idlest VMs.
+    volume = traffic_volume(run, g) if name != "tx_mbps" else _volume(a)
     top = [int(i) for i in np.argsort(-volume, kind="stable")[:TOP_N] if volume[i] > 0]
     colours = ("tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown")
     for k, i in enumerate(top):
@@ -165,7 +195,7 @@ def plot_metric_fleet(
     ax.set_ylabel(label)
     ax.set_title(
         f"{scn.name} ({run.policy}): {label} — spread over {len(g.vms)} VMs, "
-        f"top {len(top)} by volume",
+        f"top {len(top)} by traffic",
         fontsize=10,
         loc="left",
     )
@@ -293,33 +323,41 @@ def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Pl
 def plot_vf_holders_fleet(
     path: Path, scn: Scenario, runs: Sequence[PolicyRun], grids: Sequence[Grid]
 ) -> Plotted | None:
-    """Per policy: a host x time heat map of how many VMs hold a VF on each host."""
-    counts = []
-    for g in grids:
-        c = np.zeros((len(g.hosts), g.times.size), dtype=float)
-        # a period at a time: index arrays over every VF-period of an hour were ~20 MB
-        for p in range(g.times.size):
-            h = g.host[p][g.vf[p]]
-            c[:, p] = np.bincount(h[h >= 0], minlength=len(g.hosts))
-        counts.append(c)
-    if not any(c.any() for c in counts):
+    """Per policy: a host x time heat map of the share of each host's offered traffic its
+    VF holders offer, and the VF moves per host-hour in the title (a count of holders per
+    host was a flat "pool size" that showed no decision)."""
+    from sova.sim import decisions as dq
+
+    if not any(g.vf.any() for g in grids):
         return None
-    pool = max((h.nic.vf_pool for h in scn.hosts), default=1)
-    vmax = float(max(pool, max(int(c.max()) for c in counts), 1))
+    ceiling = dq.virtio_ceiling_bps(scn.profile)
     plotted: Plotted = {}
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 3.4 * len(runs)), squeeze=False)
-    for ax, run, g, c in zip(axes[:, 0], runs, grids, counts, strict=True):
+    for ax, run, g in zip(axes[:, 0], runs, grids, strict=True):
         end = float(g.times[-1]) if g.times.size else 1.0
-        _heat(fig, ax, c, end, "VMs on a VF", vmax, "magma")
-        held = int(g.vf.sum())
+        share = holder_share(run, g)
+        _heat(fig, ax, share, end, "holders' share of host traffic", 1.0, "magma")
+        moves = dq.attaches(run.events)
+        demand = dq.demand_grid(run.timeline, g.vms)
+        useless = dq.useless_attaches(moves, demand, ceiling)
+        hours = max(end, 1e-9) / 3600.0
+        per_host_h = len(moves) / (max(len(g.hosts), 1) * hours)
+        mean = float(np.nanmean(share)) if np.isfinite(share).any() else 0.0
         ax.set_title(
-            f"policy: {run.policy} — VF holders per host ({held} VM-periods on a VF)",
+            f"policy: {run.policy} — VF holders' share of host traffic (mean {mean:.2f}); "
+            f"{len(moves)} VF moves ({per_host_h:.1f} /host-h), {len(useless)} useless",
             fontsize=10,
             loc="left",
         )
-        plotted[f"policy: {run.policy} (VF holders per host x period)"] = held
+        plotted[f"policy: {run.policy} (VF holders' share of host traffic, host x period)"] = int(
+            np.isfinite(share).sum()
+        )
     axes[-1, 0].set_xlabel("time (min)")
-    fig.suptitle(f"{scn.name}: VF holders per host", fontsize=11)
+    fig.suptitle(
+        f"{scn.name}: where the VFs are — 1 = on the VMs that send, 0 = on idle VMs; "
+        "useless = virtio carried the VM's demand",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90, metadata=PNG_META)
     plt.close(fig)

@@ -115,7 +115,7 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
     plotted: Plotted = {}
     plt = writer.pyplot()
     fig, axes = plt.subplots(
-        len(runs), 1, figsize=(10, 2.6 * len(runs)), squeeze=False, sharex=True
+        len(runs), 1, figsize=(11, 2.6 * len(runs)), squeeze=False, sharex=True
     )
     for ax, run in zip(axes[:, 0], runs, strict=True):
         st = run.stats
@@ -125,6 +125,7 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
         k = max(1, int(round(scn.controller.period / scn.tick)))
         ticks = st.host_net.ticks
         assert ticks is not None, "a line per host is drawn only where every tick is kept"
+        peak = 0.0
         for j, h in enumerate(hosts):
             series = ticks[:, j]
             # edge-padded, so the average does not dip to zero at the run's ends
@@ -140,6 +141,8 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
             colour = writer.HOST_COLOURS[j % len(writer.HOST_COLOURS)]
             ax.plot(t, smooth, lw=1.4, label=f"{h} net", color=colour)
             plotted[f"{run.policy}: {h}"] = int(np.isfinite(smooth).sum())
+            if smooth.size and np.isfinite(smooth).any():
+                peak = max(peak, float(np.nanmax(smooth)))
         alpha = scn.controller.manager.alpha
         ax.axhline(alpha, color="red", lw=0.8, ls=":", label=f"α = {alpha:g}")
         eng = run.engine
@@ -150,14 +153,20 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
                 )
                 ax.annotate(
                     f"{m['vm']} {m['src']}→{m['dst']}",
-                    (float(m["start_s"]) / 60.0, 1.02),
+                    (float(m["start_s"]) / 60.0, 1.01),
+                    xycoords=("data", "axes fraction"),
                     fontsize=7,
                     annotation_clip=False,
                 )
-        ax.set_ylim(0, 1.1)
+        # A fleet at 2 % of its links drawn on a 0-1.1 scale is flat lines at the bottom:
+        # the scale follows the busiest host unless the hosts come near alpha.
+        top = 1.1 if 1.25 * peak >= 0.8 * alpha else max(0.05, 1.25 * peak)
+        ax.set_ylim(0, top)
         ax.set_ylabel("link utilisation")
-        ax.set_title(f"policy: {run.policy}", fontsize=10, loc="left")
-        ax.legend(fontsize=7, ncol=len(hosts) + 1, loc="lower right")
+        above = f" — α = {alpha:g} is above this scale" if top < alpha else ""
+        ax.set_title(f"policy: {run.policy}{above}", fontsize=10, loc="left")
+        # beside the axes, not over the lines (a legend inside covered the hosts' traffic)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("time (min)")
     fig.tight_layout()
