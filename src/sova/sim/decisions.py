@@ -60,7 +60,8 @@ def demand_grid(timeline: Timeline, vms: Sequence[str]) -> DemandGrid:
     tx = timeline.column("tx_mbps")
     times = np.unique(t)
     where = {v: i for i, v in enumerate(vms)}
-    row = np.array([where.get(str(names[c]), -1) for c in codes], dtype=np.int64)
+    lut = np.array([where.get(str(n), -1) for n in names] + [-1], dtype=np.int64)
+    row = lut[codes.astype(np.int64)]
     col = np.searchsorted(times, t)
     ok = row >= 0
     grid = np.zeros((len(vms), times.size))
