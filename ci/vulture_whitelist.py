@@ -114,9 +114,6 @@ _.should_exit  # unused attribute (src/sova/daemon/manager_standby.py)
 # matplotlib calls an artist's draw when the figure renders (src/sova/sim/fleet.py: _PixelGrid)
 _.draw  # unused method
 # The decision benchmark (benchmarks/decisions.py, outside vulture's paths) and its tests
-demand_grid  # unused function (src/sova/sim/decisions.py)
-useless_attaches  # unused function (src/sova/sim/decisions.py)
-moved_back  # unused function (src/sova/sim/decisions.py)
 blip_cost_mbit  # unused function (src/sova/sim/decisions.py)
 oracle_policy  # unused function (src/sova/sim/oracle.py)
 _.value_mbit  # unused variable (src/sova/sim/oracle.py): the model's objective, for readers

@@ -113,3 +113,20 @@ def test_host_plot_has_a_colour_per_host_and_its_legend_beside_the_lines(
         np.nanmax(line.get_ydata()) for line in ax.get_lines() if "net" in str(line.get_label())
     ]
     assert max(peaks) <= ax.get_ylim()[1]
+
+
+def test_report_counts_moves_and_draws_vf_time_against_demand(tmp_path: Path) -> None:
+    vms = {
+        "quiet": {"kind": "bulk", "rate": "1Mbit"},
+        "big": {"kind": "bulk", "rate": "800Mbit"},
+        "other": {"kind": "bulk", "rate": "1Mbit"},
+    }
+    scn = load_scenario(_scenario(tmp_path / "s.yaml", 1, vms))
+    run = World(scn, PolicySpec(name="static-sriov", vf="static-sriov")).run_until(scn.duration)
+    lines = report.decisions_table(scn, [run])
+    # one VF, handed once to "quiet" (created first), which sends 1 Mbit/s: one move in
+    # 120 s on one host = 30 per host-hour, useless (virtio carries 1 Mbit/s)
+    assert "| static-sriov | 1 | 30.0 | 1 (100%) | 0 | 0 |" in lines
+    plotted = report.plot_vf_holding(tmp_path / "holding.png", scn, [run])
+    assert plotted == {"static-sriov: VMs (mean demand, time on VF)": 3}
+    assert (tmp_path / "holding.png").stat().st_size > 0

@@ -85,9 +85,10 @@ def useless_attaches(
     """The VF attaches to a VM whose demand, from the sample before the attach to
     ``horizon_s`` after it, never exceeded what its virtio path carries."""
     period = float(np.median(np.diff(grid.times))) if grid.times.size > 1 else 0.0
+    where = {v: i for i, v in enumerate(grid.vms)}
     out = []
     for e in attaches(events):
-        i = grid.vms.index(e.vm) if e.vm in grid.vms else -1
+        i = where.get(e.vm, -1)
         if i < 0:
             continue
         lo = np.searchsorted(grid.times, e.time_s - period, side="left")
@@ -113,11 +114,12 @@ def moved_back(events: Iterable[EventRow], window_s: float = MOVED_BACK_WINDOW_S
 def blip_cost_mbit(events: Iterable[EventRow], grid: DemandGrid) -> float:
     """The traffic the hot-plugs' blips would cost the guests (Mbit): each attach and
     detach silences the VM for its blip at the rate it was sending then."""
+    where = {v: i for i, v in enumerate(grid.vms)}
     total = 0.0
     for e in events:
         blip = {"vf_attach": BLIP_ATTACH_S, "vf_detach": BLIP_DETACH_S}.get(e.event)
-        if blip is None or e.vm not in grid.vms:
+        if blip is None or e.vm not in where:
             continue
         k = min(int(np.searchsorted(grid.times, e.time_s)), grid.times.size - 1)
-        total += blip * float(grid.offered[grid.vms.index(e.vm), k]) / 1e6
+        total += blip * float(grid.offered[where[e.vm], k]) / 1e6
     return total

@@ -175,6 +175,91 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
     return plotted
 
 
+def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
+    """What each policy's decisions were and what they bought: VF moves (per host-hour),
+    the useless ones (sova.sim.decisions), migrations and the moved-back ones."""
+    from sova.sim import decisions as dq
+
+    ceiling = dq.virtio_ceiling_bps(scn.profile)
+    vms = [v.name for v in scn.vms]
+    hours = max(scn.duration, 1e-9) / 3600.0
+    lines = [
+        "## Decisions",
+        "",
+        f"A VF move is an attach; it is useless when the VM sent no more than its virtio "
+        f"path carries ({ceiling / 1e6:,.0f} Mbit/s) at the attach and over the next "
+        f"{dq.USEFUL_HORIZON_S:g} s. Moved back: a migration to a host the VM left less than "
+        f"{dq.MOVED_BACK_WINDOW_S / 3600:g} h before.",
+        "",
+        "| policy | VF moves | per host-hour | useless | migrations | moved back |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        moves = dq.attaches(run.events)
+        useless = dq.useless_attaches(moves, dq.demand_grid(run.timeline, vms), ceiling)
+        share = f" ({len(useless) / len(moves):.0%})" if moves else ""
+        migrations = sum(1 for e in run.events if e.event == "migrate_end")
+        lines.append(
+            f"| {run.policy} | {len(moves)} | {len(moves) / (len(scn.hosts) * hours):.1f} | "
+            f"{len(useless)}{share} | {migrations} | {dq.moved_back(run.events)} |"
+        )
+    return lines
+
+
+def plot_vf_holding(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted | None:
+    """Each VM's share of the run on a VF against its mean offered load, per policy: a VF
+    policy that pays puts its VF time on the right (the VMs that send), past the virtio
+    ceiling where a VF buys throughput."""
+    from sova.sim import decisions as dq
+
+    vms = [v.name for v in scn.vms]
+    points = []
+    for run in runs:
+        grid = dq.demand_grid(run.timeline, vms)
+        if not grid.times.size:
+            continue
+        on_vf = np.zeros(len(vms))
+        texts = run.timeline.texts("vm")
+        nic = run.timeline.texts("nic")
+        where = {v: i for i, v in enumerate(vms)}
+        vm_of = np.array([where.get(str(t), -1) for t in texts] + [-1], dtype=np.int64)
+        is_vf = np.array([t == "vf" for t in nic] + [False])
+        for c in run.timeline.chunks():
+            i = vm_of[c.columns["vm"]]
+            ok = (i >= 0) & is_vf[c.columns["nic"]]
+            on_vf += np.bincount(i[ok], minlength=len(vms))
+        share = on_vf / grid.times.size
+        if share.any():
+            points.append((run.policy, grid.offered.mean(axis=1) / 1e6, share))
+    if not points:
+        return None
+    plt = writer.pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4))
+    plotted: Plotted = {}
+    markers = "o^sDv<>"
+    for k, (policy, demand, share) in enumerate(points):
+        x = np.maximum(demand, 1e-3)
+        ax.scatter(x, share, s=14, alpha=0.7, marker=markers[k % len(markers)], label=policy, lw=0)
+        plotted[f"{policy}: VMs (mean demand, time on VF)"] = int(x.size)
+    ceiling = dq.virtio_ceiling_bps(scn.profile) / 1e6
+    ax.axvline(ceiling, color="red", lw=0.8, ls=":", label=f"virtio ceiling {ceiling:,.0f}")
+    ax.set_xscale("log")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("VM's mean offered load (Mbit/s, log)")
+    ax.set_ylabel("share of the run on a VF")
+    ax.set_title(
+        f"{scn.name}: who held the VFs — VF time against each VM's demand",
+        fontsize=10,
+        loc="left",
+    )
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata=PNG_META)
+    plt.close(fig)
+    return plotted
+
+
 def host_cpu(run: PolicyRun) -> float | None:
     """Mean CPU utilisation over hosts and ticks (guest + backend work)."""
     return run.stats.host_cpu.mean()
@@ -388,6 +473,7 @@ def write_report(
         keep("hosts.png", fleet.plot_hosts_fleet(out / "hosts.png", scn, runs))
     elif multi:
         keep("hosts.png", plot_hosts(out / "hosts.png", scn, runs))
+    has_holding = keep("vf_holding.png", plot_vf_holding(out / "vf_holding.png", scn, runs))
     specs = {p.name: p for p in scn.policy_specs}
 
     pol = summary["policies"]
@@ -446,6 +532,7 @@ def write_report(
             "way, and the policies differ in what it costs — host CPU and response time above.",
         ]
     lines += ["", *migrations_table(pol)]
+    lines += ["", *decisions_table(scn, runs)]
     if scn.paper.vf_holders:
         lines += [
             "",
@@ -509,6 +596,8 @@ def write_report(
             lines += ["![hosts](hosts.png)", ""]
     if not has_holders:
         lines += ["No VM held a VF in this run (no VF plot).", ""]
+    if has_holding:
+        lines += ["![VF holding time against demand](vf_holding.png)", ""]
     for name, label in metric_pngs:
         lines += [f"![{label}]({name})", ""]
     lines += [
