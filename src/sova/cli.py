@@ -310,6 +310,7 @@ def _register_subcommands() -> None:
     from sova.cli_daemons import register as register_daemons
     from sova.cli_lab import register as register_lab
     from sova.cli_operator import register as register_operator
+    from sova.cli_scenario import register as register_scenario
     from sova.cli_status import register as register_status
     from sova.cli_store import register as register_store
     from sova.cli_testbed import register as register_testbed
@@ -318,6 +319,7 @@ def _register_subcommands() -> None:
     register_testbed(app)
     register_lab(app)
     register_operator(app)
+    register_scenario(app)
     register_status(app)
     register_store(app)
 

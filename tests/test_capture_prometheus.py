@@ -1,0 +1,310 @@
+"""`sova scenario capture` against a real Prometheus server (issue 35 item 7).
+
+The test writes the libvirt exporter's per-VM series for one hour of yesterday as OpenMetrics
+text, backfills them into a TSDB with ``promtool tsdb create-blocks-from openmetrics``,
+starts ``prometheus`` on that TSDB (loopback only), captures a scenario from it, and replays
+it with ``sova simulate``: the captured CSV carries the series' rates and the simulated VMs
+offer them. Skipped, saying why, where Debian's ``prometheus`` package (both binaries;
+scripts/ci-setup-ops.sh installs it) is missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sova.cli import app
+from sova.scenario import load_scenario
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+NO_PROMETHEUS = (
+    "needs Debian's prometheus package (prometheus and promtool; scripts/ci-setup-ops.sh)"
+)
+runner = CliRunner()
+
+SCRAPE = 15  # s between the exporter's samples
+MBIT = 1e6 / 8  # bytes per second in one Mbit/s
+# The hour captured: yesterday, on the hour. Backfilled blocks must be older than the head
+# Prometheus starts with, and inside its retention (15 days by default).
+START = (int(time.time()) // 3600 - 24) * 3600
+END = START + 3600
+
+
+def web_tx(t: float) -> float:
+    """web's transmit rate (bytes/s): 100 Mbit/s, then 800 Mbit/s from minute 30."""
+    return (100 if t < START + 1800 else 800) * MBIT
+
+
+def batch_tx(t: float) -> float:
+    """batch sends 300 Mbit/s from minute 10 to minute 30, nothing before or after."""
+    return 300 * MBIT if START + 600 <= t < START + 1800 else 0.0
+
+
+def const(mbit: float) -> Callable[[float], float]:
+    return lambda t: mbit * MBIT
+
+
+def web_cpu(t: float) -> float:
+    """CPU seconds per second: 1 of web's 4 vCPUs busy, 3 from minute 30."""
+    return 1.0 if t < START + 1800 else 3.0
+
+
+def counter(
+    rate: Callable[[float], float], times: list[int], reset_at: int | None = None
+) -> list[float]:
+    """A counter's samples at ``times`` for a rate that is constant between samples; at
+    ``reset_at`` it restarts from the increase of that scrape (an exporter restart)."""
+    out, c = [], 0.0
+    for i, t in enumerate(times):
+        if i:
+            c += rate(times[i - 1]) * (t - times[i - 1])
+        if reset_at is not None and times[i - 1] < reset_at <= t:
+            c = rate(times[i - 1]) * (t - times[i - 1])
+        out.append(c)
+    return out
+
+
+def openmetrics(path: Path) -> None:
+    # Samples from 5 minutes before the window to 5 after, so the first step has its rate.
+    times = list(range(START - 300, END + 300 + 1, SCRAPE))
+    lib = {"job": "libvirt"}
+    hv1, hv2 = {**lib, "instance": "hv1:9177"}, {**lib, "instance": "10.0.0.2:9177"}
+    families: dict[str, tuple[str, list[tuple[dict[str, str], list[float]]]]] = {
+        "libvirt_domain_interface_stats_transmit_bytes": ("counter", [
+            ({**hv1, "domain": "web", "target_device": "vnet0"}, counter(web_tx, times)),
+            ({**hv1, "domain": "web", "target_device": "vnet1"}, counter(const(0), times)),
+            ({**hv1, "domain": "batch", "target_device": "vnet2"}, counter(batch_tx, times)),
+            ({**hv2, "domain": "db", "target_device": "vnet0"}, counter(const(20), times, START + 2400)),
+            # the same VM scraped by another job: --selector 'job="libvirt"' leaves it out
+            ({"job": "other", "instance": "hv1:9177", "domain": "web", "target_device": "vnet0"},
+             counter(const(5000), times)),
+        ]),
+        "libvirt_domain_interface_stats_receive_bytes": ("counter", [
+            ({**hv1, "domain": "web", "target_device": "vnet0"}, counter(const(10), times)),
+            ({**hv1, "domain": "web", "target_device": "vnet1"}, counter(const(5), times)),
+            ({**hv1, "domain": "batch", "target_device": "vnet2"}, counter(const(0), times)),
+            ({**hv2, "domain": "db", "target_device": "vnet0"}, counter(const(50), times, START + 2400)),
+        ]),
+        "libvirt_domain_info_cpu_time_seconds": ("counter", [
+            ({**hv1, "domain": "web"}, counter(web_cpu, times)),
+            ({**hv1, "domain": "batch"}, counter(lambda t: 2.0, times)),
+            ({**hv2, "domain": "db"}, counter(lambda t: 0.1, times)),
+        ]),
+        "libvirt_domain_info_virtual_cpus": ("gauge", [
+            ({**hv1, "domain": "web"}, [4.0] * len(times)),
+            ({**hv1, "domain": "batch"}, [2.0] * len(times)),
+            ({**hv2, "domain": "db"}, [1.0] * len(times)),
+        ]),
+        "libvirt_domain_info_maximum_memory_bytes": ("gauge", [
+            ({**hv1, "domain": "web"}, [8.0 * 2**30] * len(times)),
+            ({**hv1, "domain": "batch"}, [2.0 * 2**30] * len(times)),
+            ({**hv2, "domain": "db"}, [16.0 * 2**30] * len(times)),
+        ]),
+    }  # fmt: skip
+    lines = []
+    for family, (kind, series) in families.items():
+        lines.append(f"# TYPE {family} {kind}")
+        name = family + ("_total" if kind == "counter" else "")
+        for labels, values in series:
+            sel = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+            lines.extend(f"{name}{{{sel}}} {v!r} {t}" for t, v in zip(times, values, strict=True))
+    lines.append("# EOF")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if PROMETHEUS is None or PROMTOOL is None:
+        pytest.skip(NO_PROMETHEUS)
+    d = tmp_path_factory.mktemp("prom")
+    openmetrics(d / "series.om")
+    data = d / "data"
+    made = subprocess.run(
+        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(d / "series.om"), str(data)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    (d / "prometheus.yml").write_text("global: {}\nscrape_configs: []\n")
+    port = free_port()
+    log = (d / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={d / 'prometheus.yml'}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=30d",
+        ],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"prometheus exited {proc.returncode}: {(d / 'prometheus.log').read_text()[-2000:]}"
+                )
+            try:
+                if httpx.get(url + "/-/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"prometheus not ready in 60 s: {(d / 'prometheus.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def capture(url: str, out: Path, *extra: str) -> tuple[int, str]:
+    r = runner.invoke(
+        app,
+        ["scenario", "capture", "--prometheus", url, "--out", str(out),
+         "--start", str(START), "--end", str(END), "--step", "60s", *extra],
+    )  # fmt: skip
+    return r.exit_code, r.output
+
+
+def test_capture_from_prometheus_replays_the_series(prometheus_url: str, tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"nic_capacity": "25Gbit"},
+                "hosts": [
+                    {"name": "hv1", "vf_pool": 1},
+                    {"name": "edge", "instance": "10.0.0.2:9177", "vf_pool": 4},
+                    {"name": "spare"},
+                ],
+            }
+        )
+    )
+    out = tmp_path / "mine.yaml"
+    code, output = capture(
+        prometheus_url, out, "--inventory", str(inventory), "--vf-pool", "2",
+        "--selector", 'job="libvirt"', "--compare", "default,dsr-iov",
+    )  # fmt: skip
+    assert code == 0, output
+    assert "3 VM(s) on 3 host(s), 60 steps of 60 s" in output, output
+    scn = load_scenario(out)  # what `sova validate` runs
+    hosts = {h.name: h for h in scn.hosts}
+    assert {n: sorted(h.vms) for n, h in hosts.items()} == {
+        "hv1": ["batch", "web"], "edge": ["db"], "spare": [],
+    }  # fmt: skip
+    assert (hosts["hv1"].nic.vf_pool, hosts["edge"].nic.vf_pool, hosts["spare"].nic.vf_pool) == (
+        1,
+        4,
+        2,
+    )
+    assert all(h.nic.capacity == 25e9 for h in scn.hosts)
+    vms = {v.name: v for v in scn.vms}
+    assert (vms["web"].vcpus, vms["batch"].vcpus, vms["db"].vcpus) == (4, 2, 1)
+    assert vms["db"].memory == 16 * 2**30
+
+    rows = read_csv(out.with_suffix(".csv"))
+    assert len(rows) == 60
+    for r in rows:
+        t = float(r["time_s"])  # the row is the step [t, t + 60) of the window
+        # rx + tx over both of web's interfaces: 100 + 10 + 5, then 800 + 10 + 5
+        want = {
+            "web": 115.0 if t < 1800 else 815.0,
+            "batch": 300.0 if 600 <= t < 1800 else 0.0,
+            "db": 70.0,  # through its counters' reset at minute 40
+            "web.cpu": 0.25 if t < 1800 else 0.75,  # 1 then 3 of 4 vCPUs
+            "batch.cpu": 1.0,
+            "db.cpu": 0.1,
+        }
+        for col, w in want.items():
+            assert float(r[col]) == pytest.approx(w, rel=1e-3, abs=1e-3), (t, col, r)
+
+    sim = tmp_path / "sim"
+    r = runner.invoke(
+        app, ["simulate", str(out), "--out", str(sim), "--no-progress", "-p", "default"]
+    )
+    assert r.exit_code == 0, r.output
+    timeline = read_csv(sim / "timeline.csv")
+
+    def mean_offered(vm: str, a: float, b: float) -> float:
+        got = [
+            float(x["offered_mbps"])
+            for x in timeline
+            if x["vm"] == vm and a < float(x["time_s"]) <= b
+        ]
+        assert got, (vm, a, b)
+        return sum(got) / len(got)
+
+    # Samples at t show the period before t; the first and last minute of a phase are
+    # left out. Rate jitter (lognormal, sigma 0.05) averages out over 50+ periods.
+    for vm, a, b, want in (
+        ("web", 60, 1740, 115.0),
+        ("web", 1860, 3600, 815.0),
+        ("batch", 60, 540, 0.0),
+        ("batch", 660, 1740, 300.0),
+        ("batch", 1860, 3600, 0.0),
+        ("db", 60, 3600, 70.0),
+    ):
+        assert mean_offered(vm, a, b) == pytest.approx(want, rel=0.05, abs=0.5), (vm, a, b)
+
+
+def test_capture_without_selector_counts_every_job(prometheus_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "all.yaml"
+    code, output = capture(prometheus_url, out, "--direction", "tx", "--cpu-metric", "")
+    assert code == 0, output
+    rows = read_csv(out.with_suffix(".csv"))
+    # the other job's 5,000 Mbit/s of web is summed in; tx only; no CPU columns asked for
+    assert float(rows[0]["web"]) == pytest.approx(5100.0, rel=1e-3)
+    assert float(rows[0]["db"]) == pytest.approx(20.0, rel=1e-3)
+    assert not any(k.endswith(".cpu") for k in rows[0])
+    # no inventory: the hosts are the instance labels without their port
+    assert {h.name for h in load_scenario(out).hosts} == {"hv1", "10.0.0.2"}
+
+
+def test_capture_names_what_prometheus_did_not_have(prometheus_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "none.yaml"
+    code, output = capture(prometheus_url, out, "--selector", 'job="nope"')
+    assert code == 2, output
+    assert "no series of libvirt_domain_interface_stats_receive_bytes_total" in output
+    assert not out.exists()
+    code, output = capture(prometheus_url, out, "--tx-metric", "rate(")
+    assert code == 3 and "HTTP 400" in output and output.count("\n") == 1, output
+
+
+def test_unreachable_prometheus_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    out = tmp_path / "x.yaml"
+    code, output = capture(f"http://127.0.0.1:{free_port()}", out, "--timeout", "5")
+    assert code == 3, output
+    assert output.startswith("error: Prometheus http://127.0.0.1:") and output.count("\n") == 1
+    assert not out.exists()
