@@ -257,26 +257,25 @@ def test_capture_from_prometheus_replays_the_series(prometheus_url: str, tmp_pat
     assert r.exit_code == 0, r.output
     timeline = read_csv(sim / "timeline.csv")
 
-    def mean_offered(vm: str, a: float, b: float) -> float:
-        got = [
-            float(x["offered_mbps"])
-            for x in timeline
-            if x["vm"] == vm and a < float(x["time_s"]) <= b
-        ]
+    def mean_of(column: str, vm: str, a: float, b: float) -> float:
+        got = [float(x[column]) for x in timeline if x["vm"] == vm and a < float(x["time_s"]) <= b]
         assert got, (vm, a, b)
         return sum(got) / len(got)
 
     # Samples at t show the period before t; the first and last minute of a phase are
-    # left out. Rate jitter (lognormal, sigma 0.05) averages out over 50+ periods.
-    for vm, a, b, want in (
-        ("web", 60, 1740, 115.0),
-        ("web", 1860, 3600, 815.0),
-        ("batch", 60, 540, 0.0),
-        ("batch", 660, 1740, 300.0),
-        ("batch", 1860, 3600, 0.0),
-        ("db", 60, 3600, 70.0),
+    # left out. Rate jitter (lognormal, sigma 0.05) averages out over 50+ periods. Guest
+    # CPU is the captured busy share plus what sending costs the guest (< 0.02 here) with
+    # the profile's 3 % jitter; batch's two busy vCPUs of two stay at 1.
+    for vm, a, b, mbps, cpu in (
+        ("web", 60, 1740, 115.0, 0.25),
+        ("web", 1860, 3600, 815.0, 0.75),
+        ("batch", 60, 540, 0.0, 1.0),
+        ("batch", 660, 1740, 300.0, 1.0),
+        ("batch", 1860, 3600, 0.0, 1.0),
+        ("db", 60, 3600, 70.0, 0.1),
     ):
-        assert mean_offered(vm, a, b) == pytest.approx(want, rel=0.05, abs=0.5), (vm, a, b)
+        assert mean_of("offered_mbps", vm, a, b) == pytest.approx(mbps, rel=0.05, abs=0.5), (vm, a)
+        assert mean_of("cpu_usage", vm, a, b) == pytest.approx(cpu, abs=0.03), (vm, a)
 
 
 def test_capture_without_selector_counts_every_job(prometheus_url: str, tmp_path: Path) -> None:

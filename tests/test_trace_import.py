@@ -97,6 +97,7 @@ def test_bitbrains_files_become_a_scenario_that_replays(tmp_path: Path) -> None:
     assert {v.name: v.vcpus for v in scn.vms} == {"vm1": 4, "vm2": 2, "vm10": 4}
     assert scn.vms[0].memory == 8388608 * 1024  # "Memory capacity provisioned [KB]"
     assert scn.duration == 1500 and scn.tick == 5
+    assert scn.workload[0].vms["vm1"].cpu_column == "vm1.cpu"
     rows = read_csv(out.with_suffix(".csv"))
     assert [float(r["time_s"]) for r in rows] == [0, 300, 600, 900, 1200]
     assert [float(r["vm1"]) for r in rows] == pytest.approx([1, 1, 200, 200, 200])
@@ -117,6 +118,9 @@ def test_bitbrains_files_become_a_scenario_that_replays(tmp_path: Path) -> None:
         assert late, vm
         # lognormal rate jitter (sigma 0.05) averages out over 80 periods
         assert sum(late) / len(late) == pytest.approx(want, rel=0.05), vm
+    cpu = [float(r["cpu_usage"]) for r in timeline if r["vm"] == "vm1" and float(r["time_s"]) > 700]
+    # 90 % of vm1's vCPUs busy, plus what sending 200 Mbit/s costs the guest (< 0.02)
+    assert sum(cpu) / len(cpu) == pytest.approx(0.9, abs=0.04)
     early = [
         float(r["offered_mbps"]) for r in timeline if r["vm"] == "vm1" and float(r["time_s"]) < 590
     ]

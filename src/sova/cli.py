@@ -319,9 +319,9 @@ def _register_subcommands() -> None:
     register_testbed(app)
     register_lab(app)
     register_operator(app)
-    register_scenario(app)
     register_status(app)
     register_store(app)
+    register_scenario(app)
 
 
 _register_subcommands()

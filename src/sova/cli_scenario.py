@@ -1,9 +1,10 @@
-"""``sova scenario import`` and ``sova scenario capture``: a trace-replay scenario from
-measured per-VM series — a public trace archive's files, or the operator's own Prometheus
-(docs/operations.md#replay-your-cluster).
+"""``sova scenario``: trace-replay scenarios (YAML + CSV) that ``sova simulate`` runs.
 
-Both write SCENARIO.yaml and SCENARIO.csv beside it, check the result as ``sova validate``
-does, and print one line saying what they wrote.
+* ``generate``: a fleet workload with the statistics of real cluster traces;
+* ``import`` and ``capture``: measured per-VM series — a public trace archive's files, or
+  the operator's own Prometheus (docs/operations.md#replay-your-cluster). Both write
+  SCENARIO.yaml and SCENARIO.csv beside it, check the result as ``sova validate`` does, and
+  print one line saying what they wrote.
 
 Exit codes: 0 done; 2 bad input (a file, a cell, an option, named in the one-line error);
 3 Prometheus could not be reached or refused.
@@ -17,7 +18,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
 
 scenario_app = typer.Typer(
     name="scenario",
-    help="Build trace-replay scenarios from measured per-VM series (trace archives, Prometheus).",
+    help=(
+        "Make trace-replay scenarios: generate a fleet workload like real clusters', or "
+        "import / capture measured per-VM series (trace archives, Prometheus)."
+    ),
     no_args_is_help=True,
 )
 
@@ -57,9 +61,9 @@ DirectionOpt = Annotated[str, typer.Option(help="A VM's network demand: sum (rx 
 NameOpt = Annotated[str | None, typer.Option(help="Scenario name [default: the file's stem].")]
 
 
-def _fail(msg: str, code: int = 2) -> NoReturn:
+def _fail(msg: str, code: int = 2) -> typer.Exit:
     print(f"error: {msg}", file=sys.stderr, flush=True)
-    raise typer.Exit(code)
+    return typer.Exit(code)
 
 
 def _duration(option: str, value: str) -> float:
@@ -68,15 +72,15 @@ def _duration(option: str, value: str) -> float:
     try:
         d = parse_duration(value)
     except ValueError as exc:
-        _fail(f"{option}: {exc}")
+        raise _fail(f"{option}: {exc}") from None
     if not math.isfinite(d) or d <= 0:
-        _fail(f"{option}: must be > 0 (got {value!r})")
+        raise _fail(f"{option}: must be > 0 (got {value!r})")
     return d
 
 
 def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        _fail(f"{option}: {value!r} is not one of {', '.join(choices)}")
+        raise _fail(f"{option}: {value!r} is not one of {', '.join(choices)}")
     return value
 
 
@@ -96,7 +100,7 @@ def _inventory(
             {"vf_pool": vf_pool, "nic_capacity": nic_capacity, "cores": cores, "memory": memory},
         )
     except TraceError as exc:
-        _fail(str(exc))
+        raise _fail(str(exc)) from None
 
 
 def _write(
@@ -121,7 +125,7 @@ def _write(
 
     policies = [p.strip() for p in compare.split(",") if p.strip()]
     if not policies:
-        _fail("--compare: name at least one policy")
+        raise _fail("--compare: name at least one policy")
     try:
         written = write_replay(
             out,
@@ -138,13 +142,13 @@ def _write(
             description=description,
         )
     except (TraceError, OSError) as exc:
-        _fail(str(exc))
+        raise _fail(str(exc)) from None
     try:
         load_scenario(out)
     except ScenarioError as exc:
         out.unlink(missing_ok=True)
         written.trace.unlink(missing_ok=True)
-        _fail(f"the written scenario was refused, nothing kept: {exc}")
+        raise _fail(f"the written scenario was refused, nothing kept: {exc}") from None
     return written
 
 
@@ -229,12 +233,12 @@ def import_(
         if src.is_dir():
             found = sorted(src.glob("*.csv"))
             if not found:
-                _fail(f"{src}: a folder with no *.csv file")
+                raise _fail(f"{src}: a folder with no *.csv file")
             files.extend(found)
         elif src.is_file():
             files.append(src)
         else:
-            _fail(f"{src}: no such file or folder")
+            raise _fail(f"{src}: no such file or folder")
     inv = _inventory(inventory, vf_pool, nic_capacity, cores, memory)
     try:
         if fmt == "bitbrains":
@@ -245,14 +249,16 @@ def import_(
         where = read_placement(placement) if placement is not None else None
         s_step = _duration("--step", step) if step else median_step(series)
     except TraceError as exc:
-        _fail(str(exc))
+        raise _fail(str(exc)) from None
     vms = [s.name for s in series]
     if where is None and hosts is None:
         where = placement_from_series(series)
     if where is not None:
         unplaced = [vm for vm in vms if vm not in where]
         if unplaced:
-            _fail(f"--placement: VM {unplaced[0]!r} is on no host ({len(unplaced)} VM(s) unplaced)")
+            raise _fail(
+                f"--placement: VM {unplaced[0]!r} is on no host ({len(unplaced)} VM(s) unplaced)"
+            )
         host_names = list(dict.fromkeys([h.name for h in inv.hosts] + [where[v] for v in vms]))
     else:
         if hosts is not None:
@@ -260,7 +266,9 @@ def import_(
         elif inv.hosts:
             host_names = [h.name for h in inv.hosts]
         else:
-            _fail("say where the VMs run: --hosts N, --placement FILE or --inventory with hosts")
+            raise _fail(
+                "say where the VMs run: --hosts N, --placement FILE or --inventory with hosts"
+            )
         where = place_round_robin(vms, [inv.plan(h) for h in host_names])
     t0 = min(s.t[0] for s in series)
     start = t0 + (_duration("--skip", skip) if skip else 0.0)
@@ -294,7 +302,9 @@ def _instant(option: str, value: str) -> float:
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        _fail(f"{option}: {value!r} is neither epoch seconds nor an ISO 8601 date-time")
+        raise _fail(
+            f"{option}: {value!r} is neither epoch seconds nor an ISO 8601 date-time"
+        ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
@@ -380,7 +390,7 @@ def capture(
 
     _check_choice("--direction", direction, DIRECTIONS)
     if not prometheus.startswith(("http://", "https://")):
-        _fail(f"--prometheus: {prometheus!r} must be http://HOST:PORT or https://…")
+        raise _fail(f"--prometheus: {prometheus!r} must be http://HOST:PORT or https://…")
     t_end = _instant("--end", end) if end else time.time()
     t_start = _instant("--start", start) if start else t_end - _duration("--window", window)
     s_step = _duration("--step", step)
@@ -389,14 +399,14 @@ def capture(
         try:
             token = token_file.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
-            _fail(f"--token-file: cannot read {token_file}: {exc}")
+            raise _fail(f"--token-file: cannot read {token_file}: {exc}") from None
     for opt, p in (
         ("--ca-file", ca_file),
         ("--client-cert", client_cert),
         ("--client-key", client_key),
     ):
         if p is not None and not p.is_file():
-            _fail(f"{opt}: {p} is not a file")
+            raise _fail(f"{opt}: {p} is not a file")
     inv = _inventory(inventory, vf_pool, nic_capacity, cores, memory)
     conn = Connection(prometheus, token or None, ca_file, client_cert, client_key, timeout)
     metrics = Metrics(
@@ -412,9 +422,9 @@ def capture(
     try:
         got = run_capture(conn, t_start, t_end, s_step, metrics, direction)
     except CaptureError as exc:
-        _fail(str(exc), 3)
+        raise _fail(str(exc), 3) from None
     except TraceError as exc:
-        _fail(str(exc))
+        raise _fail(str(exc)) from None
     listed = {h.instance for h in inv.hosts if h.instance} | {h.name for h in inv.hosts}
 
     def named(label: str) -> str:
@@ -446,6 +456,48 @@ def capture(
     for note in got.notes:
         print(f"note: {note}", file=sys.stderr)
     _report(written)
+
+
+@scenario_app.command("generate")
+def generate(
+    out_dir: Annotated[Path, typer.Argument(help="Folder for the scenario YAML and its CSV.")],
+    hosts: Annotated[int, typer.Option(help="Hosts (10 GbE, --vfs VFs each).")] = 8,
+    vms: Annotated[int, typer.Option(help="VMs, placed evenly on the hosts.")] = 200,
+    duration: Annotated[str, typer.Option(help="Length of the trace, e.g. 24h, 90min.")] = "24h",
+    sample: Annotated[str, typer.Option(help="Time between trace samples.")] = "5min",
+    seed: Annotated[int, typer.Option(help="Random seed: the same seed, the same fleet.")] = 0,
+    vfs: Annotated[int, typer.Option(help="VF pool per host.")] = 2,
+    net_scale: Annotated[float, typer.Option(help="Multiply every VM's network rate.")] = 1.0,
+    name: Annotated[
+        str | None, typer.Option(help="File name stem [default: fleet-h<H>-v<N>-s<seed>].")
+    ] = None,
+) -> None:
+    """Write a fleet workload: heavy-tailed per-VM volume (most VMs under 10 Mbit/s, a few
+    carrying most bytes), diurnal cycles, bursts, CPU-and-network hybrids, an idle
+    majority; seeded and deterministic (sova.sim.fleetgen)."""
+    from sova.sim.fleetgen import FleetShape, write
+    from sova.sim.fleetgen import generate as make
+    from sova.units import parse_duration
+
+    try:
+        dur, smp = parse_duration(duration), parse_duration(sample)
+    except ValueError as exc:
+        raise _fail(f"--duration/--sample: {exc}") from None
+    try:
+        shape = FleetShape(
+            hosts=hosts,
+            vms=vms,
+            duration_s=dur,
+            sample_s=smp,
+            seed=seed,
+            vf_pool=vfs,
+            net_scale=net_scale,
+            tick_s=min(5.0, smp),
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    path = write(make(shape), out_dir, name)
+    typer.echo(f"{path} ({hosts} hosts, {vms} VMs, {duration}; trace {path.with_suffix('.csv')})")
 
 
 def _shown(url: str) -> str:

@@ -130,7 +130,10 @@ class Workload(_Strict):
       bytes; response times are measured;
     * ``file``: scp of ``size`` bytes at up to ``rate``, costing ``ns_per_byte`` guest CPU
       (encryption); transfer times are measured;
-    * ``trace``: replay the VM's demand (Mbit/s) from column ``column`` of CSV ``trace``.
+    * ``trace``: replay the VM's demand (Mbit/s) from column ``column`` of CSV ``trace``;
+      with ``cpu_column``, the VM's CPU busy share of its vCPUs (0..1) from that column of
+      the same CSV at the same ``time_s``, in place of the constant ``cpu``, so a VM can be
+      busy on CPU and network at once and change both over time.
     """
 
     kind: Literal["duty", "bulk", "requests", "file", "trace"] = "duty"
@@ -148,6 +151,7 @@ class Workload(_Strict):
     ns_per_byte: float = Field(default=0.0, ge=0)
     trace: str | None = None
     column: str | None = None
+    cpu_column: str | None = None
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Workload:
@@ -158,7 +162,15 @@ class Workload(_Strict):
         if self.kind == "trace":
             if not (self.trace and self.column):
                 raise ValueError("kind 'trace' needs trace (a CSV path) and column")
-            _check_trace(self.trace, self.column)
+            if self.cpu_column is not None and self.cpu > 0:
+                raise ValueError(
+                    f"cpu_column {self.cpu_column!r} replaces cpu ({self.cpu}): give one of them"
+                )
+            _check_trace(self.trace, self.column, self.cpu_column)
+        elif self.cpu_column is not None:
+            raise ValueError(
+                f"cpu_column {self.cpu_column!r} needs kind 'trace' (is {self.kind!r})"
+            )
         return self
 
     @property
@@ -576,15 +588,19 @@ def _read(path: Path, what: str = "scenario") -> str:
         raise ScenarioError(f"{path}: {exc}") from None
 
 
-def _check_trace(trace: str, column: str) -> None:
-    """The whole CSV as the simulator will read it: a header, then a number in every cell."""
+def _check_trace(trace: str, column: str, cpu_column: str | None = None) -> None:
+    """The whole CSV as the simulator will read it: a header, then a number in every cell;
+    the demand column >= 0, the CPU column (if any) a busy share in [0, 1]."""
     path = Path(trace)
     text = _decode(_read_bytes(path, "trace"), path, "trace")
     rows = csv.reader(io.StringIO(text))
     header = next(rows, [])
-    if "time_s" not in header or column not in header:
-        raise ValueError(f"trace {trace!r} needs columns time_s and {column!r}, has {header}")
+    wanted = [c for c in ("time_s", column, cpu_column) if c is not None]
+    if any(c not in header for c in wanted):
+        need = " and ".join(repr(c) if c != "time_s" else c for c in wanted)
+        raise ValueError(f"trace {trace!r} needs columns {need}, has {header}")
     i_t, i_v = header.index("time_s"), header.index(column)
+    i_c = header.index(cpu_column) if cpu_column is not None else None
     last, n_rows = -math.inf, 0
     for n, row in enumerate(rows, start=2):
         if not row:
@@ -602,6 +618,11 @@ def _check_trace(trace: str, column: str) -> None:
             raise ValueError(
                 f"trace {trace!r} line {n}: needs finite numbers, time_s in order "
                 f"and {column!r} >= 0"
+            )
+        if i_c is not None and not 0.0 <= cells[i_c] <= 1.0:
+            raise ValueError(
+                f"trace {trace!r} line {n}: cpu_column {cpu_column!r} is a busy share "
+                f"in [0, 1] (got {row[i_c]})"
             )
         last, n_rows = t, n_rows + 1
     if n_rows == 0:

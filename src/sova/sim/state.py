@@ -136,6 +136,8 @@ class EngineState:
         self.file_start = f(N)
         self.trace_col: list[np.ndarray | None] = [None] * N
         self.trace_t: list[np.ndarray | None] = [None] * N
+        # per-sample CPU busy share (0..1 of the vCPUs) of trace VMs with a cpu_column
+        self.trace_cpu: list[np.ndarray | None] = [None] * N
         # duty-cycle state: cycle start and length, for the network and the CPU benchmark
         self.net_start, self.net_len = f(N), np.ones(N)
         self.cpu_start, self.cpu_len = f(N), np.ones(N)

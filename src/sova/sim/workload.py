@@ -131,6 +131,12 @@ def set_workload(eng: EngineState, i: int, w: Workload, t: float) -> None:
         if w.column not in cols:
             raise ValueError(f"trace {w.trace}: no column {w.column!r}")
         eng.trace_t[i], eng.trace_col[i] = cols["time_s"], cols[w.column] * 1e6
+        if w.cpu_column is not None:
+            if w.cpu_column not in cols:
+                raise ValueError(f"trace {w.trace}: no column {w.cpu_column!r}")
+            eng.trace_cpu[i] = np.clip(cols[w.cpu_column], 0.0, 1.0)
+        else:
+            eng.trace_cpu[i] = None
     reset_cycles(eng, np.array([i]), t)
 
 
@@ -253,6 +259,11 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
         assert tt is not None and col is not None
         k = max(0, int(np.searchsorted(tt, t0, side="right")) - 1)
         offered[i] = col[k] * jit[i]
+        cpu = eng.trace_cpu[i]
+        if cpu is not None:
+            # the sample's busy share replaces the duty cycle (cpu is 0 for such VMs, so
+            # no on/off process was drawn for them); the CPU jitter applies as to any VM
+            cpu_frac[i] = cpu[k]
     any_paused = t0 < eng.paused_through
     if any_paused:
         paused = eng.paused_until > t0

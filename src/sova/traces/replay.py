@@ -204,7 +204,9 @@ def write_replay(
             {
                 "at": 0,
                 "vms": {
-                    s.name: {"kind": "trace", "trace": trace.name, "column": s.name} for s in series
+                    s.name: {"kind": "trace", "trace": trace.name, "column": s.name}
+                    | ({"cpu_column": s.name + CPU_SUFFIX} if s.cpu is not None else {})
+                    for s in series
                 },
             }
         ],
