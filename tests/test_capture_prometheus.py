@@ -13,9 +13,11 @@ from __future__ import annotations
 import csv
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -130,11 +132,37 @@ def free_port() -> int:
         return port
 
 
+@dataclass(frozen=True)
+class Served:
+    """A Prometheus serving the backfilled series over TLS, and the CA that signed it."""
+
+    url: str
+    ca: Path
+
+
+def tls_pair(d: Path) -> Path:
+    """A throwaway self-signed certificate for 127.0.0.1 (key.pem, cert.pem in ``d``)."""
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"), "-days", "2",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return d / "cert.pem"
+
+
 @pytest.fixture(scope="module")
-def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     if PROMETHEUS is None or PROMTOOL is None:
         pytest.skip(NO_PROMETHEUS)
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl for the server's throwaway TLS certificate")
     d = tmp_path_factory.mktemp("prom")
+    ca = tls_pair(d)
+    (d / "web.yml").write_text(
+        f"tls_server_config:\n  cert_file: {d / 'cert.pem'}\n  key_file: {d / 'key.pem'}\n"
+    )
     openmetrics(d / "series.om")
     data = d / "data"
     made = subprocess.run(
@@ -151,11 +179,12 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             f"--config.file={d / 'prometheus.yml'}",
             f"--storage.tsdb.path={data}",
             f"--web.listen-address=127.0.0.1:{port}",
+            f"--web.config.file={d / 'web.yml'}",
             "--storage.tsdb.retention.time=30d",
         ],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -164,7 +193,12 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     f"prometheus exited {proc.returncode}: {(d / 'prometheus.log').read_text()[-2000:]}"
                 )
             try:
-                if httpx.get(url + "/-/ready", timeout=2).status_code == 200:
+                if (
+                    httpx.get(
+                        url + "/-/ready", timeout=2, verify=ssl.create_default_context(cafile=ca)
+                    ).status_code
+                    == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass
@@ -173,7 +207,7 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     f"prometheus not ready in 60 s: {(d / 'prometheus.log').read_text()[-2000:]}"
                 )
             time.sleep(0.2)
-        yield url
+        yield Served(url, ca)
     finally:
         proc.terminate()
         try:
@@ -189,16 +223,19 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def capture(url: str, out: Path, *extra: str) -> tuple[int, str]:
+def capture(prom: Served | str, out: Path, *extra: str) -> tuple[int, str]:
+    where = ["--prometheus", prom] if isinstance(prom, str) else [
+        "--prometheus", prom.url, "--ca-file", str(prom.ca)
+    ]  # fmt: skip
     r = runner.invoke(
         app,
-        ["scenario", "capture", "--prometheus", url, "--out", str(out),
+        ["scenario", "capture", *where, "--out", str(out),
          "--start", str(START), "--end", str(END), "--step", "60s", *extra],
     )  # fmt: skip
     return r.exit_code, r.output
 
 
-def test_capture_from_prometheus_replays_the_series(prometheus_url: str, tmp_path: Path) -> None:
+def test_capture_from_prometheus_replays_the_series(prom: Served, tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(
         yaml.safe_dump(
@@ -214,7 +251,7 @@ def test_capture_from_prometheus_replays_the_series(prometheus_url: str, tmp_pat
     )
     out = tmp_path / "mine.yaml"
     code, output = capture(
-        prometheus_url, out, "--inventory", str(inventory), "--vf-pool", "2",
+        prom, out, "--inventory", str(inventory), "--vf-pool", "2",
         "--selector", 'job="libvirt"', "--compare", "default,dsr-iov",
     )  # fmt: skip
     assert code == 0, output
@@ -278,9 +315,9 @@ def test_capture_from_prometheus_replays_the_series(prometheus_url: str, tmp_pat
         assert mean_of("cpu_usage", vm, a, b) == pytest.approx(cpu, abs=0.03), (vm, a)
 
 
-def test_capture_without_selector_counts_every_job(prometheus_url: str, tmp_path: Path) -> None:
+def test_capture_without_selector_counts_every_job(prom: Served, tmp_path: Path) -> None:
     out = tmp_path / "all.yaml"
-    code, output = capture(prometheus_url, out, "--direction", "tx", "--cpu-metric", "")
+    code, output = capture(prom, out, "--direction", "tx", "--cpu-metric", "")
     assert code == 0, output
     rows = read_csv(out.with_suffix(".csv"))
     # the other job's 5,000 Mbit/s of web is summed in; tx only; no CPU columns asked for
@@ -291,14 +328,17 @@ def test_capture_without_selector_counts_every_job(prometheus_url: str, tmp_path
     assert {h.name for h in load_scenario(out).hosts} == {"hv1", "10.0.0.2"}
 
 
-def test_capture_names_what_prometheus_did_not_have(prometheus_url: str, tmp_path: Path) -> None:
+def test_capture_names_what_prometheus_did_not_have(prom: Served, tmp_path: Path) -> None:
     out = tmp_path / "none.yaml"
-    code, output = capture(prometheus_url, out, "--selector", 'job="nope"')
+    code, output = capture(prom, out, "--selector", 'job="nope"')
     assert code == 2, output
     assert "no series of libvirt_domain_interface_stats_receive_bytes_total" in output
     assert not out.exists()
-    code, output = capture(prometheus_url, out, "--tx-metric", "rate(")
+    code, output = capture(prom, out, "--tx-metric", "rate(")
     assert code == 3 and "HTTP 400" in output and output.count("\n") == 1, output
+    # TLS: a server whose CA was not given is not trusted
+    code, output = capture(prom.url, out)
+    assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in output and output.count("\n") == 1, output
 
 
 def test_unreachable_prometheus_is_one_line_and_exit_3(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ for in pieces of :data:`MAX_POINTS` steps.
 from __future__ import annotations
 
 import math
+import ssl
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,25 +86,19 @@ class Prometheus:
         headers = {"Accept": "application/json"}
         if conn.token:
             headers["Authorization"] = f"Bearer {conn.token}"
-        verify: Any = True
-        if conn.ca_file is not None:
-            import ssl
-
-            verify = ssl.create_default_context(cafile=str(conn.ca_file))
-        cert = None
-        if conn.client_cert is not None:
-            cert = (str(conn.client_cert), str(conn.client_key or conn.client_cert))
-            if not isinstance(verify, bool):
-                verify.load_cert_chain(*cert)
-                cert = None
+        try:
+            tls = ssl.create_default_context(
+                cafile=None if conn.ca_file is None else str(conn.ca_file)
+            )
+            if conn.client_cert is not None:
+                tls.load_cert_chain(
+                    str(conn.client_cert), None if conn.client_key is None else str(conn.client_key)
+                )
+        except (OSError, ssl.SSLError) as exc:
+            raise CaptureError(f"cannot set up TLS for {conn.url}: {exc}") from None
         self.url = conn.url.rstrip("/")
         self.queries = 0
-        try:
-            self._client = httpx.Client(
-                headers=headers, verify=verify, cert=cert, timeout=conn.timeout
-            )
-        except (OSError, ValueError) as exc:
-            raise CaptureError(f"cannot set up TLS for {self.url}: {exc}") from None
+        self._client = httpx.Client(headers=headers, verify=tls, timeout=conn.timeout)
 
     def close(self) -> None:
         self._client.close()
