@@ -347,3 +347,78 @@ def test_unreachable_prometheus_is_one_line_and_exit_3(tmp_path: Path) -> None:
     assert code == 3, output
     assert output.startswith("error: Prometheus http://127.0.0.1:") and output.count("\n") == 1
     assert not out.exists()
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+DOC_URL, DOC_CA, DOC_TOKEN = (
+    "https://prometheus.example:9090",
+    "/etc/sova/prometheus-ca.pem",
+    "/etc/sova/prometheus.token",
+)
+DOC_START, DOC_END = "2026-12-01T09:00:00Z", "2026-12-01T10:00:00Z"
+
+
+def documented_replay() -> tuple[str, list[tuple[str, str]]]:
+    """docs/operations.md#replay-your-cluster: the inventory, and the console block's
+    commands (continuations joined) with the output shown under each."""
+    lines = DOC.read_text().splitlines()
+    at = lines.index("# inventory.yaml")
+    inventory = "\n".join(lines[at : lines.index("```", at)]) + "\n"
+    mark = next(
+        i
+        for i, x in enumerate(lines)
+        if x.startswith("<!-- illustrative") and Path(__file__).name in x
+    )
+    assert lines[mark + 1] == "```console"
+    body = lines[mark + 2 : lines.index("```", mark + 2)]
+    cmds: list[tuple[str, str]] = []
+    for line in body:
+        if line.startswith("$ "):
+            cmds.append((line[2:], ""))
+        elif cmds and cmds[-1][0].endswith("\\"):
+            cmds[-1] = (cmds[-1][0][:-1].rstrip() + " " + line.strip(), "")
+        elif cmds:
+            cmds[-1] = (cmds[-1][0], (cmds[-1][1] + "\n" + line).lstrip("\n"))
+    return inventory, cmds
+
+
+def test_the_documented_capture_validate_simulate_run(prom: Served, tmp_path: Path) -> None:
+    """The operator's lines in docs/operations.md, verbatim but for the docs' example server,
+    CA, token file and dates, which become this test's."""
+    import sys
+    from datetime import UTC, datetime
+
+    inventory, cmds = documented_replay()
+    assert [c.split()[1] for c in (cmd for cmd, _ in cmds)] == ["scenario", "validate", "simulate"]
+    (tmp_path / "inventory.yaml").write_text(inventory)
+    (tmp_path / "token").write_text("not-checked-by-this-prometheus\n")
+    iso = {t: datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for t in (START, END)}
+    swap = {
+        DOC_URL: prom.url,
+        DOC_CA: str(prom.ca),
+        DOC_TOKEN: str(tmp_path / "token"),
+        DOC_START: iso[START],
+        DOC_END: iso[END],
+    }
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "MPLBACKEND": "Agg",
+        "HOME": str(tmp_path),
+    }
+    for cmd, shown in cmds:
+        for a, b in swap.items():
+            assert a in cmd or cmd.split()[1] != "scenario", a
+            cmd = cmd.replace(a, b)
+        p = subprocess.run(
+            ["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert p.returncode == 0, (cmd, p.stdout, p.stderr)
+        got = p.stdout.strip()
+        if cmd.split()[1] == "simulate":
+            # policies change what they decide; the lines must name the same policies
+            def names(text: str) -> list[str]:
+                return [x.split(":")[0].strip() for x in text.splitlines()]
+
+            assert names(got) == names(shown), (got, shown)
+        else:
+            assert got == shown, (cmd, got)
