@@ -62,32 +62,45 @@ def web_cpu(t: float) -> float:
     return 1.0 if t < START + 1800 else 3.0
 
 
+Samples = list[tuple[int, float]]
+
+
 def counter(
     rate: Callable[[float], float], times: list[int], reset_at: int | None = None
-) -> list[float]:
+) -> Samples:
     """A counter's samples at ``times`` for a rate that is constant between samples; at
     ``reset_at`` it restarts from the increase of that scrape (an exporter restart)."""
     out, c = [], 0.0
     for i, t in enumerate(times):
         if i:
             c += rate(times[i - 1]) * (t - times[i - 1])
-        if reset_at is not None and times[i - 1] < reset_at <= t:
-            c = rate(times[i - 1]) * (t - times[i - 1])
-        out.append(c)
+            if reset_at is not None and times[i - 1] < reset_at <= t:
+                c = rate(times[i - 1]) * (t - times[i - 1])
+        out.append((t, c))
     return out
+
+
+def gauge(value: float, times: list[int]) -> Samples:
+    return [(t, value) for t in times]
 
 
 def openmetrics(path: Path) -> None:
     # Samples from 5 minutes before the window to 5 after, so the first step has its rate.
     times = list(range(START - 300, END + 300 + 1, SCRAPE))
+    before = [t for t in times if t <= START + 1200]
+    after = [t for t in times if t >= START + 1200]
     lib = {"job": "libvirt"}
     hv1, hv2 = {**lib, "instance": "hv1:9177"}, {**lib, "instance": "10.0.0.2:9177"}
-    families: dict[str, tuple[str, list[tuple[dict[str, str], list[float]]]]] = {
+    n1, n2 = {"job": "node", "instance": "hv1:9100"}, {"job": "node", "instance": "hv2:9100"}
+    families: dict[str, tuple[str, list[tuple[dict[str, str], Samples]]]] = {
         "libvirt_domain_interface_stats_transmit_bytes": ("counter", [
             ({**hv1, "domain": "web", "target_device": "vnet0"}, counter(web_tx, times)),
             ({**hv1, "domain": "web", "target_device": "vnet1"}, counter(const(0), times)),
             ({**hv1, "domain": "batch", "target_device": "vnet2"}, counter(batch_tx, times)),
             ({**hv2, "domain": "db", "target_device": "vnet0"}, counter(const(20), times, START + 2400)),
+            # mover is live-migrated from hv1 to 10.0.0.2 at minute 20, sending 40 Mbit/s
+            ({**hv1, "domain": "mover", "target_device": "vnet3"}, counter(const(40), before)),
+            ({**hv2, "domain": "mover", "target_device": "vnet1"}, counter(const(40), after)),
             # the same VM scraped by another job: --selector 'job="libvirt"' leaves it out
             ({"job": "other", "instance": "hv1:9177", "domain": "web", "target_device": "vnet0"},
              counter(const(5000), times)),
@@ -98,29 +111,40 @@ def openmetrics(path: Path) -> None:
             ({**hv1, "domain": "batch", "target_device": "vnet2"}, counter(const(0), times)),
             ({**hv2, "domain": "db", "target_device": "vnet0"}, counter(const(50), times, START + 2400)),
         ]),
+        # the node exporter's view of the tap devices: a tap receives what its VM sends
+        "node_network_receive_bytes": ("counter", [
+            ({**n1, "device": "vnet0"}, counter(web_tx, times)),
+            ({**n1, "device": "eno1"}, counter(const(9000), times)),
+            ({**n2, "device": "vnet0"}, counter(const(20), times)),
+        ]),
+        "node_network_transmit_bytes": ("counter", [
+            ({**n1, "device": "vnet0"}, counter(const(10), times)),
+            ({**n1, "device": "eno1"}, counter(const(9000), times)),
+            ({**n2, "device": "vnet0"}, counter(const(50), times)),
+        ]),
         "libvirt_domain_info_cpu_time_seconds": ("counter", [
             ({**hv1, "domain": "web"}, counter(web_cpu, times)),
             ({**hv1, "domain": "batch"}, counter(lambda t: 2.0, times)),
             ({**hv2, "domain": "db"}, counter(lambda t: 0.1, times)),
         ]),
         "libvirt_domain_info_virtual_cpus": ("gauge", [
-            ({**hv1, "domain": "web"}, [4.0] * len(times)),
-            ({**hv1, "domain": "batch"}, [2.0] * len(times)),
-            ({**hv2, "domain": "db"}, [1.0] * len(times)),
+            ({**hv1, "domain": "web"}, gauge(4.0, times)),
+            ({**hv1, "domain": "batch"}, gauge(2.0, times)),
+            ({**hv2, "domain": "db"}, gauge(1.0, times)),
         ]),
         "libvirt_domain_info_maximum_memory_bytes": ("gauge", [
-            ({**hv1, "domain": "web"}, [8.0 * 2**30] * len(times)),
-            ({**hv1, "domain": "batch"}, [2.0 * 2**30] * len(times)),
-            ({**hv2, "domain": "db"}, [16.0 * 2**30] * len(times)),
+            ({**hv1, "domain": "web"}, gauge(8.0 * 2**30, times)),
+            ({**hv1, "domain": "batch"}, gauge(2.0 * 2**30, times)),
+            ({**hv2, "domain": "db"}, gauge(16.0 * 2**30, times)),
         ]),
     }  # fmt: skip
     lines = []
     for family, (kind, series) in families.items():
         lines.append(f"# TYPE {family} {kind}")
         name = family + ("_total" if kind == "counter" else "")
-        for labels, values in series:
+        for labels, samples in series:
             sel = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-            lines.extend(f"{name}{{{sel}}} {v!r} {t}" for t, v in zip(times, values, strict=True))
+            lines.extend(f"{name}{{{sel}}} {v!r} {t}" for t, v in samples)
     lines.append("# EOF")
     path.write_text("\n".join(lines) + "\n")
 
@@ -255,11 +279,11 @@ def test_capture_from_prometheus_replays_the_series(prom: Served, tmp_path: Path
         "--selector", 'job="libvirt"', "--compare", "default,dsr-iov",
     )  # fmt: skip
     assert code == 0, output
-    assert "3 VM(s) on 3 host(s), 60 steps of 60 s" in output, output
+    assert "4 VM(s) on 3 host(s), 60 steps of 60 s" in output, output
     scn = load_scenario(out)  # what `sova validate` runs
     hosts = {h.name: h for h in scn.hosts}
     assert {n: sorted(h.vms) for n, h in hosts.items()} == {
-        "hv1": ["batch", "web"], "edge": ["db"], "spare": [],
+        "hv1": ["batch", "web"], "edge": ["db", "mover"], "spare": [],
     }  # fmt: skip
     assert (hosts["hv1"].nic.vf_pool, hosts["edge"].nic.vf_pool, hosts["spare"].nic.vf_pool) == (
         1,
@@ -280,6 +304,7 @@ def test_capture_from_prometheus_replays_the_series(prom: Served, tmp_path: Path
             "web": 115.0 if t < 1800 else 815.0,
             "batch": 300.0 if 600 <= t < 1800 else 0.0,
             "db": 70.0,  # through its counters' reset at minute 40
+            "mover": 40.0,  # on hv1, then on edge: one VM, no gap at the migration
             "web.cpu": 0.25 if t < 1800 else 0.75,  # 1 then 3 of 4 vCPUs
             "batch.cpu": 1.0,
             "db.cpu": 0.1,
@@ -313,6 +338,28 @@ def test_capture_from_prometheus_replays_the_series(prom: Served, tmp_path: Path
     ):
         assert mean_of("offered_mbps", vm, a, b) == pytest.approx(mbps, rel=0.05, abs=0.5), (vm, a)
         assert mean_of("cpu_usage", vm, a, b) == pytest.approx(cpu, abs=0.03), (vm, a)
+
+
+def test_capture_from_the_node_exporter(prom: Served, tmp_path: Path) -> None:
+    """The documented node-exporter options: the VMs are the tap devices, what a tap
+    receives its VM sent; one device name on two hosts at once is two VMs."""
+    out = tmp_path / "node.yaml"
+    code, output = capture(
+        prom, out, "--vm-label", "device", "--selector", 'device=~"vnet.*"',
+        "--tx-metric", "node_network_receive_bytes_total",
+        "--rx-metric", "node_network_transmit_bytes_total",
+        "--cpu-metric", "", "--vcpus-metric", "", "--memory-metric", "",
+    )  # fmt: skip
+    assert code == 0, output
+    rows = read_csv(out.with_suffix(".csv"))
+    assert list(rows[0]) == ["time_s", "vnet0@hv1", "vnet0@hv2"]  # eno1 is not a VM
+    for r in rows:
+        t = float(r["time_s"])
+        assert float(r["vnet0@hv1"]) == pytest.approx(110.0 if t < 1800 else 810.0, rel=1e-3)
+        assert float(r["vnet0@hv2"]) == pytest.approx(70.0, rel=1e-3)
+    assert {h.name: h.vms for h in load_scenario(out).hosts} == {
+        "hv1": ["vnet0@hv1"], "hv2": ["vnet0@hv2"],
+    }  # fmt: skip
 
 
 def test_capture_without_selector_counts_every_job(prom: Served, tmp_path: Path) -> None:

@@ -332,6 +332,13 @@ def capture(
     step: Annotated[
         str, typer.Option(help="Row interval; rates are means over each step (>= 2 scrapes).")
     ] = "60s",
+    rate_window: Annotated[
+        str | None,
+        typer.Option(
+            help="Range rate() averages over, for a scrape interval above half the step "
+            "[default: the step]."
+        ),
+    ] = None,
     inventory: InventoryOpt = None,
     vf_pool: VfPoolOpt = None,
     nic_capacity: NicOpt = None,
@@ -420,7 +427,15 @@ def capture(
         selector=selector,
     )
     try:
-        got = run_capture(conn, t_start, t_end, s_step, metrics, direction)
+        got = run_capture(
+            conn,
+            t_start,
+            t_end,
+            s_step,
+            metrics,
+            direction,
+            _duration("--rate-window", rate_window) if rate_window else None,
+        )
     except CaptureError as exc:
         raise _fail(str(exc), 3) from None
     except TraceError as exc:

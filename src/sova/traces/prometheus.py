@@ -173,12 +173,13 @@ def capture(
     step: float,
     metrics: Metrics = Metrics(),
     direction: str = "sum",
+    rate_window: float | None = None,
 ) -> Captured:
     """Network demand (Mbit/s) and CPU share per VM, one value per step of the window.
 
-    A VM is keyed by its host and name labels; a VM seen on several hosts in the window
-    (a live migration) is one VM, its demand summed over them and placed where it was seen
-    most.
+    A VM is keyed by its host and name labels; a VM seen on several hosts one after the
+    other (a live migration) is one VM, its demand summed over them and placed where it was
+    seen most; one name on several hosts at once is a VM per host, ``name@host``. ``rate_window`` (default: the step) is the range ``rate()`` averages over.
     """
     if not (math.isfinite(start) and math.isfinite(end) and end > start):
         raise TraceError(f"the window must end after it starts (start {start}, end {end})")
@@ -189,7 +190,9 @@ def capture(
     m = metrics
     by = f"{m.host_label}, {m.vm_label}"
     sel = "{" + m.selector + "}" if m.selector else ""
-    window = f"{max(int(round(step)), 1)}s"
+    # rate() over one step makes each row that step's mean; a wider window (for a scrape
+    # interval longer than half the step) smooths over it instead of leaving gaps
+    window = f"{max(int(round(rate_window or step)), 1)}s"
     # values at the ends of the steps: the first step starts at ``start``
     first, last = start + step, start + math.floor((end - start) / step + 1e-9) * step
     rows = int(round((last - first) / step)) + 1
@@ -263,10 +266,14 @@ def capture(
     if missing:
         notes.append(f"{missing} step(s) without a sample were taken as 0 Mbit/s")
     times = [start + i * step for i in range(rows)]
-    seen = {k: len(v) for k, v in filled.items()}
-    series = _merge_migrated(order, net, cpu, vcpus, memory, seen, times)
+    series = _merge_migrated(order, net, cpu, vcpus, memory, filled, times)
     hosts = list(dict.fromkeys(s.host for s in series if s.host))
     return Captured(series, hosts, start, start + rows * step, step, queries, notes)
+
+
+# A live migration shows the VM on both hosts for a step or two; longer than this, two
+# hosts' series of one name are two VMs (the node exporter's vnet0 on every host).
+MIGRATION_OVERLAP = 2
 
 
 def _merge_migrated(
@@ -275,16 +282,27 @@ def _merge_migrated(
     cpu: Mapping[tuple[str, str], list[float]],
     vcpus: Mapping[tuple[str, str], int],
     memory: Mapping[tuple[str, str], int],
-    seen: Mapping[tuple[str, str], int],
+    filled: Mapping[tuple[str, str], set[int]],
     times: list[float],
 ) -> list[VMSeries]:
     by_vm: dict[str, list[tuple[str, str]]] = {}
     for k in order:
         if k in net:
             by_vm.setdefault(k[1], []).append(k)
-    out = []
+    groups: list[tuple[str, list[tuple[str, str]]]] = []
     for vm, keys in by_vm.items():
-        home = max(keys, key=lambda k: seen.get(k, 0))
+        apart = any(
+            len(filled.get(a, set()) & filled.get(b, set())) > MIGRATION_OVERLAP
+            for i, a in enumerate(keys)
+            for b in keys[i + 1 :]
+        )
+        if apart:
+            groups.extend((f"{vm}@{host_name(k[0])}", [k]) for k in keys)
+        else:
+            groups.append((vm, keys))
+    out = []
+    for vm, keys in groups:
+        home = max(keys, key=lambda k: len(filled.get(k, ())))
         demand = [sum(net[k][i] for k in keys) for i in range(len(times))]
         share = None
         if any(k in cpu for k in keys):
