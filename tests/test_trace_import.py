@@ -127,6 +127,31 @@ def test_bitbrains_files_become_a_scenario_that_replays(tmp_path: Path) -> None:
     assert max(early) < 2.0
 
 
+def test_bitbrains_millisecond_stamps_and_a_window(tmp_path: Path) -> None:
+    """Stamps in milliseconds (as the header says) read as the archive's seconds do, and
+    --skip/--duration keep a window of the trace."""
+    src = tmp_path / "Rnd"
+    src.mkdir()
+    # 10 samples, 300 s apart; vm7's demand is its sample's index in Mbit/s (2i x 0.5)
+    rows = [(300 * i, 50.0, i * HALF_MBIT, i * HALF_MBIT) for i in range(10)]
+    bitbrains_file(src / "7.csv", rows)
+    text = (src / "7.csv").read_text().splitlines()
+    ms = [text[0]] + [f"{int(x.split(';')[0]) * 1000};{x.split(';', 1)[1]}" for x in text[1:]]
+    (src / "8.csv").write_text("\n".join(ms) + "\n")
+    out = tmp_path / "w.yaml"
+    code, output = invoke(
+        str(src), "--format", "bitbrains", "--out", str(out), "--hosts", "1",
+        "--skip", "15min", "--duration", "30min",
+    )  # fmt: skip
+    assert code == 0, output
+    got = read_csv(out.with_suffix(".csv"))
+    # 15 min in = sample 3; 30 min = 6 steps of 300 s: samples 3..8
+    assert [float(r["time_s"]) for r in got] == [0, 300, 600, 900, 1200, 1500]
+    assert [float(r["vm7"]) for r in got] == pytest.approx([3, 4, 5, 6, 7, 8])
+    assert [float(r["vm8"]) for r in got] == [float(r["vm7"]) for r in got]
+    assert load_scenario(out).duration == 1800
+
+
 def test_long_format_with_named_units_and_hosts(tmp_path: Path) -> None:
     src = tmp_path / "fleet.csv"
     # KiB/s: 6,103.515625 KiB/s = 50,000,000 bit/s = 50 Mbit/s; cpu in percent; ms times.
@@ -248,3 +273,41 @@ def test_a_scenario_the_simulator_would_refuse_is_not_left_behind(tmp_path: Path
     assert code == 2, output
     assert "refused" in output and "above host 'host1'" in output
     assert not out.exists() and not out.with_suffix(".csv").exists()
+
+
+def test_a_shared_trace_is_checked_per_column_and_read_again_when_it_changes(
+    tmp_path: Path,
+) -> None:
+    """Many VMs replay one CSV; it is parsed once (scenario._trace_summary), yet each VM's
+    columns are judged on their own, and a file changed since is read again."""
+    from sova.scenario import ScenarioError
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,a,b,a.cpu\n0,1,2,0.5\n10,1,-2,0.5\n20,1,2,1.5\n")
+    scn = tmp_path / "s.yaml"
+    w = {"kind": "trace", "trace": "t.csv"}
+    scn.write_text(
+        yaml.safe_dump(
+            {
+                "name": "shared", "duration": 30, "tick": 1,
+                "hosts": [{"name": "h", "cores": 4, "memory": "8GiB",
+                           "nic": {"capacity": "10Gbit", "vf_pool": 1}, "vms": ["a", "b"]}],
+                "vms": [{"name": "a"}, {"name": "b"}],
+                "workload": [{"at": 0, "vms": {"a": {**w, "column": "a", "cpu_column": "a.cpu"},
+                                               "b": {**w, "column": "b"}}}],
+                "controller": {"period": 10},
+            }
+        )
+    )  # fmt: skip
+    # b's negative sample (line 3) comes before a's CPU share above 1 (line 4)
+    with pytest.raises(ScenarioError, match=r"line 3: needs finite numbers.*'b' >= 0"):
+        load_scenario(scn)
+    trace.write_text("time_s,a,b,a.cpu\n0,1,2,0.5\n10,1,2,0.5\n20,1,2,1.5\n")
+    with pytest.raises(ScenarioError, match=r"line 4: cpu_column 'a.cpu' .* \(got 1.5\)"):
+        load_scenario(scn)
+    # a cell that is not a number (line 3) is met before the share above 1 (line 4)
+    trace.write_text("time_s,a,b,a.cpu\n0,1,2,0.5\n10,1,x,0.5\n20,1,2,1.5\n")
+    with pytest.raises(ScenarioError, match=r"line 3: needs 4 numbers, one per column"):
+        load_scenario(scn)
+    trace.write_text("time_s,a,b,a.cpu\n0,1,2,0.5\n10,1,2,0.5\n20,1,2,1.0\n")
+    assert [v.name for v in load_scenario(scn).vms] == ["a", "b"]

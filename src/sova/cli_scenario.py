@@ -113,9 +113,9 @@ def _write(
     step: float,
     start: float | None,
     end: float | None,
-    tick: str | None,
-    period: str,
-    compare: str,
+    tick: float | None,
+    period: float,
+    compare: list[str],
     name: str | None,
     description: str,
 ) -> Written:
@@ -123,9 +123,6 @@ def _write(
     from sova.scenario import ScenarioError, load_scenario
     from sova.traces.replay import TraceError, write_replay
 
-    policies = [p.strip() for p in compare.split(",") if p.strip()]
-    if not policies:
-        raise _fail("--compare: name at least one policy")
     try:
         written = write_replay(
             out,
@@ -135,9 +132,9 @@ def _write(
             step=step,
             start=start,
             end=end,
-            tick=None if tick is None else _duration("--tick", tick),
-            period=_duration("--period", period),
-            compare=policies,
+            tick=tick,
+            period=period,
+            compare=compare,
             name=name,
             description=description,
         )
@@ -150,6 +147,20 @@ def _write(
         written.trace.unlink(missing_ok=True)
         raise _fail(f"the written scenario was refused, nothing kept: {exc}") from None
     return written
+
+
+def _run_options(
+    tick: str | None, period: str, compare: str
+) -> tuple[float | None, float, list[str]]:
+    """The scenario's tick, controller period and policies, checked before any reading."""
+    policies = [p.strip() for p in compare.split(",") if p.strip()]
+    if not policies:
+        raise _fail("--compare: name at least one policy")
+    return (
+        (None if tick is None else _duration("--tick", tick)),
+        _duration("--period", period),
+        policies,
+    )
 
 
 def _report(w: Written) -> None:
@@ -190,7 +201,7 @@ def import_(
         str | None, typer.Option(help="Row interval [default: the samples' median interval].")
     ] = None,
     skip: Annotated[
-        str | None, typer.Option(help="Start this long after the first sample, e.g. 2d.")
+        str | None, typer.Option(help="Start this long after the first sample, e.g. 48h.")
     ] = None,
     duration: Annotated[
         str | None, typer.Option(help="Keep this much of the trace, e.g. 24h [default: all].")
@@ -228,6 +239,15 @@ def import_(
 
     _check_choice("--format", fmt, ("bitbrains", "long"))
     _check_choice("--direction", direction, DIRECTIONS)
+    # every option is checked before the files are read (an archive takes a while)
+    run = _run_options(tick, period, compare)
+    skip_s = _duration("--skip", skip) if skip else 0.0
+    keep_s = _duration("--duration", duration) if duration else None
+    step_s = _duration("--step", step) if step else None
+    try:
+        units = LongUnits(time=time_unit, rate=rate_unit, cpu=cpu_unit) if fmt == "long" else None
+    except TraceError as exc:
+        raise _fail(str(exc)) from None
     files: list[Path] = []
     for src in sources:
         if src.is_dir():
@@ -240,14 +260,15 @@ def import_(
         else:
             raise _fail(f"{src}: no such file or folder")
     inv = _inventory(inventory, vf_pool, nic_capacity, cores, memory)
+    if fmt == "bitbrains" and hosts is None and placement is None and not inv.hosts:
+        raise _fail("say where the VMs run: --hosts N, --placement FILE or --inventory with hosts")
     try:
-        if fmt == "bitbrains":
+        where = read_placement(placement) if placement is not None else None
+        if units is None:
             series = read_bitbrains(files, direction)
         else:
-            units = LongUnits(time=time_unit, rate=rate_unit, cpu=cpu_unit)
             series = [s for f in files for s in read_long(f, units, direction)]
-        where = read_placement(placement) if placement is not None else None
-        s_step = _duration("--step", step) if step else median_step(series)
+        s_step = step_s or median_step(series)
     except TraceError as exc:
         raise _fail(str(exc)) from None
     vms = [s.name for s in series]
@@ -270,9 +291,8 @@ def import_(
                 "say where the VMs run: --hosts N, --placement FILE or --inventory with hosts"
             )
         where = place_round_robin(vms, [inv.plan(h) for h in host_names])
-    t0 = min(s.t[0] for s in series)
-    start = t0 + (_duration("--skip", skip) if skip else 0.0)
-    end = start + _duration("--duration", duration) if duration else None
+    start = min(s.t[0] for s in series) + skip_s
+    end = start + keep_s if keep_s is not None else None
     if skip and end is None:
         end = max(s.t[-1] for s in series) + s_step
     written = _write(
@@ -284,9 +304,9 @@ def import_(
         step=s_step,
         start=start,
         end=end,
-        tick=tick,
-        period=period,
-        compare=compare,
+        tick=run[0],
+        period=run[1],
+        compare=run[2],
         name=name,
         description=f"Imported from {len(files)} {fmt} file(s) by `sova scenario import`.",
     )
@@ -398,6 +418,7 @@ def capture(
     _check_choice("--direction", direction, DIRECTIONS)
     if not prometheus.startswith(("http://", "https://")):
         raise _fail(f"--prometheus: {prometheus!r} must be http://HOST:PORT or https://…")
+    run = _run_options(tick, period, compare)
     t_end = _instant("--end", end) if end else time.time()
     t_start = _instant("--start", start) if start else t_end - _duration("--window", window)
     s_step = _duration("--step", step)
@@ -458,9 +479,9 @@ def capture(
         step=got.step,
         start=got.start,
         end=got.end,
-        tick=tick,
-        period=period,
-        compare=compare,
+        tick=run[0],
+        period=run[1],
+        compare=run[2],
         name=name,
         description=(
             f"Captured from {_shown(conn.url)} by `sova scenario capture`: "
