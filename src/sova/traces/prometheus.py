@@ -179,7 +179,8 @@ def capture(
 
     A VM is keyed by its host and name labels; a VM seen on several hosts one after the
     other (a live migration) is one VM, its demand summed over them and placed where it was
-    seen most; one name on several hosts at once is a VM per host, ``name@host``. ``rate_window`` (default: the step) is the range ``rate()`` averages over.
+    seen most; one name on several hosts at once is a VM per host, ``name@host``.
+    ``rate_window`` (default: the step) is the range ``rate()`` averages over.
     """
     if not (math.isfinite(start) and math.isfinite(end) and end > start):
         raise TraceError(f"the window must end after it starts (start {start}, end {end})")
@@ -199,7 +200,7 @@ def capture(
     notes: list[str] = []
     net: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * rows)
     filled: dict[tuple[str, str], set[int]] = defaultdict(set)
-    order: list[tuple[str, str]] = []
+    order: dict[tuple[str, str], None] = {}  # keys in order of first appearance
 
     def key_of(labels: dict[str, str]) -> tuple[str, str] | None:
         vm = labels.get(m.vm_label)
@@ -207,8 +208,7 @@ def capture(
             return None
         host = labels.get(m.host_label) or "host"
         k = (host, vm)
-        if k not in filled and k not in net:
-            order.append(k)
+        order.setdefault(k)
         return k
 
     with Prometheus(conn) as prom:
@@ -266,7 +266,7 @@ def capture(
     if missing:
         notes.append(f"{missing} step(s) without a sample were taken as 0 Mbit/s")
     times = [start + i * step for i in range(rows)]
-    series = _merge_migrated(order, net, cpu, vcpus, memory, filled, times)
+    series = _merge_migrated(list(order), net, cpu, vcpus, memory, filled, times)
     hosts = list(dict.fromkeys(s.host for s in series if s.host))
     return Captured(series, hosts, start, start + rows * step, step, queries, notes)
 
