@@ -107,37 +107,45 @@ def _read_bitbrains_file(path: Path, direction: str) -> VMSeries:
     cpu: list[float] = []
     cores: int | None = None
     memory: int | None = None
+    keys = [k for k in ("time", "rx", "tx", "cpu_pct", "cores", "memory") if k in index]
+    at = [index[k] for k in keys]
+    width = len(header)
     for n, raw in enumerate(lines[1:], start=2):
-        if not raw.strip():
-            continue
-        cells = [c.strip() for c in raw.split(";")]
-        if len(cells) != len(header):
+        cells = raw.split(";")
+        if len(cells) != width:
+            if not raw.strip():
+                continue
             raise TraceError(
-                f"{path}:{n}: {len(cells)} cells, the header has {len(header)}: {raw.strip()!r}"
+                f"{path}:{n}: {len(cells)} cells, the header has {width}: {raw.strip()!r}"
             )
-
-        def cell(key: str, n: int = n, cells: list[str] = cells) -> float:
-            i = index[key]
-            return _number(path, n, names[i], cells[i])
-
-        ts = cell("time")
+        # float() takes the cells' surrounding tabs; a cell it refuses, or a value out of
+        # range, goes to _number for the one-line error naming it
+        try:
+            v = [float(cells[i]) for i in at]
+            ok = all(0.0 <= x < math.inf for x in v)
+        except ValueError:
+            ok = False
+        if not ok:
+            for k in keys:
+                _number(path, n, names[index[k]], cells[index[k]].strip())
+        got = dict(zip(keys, v, strict=True))
+        ts = got["time"]
         ts = ts if ts < _SECONDS_BELOW else ts / 1000.0
         if t and ts < t[-1]:
             raise TraceError(
-                f"{path}:{n}: column {names[index['time']]!r}: {cells[index['time']]!r} is "
-                "earlier than the line before"
+                f"{path}:{n}: column {names[index['time']]!r}: "
+                f"{cells[index['time']].strip()!r} is earlier than the line before"
             )
         if t and ts == t[-1]:
             continue  # a repeated sample adds nothing to a held series
-        rx, tx = cell("rx"), cell("tx")
         t.append(ts)
-        net.append(_mbps(rx, tx, direction) * _KB * 8 / 1e6)
+        net.append(_mbps(got["rx"], got["tx"], direction) * _KB * 8 / 1e6)
         # usage above 100 % (the archive has some) is every vCPU busy
-        cpu.append(min(cell("cpu_pct") / 100.0, 1.0))
-        if "cores" in index:
-            cores = max(cores or 0, int(cell("cores")))
-        if "memory" in index:
-            memory = max(memory or 0, int(cell("memory") * _KB))
+        cpu.append(min(got["cpu_pct"] / 100.0, 1.0))
+        if "cores" in got:
+            cores = max(cores or 0, int(got["cores"]))
+        if "memory" in got:
+            memory = max(memory or 0, int(got["memory"] * _KB))
     if not t:
         raise TraceError(f"{path}:2: no samples after the header")
     return VMSeries(
