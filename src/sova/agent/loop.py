@@ -254,7 +254,7 @@ class HostAgent:
         self.driver = driver
         self.config = config or ControllerConfig()
         self.vf_policy = vf_policy(self.config.vf_policy)()
-        self.scheduler = self.config.scheduler.to_config()
+        self.scheduler = self.vf_policy.scheduler_config(self.config.scheduler.to_config())
         s = self.config.sensing
         self.sensor = HostSensor(
             s.window, s.epsilon, s.traffic_threshold, s.censor_margin, s.cpu_saturation
@@ -344,6 +344,7 @@ class HostAgent:
                     io_score=f.io_degree if cfg.io_metric == "io_degree" else f.io_factor,
                     net_score=f.net_degree if cfg.net_metric == "net_degree" else f.net_factor,
                     has_traffic=f.has_traffic,
+                    demand_bps=f.demand_est_bps,
                     eligible=state.failover_ready
                     and state.running
                     and not state.migrating
@@ -595,7 +596,10 @@ class HostAgent:
         bps = m.bps[keep]
         demand = bw.probe_demand(bps, current, capacity[groups.row], probe)
         vms = [actual.vms[vm].vm for vm in flows]
+        lifted = None
         if self.spread_spare:
+            slas = bw.SLAArrays.of([v.sla for v in vms])
+            lifted = bw.open_link(groups, capacity, bps, slas.minimum, slas.maximum)
             # an allocator sharing out measured demand needs a congested guarantee's true
             # demand (docs/design.md#guarantees); the published baselines read raw rates
             fast = np.array([actual.vms[vm].nic is NicKind.VF for vm in flows], dtype=bool)
@@ -603,7 +607,9 @@ class HostAgent:
         rate, pps = bw.allocate(
             [self.allocator], groups, capacity, demand, m.packet_bytes[keep], vms.__getitem__
         )
-        new, changed = bw.limits(groups, capacity, rate, pps, current, probe, self.spread_spare)
+        new, changed = bw.limits(
+            groups, capacity, rate, pps, current, probe, self.spread_spare, lifted
+        )
         actions: list[Action] = [
             SetGuestRateLimit(flows[k], _none(new[k]), _none(pps[k]))
             for k in np.flatnonzero(changed).tolist()
