@@ -525,3 +525,14 @@ def test_a_vm_busy_on_cpu_and_network_keeps_its_vf_at_its_peak(schedule_fn: Any)
     papers = VFSchedulerConfig(tolerance=0.0, hysteresis=0.0, min_dwell_s=0.0)
     assert schedule_fn(cands, {"x": 0.0}, 1, 100.0, papers).pq == ("y",)
     assert schedule_fn(cands, {"x": 0.0}, 1, 100.0, PAYING).pq == ("x",)
+
+
+@pytest.mark.parametrize("schedule_fn", [schedule, schedule_one])
+def test_a_holder_virtio_would_serve_keeps_its_vf_until_someone_pays_for_it(
+    schedule_fn: Any,
+) -> None:
+    # h holds the one VF and its demand fell to 50 Mbit/s (<= virtio_lossless): unplugging it
+    # alone buys nothing, so it stays. e at 60 Mbit/s is served by virtio (not ranked). f at
+    # 1 Gbit/s: 60 x (0.9 G - 0) = 54 G > 2 x 2 s x 1.05 G = 4.2 G: f takes the VF.
+    assert schedule_fn([_c("h", 50e6), _c("e", 60e6)], {"h": 0.0}, 1, 100.0, PAYING).pq == ("h",)
+    assert schedule_fn([_c("h", 50e6), _c("f", 1e9)], {"h": 0.0}, 1, 100.0, PAYING).pq == ("f",)

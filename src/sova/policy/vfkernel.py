@@ -101,8 +101,9 @@ def schedule_hosts(
     served = np.zeros(n, dtype=bool)
     gain = np.maximum(0.0, demand - config.virtio_lossless)
     if config.cost_benefit:
-        served = traffic & ~(gain > 0.0)
-        traffic &= gain > 0.0
+        # a holder stays ranked: unplugging it buys nothing unless an entrant pays for it
+        served = traffic & ~(gain > 0.0) & ~rows.holder
+        traffic &= ~served
     active = np.flatnonzero(traffic)
     # tolerance groups, formed greedily from each host's leader down
     order = active[np.lexsort((name_rank[active], -netb[active], host[active]))]

@@ -28,7 +28,8 @@ Beyond the papers, because on real fleets a VF moved on noise costs more than it
   estimate is among the host's ``p`` highest: a VM busy on CPU *and* network at once keeps
   its VF at its peak, when it needs it most;
 * **cost and benefit** (``cost_benefit``) — a VM whose demand estimate is at or below
-  ``virtio_lossless`` (virtio carries it without loss) is not ranked, and each change of
+  ``virtio_lossless`` (virtio carries it without loss) is not ranked unless it holds a VF
+  (unplugging it would buy nothing by itself), and each change of
   holder must pay: a VM taking a free VF gains ``horizon·gain`` (its demand above
   ``virtio_lossless``) against the traffic a plug interrupts (``hotplug_blip·demand``);
   a VM displacing a holder gains the difference of their gains against both blips. A
@@ -215,10 +216,11 @@ def schedule(
         if not c.has_traffic:
             reasons[c.vm] = "no traffic in window"
     if config.cost_benefit:
-        served = [c for c in active if gain(c.demand_bps, config) <= 0.0]
+        # a holder stays ranked: unplugging it buys nothing unless an entrant pays for it
+        served = [c for c in active if gain(c.demand_bps, config) <= 0.0 and c.vm not in holders]
         for c in sorted(served, key=lambda c: c.vm):
             reasons[c.vm] = "virtio serves it (demand at or below virtio_lossless)"
-        active = [c for c in active if gain(c.demand_bps, config) > 0.0]
+        active = [c for c in active if c not in served]
 
     ranking = rank(active, config.tolerance, boost)
 
@@ -272,7 +274,7 @@ def _pay_for_moves(
     holders the PQ leaves out, lowest gain (then name) first: a pair swaps only if the
     entrant's gain over the leaver's pays for both blips; otherwise the leaver keeps its
     VF. Holders beyond the pool (it shrank) leave first, lowest gain first, unpaired.
-    Unranked holders (ineligible, filtered, quiet, served by virtio) leave as before.
+    Unranked holders (ineligible, filtered, quiet) leave as before.
     """
     in_pq = set(pq)
     kept = [vm for vm in pq if vm in holders]
