@@ -597,7 +597,8 @@ class HostAgent:
         demand = bw.probe_demand(bps, current, capacity[groups.row], probe)
         vms = [actual.vms[vm].vm for vm in flows]
         lifted = None
-        if self.spread_spare:
+        if self.spread_spare and bw.all_sova([self.allocator]):
+            # the Sova allocator's caps only (docs/design.md#open-link): a plug-in keeps its own
             slas = bw.SLAArrays.of([v.sla for v in vms])
             lifted = bw.open_link(groups, capacity, bps, slas.minimum, slas.maximum)
             # an allocator sharing out measured demand needs a congested guarantee's true

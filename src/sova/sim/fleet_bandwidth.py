@@ -133,7 +133,7 @@ class FleetBandwidth:
         bps = m.bps[flows]
         demand = bw.probe_demand(bps, current, engine.capacity[fh], self.probe)
         lifted = None
-        if self.spread_spare:
+        if self.spread_spare and self.sova:  # the Sova allocator's caps only (HostAgent's)
             lifted = bw.open_link(groups, engine.capacity, bps, fl.sla.minimum, fl.sla.maximum)
         if self.spread_spare and self.guaranteed:
             demand = self._reserve(engine, flows, fh, groups, bps, current, demand)
