@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sova.agent.config import ControllerConfig
+from sova.agent.config import ControllerConfig, SchedulerSpec
 from sova.agent.executor import Executor, Outcome
 from sova.agent.loop import HostAgent, plan_actions
 from sova.driver.base import DriverError, DriverRequest, MockDriver, OpState, OpStatus
@@ -577,7 +577,9 @@ def test_agent_keeps_the_vf_when_backup_is_down() -> None:
 def test_agent_migration_signal_revokes_the_vf_then_migrates() -> None:
     world = HostWorld(LOADS3, pool=1)
     drv = MockDriver(world)
-    agent = HostAgent(drv, ControllerConfig(vf_policy="sova"))
+    # the papers' filter (batch, CPU-bound, never passes it): this is about the signal
+    papers = SchedulerSpec(top_senders=False, cost_benefit=False)
+    agent = HostAgent(drv, ControllerConfig(vf_policy="sova", scheduler=papers))
     run(agent, world, 4)
     assert world.holders() == {"web"}
     # t=40: web got its VF at t=20, still inside its 30 s dwell; the manager moves it to h2

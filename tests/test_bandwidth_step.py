@@ -41,10 +41,9 @@ def test_caps_on_a_lightly_used_link_leave_bursty_vms_the_idle_capacity() -> Non
     # 2 x 100 MB/s (0.8 Gbit/s of rx + tx each, about 0.4 Gbit/s sent): the link is mostly idle.
     loads = {"web": Load(cpu=0.1, bytes_per_s=100e6), "db": Load(cpu=0.1, bytes_per_s=100e6)}
     caps = caps_after(loads, "sova")
-    assert set(caps) == {"web", "db"}
-    for vm, cap in caps.items():
-        # no cap at all is also work-conserving; a cap must leave each its half of the idle link
-        assert cap is None or cap >= 0.45 * LINK, (vm, cap)
+    # no guarantee and a mostly idle link: the caps are lifted (docs/design.md#open-link),
+    # so none is set; a cap would have to leave each its half of the idle link
+    assert caps == {}
 
 
 def test_spread_caps_never_add_up_to_more_than_the_link() -> None:

@@ -25,6 +25,9 @@ vm_st = st.tuples(
     st.booleans(),  # eligible
     st.booleans(),  # holder
     st.sampled_from([0.0, 30.0, 45.0, 59.9, 60.0]),  # since (now = 60)
+    # demand estimates at, around and far above virtio_lossless (100 Mbit/s), equal ones for
+    # ties, and ones whose gains differ by about what two blips cost
+    st.one_of(st.sampled_from([0.0, 5e6, 100e6, 110e6, 1e9, 1.2e9, 3e9]), st.floats(0, 5e9)),
 )
 
 config_st = st.builds(
@@ -35,6 +38,10 @@ config_st = st.builds(
     tolerance=st.sampled_from([0.0, 0.1, 0.25, 1.0]),
     hysteresis=st.sampled_from([0.0, 0.05, 0.5]),
     min_dwell_s=st.sampled_from([0.0, 15.0, 30.0]),
+    top_senders=st.booleans(),
+    cost_benefit=st.booleans(),
+    benefit_margin=st.sampled_from([0.0, 1.0]),
+    horizon=st.sampled_from([10.0, 60.0]),
 )
 
 cluster_st = st.lists(
@@ -56,9 +63,9 @@ def _hosts(
     out = []
     for vfs, vms in cluster:
         cands, holders = [], {}
-        for io, net, traffic, eligible, holder, since in vms:
+        for io, net, traffic, eligible, holder, since, demand in vms:
             name = labels.pop()
-            cands.append(Candidate(name, io, net, traffic, eligible))
+            cands.append(Candidate(name, io, net, traffic, eligible, demand))
             if holder:
                 holders[name] = since
         out.append((vfs, cands, holders))
@@ -93,6 +100,7 @@ def test_all_hosts_at_once_decide_as_each_host_alone(
         eligible=np.array([c.eligible for c, _ in every], dtype=bool),
         holder=np.array([c.vm in h for c, h in every], dtype=bool),
         since=np.array([h.get(c.vm, NOW) for c, h in every], dtype=float),
+        demand=np.array([c.demand_bps for c, _ in every], dtype=float),
     )
     vfs = np.array([v for v, _, _ in hosts], dtype=np.int64)
     result = schedule_hosts(rows, vfs, NOW, config)

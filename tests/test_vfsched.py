@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sova.policy.vfkernel import schedule_one
 from sova.policy.vfsched import (
     Candidate,
     VFSchedulerConfig,
@@ -457,3 +458,81 @@ def test_holder_at_the_io_threshold_keeps_its_vf() -> None:
     assert schedule(sagging, {}, 1, 100.0, conf).pq == ("vm2",)
     gone = [c("vm1", 100.0, io=58.0), c("vm2", 10.0, io=95.0)]  # 58 * 1.05 = 60.9 < 62
     assert schedule(gone, {"vm1": 0.0}, 1, 100.0, conf).pq == ("vm2",)
+
+
+# --------------------------------------------------------------------------- cost and benefit
+
+PAYING = VFSchedulerConfig(
+    tolerance=0.0, hysteresis=0.0, min_dwell_s=0.0, top_senders=True, cost_benefit=True
+)
+
+
+def _c(vm: str, demand: float, io: float = 90.0) -> Candidate:
+    # net score = demand in Mbit/s, so the ranking follows demand
+    return Candidate(vm, io, demand / 1e6, True, True, demand)
+
+
+@pytest.mark.parametrize("schedule_fn", [schedule, schedule_one])
+def test_a_vm_virtio_serves_gets_no_vf_even_a_free_one(schedule_fn: Any) -> None:
+    # 2 free VFs; a sends 5 Mbit/s (<= virtio_lossless 100 Mbit/s: not ranked), b 1 Gbit/s
+    # (gain 0.9 Gbit/s x 60 s = 54 Gbit > (1 + 1) x 2 s x 1 Gbit/s = 4 Gbit: plugged)
+    d = schedule_fn([_c("a", 5e6), _c("b", 1e9)], {}, 2, 100.0, PAYING)
+    assert d.pq == ("b",)
+    assert d.reasons["a"].startswith("virtio serves it")
+    # the papers' scheduler hands a its VF
+    assert schedule_fn([_c("a", 5e6), _c("b", 1e9)], {}, 2, 100.0, PAYING.papers()).pq == (
+        "b",
+        "a",
+    )
+
+
+@pytest.mark.parametrize("schedule_fn", [schedule, schedule_one])
+@pytest.mark.parametrize(
+    ("entrant", "swaps"),
+    [
+        # holder h 1.0 Gbit/s. benefit 60 x (gain_e - 0.9 G); cost 2 x 2 s x (d_e + 1.0 G)
+        (1.1e9, False),  # 60 x 0.1 G = 6 G    <= 4 x 2.1 G = 8.4 G: h keeps its VF
+        (1.2e9, True),  # 60 x 0.2 G = 12 G   >  4 x 2.2 G = 8.8 G
+        (3.0e9, True),  # 60 x 2.0 G = 120 G  >  4 x 4.0 G = 16 G
+    ],
+)
+def test_a_holder_is_displaced_only_when_the_move_pays(
+    schedule_fn: Any, entrant: float, swaps: bool
+) -> None:
+    d = schedule_fn([_c("e", entrant), _c("h", 1.0e9)], {"h": 0.0}, 1, 100.0, PAYING)
+    assert d.pq == (("e",) if swaps else ("h",))
+    if not swaps:
+        assert d.reasons["e"].endswith("a move would not pay")
+
+
+@pytest.mark.parametrize("schedule_fn", [schedule, schedule_one])
+def test_entrants_pair_with_the_lowest_gain_leavers_first(schedule_fn: Any) -> None:
+    # 2 VFs held by a (1.0 G) and b (2.0 G); c (3.0 G) and d (2.2 G) rank above them.
+    # Pairs in rank order against leavers by gain: (c, a): 60 x 2.0 G = 120 G > 4 x 4.0 G;
+    # (d, b): 60 x 0.2 G = 12 G <= 4 x 4.2 G = 16.8 G, so b keeps its VF. (Paired the
+    # other way, (c, b) and (d, a) would both pay.)
+    cands = [_c("a", 1.0e9), _c("b", 2.0e9), _c("c", 3.0e9), _c("d", 2.2e9)]
+    d = schedule_fn(cands, {"a": 0.0, "b": 0.0}, 2, 100.0, PAYING)
+    assert d.pq == ("c", "b")
+
+
+@pytest.mark.parametrize("schedule_fn", [schedule, schedule_one])
+def test_a_vm_busy_on_cpu_and_network_keeps_its_vf_at_its_peak(schedule_fn: Any) -> None:
+    # x sends 5.9 Gbit/s with io_degree 30 (CPU-busy: below the 65 threshold); y 1 Mbit/s
+    # idle on CPU. The papers' filter drops x and the VF goes to y; with top_senders x is
+    # among the host's 1 highest demands and keeps it.
+    cands = [_c("x", 5.9e9, io=30.0), _c("y", 1e6, io=95.0)]
+    papers = VFSchedulerConfig(tolerance=0.0, hysteresis=0.0, min_dwell_s=0.0)
+    assert schedule_fn(cands, {"x": 0.0}, 1, 100.0, papers).pq == ("y",)
+    assert schedule_fn(cands, {"x": 0.0}, 1, 100.0, PAYING).pq == ("x",)
+
+
+@pytest.mark.parametrize("schedule_fn", [schedule, schedule_one])
+def test_a_holder_virtio_would_serve_keeps_its_vf_until_someone_pays_for_it(
+    schedule_fn: Any,
+) -> None:
+    # h holds the one VF and its demand fell to 50 Mbit/s (<= virtio_lossless): unplugging it
+    # alone buys nothing, so it stays. e at 60 Mbit/s is served by virtio (not ranked). f at
+    # 1 Gbit/s: 60 x (0.9 G - 0) = 54 G > 2 x 2 s x 1.05 G = 4.2 G: f takes the VF.
+    assert schedule_fn([_c("h", 50e6), _c("e", 60e6)], {"h": 0.0}, 1, 100.0, PAYING).pq == ("h",)
+    assert schedule_fn([_c("h", 50e6), _c("f", 1e9)], {"h": 0.0}, 1, 100.0, PAYING).pq == ("f",)

@@ -29,7 +29,7 @@ controller:
   period: 3s
   vf_policy: {policy}
   sensing: {{window: 1}}
-  scheduler: {{io_filter: top-q, min_dwell: 0s}}
+  scheduler: {{io_filter: top-q, min_dwell: 0s, cost_benefit: false}}
   {manager}
 phases:
   - {{name: only, duration_s: 300, loads: {{g1: net}}}}

@@ -188,7 +188,7 @@ def test_the_agent_killed_mid_plug_is_reconciled_from_the_live_xml(nested, prebo
     controller = {
         "period": "5s",
         "sensing": {"window": 2},
-        "scheduler": {"io_filter": "top-q", "top_q": 8, "min_dwell": "0s"},
+        "scheduler": {"io_filter": "top-q", "top_q": 8, "min_dwell": "0s", "cost_benefit": False},
         "op_timeout": "90s",
     }
     toml = agent_toml(ns, 1, controller, vf_pool=1)

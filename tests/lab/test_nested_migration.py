@@ -240,7 +240,12 @@ def _cluster(ns: Any) -> Iterator[Cluster]:
             "period": "5s",
             "vf_policy": "sova",
             "sensing": {"window": 2},
-            "scheduler": {"io_filter": "top-q", "top_q": 8, "min_dwell": "0s"},
+            "scheduler": {
+                "io_filter": "top-q",
+                "top_q": 8,
+                "min_dwell": "0s",
+                "cost_benefit": False,
+            },
             "op_timeout": "90s",
             "manager": {"alpha": 0.5, "k": 2, "n": 3, "ceiling": 0.9},
         }

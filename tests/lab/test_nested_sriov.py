@@ -165,7 +165,7 @@ def test_the_agent_in_l1_moves_a_real_vf_between_teamed_guests_as_loads_change(n
     controller = {
         "period": "5s",
         "sensing": {"window": 2},
-        "scheduler": {"io_filter": "top-q", "top_q": 8, "min_dwell": "0s"},
+        "scheduler": {"io_filter": "top-q", "top_q": 8, "min_dwell": "0s", "cost_benefit": False},
         "op_timeout": "90s",
     }
     t_start = time.time()

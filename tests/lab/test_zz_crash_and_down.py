@@ -21,7 +21,7 @@ name: crash
 guests: 1
 fast_slots: 1
 net_mbit: 20
-controller: {period: 3s, sensing: {window: 1}, scheduler: {io_filter: top-q, min_dwell: 0s}}
+controller: {period: 3s, sensing: {window: 1}, scheduler: {io_filter: top-q, min_dwell: 0s, cost_benefit: false}}
 phases:
   - {name: only, duration_s: 120, loads: {g1: net}, expect_holders: [g1]}
 """

@@ -51,6 +51,26 @@ def probe_demand(
     return out
 
 
+def open_link(
+    groups: Groups,
+    capacity: FloatArray,
+    bps: FloatArray,
+    minimum: FloatArray,
+    maximum: FloatArray,
+) -> BoolArray:
+    """The flows whose cap is lifted this period (docs/design.md#open-link): on a host with
+    no guarantee whose measured traffic is at most :data:`FULL_LINK` of its capacity, every
+    flow without an SLA maximum. A cap there only holds back a burst or a demand step (the
+    NIC shares a full link max-min by itself); the next period caps again from the true
+    demand if the link filled. ``capacity`` is per host, the rest per flow (``maximum``:
+    inf for none)."""
+    row = groups.row
+    guarded = np.bincount(row, minimum > 0, minlength=groups.n_hosts) > 0
+    calm = ~guarded & (groups.fsum(bps) <= FULL_LINK * capacity)
+    out: BoolArray = calm[row] & np.isinf(maximum)
+    return out
+
+
 # A guaranteed VM under its minimum whose reading may be the link's congestion rather than
 # its demand (docs/design.md#guarantees): its reservation stands until it reads under its
 # minimum, not held by its cap, on a link with headroom, this many periods in a row.
@@ -151,10 +171,12 @@ def limits(
     current: FloatArray,
     probe: float,
     spread_spare: bool,
+    lifted: BoolArray | None = None,
 ) -> tuple[FloatArray, BoolArray]:
     """The caps to enforce (``nan``: no cap) and which differ from ``current`` by > 1 %.
 
-    ``capacity`` is per host, the rest per flow.
+    ``capacity`` is per host, the rest per flow; ``lifted``: flows whose cap is lifted
+    (:func:`open_link`), unless they have a packet cap.
     """
     row = groups.row
     cap = capacity[row]
@@ -169,7 +191,10 @@ def limits(
         # An idle VM allocated ~0 would be capped at ~0 and could never show that it
         # wants to send (a VM below its cap is not probed): keep a probing floor.
         rate = np.maximum(rate, probe * cap / n)
-    rate = np.where((rate >= cap * (1 - 1e-9)) & np.isnan(pps_cap), np.nan, rate)
+    at_line = rate >= cap * (1 - 1e-9)
+    if lifted is not None:
+        at_line |= lifted
+    rate = np.where(at_line & np.isnan(pps_cap), np.nan, rate)
     both = ~np.isnan(rate) & ~np.isnan(current)
     same = np.isnan(rate) & np.isnan(current)
     diff = np.abs(current - rate)  # nan where either is: not ``both``, not taken

@@ -45,6 +45,13 @@ class SchedulerSpec(_Strict):
     tolerance: float = Field(default=0.10, ge=0)
     hysteresis: float = Field(default=0.05, ge=0)
     min_dwell: Duration = 30.0
+    # docs/design.md#vf-cost-benefit (the sova policy; dsr-iov runs the papers' scheduler)
+    top_senders: bool = True
+    cost_benefit: bool = True
+    virtio_lossless: Rate = 100e6
+    hotplug_blip: Duration = 2.0
+    horizon: Duration = Field(default=60.0, gt=0)
+    benefit_margin: float = Field(default=1.0, ge=0)
 
     def to_config(self) -> VFSchedulerConfig:
         return VFSchedulerConfig(
@@ -56,6 +63,12 @@ class SchedulerSpec(_Strict):
             tolerance=self.tolerance,
             hysteresis=self.hysteresis,
             min_dwell_s=self.min_dwell,
+            top_senders=self.top_senders,
+            cost_benefit=self.cost_benefit,
+            virtio_lossless=self.virtio_lossless,
+            hotplug_blip=self.hotplug_blip,
+            horizon=self.horizon,
+            benefit_margin=self.benefit_margin,
         )
 
 
@@ -65,6 +78,10 @@ class SensingSpec(_Strict):
     window: int = Field(default=6, ge=1, le=1000)
     epsilon: Fraction = 0.7
     traffic_threshold: Rate = 10_000.0
+    # Censored demand (docs/design.md#censored-demand): a period at >= (1 - censor_margin)
+    # of the VM's path ceiling, or on virtio with vCPU use >= cpu_saturation, was held back.
+    censor_margin: Fraction = 0.10
+    cpu_saturation: Fraction = 0.95
 
 
 def _seconds(name: str) -> AliasChoices:

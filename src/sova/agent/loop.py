@@ -115,6 +115,26 @@ class Decision:
     migration: tuple[str, str] | None = None  # (vm, target) labelled VLM this period
 
 
+def path_ceilings(actual: Inventory) -> tuple[dict[str, float], frozenset[str]]:
+    """Each VM's path ceiling (the lowest of its VF max rate, its guest limit and the line
+    rate) and the VMs on virtio: what the sensor marks censored periods against
+    (docs/design.md#censored-demand)."""
+    line = actual.host.nic.capacity_bps
+    ceilings: dict[str, float] = {}
+    virtio: list[str] = []
+    for vm, st in actual.vms.items():
+        c = line
+        if st.nic is NicKind.VF:
+            if st.vf_max_bps is not None:
+                c = min(c, st.vf_max_bps)
+        else:
+            virtio.append(vm)
+        if st.guest_limit_bps is not None:
+            c = min(c, st.guest_limit_bps)
+        ceilings[vm] = c
+    return ceilings, frozenset(virtio)
+
+
 def plan_actions(
     desired: Mapping[str, float | None],
     ranking: Sequence[str],
@@ -234,9 +254,11 @@ class HostAgent:
         self.driver = driver
         self.config = config or ControllerConfig()
         self.vf_policy = vf_policy(self.config.vf_policy)()
-        self.scheduler = self.config.scheduler.to_config()
+        self.scheduler = self.vf_policy.scheduler_config(self.config.scheduler.to_config())
         s = self.config.sensing
-        self.sensor = HostSensor(s.window, s.epsilon, s.traffic_threshold)
+        self.sensor = HostSensor(
+            s.window, s.epsilon, s.traffic_threshold, s.censor_margin, s.cpu_saturation
+        )
         self.executor = Executor(
             driver,
             op_timeout_s=self.config.op_timeout,
@@ -322,6 +344,7 @@ class HostAgent:
                     io_score=f.io_degree if cfg.io_metric == "io_degree" else f.io_factor,
                     net_score=f.net_degree if cfg.net_metric == "net_degree" else f.net_factor,
                     has_traffic=f.has_traffic,
+                    demand_bps=f.demand_est_bps,
                     eligible=state.failover_ready
                     and state.running
                     and not state.migrating
@@ -412,7 +435,7 @@ class HostAgent:
         self, sample: HostSample, actual: Inventory, sensed: bool = False
     ) -> LoadShares | None:
         if not sensed:
-            self.sensor.observe(sample)
+            self.sensor.observe(sample, *path_ceilings(actual))
         prev, self._prev_sample = self._prev_sample, sample
         if prev is None:
             return None
@@ -573,7 +596,11 @@ class HostAgent:
         bps = m.bps[keep]
         demand = bw.probe_demand(bps, current, capacity[groups.row], probe)
         vms = [actual.vms[vm].vm for vm in flows]
-        if self.spread_spare:
+        lifted = None
+        if self.spread_spare and bw.all_sova([self.allocator]):
+            # the Sova allocator's caps only (docs/design.md#open-link): a plug-in keeps its own
+            slas = bw.SLAArrays.of([v.sla for v in vms])
+            lifted = bw.open_link(groups, capacity, bps, slas.minimum, slas.maximum)
             # an allocator sharing out measured demand needs a congested guarantee's true
             # demand (docs/design.md#guarantees); the published baselines read raw rates
             fast = np.array([actual.vms[vm].nic is NicKind.VF for vm in flows], dtype=bool)
@@ -581,7 +608,9 @@ class HostAgent:
         rate, pps = bw.allocate(
             [self.allocator], groups, capacity, demand, m.packet_bytes[keep], vms.__getitem__
         )
-        new, changed = bw.limits(groups, capacity, rate, pps, current, probe, self.spread_spare)
+        new, changed = bw.limits(
+            groups, capacity, rate, pps, current, probe, self.spread_spare, lifted
+        )
         actions: list[Action] = [
             SetGuestRateLimit(flows[k], _none(new[k]), _none(pps[k]))
             for k in np.flatnonzero(changed).tolist()

@@ -69,6 +69,10 @@ class VFPolicy:
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         raise NotImplementedError
 
+    def scheduler_config(self, config: VFSchedulerConfig) -> VFSchedulerConfig:
+        """The scheduler configuration this policy runs: the controller's, by default."""
+        return config
+
 
 class NoVF(VFPolicy):
     """``default``: every VM stays on virtio; nothing is hot-plugged."""
@@ -107,6 +111,11 @@ class DsrIov(VFPolicy):
     name = "dsr-iov"
     follows_load = True
     schedules = True
+
+    def scheduler_config(self, config: VFSchedulerConfig) -> VFSchedulerConfig:
+        # The paper's baseline: its scheduler as published, without the top-sender rule
+        # or the cost-benefit gate (docs/design.md#vf-cost-benefit).
+        return config.papers()
 
     def desired(self, ctx: VFContext) -> tuple[VFDecision | None, Desired]:
         actual = ctx.actual
@@ -147,3 +156,6 @@ class Sova(DsrIov):
 
     name = "sova"
     uses_manager = True
+
+    def scheduler_config(self, config: VFSchedulerConfig) -> VFSchedulerConfig:
+        return config

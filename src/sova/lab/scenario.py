@@ -38,7 +38,9 @@ class Phase(BaseModel):
 def _lab_scheduler() -> SchedulerSpec:
     # Under TCG a network-heavy guest burns its vCPU emulating virtio, so an io_degree
     # threshold filters every guest out; top-q ranks them all by net_degree instead.
-    return SchedulerSpec(io_filter="top-q", min_dwell=0.0)
+    # The lab's guests send tens of Mbit/s: the tier tests the plugs, not whether each pays
+    # (docs/design.md#vf-cost-benefit).
+    return SchedulerSpec(io_filter="top-q", min_dwell=0.0, cost_benefit=False)
 
 
 class LabController(ControllerConfig):

@@ -36,6 +36,7 @@ class VFRows:
     eligible: np.ndarray  # bool
     holder: np.ndarray  # bool: holds a VF now
     since: np.ndarray  # when a holder got its VF (ignored for the others)
+    demand: np.ndarray | None = None  # demand estimate, bit/s (Candidate.demand_bps; None = 0)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class VFSchedule:
     pq: np.ndarray  # bool: holds a VF after this period
     dwell: np.ndarray  # bool: in the PQ because its dwell time protects it
     ranked: np.ndarray  # int64: the host's ranking rows, hosts in index order
+    served: np.ndarray | None = None  # bool: passed with traffic, but virtio serves it
+    held_back: np.ndarray | None = None  # bool: a move that did not pay decided its place
 
 
 def _segments(keys_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +90,21 @@ def schedule_hosts(
         order = e[np.lexsort((name_rank[e], -iob[e], host[e]))]
         _, pos = _segments(host[order])
         passed[order[pos >= config.top_q]] = False
-    active = np.flatnonzero(passed & rows.has_traffic)
+    demand = rows.demand if rows.demand is not None else np.zeros(n)
+    if config.top_senders:
+        # the vf_count highest (boosted) demands of each host pass whatever their I/O score
+        s_ = np.flatnonzero(rows.eligible & rows.has_traffic)
+        order = s_[np.lexsort((name_rank[s_], -(demand[s_] * boost[s_]), host[s_]))]
+        _, pos = _segments(host[order])
+        passed[order[pos < vf_count[host[order]]]] = True
+    traffic = passed & rows.has_traffic
+    served = np.zeros(n, dtype=bool)
+    gain = np.maximum(0.0, demand - config.virtio_lossless)
+    if config.cost_benefit:
+        # a holder stays ranked: unplugging it buys nothing unless an entrant pays for it
+        served = traffic & ~(gain > 0.0) & ~rows.holder
+        traffic &= ~served
+    active = np.flatnonzero(traffic)
     # tolerance groups, formed greedily from each host's leader down
     order = active[np.lexsort((name_rank[active], -netb[active], host[active]))]
     start, pos = _segments(host[order])
@@ -122,7 +139,69 @@ def schedule_hosts(
     pq[ranked[kept | fill]] = True
     dwell = np.zeros(n, dtype=bool)
     dwell[ranked[kept]] = True
-    return VFSchedule(passed=passed, rank=rank, pq=pq, dwell=dwell, ranked=ranked)
+    held_back = np.zeros(n, dtype=bool)
+    if config.cost_benefit:
+        _pay_for_moves(rows, ranked, rank, pq, held_back, gain, demand, vf_count, config)
+    return VFSchedule(
+        passed=passed,
+        rank=rank,
+        pq=pq,
+        dwell=dwell,
+        ranked=ranked,
+        served=served,
+        held_back=held_back,
+    )
+
+
+def _pay_for_moves(
+    rows: VFRows,
+    ranked: np.ndarray,
+    rank: np.ndarray,
+    pq: np.ndarray,
+    held_back: np.ndarray,
+    gain: np.ndarray,
+    demand: np.ndarray,
+    vf_count: np.ndarray,
+    config: VFSchedulerConfig,
+) -> None:
+    """:func:`~sova.policy.vfsched._pay_for_moves` of every host, in place on ``pq`` and
+    ``held_back``: entrants in rank order take the free VFs, then pair with the leavers
+    in (gain, name) order."""
+    holder, host = rows.holder, rows.host
+    n_hosts = vf_count.size
+    is_ranked = rank >= 0
+    ent = ranked[pq[ranked] & ~holder[ranked]]  # host, then rank order
+    lv = np.flatnonzero(is_ranked & holder & ~pq)
+    lv = lv[np.lexsort((rows.name_rank[lv], gain[lv], host[lv]))]
+    n_kept = np.bincount(host, pq & holder, minlength=n_hosts).astype(np.int64)
+    n_lv = np.bincount(host[lv], minlength=n_hosts).astype(np.int64)
+    overflow = np.maximum(0, n_kept + n_lv - vf_count)
+    free = vf_count - n_kept - (n_lv - overflow)
+    if ent.size == 0:
+        return
+    he = host[ent]
+    _, j = _segments(he)
+    lv_start = np.searchsorted(host[lv], np.arange(n_hosts))
+    to_free = j < free[he]
+    cost = config.hotplug_blip
+    margin = 1.0 + config.benefit_margin
+    # a free VF: horizon * (gain - 0.0) > (1 + margin) * (blip * demand), as worth_it
+    f = ent[to_free]
+    ok = config.horizon * (gain[f] - 0.0) > margin * (cost * demand[f])
+    pq[f[~ok]] = False
+    held_back[f[~ok]] = True
+    p_ent = ent[~to_free]
+    if p_ent.size == 0:
+        return
+    hp = host[p_ent]
+    p_lv = lv[lv_start[hp] + overflow[hp] + j[~to_free] - free[hp]]
+    ok = config.horizon * (gain[p_ent] - gain[p_lv]) > margin * (
+        cost * (demand[p_ent] + demand[p_lv])
+    )
+    pq[p_ent[~ok]] = False
+    pq[p_lv[~ok]] = True
+    held_back[p_ent[~ok]] = True
+    held_back[p_lv[~ok]] = True
 
 
 class Decisions:
@@ -136,6 +215,10 @@ class Decisions:
         self.eligible, self.passed = rows.eligible.tolist(), result.passed.tolist()
         self.traffic, self.pq = rows.has_traffic.tolist(), result.pq.tolist()
         self.dwell, self.io = result.dwell.tolist(), rows.io_score.tolist()
+        n = len(names)
+        self.served = result.served.tolist() if result.served is not None else [False] * n
+        self.held = result.held_back.tolist() if result.held_back is not None else [False] * n
+        self.name_rank = rows.name_rank.tolist()
         # the top-q filter lists its VMs best first by boosted I/O score, then name
         self.io_key: list[tuple[float, int]] = []
         if config.io_filter != "threshold":
@@ -201,12 +284,20 @@ class Decisions:
             quiet.sort(key=self.io_key.__getitem__)
         for i in quiet:
             reasons[names[i]] = "no traffic in window"
+        served = [i for i in members if self.served[i]]
+        served.sort(key=self.name_rank.__getitem__)
+        for i in served:
+            reasons[names[i]] = "virtio serves it (demand at or below virtio_lossless)"
         total = len(ranking)
+        held = self.held
         for k, i in enumerate(ranking):
             vm = names[i]
             if self.pq[i]:
                 late = " (dwell)" if self.dwell[i] and k >= vf_count else ""
-                reasons[vm] = f"rank {k + 1} of {total}{late}"
+                paid = " (a move would not pay)" if held[i] else ""
+                reasons[vm] = f"rank {k + 1} of {total}{late}{paid}"
+            elif held[i]:
+                reasons[vm] = f"rank {k + 1} of {total}, a move would not pay"
             else:
                 reasons[vm] = f"rank {k + 1} of {total}, below the {vf_count} VFs"
         return reasons
@@ -254,6 +345,7 @@ def schedule_one(
         eligible=np.array([c.eligible for c in unique], dtype=bool),
         holder=np.array([vm in holders for vm in names], dtype=bool),
         since=np.array([holders.get(vm, now_s) for vm in names], dtype=float),
+        demand=np.array([c.demand_bps for c in unique], dtype=float),
     )
     result = schedule_hosts(rows, np.array([vf_count], dtype=np.int64), now_s, config)
     members = range(len(names))

@@ -132,6 +132,9 @@ class FleetBandwidth:
         current = self.limit[flows]
         bps = m.bps[flows]
         demand = bw.probe_demand(bps, current, engine.capacity[fh], self.probe)
+        lifted = None
+        if self.spread_spare and self.sova:  # the Sova allocator's caps only (HostAgent's)
+            lifted = bw.open_link(groups, engine.capacity, bps, fl.sla.minimum, fl.sla.maximum)
         if self.spread_spare and self.guaranteed:
             demand = self._reserve(engine, flows, fh, groups, bps, current, demand)
         rate, pps = bw.allocate(
@@ -145,7 +148,7 @@ class FleetBandwidth:
             sova=self.sova,
         )
         new, changed = bw.limits(
-            groups, engine.capacity, rate, pps, current, self.probe, self.spread_spare
+            groups, engine.capacity, rate, pps, current, self.probe, self.spread_spare, lifted
         )
         now = engine.env.now
         ks = np.flatnonzero(changed)

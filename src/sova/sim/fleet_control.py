@@ -161,6 +161,7 @@ class FleetControl:
             eligible=e.ready & ~e.migrating & ~leaving,
             holder=e.on_vf.copy(),
             since=since,
+            demand=factors.demand_est_bps,
         )
         result = schedule_hosts(rows, self.pool, now, cfg)
         holder = rows.holder
