@@ -512,6 +512,11 @@ def counter_runs(draw: st.DrawFn) -> dict[str, object]:
     times: list[float] = []
     hosts_at: list[np.ndarray] = []
     readings: list[np.ndarray] = []
+    ceilings: list[np.ndarray] = []
+    virtio: list[np.ndarray] = []
+    # path ceilings at and near the levels' tx rates (8 x level), so periods land on both
+    # sides of the censoring margin
+    caps = np.array([np.inf, np.inf, 8e6, 8.5e6, 2.4e8, 1e9])
     t = 0.0
     # a few discrete traffic levels so NF sees ties and single-level hosts (span 0)
     levels = np.array([0.0, 0.0, 100.0, 5_000.0, 1e6, 1e6, 3e7])
@@ -532,11 +537,17 @@ def counter_runs(draw: st.DrawFn) -> dict[str, object]:
         times.append(t)
         hosts_at.append(host.copy())
         readings.append(c.copy())
+        ceilings.append(rng.choice(caps, n))
+        virtio.append(rng.uniform(size=n) < 0.5)
     return {
         "hosts": hosts,
         "times": times,
         "host": hosts_at,
         "c": readings,
+        "ceiling": ceilings,
+        "virtio": virtio,
+        "margin": draw(st.sampled_from([0.0, 0.10, 0.5])),
+        "saturation": draw(st.sampled_from([0.5, 0.95, 1.0])),
         "vcpus": vcpus,
         "num": draw(st.integers(1, 6)),
         "epsilon": draw(st.sampled_from([0.0, 0.3, 0.7, 1.0])),
@@ -570,12 +581,20 @@ def test_sensor_kernel_equals_host_sensor(run: dict[str, object]) -> None:
     assert isinstance(hosts, int) and isinstance(times, list) and isinstance(vcpus, np.ndarray)
     num, eps, thr = run["num"], run["epsilon"], run["threshold"]
     assert isinstance(num, int) and isinstance(eps, float) and isinstance(thr, float)
-    scalar = [HostSensor(num, eps, thr) for _ in range(hosts)]
-    batch = SensorKernel(vcpus.size, num, eps, thr)
-    for t, host, c in zip(times, run["host"], run["c"], strict=True):  # type: ignore[call-overload]
+    margin, sat = run["margin"], run["saturation"]
+    assert isinstance(margin, float) and isinstance(sat, float)
+    scalar = [HostSensor(num, eps, thr, margin, sat) for _ in range(hosts)]
+    batch = SensorKernel(vcpus.size, num, eps, thr, margin, sat)
+    for t, host, c, cap, virt in zip(  # type: ignore[call-overload]
+        times, run["host"], run["c"], run["ceiling"], run["virtio"], strict=True
+    ):
         for h in range(hosts):
-            scalar[h].observe(_sample(h, t, c, host, vcpus))
-        batch.observe(t, c, vcpus, host)
+            on = np.flatnonzero(host == h)
+            caps = {f"vm{i}": float(cap[i]) for i in on if np.isfinite(cap[i])}
+            scalar[h].observe(
+                _sample(h, t, c, host, vcpus), caps, {f"vm{i}" for i in on if virt[i]}
+            )
+        batch.observe(t, c, vcpus, host, cap, virt)
         f = batch.factors(host, hosts)
         for h in range(hosts):
             sf = scalar[h].factors()
@@ -594,6 +613,8 @@ def test_sensor_kernel_equals_host_sensor(run: dict[str, object]) -> None:
                     f.last_rate_bps[i],
                     f.tx_bps[i],
                     f.rx_bps[i],
+                    bool(f.censored[i]),
+                    f.demand_est_bps[i],
                 )
                 want = s
                 assert got == want, (name, got, want)

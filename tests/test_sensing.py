@@ -504,3 +504,58 @@ def test_sensor_factors_end_to_end() -> None:
 def test_sensor_rejects_bad_parameters(num: int, eps: float) -> None:
     with pytest.raises(ValueError):
         HostSensor(num=num, epsilon=eps)
+
+
+# --------------------------------------------------------------------------- censored demand
+
+
+def test_a_vm_held_at_its_ceiling_is_censored_and_its_estimate_grows() -> None:
+    # Three 10 s periods; a: tx 1.25e9 B/period = 1.0 Gbit/s against a 1.05 Gbit/s VF cap
+    # (>= 0.9 x 1.05 = 0.945: censored); b: the same rate under no ceiling; c: 0.5 Gbit/s
+    # under the 1.05 cap (< 0.945: not censored). a's estimate: each censored period
+    # counts 1.1 x 1.0 Gbit/s = 1.1 Gbit/s.
+    s = HostSensor(num=6, censor_margin=0.10)
+    caps = {"a": 1.05e9, "c": 1.05e9}
+    for k in range(4):
+        full, half = k * 1_250_000_000, k * 625_000_000
+        s.observe(sample(10.0 * k, a=ctr(tx=full), b=ctr(tx=full), c=ctr(tx=half)), caps)
+    f = s.factors()
+    assert f["a"].censored and not f["b"].censored and not f["c"].censored
+    assert f["a"].demand_bps == pytest.approx(1.0e9)
+    assert f["a"].demand_est_bps == pytest.approx(1.1e9)
+    assert f["b"].demand_est_bps == f["b"].demand_bps
+    assert f["c"].demand_est_bps == f["c"].demand_bps
+
+
+def test_a_vm_sending_on_virtio_with_full_vcpus_is_censored() -> None:
+    # 10 s periods, 1 vCPU. a: 9.7 s of CPU per period (0.97 >= 0.95) and 10 Mbit/s on
+    # virtio: virtio's per-packet cost is its ceiling. b: the same on a VF (not virtio).
+    # c: full vCPU on virtio but no traffic (a CPU-bound VM, nothing held back).
+    # d: 0.5 of its vCPU on virtio with traffic.
+    s = HostSensor(num=6)
+    for k in range(3):
+        busy, tx = k * 9_700_000_000, k * 12_500_000
+        s.observe(
+            sample(
+                10.0 * k,
+                a=ctr(cpu=busy, tx=tx),
+                b=ctr(cpu=busy, tx=tx),
+                c=ctr(cpu=busy),
+                d=ctr(cpu=k * 5_000_000_000, tx=tx),
+            ),
+            virtio={"a", "c", "d"},
+        )
+    f = s.factors()
+    assert [f[v].censored for v in "abcd"] == [True, False, False, False]
+
+
+def test_a_path_ceiling_lifted_ends_the_censoring() -> None:
+    # The latest period decides ``censored``; the estimate remembers the window.
+    s = HostSensor(num=6)
+    s.observe(sample(0.0, a=ctr()), {"a": 1e9})
+    s.observe(sample(10.0, a=ctr(tx=1_250_000_000)), {"a": 1e9})
+    assert s.factors()["a"].censored
+    s.observe(sample(20.0, a=ctr(tx=2_500_000_000)), {})
+    f = s.factors()["a"]
+    # periods: 1 Gbit/s censored (1.1), 1 Gbit/s free (1.0): mean 1.05 Gbit/s
+    assert not f.censored and f.demand_est_bps == pytest.approx(1.05e9)

@@ -65,6 +65,10 @@ class SensingSpec(_Strict):
     window: int = Field(default=6, ge=1, le=1000)
     epsilon: Fraction = 0.7
     traffic_threshold: Rate = 10_000.0
+    # Censored demand (docs/design.md#censored-demand): a period at >= (1 - censor_margin)
+    # of the VM's path ceiling, or on virtio with vCPU use >= cpu_saturation, was held back.
+    censor_margin: Fraction = 0.10
+    cpu_saturation: Fraction = 0.95
 
 
 def _seconds(name: str) -> AliasChoices:

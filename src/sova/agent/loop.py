@@ -115,6 +115,26 @@ class Decision:
     migration: tuple[str, str] | None = None  # (vm, target) labelled VLM this period
 
 
+def path_ceilings(actual: Inventory) -> tuple[dict[str, float], frozenset[str]]:
+    """Each VM's path ceiling (the lowest of its VF max rate, its guest limit and the line
+    rate) and the VMs on virtio: what the sensor marks censored periods against
+    (docs/design.md#censored-demand)."""
+    line = actual.host.nic.capacity_bps
+    ceilings: dict[str, float] = {}
+    virtio: list[str] = []
+    for vm, st in actual.vms.items():
+        c = line
+        if st.nic is NicKind.VF:
+            if st.vf_max_bps is not None:
+                c = min(c, st.vf_max_bps)
+        else:
+            virtio.append(vm)
+        if st.guest_limit_bps is not None:
+            c = min(c, st.guest_limit_bps)
+        ceilings[vm] = c
+    return ceilings, frozenset(virtio)
+
+
 def plan_actions(
     desired: Mapping[str, float | None],
     ranking: Sequence[str],
@@ -236,7 +256,9 @@ class HostAgent:
         self.vf_policy = vf_policy(self.config.vf_policy)()
         self.scheduler = self.config.scheduler.to_config()
         s = self.config.sensing
-        self.sensor = HostSensor(s.window, s.epsilon, s.traffic_threshold)
+        self.sensor = HostSensor(
+            s.window, s.epsilon, s.traffic_threshold, s.censor_margin, s.cpu_saturation
+        )
         self.executor = Executor(
             driver,
             op_timeout_s=self.config.op_timeout,
@@ -412,7 +434,7 @@ class HostAgent:
         self, sample: HostSample, actual: Inventory, sensed: bool = False
     ) -> LoadShares | None:
         if not sensed:
-            self.sensor.observe(sample)
+            self.sensor.observe(sample, *path_ceilings(actual))
         prev, self._prev_sample = self._prev_sample, sample
         if prev is None:
             return None

@@ -28,7 +28,12 @@ import numpy as np
 import numpy.typing as npt
 
 from sova.policy.bandwidth import water_fill
-from sova.policy.sensing import GOTTEN_FLOOR_FRACTION, NS
+from sova.policy.sensing import (
+    DEFAULT_CENSOR_MARGIN,
+    DEFAULT_CPU_SATURATION,
+    GOTTEN_FLOOR_FRACTION,
+    NS,
+)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -208,6 +213,8 @@ class SensedFactors:
     tx_bps: FloatArray
     rx_bps: FloatArray
     count: IntArray  # periods in each VM's window (0 = nothing measured yet)
+    censored: BoolArray  # the latest period was held back by the path (sensing.py)
+    demand_est_bps: FloatArray  # censored periods count (1 + censor_margin) x
 
 
 class SensorKernel:
@@ -220,14 +227,21 @@ class SensorKernel:
     period (the target host's sensor has no previous reading of it).
     """
 
-    FIELDS = ("cpu", "gotten", "blocked", "rx", "tx", "packets", "dt", "vcpus")
+    FIELDS = ("cpu", "gotten", "blocked", "rx", "tx", "packets", "dt", "vcpus", "censored")
 
     def __init__(
-        self, n_vms: int, num: int = 6, epsilon: float = 0.7, threshold_bps: float = 10_000.0
+        self,
+        n_vms: int,
+        num: int = 6,
+        epsilon: float = 0.7,
+        threshold_bps: float = 10_000.0,
+        censor_margin: float = DEFAULT_CENSOR_MARGIN,
+        cpu_saturation: float = DEFAULT_CPU_SATURATION,
     ) -> None:
         if num < 1:
             raise ValueError(f"window num must be >= 1, got {num}")
         self.n, self.num, self.epsilon, self.threshold = n_vms, num, epsilon, threshold_bps
+        self.censor_margin, self.cpu_saturation = censor_margin, cpu_saturation
         self.buf = {k: np.zeros((n_vms, num)) for k in self.FIELDS}
         self.count: IntArray = np.zeros(n_vms, dtype=np.int64)
         self.prev: FloatArray | None = None  # (6, N) whole counters at the last reading
@@ -235,9 +249,19 @@ class SensorKernel:
         self.last_t: float | None = None
         self.resets = 0
 
-    def observe(self, t: float, counters: FloatArray, vcpus: FloatArray, host: IntArray) -> None:
+    def observe(
+        self,
+        t: float,
+        counters: FloatArray,
+        vcpus: FloatArray,
+        host: IntArray,
+        ceiling: FloatArray | None = None,
+        virtio: BoolArray | None = None,
+    ) -> None:
         """Take a reading: ``counters`` is (6, N) cpu, steal, rx_b, tx_b, rx_pk, tx_pk, whole
-        numbers as a driver reads them; ``host`` is each VM's host now."""
+        numbers as a driver reads them; ``host`` is each VM's host now; ``ceiling`` each
+        VM's path ceiling in bit/s (inf = none) and ``virtio`` whether it is on virtio, as
+        ``HostSensor.observe`` takes them (None: no ceiling, nobody on virtio)."""
         if self.last_t is not None and t <= self.last_t:
             return  # a repeated or out-of-order reading: ignored, like the specification
         prev, prev_host, last_t = self.prev, self.prev_host, self.last_t
@@ -253,8 +277,16 @@ class SensorKernel:
         v = np.maximum(vcpus, 1.0)
         capacity_ns = dt * NS * v
         d_cpu = d[0]
+        cpu = np.minimum(1.0, d_cpu / capacity_ns)
+        # sensing.censored, over arrays
+        cens = np.zeros(self.n, dtype=bool)
+        if ceiling is not None:
+            cens |= 8.0 * d[3] / dt >= (1.0 - self.censor_margin) * ceiling
+        if virtio is not None:
+            busy = 8.0 * (d[2] + d[3]) / dt >= self.threshold
+            cens |= virtio & (cpu >= self.cpu_saturation) & busy
         stats = {
-            "cpu": np.minimum(1.0, d_cpu / capacity_ns),
+            "cpu": cpu,
             "gotten": d_cpu,
             "blocked": np.maximum(0.0, capacity_ns - d_cpu - d[1]),
             "rx": d[2],
@@ -262,6 +294,7 @@ class SensorKernel:
             "packets": d[4] + d[5],
             "dt": np.full(self.n, dt),
             "vcpus": v,
+            "censored": cens.astype(np.float64),
         }
         take = ~moved & ~reset
         if take.all():  # the common period: every window shifts, by slices
@@ -291,13 +324,16 @@ class SensorKernel:
         ratio = b["blocked"] / np.maximum(b["gotten"], np.where(valid, floor, 1.0))
         kbps = nbytes / dt
         pps = b["packets"] / dt
-        s_cpu, s_if, s_kb, s_rate = (np.zeros(self.n) for _ in range(4))
+        cens = b["censored"] > 0.0
+        est = np.where(cens, rate * (1.0 + self.censor_margin), rate)
+        s_cpu, s_if, s_kb, s_rate, s_est = (np.zeros(self.n) for _ in range(5))
         for j in range(num):  # oldest first, like sum() over the deque
             m = valid[:, j]
             s_cpu = s_cpu + np.where(m, b["cpu"][:, j], 0.0)
             s_if = s_if + np.where(m, ratio[:, j], 0.0)
             s_kb = s_kb + np.where(m, kbps[:, j], 0.0)
             s_rate = s_rate + np.where(m, rate[:, j], 0.0)
+            s_est = s_est + np.where(m, est[:, j], 0.0)
         n = np.maximum(c, 1).astype(float)
         has = c > 0
         busy_n = traffic.sum(axis=1)
@@ -332,6 +368,8 @@ class SensorKernel:
             tx_bps=np.where(has, 8.0 * b["tx"][:, -1] / safe_dt, 0.0),
             rx_bps=np.where(has, 8.0 * b["rx"][:, -1] / safe_dt, 0.0),
             count=c.copy(),
+            censored=has & cens[:, -1],
+            demand_est_bps=np.where(has, s_est / n, 0.0),
         )
 
 

@@ -21,13 +21,25 @@ The factors, with the papers' errors fixed as docs/design.md#sensing decides:
   ambiguous; we min–max normalise packet counts across *all VMs of the host* over the
   window, so NF ∈ [0, 1] and NFs of different VMs are comparable (a per-VM normalisation
   would give every steadily busy VM the same NF).
+
+Censored demand (docs/design.md#censored-demand). What got through is not what a VM
+wanted when its path held it back, so each period is also marked *censored* when the VM
+sent at its path's ceiling — within ``censor_margin`` of the lowest of its VF max rate,
+its guest rate limit and the line rate — or sent on virtio with its vCPUs saturated
+(``cpu_saturation``: on virtio every packet costs the guest VM exits, so a full vCPU is
+virtio's ceiling for that guest). The drivers report no drops or queue lengths
+(:class:`~sova.model.VMCounters`), so those are not read. ``VMFactors.censored`` is the
+latest period's mark; ``VMFactors.demand_est_bps`` the window mean with every censored
+period counted ``(1 + censor_margin)`` times its rate: a lower bound that grows, like the
+bandwidth loop's probe, for as long as the path keeps holding the VM back.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from sova.model import HostSample, VMCounters
 
@@ -38,6 +50,10 @@ GOTTEN_FLOOR_FRACTION = 1e-3
 # Below this rate a period counts as "no traffic": ARP, NTP and DHCP chatter of an idle
 # guest must not make it look network-active.
 DEFAULT_TRAFFIC_THRESHOLD_BPS = 10_000.0
+# A VM sending at >= (1 - margin) of its ceiling may want more (the bandwidth loop's probe).
+DEFAULT_CENSOR_MARGIN = 0.10
+# vCPU use at or above this on virtio, with traffic, is virtio's ceiling for that guest.
+DEFAULT_CPU_SATURATION = 0.95
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,7 @@ class PeriodStats:
     rx_bytes: int
     tx_bytes: int
     packets: int
+    censored: bool = False  # the path held the VM back this period (module docstring)
 
     @property
     def bytes(self) -> int:
@@ -93,6 +110,27 @@ def period_stats(prev: VMCounters, cur: VMCounters, dt_s: float) -> PeriodStats 
         tx_bytes=d_tx,
         packets=d_pk,
     )
+
+
+def censored(
+    stats: PeriodStats,
+    ceiling_bps: float,
+    on_virtio: bool,
+    margin: float = DEFAULT_CENSOR_MARGIN,
+    saturation: float = DEFAULT_CPU_SATURATION,
+    threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
+) -> bool:
+    """Whether the VM's path held it back over this period: it sent (tx: what a VF rate,
+    a guest limit or the line caps) at its ceiling, or on virtio with full vCPUs."""
+    tx_bps = 8.0 * stats.tx_bytes / stats.dt_s
+    if tx_bps >= (1.0 - margin) * ceiling_bps:
+        return True
+    return on_virtio and stats.cpu_usage >= saturation and stats.has_traffic(threshold_bps)
+
+
+def demand_estimate(window: Sequence[PeriodStats], margin: float = DEFAULT_CENSOR_MARGIN) -> float:
+    """Mean rate over the window, a censored period counted ``(1 + margin)`` times."""
+    return _mean(s.rate_bps * (1.0 + margin) if s.censored else s.rate_bps for s in window)
 
 
 # --------------------------------------------------------------------------- factors
@@ -174,6 +212,8 @@ class VMFactors:
     last_rate_bps: float
     tx_bps: float  # latest period
     rx_bps: float
+    censored: bool = False  # the latest period was held back by the path (module docstring)
+    demand_est_bps: float = 0.0  # demand estimate: censored periods count (1 + margin) x
 
 
 class HostSensor:
@@ -189,6 +229,8 @@ class HostSensor:
         num: int = 6,
         epsilon: float = 0.7,
         traffic_threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
+        censor_margin: float = DEFAULT_CENSOR_MARGIN,
+        cpu_saturation: float = DEFAULT_CPU_SATURATION,
     ) -> None:
         if num < 1:
             raise ValueError(f"window num must be >= 1, got {num}")
@@ -197,11 +239,21 @@ class HostSensor:
         self.num = num
         self.epsilon = epsilon
         self.threshold_bps = traffic_threshold_bps
+        self.censor_margin, self.cpu_saturation = censor_margin, cpu_saturation
         self._last: HostSample | None = None
         self._windows: dict[str, deque[PeriodStats]] = {}
         self.resets = 0
 
-    def observe(self, sample: HostSample) -> None:
+    def observe(
+        self,
+        sample: HostSample,
+        ceilings: Mapping[str, float] | None = None,
+        virtio: Collection[str] = (),
+    ) -> None:
+        """Take a reading. ``ceilings``: each VM's path ceiling in bit/s (the lowest of its
+        VF max rate, guest limit and the line rate; a VM not named has none); ``virtio``:
+        the VMs on virtio. Both as the host is when the reading is taken: a path changed
+        inside the period is judged by its new ceiling for that one period."""
         prev = self._last
         if prev is not None and sample.time_s <= prev.time_s:
             # A repeated or out-of-order reading carries no new information: ignore it
@@ -224,6 +276,16 @@ class HostSensor:
             if stats is None:
                 self.resets += 1
                 continue
+            ceiling = ceilings.get(vm, math.inf) if ceilings else math.inf
+            if censored(
+                stats,
+                ceiling,
+                vm in virtio,
+                self.censor_margin,
+                self.cpu_saturation,
+                self.threshold_bps,
+            ):
+                stats = replace(stats, censored=True)
             window.append(stats)
 
     def windows(self) -> dict[str, Sequence[PeriodStats]]:
@@ -247,6 +309,8 @@ class HostSensor:
                 last_rate_bps=last.rate_bps if last else 0.0,
                 tx_bps=8.0 * last.tx_bytes / last.dt_s if last else 0.0,
                 rx_bps=8.0 * last.rx_bytes / last.dt_s if last else 0.0,
+                censored=last.censored if last else False,
+                demand_est_bps=demand_estimate(w, self.censor_margin),
             )
         return out
 

@@ -62,6 +62,8 @@ class HostFactors(LazyMapping[str, VMFactors]):
             f.last_rate_bps[m].tolist(),
             f.tx_bps[m].tolist(),
             f.rx_bps[m].tolist(),
+            f.censored[m].tolist(),
+            f.demand_est_bps[m].tolist(),
             strict=True,
         )
         return {names[i]: VMFactors(names[i], *vals) for i, *vals in cols}
@@ -225,7 +227,9 @@ class FleetSensed(Mapping[str, Sensed]):
 class FleetSensing:
     def __init__(self, engine: Engine, config: ControllerConfig) -> None:
         s = config.sensing
-        self.kernel = SensorKernel(engine.N, s.window, s.epsilon, s.traffic_threshold)
+        self.kernel = SensorKernel(
+            engine.N, s.window, s.epsilon, s.traffic_threshold, s.censor_margin, s.cpu_saturation
+        )
         hosts = engine.hosts
         self.cores = np.array([float(h.cores) for h in hosts])
         self.memory = np.array([float(h.memory_bytes) for h in hosts])
@@ -249,7 +253,12 @@ class FleetSensing:
         host = e.host.copy()
         counters = np.floor(np.stack((e.cpu_ns, e.steal_ns, e.rx_b, e.tx_b, e.rx_pk, e.tx_pk)))
         k = self.kernel
-        k.observe(e.env.now, counters, e.vcpus, host)
+        # each VM's path ceiling as the agent reads it from its inventory (path_ceilings)
+        virtio = ~e.on_vf
+        ceiling = np.minimum(
+            np.minimum(np.where(e.on_vf, e.vf_max, np.inf), e.guest_limit), self.capacity[host]
+        )
+        k.observe(e.env.now, counters, e.vcpus, host, ceiling, virtio)
         f = self.factors = k.factors(host, e.H)
         # each host's VMs in index order (the order the agent's sensor lists them)
         bounds = np.arange(e.H + 1)
