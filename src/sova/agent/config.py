@@ -69,6 +69,9 @@ class SensingSpec(_Strict):
     # of the VM's path ceiling, or on virtio with vCPU use >= cpu_saturation, was held back.
     censor_margin: Fraction = 0.10
     cpu_saturation: Fraction = 0.95
+    # The loads reported to the manager count censored VMs' unmet demand
+    # (docs/design.md#demand-hotspots); false = what got through, as the papers measure.
+    hotspot_on_demand: bool = True
 
 
 def _seconds(name: str) -> AliasChoices:
