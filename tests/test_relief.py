@@ -3,18 +3,23 @@ hot host, or why none does, and a proposal that does not flip between equal targ
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from sova.manager.core import ManagerCore
 from sova.model import MIB
 from sova.policy.hotspot import (
     PAPERS_MOVE,
+    HostCapacity,
     HostReport,
     HotspotDetector,
     MoveCost,
     Utilisation,
     VMLoad,
+    choose_target,
     coordinate,
+    hotness,
     rank_movers,
 )
 
@@ -212,3 +217,68 @@ def test_a_vm_is_not_moved_back_within_the_return_tabu() -> None:
         moves += [(t, x.src, x.dst) for x in core.plan(t).opened]
     # the first round at or past 900 s after the start at 0 s sends it back, not earlier
     assert moves[0] == (900.0, "B", "A"), moves
+
+
+def test_a_refusal_lists_the_first_hosts_and_counts_the_rest() -> None:
+    """20 cold hosts, none with room for the heavy VM (0.5 on 0.30-0.49 >= 0.75): the
+    reason names the first 8 by (hotness, name) and counts 12 more, not a fleet's length."""
+    reports = {"hot": steady(0.3, 0.95, {"top": vm(0.5, 8)})}
+    for i in range(20):
+        reports[f"c{i:02d}"] = steady(0.1, 0.30 + i / 100)
+    sig = coordinate(reports, DETECTOR, cost=MoveCost())["hot"]
+    assert not sig.flag
+    detail = sig.reason.split("no cold spot for top (", 1)[1]
+    listed = detail.split("; ")
+    assert [x.split(":")[0] for x in listed[:8]] == [f"c{i:02d}" for i in range(8)]
+    assert listed[0] == "c00: would reach net 0.300->0.800 >= 0.75"
+    assert listed[8] == "12 more host(s) refused)"
+
+
+def _walk(
+    hosts: dict[str, Utilisation],
+    src: str,
+    load: VMLoad,
+    taken: set[str],
+    limit: float,
+    caps: dict[str, HostCapacity] | None,
+) -> str | None:
+    """The screening as it read before it ran over arrays: each host by (hotness, name)."""
+    for _, name in sorted((hotness(u), n) for n, u in hosts.items()):
+        if name == src or name in taken:
+            continue
+        now = hosts[name].as_tuple()
+        if any(x >= 0.75 for x in now):
+            continue
+        share = load.util.as_tuple()
+        if caps is not None:
+            s, d = caps[src].as_tuple(), caps[name].as_tuple()
+            share = (share[0] * s[0] / d[0], share[1] * s[1] / d[1], share[2] * s[2] / d[2])
+        if all(a + b < limit for a, b in zip(now, share, strict=True)):
+            return name
+    return None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_array_screening_chooses_what_the_walk_chooses(seed: int) -> None:
+    rng = random.Random(seed)
+    names = [f"h{i:03d}" for i in range(rng.randint(2, 200))]
+    hosts = {
+        n: Utilisation(
+            rng.uniform(0, 0.9), rng.uniform(0, 0.9), rng.choice((0.5, rng.uniform(0, 0.9)))
+        )
+        for n in names
+    }
+    caps = (
+        {n: rng.choice((HostCapacity(16, 64, 10), HostCapacity(64, 512, 40))) for n in names}
+        if seed % 2
+        else None
+    )
+    for _ in range(20):
+        load = VMLoad(
+            Utilisation(rng.uniform(0, 0.3), rng.uniform(0, 0.3), rng.uniform(0, 0.4)), 2**30
+        )
+        src = rng.choice(names)
+        taken = set(rng.sample(names, k=rng.randint(0, len(names) // 2)))
+        limit = rng.choice((0.75, 0.9))
+        got = choose_target(hosts, src, load, 0.75, taken, ceiling=limit, capacities=caps)
+        assert got == _walk(hosts, src, load, taken, limit, caps)

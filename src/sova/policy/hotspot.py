@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+import numpy as np
+
 RESOURCES: Final = ("cpu", "mem", "net")
 
 # Counters and the sampling clock are read at slightly different instants, so a fully busy
@@ -453,6 +455,44 @@ def _share_on(
     )
 
 
+# A refusal lists the first few hosts it tried and counts the rest: on a fleet where a sixth of
+# the hosts stay hot with no target, listing every refused host made each decision as long as
+# the fleet (issue 36).
+REFUSALS_LISTED: Final = 8
+
+
+class _Ranked:
+    """Every observed host by (hotness, name), once a round, as arrays: what the cold-spot
+    screening walks for each hot host (issue 36: that walk in Python made a round cost hot
+    hosts x hosts; over arrays each hot host costs one pass in numpy)."""
+
+    def __init__(
+        self,
+        ranked: Sequence[tuple[float, str]],
+        hosts: Mapping[str, Utilisation],
+        alpha: float,
+        capacities: Mapping[str, HostCapacity] | None,
+    ) -> None:
+        self.names = [name for _, name in ranked]
+        self.pos = {name: i for i, name in enumerate(self.names)}
+        self.now = np.array([hosts[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
+            -1, 3
+        )
+        self.busy = (self.now >= alpha).any(axis=1)
+        self.caps = (
+            None
+            if capacities is None
+            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
+                -1, 3
+            )
+        )
+        self.blocked = np.zeros(len(self.names), dtype=bool)  # hosts taken this round
+
+    def block(self, names: Collection[str]) -> None:
+        at = [self.pos[n] for n in names if n in self.pos]
+        self.blocked[at] = True
+
+
 def _screen_targets(
     hosts: Mapping[str, Utilisation],
     src: str,
@@ -462,13 +502,16 @@ def _screen_targets(
     metric: HotnessMetric | str,
     ceiling: float | None,
     capacities: Mapping[str, HostCapacity] | None,
-    ranked: Sequence[tuple[float, str]] | None = None,
+    ranked: _Ranked | None = None,
+    barred: Collection[str] = (),
 ) -> tuple[str | None, list[str]]:
-    """The chosen cold spot and, for logging, why each less-hot candidate was refused.
+    """The chosen cold spot and, for logging, why the less-hot candidates before it were
+    refused (the first :data:`REFUSALS_LISTED`, then a count).
 
-    ``ranked`` is ``hosts`` sorted by (hotness, name), when the caller already has it:
-    :func:`coordinate` ranks once per round instead of once per hot host, which is what
-    keeps a round over 10,000 hosts well under a second.
+    The candidates are ``hosts`` by (hotness, name) without ``src``, ``taken`` and
+    ``barred``; the first that passes :func:`_unfit` is chosen. ``ranked`` is that ranking
+    as arrays when the caller already has it, with ``taken`` already blocked in it:
+    :func:`coordinate` ranks once per round instead of once per hot host.
     """
     if not (math.isfinite(alpha) and 0.0 < alpha <= 1.0):
         raise ValueError(f"alpha must be a utilisation in (0, 1], got {alpha!r}")
@@ -476,16 +519,36 @@ def _screen_targets(
     if not (math.isfinite(limit) and limit > 0.0):
         raise ValueError(f"ceiling must be finite and > 0, got {ceiling!r}")
     if ranked is None:
-        ranked = sorted((hotness(u, metric), name) for name, u in hosts.items())
-    order = [(h, name) for h, name in ranked if name != src and name not in taken]
+        if capacities is not None:
+            for host in (src, *hosts):
+                if host not in capacities:
+                    raise ValueError(f"capacities has no entry for host {host!r}")
+        order = sorted((hotness(u, metric), name) for name, u in hosts.items())
+        ranked = _Ranked(order, hosts, alpha, capacities)
+        ranked.block(taken)
+    open_ = ~ranked.blocked
+    for name in (src, *barred):
+        i = ranked.pos.get(name)
+        if i is not None:
+            open_[i] = False
+    share = np.array(vm.util.as_tuple(), dtype=np.float64)
+    if ranked.caps is not None and capacities is not None:
+        # _share_on's arithmetic, per target: share * cap_src / cap_dst
+        add = share * np.array(capacities[src].as_tuple()) / ranked.caps
+    else:
+        add = np.broadcast_to(share, ranked.now.shape)
+    fits = open_ & ~ranked.busy & ~((ranked.now + add) >= limit).any(axis=1)
+    hit = np.flatnonzero(fits)
+    stop = int(hit[0]) if len(hit) else len(ranked.names)
+    tried = np.flatnonzero(open_[:stop])
     refused: list[str] = []
-    for _, name in order:
+    for i in tried[:REFUSALS_LISTED].tolist():
+        name = ranked.names[i]
         why = _unfit(hosts[name], name, src, vm, alpha, limit, capacities)
-        if why is not None:
-            refused.append(why)
-            continue
-        return name, refused
-    return None, refused
+        refused.append(why or f"{name}: refused")
+    if len(tried) > REFUSALS_LISTED:
+        refused.append(f"{len(tried) - REFUSALS_LISTED} more host(s) refused")
+    return (ranked.names[stop] if len(hit) else None), refused
 
 
 def _unfit(
@@ -614,7 +677,7 @@ def coordinate(
 
     taken: set[str] = set(hot) | set(leased) | set(fenced)
     limit = detector.alpha if ceiling is None else ceiling
-    ranked: list[tuple[float, str]] | None = None  # all hosts by (hotness, name), once a round
+    ranked: _Ranked | None = None  # all hosts by (hotness, name), once a round, as arrays
     for name in sorted(hot, key=lambda h: (-hotness(current[h], metric), h)):
         verdict = verdicts[name]
         hot_res = verdict.hot_resources
@@ -654,6 +717,8 @@ def coordinate(
                 is None
             ):
                 taken.add(kept_dst)
+                if ranked is not None:
+                    ranked.block((kept_dst,))
                 signals[name] = MigrationSignal(
                     True,
                     kept_dst,
@@ -663,7 +728,13 @@ def coordinate(
                 )
                 continue
         if ranked is None:
-            ranked = sorted((hotness(u, metric), h) for h, u in current.items())
+            ranked = _Ranked(
+                sorted((hotness(u, metric), h) for h, u in current.items()),
+                current,
+                detector.alpha,
+                capacities,
+            )
+            ranked.block(taken)
         tried: list[str] = []
         for mover in movers[: cost.tries]:
             target, refused = _screen_targets(
@@ -671,14 +742,16 @@ def coordinate(
                 name,
                 vms[mover.vm],
                 detector.alpha,
-                taken | set((barred or {}).get(mover.vm, ())),
+                taken,
                 metric,
                 ceiling,
                 capacities,
                 ranked,
+                (barred or {}).get(mover.vm, ()),
             )
             if target is not None:
                 taken.add(target)
+                ranked.block((target,))
                 relief = (
                     ""
                     if cost.horizon_s <= 0.0
