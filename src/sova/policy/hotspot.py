@@ -478,7 +478,8 @@ class _Ranked:
         self.now = np.array([hosts[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
             -1, 3
         )
-        self.busy = (self.now >= alpha).any(axis=1)
+        now = self.now
+        self.busy = (now[:, 0] >= alpha) | (now[:, 1] >= alpha) | (now[:, 2] >= alpha)
         self.caps = (
             None
             if capacities is None
@@ -537,7 +538,10 @@ def _screen_targets(
         add = share * np.array(capacities[src].as_tuple()) / ranked.caps
     else:
         add = np.broadcast_to(share, ranked.now.shape)
-    fits = open_ & ~ranked.busy & ~((ranked.now + add) >= limit).any(axis=1)
+    after = ranked.now + add
+    # three column tests, not .any(axis=1): a reduction over a length-3 axis is ~10x slower
+    full = (after[:, 0] >= limit) | (after[:, 1] >= limit) | (after[:, 2] >= limit)
+    fits = open_ & ~ranked.busy & ~full
     hit = np.flatnonzero(fits)
     stop = int(hit[0]) if len(hit) else len(ranked.names)
     tried = np.flatnonzero(open_[:stop])
