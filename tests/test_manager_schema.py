@@ -13,6 +13,7 @@ import pytest
 from sova.agent.config import ManagerSpec
 from sova.daemon.config import ConfigError, PlannerSettings, load_manager_settings
 from sova.manager.core import ManagerCore
+from sova.policy.hotspot import MoveCost
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +51,10 @@ def test_every_setting_reaches_the_core() -> None:
         max_concurrent_migrations=2,
         max_migrations_per_hour=7,
         vm_cooldown=30.0,
+        min_relief=0.5,
+        relief_horizon=300.0,
+        move_copy_rate=2e9,
+        move_downtime=1.0,
     )
     core = ManagerCore.from_spec(spec)
     assert (core.detector.k, core.detector.n, core.detector.alpha) == (2, 4, 0.6)
@@ -57,6 +62,7 @@ def test_every_setting_reaches_the_core() -> None:
     assert core.restart_window_after_migration is False
     assert (core.return_tabu_s, core.vm_cooldown_s) == (60.0, 30.0)
     assert (core.max_concurrent_migrations, core.max_migrations_per_hour) == (2, 7)
+    assert core.move_cost == MoveCost(0.5, 300.0, 2e9, 1.0)
 
 
 @pytest.mark.parametrize("name", ["lease_timeout", "return_tabu", "vm_cooldown"])

@@ -138,6 +138,7 @@ def _run(seed: int, hosts: int, n: int, k: int, metric: str, ceiling: float | No
         ceiling=ceiling,
         leased=core.leased_hosts(),
         fenced=fenced,
+        cost=core.move_cost,
     )
 
     # the ring holds each planned host's deque, oldest first

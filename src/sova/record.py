@@ -632,6 +632,61 @@ def decision_event(
     return EventRow(policy, round(time_s, 3), "hotspot", vm or "", host, target or "", detail)
 
 
+def _stuck_kind(reason: str) -> str:
+    for kind in ("no cold spot", "no VM", "held", "skipped"):
+        if kind in reason:
+            return kind
+    return "no move"
+
+
+@dataclasses.dataclass
+class HotspotStates:
+    """A hot host left as it is, round after round, as one state with a start and an end
+    in the events (issue 36: a sixth of a fleet hot with no target wrote an event per host
+    and period, 195 MB for an hour). A round's decision that moves nothing starts a state
+    (its ``hotspot`` event, as before) unless the host is already in one for the same VM
+    and cause; the state ends with a ``hotspot_end`` event when the host is no longer
+    hot, moves a VM, or is refused for another cause, and at the end of the run."""
+
+    policy: str
+    # host -> ((vm, cause), since, rounds)
+    open: dict[str, tuple[tuple[str, str], float, int]] = dataclasses.field(default_factory=dict)
+
+    def _end(self, host: str, time_s: float, why: str) -> EventRow:
+        (vm, kind), since, rounds = self.open.pop(host)
+        detail = f"{kind} from {since:g} s to {time_s:g} s ({rounds} rounds); {why}"
+        return EventRow(self.policy, round(time_s, 3), "hotspot_end", vm, host, "", detail)
+
+    def round(
+        self, time_s: float, decided: Sequence[tuple[str, bool, str | None, str | None, str]]
+    ) -> tuple[list[int], list[EventRow]]:
+        """``decided``: the round's decisions ``(host, flag, vm, target, reason)``. Returns
+        which of them to write as events (positions) and the states they ended."""
+        keep: list[int] = []
+        ended: list[EventRow] = []
+        seen: set[str] = set()
+        for i, (host, flag, vm, target, reason) in enumerate(decided):
+            seen.add(host)
+            stuck = not flag and target is None
+            key = (vm or "", _stuck_kind(reason))
+            prior = self.open.get(host)
+            if stuck and prior is not None and prior[0] == key:
+                self.open[host] = (key, prior[1], prior[2] + 1)
+                continue
+            if prior is not None:
+                ended.append(self._end(host, time_s, "then: " + reason.rsplit("; ", 1)[-1]))
+            if stuck:
+                self.open[host] = (key, time_s, 1)
+            keep.append(i)
+        for host in sorted(set(self.open) - seen):
+            ended.append(self._end(host, time_s, "then: not hot"))
+        return keep, ended
+
+    def close(self, time_s: float) -> list[EventRow]:
+        """The states still open when the run ends."""
+        return [self._end(h, time_s, "open at the end of the run") for h in sorted(self.open)]
+
+
 def decision_record(
     time_s: float, host: str, *, flag: bool, target: str | None, vm: str | None, reason: str
 ) -> dict[str, object]:

@@ -11,6 +11,7 @@ from sova.policy.hotspot import (
     HostCapacity,
     HostReport,
     HotspotDetector,
+    MoveCost,
     Utilisation,
     VMLoad,
     coordinate,
@@ -63,6 +64,24 @@ def test_fast_round_equals_coordinate(seed: int, capacities: bool) -> None:
         for ceiling in (None, 0.9):
             kw = {"metric": metric, "ceiling": ceiling, "leased": leased, "barred": barred}
             assert fast_coordinate(reports, det, **kw) == coordinate(reports, det, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_fast_round_equals_coordinate_with_the_relief_rule_and_kept_proposals(seed: int) -> None:
+    """The relief rule (more than one mover tried) and kept proposals (a target anywhere in
+    the ranking, the coldest or a busy one) do not break the fast round's exactness."""
+    reports, leased, barred = _cluster(seed, FAST_MIN_HOSTS + seed * 25)
+    rng = random.Random(seed)
+    names = sorted(reports)
+    prefer = {
+        h: (rng.choice(sorted(rep.vms)), rng.choice(names))
+        for h, rep in reports.items()
+        if rep.vms and rng.random() < 0.3
+    }
+    det = HotspotDetector(3, 5, 0.75)
+    for cost in (MoveCost(), MoveCost(min_relief=0.1, tries=3)):
+        kw = {"leased": leased, "barred": barred, "cost": cost, "prefer": prefer}
+        assert fast_coordinate(reports, det, **kw) == coordinate(reports, det, **kw)  # type: ignore[arg-type]
 
 
 def test_a_round_planned_in_a_child_process_changes_the_core_exactly_like_plan() -> None:

@@ -204,6 +204,28 @@ def test_recommend_proposes_and_approval_signals_the_migration(api_factory: Any)
     assert again.status_code == 409 and "approved" in again.json()["detail"]
 
 
+def test_a_plan_keeps_its_id_between_two_equally_good_targets(api_factory: Any) -> None:
+    """Issue 38, defect 3: with two targets whose loads trade places by a hair each round,
+    the plan flipped between them under a new id every few rounds, each flip a
+    propose/supersede pair in the audit, and an operator's approval of the id they read
+    answered "superseded". Now one plan stays open, and its approval succeeds."""
+    api = make(api_factory, mode="recommend")
+    vm = {"h1-vm1": (0.1, 0.1, 0.5)}
+    for i in range(1, 13):
+        a, b = (0.0501, 0.05) if i % 2 else (0.05, 0.0501)
+        hosts = {
+            "h1": (HOT, vm),
+            "h2": ((0.05, 0.1, a), {"h2-vm1": (0.05, 0.1, a)}),
+            "h3": ((0.05, 0.1, b), {"h3-vm1": (0.05, 0.1, b)}),
+        }
+        rounds(api, range(i, i + 1), hosts)
+    (p,) = plans(api, "proposed")
+    audit = api.get("/v1/audit", headers=ADMIN_H).json()["entries"]
+    assert [e["action"] for e in audit if e["action"] in ("propose", "supersede")] == ["propose"]
+    r = api.post(f"/v1/plans/{p['id']}/approve", json={"by": "alice"}, headers=ADMIN_H)
+    assert r.status_code == 200, r.text
+
+
 def test_rejected_plan_moves_nothing(api_factory: Any) -> None:
     api = make(api_factory, mode="recommend")
     rounds(api, range(1, 4))

@@ -82,6 +82,9 @@ class SensingSpec(_Strict):
     # of the VM's path ceiling, or on virtio with vCPU use >= cpu_saturation, was held back.
     censor_margin: Fraction = 0.10
     cpu_saturation: Fraction = 0.95
+    # The loads reported to the manager count censored VMs' unmet demand
+    # (docs/design.md#demand-hotspots); false = what got through, as the papers measure.
+    hotspot_on_demand: bool = True
 
 
 def _seconds(name: str) -> AliasChoices:
@@ -123,6 +126,14 @@ class ManagerSpec(_Strict):
     max_concurrent_migrations: int = Field(default=4, ge=0, le=10_000)
     max_migrations_per_hour: int = Field(default=30, ge=0, le=1_000_000)
     vm_cooldown: Duration = Field(default=300.0, validation_alias=_seconds("vm_cooldown"))
+    # Migrations that remove the cause (docs/design.md#relief): a mover must remove at
+    # least min_relief of its host's overload on a hot resource, and that relief counted
+    # over relief_horizon must beat its cost, its memory copied at move_copy_rate plus
+    # move_downtime (relief_horizon 0 = no cost check; both 0 = the papers' rule).
+    min_relief: Fraction = 0.25
+    relief_horizon: Duration = Field(default=600.0, ge=0)
+    move_copy_rate: Rate = Field(default=1e9, gt=0)
+    move_downtime: Duration = Field(default=0.5, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -148,6 +159,8 @@ PAPERS_MANAGER: dict[str, bool | float] = {
     "max_concurrent_migrations": 0,
     "max_migrations_per_hour": 0,
     "vm_cooldown": 0.0,
+    "min_relief": 0.0,
+    "relief_horizon": 0.0,
 }
 
 

@@ -56,6 +56,7 @@ from sova.policy.sensing import (
     HostSensor,
     LoadShares,
     VMFactors,
+    demand_loads,
     host_load,
     vm_loads,
 )
@@ -442,6 +443,10 @@ class HostAgent:
         h = actual.host
         load = host_load(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
         self.last_vm_loads = vm_loads(prev, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
+        if load is not None and not sensed and self.config.sensing.hotspot_on_demand:
+            load, self.last_vm_loads = demand_loads(
+                load, self.last_vm_loads, self.sensor.factors(), h.nic.capacity_bps
+            )
         if load is not None:
             self.last_load = load
         return load

@@ -6,11 +6,14 @@ carries only what Algorithm 2 consumes — the host's current utilisation triple
 loads of a few candidate VMs — with one-letter keys. Each field's ``description`` (and
 the published OpenAPI) gives its long name, and validation errors name both.
 
-Why a few VMs are enough: the manager runs :func:`sova.policy.hotspot.choose_vm` with
-the host's hot resources as a filter, i.e. it wants the largest-MF VM with a positive
-share of *some* hot resource. :func:`select_candidates` always includes, for each
-resource, the largest-MF VM with a positive share of it, so the manager's choice over
-the reduced set is exactly its choice over all VMs; the remaining slots are filled by MF.
+Why a few VMs are enough: by default the manager moves a VM that relieves the overload
+(:func:`sova.policy.hotspot.rank_movers`), and each resource's largest carrier relieves
+it most, so :func:`select_candidates` puts those first. Under the papers' rule it runs
+:func:`sova.policy.hotspot.choose_vm` with the host's hot resources as a filter, i.e. it
+wants the largest-MF VM with a positive share of *some* hot resource; the report also
+includes, for each resource, the largest-MF VM with a positive share of it, so that
+choice over the reduced set is exactly the choice over all VMs; the remaining slots are
+filled by MF.
 """
 
 from __future__ import annotations
@@ -512,6 +515,14 @@ def select_candidates(
         if best is not None and best not in forced:
             forced.append(best)
     forced.sort(key=lambda n: _mf_key(n, live[n], metric))
+    # The manager's default rule moves a VM that relieves the overload (docs/design.md#relief):
+    # each resource's largest carrier goes first, so a trimmed report keeps the heat's cause.
+    carriers: list[str] = []
+    for i, _ in enumerate(RESOURCES):
+        top = min(live, key=lambda n: (-live[n].util.as_tuple()[i], n), default=None)
+        if top is not None and live[top].util.as_tuple()[i] > 0.0 and top not in carriers:
+            carriers.append(top)
+    forced = carriers + [n for n in forced if n not in carriers]
     filler = [n for n in ranked if n not in forced][: max(0, k - len(forced))]
     return forced + filler
 

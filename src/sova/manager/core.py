@@ -32,6 +32,7 @@ from sova.policy.hotspot import (
     HotnessMetric,
     HotspotDetector,
     MigrationSignal,
+    MoveCost,
     Utilisation,
     VMLoad,
     _check_utilisation,
@@ -71,6 +72,14 @@ class ManagerParams(Protocol):
     def max_migrations_per_hour(self) -> int: ...
     @property
     def vm_cooldown(self) -> float: ...
+    @property
+    def min_relief(self) -> float: ...
+    @property
+    def relief_horizon(self) -> float: ...
+    @property
+    def move_copy_rate(self) -> float: ...
+    @property
+    def move_downtime(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,12 @@ class ManagerCore:
     max_concurrent_migrations: int = 4
     max_migrations_per_hour: int = 30
     vm_cooldown_s: float = 300.0
+    # What a migration must buy (docs/design.md#relief): the VM moved is one whose move
+    # relieves the overload, and worth its copy and pause.
+    move_cost: MoveCost = field(default_factory=MoveCost)
+    # Source -> (VM, target) of its open proposal (recommend mode): kept in the next
+    # rounds while still valid, so a plan does not flip between near-equal targets.
+    proposals: dict[str, tuple[str, str]] = field(default_factory=dict)
     departed: dict[str, dict[str, float]] = field(default_factory=dict)  # vm -> host -> t
     last_moved: dict[str, float] = field(default_factory=dict)  # vm -> when it was last sent
     started: deque[float] = field(default_factory=deque)  # start times within the last hour
@@ -259,6 +274,12 @@ class ManagerCore:
             max_concurrent_migrations=spec.max_concurrent_migrations,
             max_migrations_per_hour=spec.max_migrations_per_hour,
             vm_cooldown_s=spec.vm_cooldown,
+            move_cost=MoveCost(
+                min_relief=spec.min_relief,
+                horizon_s=spec.relief_horizon,
+                copy_rate_bps=spec.move_copy_rate,
+                downtime_s=spec.move_downtime,
+            ),
             keep_log=keep_log,
             close_on_arrival=close_on_arrival,
             stale_after_s=stale_after_s,
@@ -575,8 +596,14 @@ class ManagerCore:
                 self._end(self.leases[end.lease.vm], end.why)
         for lease in result.opened:
             self.open(lease)
+        self._remember(result.proposed)
         if self.keep_log:
             self.log.extend(result.decisions)
+
+    def _remember(self, proposed: Iterable[Lease]) -> None:
+        # Only this round's proposals: a source that is no longer proposing (cooled,
+        # approved, fenced) forgets its old choice.
+        self.proposals = {lease.src: (lease.vm, lease.dst) for lease in proposed}
 
     def note_start(self, vm: str, src: str, t: float) -> None:
         """A migration of ``vm`` off ``src`` started at ``t`` (signalled by this core, or
@@ -697,6 +724,8 @@ class ManagerCore:
             leased=leased,
             barred=bars if bars is not None else tabu,
             fenced=fenced,
+            cost=self.move_cost,
+            prefer=self.proposals,
         )
         if bars is not None or self.draining:
             # Fleet controls re-plan among every host: all reports, every signal built.
@@ -714,6 +743,7 @@ class ManagerCore:
                     ceiling=self.ceiling,
                     leased=leased,
                     fenced=fenced,
+                    cost=self.move_cost,
                 )
                 plain = note_bars(plain, bars)
             if self.draining:
@@ -783,6 +813,7 @@ class ManagerCore:
                     inputs["drain"] = True
                 decisions.append(Decision(now_s, host, sig, inputs, next_id))
                 next_id += 1
+        self._remember(proposed)
         if self.keep_log:
             self.log.extend(decisions)
         return RoundResult(

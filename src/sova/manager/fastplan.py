@@ -40,12 +40,14 @@ from typing import Any
 import numpy as np
 
 from sova.policy.hotspot import (
+    PAPERS_MOVE,
     RESOURCES,
     VOLUME_CLAMP,
     HostReport,
     HotnessMetric,
     HotspotDetector,
     MigrationSignal,
+    MoveCost,
     Utilisation,
     coordinate,
 )
@@ -393,6 +395,8 @@ def coordinate_windows(
     barred: Mapping[str, Collection[str]] | None = None,
     fenced: Mapping[str, str] | None = None,
     spare: int = 64,
+    cost: MoveCost = PAPERS_MOVE,
+    prefer: Mapping[str, tuple[str, str]] | None = None,
 ) -> Signals:
     """Exactly ``coordinate({h: report(h) for h in names}, detector, ...)``, from the hosts'
     windows as arrays (``groups``: ``(observations, positions in names, windows (m,
@@ -423,13 +427,21 @@ def coordinate_windows(
         len(hot) + len(leased) + len(fenced or ()) + spare,
         zip(hotness_array(last[at], metric).tolist(), [names[j] for j in at.tolist()], strict=True),
     )
-    subset = {name: report(name) for name in (*hot, *(name for _, name in coldest))}
+    # A proposal's target is kept while it fits: it must be in the subset, wherever it ranks.
+    kept = [dst for src, (_, dst) in (prefer or {}).items() if src in hot]
+    known = set(names)
+    subset = {
+        name: report(name)
+        for name in (*hot, *(name for _, name in coldest), *(d for d in kept if d in known))
+    }
     kw = {
         "metric": metric,
         "ceiling": ceiling,
         "leased": leased,
         "barred": barred,
         "fenced": fenced,
+        "cost": cost,
+        "prefer": prefer,
     }
     part = coordinate(subset, detector, **kw)  # type: ignore[arg-type]
     if any(not part[h].flag and part[h].vm is not None for h in hot):
@@ -452,6 +464,8 @@ def fast_coordinate(
     barred: Mapping[str, Collection[str]] | None = None,
     fenced: Mapping[str, str] | None = None,
     spare: int = 64,
+    cost: MoveCost = PAPERS_MOVE,
+    prefer: Mapping[str, tuple[str, str]] | None = None,
 ) -> Mapping[str, MigrationSignal]:
     """Exactly ``coordinate(reports, detector, ...)``, in a fraction of its time."""
     if len(reports) < FAST_MIN_HOSTS:
@@ -463,6 +477,8 @@ def fast_coordinate(
             leased=leased,
             barred=barred,
             fenced=fenced,
+            cost=cost,
+            prefer=prefer,
         )
     names = list(reports)
     by_len: dict[int, list[int]] = {}
@@ -493,4 +509,6 @@ def fast_coordinate(
         barred=barred,
         fenced=fenced,
         spare=spare,
+        cost=cost,
+        prefer=prefer,
     )

@@ -26,11 +26,13 @@ from dataclasses import replace
 from sova.manager.fastplan import fast_coordinate
 from sova.manager.placement import Bars
 from sova.policy.hotspot import (
+    PAPERS_MOVE,
     HostCapacity,
     HostReport,
     HotnessMetric,
     HotspotDetector,
     MigrationSignal,
+    MoveCost,
     Utilisation,
     VMLoad,
     choose_target,
@@ -51,6 +53,7 @@ def relax_should_rules(
     ceiling: float | None,
     leased: Collection[str],
     fenced: Mapping[str, str],
+    cost: MoveCost = PAPERS_MOVE,
 ) -> dict[str, MigrationSignal]:
     """Hot hosts left without a cold spot because of a should-rule, planned again without
     it among the hosts the first pass left free."""
@@ -76,6 +79,7 @@ def relax_should_rules(
         leased=set(leased) | taken,
         barred=hard,
         fenced=fenced,
+        cost=cost,
     )
     out = dict(signals)
     for h in sorted(retry):

@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+import numpy as np
+
 RESOURCES: Final = ("cpu", "mem", "net")
 
 # Counters and the sampling clock are read at slightly different instants, so a fully busy
@@ -318,6 +320,118 @@ def choose_vm(
     return None if best is None else best[1]
 
 
+# --------------------------------------------------------------------------- relief
+
+
+@dataclass(frozen=True)
+class MoveCost:
+    """What a migration must buy to be worth its cost (docs/design.md#relief).
+
+    A mover must remove at least ``min_relief`` of the host's overload on some hot resource
+    (its share of that resource over the overload, ``max(now, forecast) - alpha``), and
+    the relief, counted as the fraction of the overload removed times ``horizon_s``, must
+    beat the time the move costs: its memory copied at ``copy_rate_bps`` plus
+    ``downtime_s``. ``min_relief = 0`` and ``horizon_s = 0`` are the papers' rule: any VM
+    with a share of a hot resource may move, whatever it costs (:data:`PAPERS_MOVE`).
+    """
+
+    min_relief: float = 0.25
+    horizon_s: float = 600.0
+    copy_rate_bps: float = 1e9
+    downtime_s: float = 0.5
+    # Movers tried per hot host when the best has no cold spot. 1 by default: a second-best
+    # mover off a host whose best fits nowhere is a move the papers' runs never make (in
+    # sova-fig5 it sends VM3 off HM2 after stage 3), and each try is another screening.
+    tries: int = 1
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.min_relief) and 0.0 <= self.min_relief <= 1.0):
+            raise ValueError(f"min_relief must be in [0, 1], got {self.min_relief!r}")
+        if not (math.isfinite(self.horizon_s) and self.horizon_s >= 0.0):
+            raise ValueError(f"horizon_s must be >= 0, got {self.horizon_s!r}")
+        if not (math.isfinite(self.copy_rate_bps) and self.copy_rate_bps > 0.0):
+            raise ValueError(f"copy_rate_bps must be > 0, got {self.copy_rate_bps!r}")
+        if not (math.isfinite(self.downtime_s) and self.downtime_s >= 0.0):
+            raise ValueError(f"downtime_s must be >= 0, got {self.downtime_s!r}")
+        if self.tries < 1:
+            raise ValueError(f"tries must be >= 1, got {self.tries!r}")
+
+    def seconds(self, vm: VMLoad) -> float:
+        """What moving ``vm`` costs, in seconds of copy and pause."""
+        return vm.memory_bytes * 8.0 / self.copy_rate_bps + self.downtime_s
+
+
+PAPERS_MOVE: Final = MoveCost(min_relief=0.0, horizon_s=0.0)
+
+
+@dataclass(frozen=True)
+class Mover:
+    """A VM whose move relieves a hot host, and what it buys."""
+
+    vm: str
+    relief: float  # the largest fraction of a hot resource's overload it removes (<= 1)
+    cost_s: float
+    crosses_hot_link: bool  # it carries none of the net heat, yet its copy loads the link
+
+
+def rank_movers(
+    vms: Mapping[str, VMLoad],
+    verdict: HotspotVerdict,
+    now: Utilisation,
+    cost: MoveCost = PAPERS_MOVE,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+) -> tuple[list[Mover], list[str]]:
+    """The VMs whose move relieves the hot host's overload, best first, and why the others
+    were not candidates (docs/design.md#relief).
+
+    Best first: a VM that carries some of the net heat before one whose copy would load a
+    hot link while relieving only another resource (that one only if nothing else helps);
+    then the largest net benefit (relief counted over the horizon minus the cost); then the
+    papers' migration factor; ties by name, so the choice never flips between equal VMs.
+    """
+    hot = {r.resource: r for r in verdict.resources if r.hot}
+    index = {r: i for i, r in enumerate(RESOURCES)}
+    current = now.as_tuple()
+    excess = {r: max(current[index[r]], v.forecast) - verdict.alpha for r, v in hot.items()}
+    keyed: list[tuple[tuple[bool, float, float, str], Mover]] = []
+    refused: list[str] = []
+    for name, vm in vms.items():
+        if vm.migrating:
+            continue
+        share = vm.util.as_tuple()
+        relief_of = {r: min(1.0, share[index[r]] / e) for r, e in excess.items() if e > 0.0}
+        relief = max(relief_of.values(), default=0.0)
+        if relief <= 0.0 or relief < cost.min_relief:
+            worst = max(hot, key=lambda r: (relief_of.get(r, 0.0), r), default="")
+            refused.append(
+                f"{name}: carries {share[index[worst]] if worst else 0.0:.4f} of "
+                f"{worst or 'no hot resource'} (removes {relief:.0%} of the overload, "
+                f"< {cost.min_relief:.0%})"
+            )
+            continue
+        cost_s = cost.seconds(vm)
+        gain = relief * cost.horizon_s - cost_s
+        if cost.horizon_s > 0.0 and gain < 0.0:
+            refused.append(
+                f"{name}: relief {relief:.0%} x {cost.horizon_s:g}s < cost {cost_s:.1f}s"
+            )
+            continue
+        # The papers' rule (min_relief 0) has no such preference: MF alone orders.
+        hot_link = (
+            cost.min_relief > 0.0 and "net" in hot and relief_of.get("net", 0.0) < cost.min_relief
+        )
+        mover = Mover(name, relief, cost_s, hot_link)
+        key = (
+            hot_link,
+            -gain if cost.horizon_s > 0.0 else 0.0,
+            -migration_factor(vm, metric),
+            name,
+        )
+        keyed.append((key, mover))
+    keyed.sort(key=lambda km: km[0])
+    return [m for _, m in keyed], refused
+
+
 # --------------------------------------------------------------------------- target choice
 
 
@@ -341,6 +455,45 @@ def _share_on(
     )
 
 
+# A refusal lists the first few hosts it tried and counts the rest: on a fleet where a sixth of
+# the hosts stay hot with no target, listing every refused host made each decision as long as
+# the fleet (issue 36).
+REFUSALS_LISTED: Final = 8
+
+
+class _Ranked:
+    """Every observed host by (hotness, name), once a round, as arrays: what the cold-spot
+    screening walks for each hot host (issue 36: that walk in Python made a round cost hot
+    hosts x hosts; over arrays each hot host costs one pass in numpy)."""
+
+    def __init__(
+        self,
+        ranked: Sequence[tuple[float, str]],
+        hosts: Mapping[str, Utilisation],
+        alpha: float,
+        capacities: Mapping[str, HostCapacity] | None,
+    ) -> None:
+        self.names = [name for _, name in ranked]
+        self.pos = {name: i for i, name in enumerate(self.names)}
+        self.now = np.array([hosts[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
+            -1, 3
+        )
+        now = self.now
+        self.busy = (now[:, 0] >= alpha) | (now[:, 1] >= alpha) | (now[:, 2] >= alpha)
+        self.caps = (
+            None
+            if capacities is None
+            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
+                -1, 3
+            )
+        )
+        self.blocked = np.zeros(len(self.names), dtype=bool)  # hosts taken this round
+
+    def block(self, names: Collection[str]) -> None:
+        at = [self.pos[n] for n in names if n in self.pos]
+        self.blocked[at] = True
+
+
 def _screen_targets(
     hosts: Mapping[str, Utilisation],
     src: str,
@@ -350,13 +503,16 @@ def _screen_targets(
     metric: HotnessMetric | str,
     ceiling: float | None,
     capacities: Mapping[str, HostCapacity] | None,
-    ranked: Sequence[tuple[float, str]] | None = None,
+    ranked: _Ranked | None = None,
+    barred: Collection[str] = (),
 ) -> tuple[str | None, list[str]]:
-    """The chosen cold spot and, for logging, why each less-hot candidate was refused.
+    """The chosen cold spot and, for logging, why the less-hot candidates before it were
+    refused (the first :data:`REFUSALS_LISTED`, then a count).
 
-    ``ranked`` is ``hosts`` sorted by (hotness, name), when the caller already has it:
-    :func:`coordinate` ranks once per round instead of once per hot host, which is what
-    keeps a round over 10,000 hosts well under a second.
+    The candidates are ``hosts`` by (hotness, name) without ``src``, ``taken`` and
+    ``barred``; the first that passes :func:`_unfit` is chosen. ``ranked`` is that ranking
+    as arrays when the caller already has it, with ``taken`` already blocked in it:
+    :func:`coordinate` ranks once per round instead of once per hot host.
     """
     if not (math.isfinite(alpha) and 0.0 < alpha <= 1.0):
         raise ValueError(f"alpha must be a utilisation in (0, 1], got {alpha!r}")
@@ -364,26 +520,62 @@ def _screen_targets(
     if not (math.isfinite(limit) and limit > 0.0):
         raise ValueError(f"ceiling must be finite and > 0, got {ceiling!r}")
     if ranked is None:
-        ranked = sorted((hotness(u, metric), name) for name, u in hosts.items())
-    order = [(h, name) for h, name in ranked if name != src and name not in taken]
+        if capacities is not None:
+            for host in (src, *hosts):
+                if host not in capacities:
+                    raise ValueError(f"capacities has no entry for host {host!r}")
+        order = sorted((hotness(u, metric), name) for name, u in hosts.items())
+        ranked = _Ranked(order, hosts, alpha, capacities)
+        ranked.block(taken)
+    open_ = ~ranked.blocked
+    for name in (src, *barred):
+        i = ranked.pos.get(name)
+        if i is not None:
+            open_[i] = False
+    share = np.array(vm.util.as_tuple(), dtype=np.float64)
+    if ranked.caps is not None and capacities is not None:
+        # _share_on's arithmetic, per target: share * cap_src / cap_dst
+        add = share * np.array(capacities[src].as_tuple()) / ranked.caps
+    else:
+        add = np.broadcast_to(share, ranked.now.shape)
+    after = ranked.now + add
+    # three column tests, not .any(axis=1): a reduction over a length-3 axis is ~10x slower
+    full = (after[:, 0] >= limit) | (after[:, 1] >= limit) | (after[:, 2] >= limit)
+    fits = open_ & ~ranked.busy & ~full
+    hit = np.flatnonzero(fits)
+    stop = int(hit[0]) if len(hit) else len(ranked.names)
+    tried = np.flatnonzero(open_[:stop])
     refused: list[str] = []
-    for _, name in order:
-        now = hosts[name].as_tuple()
-        after = [a + b for a, b in zip(now, _share_on(vm, src, name, capacities), strict=True)]
-        busy = [r for r, x in zip(RESOURCES, now, strict=True) if x >= alpha]
-        if busy:
-            refused.append(f"{name}: {', '.join(busy)} already at/over {alpha:g}")
-            continue
-        full = [
-            f"{r} {x:.3f}->{y:.3f}"
-            for r, x, y in zip(RESOURCES, now, after, strict=True)
-            if y >= limit
-        ]
-        if full:
-            refused.append(f"{name}: would reach {', '.join(full)} >= {limit:g}")
-            continue
-        return name, refused
-    return None, refused
+    for i in tried[:REFUSALS_LISTED].tolist():
+        name = ranked.names[i]
+        why = _unfit(hosts[name], name, src, vm, alpha, limit, capacities)
+        refused.append(why or f"{name}: refused")
+    if len(tried) > REFUSALS_LISTED:
+        refused.append(f"{len(tried) - REFUSALS_LISTED} more host(s) refused")
+    return (ranked.names[stop] if len(hit) else None), refused
+
+
+def _unfit(
+    host: Utilisation,
+    name: str,
+    src: str,
+    vm: VMLoad,
+    alpha: float,
+    limit: float,
+    capacities: Mapping[str, HostCapacity] | None,
+) -> str | None:
+    """Why ``name`` cannot take ``vm`` from ``src`` (busy now, or too full after), or None."""
+    now = host.as_tuple()
+    busy = [r for r, x in zip(RESOURCES, now, strict=True) if x >= alpha]
+    if busy:
+        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
+    after = [a + b for a, b in zip(now, _share_on(vm, src, name, capacities), strict=True)]
+    full = [
+        f"{r} {x:.3f}->{y:.3f}" for r, x, y in zip(RESOURCES, now, after, strict=True) if y >= limit
+    ]
+    if full:
+        return f"{name}: would reach {', '.join(full)} >= {limit:g}"
+    return None
 
 
 def choose_target(
@@ -448,18 +640,25 @@ def coordinate(
     leased: Collection[str] = frozenset(),
     barred: Mapping[str, Collection[str]] | None = None,
     fenced: Mapping[str, str] | None = None,
+    cost: MoveCost = PAPERS_MOVE,
+    prefer: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, MigrationSignal]:
     """One round of Sova Alg. 2: a signal for every reported host.
 
     Hot hosts are served hottest first (ties by name), so the worst hotspot gets the first
-    pick of the cold spots. Each gets at most one migration. A host flagged hot never
+    pick of the cold spots. Each gets at most one migration: of the first VM, in
+    :func:`rank_movers`' order (at most ``cost.tries`` of them), that relieves its overload
+    and has a cold spot; or a refusal saying why none does. A host flagged hot never
     receives, so a target can never be a source in the same round. A target is taken for the
     rest of the round. Leased hosts (already sending or receiving) are neither source nor
     target. Hosts without observations cannot be targets because their load is unknown.
     ``barred`` maps a VM to hosts it may not be sent to (the manager's anti-ping-pong rule:
     a VM does not go back to a host it left recently); default none. ``fenced`` maps a host
     an operator took out of play (maintenance) to why: like a leased host it is neither
-    source nor target, and a hot one says why it was skipped.
+    source nor target, and a hot one says why it was skipped. ``prefer`` maps a source to
+    the move (VM, target) it was last proposed: kept while that VM still relieves it and the
+    target still fits, so near-equal targets do not make a plan flip between rounds
+    (docs/design.md#plan-stability).
     """
     fenced = fenced or {}
     capacities: dict[str, HostCapacity] | None = {
@@ -481,7 +680,8 @@ def coordinate(
             signals[name] = MigrationSignal(False, None, verdicts[name].reason)
 
     taken: set[str] = set(hot) | set(leased) | set(fenced)
-    ranked: list[tuple[float, str]] | None = None  # all hosts by (hotness, name), once a round
+    limit = detector.alpha if ceiling is None else ceiling
+    ranked: _Ranked | None = None  # all hosts by (hotness, name), once a round, as arrays
     for name in sorted(hot, key=lambda h: (-hotness(current[h], metric), h)):
         verdict = verdicts[name]
         hot_res = verdict.hot_resources
@@ -492,31 +692,89 @@ def coordinate(
         if name in leased:
             signals[name] = _refusal(verdict, "skipped: a migration of this host is in progress")
             continue
-        vm_name = choose_vm(reports[name].vms, metric=metric, resources=hot_res)
-        if vm_name is None:
-            signals[name] = _refusal(
-                verdict, "no VM to move (none reported with load on a hot resource)"
-            )
+        vms = reports[name].vms
+        movers, unhelpful = rank_movers(vms, verdict, current[name], cost, metric)
+        if not movers:
+            why = "no VM to move (none reported with load on a hot resource)"
+            if unhelpful and cost != PAPERS_MOVE:
+                why = "no VM whose move relieves the overload (" + "; ".join(unhelpful[:4]) + ")"
+            signals[name] = _refusal(verdict, why)
             continue
+        was = (prefer or {}).get(name)
+        if was is not None:
+            kept_vm, kept_dst = was
+            if (
+                any(m.vm == kept_vm for m in movers[: cost.tries])
+                and kept_dst in current
+                and kept_dst != name
+                and kept_dst not in taken
+                and kept_dst not in (barred or {}).get(kept_vm, ())
+                and _unfit(
+                    current[kept_dst],
+                    kept_dst,
+                    name,
+                    vms[kept_vm],
+                    detector.alpha,
+                    limit,
+                    capacities,
+                )
+                is None
+            ):
+                taken.add(kept_dst)
+                if ranked is not None:
+                    ranked.block((kept_dst,))
+                signals[name] = MigrationSignal(
+                    True,
+                    kept_dst,
+                    f"{verdict.reason}; move {kept_vm} to {kept_dst} (as proposed before)",
+                    kept_vm,
+                    hot_res,
+                )
+                continue
         if ranked is None:
-            ranked = sorted((hotness(u, metric), h) for h, u in current.items())
-        target, refused = _screen_targets(
-            current,
-            name,
-            reports[name].vms[vm_name],
-            detector.alpha,
-            taken | set((barred or {}).get(vm_name, ())),
-            metric,
-            ceiling,
-            capacities,
-            ranked,
-        )
-        if target is None:
+            ranked = _Ranked(
+                sorted((hotness(u, metric), h) for h, u in current.items()),
+                current,
+                detector.alpha,
+                capacities,
+            )
+            ranked.block(taken)
+        tried: list[str] = []
+        for mover in movers[: cost.tries]:
+            target, refused = _screen_targets(
+                current,
+                name,
+                vms[mover.vm],
+                detector.alpha,
+                taken,
+                metric,
+                ceiling,
+                capacities,
+                ranked,
+                (barred or {}).get(mover.vm, ()),
+            )
+            if target is not None:
+                taken.add(target)
+                ranked.block((target,))
+                relief = (
+                    ""
+                    if cost.horizon_s <= 0.0
+                    else f" (removes {mover.relief:.0%} of the overload)"
+                )
+                if mover.crosses_hot_link:
+                    relief += "; it carries none of the net heat, but no VM that does can go"
+                signals[name] = MigrationSignal(
+                    True,
+                    target,
+                    f"{verdict.reason}; move {mover.vm} to {target}{relief}",
+                    mover.vm,
+                    hot_res,
+                )
+                break
             detail = "; ".join(refused) if refused else "no other host available"
-            signals[name] = _refusal(verdict, f"no cold spot for {vm_name} ({detail})", vm_name)
-            continue
-        taken.add(target)
-        signals[name] = MigrationSignal(
-            True, target, f"{verdict.reason}; move {vm_name} to {target}", vm_name, hot_res
-        )
+            tried.append(f"{mover.vm} ({detail})")
+        else:
+            signals[name] = _refusal(
+                verdict, "no cold spot for " + "; for ".join(tried), movers[0].vm
+            )
     return dict(sorted(signals.items()))

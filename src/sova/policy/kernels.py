@@ -22,7 +22,7 @@ uncongested hosts (every flow at its ceiling, the common case) never leave numpy
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -389,6 +389,34 @@ class LoadArrays:
     vm_mem: FloatArray
     vm_net: FloatArray
     vm_ok: BoolArray  # False where vm_loads leaves the VM out
+
+
+def demand_load_arrays(
+    loads: LoadArrays,
+    host: IntArray,
+    censored: BoolArray,
+    demand_est_bps: FloatArray,
+    last_rate_bps: FloatArray,
+    capacity: FloatArray,
+) -> LoadArrays:
+    """:func:`~sova.policy.sensing.demand_loads` of every host and VM at once: each
+    censored VM's unmet demand added to its net share and its host's, at most 1."""
+    has_cap = capacity[host] > 0
+    unmet = np.where(
+        censored & has_cap,
+        np.maximum(0.0, demand_est_bps - last_rate_bps) / np.where(has_cap, capacity[host], 1.0),
+        0.0,
+    )
+    if not unmet.any():
+        return loads
+    # a VM without a load share this period adds nothing (vm_loads leaves it out)
+    unmet = np.where(loads.vm_ok, unmet, 0.0)
+    extra = np.bincount(host, unmet, minlength=len(loads.host_net))
+    return replace(
+        loads,
+        host_net=np.where(extra > 0.0, np.minimum(1.0, loads.host_net + extra), loads.host_net),
+        vm_net=np.where(unmet > 0.0, np.minimum(1.0, loads.vm_net + unmet), loads.vm_net),
+    )
 
 
 def load_shares(

@@ -29,7 +29,13 @@ import numpy as np
 from sova.agent.config import ControllerConfig
 from sova.agent.loop import Loads, Sensed
 from sova.lazymap import LazyMapping
-from sova.policy.kernels import LoadArrays, SensedFactors, SensorKernel, load_shares
+from sova.policy.kernels import (
+    LoadArrays,
+    SensedFactors,
+    SensorKernel,
+    demand_load_arrays,
+    load_shares,
+)
 from sova.policy.sensing import LoadShares, VMFactors
 from sova.sim.engine import Engine
 
@@ -227,6 +233,7 @@ class FleetSensed(Mapping[str, Sensed]):
 class FleetSensing:
     def __init__(self, engine: Engine, config: ControllerConfig) -> None:
         s = config.sensing
+        self.on_demand = s.hotspot_on_demand  # HostAgent._observe's demand_loads
         self.kernel = SensorKernel(
             engine.N, s.window, s.epsilon, s.traffic_threshold, s.censor_margin, s.cpu_saturation
         )
@@ -298,6 +305,11 @@ class FleetSensing:
             self.memory,
             self.capacity,
         )
+        if self.on_demand and self.factors is not None:
+            f = self.factors
+            a = demand_load_arrays(
+                a, host, f.censored, f.demand_est_bps, f.last_rate_bps, self.capacity
+            )
         ok_h = a.host_ok
         self.last_load[ok_h] = np.stack((a.host_cpu, a.host_mem, a.host_net), axis=1)[ok_h]
         self.has_load |= ok_h

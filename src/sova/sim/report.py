@@ -386,7 +386,8 @@ def _did(scn: Scenario, run: PolicyRun, s: dict[str, Any]) -> list[str]:
         hosts = sorted({e.src_host for e in refused})
         lines.append(
             f"- **Hotspots left alone**: {', '.join(hosts)} hot with no host able to take a VM "
-            f"without becoming hot itself ({len(refused)} manager rounds said so)."
+            f"without becoming hot itself ({len(refused)} time(s) a host entered that state; "
+            "`hotspot_end` events say how long each lasted)."
         )
     return lines
 

@@ -33,6 +33,7 @@ from sova.policy.hotspot import HostCapacity
 from sova.record import (
     NONE,
     ColumnBlock,
+    HotspotStates,
     RunRecord,
     TimelineRow,
     column_block,
@@ -157,6 +158,7 @@ class World:
         if scn.controller.boot_vfs and policy.vf == "static-sriov":
             self._boot_vfs()
         self.run = PolicyRun(policy.name, engine=self.engine)
+        self._states = HotspotStates(policy.name)  # hot hosts left as they are, as states
         self.drivers = {h: SimDriver(self.engine, h) for h in self.engine.host_names}
         self.agents: dict[str, HostAgent] = {}
         if with_agents:
@@ -328,6 +330,7 @@ class World:
                 self.advance(progress)
         if self._bw is not None:
             self._bw.save(self.engine)  # every agent's record of its limits complete
+        self.run.events.extend(self._states.close(self.k * self.tick_s))
         self.run.engine = self.engine
         return self.run
 
@@ -347,19 +350,32 @@ class World:
             self.manager.ingest_many((h, *p) for h, p in parts if p is not None)
         before = len(self.manager.log)
         result = self.manager.plan(t)
-        for d in self.manager.log[before:]:
-            sig = d.signal
-            self.run.events.append(
-                decision_event(
-                    self.policy.name,
-                    t,
-                    d.host,
-                    vm=sig.vm,
-                    target=sig.target,
-                    reason=sig.reason,
-                    utilisation=d.inputs["utilisation"],
-                )
+        new = self.manager.log[before:]
+        if new or self._states.open:
+            keep, ended = self._states.round(
+                t,
+                [
+                    (d.host, d.signal.flag, d.signal.vm, d.signal.target, d.signal.reason)
+                    for d in new
+                ],
             )
+            self.run.events.extend(ended)
+            for i in keep:
+                d = new[i]
+                sig = d.signal
+                self.run.events.append(
+                    decision_event(
+                        self.policy.name,
+                        t,
+                        d.host,
+                        vm=sig.vm,
+                        target=sig.target,
+                        reason=sig.reason,
+                        utilisation=d.inputs["utilisation"],
+                    )
+                )
+        for d in new:
+            sig = d.signal
             self.run.decisions.append(
                 decision_record(
                     t, d.host, flag=sig.flag, target=sig.target, vm=sig.vm, reason=sig.reason
