@@ -178,3 +178,33 @@ def test_restart_adopts_a_migration_in_flight() -> None:
     assert host.vms["vm-a"].gone
     assert sum(isinstance(a, Migrate) for a in host.submitted) == 1  # not migrated twice
     assert ("vm-a", "succeeded") in [(v, b["result"]) for v, b in mgr.done]
+
+
+def test_a_second_migration_is_refused_while_one_runs_on_the_host() -> None:
+    """Issue 37 (High): a new leader sent a second directive (another VM) to a source
+    whose first migration was still copying. Before, ``apply`` skipped only a directive
+    for the *same* VM, and a restarted agent's adopted migration did not count: vm-b
+    left while vm-a was copying. Now the agent declines it, says why in the migration's
+    end, and its reports say the host is migrating (``g``) until the copy ends."""
+    host = _host(migration_s=60.0)
+    mgr = FakeManager()
+    first = _daemon(host, mgr)
+    _run(first, host, 40)
+    mgr.directive = {"i": 9, "f": True, "t": "h2", "v": "vm-a"}
+    _run(first, host, 30)  # its VF detached first, then the copy (60 s) starts
+    assert host.vms["vm-a"].migrating
+    second = _daemon(host, mgr)  # restarted: vm-a's copy is adopted, not its own
+    mgr.directive = {"i": 10, "f": True, "t": "h2", "v": "vm-b"}
+    _run(second, host, 30)  # its first report after a whole period gets directive 10
+    mgr.directive = {"i": 10, "f": False}
+    _run(second, host, 10)
+    migrated = [a.vm for a in host.submitted if isinstance(a, Migrate)]
+    assert migrated == ["vm-a"], migrated  # vm-b never left while vm-a was copying
+    assert mgr.reports[-1].get("g") is True  # the host says it is migrating
+    declined = [b for v, b in mgr.done if v == "vm-b"]
+    assert len(declined) == 1 and declined[0]["result"] == "declined", mgr.done
+    assert "vm-a" in declined[0]["detail"] and "migrating" in declined[0]["detail"]
+    assert mgr.reports[-1]["d"] == 10  # acknowledged: the manager stops repeating it
+    _run(second, host, 60)
+    assert host.vms["vm-a"].gone
+    assert "g" not in mgr.reports[-1]  # the copy ended: no longer migrating

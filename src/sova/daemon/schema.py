@@ -54,6 +54,7 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "c": "host capacity [cores, memory MiB, link Mbit/s]",
     "p": "wire protocol version",
     "y": "VF-freeze list version held",
+    "g": "a migration leaves this host now",
 }
 
 # The wire's version, raised with every change to a report or a directive. A message says
@@ -186,6 +187,14 @@ class Report(_Wire):
         le=2**32,
         description="version of the VF-freeze list the agent holds (0: none); the response "
         "leaves the list out when it is the current one",
+    )
+    migrating: bool = Field(
+        default=False,
+        validation_alias="g",
+        serialization_alias="g",
+        strict=True,
+        description="a migration leaves this host now (the agent's own account: a manager "
+        "that lost or never had its lease sends no other migration from here meanwhile)",
     )
 
     def utilisation(self) -> Utilisation:
@@ -535,6 +544,7 @@ def build_report(
     decimals: int = 4,
     capacity: HostCapacity | None = None,
     vf_freeze_version: int = 0,
+    migrating: bool = False,
 ) -> Report:
     """A report within ``budget_bytes``; lowest-MF candidates are dropped to fit.
 
@@ -560,6 +570,7 @@ def build_report(
         vms=entries,
         protocol=PROTOCOL,
         vf_freeze_version=vf_freeze_version,
+        migrating=migrating,
         capacity=None
         if capacity is None
         else [
