@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_fates import PlanFates
@@ -122,6 +123,28 @@ class Ledger:
             log.warning(
                 "withdrew directive %d for %s: not acknowledged in %.0f s", dr.id, dr.host, ttl
             )
+
+    def restart_timers(self, heard_until: float, now: float) -> int:
+        """This manager hears the agents again from ``now`` (it leads, or resumed after a
+        stall) and last heard them at ``heard_until`` (the previous leader's newest
+        report, or the stall's start). The hosts fresh then, and the directives waiting
+        for their acknowledgement, are timed from ``now``: an agent that applied a
+        directive needs time to reach this manager with its acknowledgement (a timeout
+        against the silent manager, then the next URL; docs/design.md, "Timers across a
+        takeover"). Judged on the old receipt times, the first round ended the lease of a
+        migration in flight and sent its source a second one (issue 37). Hosts already
+        stale then stay stale. Returns how many hosts and directives were re-timed."""
+        core = self.st.core
+        n = 0
+        for host, seen in core.seen.items():
+            if seen < now and heard_until - seen <= core.stale_after_s:
+                core.seen[host] = now
+                n += 1
+        for host, dr in self.directives.items():
+            if dr.flag and not dr.acked and dr.issued_s < now:
+                self.directives[host] = replace(dr, issued_s=now)
+                n += 1
+        return n
 
     async def wait_directive(self, host: str, seq: int, timeout_s: float) -> Directive:
         """The directive of the first round that has seen this host's report ``seq``."""

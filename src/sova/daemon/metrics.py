@@ -236,6 +236,12 @@ class ManagerMetrics:
             registry=r,
         )
         self.rounds = Counter("sova_manager_plan_rounds_total", "planning rounds run", registry=r)
+        self.stalls = Counter(
+            "sova_manager_stalls_total",
+            "times this manager heard nothing for longer than an agent waits (its timers "
+            "restarted after each)",
+            registry=r,
+        )
         self.report_protocols = Counter(
             "sova_manager_reports_by_protocol_total",
             "reports received by the agent's wire protocol version (0: unversioned, Sova 0.1); "

@@ -64,7 +64,8 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
 # "Upgrades"). It answers an agent that sent no version in that agent's own terms: such
 # an agent refuses any field it does not know.
 # 2: the VF-freeze list is versioned (``y``) and sent only to an agent that lacks it.
-PROTOCOL: Final = 2
+# 3: a report says whether a migration leaves the host (``g``).
+PROTOCOL: Final = 3
 FREEZE_VERSIONED: Final = 2  # the first protocol whose agents acknowledge ``y``
 PROTOCOL_WINDOW: Final = 1
 
