@@ -44,6 +44,7 @@ from sova.daemon.schema import (
     Directive,
     MigrationDone,
     build_report,
+    directive_refusal,
     encode,
     epoch_note,
 )
@@ -248,9 +249,13 @@ class AgentDaemon:
             )
         if note := epoch_note(self.applied, d.id):
             log.warning(note)
-        if not d.flag or d.id <= self.applied or d.target is None:
+        if not d.flag or d.id <= self.applied:
             return
-        self.applied = d.id
+        self.applied = d.id  # acknowledged either way: a refused one is not repeated
+        if (why := directive_refusal(d, self.host)) is not None:
+            self._refuse(d, why)
+            return
+        assert d.target is not None
         busy = self.migrating_now()
         if d.vm is not None and d.vm in busy:
             log.info("directive %d: %s is already migrating; acknowledged", d.id, d.vm)
@@ -283,6 +288,16 @@ class AgentDaemon:
         self.agent.signal(True, d.target, d.vm)
         self.awaiting = d
         self.metrics.signals.inc()
+
+    def _refuse(self, d: Directive, why: str) -> None:
+        """A directive with a field the manager never sends (a compromised or broken
+        manager, or something between): nothing is done, and the manager hears why
+        through the migration's end (it audits it) when its VM can be named at all."""
+        detail = f"refused directive {d.id}: {why}"
+        log.error(detail)
+        self.metrics.refused.inc()
+        if d.vm is not None and re.fullmatch(NAME_PATTERN, d.vm):
+            self.pending_done.append(_Done(d.vm, MigrationDone(result="declined", detail=detail)))
 
     def migrating_now(self) -> list[str]:
         """The VMs leaving this host now, whoever started them: this run (including a

@@ -24,6 +24,7 @@ from sova.daemon.manager_fates import PlanFates
 from sova.daemon.manager_state import ManagerState
 from sova.daemon.schema import Directive, MigrationDone, epoch_of, freeze_version
 from sova.daemon.store import (
+    AuditRow,
     DirectiveRow,
     LeaseRow,
     MigrationEnd,
@@ -205,7 +206,13 @@ class Ledger:
             raise NotTheSource(f"{host} is not the source of {vm}'s migration")
         w = RoundWrite()
         detail = done.detail or f"reported by {host}"
-        self.write_end(w, vm, lease.id, self.st.now(), done.result, detail)
+        now = self.st.now()
+        self.write_end(w, vm, lease.id, now, done.result, detail)
+        if done.result == "declined" and detail.startswith("refused directive"):
+            # The agent found a field this manager never sends: someone else's directive,
+            # or a broken manager. The operators must hear of it, not only the lease row.
+            log.error("%s refused a directive: %s", host, detail)
+            w.audit.append(AuditRow(now, host, "refused", f"directive {lease.id}", detail))
         if self.directives.settle(lease.src, lease.id):
             w.acked.append((lease.src, lease.id))
         # A migration that ran (either way) restarts the windows; a declined signal only

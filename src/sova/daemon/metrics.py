@@ -154,6 +154,11 @@ class AgentMetrics:
         self.signals = Counter(
             "sova_agent_migration_signals_total", "flagged migration signals applied", registry=r
         )
+        self.refused = Counter(
+            "sova_agent_directives_refused_total",
+            "directives refused for a field no manager sends (a bad target or VM name)",
+            registry=r,
+        )
         self.guarantee = Gauge(
             "sova_agent_vm_guarantee_bytes_per_second",
             "the VM's guaranteed minimum bandwidth (SLA; 0 = best effort)",

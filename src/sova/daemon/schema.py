@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
@@ -322,6 +323,21 @@ def epoch_note(applied: int, new: int) -> str | None:
             f"{epoch_of(applied)}): ignored (the manager's store was restored from a backup?)"
         )
     return f"manager store epoch changed ({epoch_of(applied)} -> {epoch_of(new)})"
+
+
+def directive_refusal(d: Directive, host: str) -> str | None:
+    """Why an agent must not act on the flagged directive ``d`` (a field no manager of
+    this protocol sends: the same patterns its routes apply to names), or None. The value
+    is shown escaped: it came from the network and goes to logs and the audit."""
+    if d.target is None:
+        return "it names no target"
+    if re.fullmatch(NAME_PATTERN, d.target) is None:
+        return f"target {ascii(d.target)[:80]} is not a host name"
+    if d.target == host:
+        return f"target {d.target} is this host"
+    if d.vm is not None and re.fullmatch(NAME_PATTERN, d.vm) is None:
+        return f"VM {ascii(d.vm)[:80]} is not a VM name"
+    return None
 
 
 class MigrationDone(_Wire):
