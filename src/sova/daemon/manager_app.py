@@ -62,6 +62,8 @@ from sova.daemon.manager_service import (
 from sova.daemon.manager_standby import WarmWindows, advertise_url, serve_standby
 from sova.daemon.schema import (
     FIELD_NAMES,
+    FORGING_CHARS,
+    FREE_TEXT_PATTERN,
     NAME_MAX,
     NAME_PATTERN,
     PROTOCOL,
@@ -81,6 +83,7 @@ from sova.daemon.schema import (
     Readiness,
     Report,
     for_agent,
+    forging,
 )
 from sova.daemon.store import Store
 from sova.daemon.store_admin import NotLeading
@@ -124,10 +127,11 @@ _OPERATOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "the knowledge store cannot be written; nothing was changed"},
 }
 FenceKind = Annotated[str, PathParam(pattern="^(" + "|".join(FENCE_KINDS) + ")$")]
-By = Annotated[str | None, Query(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
-# No control characters: a newline in a reason would forge a line in `sova audit` output
-# and in the journal.
-Why = Annotated[str, Query(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
+By = Annotated[str | None, Query(min_length=1, max_length=128, pattern=rf"^[^{FORGING_CHARS}]+$")]
+# No control characters, line separators or bidi controls: a newline (or U+2028, NEL, a
+# right-to-left override) in a reason would forge a line in `sova audit` output and in
+# the journal.
+Why = Annotated[str, Query(max_length=500, pattern=FREE_TEXT_PATTERN)]
 
 
 def _who(request: Request, by: str | None) -> str:
@@ -141,10 +145,12 @@ def _who(request: Request, by: str | None) -> str:
 
 
 def _body_who(request: Request, body: OperatorAction) -> tuple[str, str]:
-    """(who, reason) of an operator change's body; 422 on a reason with control characters."""
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in body.reason):
+    """(who, reason) of an operator change's body; 422 on a reason that could forge a line."""
+    if (bad := forging(body.reason)) is not None:
         raise HTTPException(
-            422, "reason: control characters (newline, tab, escape) are not allowed"
+            422,
+            f"reason: {bad} is not allowed (control characters, line separators and bidi "
+            "controls could forge an audit line)",
         )
     return _who(request, body.by if "by" in body.model_fields_set else None), body.reason
 

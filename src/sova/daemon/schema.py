@@ -70,6 +70,29 @@ PROTOCOL: Final = 3
 FREEZE_VERSIONED: Final = 2  # the first protocol whose agents acknowledge ``y``
 PROTOCOL_WINDOW: Final = 1
 
+# Characters that can forge, hide or reorder a line for a reader of free text (a "by", a
+# reason, an audit detail): the C0 and C1 controls and DEL (newline, escape, the 8-bit CSI
+# U+009B, NEL U+0085), the Unicode line and paragraph separators, and the bidirectional
+# controls (marks, embeddings, overrides, isolates). Refused on input, escaped on output.
+# One pattern for Python's re and pydantic's (Rust) regex alike.
+FORGING_CHARS: Final = (
+    r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+)
+FREE_TEXT_PATTERN: Final = rf"^[^{FORGING_CHARS}]*$"
+_FORGING_RE: Final = re.compile(f"[{FORGING_CHARS}]")
+
+
+def forging(text: str) -> str | None:
+    """The first character of ``text`` that could forge a line, escaped (None: none)."""
+    m = _FORGING_RE.search(text)
+    return None if m is None else f"U+{ord(m.group()):04X}"
+
+
+def escaped(text: str) -> str:
+    """``text`` with every forging character shown as its escape (one line, as typed)."""
+    return _FORGING_RE.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
 Fraction = Annotated[float, Field(ge=0.0, le=1.0 + UTILISATION_SLACK, allow_inf_nan=False)]
 Triple = Annotated[list[Fraction], Field(min_length=3, max_length=3)]
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
@@ -427,7 +450,7 @@ class OperatorAction(_Strict):
         default="admin",
         min_length=1,
         max_length=128,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
+        pattern=rf"^[^{FORGING_CHARS}]+$",
         description="the operator's name for the audit log (the admin token is shared)",
     )
     reason: str = Field(default="", max_length=500)
