@@ -48,7 +48,13 @@ from sova.daemon.http_errors import (
     RowAfter,
 )
 from sova.daemon.http_errors import validation_error as _validation_error
-from sova.daemon.leadership import Leadership, leader_gauges, step_down
+from sova.daemon.leadership import (
+    Leadership,
+    clock_offset,
+    clock_refusal,
+    leader_gauges,
+    step_down,
+)
 from sova.daemon.manager_control import FENCE_KINDS, PlanConflict, PlanNotFound
 from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
@@ -753,7 +759,8 @@ def run_manager(settings: ManagerSettings) -> None:
             store, advertise_url(settings), lease_s=settings.leader_lease_s, on_lost=step_down
         )
         serving = lambda standby: uvicorn_config(standby, settings)  # noqa: E731
-        if not lead.try_lock():
+        # A clock too far from the store's waits as a standby (which says why) instead.
+        if clock_refusal(clock_offset(store)) is not None or not lead.try_lock():
             # A warm standby: the windows are read while it waits, not when it takes over.
             warm = WarmWindows(store, settings.planner.n)
             if not serve_standby(store, lead, settings, serving, warm):
