@@ -153,3 +153,35 @@ def test_good_settings_pass_preflight_and_touch_nothing(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     check_manager(ManagerSettings(database_url=f"sqlite:///{db}", port=free_port()))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("config", "setting", "shown"),
+    [
+        # 3 x 1 s = 3 s <= 1 s + 2 s: the issue's second measurement (period 1, lease 4)
+        ("plan_period_s = 1\nleader_lease_s = 4\n", "planner.directive_ttl_periods", "3 s"),
+        # 2 x 2 s = 4 s <= 2 s + 2 s
+        ("plan_period_s = 2\n[planner]\ndirective_ttl_periods = 2\n", "directive_ttl", "4 s"),
+        # the TTL holds (3 x 2 = 6 s > 4 s) but staleness does not (1.5 x 2 = 3 s)
+        ("plan_period_s = 2\n[planner]\nstale_after_periods = 1.5\n", "stale_after", "3 s"),
+    ],
+)
+def test_timers_a_takeover_cannot_keep_are_refused(
+    tmp_path: Path, config: str, setting: str, shown: str
+) -> None:
+    """Issue 37 (High, d): active/standby managers whose directive TTL or staleness bound
+    is not longer than one period plus an agent's 2 s report timeout. Before, they started,
+    and a takeover ended the lease of a migration in flight."""
+    url = "postgresql+psycopg://sova@127.0.0.1:1/sova"  # refused before it is dialled
+    assert_one_line(*manager(tmp_path, "--database-url", url, config=config), setting, shown)
+
+
+def test_timers_a_takeover_keeps_pass() -> None:
+    from sova.daemon.preflight import check_takeover_timers
+
+    url = "postgresql+psycopg://sova@127.0.0.1:1/sova"
+    # 3 x 2 s = 6 s > 2 s + 2 s: the measured scenario's settings (default lease and TTL)
+    check_takeover_timers(ManagerSettings(database_url=url, plan_period_s=2))
+    # SQLite (one manager, no standby) and simulated time are not checked
+    check_takeover_timers(ManagerSettings(plan_period_s=0.1))
+    check_takeover_timers(ManagerSettings(database_url=url, plan_period_s=0.1, clock="agent"))

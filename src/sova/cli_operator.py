@@ -28,6 +28,24 @@ import typer
 # daemon's schema into every CLI start.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
 
+# The characters the manager refuses in free text (sova.daemon.schema.FORGING_CHARS, the
+# same string; tests/daemon/test_free_text.py keeps them equal): refused in a reason here,
+# escaped in everything printed.
+FORGING_CHARS = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_FORGING_RE = re.compile(f"[{FORGING_CHARS}]")
+
+
+def forging(text: str) -> str | None:
+    """The first character of ``text`` that could forge a line, as U+XXXX (None: none)."""
+    m = _FORGING_RE.search(text)
+    return None if m is None else f"U+{ord(m.group()):04X}"
+
+
+def escaped(text: str) -> str:
+    """``text`` with every forging character shown as its escape."""
+    return _FORGING_RE.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
 ENV_TOKEN_KEYS = ("SOVA_ADMIN_TOKEN", "SOVA_MANAGER_ADMIN_TOKEN")
 
 
@@ -75,17 +93,19 @@ def check_name(what: str, value: str) -> str:
 
 def check_reason(value: str | None) -> str:
     text = value or ""
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
-        _fail("--reason: control characters (newline, tab, escape) are not allowed", 2)
+    if (bad := forging(text)) is not None:
+        _fail(
+            f"--reason: {bad} is not allowed (control characters, line separators and "
+            "bidi controls could forge an audit line)",
+            2,
+        )
     return text
 
 
 def _printable(value: Any) -> str:
-    """A value from the manager as one line: control characters shown escaped."""
-    text = str(value)
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
-        return text.encode("unicode_escape").decode("ascii")
-    return text
+    """A value from the manager as one line: control characters, line separators and
+    bidi controls shown escaped."""
+    return escaped(str(value))
 
 
 class _Conn:
@@ -346,12 +366,16 @@ def fence_list(ctx: typer.Context) -> None:
     """Fences in force."""
     c = _conn(ctx)
     rows = c.call("GET", "/v1/fences")
-    lines = [
-        f"{f['kind']:<15} {f['name']:<20} by {f['set_by']} at t={f['since_s']:.0f}"
-        + (f"  ({f['reason']})" if f["reason"] else "")
-        for f in rows
-    ] or ["(no fences)"]
+    lines = [fence_line(f) for f in rows] or ["(no fences)"]
     _out(c, rows, "\n".join(lines))
+
+
+def fence_line(f: dict[str, Any]) -> str:
+    """One fence; free text escaped (a stored separator must not forge a line)."""
+    return (
+        f"{_printable(f['kind']):<15} {_printable(f['name']):<20} by {_printable(f['set_by'])} "
+        f"at t={f['since_s']:.0f}" + (f"  ({_printable(f['reason'])})" if f["reason"] else "")
+    )
 
 
 @fence_app.command("set")

@@ -178,3 +178,92 @@ def test_restart_adopts_a_migration_in_flight() -> None:
     assert host.vms["vm-a"].gone
     assert sum(isinstance(a, Migrate) for a in host.submitted) == 1  # not migrated twice
     assert ("vm-a", "succeeded") in [(v, b["result"]) for v, b in mgr.done]
+
+
+def test_a_second_migration_is_refused_while_one_runs_on_the_host() -> None:
+    """Issue 37 (High): a new leader sent a second directive (another VM) to a source
+    whose first migration was still copying. Before, ``apply`` skipped only a directive
+    for the *same* VM, and a restarted agent's adopted migration did not count: vm-b
+    left while vm-a was copying. Now the agent declines it, says why in the migration's
+    end, and its reports say the host is migrating (``g``) until the copy ends."""
+    host = _host(migration_s=60.0)
+    mgr = FakeManager()
+    first = _daemon(host, mgr)
+    _run(first, host, 40)
+    mgr.directive = {"i": 9, "f": True, "t": "h2", "v": "vm-a"}
+    _run(first, host, 30)  # its VF detached first, then the copy (60 s) starts
+    assert host.vms["vm-a"].migrating
+    second = _daemon(host, mgr)  # restarted: vm-a's copy is adopted, not its own
+    mgr.directive = {"i": 10, "f": True, "t": "h2", "v": "vm-b"}
+    _run(second, host, 30)  # its first report after a whole period gets directive 10
+    mgr.directive = {"i": 10, "f": False}
+    _run(second, host, 10)
+    migrated = [a.vm for a in host.submitted if isinstance(a, Migrate)]
+    assert migrated == ["vm-a"], migrated  # vm-b never left while vm-a was copying
+    assert mgr.reports[-1].get("g") is True  # the host says it is migrating
+    declined = [b for v, b in mgr.done if v == "vm-b"]
+    assert len(declined) == 1 and declined[0]["result"] == "declined", mgr.done
+    assert "vm-a" in declined[0]["detail"] and "migrating" in declined[0]["detail"]
+    assert mgr.reports[-1]["d"] == 10  # acknowledged: the manager stops repeating it
+    _run(second, host, 60)
+    assert host.vms["vm-a"].gone
+    assert "g" not in mgr.reports[-1]  # the copy ended: no longer migrating
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("t", "x/system?command=/tmp/evil#"),  # the ssh transport would run the command
+        ("t", "h1"),  # itself
+        ("t", "-oProxyCommand=evil"),
+        ("v", "vm-a/../../etc"),
+        ("t", "h2\u2028row"),
+    ],
+)
+def test_a_directive_with_a_bad_field_is_refused_and_the_agent_keeps_running(
+    field: str, value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37, Medium 5: a target of ``x/system?command=/tmp/evil#`` was carried out
+    (libvirt's URI became qemu+ssh://x/system?command=/tmp/evil#/system) and only the
+    migration's end message failed the name pattern, and the agent exited. Now every field
+    is checked against the manager's own patterns first: nothing is submitted, the id is
+    acknowledged (no repeats), the refusal goes back as the migration's end (the manager
+    audits it) when the VM can be named, and the agent carries on."""
+    host = _host()
+    mgr = FakeManager()
+    d = _daemon(host, mgr)
+    _run(d, host, 40)
+    mgr.directive = {"i": 11, "f": True, "t": "h2", "v": "vm-a", field: value}
+    with caplog.at_level(logging.ERROR, logger="sova.agent"):
+        _run(d, host, 20)
+    mgr.directive = {"i": 11, "f": False}
+    _run(d, host, 40)  # still running: it reports every period
+    assert not any(isinstance(a, Migrate) for a in host.submitted)
+    assert mgr.reports[-1]["d"] == 11
+    assert mgr.reports[-1]["s"] >= 8
+    assert any("refused directive 11" in r.message for r in caplog.records), caplog.text
+    if field == "t":
+        ((vm, body),) = mgr.done
+        assert vm == "vm-a" and body["result"] == "declined", mgr.done
+        assert body["detail"].startswith("refused directive 11: target")
+        assert "\u2028" not in body["detail"]  # the value is shown escaped
+    else:
+        assert mgr.done == []  # a VM that cannot be named cannot be answered for
+
+
+def test_a_directive_that_does_not_parse_leaves_the_agent_running(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    host = _host()
+    mgr = FakeManager()
+    d = _daemon(host, mgr)
+    _run(d, host, 40)
+    mgr.directive = {"i": 12, "f": True, "t": "h2", "v": "vm-a", "k": ["bad name!"]}
+    with caplog.at_level(logging.ERROR, logger="sova.agent"):
+        _run(d, host, 30)
+    assert not any(isinstance(a, Migrate) for a in host.submitted)
+    assert any("directive" in r.message and "k" in r.message for r in caplog.records)
+    n = len(mgr.reports)
+    mgr.directive = {"i": 0, "f": False}
+    _run(d, host, 20)
+    assert len(mgr.reports) == n + 2  # still reporting

@@ -44,6 +44,7 @@ from sova.daemon.schema import (
     Directive,
     MigrationDone,
     build_report,
+    directive_refusal,
     encode,
     epoch_note,
 )
@@ -203,6 +204,7 @@ class AgentDaemon:
             decimals=self.settings.report_decimals,
             capacity=hr.capacity,
             vf_freeze_version=self.vf_frozen_version,
+            migrating=bool(self.migrating_now()),
         )
         try:
             directive = self.client.report(encode(body))
@@ -247,12 +249,24 @@ class AgentDaemon:
             )
         if note := epoch_note(self.applied, d.id):
             log.warning(note)
-        if not d.flag or d.id <= self.applied or d.target is None:
+        if not d.flag or d.id <= self.applied:
             return
-        self.applied = d.id
-        busy = set(self.agent.migrating) | set(self.adopted)
+        self.applied = d.id  # acknowledged either way: a refused one is not repeated
+        if (why := directive_refusal(d, self.host)) is not None:
+            self._refuse(d, why)
+            return
+        assert d.target is not None
+        busy = self.migrating_now()
         if d.vm is not None and d.vm in busy:
             log.info("directive %d: %s is already migrating; acknowledged", d.id, d.vm)
+            return
+        if busy:
+            # One migration at a time per source, whoever ordered it: a manager that lost
+            # the first one's lease (a takeover) must not start a second copy beside it.
+            why = f"{self.host} is migrating {', '.join(busy)}: one migration at a time"
+            log.warning("declined directive %d (%s -> %s): %s", d.id, d.vm, d.target, why)
+            if d.vm is not None:
+                self.pending_done.append(_Done(d.vm, MigrationDone(result="declined", detail=why)))
             return
         if d.vm is not None:
             # This period's snapshot (the report it answers was built from it); before
@@ -274,6 +288,28 @@ class AgentDaemon:
         self.agent.signal(True, d.target, d.vm)
         self.awaiting = d
         self.metrics.signals.inc()
+
+    def _refuse(self, d: Directive, why: str) -> None:
+        """A directive with a field the manager never sends (a compromised or broken
+        manager, or something between): nothing is done, and the manager hears why
+        through the migration's end (it audits it) when its VM can be named at all."""
+        detail = f"refused directive {d.id}: {why}"
+        log.error(detail)
+        self.metrics.refused.inc()
+        if d.vm is not None and re.fullmatch(NAME_PATTERN, d.vm):
+            self.pending_done.append(_Done(d.vm, MigrationDone(result="declined", detail=detail)))
+
+    def migrating_now(self) -> list[str]:
+        """The VMs leaving this host now, whoever started them: this run (including a
+        directive applied and not yet stepped), an earlier run (adopted), or anyone the
+        driver shows migrating."""
+        out = set(self.agent.migrating) | set(self.adopted)
+        if self.awaiting is not None and self.awaiting.vm is not None:
+            out.add(self.awaiting.vm)
+        snap = self.agent.snapshot
+        if snap is not None:
+            out.update(vm for vm, st in snap.vms.items() if st.migrating)
+        return sorted(out)
 
     def flush_done(self) -> None:
         """Tell the manager which signalled migrations ended; keep them while it is away."""

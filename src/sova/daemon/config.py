@@ -18,7 +18,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -128,6 +128,12 @@ class LibvirtSettings(_Strict):
         return float(timeout * attempts + backoff * attempts * (attempts - 1) / 2)
 
 
+# How long an agent waits for a manager's answer before it tries the next URL (its
+# ``report_timeout_s`` by default): what a frozen manager costs each agent before it finds
+# another; the managers' timers allow for it (docs/design.md, "Timers across a takeover").
+AGENT_REPORT_TIMEOUT_S: Final = 2.0
+
+
 class AgentSettings(_Strict, OrchestratorSettings):
     host: str | None = Field(
         default=None,
@@ -152,7 +158,7 @@ class AgentSettings(_Strict, OrchestratorSettings):
     token: SecretStr | None = Field(default=None, min_length=16)
     token_file: Path | None = None
     ca_file: Path | None = Field(default=None, description="CA bundle to verify the manager")
-    report_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    report_timeout_s: float = Field(default=AGENT_REPORT_TIMEOUT_S, gt=0, le=60)
     report_retries: int = Field(default=2, ge=0, le=10)
     report_patience_s: float | None = Field(
         default=None,

@@ -69,6 +69,45 @@ def leader_gauges(registry: CollectorRegistry) -> tuple[Gauge, Gauge]:
     return role, epoch
 
 
+# A manager whose clock is further than this from the store's does not take the lead:
+# lease timeouts, cool-downs, the return tabu and the hourly budget are judged on the
+# leader's clock against times the previous leader stored (issue 37: a standby an hour
+# ahead ended the lease of a migration in flight at once). 60 s leaves NTP's usual error
+# far behind and stays well inside the shortest of those rules (a 300 s cool-down).
+MAX_CLOCK_OFFSET_S = 60.0
+
+
+def clock_offset(store: Store, wall: Callable[[], float] = time.time) -> float:
+    """This host's clock minus the store's (PostgreSQL ``clock_timestamp()``), the
+    query's round trip halved out."""
+    with store.engine.connect() as conn:
+        t0 = wall()
+        db = float(conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
+        t1 = wall()
+    return (t0 + t1) / 2 - db
+
+
+def clock_refusal(offset: float) -> str | None:
+    """Why a manager with this clock offset must not lead (one line), or None."""
+    if abs(offset) <= MAX_CLOCK_OFFSET_S:
+        return None
+    return (
+        f"refusing to lead: this host's clock is {abs(offset):.1f} s "
+        f"{'ahead of' if offset > 0 else 'behind'} the store's (PostgreSQL clock_timestamp(); "
+        f"at most {MAX_CLOCK_OFFSET_S:g} s): leases and cool-downs would be judged that far "
+        "off; fix its time (NTP) and it takes its turn"
+    )
+
+
+def clock_gauge(registry: CollectorRegistry) -> Gauge:
+    return Gauge(
+        "sova_manager_clock_offset_seconds",
+        "this manager's clock minus the store's, measured while it waits to lead; beyond "
+        f"{MAX_CLOCK_OFFSET_S:g} s it refuses to lead",
+        registry=registry,
+    )
+
+
 def read_leader(store: Store) -> LeaderRow | None:
     """The leader row (None: a store from before revision 0004, or unreachable)."""
     try:

@@ -48,7 +48,13 @@ from sova.daemon.http_errors import (
     RowAfter,
 )
 from sova.daemon.http_errors import validation_error as _validation_error
-from sova.daemon.leadership import Leadership, leader_gauges, step_down
+from sova.daemon.leadership import (
+    Leadership,
+    clock_offset,
+    clock_refusal,
+    leader_gauges,
+    step_down,
+)
 from sova.daemon.manager_control import FENCE_KINDS, PlanConflict, PlanNotFound
 from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
@@ -62,6 +68,8 @@ from sova.daemon.manager_service import (
 from sova.daemon.manager_standby import WarmWindows, advertise_url, serve_standby
 from sova.daemon.schema import (
     FIELD_NAMES,
+    FORGING_CHARS,
+    FREE_TEXT_PATTERN,
     NAME_MAX,
     NAME_PATTERN,
     PROTOCOL,
@@ -81,6 +89,7 @@ from sova.daemon.schema import (
     Readiness,
     Report,
     for_agent,
+    forging,
 )
 from sova.daemon.store import Store
 from sova.daemon.store_admin import NotLeading
@@ -124,10 +133,11 @@ _OPERATOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "the knowledge store cannot be written; nothing was changed"},
 }
 FenceKind = Annotated[str, PathParam(pattern="^(" + "|".join(FENCE_KINDS) + ")$")]
-By = Annotated[str | None, Query(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
-# No control characters: a newline in a reason would forge a line in `sova audit` output
-# and in the journal.
-Why = Annotated[str, Query(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
+By = Annotated[str | None, Query(min_length=1, max_length=128, pattern=rf"^[^{FORGING_CHARS}]+$")]
+# No control characters, line separators or bidi controls: a newline (or U+2028, NEL, a
+# right-to-left override) in a reason would forge a line in `sova audit` output and in
+# the journal.
+Why = Annotated[str, Query(max_length=500, pattern=FREE_TEXT_PATTERN)]
 
 
 def _who(request: Request, by: str | None) -> str:
@@ -141,10 +151,12 @@ def _who(request: Request, by: str | None) -> str:
 
 
 def _body_who(request: Request, body: OperatorAction) -> tuple[str, str]:
-    """(who, reason) of an operator change's body; 422 on a reason with control characters."""
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in body.reason):
+    """(who, reason) of an operator change's body; 422 on a reason that could forge a line."""
+    if (bad := forging(body.reason)) is not None:
         raise HTTPException(
-            422, "reason: control characters (newline, tab, escape) are not allowed"
+            422,
+            f"reason: {bad} is not allowed (control characters, line separators and bidi "
+            "controls could forge an audit line)",
         )
     return _who(request, body.by if "by" in body.model_fields_set else None), body.reason
 
@@ -747,7 +759,8 @@ def run_manager(settings: ManagerSettings) -> None:
             store, advertise_url(settings), lease_s=settings.leader_lease_s, on_lost=step_down
         )
         serving = lambda standby: uvicorn_config(standby, settings)  # noqa: E731
-        if not lead.try_lock():
+        # A clock too far from the store's waits as a standby (which says why) instead.
+        if clock_refusal(clock_offset(store)) is not None or not lead.try_lock():
             # A warm standby: the windows are read while it waits, not when it takes over.
             warm = WarmWindows(store, settings.planner.n)
             if not serve_standby(store, lead, settings, serving, warm):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from sova.daemon.schema import PROTOCOL, Directive, MigrationDone, encode
 
@@ -135,7 +136,7 @@ class ManagerClient:
         r = self._request(
             "POST", f"/v1/hosts/{self.host}/reports", self.patience_s, content=report_body
         )
-        return Directive.model_validate_json(r.content)
+        return _directive(r)
 
     def wait_directive(self, seq: int, wait_s: float) -> Directive:
         r = self._request(
@@ -144,8 +145,19 @@ class ManagerClient:
             params={"seq": seq, "wait_s": wait_s, "p": PROTOCOL},
             timeout=wait_s + 2.0,
         )
-        return Directive.model_validate_json(r.content)
+        return _directive(r)
 
     def migration_done(self, vm: str, done: MigrationDone) -> bool:
         r = self._request("POST", f"/v1/migrations/{vm}/done", content=encode(done))
         return bool(r.json().get("released", False))
+
+
+def _directive(r: httpx.Response) -> Directive:
+    """The answer as a directive; one that does not parse is the manager's fault, not a
+    reason for the agent to exit (ManagerRejected: logged, the next period goes on)."""
+    try:
+        return Directive.model_validate_json(r.content)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(p) for p in e["loc"]) or "body"
+        raise ManagerRejected(f"the manager's directive is malformed: {where}: {e['msg']}") from None

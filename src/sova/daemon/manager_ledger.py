@@ -17,12 +17,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_fates import PlanFates
 from sova.daemon.manager_state import ManagerState
 from sova.daemon.schema import Directive, MigrationDone, epoch_of, freeze_version
 from sova.daemon.store import (
+    AuditRow,
     DirectiveRow,
     LeaseRow,
     MigrationEnd,
@@ -123,6 +125,28 @@ class Ledger:
                 "withdrew directive %d for %s: not acknowledged in %.0f s", dr.id, dr.host, ttl
             )
 
+    def restart_timers(self, heard_until: float, now: float) -> int:
+        """This manager hears the agents again from ``now`` (it leads, or resumed after a
+        stall) and last heard them at ``heard_until`` (the previous leader's newest
+        report, or the stall's start). The hosts fresh then, and the directives waiting
+        for their acknowledgement, are timed from ``now``: an agent that applied a
+        directive needs time to reach this manager with its acknowledgement (a timeout
+        against the silent manager, then the next URL; docs/design.md, "Timers across a
+        takeover"). Judged on the old receipt times, the first round ended the lease of a
+        migration in flight and sent its source a second one (issue 37). Hosts already
+        stale then stay stale. Returns how many hosts and directives were re-timed."""
+        core = self.st.core
+        n = 0
+        for host, seen in core.seen.items():
+            if seen < now and heard_until - seen <= core.stale_after_s:
+                core.seen[host] = now
+                n += 1
+        for host, dr in self.directives.items():
+            if dr.flag and not dr.acked and dr.issued_s < now:
+                self.directives[host] = replace(dr, issued_s=now)
+                n += 1
+        return n
+
     async def wait_directive(self, host: str, seq: int, timeout_s: float) -> Directive:
         """The directive of the first round that has seen this host's report ``seq``."""
         _, cond = self.st.primitives()
@@ -182,7 +206,13 @@ class Ledger:
             raise NotTheSource(f"{host} is not the source of {vm}'s migration")
         w = RoundWrite()
         detail = done.detail or f"reported by {host}"
-        self.write_end(w, vm, lease.id, self.st.now(), done.result, detail)
+        now = self.st.now()
+        self.write_end(w, vm, lease.id, now, done.result, detail)
+        if done.result == "declined" and detail.startswith("refused directive"):
+            # The agent found a field this manager never sends: someone else's directive,
+            # or a broken manager. The operators must hear of it, not only the lease row.
+            log.error("%s refused a directive: %s", host, detail)
+            w.audit.append(AuditRow(now, host, "refused", f"directive {lease.id}", detail))
         if self.directives.settle(lease.src, lease.id):
             w.acked.append((lease.src, lease.id))
         # A migration that ran (either way) restarts the windows; a declined signal only

@@ -127,7 +127,8 @@ class ReportIntake:
                 report.boot,
             )
         )
-        st.on_core(lambda: self._core_ingest(host, util, vms, now, cap))
+        moving = report.migrating
+        st.on_core(lambda: self._core_ingest(host, util, vms, now, cap, moving))
         st.metrics.reports.labels("accepted").inc()
         if st.metrics.host_metrics:
             st.metrics.set_utilisation(host, dict(zip(RESOURCES, util.as_tuple(), strict=True)))
@@ -145,8 +146,14 @@ class ReportIntake:
         vms: dict[str, VMLoad],
         now: float,
         capacity: HostCapacity | None = None,
+        migrating: bool = False,
     ) -> None:
-        arrived = self.st.core.ingest(host, util, vms, at=now, capacity=capacity)
+        core = self.st.core
+        if migrating:
+            core.migrating_hosts.add(host)
+        else:
+            core.migrating_hosts.discard(host)
+        arrived = core.ingest(host, util, vms, at=now, capacity=capacity)
         if arrived:
             self.ledger.record_arrivals(arrived, now, host)
 

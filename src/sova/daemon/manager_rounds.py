@@ -24,7 +24,7 @@ import pickle
 import selectors
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_operator import OperatorDesk
@@ -101,6 +101,7 @@ class Rounds:
         self._hot_known: set[str] = set()
         self._round_task: asyncio.Task[Mapping[str, MigrationSignal]] | None = None
         self._first_t = -math.inf
+        self.before_round: Callable[[], object] = lambda: None  # the timer's, each wake
         timer = st.settings.plan_trigger == "timer"
         self.health = PlannerHealth(
             st.settings.plan_period_s if timer else 0.0, monotonic=st.mono, wall=st.clock
@@ -242,6 +243,7 @@ class Rounds:
             # Aligned to the wall clock so a restarted manager keeps the same phase.
             await asyncio.sleep(period - (time.time() % period))
             try:
+                self.before_round()
                 await self.tick()
             except Exception:
                 log.exception("planning round failed; retrying next period")

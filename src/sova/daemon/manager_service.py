@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
-from sova.daemon.config import ConfigError, ManagerSettings
+from sova.daemon.config import AGENT_REPORT_TIMEOUT_S, ConfigError, ManagerSettings
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_fleet import Fleet
 from sova.daemon.manager_ledger import Ledger, NotTheSource
@@ -91,6 +91,10 @@ __all__ = [
 
 log = logging.getLogger("sova.manager")
 
+# How often the stall watch looks at the clock: a stall is the time between two looks
+# beyond this.
+STALL_PULSE_S = 0.25
+
 
 def manager_core(settings: ManagerSettings) -> ManagerCore:
     """The decision core as a daemon runs it (see ``ManagerCore.from_spec``)."""
@@ -137,6 +141,7 @@ class ManagerService:
         self.desk = OperatorDesk(self.state, self.ledger, actuator_for)
         self.planner = Rounds(self.state, self.ledger, self.desk, fork_planner)
         self.views = Views(self.state, self.ledger, self.desk, self.planner)
+        self._pulse = 0.0  # the stall watch's last look (monotonic); 0: not yet
         self.fleet = Fleet(
             self.state, self.ledger, self.desk, self.planner, self.intake.flush, self.intake.drop
         )
@@ -198,6 +203,9 @@ class ManagerService:
         for host, hs in st.hosts.items():
             st.core.seen[host] = hs.received_s
             self.metrics.last_report.labels(host).set(hs.received_s)
+        if st.hosts:
+            heard = max(hs.received_s for hs in st.hosts.values())
+            self.ledger.restart_timers(heard, self.now())
         st.count_hosts(self.now())
         if state.windows or state.leases or state.fences or state.plans or state.modes:
             log.info(
@@ -343,7 +351,12 @@ class ManagerService:
 
     async def run_background(self) -> None:
         """Planner (``plan_trigger = "timer"``), report flusher and history pruner."""
-        tasks = [asyncio.create_task(self._flusher()), asyncio.create_task(self._pruner())]
+        tasks = [
+            asyncio.create_task(self._flusher()),
+            asyncio.create_task(self._pruner()),
+            asyncio.create_task(self._stall_watch()),
+        ]
+        self.planner.before_round = self.check_stall
         if self.settings.plan_period_s > 0 and self.settings.plan_trigger == "timer":
             tasks.append(asyncio.create_task(self.planner.planner()))
         try:
@@ -352,6 +365,33 @@ class ManagerService:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _stall_watch(self) -> None:
+        while True:
+            await asyncio.sleep(STALL_PULSE_S)
+            self.check_stall()
+
+    def check_stall(self) -> float:
+        """Whether this process heard nothing for longer than an agent waits for an
+        answer (frozen, its host suspended, a stop-the-world pause): agents gave up on it
+        meanwhile and need time to come back, so the hosts and directives it heard until
+        the stall are timed from now (:meth:`Ledger.restart_timers`). Called by a pulse
+        and before every timed round, whichever wakes first. Returns the stall (0: none)."""
+        mono = self.state.mono()
+        last, self._pulse = self._pulse, mono
+        stall = mono - last - STALL_PULSE_S
+        if last and stall > AGENT_REPORT_TIMEOUT_S:
+            now = self.now()
+            n = self.ledger.restart_timers(now - stall, now)
+            self.metrics.stalls.inc()
+            log.warning(
+                "this manager heard nothing for %.1f s (stopped or starved): %d host(s) and "
+                "directive(s) timed from now, so agents that gave up on it can come back",
+                stall,
+                n,
+            )
+            return stall
+        return 0.0
 
     async def _flusher(self) -> None:
         while True:

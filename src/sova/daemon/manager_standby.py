@@ -49,7 +49,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sova.daemon.config import ManagerSettings
 from sova.daemon.http_errors import validation_error
-from sova.daemon.leadership import LeaderRow, Leadership, leader_gauges, read_leader
+from sova.daemon.leadership import (
+    LeaderRow,
+    Leadership,
+    clock_gauge,
+    clock_offset,
+    clock_refusal,
+    leader_gauges,
+    read_leader,
+)
 from sova.daemon.manager_client import LEADER_HEADER
 from sova.daemon.manager_reports import MAX_PAST_BOOTS, row_loads
 from sova.daemon.standby_reads import (
@@ -171,6 +179,7 @@ def standby_app(
     settings: ManagerSettings | None = None,
     warm: WarmWindows | None = None,
     catch_up_s: float = 2.0,
+    wall: Callable[[], float] = time.time,
 ) -> tuple[FastAPI, Standby]:
     """The standby's ASGI app; ``on_won()`` is called once the leadership lock is ours.
     With ``settings`` (its credentials, the configured modes) it serves operator reads
@@ -179,6 +188,20 @@ def standby_app(
     sb = Standby()
     role, epoch = leader_gauges(sb.registry)
     role.set(0)
+    offset_gauge = clock_gauge(sb.registry)
+    refused: list[str] = []  # the refusal logged last (logged again only when it changes)
+
+    def clock_ok() -> bool:
+        """This clock is close enough to the store's to lead (issue 37, Medium 3)."""
+        offset = clock_offset(store, wall)
+        offset_gauge.set(offset)
+        why = clock_refusal(offset)
+        if why is not None and not refused:
+            log.error(why)
+        elif why is None and refused:
+            log.info("this host's clock is within %.1f s of the store's again", abs(offset))
+        refused[:] = [why] if why is not None else []
+        return why is None
 
     async def keep_warm() -> None:
         assert warm is not None
@@ -207,12 +230,13 @@ def standby_app(
             sb.leader = row
             epoch.set(row.epoch if row else 0)
             try:
-                got = await loop.run_in_executor(None, lead.try_lock)
+                ok = await loop.run_in_executor(None, clock_ok)
+                got = ok and await loop.run_in_executor(None, lead.try_lock)
             except sa.exc.SQLAlchemyError as exc:
                 log.warning("standby: cannot reach the store: %s", str(exc).splitlines()[0])
                 got = False
             else:
-                if row is not None and not got:  # someone holds the lock: the row's leader
+                if row is not None and ok and not got:  # someone holds the lock: the row's leader
                     sb.seen_mono = time.monotonic()
             if got:
                 log.info("standby: the leadership lock is ours; taking over")

@@ -154,6 +154,11 @@ class AgentMetrics:
         self.signals = Counter(
             "sova_agent_migration_signals_total", "flagged migration signals applied", registry=r
         )
+        self.refused = Counter(
+            "sova_agent_directives_refused_total",
+            "directives refused for a field no manager sends (a bad target or VM name)",
+            registry=r,
+        )
         self.guarantee = Gauge(
             "sova_agent_vm_guarantee_bytes_per_second",
             "the VM's guaranteed minimum bandwidth (SLA; 0 = best effort)",
@@ -236,6 +241,12 @@ class ManagerMetrics:
             registry=r,
         )
         self.rounds = Counter("sova_manager_plan_rounds_total", "planning rounds run", registry=r)
+        self.stalls = Counter(
+            "sova_manager_stalls_total",
+            "times this manager heard nothing for longer than an agent waits (its timers "
+            "restarted after each)",
+            registry=r,
+        )
         self.report_protocols = Counter(
             "sova_manager_reports_by_protocol_total",
             "reports received by the agent's wire protocol version (0: unversioned, Sova 0.1); "

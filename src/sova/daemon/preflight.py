@@ -18,7 +18,12 @@ import ssl
 import tempfile
 from pathlib import Path
 
-from sova.daemon.config import AgentSettings, ConfigError, ManagerSettings
+from sova.daemon.config import (
+    AGENT_REPORT_TIMEOUT_S,
+    AgentSettings,
+    ConfigError,
+    ManagerSettings,
+)
 
 # An operator waits this long at most for a verdict on an unreachable database.
 DB_CONNECT_TIMEOUT_S = 5
@@ -26,10 +31,41 @@ DB_CONNECT_TIMEOUT_S = 5
 
 def check_manager(settings: ManagerSettings) -> None:
     """Raise ConfigError for the first manager setting the daemon could not start with."""
+    check_takeover_timers(settings)
     check_database_url(settings.database_url)
     if settings.tls_certfile is not None and settings.tls_keyfile is not None:
         check_tls_pair(settings.tls_certfile, settings.tls_keyfile)
     check_port_free("port", settings.listen, settings.port)
+
+
+def check_takeover_timers(settings: ManagerSettings) -> None:
+    """Active/standby managers (PostgreSQL): the directive TTL and the staleness bound must
+    outlast what an agent needs to reach a manager that starts hearing it again (a new
+    leader, or one back from a stall): one report period plus one report timeout against
+    the silent manager before the next URL. Shorter, and that manager's first rounds end
+    the lease of a migration the agent applied and send its source a second one
+    (issue 37; docs/design.md, "Timers across a takeover"). The leader lease does not
+    enter: both timers start when the manager starts hearing again, however long it was
+    away. Simulated time (``clock = "agent"``) and a lone SQLite manager are not checked
+    (no frozen leader beside a standby; tests run those with sub-second periods)."""
+    period = settings.plan_period_s
+    if period <= 0 or settings.clock == "agent":
+        return
+    if not settings.database_url.startswith(("postgresql:", "postgresql+")):
+        return
+    reach = period + AGENT_REPORT_TIMEOUT_S
+    p = settings.planner
+    for name, periods in (
+        ("planner.directive_ttl_periods", float(p.directive_ttl_periods)),
+        ("planner.stale_after_periods", p.stale_after_periods),
+    ):
+        if periods * period <= reach:
+            raise ConfigError(
+                f"{name} = {periods:g} x plan_period_s = {periods * period:g} s is not longer "
+                f"than an agent needs to reach a new leader (plan_period_s + its "
+                f"{AGENT_REPORT_TIMEOUT_S:g} s report timeout = {reach:g} s): a takeover "
+                "would end migrations in flight; raise it"
+            )
 
 
 def check_agent(settings: AgentSettings) -> None:

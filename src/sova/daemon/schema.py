@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
@@ -57,6 +58,7 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
     "c": "host capacity [cores, memory MiB, link Mbit/s]",
     "p": "wire protocol version",
     "y": "VF-freeze list version held",
+    "g": "a migration leaves this host now",
 }
 
 # The wire's version, raised with every change to a report or a directive. A message says
@@ -66,9 +68,33 @@ FIELD_NAMES: Final[Mapping[str, str]] = {
 # "Upgrades"). It answers an agent that sent no version in that agent's own terms: such
 # an agent refuses any field it does not know.
 # 2: the VF-freeze list is versioned (``y``) and sent only to an agent that lacks it.
-PROTOCOL: Final = 2
+# 3: a report says whether a migration leaves the host (``g``).
+PROTOCOL: Final = 3
 FREEZE_VERSIONED: Final = 2  # the first protocol whose agents acknowledge ``y``
 PROTOCOL_WINDOW: Final = 1
+
+# Characters that can forge, hide or reorder a line for a reader of free text (a "by", a
+# reason, an audit detail): the C0 and C1 controls and DEL (newline, escape, the 8-bit CSI
+# U+009B, NEL U+0085), the Unicode line and paragraph separators, and the bidirectional
+# controls (marks, embeddings, overrides, isolates). Refused on input, escaped on output.
+# One pattern for Python's re and pydantic's (Rust) regex alike.
+FORGING_CHARS: Final = (
+    r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+)
+FREE_TEXT_PATTERN: Final = rf"^[^{FORGING_CHARS}]*$"
+_FORGING_RE: Final = re.compile(f"[{FORGING_CHARS}]")
+
+
+def forging(text: str) -> str | None:
+    """The first character of ``text`` that could forge a line, escaped (None: none)."""
+    m = _FORGING_RE.search(text)
+    return None if m is None else f"U+{ord(m.group()):04X}"
+
+
+def escaped(text: str) -> str:
+    """``text`` with every forging character shown as its escape (one line, as typed)."""
+    return _FORGING_RE.sub(lambda m: ascii(m.group())[1:-1], text)
+
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0 + UTILISATION_SLACK, allow_inf_nan=False)]
 Triple = Annotated[list[Fraction], Field(min_length=3, max_length=3)]
@@ -189,6 +215,14 @@ class Report(_Wire):
         le=2**32,
         description="version of the VF-freeze list the agent holds (0: none); the response "
         "leaves the list out when it is the current one",
+    )
+    migrating: bool = Field(
+        default=False,
+        validation_alias="g",
+        serialization_alias="g",
+        strict=True,
+        description="a migration leaves this host now (the agent's own account: a manager "
+        "that lost or never had its lease sends no other migration from here meanwhile)",
     )
 
     def utilisation(self) -> Utilisation:
@@ -317,6 +351,21 @@ def epoch_note(applied: int, new: int) -> str | None:
     return f"manager store epoch changed ({epoch_of(applied)} -> {epoch_of(new)})"
 
 
+def directive_refusal(d: Directive, host: str) -> str | None:
+    """Why an agent must not act on the flagged directive ``d`` (a field no manager of
+    this protocol sends: the same patterns its routes apply to names), or None. The value
+    is shown escaped: it came from the network and goes to logs and the audit."""
+    if d.target is None:
+        return "it names no target"
+    if re.fullmatch(NAME_PATTERN, d.target) is None:
+        return f"target {ascii(d.target)[:80]} is not a host name"
+    if d.target == host:
+        return f"target {d.target} is this host"
+    if d.vm is not None and re.fullmatch(NAME_PATTERN, d.vm) is None:
+        return f"VM {ascii(d.vm)[:80]} is not a VM name"
+    return None
+
+
 class MigrationDone(_Wire):
     """The source agent's account of a migration the manager signalled."""
 
@@ -404,7 +453,7 @@ class OperatorAction(_Strict):
         default="admin",
         min_length=1,
         max_length=128,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
+        pattern=rf"^[^{FORGING_CHARS}]+$",
         description="the operator's name for the audit log (the admin token is shared)",
     )
     reason: str = Field(default="", max_length=500)
@@ -546,6 +595,7 @@ def build_report(
     decimals: int = 4,
     capacity: HostCapacity | None = None,
     vf_freeze_version: int = 0,
+    migrating: bool = False,
 ) -> Report:
     """A report within ``budget_bytes``; lowest-MF candidates are dropped to fit.
 
@@ -571,6 +621,7 @@ def build_report(
         vms=entries,
         protocol=PROTOCOL,
         vf_freeze_version=vf_freeze_version,
+        migrating=migrating,
         capacity=None
         if capacity is None
         else [

@@ -209,6 +209,10 @@ class ManagerCore:
     # turns this off: there only the source, which moved that very domain, ends a lease.
     close_on_arrival: bool = True
     seen: dict[str, float] = field(default_factory=dict)  # host -> time of its last report
+    # Hosts whose own last report says a migration leaves them now. Leased like a lease's
+    # hosts whatever the leases say: a takeover may have lost the lease of a copy still
+    # running, and a second copy beside it is what one lease per source exists to prevent.
+    migrating_hosts: set[str] = field(default_factory=set)
     # Leases whose source agent restarted while they were open: it lost its memory of the
     # migration, so if the copy had finished no end will ever be reported; the VM showing
     # up on the target is then the only evidence left, and closes the lease.
@@ -467,6 +471,7 @@ class ManagerCore:
         self.vms.pop(host, None)
         self.seen.pop(host, None)
         self.capacity.pop(host, None)
+        self.migrating_hosts.discard(host)
         for vm in [vm for vm, h in self.located.items() if host in h]:
             del self.located[vm]  # unknown again until a report names it
 
@@ -638,7 +643,8 @@ class ManagerCore:
         return None
 
     def leased_hosts(self) -> set[str]:
-        return {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
+        leased = {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
+        return leased | self.migrating_hosts if self.migrating_hosts else leased
 
     def _bars(self, hosts: list[str], tabu: dict[str, list[str]]) -> Bars | None:
         """Each VM's barred hosts under the placement rules (and the return tabu), or
