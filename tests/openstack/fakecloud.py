@@ -44,6 +44,7 @@ class Port:
     binding_host_id: str = ""
     description: str = ""
     fixed_ips: list[dict[str, str]] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -128,11 +129,30 @@ class FakeCloud:
         )
         return s
 
+    def add_tenant_vf(self, server: Server, name: str = "", vnic_type: str = "direct") -> Port:
+        """A VF port the server's owner made and attached itself: it takes one of the host's
+        VFs from Nova's PCI tracker like Sova's do."""
+        if self.bound_vfs(server.compute_host) >= self.vfs_per_host.get(server.compute_host, 0):
+            raise FakeCloudError("Failed to claim PCI device for the tenant's port")
+        pid = f"port-{next(self._ids)}"
+        self.ports[pid] = Port(
+            pid,
+            name or f"{server.name}-sriov",
+            "net-data",
+            server.project_id,
+            server.id,
+            vnic_type,
+            server.compute_host,
+        )
+        return self.ports[pid]
+
     def bound_vfs(self, host: str) -> int:
         return sum(
             1
             for p in self.ports.values()
-            if p.binding_vnic_type == "direct" and p.device_id and p.binding_host_id == host
+            if p.binding_vnic_type in ("direct", "macvtap")
+            and p.device_id
+            and p.binding_host_id == host
         )
 
 
@@ -206,7 +226,7 @@ class _Compute:
     def create_server_interface(self, server: Server, port_id: str) -> Interface:
         s = self.c.servers[server.id]
         p = self.c.ports[port_id]
-        if p.binding_vnic_type == "direct" and self.c.bound_vfs(
+        if p.binding_vnic_type in ("direct", "macvtap") and self.c.bound_vfs(
             s.compute_host
         ) >= self.c.vfs_per_host.get(s.compute_host, 0):
             raise FakeCloudError(f"Failed to claim PCI device for {s.id} during interface attach")
@@ -250,6 +270,7 @@ class _Network:
             attrs.get("project_id"),
             binding_vnic_type=attrs.get("binding_vnic_type", "normal"),
             description=attrs.get("description", ""),
+            tags=list(attrs.get("tags", [])),
         )
         self.c.ports[pid] = p
         return p
@@ -258,6 +279,12 @@ class _Network:
         pid = port if isinstance(port, str) else port.id
         self.c.calls.append(("delete_port", {"id": pid}))
         self.c.ports.pop(pid, None)
+
+    def add_tag(self, port: Port, tag: str) -> Port:
+        self.c.calls.append(("add_tag", {"id": port.id, "tag": tag}))
+        p = self.c.ports[port.id]
+        p.tags = [*p.tags, tag] if tag not in p.tags else p.tags
+        return p
 
     def find_network(self, name_or_id: str, ignore_missing: bool = True) -> Net | None:
         return self.c.networks.get(name_or_id)

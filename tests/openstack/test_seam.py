@@ -28,7 +28,7 @@ from sova.model import (
 )
 from sova.orchestrator.base import OrchestratedDriver
 from sova.orchestrator.libvirt import DriverActuator
-from sova.orchestrator.openstack import OpenStackActuator, connect
+from sova.orchestrator.openstack import PORT_PREFIX, SOVA_TAG, OpenStackActuator, connect
 from sova.orchestrator.settings import OrchestratorSettings, orchestrate
 
 
@@ -179,6 +179,32 @@ def test_vf_is_a_direct_port_attached_through_nova_and_moves_between_vms() -> No
     assert holder == ["uuid-vm2"]
 
 
+def test_sova_port_is_tagged_before_nova_attaches_it() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    assert run(actuator(cloud), AttachVF("vm1")).state is OpState.SUCCEEDED
+    [port] = [p for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert port.tags == [SOVA_TAG]
+    order = [
+        c for c, _ in cloud.calls if c in ("create_port", "add_tag", "create_server_interface")
+    ]
+    assert order == ["create_port", "add_tag", "create_server_interface"]
+
+
+def test_port_neutron_refuses_to_tag_is_deleted_never_attached() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+
+    def refuse(port: Any, tag: str) -> Any:
+        raise FakeCloudError("403 Forbidden: update_ports_tags")
+
+    cloud.network.add_tag = refuse  # type: ignore[method-assign]
+    st = run(actuator(cloud), AttachVF("vm1"))
+    assert st.state is OpState.FAILED and "tag" in st.detail and "port deleted" in st.detail
+    assert not [p for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert not [c for c, _ in cloud.calls if c == "create_server_interface"]
+
+
 def test_no_vf_left_is_a_reported_outcome_and_leaks_no_port() -> None:
     cloud = FakeCloud(vfs_per_host={"cmp1": 1})
     cloud.add_server("vm1", "cmp1")
@@ -254,6 +280,61 @@ def test_inventory_is_the_hosts_view_reconciled_with_nova_neutron_placement() ->
     assert not inv.vms["stray"].running  # Nova does not place it here: never given a VF
     assert inv.host.nic.vf_pool == 2  # Placement: 3 total - 1 reserved
     assert any("stray" in d for d in act.discrepancies)
+
+
+def test_tenants_own_vf_port_on_the_host_is_neither_counted_nor_touched() -> None:
+    """A tenant attached its own direct port to one server of the host (named like Sova's,
+    which proves nothing): it is not Sova's VF, Sova's pool is what the PF has left, and a
+    revoke of it fails instead of "succeeding" while the VF stays taken."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp1")
+    tenant = cloud.add_server("tenant", "cmp1")
+    theirs = cloud.add_tenant_vf(tenant, name=PORT_PREFIX + "tenant")
+    act = actuator(cloud)
+    inv = act.reconcile(sensed("cmp1", "vm1", "vm2", "tenant", vf=("tenant",), pool=2))
+    # 2 VFs on the PF - 1 the tenant's port holds = 1 for Sova.
+    assert inv.host.nic.vf_pool == 1
+    assert inv.vms["tenant"].nic is NicKind.VIRTIO and not inv.vms["tenant"].failover_ready
+    assert inv.vf_holders == frozenset()
+    assert any(theirs.id in d and "not Sova's" in d for d in act.discrepancies)
+    st = run(act, DetachVF("tenant"))
+    assert st.state is OpState.FAILED and "not Sova's" in st.detail and theirs.id in st.detail
+    assert cloud.ports[theirs.id].device_id == "uuid-tenant"  # still attached, still there
+    assert not [c for c, _ in cloud.calls if c in ("delete_server_interface", "delete_port")]
+    # The one VF left goes to vm1; Sova's own port is tagged and its revoke is a real one.
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    [ours] = [p for p in cloud.ports.values() if p.device_id == "uuid-vm1" and p.tags]
+    assert ours.tags == [SOVA_TAG]
+    inv = act.reconcile(sensed("cmp1", "vm1", "vm2", "tenant", vf=("vm1", "tenant"), pool=2))
+    assert inv.vf_holders == frozenset({"vm1"}) and inv.host.nic.vf_pool == 1
+    assert run(act, DetachVF("vm1")).state is OpState.SUCCEEDED
+    assert ours.id not in cloud.ports and theirs.id in cloud.ports
+
+
+def test_agent_shares_the_pf_with_a_tenants_vf_without_churn() -> None:
+    """The agent, deciding as ever, grants only the VF the tenant left: one port made over
+    six periods (a pool that ignored the tenant's VF would have Nova refuse a second grant
+    every period, each making and deleting a port), and the tenant's port untouched."""
+    from sova.agent.config import ControllerConfig
+    from sova.agent.loop import HostAgent
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6), "ten": (0.05, 90e6)}
+    for vm in loads:
+        cloud.add_server(vm, "cmp1")
+    theirs = cloud.add_tenant_vf(cloud.servers["uuid-ten"])
+    world = CloudHost(cloud, "cmp1", loads, pool=2)
+    agent = HostAgent(
+        OrchestratedDriver(MockDriver(world), actuator(cloud)), ControllerConfig(vf_policy="sova")
+    )
+    for _ in range(6):
+        agent.step()
+        world.advance(10.0)
+    assert len([c for c, _ in cloud.calls if c == "create_port"]) == 1
+    assert [p.device_id for p in cloud.ports.values() if SOVA_TAG in p.tags] == ["uuid-web"]
+    assert cloud.ports[theirs.id].device_id == "uuid-ten"
+    assert not [a for c, a in cloud.calls if c == "delete_server_interface"]
 
 
 def test_inventory_fails_as_a_driver_error_when_the_cloud_is_unreachable() -> None:
@@ -415,8 +496,10 @@ class CloudHost:
     """One hypervisor of the fake cloud as libvirt senses it: its domains are the servers Nova
     placed here, a VM shows a VF once Nova attached a direct port; counters grow with load."""
 
-    def __init__(self, cloud: FakeCloud, host: str, loads: dict[str, tuple[float, float]]):
-        self.cloud, self.host, self.loads, self.t = cloud, host, loads, 0.0
+    def __init__(
+        self, cloud: FakeCloud, host: str, loads: dict[str, tuple[float, float]], pool: int = 1
+    ):
+        self.cloud, self.host, self.loads, self.t, self.pool = cloud, host, loads, 0.0, pool
         self.counters = {vm: [0.0, 0.0] for vm in loads}  # cpu ns, bytes
 
     def advance(self, dt: float) -> None:
@@ -442,7 +525,7 @@ class CloudHost:
                     for p in self.cloud.ports.values()
                 )
             )
-            return sensed(self.host, *self.here(), vf=vf, pool=1)
+            return sensed(self.host, *self.here(), vf=vf, pool=self.pool)
         if req.method == "sample":
             vms = {
                 vm: VMCounters(

@@ -20,8 +20,12 @@ all of them wrong, so in this mode:
   interface, waits until Nova has released it, and deletes the port. When the host has no
   VF left, Nova refuses the claim: that is reported as a failed operation whose detail
   starts with ``no VF left`` and the port Sova created for it is deleted again.
-* **inventory**: which servers Nova runs on this host, which of them hold a direct port
-  Sova created (ports named ``sova-vf-…``), whether Nova says a server is migrating, and
+* **ownership**: Sova's ports carry the Neutron tag ``sova-vf`` (:data:`SOVA_TAG`); only a
+  tagged ``direct`` port is ever detached or deleted, or counted as a VM's Sova VF. Tenants'
+  own VF ports on the host are left alone and shrink Sova's pool instead
+  (docs/openstack.md#who-owns-a-port).
+* **inventory**: which servers Nova runs on this host, which of them hold a Sova port,
+  how many VFs tenants' own ports hold, whether Nova says a server is migrating, and
   the VF total Placement holds for this host, reconciled with what the host senses.
 * **rates** (VF max rate, guest limits) stay host-local: they go to the host driver passed
   as ``fallback``, because neither Nova nor Neutron sets a VF rate per period.
@@ -53,7 +57,14 @@ from sova.model import (
 )
 from sova.orchestrator.base import CloudConfigError, FailoverHooks
 
-PORT_PREFIX = "sova-vf-"
+PORT_PREFIX = "sova-vf-"  # for people reading port lists; the mark is SOVA_TAG
+# The mark of a port Sova made. A Neutron tag, not the name (anyone may name a port so), not
+# device_owner (Nova rewrites it to compute:<zone> on attach) and not binding:profile (Nova
+# owns that dict, and writing it needs Neutron's service role): docs/openstack.md#who-owns-a-port.
+SOVA_TAG = "sova-vf"
+# vnic types whose port takes one VF of the host from Nova's PCI tracker (direct-physical
+# takes a whole PF, which then has no VFs to count).
+VF_VNIC_TYPES = frozenset({"direct", "macvtap", "virtio-forwarder", "remote-managed", "vdpa"})
 PORT_DESCRIPTION = "Sova fast path (SR-IOV VF); created and deleted by sova"
 MIGRATION_DONE = frozenset({"completed", "done"})
 MIGRATION_FAILED = frozenset({"failed", "error", "cancelled", "aborted"})
@@ -193,7 +204,7 @@ class OpenStackActuator:
         """
         try:
             servers = self._servers_here()
-            ports = self._sova_ports_by_server()
+            ports, theirs = self._vf_ports_by_server()
             pool = self._placement_vf_pool()
         except self._errors as exc:
             raise DriverError(f"OpenStack inventory unavailable: {exc}") from exc
@@ -207,6 +218,16 @@ class OpenStackActuator:
                 continue
             self._servers[name] = server.id
             has_port = bool(ports.get(server.id))
+            migrating = state.migrating or _task(server) in ("migrating",)
+            if theirs.get(server.id) and not has_port:
+                # The tenant's own VF: not Sova's to revoke (a revoke would find nothing of
+                # Sova's to take back), and not a VM to give a second VF to.
+                ids = ", ".join(str(p.id) for p in theirs[server.id])
+                notes.append(f"{name}: holds its own VF port(s) {ids}, not Sova's: left alone")
+                vms[name] = replace(
+                    state, nic=NicKind.VIRTIO, failover_ready=False, migrating=migrating
+                )
+                continue
             if has_port and state.nic is not NicKind.VF:
                 notes.append(f"{name}: Neutron has a direct port bound, the host senses none")
             if state.nic is NicKind.VF and not has_port:
@@ -214,14 +235,24 @@ class OpenStackActuator:
             vms[name] = replace(
                 state,
                 nic=NicKind.VF if has_port or state.nic is NicKind.VF else NicKind.VIRTIO,
-                migrating=state.migrating or _task(server) in ("migrating",),
+                migrating=migrating,
             )
         host = sensed.host
-        if pool is not None and pool < host.nic.vf_pool:
+        total = host.nic.vf_pool
+        if pool is not None and pool < total:
+            notes.append(f"Placement holds {pool} VFs for {self.host}, the host offers {total}")
+            total = pool
+        taken = sum(len(ps) for ps in theirs.values())
+        if taken:
+            # Nova's PCI tracker hands tenants' VFs out of the same PF: counting them as
+            # Sova's would make every grant beyond what is left fail with "no VF left".
             notes.append(
-                f"Placement holds {pool} VFs for {self.host}, the host offers {host.nic.vf_pool}"
+                f"tenants' own ports hold {taken} of {total} VFs on {self.host}: "
+                f"Sova's pool is {max(0, total - taken)}"
             )
-            host = replace(host, nic=replace(host.nic, vf_pool=pool))
+            total = max(0, total - taken)
+        if total != host.nic.vf_pool:
+            host = replace(host, nic=replace(host.nic, vf_pool=total))
         self.discrepancies = notes
         return Inventory(host, vms)
 
@@ -232,12 +263,15 @@ class OpenStackActuator:
             self.conn.compute.servers(details=True, all_projects=True, compute_host=self.host)
         )
 
-    def _sova_ports_by_server(self) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {}
+    def _vf_ports_by_server(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+        """The VF ports bound to this host, by server: Sova's, and everyone else's."""
+        ours: dict[str, list[Any]] = {}
+        theirs: dict[str, list[Any]] = {}
         for p in self.conn.network.ports(**{"binding:host_id": self.host}):
-            if _is_sova_port(p) and p.device_id:
-                out.setdefault(p.device_id, []).append(p)
-        return out
+            if not p.device_id or p.binding_vnic_type not in VF_VNIC_TYPES:
+                continue
+            (ours if is_sova_port(p) else theirs).setdefault(p.device_id, []).append(p)
+        return ours, theirs
 
     def _placement_vf_pool(self) -> int | None:
         if self.vf_resource_class is None:
@@ -264,7 +298,16 @@ class OpenStackActuator:
         return server
 
     def _sova_ports(self, server: Any) -> list[Any]:
-        return [p for p in self.conn.network.ports(device_id=server.id) if _is_sova_port(p)]
+        return self._vf_ports(server)[0]
+
+    def _vf_ports(self, server: Any) -> tuple[list[Any], list[Any]]:
+        """The server's VF ports: Sova's, and its own (a tenant's)."""
+        ours: list[Any] = []
+        theirs: list[Any] = []
+        for p in self.conn.network.ports(device_id=server.id):
+            if p.binding_vnic_type in VF_VNIC_TYPES:
+                (ours if is_sova_port(p) else theirs).append(p)
+        return ours, theirs
 
     # ------------------------------------------------------------------ operations
 
@@ -410,6 +453,18 @@ class OpenStackActuator:
         port = self.conn.network.create_port(
             **vf_port_attrs(a.vm, network, server.project_id, _addresses(backup))
         )
+        # The mark goes on by its own call (PUT .../tags/sova-vf), before the attach, so an untagged
+        # port of Sova's never reaches a server. Not in the create request: Neutron keeps a
+        # create's tags only with ML2's extension driver tag_ports_during_bulk_creation (off
+        # by default), and refuses the attribute where no tag plugin is loaded.
+        if SOVA_TAG not in (getattr(port, "tags", None) or ()):
+            try:
+                port = self.conn.network.add_tag(port, SOVA_TAG) or port
+            except self._errors as exc:
+                self.conn.network.delete_port(port, ignore_missing=True)
+                raise _OpFailed(
+                    f"Neutron refused the {SOVA_TAG!r} tag on {a.vm}'s VF port: {exc}; port deleted"
+                ) from exc
         try:
             self.conn.compute.create_server_interface(server, port_id=port.id)
         except self._errors as exc:
@@ -450,7 +505,8 @@ class OpenStackActuator:
         ports = [
             p
             for p in self.conn.network.ports(device_id=server.id)
-            if not (p.name or "").startswith(PORT_PREFIX)
+            # The bond's backup is a virtio port; a VF port (Sova's or the tenant's) is not.
+            if (p.binding_vnic_type or "normal") == "normal"
         ]
         backup = next((p for p in ports if wanted is None or str(p.network_id) == wanted), None)
         if backup is None:
@@ -471,8 +527,16 @@ class OpenStackActuator:
 
     def _detach(self, vm: str) -> str:
         server = self._server(vm)
-        ports = self._sova_ports(server)
+        ports, theirs = self._vf_ports(server)
         if not ports:
+            if theirs:
+                # Saying "done" here would let the agent count a VF free that is not, and
+                # fail every grant of it with "no VF left".
+                ids = ", ".join(str(p.id) for p in theirs)
+                raise _OpFailed(
+                    f"{vm} holds no Sova VF port: its VF port(s) {ids} have no "
+                    f"{SOVA_TAG!r} tag, so they are not Sova's and are not touched"
+                )
             return f"{vm} holds no Sova VF port"
         hooks = self._hooks()
         if hooks is not None:
@@ -529,8 +593,9 @@ def _addresses(port: Any) -> list[str]:
     return [str(ip["ip_address"]) for ip in (getattr(port, "fixed_ips", None) or [])]
 
 
-def _is_sova_port(port: Any) -> bool:
-    return bool((port.name or "").startswith(PORT_PREFIX)) and port.binding_vnic_type == "direct"
+def is_sova_port(port: Any) -> bool:
+    """A port Sova made: ``direct`` and tagged :data:`SOVA_TAG` (its name alone proves nothing)."""
+    return SOVA_TAG in (getattr(port, "tags", None) or ()) and port.binding_vnic_type == "direct"
 
 
 def _host_of(server: Any) -> str | None:

@@ -83,6 +83,7 @@ class FixtureNetwork:
             binding_host_id=p.get("binding:host_id"),
             binding_vif_type=p.get("binding:vif_type"),
             fixed_ips=p.get("fixed_ips") or [],
+            tags=list(p.get("tags") or []),
         )
 
     def ports(self, **query: Any) -> list[Any]:
@@ -108,6 +109,12 @@ class FixtureNetwork:
         self.fx.update_port(port["id"], {"port": body})
         self.created.append(port["id"])
         return self._obj(self.fx.show_port(port["id"])["port"])
+
+    def add_tag(self, port: Any, tag: str) -> Any:
+        # Neutron's tag API (PUT /ports/{id}/tags/{tag}); the fixture keeps it on the port.
+        tags = list(self.fx.show_port(port.id)["port"].get("tags") or [])
+        self.fx.update_port(port.id, {"port": {"tags": [*tags, tag]}})
+        return self._obj(self.fx.show_port(port.id)["port"])
 
     def delete_port(self, port: Any, ignore_missing: bool = True) -> None:
         self.deleted.append(port.id)
