@@ -94,6 +94,9 @@ class FakeCloud:
     # client waits: the migration starts, the client gets a timeout.
     migrate_answer_late: bool = False
     unanswered_polls: int = 0  # migration-record polls that time out once a migration runs
+    # target -> where the server ends up when its migration record says completed (a record
+    # and the instance's host that disagree, as after a failed post-live-migration step)
+    lands_on: dict[str, str] = field(default_factory=dict)
     servers: dict[str, Server] = field(default_factory=dict)
     ports: dict[str, Port] = field(default_factory=dict)
     migrations: list[Migration] = field(default_factory=list)
@@ -128,6 +131,25 @@ class FakeCloud:
             fixed_ips=[{"ip_address": ip}],
         )
         return s
+
+    def add_network(self, net_id: str, name: str, net_type: str = "vlan") -> Net:
+        self.networks[net_id] = Net(net_id, name, net_type)
+        return self.networks[net_id]
+
+    def add_port(self, server: Server, net_id: str, ip: str) -> Port:
+        """Another virtio port of the server (Nova boots a server with one per network)."""
+        pid = f"port-{next(self._ids)}"
+        self.ports[pid] = Port(
+            pid,
+            f"{server.name}-{net_id}",
+            net_id,
+            server.project_id,
+            server.id,
+            "normal",
+            server.compute_host,
+            fixed_ips=[{"ip_address": ip}],
+        )
+        return self.ports[pid]
 
     def add_tenant_vf(self, server: Server, name: str = "", vnic_type: str = "direct") -> Port:
         """A VF port the server's owner made and attached itself: it takes one of the host's
@@ -209,7 +231,7 @@ class _Compute:
             m.status = m.steps.pop(0)
             s = self.c.servers[m.server_id]
             if m.status == "completed":
-                s.compute_host, s.task_state = m.dest, None
+                s.compute_host, s.task_state = self.c.lands_on.get(m.dest, m.dest), None
             elif m.status in ("error", "cancelled"):
                 s.task_state = None  # Nova rolls back: the server stays on the source
         return [m for m in self.c.migrations if server_id is None or m.server_id == server_id]

@@ -94,6 +94,16 @@ def test_refused_target_leaves_the_server_on_its_source_and_reports_failure() ->
     assert cloud.servers["uuid-vm1"].compute_host == "cmp1"
 
 
+def test_completed_migration_whose_server_is_not_on_the_target_is_a_failure() -> None:
+    # Nova's record says completed but the server's host is not the one Sova chose: the
+    # record alone is not the outcome, the server's host is.
+    cloud = FakeCloud(lands_on={"cmp3": "cmp1"})
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is OpState.FAILED
+    assert "completed but the server is on 'cmp1', not 'cmp3'" in st.detail, st.detail
+
+
 def test_migration_past_its_timeout_is_aborted_and_reported() -> None:
     cloud = FakeCloud(migration_steps=10_000)
     cloud.add_server("vm1", "cmp1")
@@ -752,6 +762,64 @@ def test_unconfirmed_bond_keeps_the_vf_on_detach_and_gives_it_back_on_attach() -
     st = run(act2, AttachVF("vm1"))
     assert st.state is OpState.FAILED and "not made active" in st.detail
     assert "given back" in st.detail and cloud2.bound_vfs("cmp1") == 0
+
+
+def two_network_server(cloud: FakeCloud, *, on_b: bool = True) -> None:
+    """vm1 with its first virtio port on tenant-a and, if ``on_b``, a second on provider."""
+    cloud.add_network("id-a", "tenant-a")
+    cloud.add_network("id-b", "provider")
+    vm = cloud.add_server("vm1", "cmp1", net="id-a")
+    cloud.ports[next(p.id for p in cloud.ports.values() if p.device_id == vm.id)].fixed_ips = [
+        {"ip_address": "10.0.0.10"}
+    ]
+    if on_b:
+        cloud.add_port(vm, "id-b", "10.0.1.20")
+
+
+@pytest.mark.parametrize("network", ["provider", "id-b"])
+def test_vf_goes_on_the_configured_network_beside_the_vms_virtio_port_there(network: str) -> None:
+    # Two networks; only the second is the configured one (by name or by id): the VF port goes
+    # there and may carry the address of the VM's virtio port there, not the first port's.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    two_network_server(cloud)
+    st = run(actuator(cloud, network=network), AttachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    [attrs] = [a for c, a in cloud.calls if c == "create_port"]
+    assert attrs["network_id"] == "id-b"
+    assert attrs["allowed_address_pairs"] == [{"ip_address": "10.0.1.20"}]
+
+
+def test_vf_is_refused_where_the_vm_has_no_virtio_port_on_the_configured_network() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    two_network_server(cloud, on_b=False)
+    st = run(actuator(cloud, network="provider"), AttachVF("vm1"))
+    assert st.state is OpState.FAILED
+    assert "no port on network 'provider'" in st.detail, st.detail
+    assert not any(c == "create_port" for c, _ in cloud.calls)
+
+
+def test_network_name_shared_by_two_of_the_vms_networks_is_refused_as_ambiguous() -> None:
+    # An admin sees every project's networks: a name may mean two. Only the id is unambiguous.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    two_network_server(cloud)
+    cloud.networks["id-a"].name = "provider"
+    st = run(actuator(cloud, network="provider"), AttachVF("vm1"))
+    assert st.state is OpState.FAILED and "2 networks of that name (id-a, id-b)" in st.detail
+    assert not any(c == "create_port" for c, _ in cloud.calls)
+    assert run(actuator(cloud, network="id-b"), AttachVF("vm1")).state is OpState.SUCCEEDED
+
+
+def test_without_a_configured_network_the_vf_goes_beside_the_first_virtio_port() -> None:
+    # The VM's own VF port (first in Neutron's list) is no bond backup: the virtio one is.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    cloud.add_network("id-x", "tenant-sriov")
+    vm = cloud.add_server("vm1", "cmp1")
+    theirs = cloud.add_tenant_vf(vm)
+    theirs.network_id = "id-x"
+    cloud.ports = {theirs.id: theirs, **cloud.ports}  # listed first
+    assert run(actuator(cloud), AttachVF("vm1")).state is OpState.SUCCEEDED
+    [attrs] = [a for c, a in cloud.calls if c == "create_port"]
+    assert attrs["network_id"] == "net-data"
 
 
 def test_vf_is_refused_on_an_overlay_network_sriovnicswitch_cannot_bind() -> None:

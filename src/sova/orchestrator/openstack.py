@@ -496,19 +496,13 @@ class OpenStackActuator:
         over between two networks; and it must be a VLAN or flat network, the only types
         Neutron's sriovnicswitch binds.
         """
-        wanted: str | None = None
-        if self.network is not None:
-            net = self.conn.network.find_network(self.network, ignore_missing=True)
-            if net is None:
-                raise _OpFailed(f"openstack.network = {self.network!r}: no such network")
-            wanted = str(net.id)
         ports = [
             p
             for p in self.conn.network.ports(device_id=server.id)
             # The bond's backup is a virtio port; a VF port (Sova's or the tenant's) is not.
             if (p.binding_vnic_type or "normal") == "normal"
         ]
-        backup = next((p for p in ports if wanted is None or str(p.network_id) == wanted), None)
+        backup, net = self._backup_port(server, ports)
         if backup is None:
             where = f"network {self.network!r}" if self.network else "any network"
             raise _OpFailed(
@@ -516,7 +510,7 @@ class OpenStackActuator:
                 "needs its virtio port on the VF's network)"
             )
         network_id = str(backup.network_id)
-        net = self.conn.network.get_network(network_id)
+        net = net if net is not None else self.conn.network.get_network(network_id)
         kind = getattr(net, "provider_network_type", None)
         if kind is not None and kind not in ("vlan", "flat"):
             raise _OpFailed(
@@ -524,6 +518,29 @@ class OpenStackActuator:
                 "vlan and flat networks (set [openstack] network to a provider network)"
             )
         return network_id, backup
+
+    def _backup_port(self, server: Any, ports: list[Any]) -> tuple[Any, Any]:
+        """The server's virtio port on the configured network (its id, or its name among the
+        networks of the server's own ports: a name looked up cloud-wide is ambiguous for an
+        admin, who sees every project's networks), or its first one; and that network if it
+        was read."""
+        if self.network is None:
+            return (ports[0] if ports else None), None
+        by_id = [p for p in ports if str(p.network_id) == self.network]
+        if by_id:
+            return by_id[0], None
+        named: dict[str, tuple[Any, Any]] = {}
+        for p in ports:
+            net = self.conn.network.get_network(str(p.network_id))
+            if getattr(net, "name", None) == self.network:
+                named.setdefault(str(net.id), (p, net))
+        if len(named) > 1:
+            raise _OpFailed(
+                f"openstack.network = {self.network!r}: {server.name} has ports on "
+                f"{len(named)} networks of that name ({', '.join(sorted(named))}); "
+                "set it to the network's id"
+            )
+        return next(iter(named.values()), (None, None))
 
     def _detach(self, vm: str) -> str:
         server = self._server(vm)

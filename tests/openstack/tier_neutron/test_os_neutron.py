@@ -203,7 +203,7 @@ class NovaPortSide:
 class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
     """Neutron's API (its WSGI application with the real ML2 plugin, sriovnicswitch, port
     security, SQLite) served over HTTP on a loopback port; Sova's actuator reaches it with a
-    real openstacksdk Connection: ``find_network``, ``get_network`` (network type),
+    real openstacksdk Connection: ``get_network`` (the configured name and the type),
     ``ports(device_id=…)``, ``ports(binding:host_id=…)``, ``create_port``, ``delete_port``."""
 
     _mechanism_drivers = ["logger", "sriovnicswitch"]
