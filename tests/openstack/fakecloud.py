@@ -168,6 +168,14 @@ class FakeCloud:
         )
         return self.ports[pid]
 
+    def delete_server(self, sid: str) -> None:
+        """Nova's delete: the server goes; the ports it did not create itself (given at boot
+        or attached by id, as Sova's are) are unbound and kept, with their addresses."""
+        del self.servers[sid]
+        for p in self.ports.values():
+            if p.device_id == sid:
+                p.device_id, p.binding_host_id = "", ""
+
     def bound_vfs(self, host: str) -> int:
         return sum(
             1
@@ -276,11 +284,12 @@ class _Network:
 
     def ports(self, **filters: Any) -> list[Port]:
         key = {"binding:host_id": "binding_host_id"}
-        return [
-            p
-            for p in self.c.ports.values()
-            if all(getattr(p, key.get(k, k)) == v for k, v in filters.items())
-        ]
+        self.c.calls.append(("ports", dict(filters)))
+
+        def match(p: Port, k: str, v: Any) -> bool:
+            return v in p.tags if k == "tags" else bool(getattr(p, key.get(k, k)) == v)
+
+        return [p for p in self.c.ports.values() if all(match(p, k, v) for k, v in filters.items())]
 
     def create_port(self, **attrs: Any) -> Port:
         self.c.calls.append(("create_port", attrs))

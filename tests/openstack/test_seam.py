@@ -347,6 +347,82 @@ def test_agent_shares_the_pf_with_a_tenants_vf_without_churn() -> None:
     assert not [a for c, a in cloud.calls if c == "delete_server_interface"]
 
 
+def test_deleting_a_server_leaves_no_sova_port_behind() -> None:
+    """Nova unbinds and keeps (with its IP) a port it did not create when it deletes the
+    server: the next sweep of this host's agent deletes Sova's, and only Sova's."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2, "cmp2": 1})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp2")
+    tenant = cloud.add_server("tenant", "cmp1")
+    act = actuator(cloud, sweep_every=1)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    assert run(actuator(cloud, "cmp2"), AttachVF("vm2")).state is OpState.SUCCEEDED
+    theirs = cloud.add_tenant_vf(tenant)
+    [ours] = [p.id for p in cloud.ports.values() if p.device_id == "uuid-vm1" and p.tags]
+    cloud.delete_server("uuid-vm1")
+    cloud.delete_server("uuid-tenant")  # its own port is unbound and kept as well
+    assert cloud.ports[ours].device_id == "" and cloud.ports[ours].tags == [SOVA_TAG]
+    act.reconcile(sensed("cmp1"))
+    assert ours not in cloud.ports
+    assert f"leaked Sova port {ours} deleted" in act.discrepancies
+    assert theirs.id in cloud.ports  # not Sova's
+    # cmp2's Sova port is cmp2's agent's business, bound and in use ...
+    assert [p.device_id for p in cloud.ports.values() if p.tags] == ["uuid-vm2"]
+    # ... and once leaked too: made for cmp2 (its description), swept by cmp2's agent only.
+    cloud.delete_server("uuid-vm2")
+    act.reconcile(sensed("cmp1"))
+    assert not [d for d in act.discrepancies if "leaked" in d]  # idempotent, and not cmp2's
+    assert len([p for p in cloud.ports.values() if p.tags]) == 1
+    assert actuator(cloud, "cmp2").sweep_leaked_ports() != []
+    assert not [p for p in cloud.ports.values() if p.tags]
+
+
+def test_sova_port_bound_to_a_server_nova_no_longer_has_is_swept() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp1")
+    act = actuator(cloud, sweep_every=1)
+    for vm in ("vm1", "vm2"):
+        assert run(act, AttachVF(vm)).state is OpState.SUCCEEDED
+    cloud.vfs_per_host["cmp2"] = 1
+    cloud.add_server("vm3", "cmp2")
+    assert run(actuator(cloud, "cmp2"), AttachVF("vm3")).state is OpState.SUCCEEDED
+    for gone in ("uuid-vm1", "uuid-vm3"):
+        del cloud.servers[gone]  # gone from Nova while Neutron kept the binding
+    act.reconcile(sensed("cmp1", "vm2", vf=("vm2",)))
+    # vm1's port is deleted; vm3's is bound to cmp2, whose agent sweeps it.
+    assert sorted(p.device_id for p in cloud.ports.values() if p.tags) == ["uuid-vm2", "uuid-vm3"]
+
+
+def test_the_port_being_attached_is_not_taken_for_a_leak() -> None:
+    # A sweep that runs while Sova's port exists, tagged and not yet attached (the agent's
+    # inventory period next to an operation's thread): the port is not deleted under it.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, sweep_every=1)
+    attach = cloud.compute.create_server_interface
+    swept: list[list[str]] = []
+
+    def sweep_then_attach(server: Any, port_id: str) -> Any:
+        swept.append(act.sweep_leaked_ports())
+        return attach(server, port_id)
+
+    cloud.compute.create_server_interface = sweep_then_attach  # type: ignore[method-assign]
+    st = run(act, AttachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    assert swept == [[]] and cloud.bound_vfs("cmp1") == 1
+
+
+def test_leaked_ports_are_looked_for_every_sweep_every_periods() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, sweep_every=30)
+    for _ in range(31):
+        act.reconcile(sensed("cmp1", "vm1"))
+    # Periods 0 and 30: one Neutron query each, not one per period.
+    assert len([a for c, a in cloud.calls if c == "ports" and "tags" in a]) == 2
+
+
 def test_inventory_fails_as_a_driver_error_when_the_cloud_is_unreachable() -> None:
     cloud = FakeCloud()
 

@@ -162,6 +162,10 @@ class OpenStackActuator:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _seq: Iterator[int] = field(default_factory=itertools.count)
     _servers: dict[str, str] = field(default_factory=dict)  # sova VM name -> server id
+    # Sova ports this actuator created and has not yet attached: unbound, but not leaked.
+    _creating: set[str] = field(default_factory=set)
+    sweep_every: int = 30  # inventory periods between two looks for leaked ports (1: each)
+    _periods: int = 0
 
     def __post_init__(self) -> None:
         # Anything the SDK or the transport raises is a reported failure, never a crash.
@@ -253,8 +257,41 @@ class OpenStackActuator:
             total = max(0, total - taken)
         if total != host.nic.vf_pool:
             host = replace(host, nic=replace(host.nic, vf_pool=total))
+        if self._periods % self.sweep_every == 0:
+            try:
+                for swept in self.sweep_leaked_ports():
+                    notes.append(f"leaked Sova port {swept} deleted")
+            except self._errors as exc:  # the inventory stands; the sweep is retried later
+                notes.append(f"leaked-port sweep unavailable: {exc}")
+        self._periods += 1
         self.discrepancies = notes
         return Inventory(host, vms)
+
+    def sweep_leaked_ports(self) -> list[str]:
+        """Delete the Sova ports of this host nothing uses, and return their ids.
+
+        Leaked is a port with Sova's tag that is bound here to a server Nova no longer has,
+        or unbound (Nova unbinds, and keeps, the ports it did not create when it deletes a
+        server, shelves it or the attach failed half-way) and made for this host (its
+        description) and not one this actuator is attaching right now.
+        """
+        swept: list[str] = []
+        for p in self.conn.network.ports(tags=SOVA_TAG):
+            if not is_sova_port(p) or p.id in self._creating:
+                continue
+            if p.device_id:
+                if getattr(p, "binding_host_id", None) != self.host:
+                    continue
+                server = self.conn.compute.find_server(
+                    p.device_id, ignore_missing=True, all_projects=True
+                )
+                if server is not None:
+                    continue
+            elif not str(getattr(p, "description", "") or "").endswith(f" on {self.host}"):
+                continue
+            self.conn.network.delete_port(p, ignore_missing=True)
+            swept.append(str(p.id))
+        return swept
 
     # ------------------------------------------------------------------ cloud views
 
@@ -451,8 +488,15 @@ class OpenStackActuator:
             return f"{a.vm} already holds VF port {held[0].id}"
         network, backup = self._network_for(server)
         port = self.conn.network.create_port(
-            **vf_port_attrs(a.vm, network, server.project_id, _addresses(backup))
+            **vf_port_attrs(a.vm, network, server.project_id, _addresses(backup), self.host)
         )
+        self._creating.add(port.id)
+        try:
+            return self._attach_port(a, server, port, network)
+        finally:
+            self._creating.discard(port.id)
+
+    def _attach_port(self, a: AttachVF, server: Any, port: Any, network: str) -> str:
         # The mark goes on by its own call (PUT .../tags/sova-vf), before the attach, so an untagged
         # port of Sova's never reaches a server. Not in the create request: Neutron keeps a
         # create's tags only with ML2's extension driver tag_ports_during_bulk_creation (off
@@ -584,7 +628,11 @@ class OpenStackActuator:
 
 
 def vf_port_attrs(
-    vm: str, network_id: str, project_id: str | None, addresses: Iterable[str] = ()
+    vm: str,
+    network_id: str,
+    project_id: str | None,
+    addresses: Iterable[str] = (),
+    host: str | None = None,
 ) -> dict[str, Any]:
     """The Neutron port Sova asks for as a VM's fast path (openstacksdk attribute names).
 
@@ -596,7 +644,8 @@ def vf_port_attrs(
         "network_id": network_id,
         "binding_vnic_type": "direct",
         "name": PORT_PREFIX + vm,
-        "description": PORT_DESCRIPTION,
+        # The host says which agent sweeps the port if it is ever left unbound.
+        "description": PORT_DESCRIPTION if host is None else f"{PORT_DESCRIPTION} on {host}",
     }
     pairs = [{"ip_address": ip} for ip in addresses]
     if pairs:
