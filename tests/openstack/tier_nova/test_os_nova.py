@@ -944,6 +944,19 @@ class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTe
         assert drv.inventory().vf_holders == frozenset()
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
 
+        # Given again, then the server is deleted through Nova's API: Nova unbinds and keeps
+        # the port (it did not create it), with its address; Sova's sweep deletes it, in
+        # the real Neutron, found by its tag.
+        st = wait(act, drv.submit(AttachVF(bonded)))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        [vf2] = [p for p in neutron.ports(device_id=bonded_id) if p.id != vport.id]
+        self._delete_server({"id": bonded_id})
+        left = neutron.get_port(vf2.id)
+        assert left.device_id == "" and left.tags == ["sova-vf"]
+        assert act.sweep_leaked_ports() == [vf2.id]
+        assert neutron.find_port(vf2.id, ignore_missing=True) is None
+        assert list(neutron.ports(tags="sova-vf")) == []
+
 
 def test_unreachable_keystone_is_a_skipped_period_not_a_crash() -> None:
     """keystoneauth's own failure (nothing listens on the loopback port named as Keystone):
