@@ -14,6 +14,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+_ENDED = frozenset({"completed", "done", "error", "failed", "cancelled", "aborted"})
+
 
 class FakeCloudError(Exception):
     pass
@@ -97,6 +99,9 @@ class FakeCloud:
     # target -> where the server ends up when its migration record says completed (a record
     # and the instance's host that disagree, as after a failed post-live-migration step)
     lands_on: dict[str, str] = field(default_factory=dict)
+    # target -> the status Nova's record ends in, where not completed/error (Nova's
+    # statuses for a finished migration vary with the kind and release)
+    ends: dict[str, str] = field(default_factory=dict)
     servers: dict[str, Server] = field(default_factory=dict)
     ports: dict[str, Port] = field(default_factory=dict)
     migrations: list[Migration] = field(default_factory=list)
@@ -217,7 +222,7 @@ class _Compute:
         s = self.c.servers[server.id]
         if s.task_state is not None:
             raise FakeCloudError(f"Conflict: server {s.id} is in task_state {s.task_state}")
-        end = "error" if host in self.c.refusing else "completed"
+        end = self.c.ends.get(str(host), "error" if host in self.c.refusing else "completed")
         steps = ["queued"] + ["running"] * (self.c.migration_steps - 1) + [end]
         self.c.migrations.append(
             Migration(next(self.c._ids), s.id, s.compute_host, str(host), steps)
@@ -227,20 +232,18 @@ class _Compute:
             raise FakeCloudTimeout("Request to /servers/action timed out")
 
     def migrations(self, server_id: str | None = None, migration_type: str | None = None):
-        running = any(
-            m.status not in ("completed", "error", "cancelled") for m in self.c.migrations
-        )
+        running = any(m.status not in _ENDED for m in self.c.migrations)
         if running and self.c.unanswered_polls > 0:
             self.c.unanswered_polls -= 1
             raise FakeCloudTimeout("Request to /os-migrations timed out")
         for m in self.c.migrations:
-            if m.status in ("completed", "error", "cancelled") or not m.steps:
+            if m.status in _ENDED or not m.steps:
                 continue
             m.status = m.steps.pop(0)
             s = self.c.servers[m.server_id]
-            if m.status == "completed":
+            if m.status in ("completed", "done"):
                 s.compute_host, s.task_state = self.c.lands_on.get(m.dest, m.dest), None
-            elif m.status in ("error", "cancelled"):
+            elif m.status in _ENDED:
                 s.task_state = None  # Nova rolls back: the server stays on the source
         return [m for m in self.c.migrations if server_id is None or m.server_id == server_id]
 

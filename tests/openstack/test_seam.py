@@ -94,6 +94,38 @@ def test_refused_target_leaves_the_server_on_its_source_and_reports_failure() ->
     assert cloud.servers["uuid-vm1"].compute_host == "cmp1"
 
 
+@pytest.mark.parametrize(
+    ("end", "state"),
+    [
+        ("completed", OpState.SUCCEEDED),
+        ("done", OpState.SUCCEEDED),
+        ("failed", OpState.FAILED),
+        ("error", OpState.FAILED),
+        ("cancelled", OpState.FAILED),
+        ("aborted", OpState.FAILED),
+    ],
+)
+def test_each_final_status_of_novas_record_is_the_outcome(end: str, state: OpState) -> None:
+    cloud = FakeCloud(ends={"cmp3": end})
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is state and end in st.detail, st.detail
+    # Succeeded: the server is on the target; failed: Nova rolled it back to its source.
+    on = "cmp3" if state is OpState.SUCCEEDED else "cmp1"
+    assert cloud.servers["uuid-vm1"].compute_host == on
+    # Taken as the end when Nova's record says so, not left to the timeout and an abort.
+    assert not [c for c, _ in cloud.calls if c == "abort_server_migration"]
+
+
+def test_port_tag_and_name_are_the_ones_the_operators_guide_names() -> None:
+    # Operators list, clean up and uninstall by these (docs/openstack.md#who-owns-a-port).
+    import pathlib
+
+    guide = (pathlib.Path(__file__).parents[2] / "docs" / "openstack.md").read_text()
+    assert f"openstack port list --tags {SOVA_TAG}" in guide
+    assert f"named `{PORT_PREFIX}<vm>`" in guide
+
+
 def test_completed_migration_whose_server_is_not_on_the_target_is_a_failure() -> None:
     # Nova's record says completed but the server's host is not the one Sova chose: the
     # record alone is not the outcome, the server's host is.

@@ -426,7 +426,7 @@ class OpenStackActuator:
                 late = "" if aborted_at is None else f", {timed_out} but ended before the abort"
                 return (
                     f"{a.vm} migrated to {a.dst_host} (Nova migration {record.id} "
-                    f"completed{late}){unanswered}"
+                    f"{status}{late}){unanswered}"
                 )
             if status in MIGRATION_FAILED:
                 now_on = _host_of(self.conn.compute.get_server(server.id))
