@@ -840,6 +840,7 @@ def test_vf_joins_the_guests_bond_after_the_attach_and_leaves_it_before_the_deta
     [attrs] = [a for c, a in cloud.calls if c == "create_port"]
     assert attrs["network_id"] == "net-data"
     assert attrs["allowed_address_pairs"] == [{"ip_address": "192.0.2.1"}]
+    assert attrs["fixed_ips"] == []  # no spare address of the subnet for the VF port
     assert run(act, DetachVF("vm1")).state is OpState.SUCCEEDED
     order = [
         c

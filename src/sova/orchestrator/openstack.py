@@ -638,7 +638,9 @@ def vf_port_attrs(
 
     ``addresses`` are the backup port's IPs: the guest's bond carries them over whichever
     slave is active (``fail_over_mac=active``: the VF sends with its own MAC), so the port
-    says it may carry them. Port security stays on: the VF's MAC anti-spoofing holds.
+    says it may carry them. Port security stays on: the VF's MAC anti-spoofing holds. The
+    port gets no fixed IP of its own (``fixed_ips=[]``): the guest never uses one, and a spare
+    address per VF would be taken from the tenant's subnet and quota for nothing.
     """
     attrs: dict[str, Any] = {
         "network_id": network_id,
@@ -646,6 +648,7 @@ def vf_port_attrs(
         "name": PORT_PREFIX + vm,
         # The host says which agent sweeps the port if it is ever left unbound.
         "description": PORT_DESCRIPTION if host is None else f"{PORT_DESCRIPTION} on {host}",
+        "fixed_ips": [],
     }
     pairs = [{"ip_address": ip} for ip in addresses]
     if pairs:

@@ -118,6 +118,7 @@ class TestSovaPortsOnSriovNicSwitch(plugin_tests.Ml2PluginV2TestCase):
         ]
         assert port["port_security_enabled"] is True
         assert port["mac_address"] != vport["mac_address"]  # the VF keeps its own MAC
+        assert port["fixed_ips"] == []  # no spare address: the pair is all the guest uses
         assert self.nova_binds(port["id"], "cmp1")["binding:vif_type"] == "hw_veb"
 
     def test_sova_port_does_not_bind_where_no_sriov_agent_runs(self) -> None:
@@ -303,7 +304,7 @@ class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
         assert port.network_id == net.id
         ip = virtio.fixed_ips[0]["ip_address"]
         assert [a["ip_address"] for a in port.allowed_address_pairs] == [ip]
-        assert port.is_port_security_enabled
+        assert port.is_port_security_enabled and port.fixed_ips == []
         assert port.tags == [SOVA_TAG]  # Sova's mark, as Neutron stored it
         # Reconcile reads the holder back from Neutron (ports by binding:host_id).
         assert act.reconcile(sensed).vf_holders == frozenset({"vm1"})

@@ -928,6 +928,7 @@ class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTe
         vm_ip = vport.fixed_ips[0]["ip_address"]
         assert vm_ip in [a["ip_address"] for a in vf.allowed_address_pairs]
         assert vf.is_port_security_enabled
+        assert vf.fixed_ips == []  # no spare address taken from the subnet
 
         # Taken back: the bond is moved to virtio (confirmed) before Nova detaches; Nova
         # unbinds, Sova deletes the port; the virtio port stays bound with the VM's address.
