@@ -159,7 +159,10 @@ class FakeCloud:
     def add_tenant_vf(self, server: Server, name: str = "", vnic_type: str = "direct") -> Port:
         """A VF port the server's owner made and attached itself: it takes one of the host's
         VFs from Nova's PCI tracker like Sova's do."""
-        if self.bound_vfs(server.compute_host) >= self.vfs_per_host.get(server.compute_host, 0):
+        takes = vnic_type in ("direct", "macvtap", "virtio-forwarder", "remote-managed", "vdpa")
+        if takes and self.bound_vfs(server.compute_host) >= self.vfs_per_host.get(
+            server.compute_host, 0
+        ):
             raise FakeCloudError("Failed to claim PCI device for the tenant's port")
         pid = f"port-{next(self._ids)}"
         self.ports[pid] = Port(

@@ -28,7 +28,13 @@ from sova.model import (
 )
 from sova.orchestrator.base import OrchestratedDriver
 from sova.orchestrator.libvirt import DriverActuator
-from sova.orchestrator.openstack import PORT_PREFIX, SOVA_TAG, OpenStackActuator, connect
+from sova.orchestrator.openstack import (
+    PORT_PREFIX,
+    SOVA_TAG,
+    OpenStackActuator,
+    connect,
+    is_vf_exhausted,
+)
 from sova.orchestrator.settings import OrchestratorSettings, orchestrate
 
 
@@ -352,6 +358,79 @@ def test_tenants_own_vf_port_on_the_host_is_neither_counted_nor_touched() -> Non
     assert inv.vf_holders == frozenset({"vm1"}) and inv.host.nic.vf_pool == 1
     assert run(act, DetachVF("vm1")).state is OpState.SUCCEEDED
     assert ours.id not in cloud.ports and theirs.id in cloud.ports
+
+
+@pytest.mark.parametrize(
+    ("vnic_type", "takes_a_vf"),
+    [
+        ("direct", True),
+        ("macvtap", True),
+        ("virtio-forwarder", True),
+        ("remote-managed", True),
+        ("vdpa", True),
+        ("normal", False),  # a virtio port behind Open vSwitch
+        ("baremetal", False),
+    ],
+)
+def test_every_vf_taking_vnic_type_of_a_tenant_shrinks_the_pool(
+    vnic_type: str, takes_a_vf: bool
+) -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 4})
+    vm = cloud.add_server("vm1", "cmp1")
+    cloud.add_tenant_vf(vm, vnic_type=vnic_type)
+    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1", pool=4))
+    assert inv.host.nic.vf_pool == (3 if takes_a_vf else 4)
+    assert inv.vms["vm1"].failover_ready is not takes_a_vf
+
+
+@pytest.mark.parametrize(
+    ("message", "exhausted"),
+    [
+        # Nova's InterfaceAttachPciClaimFailed and PciDeviceRequestFailed, and the class name
+        # some clients print instead of the text.
+        ("Failed to claim PCI device for uuid-1 during interface attach", True),
+        ("PCI device request [InstancePCIRequest(count=1)] failed", True),
+        ("Conflict: PciDeviceRequestFailed", True),
+        ("Port 1b2c is still in use", False),
+        ("Timed out waiting for a reply to message ID 42", False),
+    ],
+)
+def test_novas_pci_messages_are_no_vf_left(message: str, exhausted: bool) -> None:
+    assert is_vf_exhausted(message) is exhausted
+
+
+def test_attach_and_detach_say_what_they_did() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud)
+    st = run(act, AttachVF("vm1"))
+    [port] = [p.id for p in cloud.ports.values() if p.tags]
+    assert st.detail == f"vm1: direct port {port} on network net-data attached"
+    st = run(act, DetachVF("vm1"))
+    assert st.detail == f"vm1: VF port(s) {port} detached and deleted"
+
+
+def test_nova_saying_a_server_is_migrating_marks_it_so() -> None:
+    # A live migration someone else started (Watcher, an operator): Nova's task state says
+    # so before the host senses a migration job.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1").task_state = "migrating"
+    cloud.add_server("vm2", "cmp1")
+    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1", "vm2"))
+    assert inv.vms["vm1"].migrating and not inv.vms["vm2"].migrating
+
+
+def test_migration_to_where_nova_already_moved_the_server_is_done() -> None:
+    # The server this actuator knew moved meanwhile (someone else's migration): Sova's
+    # directive to the same host is already met, not a failure.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "vm1"))
+    cloud.servers["uuid-vm1"].compute_host = "cmp3"
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.state is OpState.SUCCEEDED and st.detail == "vm1 already on cmp3 (Nova)"
+    assert not [c for c, _ in cloud.calls if c == "live_migrate_server"]
 
 
 def test_agent_shares_the_pf_with_a_tenants_vf_without_churn() -> None:
