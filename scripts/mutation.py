@@ -142,9 +142,10 @@ def _apply(node: ast.AST, kind: str, arg: int) -> str:
         if kind == "bool":
             node.value = not old_value
         elif kind == "number":
+            assert isinstance(old_value, int | float)
             node.value = old_value + 1
         else:
-            node.value = f"XX{old_value}XX"
+            node.value = f"XX{old_value!s}XX"
         return f"{old_value!r} -> {node.value!r}"
     if kind == "return":
         assert isinstance(node, ast.Return)
