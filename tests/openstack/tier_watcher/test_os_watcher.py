@@ -181,6 +181,60 @@ class TestSovaHotspotStrategy(TestBaseStrategy):
             ("INSTANCE_0", "hostname_0", "hostname_4")
         ]
 
+    def test_watcher_fills_and_checks_the_parameters_by_the_strategys_schema(self) -> None:
+        # Watcher's API validates an audit's parameters with this validator (defaults filled).
+        import jsonschema
+
+        check = utils.StrictDefaultValidatingDraft4Validator(SovaHotspot.get_schema()).validate
+        params: dict[str, Any] = {}
+        check(params)
+        assert params == {
+            "alpha": 0.75,
+            "k": 3,
+            "n": 5,
+            "metric": "volume",
+            "ceiling": None,
+            "granularity": 300,
+        }
+        check({"alpha": 1, "k": 1, "n": 1, "ceiling": 0.5, "granularity": 1})  # the bounds
+        for bad in (
+            {"alpha": 1.5},
+            {"alpha": -0.1},
+            {"alpha": "hot"},
+            {"k": 0},
+            {"k": 1.5},
+            {"n": 0},
+            {"metric": "cpu"},
+            {"ceiling": "low"},
+            {"granularity": 0},
+        ):
+            with pytest.raises(jsonschema.ValidationError):
+                check(dict(bad))
+
+    def test_a_ceiling_no_node_would_stay_below_means_no_migration(self) -> None:
+        assert self.moved(self.run_with(HOT)) == [("INSTANCE_0", "hostname_0", "hostname_4")]
+        self.strategy.input_parameters["ceiling"] = 0.06  # hostname_4 is at 0.05 before
+        assert self.moved(self.run_with(HOT)) == []
+        assert "no cold spot" in self.strategy.signals["hostname_0"].reason
+        self.strategy.input_parameters["ceiling"] = None  # no ceiling: alpha bounds the target
+        self.strategy.input_parameters["alpha"] = None  # unset: the schema's default
+        assert self.moved(self.run_with(HOT)) == [("INSTANCE_0", "hostname_0", "hostname_4")]
+
+    def test_a_prometheus_history_shorter_than_n_periods_gives_a_shorter_series(self) -> None:
+        # Three periods of data: the means over 4 and 5 periods are empty (None, or NaN from
+        # Prometheus): the series stops there instead of inventing values.
+        class Short(MeansDatasource):
+            def statistic_aggregation(self, resource: Any, *a: Any, **kw: Any) -> Any:
+                if kw["period"] > 3 * kw["granularity"]:
+                    return None if resource.hostname == "hostname_0" else float("nan")
+                return super().statistic_aggregation(resource, *a, **kw)
+
+        cpu: dict[str, float | list[float]] = {**HOT, "hostname_0": [0.2, 0.5, 0.9, 0.3, 0.7]}
+        self.m_ds.return_value = Short(self.model, cpu)
+        for name, want in (("hostname_0", [90.0, 30.0, 70.0]), ("hostname_1", [20.0] * 3)):
+            got = self.strategy._series(self.model.get_node_by_name(name), "host_cpu_usage", 5)
+            assert got == pytest.approx(want), (name, got)
+
     def test_efficacy_indicators_say_what_the_plan_changes(self) -> None:
         self.run_with(HOT)
         ind = {i["name"]: i["value"] for i in self.solution.efficacy_indicators}
