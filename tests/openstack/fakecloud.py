@@ -14,6 +14,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+_ENDED = frozenset({"completed", "done", "error", "failed", "cancelled", "aborted"})
+
 
 class FakeCloudError(Exception):
     pass
@@ -44,6 +46,7 @@ class Port:
     binding_host_id: str = ""
     description: str = ""
     fixed_ips: list[dict[str, str]] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -93,6 +96,12 @@ class FakeCloud:
     # client waits: the migration starts, the client gets a timeout.
     migrate_answer_late: bool = False
     unanswered_polls: int = 0  # migration-record polls that time out once a migration runs
+    # target -> where the server ends up when its migration record says completed (a record
+    # and the instance's host that disagree, as after a failed post-live-migration step)
+    lands_on: dict[str, str] = field(default_factory=dict)
+    # target -> the status Nova's record ends in, where not completed/error (Nova's
+    # statuses for a finished migration vary with the kind and release)
+    ends: dict[str, str] = field(default_factory=dict)
     servers: dict[str, Server] = field(default_factory=dict)
     ports: dict[str, Port] = field(default_factory=dict)
     migrations: list[Migration] = field(default_factory=list)
@@ -128,11 +137,60 @@ class FakeCloud:
         )
         return s
 
+    def add_network(self, net_id: str, name: str, net_type: str = "vlan") -> Net:
+        self.networks[net_id] = Net(net_id, name, net_type)
+        return self.networks[net_id]
+
+    def add_port(self, server: Server, net_id: str, ip: str) -> Port:
+        """Another virtio port of the server (Nova boots a server with one per network)."""
+        pid = f"port-{next(self._ids)}"
+        self.ports[pid] = Port(
+            pid,
+            f"{server.name}-{net_id}",
+            net_id,
+            server.project_id,
+            server.id,
+            "normal",
+            server.compute_host,
+            fixed_ips=[{"ip_address": ip}],
+        )
+        return self.ports[pid]
+
+    def add_tenant_vf(self, server: Server, name: str = "", vnic_type: str = "direct") -> Port:
+        """A VF port the server's owner made and attached itself: it takes one of the host's
+        VFs from Nova's PCI tracker like Sova's do."""
+        takes = vnic_type in ("direct", "macvtap", "virtio-forwarder", "remote-managed", "vdpa")
+        if takes and self.bound_vfs(server.compute_host) >= self.vfs_per_host.get(
+            server.compute_host, 0
+        ):
+            raise FakeCloudError("Failed to claim PCI device for the tenant's port")
+        pid = f"port-{next(self._ids)}"
+        self.ports[pid] = Port(
+            pid,
+            name or f"{server.name}-sriov",
+            "net-data",
+            server.project_id,
+            server.id,
+            vnic_type,
+            server.compute_host,
+        )
+        return self.ports[pid]
+
+    def delete_server(self, sid: str) -> None:
+        """Nova's delete: the server goes; the ports it did not create itself (given at boot
+        or attached by id, as Sova's are) are unbound and kept, with their addresses."""
+        del self.servers[sid]
+        for p in self.ports.values():
+            if p.device_id == sid:
+                p.device_id, p.binding_host_id = "", ""
+
     def bound_vfs(self, host: str) -> int:
         return sum(
             1
             for p in self.ports.values()
-            if p.binding_vnic_type == "direct" and p.device_id and p.binding_host_id == host
+            if p.binding_vnic_type in ("direct", "macvtap")
+            and p.device_id
+            and p.binding_host_id == host
         )
 
 
@@ -167,7 +225,7 @@ class _Compute:
         s = self.c.servers[server.id]
         if s.task_state is not None:
             raise FakeCloudError(f"Conflict: server {s.id} is in task_state {s.task_state}")
-        end = "error" if host in self.c.refusing else "completed"
+        end = self.c.ends.get(str(host), "error" if host in self.c.refusing else "completed")
         steps = ["queued"] + ["running"] * (self.c.migration_steps - 1) + [end]
         self.c.migrations.append(
             Migration(next(self.c._ids), s.id, s.compute_host, str(host), steps)
@@ -177,20 +235,18 @@ class _Compute:
             raise FakeCloudTimeout("Request to /servers/action timed out")
 
     def migrations(self, server_id: str | None = None, migration_type: str | None = None):
-        running = any(
-            m.status not in ("completed", "error", "cancelled") for m in self.c.migrations
-        )
+        running = any(m.status not in _ENDED for m in self.c.migrations)
         if running and self.c.unanswered_polls > 0:
             self.c.unanswered_polls -= 1
             raise FakeCloudTimeout("Request to /os-migrations timed out")
         for m in self.c.migrations:
-            if m.status in ("completed", "error", "cancelled") or not m.steps:
+            if m.status in _ENDED or not m.steps:
                 continue
             m.status = m.steps.pop(0)
             s = self.c.servers[m.server_id]
-            if m.status == "completed":
-                s.compute_host, s.task_state = m.dest, None
-            elif m.status in ("error", "cancelled"):
+            if m.status in ("completed", "done"):
+                s.compute_host, s.task_state = self.c.lands_on.get(m.dest, m.dest), None
+            elif m.status in _ENDED:
                 s.task_state = None  # Nova rolls back: the server stays on the source
         return [m for m in self.c.migrations if server_id is None or m.server_id == server_id]
 
@@ -206,7 +262,7 @@ class _Compute:
     def create_server_interface(self, server: Server, port_id: str) -> Interface:
         s = self.c.servers[server.id]
         p = self.c.ports[port_id]
-        if p.binding_vnic_type == "direct" and self.c.bound_vfs(
+        if p.binding_vnic_type in ("direct", "macvtap") and self.c.bound_vfs(
             s.compute_host
         ) >= self.c.vfs_per_host.get(s.compute_host, 0):
             raise FakeCloudError(f"Failed to claim PCI device for {s.id} during interface attach")
@@ -234,11 +290,12 @@ class _Network:
 
     def ports(self, **filters: Any) -> list[Port]:
         key = {"binding:host_id": "binding_host_id"}
-        return [
-            p
-            for p in self.c.ports.values()
-            if all(getattr(p, key.get(k, k)) == v for k, v in filters.items())
-        ]
+        self.c.calls.append(("ports", dict(filters)))
+
+        def match(p: Port, k: str, v: Any) -> bool:
+            return v in p.tags if k == "tags" else bool(getattr(p, key.get(k, k)) == v)
+
+        return [p for p in self.c.ports.values() if all(match(p, k, v) for k, v in filters.items())]
 
     def create_port(self, **attrs: Any) -> Port:
         self.c.calls.append(("create_port", attrs))
@@ -250,6 +307,7 @@ class _Network:
             attrs.get("project_id"),
             binding_vnic_type=attrs.get("binding_vnic_type", "normal"),
             description=attrs.get("description", ""),
+            tags=list(attrs.get("tags", [])),
         )
         self.c.ports[pid] = p
         return p
@@ -258,6 +316,12 @@ class _Network:
         pid = port if isinstance(port, str) else port.id
         self.c.calls.append(("delete_port", {"id": pid}))
         self.c.ports.pop(pid, None)
+
+    def add_tag(self, port: Port, tag: str) -> Port:
+        self.c.calls.append(("add_tag", {"id": port.id, "tag": tag}))
+        p = self.c.ports[port.id]
+        p.tags = [*p.tags, tag] if tag not in p.tags else p.tags
+        return p
 
     def find_network(self, name_or_id: str, ignore_missing: bool = True) -> Net | None:
         return self.c.networks.get(name_or_id)

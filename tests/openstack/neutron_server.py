@@ -62,6 +62,11 @@ class NeutronServer(plugin_tests.Ml2PluginV2TestCase):
     _mechanism_drivers = ["openvswitch", "sriovnicswitch"]
     host = "compute0"
 
+    def get_additional_service_plugins(self) -> dict[str, str]:
+        # Neutron loads its tag plugin by default; its unit-test base does not (Sova's ports
+        # carry the tag "sova-vf").
+        return {"tag": "tag"}
+
     def setUp(self) -> None:
         from oslo_config import cfg
 

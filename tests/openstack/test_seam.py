@@ -28,7 +28,13 @@ from sova.model import (
 )
 from sova.orchestrator.base import OrchestratedDriver
 from sova.orchestrator.libvirt import DriverActuator
-from sova.orchestrator.openstack import OpenStackActuator, connect
+from sova.orchestrator.openstack import (
+    PORT_PREFIX,
+    SOVA_TAG,
+    OpenStackActuator,
+    connect,
+    is_vf_exhausted,
+)
 from sova.orchestrator.settings import OrchestratorSettings, orchestrate
 
 
@@ -92,6 +98,48 @@ def test_refused_target_leaves_the_server_on_its_source_and_reports_failure() ->
     assert st.state is OpState.FAILED
     assert "error" in st.detail and "'cmp1'" in st.detail
     assert cloud.servers["uuid-vm1"].compute_host == "cmp1"
+
+
+@pytest.mark.parametrize(
+    ("end", "state"),
+    [
+        ("completed", OpState.SUCCEEDED),
+        ("done", OpState.SUCCEEDED),
+        ("failed", OpState.FAILED),
+        ("error", OpState.FAILED),
+        ("cancelled", OpState.FAILED),
+        ("aborted", OpState.FAILED),
+    ],
+)
+def test_each_final_status_of_novas_record_is_the_outcome(end: str, state: OpState) -> None:
+    cloud = FakeCloud(ends={"cmp3": end})
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is state and end in st.detail, st.detail
+    # Succeeded: the server is on the target; failed: Nova rolled it back to its source.
+    on = "cmp3" if state is OpState.SUCCEEDED else "cmp1"
+    assert cloud.servers["uuid-vm1"].compute_host == on
+    # Taken as the end when Nova's record says so, not left to the timeout and an abort.
+    assert not [c for c, _ in cloud.calls if c == "abort_server_migration"]
+
+
+def test_port_tag_and_name_are_the_ones_the_operators_guide_names() -> None:
+    # Operators list, clean up and uninstall by these (docs/openstack.md#who-owns-a-port).
+    import pathlib
+
+    guide = (pathlib.Path(__file__).parents[2] / "docs" / "openstack.md").read_text()
+    assert f"openstack port list --tags {SOVA_TAG}" in guide
+    assert f"named `{PORT_PREFIX}<vm>`" in guide
+
+
+def test_completed_migration_whose_server_is_not_on_the_target_is_a_failure() -> None:
+    # Nova's record says completed but the server's host is not the one Sova chose: the
+    # record alone is not the outcome, the server's host is.
+    cloud = FakeCloud(lands_on={"cmp3": "cmp1"})
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is OpState.FAILED
+    assert "completed but the server is on 'cmp1', not 'cmp3'" in st.detail, st.detail
 
 
 def test_migration_past_its_timeout_is_aborted_and_reported() -> None:
@@ -179,6 +227,32 @@ def test_vf_is_a_direct_port_attached_through_nova_and_moves_between_vms() -> No
     assert holder == ["uuid-vm2"]
 
 
+def test_sova_port_is_tagged_before_nova_attaches_it() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    assert run(actuator(cloud), AttachVF("vm1")).state is OpState.SUCCEEDED
+    [port] = [p for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert port.tags == [SOVA_TAG]
+    order = [
+        c for c, _ in cloud.calls if c in ("create_port", "add_tag", "create_server_interface")
+    ]
+    assert order == ["create_port", "add_tag", "create_server_interface"]
+
+
+def test_port_neutron_refuses_to_tag_is_deleted_never_attached() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+
+    def refuse(port: Any, tag: str) -> Any:
+        raise FakeCloudError("403 Forbidden: update_ports_tags")
+
+    cloud.network.add_tag = refuse  # type: ignore[method-assign]
+    st = run(actuator(cloud), AttachVF("vm1"))
+    assert st.state is OpState.FAILED and "tag" in st.detail and "port deleted" in st.detail
+    assert not [p for p in cloud.ports.values() if p.binding_vnic_type == "direct"]
+    assert not [c for c, _ in cloud.calls if c == "create_server_interface"]
+
+
 def test_no_vf_left_is_a_reported_outcome_and_leaks_no_port() -> None:
     cloud = FakeCloud(vfs_per_host={"cmp1": 1})
     cloud.add_server("vm1", "cmp1")
@@ -254,6 +328,210 @@ def test_inventory_is_the_hosts_view_reconciled_with_nova_neutron_placement() ->
     assert not inv.vms["stray"].running  # Nova does not place it here: never given a VF
     assert inv.host.nic.vf_pool == 2  # Placement: 3 total - 1 reserved
     assert any("stray" in d for d in act.discrepancies)
+
+
+def test_tenants_own_vf_port_on_the_host_is_neither_counted_nor_touched() -> None:
+    """A tenant attached its own direct port to one server of the host (named like Sova's,
+    which proves nothing): it is not Sova's VF, Sova's pool is what the PF has left, and a
+    revoke of it fails instead of "succeeding" while the VF stays taken."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp1")
+    tenant = cloud.add_server("tenant", "cmp1")
+    theirs = cloud.add_tenant_vf(tenant, name=PORT_PREFIX + "tenant")
+    act = actuator(cloud)
+    inv = act.reconcile(sensed("cmp1", "vm1", "vm2", "tenant", vf=("tenant",), pool=2))
+    # 2 VFs on the PF - 1 the tenant's port holds = 1 for Sova.
+    assert inv.host.nic.vf_pool == 1
+    assert inv.vms["tenant"].nic is NicKind.VIRTIO and not inv.vms["tenant"].failover_ready
+    assert inv.vf_holders == frozenset()
+    assert any(theirs.id in d and "not Sova's" in d for d in act.discrepancies)
+    st = run(act, DetachVF("tenant"))
+    assert st.state is OpState.FAILED and "not Sova's" in st.detail and theirs.id in st.detail
+    assert cloud.ports[theirs.id].device_id == "uuid-tenant"  # still attached, still there
+    assert not [c for c, _ in cloud.calls if c in ("delete_server_interface", "delete_port")]
+    # The one VF left goes to vm1; Sova's own port is tagged and its revoke is a real one.
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    [ours] = [p for p in cloud.ports.values() if p.device_id == "uuid-vm1" and p.tags]
+    assert ours.tags == [SOVA_TAG]
+    inv = act.reconcile(sensed("cmp1", "vm1", "vm2", "tenant", vf=("vm1", "tenant"), pool=2))
+    assert inv.vf_holders == frozenset({"vm1"}) and inv.host.nic.vf_pool == 1
+    assert run(act, DetachVF("vm1")).state is OpState.SUCCEEDED
+    assert ours.id not in cloud.ports and theirs.id in cloud.ports
+
+
+@pytest.mark.parametrize(
+    ("vnic_type", "takes_a_vf"),
+    [
+        ("direct", True),
+        ("macvtap", True),
+        ("virtio-forwarder", True),
+        ("remote-managed", True),
+        ("vdpa", True),
+        ("normal", False),  # a virtio port behind Open vSwitch
+        ("baremetal", False),
+    ],
+)
+def test_every_vf_taking_vnic_type_of_a_tenant_shrinks_the_pool(
+    vnic_type: str, takes_a_vf: bool
+) -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 4})
+    vm = cloud.add_server("vm1", "cmp1")
+    cloud.add_tenant_vf(vm, vnic_type=vnic_type)
+    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1", pool=4))
+    assert inv.host.nic.vf_pool == (3 if takes_a_vf else 4)
+    assert inv.vms["vm1"].failover_ready is not takes_a_vf
+
+
+@pytest.mark.parametrize(
+    ("message", "exhausted"),
+    [
+        # Nova's InterfaceAttachPciClaimFailed and PciDeviceRequestFailed, and the class name
+        # some clients print instead of the text.
+        ("Failed to claim PCI device for uuid-1 during interface attach", True),
+        ("PCI device request [InstancePCIRequest(count=1)] failed", True),
+        ("Conflict: PciDeviceRequestFailed", True),
+        ("Port 1b2c is still in use", False),
+        ("Timed out waiting for a reply to message ID 42", False),
+    ],
+)
+def test_novas_pci_messages_are_no_vf_left(message: str, exhausted: bool) -> None:
+    assert is_vf_exhausted(message) is exhausted
+
+
+def test_attach_and_detach_say_what_they_did() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud)
+    st = run(act, AttachVF("vm1"))
+    [port] = [p.id for p in cloud.ports.values() if p.tags]
+    assert st.detail == f"vm1: direct port {port} on network net-data attached"
+    st = run(act, DetachVF("vm1"))
+    assert st.detail == f"vm1: VF port(s) {port} detached and deleted"
+
+
+def test_nova_saying_a_server_is_migrating_marks_it_so() -> None:
+    # A live migration someone else started (Watcher, an operator): Nova's task state says
+    # so before the host senses a migration job.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1").task_state = "migrating"
+    cloud.add_server("vm2", "cmp1")
+    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1", "vm2"))
+    assert inv.vms["vm1"].migrating and not inv.vms["vm2"].migrating
+
+
+def test_migration_to_where_nova_already_moved_the_server_is_done() -> None:
+    # The server this actuator knew moved meanwhile (someone else's migration): Sova's
+    # directive to the same host is already met, not a failure.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "vm1"))
+    cloud.servers["uuid-vm1"].compute_host = "cmp3"
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.state is OpState.SUCCEEDED and st.detail == "vm1 already on cmp3 (Nova)"
+    assert not [c for c, _ in cloud.calls if c == "live_migrate_server"]
+
+
+def test_agent_shares_the_pf_with_a_tenants_vf_without_churn() -> None:
+    """The agent, deciding as ever, grants only the VF the tenant left: one port made over
+    six periods (a pool that ignored the tenant's VF would have Nova refuse a second grant
+    every period, each making and deleting a port), and the tenant's port untouched."""
+    from sova.agent.config import ControllerConfig
+    from sova.agent.loop import HostAgent
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6), "ten": (0.05, 90e6)}
+    for vm in loads:
+        cloud.add_server(vm, "cmp1")
+    theirs = cloud.add_tenant_vf(cloud.servers["uuid-ten"])
+    world = CloudHost(cloud, "cmp1", loads, pool=2)
+    agent = HostAgent(
+        OrchestratedDriver(MockDriver(world), actuator(cloud)), ControllerConfig(vf_policy="sova")
+    )
+    for _ in range(6):
+        agent.step()
+        world.advance(10.0)
+    assert len([c for c, _ in cloud.calls if c == "create_port"]) == 1
+    assert [p.device_id for p in cloud.ports.values() if SOVA_TAG in p.tags] == ["uuid-web"]
+    assert cloud.ports[theirs.id].device_id == "uuid-ten"
+    assert not [a for c, a in cloud.calls if c == "delete_server_interface"]
+
+
+def test_deleting_a_server_leaves_no_sova_port_behind() -> None:
+    """Nova unbinds and keeps (with its IP) a port it did not create when it deletes the
+    server: the next sweep of this host's agent deletes Sova's, and only Sova's."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2, "cmp2": 1})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp2")
+    tenant = cloud.add_server("tenant", "cmp1")
+    act = actuator(cloud, sweep_every=1)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    assert run(actuator(cloud, "cmp2"), AttachVF("vm2")).state is OpState.SUCCEEDED
+    theirs = cloud.add_tenant_vf(tenant)
+    [ours] = [p.id for p in cloud.ports.values() if p.device_id == "uuid-vm1" and p.tags]
+    cloud.delete_server("uuid-vm1")
+    cloud.delete_server("uuid-tenant")  # its own port is unbound and kept as well
+    assert cloud.ports[ours].device_id == "" and cloud.ports[ours].tags == [SOVA_TAG]
+    act.reconcile(sensed("cmp1"))
+    assert ours not in cloud.ports
+    assert f"leaked Sova port {ours} deleted" in act.discrepancies
+    assert theirs.id in cloud.ports  # not Sova's
+    # cmp2's Sova port is cmp2's agent's business, bound and in use ...
+    assert [p.device_id for p in cloud.ports.values() if p.tags] == ["uuid-vm2"]
+    # ... and once leaked too: made for cmp2 (its description), swept by cmp2's agent only.
+    cloud.delete_server("uuid-vm2")
+    act.reconcile(sensed("cmp1"))
+    assert not [d for d in act.discrepancies if "leaked" in d]  # idempotent, and not cmp2's
+    assert len([p for p in cloud.ports.values() if p.tags]) == 1
+    assert actuator(cloud, "cmp2").sweep_leaked_ports() != []
+    assert not [p for p in cloud.ports.values() if p.tags]
+
+
+def test_sova_port_bound_to_a_server_nova_no_longer_has_is_swept() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp1")
+    act = actuator(cloud, sweep_every=1)
+    for vm in ("vm1", "vm2"):
+        assert run(act, AttachVF(vm)).state is OpState.SUCCEEDED
+    cloud.vfs_per_host["cmp2"] = 1
+    cloud.add_server("vm3", "cmp2")
+    assert run(actuator(cloud, "cmp2"), AttachVF("vm3")).state is OpState.SUCCEEDED
+    for gone in ("uuid-vm1", "uuid-vm3"):
+        del cloud.servers[gone]  # gone from Nova while Neutron kept the binding
+    act.reconcile(sensed("cmp1", "vm2", vf=("vm2",)))
+    # vm1's port is deleted; vm3's is bound to cmp2, whose agent sweeps it.
+    assert sorted(p.device_id for p in cloud.ports.values() if p.tags) == ["uuid-vm2", "uuid-vm3"]
+
+
+def test_the_port_being_attached_is_not_taken_for_a_leak() -> None:
+    # A sweep that runs while Sova's port exists, tagged and not yet attached (the agent's
+    # inventory period next to an operation's thread): the port is not deleted under it.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, sweep_every=1)
+    attach = cloud.compute.create_server_interface
+    swept: list[list[str]] = []
+
+    def sweep_then_attach(server: Any, port_id: str) -> Any:
+        swept.append(act.sweep_leaked_ports())
+        return attach(server, port_id)
+
+    cloud.compute.create_server_interface = sweep_then_attach  # type: ignore[method-assign]
+    st = run(act, AttachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    assert swept == [[]] and cloud.bound_vfs("cmp1") == 1
+
+
+def test_leaked_ports_are_looked_for_every_sweep_every_periods() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, sweep_every=30)
+    for _ in range(31):
+        act.reconcile(sensed("cmp1", "vm1"))
+    # Periods 0 and 30: one Neutron query each, not one per period.
+    assert len([a for c, a in cloud.calls if c == "ports" and "tags" in a]) == 2
 
 
 def test_inventory_fails_as_a_driver_error_when_the_cloud_is_unreachable() -> None:
@@ -415,8 +693,10 @@ class CloudHost:
     """One hypervisor of the fake cloud as libvirt senses it: its domains are the servers Nova
     placed here, a VM shows a VF once Nova attached a direct port; counters grow with load."""
 
-    def __init__(self, cloud: FakeCloud, host: str, loads: dict[str, tuple[float, float]]):
-        self.cloud, self.host, self.loads, self.t = cloud, host, loads, 0.0
+    def __init__(
+        self, cloud: FakeCloud, host: str, loads: dict[str, tuple[float, float]], pool: int = 1
+    ):
+        self.cloud, self.host, self.loads, self.t, self.pool = cloud, host, loads, 0.0, pool
         self.counters = {vm: [0.0, 0.0] for vm in loads}  # cpu ns, bytes
 
     def advance(self, dt: float) -> None:
@@ -442,7 +722,7 @@ class CloudHost:
                     for p in self.cloud.ports.values()
                 )
             )
-            return sensed(self.host, *self.here(), vf=vf, pool=1)
+            return sensed(self.host, *self.here(), vf=vf, pool=self.pool)
         if req.method == "sample":
             vms = {
                 vm: VMCounters(
@@ -639,6 +919,7 @@ def test_vf_joins_the_guests_bond_after_the_attach_and_leaves_it_before_the_deta
     [attrs] = [a for c, a in cloud.calls if c == "create_port"]
     assert attrs["network_id"] == "net-data"
     assert attrs["allowed_address_pairs"] == [{"ip_address": "192.0.2.1"}]
+    assert attrs["fixed_ips"] == []  # no spare address of the subnet for the VF port
     assert run(act, DetachVF("vm1")).state is OpState.SUCCEEDED
     order = [
         c
@@ -669,6 +950,64 @@ def test_unconfirmed_bond_keeps_the_vf_on_detach_and_gives_it_back_on_attach() -
     st = run(act2, AttachVF("vm1"))
     assert st.state is OpState.FAILED and "not made active" in st.detail
     assert "given back" in st.detail and cloud2.bound_vfs("cmp1") == 0
+
+
+def two_network_server(cloud: FakeCloud, *, on_b: bool = True) -> None:
+    """vm1 with its first virtio port on tenant-a and, if ``on_b``, a second on provider."""
+    cloud.add_network("id-a", "tenant-a")
+    cloud.add_network("id-b", "provider")
+    vm = cloud.add_server("vm1", "cmp1", net="id-a")
+    cloud.ports[next(p.id for p in cloud.ports.values() if p.device_id == vm.id)].fixed_ips = [
+        {"ip_address": "10.0.0.10"}
+    ]
+    if on_b:
+        cloud.add_port(vm, "id-b", "10.0.1.20")
+
+
+@pytest.mark.parametrize("network", ["provider", "id-b"])
+def test_vf_goes_on_the_configured_network_beside_the_vms_virtio_port_there(network: str) -> None:
+    # Two networks; only the second is the configured one (by name or by id): the VF port goes
+    # there and may carry the address of the VM's virtio port there, not the first port's.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    two_network_server(cloud)
+    st = run(actuator(cloud, network=network), AttachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    [attrs] = [a for c, a in cloud.calls if c == "create_port"]
+    assert attrs["network_id"] == "id-b"
+    assert attrs["allowed_address_pairs"] == [{"ip_address": "10.0.1.20"}]
+
+
+def test_vf_is_refused_where_the_vm_has_no_virtio_port_on_the_configured_network() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    two_network_server(cloud, on_b=False)
+    st = run(actuator(cloud, network="provider"), AttachVF("vm1"))
+    assert st.state is OpState.FAILED
+    assert "no port on network 'provider'" in st.detail, st.detail
+    assert not any(c == "create_port" for c, _ in cloud.calls)
+
+
+def test_network_name_shared_by_two_of_the_vms_networks_is_refused_as_ambiguous() -> None:
+    # An admin sees every project's networks: a name may mean two. Only the id is unambiguous.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    two_network_server(cloud)
+    cloud.networks["id-a"].name = "provider"
+    st = run(actuator(cloud, network="provider"), AttachVF("vm1"))
+    assert st.state is OpState.FAILED and "2 networks of that name (id-a, id-b)" in st.detail
+    assert not any(c == "create_port" for c, _ in cloud.calls)
+    assert run(actuator(cloud, network="id-b"), AttachVF("vm1")).state is OpState.SUCCEEDED
+
+
+def test_without_a_configured_network_the_vf_goes_beside_the_first_virtio_port() -> None:
+    # The VM's own VF port (first in Neutron's list) is no bond backup: the virtio one is.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    cloud.add_network("id-x", "tenant-sriov")
+    vm = cloud.add_server("vm1", "cmp1")
+    theirs = cloud.add_tenant_vf(vm)
+    theirs.network_id = "id-x"
+    cloud.ports = {theirs.id: theirs, **cloud.ports}  # listed first
+    assert run(actuator(cloud), AttachVF("vm1")).state is OpState.SUCCEEDED
+    [attrs] = [a for c, a in cloud.calls if c == "create_port"]
+    assert attrs["network_id"] == "net-data"
 
 
 def test_vf_is_refused_on_an_overlay_network_sriovnicswitch_cannot_bind() -> None:

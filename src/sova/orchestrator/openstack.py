@@ -20,8 +20,12 @@ all of them wrong, so in this mode:
   interface, waits until Nova has released it, and deletes the port. When the host has no
   VF left, Nova refuses the claim: that is reported as a failed operation whose detail
   starts with ``no VF left`` and the port Sova created for it is deleted again.
-* **inventory**: which servers Nova runs on this host, which of them hold a direct port
-  Sova created (ports named ``sova-vf-…``), whether Nova says a server is migrating, and
+* **ownership**: Sova's ports carry the Neutron tag ``sova-vf`` (:data:`SOVA_TAG`); only a
+  tagged ``direct`` port is ever detached or deleted, or counted as a VM's Sova VF. Tenants'
+  own VF ports on the host are left alone and shrink Sova's pool instead
+  (docs/openstack.md#who-owns-a-port).
+* **inventory**: which servers Nova runs on this host, which of them hold a Sova port,
+  how many VFs tenants' own ports hold, whether Nova says a server is migrating, and
   the VF total Placement holds for this host, reconciled with what the host senses.
 * **rates** (VF max rate, guest limits) stay host-local: they go to the host driver passed
   as ``fallback``, because neither Nova nor Neutron sets a VF rate per period.
@@ -53,7 +57,14 @@ from sova.model import (
 )
 from sova.orchestrator.base import CloudConfigError, FailoverHooks
 
-PORT_PREFIX = "sova-vf-"
+PORT_PREFIX = "sova-vf-"  # for people reading port lists; the mark is SOVA_TAG
+# The mark of a port Sova made. A Neutron tag, not the name (anyone may name a port so), not
+# device_owner (Nova rewrites it to compute:<zone> on attach) and not binding:profile (Nova
+# owns that dict, and writing it needs Neutron's service role): docs/openstack.md#who-owns-a-port.
+SOVA_TAG = "sova-vf"
+# vnic types whose port takes one VF of the host from Nova's PCI tracker (direct-physical
+# takes a whole PF, which then has no VFs to count).
+VF_VNIC_TYPES = frozenset({"direct", "macvtap", "virtio-forwarder", "remote-managed", "vdpa"})
 PORT_DESCRIPTION = "Sova fast path (SR-IOV VF); created and deleted by sova"
 MIGRATION_DONE = frozenset({"completed", "done"})
 MIGRATION_FAILED = frozenset({"failed", "error", "cancelled", "aborted"})
@@ -151,6 +162,10 @@ class OpenStackActuator:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _seq: Iterator[int] = field(default_factory=itertools.count)
     _servers: dict[str, str] = field(default_factory=dict)  # sova VM name -> server id
+    # Sova ports this actuator created and has not yet attached: unbound, but not leaked.
+    _creating: set[str] = field(default_factory=set)
+    sweep_every: int = 30  # inventory periods between two looks for leaked ports (1: each)
+    _periods: int = 0
 
     def __post_init__(self) -> None:
         # Anything the SDK or the transport raises is a reported failure, never a crash.
@@ -193,7 +208,7 @@ class OpenStackActuator:
         """
         try:
             servers = self._servers_here()
-            ports = self._sova_ports_by_server()
+            ports, theirs = self._vf_ports_by_server()
             pool = self._placement_vf_pool()
         except self._errors as exc:
             raise DriverError(f"OpenStack inventory unavailable: {exc}") from exc
@@ -207,6 +222,16 @@ class OpenStackActuator:
                 continue
             self._servers[name] = server.id
             has_port = bool(ports.get(server.id))
+            migrating = state.migrating or _task(server) in ("migrating",)
+            if theirs.get(server.id) and not has_port:
+                # The tenant's own VF: not Sova's to revoke (a revoke would find nothing of
+                # Sova's to take back), and not a VM to give a second VF to.
+                ids = ", ".join(str(p.id) for p in theirs[server.id])
+                notes.append(f"{name}: holds its own VF port(s) {ids}, not Sova's: left alone")
+                vms[name] = replace(
+                    state, nic=NicKind.VIRTIO, failover_ready=False, migrating=migrating
+                )
+                continue
             if has_port and state.nic is not NicKind.VF:
                 notes.append(f"{name}: Neutron has a direct port bound, the host senses none")
             if state.nic is NicKind.VF and not has_port:
@@ -214,16 +239,59 @@ class OpenStackActuator:
             vms[name] = replace(
                 state,
                 nic=NicKind.VF if has_port or state.nic is NicKind.VF else NicKind.VIRTIO,
-                migrating=state.migrating or _task(server) in ("migrating",),
+                migrating=migrating,
             )
         host = sensed.host
-        if pool is not None and pool < host.nic.vf_pool:
+        total = host.nic.vf_pool
+        if pool is not None and pool < total:
+            notes.append(f"Placement holds {pool} VFs for {self.host}, the host offers {total}")
+            total = pool
+        taken = sum(len(ps) for ps in theirs.values())
+        if taken:
+            # Nova's PCI tracker hands tenants' VFs out of the same PF: counting them as
+            # Sova's would make every grant beyond what is left fail with "no VF left".
             notes.append(
-                f"Placement holds {pool} VFs for {self.host}, the host offers {host.nic.vf_pool}"
+                f"tenants' own ports hold {taken} of {total} VFs on {self.host}: "
+                f"Sova's pool is {max(0, total - taken)}"
             )
-            host = replace(host, nic=replace(host.nic, vf_pool=pool))
+            total = max(0, total - taken)
+        if total != host.nic.vf_pool:
+            host = replace(host, nic=replace(host.nic, vf_pool=total))
+        if self._periods % self.sweep_every == 0:
+            try:
+                for swept in self.sweep_leaked_ports():
+                    notes.append(f"leaked Sova port {swept} deleted")
+            except self._errors as exc:  # the inventory stands; the sweep is retried later
+                notes.append(f"leaked-port sweep unavailable: {exc}")
+        self._periods += 1
         self.discrepancies = notes
         return Inventory(host, vms)
+
+    def sweep_leaked_ports(self) -> list[str]:
+        """Delete the Sova ports of this host nothing uses, and return their ids.
+
+        Leaked is a port with Sova's tag that is bound here to a server Nova no longer has,
+        or unbound (Nova unbinds, and keeps, the ports it did not create when it deletes a
+        server, shelves it or the attach failed half-way) and made for this host (its
+        description) and not one this actuator is attaching right now.
+        """
+        swept: list[str] = []
+        for p in self.conn.network.ports(tags=SOVA_TAG):
+            if not is_sova_port(p) or p.id in self._creating:
+                continue
+            if p.device_id:
+                if getattr(p, "binding_host_id", None) != self.host:
+                    continue
+                server = self.conn.compute.find_server(
+                    p.device_id, ignore_missing=True, all_projects=True
+                )
+                if server is not None:
+                    continue
+            elif not str(getattr(p, "description", "") or "").endswith(f" on {self.host}"):
+                continue
+            self.conn.network.delete_port(p, ignore_missing=True)
+            swept.append(str(p.id))
+        return swept
 
     # ------------------------------------------------------------------ cloud views
 
@@ -232,12 +300,15 @@ class OpenStackActuator:
             self.conn.compute.servers(details=True, all_projects=True, compute_host=self.host)
         )
 
-    def _sova_ports_by_server(self) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {}
+    def _vf_ports_by_server(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+        """The VF ports bound to this host, by server: Sova's, and everyone else's."""
+        ours: dict[str, list[Any]] = {}
+        theirs: dict[str, list[Any]] = {}
         for p in self.conn.network.ports(**{"binding:host_id": self.host}):
-            if _is_sova_port(p) and p.device_id:
-                out.setdefault(p.device_id, []).append(p)
-        return out
+            if not p.device_id or p.binding_vnic_type not in VF_VNIC_TYPES:
+                continue
+            (ours if is_sova_port(p) else theirs).setdefault(p.device_id, []).append(p)
+        return ours, theirs
 
     def _placement_vf_pool(self) -> int | None:
         if self.vf_resource_class is None:
@@ -264,7 +335,16 @@ class OpenStackActuator:
         return server
 
     def _sova_ports(self, server: Any) -> list[Any]:
-        return [p for p in self.conn.network.ports(device_id=server.id) if _is_sova_port(p)]
+        return self._vf_ports(server)[0]
+
+    def _vf_ports(self, server: Any) -> tuple[list[Any], list[Any]]:
+        """The server's VF ports: Sova's, and its own (a tenant's)."""
+        ours: list[Any] = []
+        theirs: list[Any] = []
+        for p in self.conn.network.ports(device_id=server.id):
+            if p.binding_vnic_type in VF_VNIC_TYPES:
+                (ours if is_sova_port(p) else theirs).append(p)
+        return ours, theirs
 
     # ------------------------------------------------------------------ operations
 
@@ -346,7 +426,7 @@ class OpenStackActuator:
                 late = "" if aborted_at is None else f", {timed_out} but ended before the abort"
                 return (
                     f"{a.vm} migrated to {a.dst_host} (Nova migration {record.id} "
-                    f"completed{late}){unanswered}"
+                    f"{status}{late}){unanswered}"
                 )
             if status in MIGRATION_FAILED:
                 now_on = _host_of(self.conn.compute.get_server(server.id))
@@ -408,8 +488,27 @@ class OpenStackActuator:
             return f"{a.vm} already holds VF port {held[0].id}"
         network, backup = self._network_for(server)
         port = self.conn.network.create_port(
-            **vf_port_attrs(a.vm, network, server.project_id, _addresses(backup))
+            **vf_port_attrs(a.vm, network, server.project_id, _addresses(backup), self.host)
         )
+        self._creating.add(port.id)
+        try:
+            return self._attach_port(a, server, port, network)
+        finally:
+            self._creating.discard(port.id)
+
+    def _attach_port(self, a: AttachVF, server: Any, port: Any, network: str) -> str:
+        # The mark goes on by its own call (PUT .../tags/sova-vf), before the attach, so an untagged
+        # port of Sova's never reaches a server. Not in the create request: Neutron keeps a
+        # create's tags only with ML2's extension driver tag_ports_during_bulk_creation (off
+        # by default), and refuses the attribute where no tag plugin is loaded.
+        if SOVA_TAG not in (getattr(port, "tags", None) or ()):
+            try:
+                port = self.conn.network.add_tag(port, SOVA_TAG) or port
+            except self._errors as exc:
+                self.conn.network.delete_port(port, ignore_missing=True)
+                raise _OpFailed(
+                    f"Neutron refused the {SOVA_TAG!r} tag on {a.vm}'s VF port: {exc}; port deleted"
+                ) from exc
         try:
             self.conn.compute.create_server_interface(server, port_id=port.id)
         except self._errors as exc:
@@ -441,18 +540,13 @@ class OpenStackActuator:
         over between two networks; and it must be a VLAN or flat network, the only types
         Neutron's sriovnicswitch binds.
         """
-        wanted: str | None = None
-        if self.network is not None:
-            net = self.conn.network.find_network(self.network, ignore_missing=True)
-            if net is None:
-                raise _OpFailed(f"openstack.network = {self.network!r}: no such network")
-            wanted = str(net.id)
         ports = [
             p
             for p in self.conn.network.ports(device_id=server.id)
-            if not (p.name or "").startswith(PORT_PREFIX)
+            # The bond's backup is a virtio port; a VF port (Sova's or the tenant's) is not.
+            if (p.binding_vnic_type or "normal") == "normal"
         ]
-        backup = next((p for p in ports if wanted is None or str(p.network_id) == wanted), None)
+        backup, net = self._backup_port(server, ports)
         if backup is None:
             where = f"network {self.network!r}" if self.network else "any network"
             raise _OpFailed(
@@ -460,7 +554,7 @@ class OpenStackActuator:
                 "needs its virtio port on the VF's network)"
             )
         network_id = str(backup.network_id)
-        net = self.conn.network.get_network(network_id)
+        net = net if net is not None else self.conn.network.get_network(network_id)
         kind = getattr(net, "provider_network_type", None)
         if kind is not None and kind not in ("vlan", "flat"):
             raise _OpFailed(
@@ -469,10 +563,41 @@ class OpenStackActuator:
             )
         return network_id, backup
 
+    def _backup_port(self, server: Any, ports: list[Any]) -> tuple[Any, Any]:
+        """The server's virtio port on the configured network (its id, or its name among the
+        networks of the server's own ports: a name looked up cloud-wide is ambiguous for an
+        admin, who sees every project's networks), or its first one; and that network if it
+        was read."""
+        if self.network is None:
+            return (ports[0] if ports else None), None
+        by_id = [p for p in ports if str(p.network_id) == self.network]
+        if by_id:
+            return by_id[0], None
+        named: dict[str, tuple[Any, Any]] = {}
+        for p in ports:
+            net = self.conn.network.get_network(str(p.network_id))
+            if getattr(net, "name", None) == self.network:
+                named.setdefault(str(net.id), (p, net))
+        if len(named) > 1:
+            raise _OpFailed(
+                f"openstack.network = {self.network!r}: {server.name} has ports on "
+                f"{len(named)} networks of that name ({', '.join(sorted(named))}); "
+                "set it to the network's id"
+            )
+        return next(iter(named.values()), (None, None))
+
     def _detach(self, vm: str) -> str:
         server = self._server(vm)
-        ports = self._sova_ports(server)
+        ports, theirs = self._vf_ports(server)
         if not ports:
+            if theirs:
+                # Saying "done" here would let the agent count a VF free that is not, and
+                # fail every grant of it with "no VF left".
+                ids = ", ".join(str(p.id) for p in theirs)
+                raise _OpFailed(
+                    f"{vm} holds no Sova VF port: its VF port(s) {ids} have no "
+                    f"{SOVA_TAG!r} tag, so they are not Sova's and are not touched"
+                )
             return f"{vm} holds no Sova VF port"
         hooks = self._hooks()
         if hooks is not None:
@@ -503,19 +628,27 @@ class OpenStackActuator:
 
 
 def vf_port_attrs(
-    vm: str, network_id: str, project_id: str | None, addresses: Iterable[str] = ()
+    vm: str,
+    network_id: str,
+    project_id: str | None,
+    addresses: Iterable[str] = (),
+    host: str | None = None,
 ) -> dict[str, Any]:
     """The Neutron port Sova asks for as a VM's fast path (openstacksdk attribute names).
 
     ``addresses`` are the backup port's IPs: the guest's bond carries them over whichever
     slave is active (``fail_over_mac=active``: the VF sends with its own MAC), so the port
-    says it may carry them. Port security stays on: the VF's MAC anti-spoofing holds.
+    says it may carry them. Port security stays on: the VF's MAC anti-spoofing holds. The
+    port gets no fixed IP of its own (``fixed_ips=[]``): the guest never uses one, and a spare
+    address per VF would be taken from the tenant's subnet and quota for nothing.
     """
     attrs: dict[str, Any] = {
         "network_id": network_id,
         "binding_vnic_type": "direct",
         "name": PORT_PREFIX + vm,
-        "description": PORT_DESCRIPTION,
+        # The host says which agent sweeps the port if it is ever left unbound.
+        "description": PORT_DESCRIPTION if host is None else f"{PORT_DESCRIPTION} on {host}",
+        "fixed_ips": [],
     }
     pairs = [{"ip_address": ip} for ip in addresses]
     if pairs:
@@ -529,8 +662,9 @@ def _addresses(port: Any) -> list[str]:
     return [str(ip["ip_address"]) for ip in (getattr(port, "fixed_ips", None) or [])]
 
 
-def _is_sova_port(port: Any) -> bool:
-    return bool((port.name or "").startswith(PORT_PREFIX)) and port.binding_vnic_type == "direct"
+def is_sova_port(port: Any) -> bool:
+    """A port Sova made: ``direct`` and tagged :data:`SOVA_TAG` (its name alone proves nothing)."""
+    return SOVA_TAG in (getattr(port, "tags", None) or ()) and port.binding_vnic_type == "direct"
 
 
 def _host_of(server: Any) -> str | None:

@@ -26,7 +26,7 @@ from neutron.tests.common import helpers  # noqa: E402
 from openstack.network.v2.network import Network  # noqa: E402
 from openstack.network.v2.port import Port  # noqa: E402
 
-from sova.orchestrator.openstack import PORT_PREFIX, vf_port_attrs  # noqa: E402
+from sova.orchestrator.openstack import PORT_PREFIX, SOVA_TAG, vf_port_attrs  # noqa: E402
 
 pytestmark = pytest.mark.openstack
 
@@ -39,6 +39,11 @@ PCI_PROFILE = {
 
 class TestSovaPortsOnSriovNicSwitch(plugin_tests.Ml2PluginV2TestCase):
     _mechanism_drivers = ["logger", "sriovnicswitch"]
+
+    def get_additional_service_plugins(self) -> dict[str, str]:
+        # Neutron loads its tag plugin by default; its unit-test base does not (Sova's ports
+        # carry the tag "sova-vf").
+        return {"tag": "tag"}
 
     def setUp(self) -> None:
         from oslo_config import cfg
@@ -113,6 +118,7 @@ class TestSovaPortsOnSriovNicSwitch(plugin_tests.Ml2PluginV2TestCase):
         ]
         assert port["port_security_enabled"] is True
         assert port["mac_address"] != vport["mac_address"]  # the VF keeps its own MAC
+        assert port["fixed_ips"] == []  # no spare address: the pair is all the guest uses
         assert self.nova_binds(port["id"], "cmp1")["binding:vif_type"] == "hw_veb"
 
     def test_sova_port_does_not_bind_where_no_sriov_agent_runs(self) -> None:
@@ -198,10 +204,15 @@ class NovaPortSide:
 class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
     """Neutron's API (its WSGI application with the real ML2 plugin, sriovnicswitch, port
     security, SQLite) served over HTTP on a loopback port; Sova's actuator reaches it with a
-    real openstacksdk Connection: ``find_network``, ``get_network`` (network type),
+    real openstacksdk Connection: ``get_network`` (the configured name and the type),
     ``ports(device_id=…)``, ``ports(binding:host_id=…)``, ``create_port``, ``delete_port``."""
 
     _mechanism_drivers = ["logger", "sriovnicswitch"]
+
+    def get_additional_service_plugins(self) -> dict[str, str]:
+        # Neutron loads its tag plugin by default; its unit-test base does not (Sova's ports
+        # carry the tag "sova-vf").
+        return {"tag": "tag"}
 
     def setUp(self) -> None:
         import threading
@@ -252,6 +263,8 @@ class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
 
         self.sdk = client("sova", "admin,member,reader")
         self.nova_sdk = client("nova", "admin,service")  # Nova's Neutron client
+        self.tenant_sdk = tenant_client = client("tenant", "member,reader")
+        tenant_client.session.additional_headers["X-Project-Id"] = self._project_id
 
     def test_vf_port_created_bound_found_and_deleted_through_neutrons_http_api(self) -> None:
         from sova.driver.base import OpState
@@ -291,7 +304,8 @@ class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
         assert port.network_id == net.id
         ip = virtio.fixed_ips[0]["ip_address"]
         assert [a["ip_address"] for a in port.allowed_address_pairs] == [ip]
-        assert port.is_port_security_enabled
+        assert port.is_port_security_enabled and port.fixed_ips == []
+        assert port.tags == [SOVA_TAG]  # Sova's mark, as Neutron stored it
         # Reconcile reads the holder back from Neutron (ports by binding:host_id).
         assert act.reconcile(sensed).vf_holders == frozenset({"vm1"})
 
@@ -300,6 +314,45 @@ class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
         assert nova.calls == [("attach", port.id), ("detach", port.id)]
         assert [p.id for p in self.sdk.ports(network_id=net.id)] == [virtio.id]
         assert act.reconcile(sensed).vf_holders == frozenset()
+
+    def test_tenants_own_direct_port_is_not_sovas_and_shrinks_its_pool(self) -> None:
+        """A tenant's direct port on the same host (made by the tenant through Neutron, named
+        like Sova's, bound hw_veb by Nova's side): Sova's pool is the PF's VFs less it, the
+        VM is no Sova VF holder, and a revoke fails and leaves the port bound."""
+        from sova.driver.base import OpState
+        from sova.model import NIC, VM, DetachVF, Host, Inventory, NicKind, VMState
+        from sova.orchestrator.openstack import OpenStackActuator
+
+        net = self.sdk.create_network(
+            name="sriov-data",
+            provider_network_type="vlan",
+            provider_physical_network="physnet1",
+            provider_segmentation_id=42,
+            project_id=self._project_id,
+        )
+        sid = "9a1c5c8e-0000-4000-8000-000000000003"
+        self.sdk.create_port(network_id=net.id, device_id=sid, project_id=self._project_id)
+        theirs = self.tenant_sdk.create_port(
+            network_id=net.id, name=PORT_PREFIX + "vm3", binding_vnic_type="direct"
+        )
+        nova = NovaPortSide(self.nova_sdk, "cmp1", {"vm3": sid}, self._project_id)
+        nova.create_server_interface(nova.by_name["vm3"], theirs.id)
+        assert self.sdk.get_port(theirs.id).binding_vif_type == "hw_veb"
+        act = OpenStackActuator(
+            SimpleNamespace(network=self.sdk, compute=nova), "cmp1", spawn=lambda fn: fn()
+        )
+        sensed = Inventory(
+            Host("cmp1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=4)),
+            {"vm3": VMState(VM("vm3", 1, 512 << 20), nic=NicKind.VF)},
+        )
+        inv = act.reconcile(sensed)
+        assert inv.host.nic.vf_pool == 3  # 4 VFs - the tenant's 1
+        assert inv.vf_holders == frozenset() and not inv.vms["vm3"].failover_ready
+        st = act.poll(act.submit(DetachVF("vm3")))
+        assert st.state is OpState.FAILED and "not Sova's" in st.detail, st.detail
+        assert nova.calls == [("attach", theirs.id)]
+        kept = self.sdk.get_port(theirs.id)
+        assert kept.device_id == sid and kept.binding_host_id == "cmp1"
 
     def test_vf_refused_on_an_overlay_network_and_no_port_left(self) -> None:
         """A server whose only port is on a VXLAN network (Neutron's own network type, read by

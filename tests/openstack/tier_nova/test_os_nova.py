@@ -83,6 +83,7 @@ class FixtureNetwork:
             binding_host_id=p.get("binding:host_id"),
             binding_vif_type=p.get("binding:vif_type"),
             fixed_ips=p.get("fixed_ips") or [],
+            tags=list(p.get("tags") or []),
         )
 
     def ports(self, **query: Any) -> list[Any]:
@@ -108,6 +109,12 @@ class FixtureNetwork:
         self.fx.update_port(port["id"], {"port": body})
         self.created.append(port["id"])
         return self._obj(self.fx.show_port(port["id"])["port"])
+
+    def add_tag(self, port: Any, tag: str) -> Any:
+        # Neutron's tag API (PUT /ports/{id}/tags/{tag}); the fixture keeps it on the port.
+        tags = list(self.fx.show_port(port.id)["port"].get("tags") or [])
+        self.fx.update_port(port.id, {"port": {"tags": [*tags, tag]}})
+        return self._obj(self.fx.show_port(port.id)["port"])
 
     def delete_port(self, port: Any, ignore_missing: bool = True) -> None:
         self.deleted.append(port.id)
@@ -921,6 +928,7 @@ class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTe
         vm_ip = vport.fixed_ips[0]["ip_address"]
         assert vm_ip in [a["ip_address"] for a in vf.allowed_address_pairs]
         assert vf.is_port_security_enabled
+        assert vf.fixed_ips == []  # no spare address taken from the subnet
 
         # Taken back: the bond is moved to virtio (confirmed) before Nova detaches; Nova
         # unbinds, Sova deletes the port; the virtio port stays bound with the VM's address.
@@ -936,6 +944,19 @@ class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTe
         assert after.fixed_ips[0]["ip_address"] == vm_ip
         assert drv.inventory().vf_holders == frozenset()
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
+
+        # Given again, then the server is deleted through Nova's API: Nova unbinds and keeps
+        # the port (it did not create it), with its address; Sova's sweep deletes it, in
+        # the real Neutron, found by its tag.
+        st = wait(act, drv.submit(AttachVF(bonded)))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        [vf2] = [p for p in neutron.ports(device_id=bonded_id) if p.id != vport.id]
+        self._delete_server({"id": bonded_id})
+        left = neutron.get_port(vf2.id)
+        assert left.device_id == "" and left.tags == ["sova-vf"]
+        assert act.sweep_leaked_ports() == [vf2.id]
+        assert neutron.find_port(vf2.id, ignore_missing=True) is None
+        assert list(neutron.ports(tags="sova-vf")) == []
 
 
 def test_unreachable_keystone_is_a_skipped_period_not_a_crash() -> None:

@@ -10,6 +10,7 @@ Run with ``scripts/openstack-envs.sh test watcher``.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 from unittest import mock
 
@@ -43,10 +44,20 @@ pytestmark = pytest.mark.openstack
 
 
 class SeriesDatasource:
-    """A Watcher datasource backend answering from per-node utilisation levels."""
+    """A Watcher datasource backend answering from per-node CPU series, one value per
+    granularity period, oldest first (a single level stands for a constant series), the newest
+    ending at the query's end time."""
 
-    def __init__(self, model: Any, cpu: dict[str, float], vm_cpu: float = 100.0) -> None:
-        self.model, self.cpu, self.vm_cpu = model, cpu, vm_cpu
+    def __init__(
+        self, model: Any, cpu: dict[str, float | list[float]], vm_cpu: float = 100.0
+    ) -> None:
+        self.model, self.vm_cpu = model, vm_cpu
+        self.cpu = {h: v if isinstance(v, list) else [v] * 8 for h, v in cpu.items()}
+
+    def values(self, resource: Any, meter_name: str) -> list[float]:
+        if meter_name == "host_cpu_usage":
+            return [x * 100.0 for x in self.cpu[resource.hostname]]  # percent
+        return [0.30 * resource.memory * 1024.0] * 8  # KiB: 30 % of the node's memory
 
     def statistic_series(
         self,
@@ -56,13 +67,14 @@ class SeriesDatasource:
         start_time: Any,
         end_time: Any,
         granularity: int,
-    ) -> dict[int, float]:
+    ) -> dict[Any, float]:
         assert resource_type == "compute_node"
-        if meter_name == "host_cpu_usage":
-            level = self.cpu[resource.hostname] * 100.0  # percent
-        else:
-            level = 0.30 * resource.memory * 1024.0  # KiB: 30 % of the node's memory
-        return {t: level for t in range(5)}
+        values = self.values(resource, meter_name)
+        stamps = [
+            end_time - (len(values) - 1 - i) * datetime.timedelta(seconds=granularity)
+            for i in range(len(values))
+        ]
+        return {t: v for t, v in zip(stamps, values, strict=True) if start_time < t <= end_time}
 
     def get_instance_cpu_usage(
         self, instance: Any, period: int, aggregate: str, granularity: int
@@ -86,10 +98,8 @@ class MeansDatasource(SeriesDatasource):
         granularity: int,
     ) -> float:
         assert aggregate == "mean" and resource_type == "compute_node"
-        series = SeriesDatasource.statistic_series(
-            self, resource, resource_type, meter_name, None, None, granularity
-        )
-        return sum(series.values()) / len(series)
+        newest = self.values(resource, meter_name)[-(period // granularity) :]
+        return sum(newest) / len(newest)
 
 
 HOT = {
@@ -118,7 +128,9 @@ class TestSovaHotspotStrategy(TestBaseStrategy):
         )
 
     def run_with(
-        self, cpu: dict[str, float], ds: type[SeriesDatasource] = SeriesDatasource
+        self,
+        cpu: dict[str, float | list[float]] | dict[str, float],
+        ds: type[SeriesDatasource] = SeriesDatasource,
     ) -> list[dict[str, Any]]:
         self.m_ds.return_value = ds(self.model, cpu)
         params = self.strategy.input_parameters
@@ -144,6 +156,84 @@ class TestSovaHotspotStrategy(TestBaseStrategy):
         gnocchi = self.moved(self.run_with(HOT))
         assert self.moved(self.run_with(HOT, MeansDatasource)) == gnocchi
         assert gnocchi == [("INSTANCE_0", "hostname_0", "hostname_4")]
+
+    def test_series_recovered_from_prometheus_means_is_the_nodes_series(self) -> None:
+        # Means over the newest 1..5 periods of (20, 50, 90, 30, 70) %: 70, 50, 63.3, 60, 52;
+        # i·M(i) − (i−1)·M(i−1) gives back 70, 30, 90, 50, 20, newest first.
+        cpu: dict[str, float | list[float]] = {**HOT, "hostname_0": [0.2, 0.5, 0.9, 0.3, 0.7]}
+        node = self.model.get_node_by_name("hostname_0")
+        for ds in (SeriesDatasource, MeansDatasource):
+            self.m_ds.return_value = ds(self.model, cpu)
+            got = self.strategy._series(node, "host_cpu_usage", 5)
+            assert got == pytest.approx([20.0, 50.0, 90.0, 30.0, 70.0]), (ds.__name__, got)
+
+    def test_a_node_hot_in_its_last_period_only_is_not_a_hotspot_from_means_either(self) -> None:
+        # (20, 20, 20, 20, 95) %: one period over α of the last five, k = 3: not hot. The
+        # means over 1..5 periods (95, 57.5, 45, 38.75, 35) are not the series; taking the
+        # newest mean for every period would make the node hot five times over.
+        cpu: dict[str, float | list[float]] = {**HOT, "hostname_0": [0.2, 0.2, 0.2, 0.2, 0.95]}
+        assert self.moved(self.run_with(cpu, MeansDatasource)) == []
+        assert self.moved(self.run_with(cpu)) == []
+        assert not self.strategy.signals["hostname_0"].flag
+        # The same node over α for its last four periods (AR(1) forecast 0.816) is one.
+        cpu["hostname_0"] = [0.5, 0.9, 0.9, 0.9, 0.9]
+        assert self.moved(self.run_with(cpu, MeansDatasource)) == [
+            ("INSTANCE_0", "hostname_0", "hostname_4")
+        ]
+
+    def test_watcher_fills_and_checks_the_parameters_by_the_strategys_schema(self) -> None:
+        # Watcher's API validates an audit's parameters with this validator (defaults filled).
+        import jsonschema
+
+        check = utils.StrictDefaultValidatingDraft4Validator(SovaHotspot.get_schema()).validate
+        params: dict[str, Any] = {}
+        check(params)
+        assert params == {
+            "alpha": 0.75,
+            "k": 3,
+            "n": 5,
+            "metric": "volume",
+            "ceiling": None,
+            "granularity": 300,
+        }
+        check({"alpha": 1, "k": 1, "n": 1, "ceiling": 0.5, "granularity": 1})  # the bounds
+        for bad in (
+            {"alpha": 1.5},
+            {"alpha": -0.1},
+            {"alpha": "hot"},
+            {"k": 0},
+            {"k": 1.5},
+            {"n": 0},
+            {"metric": "cpu"},
+            {"ceiling": "low"},
+            {"granularity": 0},
+        ):
+            with pytest.raises(jsonschema.ValidationError):
+                check(dict(bad))
+
+    def test_a_ceiling_no_node_would_stay_below_means_no_migration(self) -> None:
+        assert self.moved(self.run_with(HOT)) == [("INSTANCE_0", "hostname_0", "hostname_4")]
+        self.strategy.input_parameters["ceiling"] = 0.06  # hostname_4 is at 0.05 before
+        assert self.moved(self.run_with(HOT)) == []
+        assert "no cold spot" in self.strategy.signals["hostname_0"].reason
+        self.strategy.input_parameters["ceiling"] = None  # no ceiling: alpha bounds the target
+        self.strategy.input_parameters["alpha"] = None  # unset: the schema's default
+        assert self.moved(self.run_with(HOT)) == [("INSTANCE_0", "hostname_0", "hostname_4")]
+
+    def test_a_prometheus_history_shorter_than_n_periods_gives_a_shorter_series(self) -> None:
+        # Three periods of data: the means over 4 and 5 periods are empty (None, or NaN from
+        # Prometheus): the series stops there instead of inventing values.
+        class Short(MeansDatasource):
+            def statistic_aggregation(self, resource: Any, *a: Any, **kw: Any) -> Any:
+                if kw["period"] > 3 * kw["granularity"]:
+                    return None if resource.hostname == "hostname_0" else float("nan")
+                return super().statistic_aggregation(resource, *a, **kw)
+
+        cpu: dict[str, float | list[float]] = {**HOT, "hostname_0": [0.2, 0.5, 0.9, 0.3, 0.7]}
+        self.m_ds.return_value = Short(self.model, cpu)
+        for name, want in (("hostname_0", [90.0, 30.0, 70.0]), ("hostname_1", [20.0] * 3)):
+            got = self.strategy._series(self.model.get_node_by_name(name), "host_cpu_usage", 5)
+            assert got == pytest.approx(want), (name, got)
 
     def test_efficacy_indicators_say_what_the_plan_changes(self) -> None:
         self.run_with(HOT)
