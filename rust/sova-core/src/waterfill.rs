@@ -196,6 +196,7 @@ impl Flows<'_> {
 /// Reused buffers of one link's sorted flows.
 #[derive(Default)]
 struct Row {
+    keyed: Vec<(f64, usize)>, // (saturation level, flow)
     flows: Vec<usize>,
     weights: Vec<f64>,
 }
@@ -242,13 +243,20 @@ pub fn links_waterfill(
     let mut cum_w = 0.0;
     let mut started = false;
     for (h, &cap_h) in capacity.iter().enumerate() {
-        row.flows.clear();
-        row.flows
-            .extend(layout.row(h).filter(|&f| flows.takes_part(f)));
-        if row.flows.is_empty() {
+        row.keyed.clear();
+        row.keyed.extend(
+            layout
+                .row(h)
+                .filter(|&f| flows.takes_part(f))
+                .map(|f| (sat(f), f)),
+        );
+        if row.keyed.is_empty() {
             continue;
         }
-        row.flows.sort_by(|&a, &b| nan_last(sat(a), sat(b)));
+        // stable: equal levels keep index order
+        row.keyed.sort_by(|a, b| nan_last(a.0, b.0));
+        row.flows.clear();
+        row.flows.extend(row.keyed.iter().map(|&(_, f)| f));
         row.weights.clear();
         row.weights.extend(row.flows.iter().map(|&f| weight(f)));
         let k = row.flows.len();
@@ -262,7 +270,7 @@ pub fn links_waterfill(
         let mut first_ex_w = 0.0;
         let mut before_w_row = 0.0; // whole weights: the row's own running sum
         let mut stop: Option<f64> = None;
-        for (j, &f) in row.flows.iter().enumerate() {
+        for (j, (&f, &(sat_f, _))) in row.flows.iter().zip(&row.keyed).enumerate() {
             let d = flows.demands[f];
             let w = row.weights[j];
             // exclusive sums as numpy formed them: (running sum including this flow) − it
@@ -291,7 +299,7 @@ pub fn links_waterfill(
             };
             before_w_row += w;
             let level = (cap_h - (ex_d - first_ex_d)) / remaining_w;
-            if sat(f) > level {
+            if sat_f > level {
                 stop = Some(level);
                 let fill = if flows.weights.is_none() {
                     level
