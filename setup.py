@@ -48,7 +48,10 @@ setup(
             "sova.policy._core",
             path="rust/sova-py/Cargo.toml",
             binding=Binding.PyO3,
-            py_limited_api="auto",
+            # abi3 in every build, editable ones too (named _core.abi3.so), so a checkout's
+            # src/ on another CPython >= 3.11's path (the OpenStack tier) imports it;
+            # "auto" names an editable build for the building interpreter only
+            py_limited_api=True,
             debug=False,
             # a wheel must not need the lock's crates to be fetched again differently
             args=["--locked"],

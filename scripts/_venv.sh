@@ -49,6 +49,8 @@ want="$(cd "$root" && { cat pyproject.toml setup.py constraints.txt
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "installing Sova${extras:+ [$extras]} into .venv ..." >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+  # an interpreter-specific module left by an older build would shadow the abi3 one
+  rm -f "$root"/src/sova/policy/_core.cpython-*.so
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$root/constraints.txt" -e "$root${extras:+[$extras]}"
   echo "$want" > "$stamp"
 fi

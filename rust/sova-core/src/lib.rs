@@ -4,5 +4,6 @@
 //! `sova.policy._core` and the typed facades in `sova.policy` call them once per control
 //! period for every host (docs/design.md, "The compiled core").
 
+pub mod metering;
 pub mod sum;
 pub mod waterfill;

@@ -9,6 +9,7 @@
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use sova_core::metering;
 use sova_core::waterfill::{self, Flows, InputError, Layout};
 
 fn value_error(e: InputError) -> PyErr {
@@ -85,9 +86,42 @@ fn floored_waterfill<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
+/// Each VM's (valid, bit/s, mean packet bytes) between two readings of its counters.
+#[pyfunction]
+#[allow(clippy::type_complexity)] // three arrays, as Python unpacks them
+fn measure<'py>(
+    py: Python<'py>,
+    prev_tx: PyReadonlyArray1<'py, f64>,
+    prev_pk: PyReadonlyArray1<'py, f64>,
+    tx: PyReadonlyArray1<'py, f64>,
+    pk: PyReadonlyArray1<'py, f64>,
+    dt: f64,
+) -> PyResult<(
+    Bound<'py, PyArray1<bool>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+)> {
+    let (a, b) = (slice("prev_tx", &prev_tx)?, slice("prev_pk", &prev_pk)?);
+    let (c, d) = (slice("tx", &tx)?, slice("pk", &pk)?);
+    let (valid, bps, pkt) = py
+        .detach(|| {
+            let n = c.len();
+            let (mut valid, mut bps, mut pkt) = (vec![false; n], vec![0.0; n], vec![0.0; n]);
+            metering::measure(a, b, c, d, dt, &mut valid, &mut bps, &mut pkt)?;
+            Ok((valid, bps, pkt))
+        })
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, valid),
+        PyArray1::from_vec(py, bps),
+        PyArray1::from_vec(py, pkt),
+    ))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
+    m.add_function(wrap_pyfunction!(measure, m)?)?;
     Ok(())
 }

@@ -20,3 +20,10 @@ def floored_waterfill(
     weights: npt.NDArray[np.float64],
     floors: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]: ...
+def measure(
+    prev_tx: npt.NDArray[np.float64],
+    prev_pk: npt.NDArray[np.float64],
+    tx: npt.NDArray[np.float64],
+    pk: npt.NDArray[np.float64],
+    dt: float,
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
