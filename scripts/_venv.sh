@@ -42,6 +42,13 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
+# pyo3's build reads the interpreter in PYO3_PYTHON (setuptools-rust passes the venv's
+# otherwise) and recompiles itself when that path changes: naming the base interpreter
+# every venv of this machine was made from lets fresh venvs and clones that share a cargo
+# tree (CARGO_TARGET_DIR, scripts/ci-nolibvirt.sh) reuse its compiled crates.
+PYO3_PYTHON="${PYO3_PYTHON:-$("$venv/bin/python" -c 'import sys; print(sys._base_executable)')}"
+export PYO3_PYTHON
+
 extras="${SOVA_EXTRAS:-}"
 stamp="$venv/.sova-installed${extras:+-$extras}"
 want="$(cd "$root" && { cat pyproject.toml setup.py constraints.txt
