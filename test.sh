@@ -10,6 +10,16 @@ else
   SOVA_EXTRAS=test
 fi
 source scripts/_venv.sh
+# The compiled core (rust/, docs/design.md#compiled-core): formatted, no clippy warnings,
+# its unit tests (the bindings crate has none of its own: tests/ exercise it from Python).
+for tool in fmt clippy; do
+  if ! cargo "$tool" --version >/dev/null 2>&1; then
+    echo "error: cargo $tool not found; install it with: rustup component add ${tool/fmt/rustfmt}" >&2
+    exit 1
+  fi
+done
+(cd rust && cargo fmt --check && cargo clippy -q --locked --all-targets -- -D warnings \
+  && cargo test -q --locked -p sova-core)
 .venv/bin/ruff check src tests
 .venv/bin/mypy
 .venv/bin/lint-imports  # the layers: [tool.importlinter] in pyproject.toml

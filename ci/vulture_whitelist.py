@@ -20,7 +20,6 @@ _.reset  # unused method (src/sova/policy/bandwidth.py:497)
 algorithm1  # unused function (src/sova/policy/operation.py:65)
 tier_rates  # unused function (src/sova/policy/tiers.py:39)
 fit_tiers  # unused function (src/sova/policy/tiers.py:87)
-waterfill  # unused function (src/sova/policy/waterfill.py:18)
 DutyWorkload  # unused variable (src/sova/scenario.py:171)
 _.refresh_capabilities  # unused method (src/sova/driver/libvirt_driver/driver.py): the libvirt tests
 ensure_daemon  # unused function (src/sova/lab/daemons.py): the lab's tests

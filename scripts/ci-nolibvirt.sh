@@ -10,6 +10,9 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/sova-nolibvirt.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 git clone -q --no-local "$PWD" "$work/sova"
 git -C "$work/sova" checkout -q --detach "$(git rev-parse HEAD)"
+# The clone compiles the policy core with the crates this checkout's cargo tree already
+# built (only the repository's own two crates compile again).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/rust/target}"
 empty="$work/no-pkgconfig"
 mkdir -p "$empty"
 cd "$work/sova"

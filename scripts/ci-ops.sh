@@ -48,7 +48,7 @@ wheelhouse() {
   .venv/bin/python -m pip wheel -q --disable-pip-version-check -c constraints.txt \
     --find-links "$SOVA_WHEELHOUSE" -w "$SOVA_WHEELHOUSE" \
     ".[$extras]" httpx prometheus-client pyroute2 \
-    build "setuptools>=77" "setuptools-scm>=8,<11" wheel
+    build "setuptools>=77" "setuptools-scm>=8,<11" "setuptools-rust>=1.11,<2" wheel
   rm -f "$SOVA_WHEELHOUSE"/sova_sriov-*.whl  # the tier builds its own from this checkout
 }
 step wheelhouse wheelhouse

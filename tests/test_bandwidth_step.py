@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 from tests.test_agent import HostWorld, Load
 
@@ -109,7 +110,7 @@ class ShapedLink(HostWorld):
 
     Each VM offers ``rate`` bit/s over ``streams`` TCP streams; a period's sent rates are the
     weighted max-min share of the link (weights = streams) of ``min(offer, cap)``: the
-    :func:`~sova.policy.waterfill.waterfill` the simulator's NIC shares its egress with. A
+    :func:`~sova.policy.waterfill.grouped_waterfill` the simulator's NIC shares its egress with. A
     limit takes effect when the agent submits it.
     """
 
@@ -133,11 +134,13 @@ class ShapedLink(HostWorld):
         return super().__call__(req)
 
     def advance(self, dt: float) -> None:
-        from sova.policy.waterfill import waterfill
+        from sova.policy.waterfill import grouped_waterfill
 
         names = sorted(self.offers)
-        want = [min(self.offers[v][0], self.caps.get(v) or math.inf) for v in names]
-        got = waterfill(LINK, want, [self.offers[v][1] for v in names])
+        want = np.array([min(self.offers[v][0], self.caps.get(v) or math.inf) for v in names])
+        weights = np.array([self.offers[v][1] for v in names], dtype=np.float64)
+        one_link = np.zeros(len(names), dtype=np.int64)
+        got = grouped_waterfill(np.array([LINK], dtype=np.float64), one_link, want, weights)
         self.sent = dict(zip(names, got.tolist(), strict=True))
         for vm, bps in self.sent.items():
             c = self.counters[vm]

@@ -21,24 +21,6 @@ from sova.policy.bandwidth import BandwidthAllocator, FlowDemand, SovaAllocator
 from sova.policy.kernels import BoolArray, FloatArray, Groups, IntArray, sova_allocate
 
 
-@dataclass(frozen=True)
-class Measured:
-    valid: BoolArray  # a rate was measured (a previous reading, no counter went back)
-    bps: FloatArray  # egress bit/s
-    packet_bytes: FloatArray  # mean egress packet size
-
-
-def measure(
-    prev_tx: FloatArray, prev_pk: FloatArray, tx: FloatArray, pk: FloatArray, dt: float
-) -> Measured:
-    """:class:`~sova.policy.sensing.RateMeter`'s rates from two readings of whole counters."""
-    d_tx, d_pk = tx - prev_tx, pk - prev_pk
-    valid = (d_tx >= 0) & (d_pk >= 0)
-    bps = 8.0 * d_tx / dt
-    pkt = np.divide(d_tx, d_pk, out=np.full_like(d_tx, 1500.0), where=d_pk > 0)
-    return Measured(valid, bps, pkt)
-
-
 def probe_demand(
     bps: FloatArray, limit: FloatArray, capacity: FloatArray, probe: float
 ) -> FloatArray:

@@ -49,6 +49,7 @@ from sova.model import (
     SetGuestRateLimit,
     SetVFRate,
 )
+from sova.policy import metering
 from sova.policy.hotspot import HostCapacity, HostReport, Utilisation, VMLoad
 from sova.policy.kernels import Groups
 from sova.policy.operation import Migration, Operation, choose_migration
@@ -580,7 +581,7 @@ class HostAgent:
         names = sorted(vm for vm in sample.vms if vm in prev.vms)
         cur = [sample.vms[vm] for vm in names]
         old = [prev.vms[vm] for vm in names]
-        m = bw.measure(
+        m = metering.measure(
             np.array([float(c.tx_bytes) for c in old]),
             np.array([float(c.tx_packets) for c in old]),
             np.array([float(c.tx_bytes) for c in cur]),

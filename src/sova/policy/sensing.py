@@ -406,31 +406,3 @@ def demand_loads(
     return LoadShares(host.cpu, host.mem, min(1.0, host.net + extra)), out
 
 
-class RateMeter:
-    """Per-VM egress rate and mean packet size between the two latest samples.
-
-    The bandwidth controllers run on a shorter period than the VF scheduler (DAQS: 200 ms)
-    and need the latest rate, not a window mean.
-    """
-
-    def __init__(self) -> None:
-        self._last: HostSample | None = None
-
-    def observe(self, sample: HostSample) -> dict[str, tuple[float, float]]:
-        """vm -> (tx bit/s, mean tx packet bytes) since the previous sample."""
-        prev, self._last = self._last, sample
-        out: dict[str, tuple[float, float]] = {}
-        if prev is None:
-            return out
-        dt = sample.time_s - prev.time_s
-        if dt <= 0:
-            return out
-        for vm, c in sample.vms.items():
-            p = prev.vms.get(vm)
-            if p is None:
-                continue
-            d_tx, d_pk = c.tx_bytes - p.tx_bytes, c.tx_packets - p.tx_packets
-            if d_tx < 0 or d_pk < 0:
-                continue
-            out[vm] = (8.0 * d_tx / dt, d_tx / d_pk if d_pk > 0 else 1500.0)
-        return out

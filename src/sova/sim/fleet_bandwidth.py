@@ -28,6 +28,7 @@ from sova.agent import bandwidth as bw
 from sova.agent.executor import Outcome, Result
 from sova.agent.loop import HostAgent
 from sova.model import SetGuestRateLimit
+from sova.policy import metering
 from sova.policy.kernels import Groups
 from sova.sim.engine import CALL_DELAY_S, Engine
 from sova.sim.state import INF
@@ -116,7 +117,7 @@ class FleetBandwidth:
         prev, self.prev = self.prev, (tx, pk, host, now)
         if prev is None or now - prev[3] <= 0:
             return
-        m = bw.measure(prev[0], prev[1], tx, pk, now - prev[3])
+        m = metering.measure(prev[0], prev[1], tx, pk, now - prev[3])
         fl = self._flows(m.valid & (prev[2] == host), host, engine.H)
         flows, fh, groups = fl.flows, fl.host, fl.groups
         if not len(flows):

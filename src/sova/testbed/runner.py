@@ -31,7 +31,7 @@ from sova.agent.schedule import PhaseSchedule, act
 from sova.clock import RealtimeEnvironment
 from sova.model import HostSample, NicKind
 from sova.policy.bandwidth import DaqsController
-from sova.policy.sensing import RateMeter
+from sova.policy.metering import RateMeter
 from sova.record import RunRecord, measured_rates, measured_row, outcome_event
 from sova.testbed.netns_driver import LimitSide, NetnsDriver
 from sova.testbed.probing import RealTrafficAllocator

@@ -1,0 +1,9 @@
+//! Sova's policy kernels: pure functions over slices, for one host or a thousand at once.
+//!
+//! Nothing here knows of Python; `sova-py` binds these functions to the private module
+//! `sova.policy._core` and the typed facades in `sova.policy` call them once per control
+//! period for every host (docs/design.md, "The compiled core").
+
+pub mod metering;
+pub mod sum;
+pub mod waterfill;

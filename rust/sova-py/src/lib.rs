@@ -1,0 +1,127 @@
+//! `sova.policy._core`: sova-core's kernels for Python.
+//!
+//! Arrays come in as numpy views (read-only, C-contiguous, no copy), the work runs with the
+//! GIL released, and each result is a new numpy array that takes over the Rust vector's
+//! buffer. The typed facades in `sova.policy` are the only callers; they shape the inputs
+//! (dtype, contiguity) so errors here are programming errors, reported as ValueError with
+//! the field and the value.
+
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use sova_core::metering;
+use sova_core::waterfill::{self, Flows, InputError, Layout};
+
+fn value_error(e: InputError) -> PyErr {
+    PyValueError::new_err(e.0)
+}
+
+fn slice<'a, T: numpy::Element>(name: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
+    a.as_slice()
+        .map_err(|_| PyValueError::new_err(format!("{name}: not a C-contiguous array")))
+}
+
+/// Water-fill every link at once: link `h`'s flows are `order[start[h]:start[h + 1]]`.
+/// `whole`: whether every weight is a whole number (checked here when None). Flows outside
+/// the layout or not in `member` get 0.
+#[pyfunction]
+#[pyo3(signature = (capacity, order, start, demands, weights=None, member=None, whole=None))]
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+fn links_waterfill<'py>(
+    py: Python<'py>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    order: PyReadonlyArray1<'py, i64>,
+    start: PyReadonlyArray1<'py, i64>,
+    demands: PyReadonlyArray1<'py, f64>,
+    weights: Option<PyReadonlyArray1<'py, f64>>,
+    member: Option<PyReadonlyArray1<'py, bool>>,
+    whole: Option<bool>,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let cap = slice("capacity", &capacity)?;
+    let order = slice("order", &order)?;
+    let start = slice("start", &start)?;
+    let d = slice("demands", &demands)?;
+    let w = weights.as_ref().map(|w| slice("weights", w)).transpose()?;
+    let m = member.as_ref().map(|m| slice("member", m)).transpose()?;
+    let out = py
+        .detach(|| {
+            let layout = Layout::new(order, start, d.len())?;
+            let whole = whole.unwrap_or_else(|| waterfill::whole_weights(w));
+            let mut out = vec![0.0; d.len()];
+            let flows = Flows {
+                demands: d,
+                weights: w,
+                member: m,
+            };
+            waterfill::links_waterfill(cap, &layout, flows, whole, d.len(), &mut out)?;
+            Ok(out)
+        })
+        .map_err(value_error)?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// Water-fill where flow `i` gets at least `floors[i]` (up to its demand); `group[i]` is
+/// the link flow `i` crosses.
+#[pyfunction]
+fn floored_waterfill<'py>(
+    py: Python<'py>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    group: PyReadonlyArray1<'py, i64>,
+    demands: PyReadonlyArray1<'py, f64>,
+    weights: PyReadonlyArray1<'py, f64>,
+    floors: PyReadonlyArray1<'py, f64>,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let cap = slice("capacity", &capacity)?;
+    let g = slice("group", &group)?;
+    let d = slice("demands", &demands)?;
+    let w = slice("weights", &weights)?;
+    let lo = slice("floors", &floors)?;
+    let out = py
+        .detach(|| {
+            let mut out = vec![0.0; d.len()];
+            waterfill::floored_waterfill(cap, g, d, w, lo, &mut out)?;
+            Ok(out)
+        })
+        .map_err(value_error)?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// Each VM's (valid, bit/s, mean packet bytes) between two readings of its counters.
+#[pyfunction]
+#[allow(clippy::type_complexity)] // three arrays, as Python unpacks them
+fn measure<'py>(
+    py: Python<'py>,
+    prev_tx: PyReadonlyArray1<'py, f64>,
+    prev_pk: PyReadonlyArray1<'py, f64>,
+    tx: PyReadonlyArray1<'py, f64>,
+    pk: PyReadonlyArray1<'py, f64>,
+    dt: f64,
+) -> PyResult<(
+    Bound<'py, PyArray1<bool>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+)> {
+    let (a, b) = (slice("prev_tx", &prev_tx)?, slice("prev_pk", &prev_pk)?);
+    let (c, d) = (slice("tx", &tx)?, slice("pk", &pk)?);
+    let (valid, bps, pkt) = py
+        .detach(|| {
+            let n = c.len();
+            let (mut valid, mut bps, mut pkt) = (vec![false; n], vec![0.0; n], vec![0.0; n]);
+            metering::measure(a, b, c, d, dt, &mut valid, &mut bps, &mut pkt)?;
+            Ok((valid, bps, pkt))
+        })
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, valid),
+        PyArray1::from_vec(py, bps),
+        PyArray1::from_vec(py, pkt),
+    ))
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
+    m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
+    m.add_function(wrap_pyfunction!(measure, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,29 @@
+# The compiled policy core (rust/sova-py, built by setup.py): its functions' types for
+# mypy. Only the facades in sova.policy call it; they pass C-contiguous arrays of these
+# dtypes, and the core raises ValueError naming the field on anything else.
+import numpy as np
+import numpy.typing as npt
+
+def links_waterfill(
+    capacity: npt.NDArray[np.float64],
+    order: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+    demands: npt.NDArray[np.float64],
+    weights: npt.NDArray[np.float64] | None = None,
+    member: npt.NDArray[np.bool_] | None = None,
+    whole: bool | None = None,
+) -> npt.NDArray[np.float64]: ...
+def floored_waterfill(
+    capacity: npt.NDArray[np.float64],
+    group: npt.NDArray[np.int64],
+    demands: npt.NDArray[np.float64],
+    weights: npt.NDArray[np.float64],
+    floors: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]: ...
+def measure(
+    prev_tx: npt.NDArray[np.float64],
+    prev_pk: npt.NDArray[np.float64],
+    tx: npt.NDArray[np.float64],
+    pk: npt.NDArray[np.float64],
+    dt: float,
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
