@@ -404,5 +404,3 @@ def demand_loads(
     if extra == 0.0:
         return host, out
     return LoadShares(host.cpu, host.mem, min(1.0, host.net + extra)), out
-
-
