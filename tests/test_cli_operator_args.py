@@ -50,7 +50,13 @@ def test_an_option_the_subcommand_has_itself_stays_where_it_is() -> None:
 def test_audit_times_are_iso_8601_utc() -> None:
     # 1763900412 s after the epoch = 2025-11-23 12:20:12 UTC.
     line = audit_line(
-        {"id": 41, "time_s": 1763900412.4, "who": "alice", "action": "approve",
-         "subject": "plan 7", "detail": "checked"}
+        {
+            "id": 41,
+            "time_s": 1763900412.4,
+            "who": "alice",
+            "action": "approve",
+            "subject": "plan 7",
+            "detail": "checked",
+        }
     )
     assert "2025-11-23T12:20:12Z" in line and "t=" not in line, line

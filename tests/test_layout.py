@@ -80,9 +80,7 @@ def test_no_imported_module_resolves_to_a_test_folder() -> None:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.submodule_search_locations is None:
             continue
-        inside = [
-            loc for loc in spec.submodule_search_locations if Path(loc).is_relative_to(TESTS)
-        ]
+        inside = [loc for loc in spec.submodule_search_locations if Path(loc).is_relative_to(TESTS)]
         if inside:
             shadowed[name] = inside
     assert shadowed == {}, f"these imports would load a test folder: {shadowed}"

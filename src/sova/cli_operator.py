@@ -24,6 +24,18 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import typer
 
+from sova.cli_client import (
+    CONFIG_ENV,
+    DEFAULT_URL,
+    ClientConfigError,
+    default_config_path,
+    load_client_config,
+    tls_context,
+    tls_hint,
+    url_problem,
+    with_scheme,
+)
+
 # The manager's name pattern (sova.daemon.schema.NAME_PATTERN), without importing the
 # daemon's schema into every CLI start.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
@@ -32,7 +44,9 @@ ENV_TOKEN_KEYS = ("SOVA_ADMIN_TOKEN", "SOVA_MANAGER_ADMIN_TOKEN")
 
 
 def _check_url(url: str) -> tuple[str, str]:
-    """(the URL to call, the URL to show): http(s) only; user:password never echoed."""
+    """(the URL to call, the URL to show): http(s) only (none given: https);
+    user:password never echoed."""
+    url = with_scheme(url)
     try:
         parts = urlsplit(url)
         port = parts.port  # raises on a bad port
@@ -88,26 +102,90 @@ def _printable(value: Any) -> str:
     return text
 
 
+# A standby manager's 503 names the leader here (sova.daemon.manager_client.LEADER_HEADER;
+# not imported: the daemon's modules stay out of every CLI start).
+LEADER_HEADER = "x-sova-leader"
+
+
 class _Conn:
-    def __init__(self, url: str, token: str | None, by: str, timeout_s: float, as_json: bool):
-        self.url, self.shown = _check_url(url)
+    """The managers to ask, in order, and how: a manager that cannot be reached passes the
+    request to the next; a standby's 503 naming the leader sends it there."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        token: str | None,
+        by: str,
+        timeout_s: float,
+        as_json: bool,
+        verify: Any = True,
+    ):
+        checked = [_check_url(u) for u in urls]
+        self.urls = [call for call, _ in checked]
+        self.url, self.shown = checked[0]
         self.token = token
         self.by = by
         self.timeout_s = timeout_s
         self.as_json = as_json
+        self.verify = verify
+
+    def _send(self, method: str, url: str, path: str, **kw: Any) -> Any:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.request(
+            method, url + path, headers=headers, timeout=self.timeout_s, verify=self.verify, **kw
+        )
+
+    def _leader(self, r: Any, came_from: str) -> str | None:
+        """The leader a standby's 503 names, if the request may follow it there: a URL, and
+        no step down from https to http (the token would travel in clear)."""
+        named = str(r.headers.get(LEADER_HEADER, "")).strip().rstrip("/")
+        if not named or url_problem(named):
+            return None
+        if came_from.startswith("https:") and not named.startswith("https:"):
+            return None
+        return named
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
         import httpx
 
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        try:
-            r = httpx.request(
-                method, self.url + path, headers=headers, timeout=self.timeout_s, **kw
-            )
-        except httpx.InvalidURL as exc:
-            _fail(f"--manager-url {_redact(self.url)!r}: {exc}", 2)
-        except httpx.HTTPError as exc:
-            _fail(f"manager at {self.shown} not reachable: {_redact(str(exc))}", 3)
+        queue = list(self.urls)
+        tried: set[str] = set()
+        last: Any = None  # the last answer that was not followed elsewhere
+        unreachable: list[str] = []
+        while queue:
+            url = queue.pop(0)
+            if url in tried:
+                continue
+            tried.add(url)
+            shown = _check_url(url)[1]
+            try:
+                r = self._send(method, url, path, **kw)
+            except httpx.InvalidURL as exc:
+                _fail(f"--manager-url {_redact(url)!r}: {exc}", 2)
+            except httpx.HTTPError as exc:
+                text = _redact(str(exc))
+                unreachable.append(f"{shown}: {text}{tls_hint(text, url)}")
+                continue
+            if r.status_code == 503:
+                leader = self._leader(r, url)
+                if leader is not None and leader not in tried:
+                    queue.insert(0, leader)
+                    last = (r, shown)
+                    continue
+                if queue:  # a standby that knows no leader yet, or a manager not ready
+                    last = (r, shown)
+                    continue
+            self.url, self.shown = url, shown
+            return self._answer(r)
+        if last is not None:
+            self.url, self.shown = _check_url(last[1])[0], last[1]
+            return self._answer(last[0])
+        where = "; ".join(unreachable)
+        return _fail(f"manager not reachable: {where}", 3)
+
+    def _answer(self, r: Any) -> Any:
         if r.status_code == 401:
             _fail(f"manager at {self.shown} refused the token (401): {_detail(r)}", 3)
         if r.status_code == 403:
@@ -117,7 +195,7 @@ class _Conn:
         if r.status_code == 422:
             _fail(_detail(r), 2)
         if r.status_code >= 400:
-            _fail(f"manager answered {r.status_code}: {_detail(r)}", 1)
+            _fail(f"manager at {self.shown} answered {r.status_code}: {_detail(r)}", 1)
         try:
             return r.json()
         except ValueError:
@@ -173,39 +251,110 @@ def _login() -> str:
         return "admin"
 
 
+ManagerUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--manager-url",
+        envvar="SOVA_MANAGER_URL",
+        help="Manager base URL(s), comma-separated; without a scheme https. "
+        f"[default: the client config's managers, else {DEFAULT_URL}]",
+    ),
+]
+CaCert = Annotated[
+    Path | None,
+    typer.Option(
+        "--cacert",
+        envvar="SOVA_CACERT",
+        help="CA certificate (PEM) the manager's TLS certificate is checked against. "
+        "[default: the client config's cacert, else the system's CAs]",
+    ),
+]
+ClientConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--client-config",
+        help=f"Client config file. [default: ${CONFIG_ENV}, else {default_config_path()}]",
+    ),
+]
+TokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        help="File with the admin token (or the manager's env file). "
+        "[default: $SOVA_ADMIN_TOKEN, else the client config's token_file]",
+    ),
+]
+Timeout = Annotated[
+    float | None,
+    typer.Option("--timeout", min=0.1, max=600, help="Seconds per request. [default: 10]"),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the manager's JSON (as -o json).")]
+Output = Annotated[
+    str, typer.Option("--output", "-o", help="table (for people) or json (the API's answer).")
+]
+
+
 def _connect(
     ctx: typer.Context,
-    manager_url: Annotated[
-        str,
-        typer.Option(
-            "--manager-url", envvar="SOVA_MANAGER_URL", help="Manager base URL.", show_default=True
-        ),
-    ] = "http://127.0.0.1:8700",
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--token-file",
-            help="File with the admin token (or the manager's env file). "
-            "[default: $SOVA_ADMIN_TOKEN]",
-        ),
-    ] = None,
+    manager_url: ManagerUrl = None,
+    token_file: TokenFile = None,
     by: Annotated[
         str | None,
         typer.Option(
             "--by",
             envvar="SOVA_OPERATOR",
-            help="Your name in the audit log. [default: your login name]",
+            help="Your name in the audit log. [default: the client config's operator, "
+            "else your login name]",
         ),
     ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, max=600, help="Seconds per request.")
-    ] = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the manager's JSON.")] = False,
+    timeout: Timeout = None,
+    as_json: AsJson = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
+    output: Output = "table",
 ) -> None:
+    ctx.obj = connection(
+        manager_url, token_file, by, timeout, as_json, cacert, client_config, output
+    )
+
+
+def connection(
+    manager_url: str | None,
+    token_file: Path | None,
+    by: str | None,
+    timeout: float | None,
+    as_json: bool,
+    cacert: Path | None,
+    client_config: Path | None,
+    output: str,
+) -> _Conn:
+    """The options, over the environment, over the client config file."""
+    if output not in ("table", "json"):
+        _fail(f"--output = {output!r}: one of table, json", 2)
+    try:
+        cfg, _ = load_client_config(client_config)
+        verify = (
+            tls_context(cacert, "--cacert")
+            if cacert is not None
+            else tls_context(cfg.cacert, "client config cacert")
+        )
+    except ClientConfigError as exc:
+        return _fail(str(exc), 2)  # type: ignore[no-any-return]
+    urls = [u.strip() for u in (manager_url or "").split(",") if u.strip()]
+    urls = urls or cfg.managers or [DEFAULT_URL]
     token = _read_token(token_file) if token_file is not None else None
     if token is None:
         token = next((os.environ[k] for k in ENV_TOKEN_KEYS if os.environ.get(k)), None)
-    ctx.obj = _Conn(manager_url, token, by or _login(), timeout, as_json)
+    if token is None and cfg.token_file is not None:
+        token = _read_token(cfg.token_file)
+    return _Conn(
+        urls,
+        token,
+        by or cfg.operator or _login(),
+        timeout if timeout is not None else cfg.timeout_s,
+        as_json or output == "json",
+        verify,
+    )
 
 
 def _conn(ctx: typer.Context) -> _Conn:
@@ -220,6 +369,71 @@ def _out(c: _Conn, data: Any, text: str) -> None:
 
 def _util(d: dict[str, Any]) -> str:
     return " ".join(f"{k} {float(v):.2f}" for k, v in d.items())
+
+
+Limit = Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")]
+After = Annotated[
+    int,
+    typer.Option("--after", min=0, help="Only ids after this one, oldest first (to page on)."),
+]
+OldestFirst = Annotated[bool, typer.Option("--oldest-first", help="Oldest first.")]
+Since = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="Only from this time: ISO 8601 (2025-11-23T12:00Z) or an age (90s, 2h, 3d)."
+    ),
+]
+Until = Annotated[str | None, typer.Option("--until", help="Only until this time (as --since).")]
+HostFilterOpt = Annotated[str | None, typer.Option("--host", help="Only about this host.")]
+VMFilterOpt = Annotated[str | None, typer.Option("--vm", help="Only about this VM.")]
+
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(option: str, value: str, now_s: float) -> float:
+    """``value`` as epoch seconds: an ISO 8601 time (UTC if it names no zone), or an age
+    before ``now_s``."""
+    m = _AGE.match(value.strip())
+    if m:
+        return now_s - float(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return float(
+            _fail(f"{option} = {value!r}: an ISO 8601 time (2025-11-23T12:00Z) or an age (2h)", 2)
+        )
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def log_params(
+    limit: int,
+    after: int,
+    oldest_first: bool,
+    since: str | None,
+    until: str | None,
+    host: str | None = None,
+    vm: str | None = None,
+) -> dict[str, Any]:
+    """The query of a log read: newest first unless paging on with ``--after``."""
+    import time
+
+    now = time.time()
+    params: dict[str, Any] = {"limit": limit, "after": after}
+    params["order"] = "oldest" if (oldest_first or after) else "newest"
+    if since is not None:
+        params["since_s"] = max(0.0, parse_time("--since", since, now))
+    if until is not None:
+        params["until_s"] = max(0.0, parse_time("--until", until, now))
+    if host is not None:
+        check_name("--host", host)
+        params["host"] = host
+    if vm is not None:
+        check_name("--vm", vm)
+        params["vm"] = vm
+    return params
 
 
 # --------------------------------------------------------------------------- plans
@@ -249,11 +463,19 @@ def plans_list(
         str | None,
         typer.Option("--state", help="Only this state (proposed, approved, rejected, ...)."),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
+    limit: Limit = 100,
+    after: After = 0,
+    oldest_first: OldestFirst = False,
+    since: Since = None,
+    until: Until = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Only plans moving a VM off or onto it.")
+    ] = None,
+    vm: VMFilterOpt = None,
 ) -> None:
-    """List plans, oldest first."""
+    """List plans, newest first."""
     c = _conn(ctx)
-    params: dict[str, Any] = {"limit": limit}
+    params = log_params(limit, after, oldest_first, since, until, host, vm)
     if state:
         params["state"] = state
     page = c.call("GET", "/v1/plans", params=params)
@@ -505,36 +727,114 @@ def mode_reset(
 
 
 def audit(
-    ctx: typer.Context,
-    manager_url: Annotated[
-        str, typer.Option("--manager-url", envvar="SOVA_MANAGER_URL", help="Manager base URL.")
-    ] = "http://127.0.0.1:8700",
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--token-file",
-            help="File with the admin token (or the manager's env file). "
-            "[default: $SOVA_ADMIN_TOKEN]",
-        ),
+    manager_url: ManagerUrl = None,
+    token_file: TokenFile = None,
+    timeout: Timeout = None,
+    as_json: AsJson = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
+    output: Output = "table",
+    after: After = 0,
+    limit: Limit = 100,
+    oldest_first: OldestFirst = False,
+    since: Since = None,
+    until: Until = None,
+    host: HostFilterOpt = None,
+    vm: VMFilterOpt = None,
+    action: Annotated[
+        str | None,
+        typer.Option("--action", help="Only this action (approve, forget, fence, mode, ...)."),
     ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, max=600, help="Seconds per request.")
-    ] = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the manager's JSON.")] = False,
-    after: Annotated[int, typer.Option("--after", min=0, help="Entries after this id.")] = 0,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
 ) -> None:
-    """Print the audit log, oldest first."""
-    _connect(ctx, manager_url, token_file, None, timeout, as_json)
-    c = _conn(ctx)
-    page = c.call("GET", "/v1/audit", params={"after": after, "limit": limit})
+    """Print the audit log, newest first."""
+    c = connection(manager_url, token_file, None, timeout, as_json, cacert, client_config, output)
+    params = log_params(limit, after, oldest_first, since, until, host, vm)
+    if action is not None:
+        params["action"] = action
+    page = c.call("GET", "/v1/audit", params=params)
     lines = [audit_line(e) for e in page["entries"]] or ["(empty)"]
     _out(c, page, "\n".join(lines))
 
 
+def decisions(
+    manager_url: ManagerUrl = None,
+    token_file: TokenFile = None,
+    timeout: Timeout = None,
+    as_json: AsJson = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
+    output: Output = "table",
+    after: After = 0,
+    limit: Limit = 20,
+    oldest_first: OldestFirst = False,
+    since: Since = None,
+    until: Until = None,
+    host: HostFilterOpt = None,
+    vm: VMFilterOpt = None,
+) -> None:
+    """Print the decision log (what the planner decided and why), newest first."""
+    c = connection(manager_url, token_file, None, timeout, as_json, cacert, client_config, output)
+    params = log_params(limit, after, oldest_first, since, until, host, vm)
+    page = c.call("GET", "/v1/decisions", params=params)
+    lines = [decision_line(d) for d in page["decisions"]] or ["(empty)"]
+    _out(c, page, "\n".join(lines))
+
+
+def _when(time_s: float) -> str:
+    return datetime.fromtimestamp(time_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def decision_line(d: dict[str, Any]) -> str:
+    move = f"migrate {d['vm']} -> {d['target']}" if d["flag"] else "stay"
+    return (
+        f"{d['id']:>14}  {_when(d['time_s'])}  {_printable(d['host']):<12} {move:<28} "
+        f"{_printable(d['reason'])}"
+    )
+
+
+def hosts(
+    manager_url: ManagerUrl = None,
+    token_file: TokenFile = None,
+    timeout: Timeout = None,
+    as_json: AsJson = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
+    output: Output = "table",
+    host: HostFilterOpt = None,
+) -> None:
+    """Every host: its last report, link and CPU use, VMs, verdict, mode and fences."""
+    c = connection(manager_url, token_file, None, timeout, as_json, cacert, client_config, output)
+    if host is not None:
+        check_name("--host", host)
+    view = c.call("GET", "/v1/cluster", params={"limit": 10_000})
+    rows = [h for h in view["hosts"] if host is None or h["host"] == host]
+    lines = [
+        f"{'HOST':<14} {'STATE':<6} {'AGE':>6}  {'CPU':>4} {'MEM':>4} {'NET':>4}  "
+        f"{'VMS':>3}  {'HOT':<3}  {'MODE':<9}  FENCES"
+    ]
+    for h in rows:
+        u = h["utilisation"]
+        fences = [f"maintenance ({h['maintenance']})"] if h.get("maintenance") else []
+        fences += ["vf-freeze"] if h.get("vf_frozen") else []
+        fences += [f"pin {v}" for v in h.get("pinned_vms", [])]
+        fences += [f"vf-freeze {v}" for v in h.get("vf_frozen_vms", [])]
+        lines.append(
+            f"{_printable(h['host']):<14} {h['state']:<6} {h['age_s']:>5.0f}s  "
+            f"{u['cpu']:>4.2f} {u['mem']:>4.2f} {u['net']:>4.2f}  {len(h['vms']):>3}  "
+            f"{'yes' if h['hot'] else 'no':<3}  {h.get('mode', ''):<9}  "
+            + (_printable(", ".join(fences)) or "-")
+        )
+    leases = view.get("leases", [])
+    lines.append(
+        f"{len(rows)} host(s); cluster mode {view.get('mode')}; "
+        f"{view.get('open_plans', 0)} open plan(s); {len(leases)} migration(s) in flight"
+    )
+    _out(c, view if host is None else {**view, "hosts": rows}, "\n".join(lines))
+
+
 def audit_line(e: dict[str, Any]) -> str:
     """One audit entry; the time in ISO 8601 UTC (the API keeps epoch seconds)."""
-    when = datetime.fromtimestamp(e["time_s"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = _when(e["time_s"])
     # control characters escaped: a newline in a value must not forge an audit line
     return (
         f"{e['id']:>6}  {when}  {_printable(e['who']):<12} {_printable(e['action']):<22} "
@@ -592,3 +892,5 @@ def register(app: typer.Typer) -> None:
     app.command("audit", help="The audit log: every operator action and plan fate, who and when.")(
         audit
     )
+    app.command("decisions", help="The decision log: what the planner decided, and why.")(decisions)
+    app.command("hosts", help="Every host: last report, use, VMs, verdict, mode, fences.")(hosts)

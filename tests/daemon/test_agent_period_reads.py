@@ -100,9 +100,7 @@ def test_a_libvirt_agent_period_reads_the_host_once_per_phase() -> None:
 
     libvirt.registerErrorHandler(lambda _c, _e: None, None)
     real = LibvirtDriver(
-        LibvirtDriverConfig(
-            uri=f"test://{NODE_XML}", host_name="hv1", sysfs_root="/nonexistent"
-        )
+        LibvirtDriverConfig(uri=f"test://{NODE_XML}", host_name="hv1", sysfs_root="/nonexistent")
     )
     try:
         drv = Counting(real)

@@ -201,9 +201,9 @@ def test_agent_extra_is_small_and_starts_without_the_simulator(tmp_path: Path, w
     assert r.returncode == 2 and "pip install 'sova-sriov[cli]'" in r.stderr, r.stderr
     r = _run([bin_ / "python", "-c", "import sova.sim"], tmp_path)
     # (numpy is the agent's too: only what is missing is named)
-    assert "MissingExtra: sova.sim needs matplotlib: pip install 'sova-sriov[sim]'" in (
+    assert "MissingExtra: sova.sim needs matplotlib: pip install 'sova-sriov[sim]'" in (r.stderr), (
         r.stderr
-    ), r.stderr
+    )
     _check_documented("agent", added)
 
 
@@ -293,9 +293,7 @@ def test_extra_size_is_the_documented_one(extra: str, tmp_path: Path, wheel: Pat
     _check_documented(extra, added)
 
 
-def test_sdist_carries_deploy_and_constraints(
-    _only_when_selected: None, tmp_path: Path
-) -> None:
+def test_sdist_carries_deploy_and_constraints(_only_when_selected: None, tmp_path: Path) -> None:
     """The sdist is what distributions and the Ansible role's users rebuild from: it carries
     the units, the role, the alert rules and the tested versions (issue 24)."""
     import tarfile
