@@ -93,6 +93,7 @@ class Fleet:
 
     async def cancel(self, host: str, by: str, reason: str) -> DrainView:
         await self.desk.clear_fence("drain", host, by, reason)
+        await self.desk.end_drain_plans(host)
         return await self.status(host)
 
     async def status(self, host: str) -> DrainView:
