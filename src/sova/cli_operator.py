@@ -561,6 +561,8 @@ fence_app.callback()(_connect)
 
 Kind = Annotated[str, typer.Argument(help="maintenance | pin | vf-freeze-host | vf-freeze-vm")]
 Name = Annotated[str, typer.Argument(help="The host or VM.")]
+Names = Annotated[list[str], typer.Argument(help="The hosts or VMs (one or more).")]
+HOST_FENCES = ("maintenance", "vf-freeze-host")
 
 
 @fence_app.command("list")
@@ -576,26 +578,71 @@ def fence_list(ctx: typer.Context) -> None:
     _out(c, rows, "\n".join(lines))
 
 
+def unreported(c: _Conn, kind: str, names: list[str]) -> list[str]:
+    """The names no host's reports carry (a host for host fences, a VM for the others):
+    a typo would fence nothing while the operator believes it in force."""
+    view = c.call("GET", "/v1/cluster", params={"limit": 10_000})
+    if kind in HOST_FENCES:
+        known = {h["host"] for h in view["hosts"]}
+    else:
+        known = {vm for h in view["hosts"] for vm in h["vms"]}
+    return [n for n in names if n not in known]
+
+
 @fence_app.command("set")
 def fence_set(
-    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = None, by: By = None
+    ctx: typer.Context,
+    kind: Kind,
+    names: Names,
+    reason: Reason = None,
+    by: By = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Fence names no host has reported yet (a new host)."),
+    ] = False,
 ) -> None:
-    """Set a fence (kept across manager restarts)."""
+    """Set a fence on each name (kept across manager restarts). A name no host has reported
+    is refused unless --force."""
     c = _conn(ctx)
-    path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
-    f = c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)})
-    _out(c, f, f"{f['kind']} set on {f['name']} by {f['set_by']}")
+    for name in names:
+        check_name("name", name)
+    check_reason(reason)
+    if not force:
+        unknown = unreported(c, kind, names)
+        if unknown:
+            what = "host" if kind in HOST_FENCES else "VM"
+            _fail(
+                f"name = {', '.join(map(repr, unknown))}: no {what} of that name has reported "
+                "(a typo?); --force fences it anyway",
+                2,
+            )
+    done = []
+    for name in names:
+        path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
+        done.append(c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)}))
+    _out(
+        c,
+        done if len(done) > 1 else done[0],
+        "\n".join(f"{f['kind']} set on {f['name']} by {f['set_by']}" for f in done),
+    )
 
 
 @fence_app.command("clear")
 def fence_clear(
-    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = None, by: By = None
+    ctx: typer.Context, kind: Kind, names: Names, reason: Reason = None, by: By = None
 ) -> None:
-    """Lift a fence."""
+    """Lift the fence from each name."""
     c = _conn(ctx)
-    path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
-    r = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})
-    _out(c, r, f"{kind} lifted from {name}")
+    done = []
+    for name in names:
+        path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
+        params = {"by": _who(c, by), "reason": check_reason(reason)}
+        done.append({"kind": kind, "name": name, **c.call("DELETE", path, params=params)})
+    _out(
+        c,
+        done if len(done) > 1 else done[0],
+        "\n".join(f"{kind} lifted from {d['name']}" for d in done),
+    )
 
 
 # --------------------------------------------------------------------------- hosts

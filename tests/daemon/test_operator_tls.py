@@ -213,7 +213,7 @@ class _Standby(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_PUT = do_POST = do_DELETE = _refuse
+    do_GET = do_PUT = do_POST = do_DELETE = _refuse  # /v1/cluster is the leader's too
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -245,6 +245,29 @@ def test_a_write_sent_to_a_standby_follows_it_to_the_leader(manager: Manager) ->
     assert code == 0, out
 
 
+def test_fences_refuse_a_name_no_host_reported_unless_forced_and_take_lists(
+    manager: Manager,
+) -> None:
+    env = {
+        "SOVA_ADMIN_TOKEN": ADMIN,
+        "SOVA_CACERT": str(manager.cert),
+        "SOVA_MANAGER_URL": manager.url,
+    }
+    code, out = sova("fence", "set", "maintenance", "a0", "a9", env=env)  # a9: a typo
+    assert code == 2 and "'a9': no host of that name has reported" in out, out
+    code, out = sova("fence", "set", "pin", "a0-vm", "a0", env=env)  # a0 is a host, not a VM
+    assert code == 2 and "'a0': no VM of that name" in out, out
+    assert manager.get("/v1/fences") == []  # nothing set by a refused command
+    code, out = sova("fence", "set", "maintenance", "a0", "a1", "-m", "rack 7", env=env)
+    assert code == 0, out
+    assert {f["name"] for f in manager.get("/v1/fences")} == {"a0", "a1"}
+    code, out = sova("fence", "set", "maintenance", "a9", "--force", env=env)
+    assert code == 0, out
+    code, out = sova("fence", "clear", "maintenance", "a0", "a1", "a9", env=env)
+    assert code == 0, out
+    assert manager.get("/v1/fences") == []
+
+
 def test_logs_list_newest_first_with_a_limit_and_filters(manager: Manager) -> None:
     env = {
         "SOVA_ADMIN_TOKEN": ADMIN,
@@ -263,8 +286,10 @@ def test_logs_list_newest_first_with_a_limit_and_filters(manager: Manager) -> No
     assert page["next_before"] == page["entries"][-1]["id"]
     code, out = sova("audit", "--host", "a1", "--action", "fence", "-o", "json", env=env)
     assert code == 0, out
-    got = [(e["action"], e["subject"]) for e in json.loads(out)["entries"]]
-    assert got == [("fence:maintenance", "a1")], got
+    got = [e["id"] for e in json.loads(out)["entries"]]
+    every = manager.get("/v1/audit", params={"limit": 1000})["entries"]
+    want = [e["id"] for e in every if e["subject"] == "a1" and e["action"].startswith("fence:")]
+    assert got == want[::-1] and got, (got, want)
     code, out = sova("audit", "--since", "2h", "--until", "1h", env=env)
     assert (code, out.strip()) == (0, "(empty)"), out
     code, out = sova("audit", "--since", "yesterday", env=env)
