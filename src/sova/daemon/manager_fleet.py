@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, Field
 
+from sova.daemon.logs import fields
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_rounds import Rounds
@@ -187,4 +188,10 @@ class Fleet:
                 self.desk.ops.fences.pop((k, host), None)
             self.desk.sync_fences()
             st.count_hosts(now)
-        log.warning("%s forgot host %s%s", by, host, f" ({reason})" if reason else "")
+        log.warning(
+            "%s forgot host %s%s",
+            by,
+            host,
+            f" ({reason})" if reason else "",
+            extra=fields(host=host),
+        )

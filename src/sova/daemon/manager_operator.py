@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from sova.daemon.logs import fields
 from sova.daemon.manager_control import (
     CLUSTER,
     FENCE_KINDS,
@@ -129,7 +130,14 @@ class OperatorDesk:
         )
         self.ops.fences[(kind, name)] = row
         self.sync_fences()
-        log.warning("%s set %s on %s%s", by, kind, name, f" ({reason})" if reason else "")
+        log.warning(
+            "%s set %s on %s%s",
+            by,
+            kind,
+            name,
+            f" ({reason})" if reason else "",
+            extra=fields(**{FENCE_KINDS[kind]: name}),
+        )
         return row
 
     async def clear_fence(self, kind: str, name: str, by: str, reason: str) -> bool:
@@ -146,7 +154,9 @@ class OperatorDesk:
         )
         self.ops.fences.pop((kind, name), None)
         self.sync_fences()
-        log.warning("%s cleared %s on %s", by, kind, name)
+        log.warning(
+            "%s cleared %s on %s", by, kind, name, extra=fields(**{FENCE_KINDS[kind]: name})
+        )
         return True
 
     async def set_mode(self, scope: str, mode: str | None, by: str, reason: str) -> None:
@@ -267,6 +277,7 @@ class OperatorDesk:
                 new.host,
                 new.dst,
                 ttl,
+                extra=fields(plan=new.id, decision=new.id, vm=new.vm, host=new.host),
             )
 
     # ------------------------------------------------------------------ plans, by operators
@@ -309,7 +320,13 @@ class OperatorDesk:
             self.ops.close(plan_id)
         self.st.metrics.plans.labels("rejected").inc()
         self.st.metrics.open_plans.set(len(self.ops.open_plans))
-        log.warning("plan %d rejected by %s%s", plan_id, by, f": {reason}" if reason else "")
+        log.warning(
+            "plan %d rejected by %s%s",
+            plan_id,
+            by,
+            f": {reason}" if reason else "",
+            extra=fields(plan=plan_id, vm=done.vm, host=done.host),
+        )
         return done
 
     def precondition(self, plan: PlanRow, now: float) -> str | None:
@@ -424,6 +441,7 @@ class OperatorDesk:
             plan.host,
             plan.dst,
             via,
+            extra=fields(plan=plan_id, vm=plan.vm, host=plan.host),
         )
         if self.actuator_for is not None:
             task = asyncio.get_running_loop().create_task(self._execute(approved, did))
