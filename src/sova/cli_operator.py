@@ -684,6 +684,14 @@ def host_drain(
     ] = False,
     reason: Reason = None,
     by: By = None,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Then follow the drain until the host is empty (exit 0)."),
+    ] = False,
+    wait_timeout: Annotated[
+        float,
+        typer.Option("--wait-timeout", min=1, max=7 * 86400, help="Give up after (s; exit 1)."),
+    ] = 3600.0,
 ) -> None:
     """Drain HOST: no VM moves onto it, and the planner moves its VMs off, one a round, to
     the cold spots it picks (limits, anti-thrash, placement rules and the mode apply)."""
@@ -691,13 +699,39 @@ def host_drain(
     path = f"/v1/hosts/{check_name('host', host)}/drain"
     if status and cancel:
         _fail("--status and --cancel: choose one", 2)
+    if wait and cancel:
+        _fail("--wait and --cancel: choose one", 2)
     if status:
         s = c.call("GET", path)
     elif cancel:
         s = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})
     else:
         s = c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)})
+    if wait:
+        s = follow_drain(c, path, s, wait_timeout)
     _out(c, s, drain_text(s))
+
+
+def follow_drain(c: _Conn, path: str, s: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Ask for the drain's progress every 2 s until the host is empty; each change printed
+    (not with -o json). Ends in exit 1 when the drain was cancelled or ``timeout_s`` passed."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    shown = ""
+    while s["state"] == "draining":
+        text = drain_text(s)
+        if text != shown and not c.as_json:
+            typer.echo(text)
+            shown = text
+        if time.monotonic() >= deadline:
+            left = ", ".join(s["remaining"]) or "migrations in flight"
+            _fail(f"{s['host']}: still draining after {timeout_s:.0f} s ({left})", 1)
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+        s = c.call("GET", path)
+    if s["state"] != "drained":
+        _fail(f"{s['host']}: {s['state']} (the drain was cancelled)", 1)
+    return s
 
 
 @host_app.command("forget")

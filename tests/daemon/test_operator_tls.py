@@ -346,3 +346,31 @@ def test_a_log_slice_reads_newest_first_within_ids_and_times(tmp_path: Path) -> 
         assert ids(kind="fence:pin", host="h2") == [3]
     finally:
         store.close()
+
+
+def test_drain_wait_follows_the_drain_until_the_host_is_empty(manager: Manager) -> None:
+    from sova.daemon.schema import build_report, encode
+    from sova.policy.hotspot import Utilisation
+
+    env = {
+        "SOVA_ADMIN_TOKEN": ADMIN,
+        "SOVA_CACERT": str(manager.cert),
+        "SOVA_MANAGER_URL": manager.url,
+    }
+    # nothing moves a1-vm here (no agents run): --wait gives up, saying what is left
+    code, out = sova("host", "drain", "a1", "--wait", "--wait-timeout", "2", env=env)
+    assert code == 1 and "a1: still draining after 2 s (a1-vm)" in out, out
+    # a1-vm leaves a1 (its next report no longer carries it): --wait ends when it is empty
+    body = encode(build_report(100, time.time(), Utilisation(0.05, 0.05, 0.01), {}))
+    r = httpx.post(
+        f"{manager.url}/v1/hosts/a1/reports",
+        content=body,
+        headers={"authorization": f"Bearer {TOKENS['a1']}", "content-type": "application/json"},
+        verify=manager.verify,
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    code, out = sova("host", "drain", "a1", "--wait", "--wait-timeout", "30", env=env)
+    assert code == 0 and "a1: drained" in out, out
+    code, out = sova("host", "drain", "a1", "--cancel", env=env)
+    assert code == 0, out
