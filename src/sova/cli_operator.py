@@ -527,12 +527,29 @@ def _who(c: _Conn, by: str | None) -> str:
 @plans_app.command("approve")
 def plans_approve(
     ctx: typer.Context,
-    plan_id: Annotated[int, typer.Argument(min=1)],
+    plan_ids: Annotated[list[int] | None, typer.Argument(min=1, help="Plan ids.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Every proposed plan moving a VM off this host."),
+    ] = None,
     reason: Reason = None,
     by: By = None,
 ) -> None:
-    """Approve an open plan: its migration is carried out now (pre-conditions re-checked)."""
-    _decide(ctx, plan_id, "approve", reason, by)
+    """Approve open plans (one or more ids, or every one off --host): each migration is
+    carried out now, pre-conditions re-checked. Stops at the first refused (exit 1)."""
+    c = _conn(ctx)
+    ids = list(plan_ids or [])
+    if host is not None:
+        params = {"state": "proposed", "host": host, "limit": 1000, "order": "oldest"}
+        check_name("--host", host)
+        page = c.call("GET", "/v1/plans", params=params)
+        ids += [p["id"] for p in page["plans"] if p["actions"] and p["actions"][0]["src"] == host]
+        if not ids:
+            _fail(f"--host {host}: no proposed plan moves a VM off it", 1)
+    if not ids:
+        _fail("plans approve: give plan ids or --host HOST", 2)
+    for plan_id in ids:
+        _decide(ctx, plan_id, "approve", reason, by)
 
 
 @plans_app.command("reject")
@@ -604,6 +621,7 @@ def fence_set(
     """Set a fence on each name (kept across manager restarts). A name no host has reported
     is refused unless --force."""
     c = _conn(ctx)
+    check_name("kind", kind)
     for name in names:
         check_name("name", name)
     check_reason(reason)

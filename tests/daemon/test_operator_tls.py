@@ -374,3 +374,57 @@ def test_drain_wait_follows_the_drain_until_the_host_is_empty(manager: Manager) 
     assert code == 0 and "a1: drained" in out, out
     code, out = sova("host", "drain", "a1", "--cancel", env=env)
     assert code == 0, out
+
+
+@contextlib.contextmanager
+def reporting(manager: Manager) -> Iterator[None]:
+    """a0 (hot) and a1 (cold) report every 0.2 s, as their agents would, until the end."""
+    stop = threading.Event()
+
+    def run() -> None:
+        seq = 1000
+        while not stop.is_set():
+            seq += 1
+            for host, util in (("a0", (0.3, 0.3, 0.95)), ("a1", (0.1, 0.1, 0.05))):
+                vms = {f"{host}-vm": (0.1, 0.1, util[2] * 0.4)}
+                httpx.post(
+                    f"{manager.url}/v1/hosts/{host}/reports",
+                    content=report(seq, time.time(), util, vms),
+                    headers={
+                        "authorization": f"Bearer {TOKENS[host]}",
+                        "content-type": "application/json",
+                    },
+                    verify=manager.verify,
+                    timeout=10,
+                )
+            stop.wait(0.2)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        stop.set()
+        th.join(10)
+
+
+def test_plans_approve_takes_every_plan_off_a_host_in_one_command(manager: Manager) -> None:
+    env = {
+        "SOVA_ADMIN_TOKEN": ADMIN,
+        "SOVA_CACERT": str(manager.cert),
+        "SOVA_MANAGER_URL": manager.url,
+    }
+    code, out = sova("plans", "approve", "--host", "a1", env=env)  # a1 is only ever a target
+    assert code == 1 and "no proposed plan moves a VM off it" in out, out
+    open_a0 = wait_until(
+        lambda: manager.get("/v1/plans", params={"state": "proposed", "host": "a0"})["plans"],
+        30,
+        "a plan off a0",
+    )
+    # the hosts keep reporting: an approval re-checks that source and target are not stale
+    with reporting(manager):
+        code, out = sova("plans", "approve", "--host", "a0", "-m", "bulk", env=env)
+    assert code == 0, out
+    for p in open_a0:
+        assert manager.get(f"/v1/plans/{p['id']}")["state"] in ("approved", "executed"), p
