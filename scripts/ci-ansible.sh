@@ -93,6 +93,10 @@ env = dict(line.split("=", 1) for line in (root / "etc/sova/manager.env").read_t
 m = load_manager_settings(root / "etc/sova/manager.toml", environ=env)
 assert m.port == 8700 and m.listen == "0.0.0.0", m
 assert m.admin_token is not None, "the admin token from manager.env did not reach the settings"
-print("manager config accepted by Sova: port", m.port, "admin token set")
+# tests/ansible/throwaway.yml's placement and nested planner keys arrived (issue 38)
+assert m.placement.host_groups == {"rack-a": ["hv-ci"]}, m.placement
+assert [r.name for r in m.placement.rules] == ["trading-on-rack-a"], m.placement
+assert m.planner.alpha == 0.7, m.planner
+print("manager config accepted by Sova: port", m.port, "admin token set, placement rules kept")
 PY
 echo "ansible: agent-only and manager-only hosts applied twice each, second runs changed nothing"

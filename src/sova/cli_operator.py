@@ -24,6 +24,18 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import typer
 
+from sova.cli_client import (
+    CONFIG_ENV,
+    DEFAULT_URL,
+    ClientConfigError,
+    default_config_path,
+    load_client_config,
+    tls_context,
+    tls_hint,
+    url_problem,
+    with_scheme,
+)
+
 # The manager's name pattern (sova.daemon.schema.NAME_PATTERN), without importing the
 # daemon's schema into every CLI start.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
@@ -50,7 +62,9 @@ ENV_TOKEN_KEYS = ("SOVA_ADMIN_TOKEN", "SOVA_MANAGER_ADMIN_TOKEN")
 
 
 def _check_url(url: str) -> tuple[str, str]:
-    """(the URL to call, the URL to show): http(s) only; user:password never echoed."""
+    """(the URL to call, the URL to show): http(s) only (none given: https);
+    user:password never echoed."""
+    url = with_scheme(url)
     try:
         parts = urlsplit(url)
         port = parts.port  # raises on a bad port
@@ -108,26 +122,90 @@ def _printable(value: Any) -> str:
     return escaped(str(value))
 
 
+# A standby manager's 503 names the leader here (sova.daemon.manager_client.LEADER_HEADER;
+# not imported: the daemon's modules stay out of every CLI start).
+LEADER_HEADER = "x-sova-leader"
+
+
 class _Conn:
-    def __init__(self, url: str, token: str | None, by: str, timeout_s: float, as_json: bool):
-        self.url, self.shown = _check_url(url)
+    """The managers to ask, in order, and how: a manager that cannot be reached passes the
+    request to the next; a standby's 503 naming the leader sends it there."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        token: str | None,
+        by: str,
+        timeout_s: float,
+        as_json: bool,
+        verify: Any = True,
+    ):
+        checked = [_check_url(u) for u in urls]
+        self.urls = [call for call, _ in checked]
+        self.url, self.shown = checked[0]
         self.token = token
         self.by = by
         self.timeout_s = timeout_s
         self.as_json = as_json
+        self.verify = verify
+
+    def _send(self, method: str, url: str, path: str, **kw: Any) -> Any:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.request(
+            method, url + path, headers=headers, timeout=self.timeout_s, verify=self.verify, **kw
+        )
+
+    def _leader(self, r: Any, came_from: str) -> str | None:
+        """The leader a standby's 503 names, if the request may follow it there: a URL, and
+        no step down from https to http (the token would travel in clear)."""
+        named = str(r.headers.get(LEADER_HEADER, "")).strip().rstrip("/")
+        if not named or url_problem(named):
+            return None
+        if came_from.startswith("https:") and not named.startswith("https:"):
+            return None
+        return named
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
         import httpx
 
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        try:
-            r = httpx.request(
-                method, self.url + path, headers=headers, timeout=self.timeout_s, **kw
-            )
-        except httpx.InvalidURL as exc:
-            _fail(f"--manager-url {_redact(self.url)!r}: {exc}", 2)
-        except httpx.HTTPError as exc:
-            _fail(f"manager at {self.shown} not reachable: {_redact(str(exc))}", 3)
+        queue = list(self.urls)
+        tried: set[str] = set()
+        last: Any = None  # the last answer that was not followed elsewhere
+        unreachable: list[str] = []
+        while queue:
+            url = queue.pop(0)
+            if url in tried:
+                continue
+            tried.add(url)
+            shown = _check_url(url)[1]
+            try:
+                r = self._send(method, url, path, **kw)
+            except httpx.InvalidURL as exc:
+                _fail(f"--manager-url {_redact(url)!r}: {exc}", 2)
+            except httpx.HTTPError as exc:
+                text = _redact(str(exc))
+                unreachable.append(f"{shown}: {text}{tls_hint(text, url)}")
+                continue
+            if r.status_code == 503:
+                leader = self._leader(r, url)
+                if leader is not None and leader not in tried:
+                    queue.insert(0, leader)
+                    last = (r, shown)
+                    continue
+                if queue:  # a standby that knows no leader yet, or a manager not ready
+                    last = (r, shown)
+                    continue
+            self.url, self.shown = url, shown
+            return self._answer(r)
+        if last is not None:
+            self.url, self.shown = _check_url(last[1])[0], last[1]
+            return self._answer(last[0])
+        where = "; ".join(unreachable)
+        return _fail(f"manager not reachable: {where}", 3)
+
+    def _answer(self, r: Any) -> Any:
         if r.status_code == 401:
             _fail(f"manager at {self.shown} refused the token (401): {_detail(r)}", 3)
         if r.status_code == 403:
@@ -137,7 +215,7 @@ class _Conn:
         if r.status_code == 422:
             _fail(_detail(r), 2)
         if r.status_code >= 400:
-            _fail(f"manager answered {r.status_code}: {_detail(r)}", 1)
+            _fail(f"manager at {self.shown} answered {r.status_code}: {_detail(r)}", 1)
         try:
             return r.json()
         except ValueError:
@@ -193,39 +271,110 @@ def _login() -> str:
         return "admin"
 
 
+ManagerUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--manager-url",
+        envvar="SOVA_MANAGER_URL",
+        help="Manager base URL(s), comma-separated; without a scheme https. "
+        f"[default: the client config's managers, else {DEFAULT_URL}]",
+    ),
+]
+CaCert = Annotated[
+    Path | None,
+    typer.Option(
+        "--cacert",
+        envvar="SOVA_CACERT",
+        help="CA certificate (PEM) the manager's TLS certificate is checked against. "
+        "[default: the client config's cacert, else the system's CAs]",
+    ),
+]
+ClientConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--client-config",
+        help=f"Client config file. [default: ${CONFIG_ENV}, else {default_config_path()}]",
+    ),
+]
+TokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        help="File with the admin token (or the manager's env file). "
+        "[default: $SOVA_ADMIN_TOKEN, else the client config's token_file]",
+    ),
+]
+Timeout = Annotated[
+    float | None,
+    typer.Option("--timeout", min=0.1, max=600, help="Seconds per request. [default: 10]"),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the manager's JSON (as -o json).")]
+Output = Annotated[
+    str, typer.Option("--output", "-o", help="table (for people) or json (the API's answer).")
+]
+
+
 def _connect(
     ctx: typer.Context,
-    manager_url: Annotated[
-        str,
-        typer.Option(
-            "--manager-url", envvar="SOVA_MANAGER_URL", help="Manager base URL.", show_default=True
-        ),
-    ] = "http://127.0.0.1:8700",
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--token-file",
-            help="File with the admin token (or the manager's env file). "
-            "[default: $SOVA_ADMIN_TOKEN]",
-        ),
-    ] = None,
+    manager_url: ManagerUrl = None,
+    token_file: TokenFile = None,
     by: Annotated[
         str | None,
         typer.Option(
             "--by",
             envvar="SOVA_OPERATOR",
-            help="Your name in the audit log. [default: your login name]",
+            help="Your name in the audit log. [default: the client config's operator, "
+            "else your login name]",
         ),
     ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, max=600, help="Seconds per request.")
-    ] = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the manager's JSON.")] = False,
+    timeout: Timeout = None,
+    as_json: AsJson = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
+    output: Output = "table",
 ) -> None:
+    ctx.obj = connection(
+        manager_url, token_file, by, timeout, as_json, cacert, client_config, output
+    )
+
+
+def connection(
+    manager_url: str | None,
+    token_file: Path | None,
+    by: str | None,
+    timeout: float | None,
+    as_json: bool,
+    cacert: Path | None,
+    client_config: Path | None,
+    output: str,
+) -> _Conn:
+    """The options, over the environment, over the client config file."""
+    if output not in ("table", "json"):
+        _fail(f"--output = {output!r}: one of table, json", 2)
+    try:
+        cfg, _ = load_client_config(client_config)
+        verify = (
+            tls_context(cacert, "--cacert")
+            if cacert is not None
+            else tls_context(cfg.cacert, "client config cacert")
+        )
+    except ClientConfigError as exc:
+        return _fail(str(exc), 2)  # type: ignore[no-any-return]
+    urls = [u.strip() for u in (manager_url or "").split(",") if u.strip()]
+    urls = urls or cfg.managers or [DEFAULT_URL]
     token = _read_token(token_file) if token_file is not None else None
     if token is None:
         token = next((os.environ[k] for k in ENV_TOKEN_KEYS if os.environ.get(k)), None)
-    ctx.obj = _Conn(manager_url, token, by or _login(), timeout, as_json)
+    if token is None and cfg.token_file is not None:
+        token = _read_token(cfg.token_file)
+    return _Conn(
+        urls,
+        token,
+        by or cfg.operator or _login(),
+        timeout if timeout is not None else cfg.timeout_s,
+        as_json or output == "json",
+        verify,
+    )
 
 
 def _conn(ctx: typer.Context) -> _Conn:
@@ -240,6 +389,71 @@ def _out(c: _Conn, data: Any, text: str) -> None:
 
 def _util(d: dict[str, Any]) -> str:
     return " ".join(f"{k} {float(v):.2f}" for k, v in d.items())
+
+
+Limit = Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")]
+After = Annotated[
+    int,
+    typer.Option("--after", min=0, help="Only ids after this one, oldest first (to page on)."),
+]
+OldestFirst = Annotated[bool, typer.Option("--oldest-first", help="Oldest first.")]
+Since = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="Only from this time: ISO 8601 (2025-11-23T12:00Z) or an age (90s, 2h, 3d)."
+    ),
+]
+Until = Annotated[str | None, typer.Option("--until", help="Only until this time (as --since).")]
+HostFilterOpt = Annotated[str | None, typer.Option("--host", help="Only about this host.")]
+VMFilterOpt = Annotated[str | None, typer.Option("--vm", help="Only about this VM.")]
+
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(option: str, value: str, now_s: float) -> float:
+    """``value`` as epoch seconds: an ISO 8601 time (UTC if it names no zone), or an age
+    before ``now_s``."""
+    m = _AGE.match(value.strip())
+    if m:
+        return now_s - float(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return float(
+            _fail(f"{option} = {value!r}: an ISO 8601 time (2025-11-23T12:00Z) or an age (2h)", 2)
+        )
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def log_params(
+    limit: int,
+    after: int,
+    oldest_first: bool,
+    since: str | None,
+    until: str | None,
+    host: str | None = None,
+    vm: str | None = None,
+) -> dict[str, Any]:
+    """The query of a log read: newest first unless paging on with ``--after``."""
+    import time
+
+    now = time.time()
+    params: dict[str, Any] = {"limit": limit, "after": after}
+    params["order"] = "oldest" if (oldest_first or after) else "newest"
+    if since is not None:
+        params["since_s"] = max(0.0, parse_time("--since", since, now))
+    if until is not None:
+        params["until_s"] = max(0.0, parse_time("--until", until, now))
+    if host is not None:
+        check_name("--host", host)
+        params["host"] = host
+    if vm is not None:
+        check_name("--vm", vm)
+        params["vm"] = vm
+    return params
 
 
 # --------------------------------------------------------------------------- plans
@@ -269,11 +483,19 @@ def plans_list(
         str | None,
         typer.Option("--state", help="Only this state (proposed, approved, rejected, ...)."),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
+    limit: Limit = 100,
+    after: After = 0,
+    oldest_first: OldestFirst = False,
+    since: Since = None,
+    until: Until = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Only plans moving a VM off or onto it.")
+    ] = None,
+    vm: VMFilterOpt = None,
 ) -> None:
-    """List plans, oldest first."""
+    """List plans, newest first."""
     c = _conn(ctx)
-    params: dict[str, Any] = {"limit": limit}
+    params = log_params(limit, after, oldest_first, since, until, host, vm)
     if state:
         params["state"] = state
     page = c.call("GET", "/v1/plans", params=params)
@@ -325,12 +547,29 @@ def _who(c: _Conn, by: str | None) -> str:
 @plans_app.command("approve")
 def plans_approve(
     ctx: typer.Context,
-    plan_id: Annotated[int, typer.Argument(min=1)],
+    plan_ids: Annotated[list[int] | None, typer.Argument(min=1, help="Plan ids.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Every proposed plan moving a VM off this host."),
+    ] = None,
     reason: Reason = None,
     by: By = None,
 ) -> None:
-    """Approve an open plan: its migration is carried out now (pre-conditions re-checked)."""
-    _decide(ctx, plan_id, "approve", reason, by)
+    """Approve open plans (one or more ids, or every one off --host): each migration is
+    carried out now, pre-conditions re-checked. Stops at the first refused (exit 1)."""
+    c = _conn(ctx)
+    ids = list(plan_ids or [])
+    if host is not None:
+        params = {"state": "proposed", "host": host, "limit": 1000, "order": "oldest"}
+        check_name("--host", host)
+        page = c.call("GET", "/v1/plans", params=params)
+        ids += [p["id"] for p in page["plans"] if p["actions"] and p["actions"][0]["src"] == host]
+        if not ids:
+            _fail(f"--host {host}: no proposed plan moves a VM off it", 1)
+    if not ids:
+        _fail("plans approve: give plan ids or --host HOST", 2)
+    for plan_id in ids:
+        _decide(ctx, plan_id, "approve", reason, by)
 
 
 @plans_app.command("reject")
@@ -359,6 +598,8 @@ fence_app.callback()(_connect)
 
 Kind = Annotated[str, typer.Argument(help="maintenance | pin | vf-freeze-host | vf-freeze-vm")]
 Name = Annotated[str, typer.Argument(help="The host or VM.")]
+Names = Annotated[list[str], typer.Argument(help="The hosts or VMs (one or more).")]
+HOST_FENCES = ("maintenance", "vf-freeze-host")
 
 
 @fence_app.command("list")
@@ -378,26 +619,72 @@ def fence_line(f: dict[str, Any]) -> str:
     )
 
 
+def unreported(c: _Conn, kind: str, names: list[str]) -> list[str]:
+    """The names no host's reports carry (a host for host fences, a VM for the others):
+    a typo would fence nothing while the operator believes it in force."""
+    view = c.call("GET", "/v1/cluster", params={"limit": 10_000})
+    if kind in HOST_FENCES:
+        known = {h["host"] for h in view["hosts"]}
+    else:
+        known = {vm for h in view["hosts"] for vm in h["vms"]}
+    return [n for n in names if n not in known]
+
+
 @fence_app.command("set")
 def fence_set(
-    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = None, by: By = None
+    ctx: typer.Context,
+    kind: Kind,
+    names: Names,
+    reason: Reason = None,
+    by: By = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Fence names no host has reported yet (a new host)."),
+    ] = False,
 ) -> None:
-    """Set a fence (kept across manager restarts)."""
+    """Set a fence on each name (kept across manager restarts). A name no host has reported
+    is refused unless --force."""
     c = _conn(ctx)
-    path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
-    f = c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)})
-    _out(c, f, f"{f['kind']} set on {f['name']} by {f['set_by']}")
+    check_name("kind", kind)
+    for name in names:
+        check_name("name", name)
+    check_reason(reason)
+    if not force:
+        unknown = unreported(c, kind, names)
+        if unknown:
+            what = "host" if kind in HOST_FENCES else "VM"
+            _fail(
+                f"name = {', '.join(map(repr, unknown))}: no {what} of that name has reported "
+                "(a typo?); --force fences it anyway",
+                2,
+            )
+    done = []
+    for name in names:
+        path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
+        done.append(c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)}))
+    _out(
+        c,
+        done if len(done) > 1 else done[0],
+        "\n".join(f"{f['kind']} set on {f['name']} by {f['set_by']}" for f in done),
+    )
 
 
 @fence_app.command("clear")
 def fence_clear(
-    ctx: typer.Context, kind: Kind, name: Name, reason: Reason = None, by: By = None
+    ctx: typer.Context, kind: Kind, names: Names, reason: Reason = None, by: By = None
 ) -> None:
-    """Lift a fence."""
+    """Lift the fence from each name."""
     c = _conn(ctx)
-    path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
-    r = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})
-    _out(c, r, f"{kind} lifted from {name}")
+    done = []
+    for name in names:
+        path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
+        params = {"by": _who(c, by), "reason": check_reason(reason)}
+        done.append({"kind": kind, "name": name, **c.call("DELETE", path, params=params)})
+    _out(
+        c,
+        done if len(done) > 1 else done[0],
+        "\n".join(f"{kind} lifted from {d['name']}" for d in done),
+    )
 
 
 # --------------------------------------------------------------------------- hosts
@@ -439,6 +726,14 @@ def host_drain(
     ] = False,
     reason: Reason = None,
     by: By = None,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Then follow the drain until the host is empty (exit 0)."),
+    ] = False,
+    wait_timeout: Annotated[
+        float,
+        typer.Option("--wait-timeout", min=1, max=7 * 86400, help="Give up after (s; exit 1)."),
+    ] = 3600.0,
 ) -> None:
     """Drain HOST: no VM moves onto it, and the planner moves its VMs off, one a round, to
     the cold spots it picks (limits, anti-thrash, placement rules and the mode apply)."""
@@ -446,13 +741,39 @@ def host_drain(
     path = f"/v1/hosts/{check_name('host', host)}/drain"
     if status and cancel:
         _fail("--status and --cancel: choose one", 2)
+    if wait and cancel:
+        _fail("--wait and --cancel: choose one", 2)
     if status:
         s = c.call("GET", path)
     elif cancel:
         s = c.call("DELETE", path, params={"by": _who(c, by), "reason": check_reason(reason)})
     else:
         s = c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)})
+    if wait:
+        s = follow_drain(c, path, s, wait_timeout)
     _out(c, s, drain_text(s))
+
+
+def follow_drain(c: _Conn, path: str, s: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Ask for the drain's progress every 2 s until the host is empty; each change printed
+    (not with -o json). Ends in exit 1 when the drain was cancelled or ``timeout_s`` passed."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    shown = ""
+    while s["state"] == "draining":
+        text = drain_text(s)
+        if text != shown and not c.as_json:
+            typer.echo(text)
+            shown = text
+        if time.monotonic() >= deadline:
+            left = ", ".join(s["remaining"]) or "migrations in flight"
+            _fail(f"{s['host']}: still draining after {timeout_s:.0f} s ({left})", 1)
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+        s = c.call("GET", path)
+    if s["state"] != "drained":
+        _fail(f"{s['host']}: {s['state']} (the drain was cancelled)", 1)
+    return s
 
 
 @host_app.command("forget")
@@ -529,36 +850,114 @@ def mode_reset(
 
 
 def audit(
-    ctx: typer.Context,
-    manager_url: Annotated[
-        str, typer.Option("--manager-url", envvar="SOVA_MANAGER_URL", help="Manager base URL.")
-    ] = "http://127.0.0.1:8700",
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--token-file",
-            help="File with the admin token (or the manager's env file). "
-            "[default: $SOVA_ADMIN_TOKEN]",
-        ),
+    manager_url: ManagerUrl = None,
+    token_file: TokenFile = None,
+    timeout: Timeout = None,
+    as_json: AsJson = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
+    output: Output = "table",
+    after: After = 0,
+    limit: Limit = 100,
+    oldest_first: OldestFirst = False,
+    since: Since = None,
+    until: Until = None,
+    host: HostFilterOpt = None,
+    vm: VMFilterOpt = None,
+    action: Annotated[
+        str | None,
+        typer.Option("--action", help="Only this action (approve, forget, fence, mode, ...)."),
     ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, max=600, help="Seconds per request.")
-    ] = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the manager's JSON.")] = False,
-    after: Annotated[int, typer.Option("--after", min=0, help="Entries after this id.")] = 0,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
 ) -> None:
-    """Print the audit log, oldest first."""
-    _connect(ctx, manager_url, token_file, None, timeout, as_json)
-    c = _conn(ctx)
-    page = c.call("GET", "/v1/audit", params={"after": after, "limit": limit})
+    """Print the audit log, newest first."""
+    c = connection(manager_url, token_file, None, timeout, as_json, cacert, client_config, output)
+    params = log_params(limit, after, oldest_first, since, until, host, vm)
+    if action is not None:
+        params["action"] = action
+    page = c.call("GET", "/v1/audit", params=params)
     lines = [audit_line(e) for e in page["entries"]] or ["(empty)"]
     _out(c, page, "\n".join(lines))
 
 
+def decisions(
+    manager_url: ManagerUrl = None,
+    token_file: TokenFile = None,
+    timeout: Timeout = None,
+    as_json: AsJson = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
+    output: Output = "table",
+    after: After = 0,
+    limit: Limit = 20,
+    oldest_first: OldestFirst = False,
+    since: Since = None,
+    until: Until = None,
+    host: HostFilterOpt = None,
+    vm: VMFilterOpt = None,
+) -> None:
+    """Print the decision log (what the planner decided and why), newest first."""
+    c = connection(manager_url, token_file, None, timeout, as_json, cacert, client_config, output)
+    params = log_params(limit, after, oldest_first, since, until, host, vm)
+    page = c.call("GET", "/v1/decisions", params=params)
+    lines = [decision_line(d) for d in page["decisions"]] or ["(empty)"]
+    _out(c, page, "\n".join(lines))
+
+
+def _when(time_s: float) -> str:
+    return datetime.fromtimestamp(time_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def decision_line(d: dict[str, Any]) -> str:
+    move = f"migrate {d['vm']} -> {d['target']}" if d["flag"] else "stay"
+    return (
+        f"{d['id']:>14}  {_when(d['time_s'])}  {_printable(d['host']):<12} {move:<28} "
+        f"{_printable(d['reason'])}"
+    )
+
+
+def hosts(
+    manager_url: ManagerUrl = None,
+    token_file: TokenFile = None,
+    timeout: Timeout = None,
+    as_json: AsJson = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
+    output: Output = "table",
+    host: HostFilterOpt = None,
+) -> None:
+    """Every host: its last report, link and CPU use, VMs, verdict, mode and fences."""
+    c = connection(manager_url, token_file, None, timeout, as_json, cacert, client_config, output)
+    if host is not None:
+        check_name("--host", host)
+    view = c.call("GET", "/v1/cluster", params={"limit": 10_000})
+    rows = [h for h in view["hosts"] if host is None or h["host"] == host]
+    lines = [
+        f"{'HOST':<14} {'STATE':<6} {'AGE':>6}  {'CPU':>4} {'MEM':>4} {'NET':>4}  "
+        f"{'VMS':>3}  {'HOT':<3}  {'MODE':<9}  FENCES"
+    ]
+    for h in rows:
+        u = h["utilisation"]
+        fences = [f"maintenance ({h['maintenance']})"] if h.get("maintenance") else []
+        fences += ["vf-freeze"] if h.get("vf_frozen") else []
+        fences += [f"pin {v}" for v in h.get("pinned_vms", [])]
+        fences += [f"vf-freeze {v}" for v in h.get("vf_frozen_vms", [])]
+        lines.append(
+            f"{_printable(h['host']):<14} {h['state']:<6} {h['age_s']:>5.0f}s  "
+            f"{u['cpu']:>4.2f} {u['mem']:>4.2f} {u['net']:>4.2f}  {len(h['vms']):>3}  "
+            f"{'yes' if h['hot'] else 'no':<3}  {h.get('mode', ''):<9}  "
+            + (_printable(", ".join(fences)) or "-")
+        )
+    leases = view.get("leases", [])
+    lines.append(
+        f"{len(rows)} host(s); cluster mode {view.get('mode')}; "
+        f"{view.get('open_plans', 0)} open plan(s); {len(leases)} migration(s) in flight"
+    )
+    _out(c, view if host is None else {**view, "hosts": rows}, "\n".join(lines))
+
+
 def audit_line(e: dict[str, Any]) -> str:
     """One audit entry; the time in ISO 8601 UTC (the API keeps epoch seconds)."""
-    when = datetime.fromtimestamp(e["time_s"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = _when(e["time_s"])
     # control characters escaped: a newline in a value must not forge an audit line
     return (
         f"{e['id']:>6}  {when}  {_printable(e['who']):<12} {_printable(e['action']):<22} "
@@ -616,3 +1015,5 @@ def register(app: typer.Typer) -> None:
     app.command("audit", help="The audit log: every operator action and plan fate, who and when.")(
         audit
     )
+    app.command("decisions", help="The decision log: what the planner decided, and why.")(decisions)
+    app.command("hosts", help="Every host: last report, use, VMs, verdict, mode, fences.")(hosts)

@@ -5,9 +5,10 @@ It asks each manager's ``/readyz`` (no token needed: the probes are open), in pa
 within ``--timeout``, and reads the role and epoch each answers with; a standby names the
 leader it follows. The verdict compares them: one leader; none; or several.
 
-Exit codes: 0 one manager leads (and every standby follows it); 1 none leads, several
-claim to, or a standby follows another epoch than the leader's; 2 bad input; 3 no
-manager answered.
+Exit codes: 0 one manager leads, it is ready, every standby follows it and every manager
+given answered; 1 none leads, several claim to, a standby follows another epoch than the
+leader's, the leader is not ready, or a manager given is down; 2 bad input; 3 no manager
+answered.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from typing import Annotated, Any
 
 import typer
 
-from sova.cli_operator import _check_url, _fail, _printable, _redact
+from sova.cli_client import (
+    DEFAULT_URL,
+    ClientConfigError,
+    load_client_config,
+    tls_context,
+    tls_hint,
+)
+from sova.cli_operator import CaCert, ClientConfigOpt, _check_url, _fail, _printable, _redact
 
 
 @dataclass(frozen=True)
@@ -31,16 +39,20 @@ class ManagerState:
     epoch: int | None
     follows: str | None  # a standby's leader URL
     status: str  # its readiness line, or why it could not be asked
+    ready: bool = True  # /readyz answered 200 (a leader that is not: 503, role leader)
 
 
-def ask(url: str, shown: str, timeout_s: float) -> ManagerState:
+def ask(url: str, shown: str, timeout_s: float, verify: Any = True) -> ManagerState:
     """One manager's /readyz, as a :class:`ManagerState`."""
     import httpx
 
     try:
-        r = httpx.get(url + "/readyz", timeout=timeout_s)
+        r = httpx.get(url + "/readyz", timeout=timeout_s, verify=verify)
     except httpx.HTTPError as exc:
-        return ManagerState(shown, "down", None, None, f"not reachable: {_redact(str(exc))}")
+        text = _redact(str(exc))
+        return ManagerState(
+            shown, "down", None, None, f"not reachable: {text}{tls_hint(text, url)}"
+        )
     try:
         body = r.json()
         role = str(body.get("role") or "unknown")
@@ -57,6 +69,7 @@ def ask(url: str, shown: str, timeout_s: float) -> ManagerState:
         int(epoch) if isinstance(epoch, int) else None,
         str(follows) if follows else None,
         _printable(status)[:200],
+        r.status_code == 200,
     )
 
 
@@ -84,31 +97,50 @@ def verdict(states: list[ManagerState]) -> tuple[int, str]:
     return 0, f"{lead.url} leads ({epoch})"
 
 
+def unhealthy(states: list[ManagerState], code: int, line: str) -> tuple[int, str]:
+    """The verdict, made 1 when a manager given is down or answers oddly, or the leader is
+    not ready: a pair with one manager down has no standby left (issue 38)."""
+    bad = [
+        s for s in states if s.role in ("down", "unknown") or (s.role == "leader" and not s.ready)
+    ]
+    if code != 0 or not bad:
+        return code, line
+    named = ", ".join(f"{s.url} ({'not ready' if s.role == 'leader' else s.role})" for s in bad)
+    return 1, f"{line}; unhealthy: {named}"
+
+
 def status(
     manager_url: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--manager-url",
             envvar="SOVA_MANAGER_URL",
-            help="A manager's base URL; repeat it (or separate with commas) for each manager.",
+            help="A manager's base URL; repeat it (or separate with commas) for each manager. "
+            f"[default: the client config's managers, else {DEFAULT_URL}]",
         ),
-    ] = ["http://127.0.0.1:8700"],  # noqa: B006 (typer reads the default, never mutates it)
+    ] = None,
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, max=600, help="Seconds per manager.")
     ] = 5.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answers as JSON.")] = False,
+    cacert: CaCert = None,
+    client_config: ClientConfigOpt = None,
 ) -> None:
     """Who leads, the epoch, and each manager's role."""
-    given = [u.strip() for value in manager_url for u in value.split(",") if u.strip()]
-    if not given:
-        _fail("--manager-url: no manager given", 2)
+    try:
+        cfg, _ = load_client_config(client_config)
+        verify = tls_context(cacert, "--cacert") if cacert else tls_context(cfg.cacert, "cacert")
+    except ClientConfigError as exc:
+        _fail(str(exc), 2)
+    given = [u.strip() for value in manager_url or [] for u in value.split(",") if u.strip()]
+    given = given or cfg.managers or [DEFAULT_URL]
     urls: dict[str, str] = {}
     for u in given:
         call, shown = _check_url(u)
         urls[shown] = call
     with ThreadPoolExecutor(max_workers=min(16, len(urls))) as pool:
-        states = list(pool.map(lambda kv: ask(kv[1], kv[0], timeout), urls.items()))
-    code, line = verdict(states)
+        states = list(pool.map(lambda kv: ask(kv[1], kv[0], timeout, verify), urls.items()))
+    code, line = unhealthy(states, *verdict(states))
     if as_json:
         out: dict[str, Any] = {"verdict": line, "managers": [asdict(s) for s in states]}
         typer.echo(json.dumps(out, indent=2, sort_keys=True))

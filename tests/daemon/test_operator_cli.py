@@ -129,7 +129,8 @@ def test_maintenance_set_with_the_cli_keeps_the_host_out_of_play(cluster: Cluste
     """H2, the only possible target, in maintenance: the manager proposes nothing at all,
     and the cluster view shows the fence."""
     c = cluster
-    sova(c, "fence", "set", "maintenance", "H2", "-m", "firmware")
+    # before H2 has reported: --force (a name no host reported is refused otherwise)
+    sova(c, "fence", "set", "maintenance", "H2", "-m", "firmware", "--force")
     assert "maintenance" in sova(c, "fence", "list") and "firmware" in sova(c, "fence", "list")
     wait_until(lambda: _done(c), 120, "the run to finish")
     c.finish()
@@ -160,7 +161,7 @@ def test_mode_and_a_pin_set_with_the_cli_survive_a_manager_restart(cluster: Clus
 
     c = cluster  # the world has not ticked yet: nothing was decided in autonomic mode
     sova(c, "mode", "set", "recommend", "-m", "change freeze")
-    sova(c, "fence", "set", "pin", "A", "-m", "licence")
+    sova(c, "fence", "set", "pin", "A", "-m", "licence", "--force")  # before any report
     assert c.kill("manager", signal.SIGTERM) in (0, -signal.SIGTERM)
     c.start_manager()
     c.wait_ready(c.manager_url + "/healthz", "manager")

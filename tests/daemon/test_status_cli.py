@@ -47,8 +47,12 @@ def test_status_names_the_one_sqlite_manager_and_a_manager_that_is_down(tmp_path
     dead = f"http://127.0.0.1:{free_port()}"
     with sqlite_manager(tmp_path) as one:
         code, out, js = run_status(one, dead)
-    assert code == 0, out
-    assert out.splitlines()[-1] == f"{one} leads (one store, no epoch (SQLite))", out
+        assert run_status(one)[0] == 0
+    # one of two managers down: the pair has no standby left, so not OK (issue 38)
+    assert code == 1, out
+    assert out.splitlines()[-1] == (
+        f"{one} leads (one store, no epoch (SQLite)); unhealthy: {dead} (down)"
+    ), out
     roles = {m["url"]: (m["role"], m["epoch"]) for m in js["managers"]}
     assert roles == {one: ("leader", None), dead: ("down", None)}
     code, out, _ = run_status(dead)

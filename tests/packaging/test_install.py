@@ -105,6 +105,24 @@ def wheel(_only_when_selected: None, tmp_path_factory: pytest.TempPathFactory) -
     return whl
 
 
+def test_the_wheel_builds_with_the_venv_run_sh_makes(
+    _only_when_selected: None, tmp_path: Path
+) -> None:
+    """Issue 38, defect 8: ./run.sh's venv has no setuptools-scm, and the script asked it for
+    the version (``No module named setuptools_scm``). A venv with pip alone builds the wheel;
+    the version tool goes into a build-only venv, not into the runtime's."""
+    env_dir = tmp_path / "runvenv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin/python"
+    assert _run([py, "-c", "import setuptools_scm"], tmp_path).returncode != 0
+    offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(_wheelhouse())}
+    out = tmp_path / "wheel"
+    r = _run(["bash", ROOT / "scripts/build-wheel.sh", out, py], ROOT, extra_env=offline)
+    assert r.returncode == 0, r.stderr
+    (whl,) = out.glob("sova_sriov-*.whl")
+    assert _run([py, "-c", "import setuptools_scm"], tmp_path).returncode != 0  # untouched
+
+
 def _fresh(tmp: Path, wheel: Path, extras: str) -> tuple[Path, float]:
     """A venv with ``wheel[extras]``; returns its bin/ and the MB the install added."""
     env_dir = tmp / "venv"

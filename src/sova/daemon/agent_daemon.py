@@ -36,6 +36,7 @@ from sova.agent.executor import MIGRATION_ENDED, Outcome, Result
 from sova.agent.loop import HostAgent, StepReport, operation_table
 from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, act
 from sova.daemon.config import AgentSettings, ConfigError
+from sova.daemon.logs import fields
 from sova.daemon.manager_client import ManagerClient, ManagerRejected, ManagerUnreachable
 from sova.daemon.manager_security import agent_warnings
 from sova.daemon.metrics import AgentMetrics
@@ -169,7 +170,13 @@ class AgentDaemon:
             if rep.migration is not None:
                 vm = rep.migration[0]
                 self.signalled[vm] = d.vm
-                log.info("migrating %s to %s (manager directive %d)", vm, d.target, d.id)
+                log.info(
+                    "migrating %s to %s (manager directive %d)",
+                    vm,
+                    d.target,
+                    d.id,
+                    extra=fields(vm=vm, host=self.host or None, directive=d.id),
+                )
             elif d.vm not in self.agent.migrating:
                 why = f"no VM to move under vf_policy {self.cfg.vf_policy!r}"
                 log.info("declined directive %d: %s", d.id, why)

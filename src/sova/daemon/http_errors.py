@@ -8,15 +8,16 @@ fields) and the value, in one line (``error``) and in detail.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
+from fastapi import Depends, Query, Request
 from fastapi import Path as PathParam
-from fastapi import Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from sova.daemon.manager_control import PLAN_STATES
 from sova.daemon.schema import FIELD_NAMES, NAME_MAX, NAME_PATTERN
+from sova.daemon.store_rows import LogSlice
 
 PlanId = Annotated[int, PathParam(ge=1, le=2**62)]
 PlanState = Annotated[str | None, Query(pattern="^(" + "|".join(PLAN_STATES) + ")$")]
@@ -24,6 +25,34 @@ RowAfter = Annotated[int, Query(ge=0, le=2**62)]  # plans and audit entries
 DecisionAfter = Annotated[int, Query(ge=0, le=2**53)]
 PageLimit = Annotated[int, Query(ge=1, le=1000)]
 HostFilter = Annotated[str | None, Query(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+VMFilter = Annotated[str | None, Query(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+AuditAction = Annotated[
+    str | None,
+    Query(
+        pattern=r"^[a-z][a-z0-9_-]{0,15}(:[a-z0-9_-]{1,16})?$",
+        description="one action (approve, forget, mode, ...); fence / unfence match every kind",
+    ),
+]
+# Epoch seconds, as every time the API gives; 1e11 is the year 5138.
+_Time = Query(ge=0, le=1e11)
+
+
+def log_window(
+    order: Annotated[
+        Literal["oldest", "newest"],
+        Query(description="oldest first (page on with after) or newest first (with before)"),
+    ] = "oldest",
+    before: Annotated[
+        int | None, Query(ge=1, le=2**62, description="only ids below it (a next_before)")
+    ] = None,
+    since_s: Annotated[float | None, _Time] = None,
+    until_s: Annotated[float | None, _Time] = None,
+) -> LogSlice:
+    """The order and bounds every log read (plans, audit, decisions) takes."""
+    return LogSlice(before=before, since_s=since_s, until_s=until_s, newest_first=order == "newest")
+
+
+LogWindow = Annotated[LogSlice, Depends(log_window)]
 
 
 def field_name(loc: tuple[Any, ...]) -> str:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, Gauge
 
+from sova.daemon.logs import fields
 from sova.daemon.store import Store
 from sova.daemon.store_admin import advisory_key, holder_of
 
@@ -279,7 +280,13 @@ class Leadership:
         self.store.fence = epoch
         self.store.on_deposed = self.lose
         self.store.lead_fresh = self.fresh
-        log.info("leader of store schema %s at epoch %d (%s)", self.schema, epoch, self.url)
+        log.info(
+            "leader of store schema %s at epoch %d (%s)",
+            self.schema,
+            epoch,
+            self.url,
+            extra=fields(epoch=epoch),
+        )
         return epoch
 
     def fresh(self) -> bool:

@@ -6,8 +6,13 @@ Three formats:
   its device and inode): each line starts with its syslog priority as ``<N>``, which journald
   turns into the entry's PRIORITY (``journalctl -p warning`` works), and carries no
   timestamp of its own (journald stamps every entry).
-- ``json``: one object per line (``ts``, ``level``, ``logger``, ``msg``, ``exc``) for log
-  shippers that do not read the journal.
+- ``json``: one object per line for log shippers that do not read the journal (Loki,
+  Elasticsearch): ``time`` (ISO 8601 UTC, milliseconds), ``ts`` (the same as epoch seconds,
+  for scripts that subtract times), ``level``, ``logger``, ``msg``, ``exc``, and the
+  subjects of the line as fields of their own — ``host``, ``vm``, ``plan``, ``decision``,
+  ``directive``, ``lease``, ``epoch`` — where the code logging it passes them
+  (:func:`fields`), so a fleet's logs are searched by ``host="hv007"``, not by a regular
+  expression over free text (issue 38).
 - ``text``: timestamped lines for a terminal.
 
 uvicorn is started with ``log_config=None`` and its loggers propagate to the root handler
@@ -21,7 +26,8 @@ import json
 import logging
 import os
 import sys
-from typing import TextIO
+from datetime import UTC, datetime
+from typing import Any, TextIO
 
 # syslog(3) priorities
 _PRIORITY = {
@@ -52,14 +58,30 @@ class JournalFormatter(logging.Formatter):
         return "\n".join(prefix + line for line in super().format(record).splitlines())
 
 
+# The subjects a log line may name as fields of its own (JSON format).
+FIELDS = ("host", "vm", "plan", "decision", "directive", "lease", "epoch")
+
+
+def fields(**subjects: Any) -> dict[str, Any]:
+    """``extra=`` for a log call: its subjects (None left out), for the JSON format's
+    fields. Kept under one record attribute so no name can clash with LogRecord's own."""
+    unknown = set(subjects) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"log fields: {sorted(unknown)} not among {FIELDS}")
+    return {"sova_fields": {k: v for k, v in subjects.items() if v is not None}}
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        when = datetime.fromtimestamp(record.created, UTC)
+        entry: dict[str, Any] = {
+            "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "ts": round(record.created, 3),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        entry.update(getattr(record, "sova_fields", {}))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

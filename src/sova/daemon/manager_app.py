@@ -25,6 +25,7 @@ import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -40,12 +41,15 @@ from sova.daemon.config import ManagerSettings
 from sova.daemon.conn_guard import base_protocol, guarded
 from sova.daemon.credentials import Credential
 from sova.daemon.http_errors import (
+    AuditAction,
     DecisionAfter,
     HostFilter,
+    LogWindow,
     PageLimit,
     PlanId,
     PlanState,
     RowAfter,
+    VMFilter,
 )
 from sova.daemon.http_errors import validation_error as _validation_error
 from sova.daemon.leadership import (
@@ -330,14 +334,18 @@ def create_app(
         dependencies=auth,
         responses=_AUTH_RESPONSES,
         tags=["operators"],
-        summary="The decision log with the inputs of each decision, oldest first",
+        summary="The decision log with the inputs of each decision (oldest or newest first)",
     )
     async def get_decisions(
+        window: LogWindow,
         after: DecisionAfter = 0,
         limit: PageLimit = 100,
         host: HostFilter = None,
+        vm: VMFilter = None,
     ) -> DecisionPage:
-        return await service.decision_page(after, limit, host)
+        return await service.decision_page(
+            replace(window, after=after, limit=limit, host=host, vm=vm)
+        )
 
     async def _stored(coro: Awaitable[T]) -> T:
         """An operator change: 503 (nothing changed) when the store refuses it."""
@@ -365,14 +373,18 @@ def create_app(
         dependencies=auth,
         responses=_AUTH_RESPONSES,
         tags=["operators"],
-        summary="Proposed plans (recommend mode) and what became of them, oldest first",
+        summary="Proposed plans (recommend mode) and what became of them (oldest or newest first)",
     )
     async def list_plans(
+        window: LogWindow,
         state: PlanState = None,
         after: RowAfter = 0,
         limit: PageLimit = 100,
+        host: HostFilter = None,
+        vm: VMFilter = None,
     ) -> PlanPage:
-        return await service.plan_page(after, limit, state)
+        sl = replace(window, after=after, limit=limit, kind=state, host=host, vm=vm)
+        return await service.plan_page(sl)
 
     @app.get(
         "/v1/plans/{plan_id}",
@@ -629,10 +641,15 @@ def create_app(
         summary="The audit log of operator actions and plan fates: who, what, when",
     )
     async def get_audit(
+        window: LogWindow,
         after: RowAfter = 0,
         limit: PageLimit = 100,
+        host: HostFilter = None,
+        vm: VMFilter = None,
+        action: AuditAction = None,
     ) -> AuditPage:
-        return await service.audit_page(after, limit)
+        sl = replace(window, after=after, limit=limit, host=host, vm=vm, kind=action)
+        return await service.audit_page(sl)
 
     @app.get(
         "/v1/credentials",

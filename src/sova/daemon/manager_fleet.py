@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, Field
 
+from sova.daemon.logs import fields
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_rounds import Rounds
@@ -93,6 +94,7 @@ class Fleet:
 
     async def cancel(self, host: str, by: str, reason: str) -> DrainView:
         await self.desk.clear_fence("drain", host, by, reason)
+        await self.desk.end_drain_plans(host)
         return await self.status(host)
 
     async def status(self, host: str) -> DrainView:
@@ -186,4 +188,10 @@ class Fleet:
                 self.desk.ops.fences.pop((k, host), None)
             self.desk.sync_fences()
             st.count_hosts(now)
-        log.warning("%s forgot host %s%s", by, host, f" ({reason})" if reason else "")
+        log.warning(
+            "%s forgot host %s%s",
+            by,
+            host,
+            f" ({reason})" if reason else "",
+            extra=fields(host=host),
+        )

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from sova.daemon.logs import fields
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_fates import PlanFates
 from sova.daemon.manager_state import ManagerState
@@ -122,7 +123,11 @@ class Ledger:
                 detail = f"{dr.host} never acknowledged the signal"
                 self.write_end(w, end.lease.vm, end.lease.id, now, "expired", detail)
             log.warning(
-                "withdrew directive %d for %s: not acknowledged in %.0f s", dr.id, dr.host, ttl
+                "withdrew directive %d for %s: not acknowledged in %.0f s",
+                dr.id,
+                dr.host,
+                ttl,
+                extra=fields(directive=dr.id, host=dr.host, vm=dr.vm),
             )
 
     def restart_timers(self, heard_until: float, now: float) -> int:

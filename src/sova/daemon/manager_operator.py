@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from sova.daemon.logs import fields
 from sova.daemon.manager_control import (
     CLUSTER,
     FENCE_KINDS,
@@ -129,7 +130,14 @@ class OperatorDesk:
         )
         self.ops.fences[(kind, name)] = row
         self.sync_fences()
-        log.warning("%s set %s on %s%s", by, kind, name, f" ({reason})" if reason else "")
+        log.warning(
+            "%s set %s on %s%s",
+            by,
+            kind,
+            name,
+            f" ({reason})" if reason else "",
+            extra=fields(**{FENCE_KINDS[kind]: name}),
+        )
         return row
 
     async def clear_fence(self, kind: str, name: str, by: str, reason: str) -> bool:
@@ -146,7 +154,9 @@ class OperatorDesk:
         )
         self.ops.fences.pop((kind, name), None)
         self.sync_fences()
-        log.warning("%s cleared %s on %s", by, kind, name)
+        log.warning(
+            "%s cleared %s on %s", by, kind, name, extra=fields(**{FENCE_KINDS[kind]: name})
+        )
         return True
 
     async def set_mode(self, scope: str, mode: str | None, by: str, reason: str) -> None:
@@ -181,10 +191,46 @@ class OperatorDesk:
     # ------------------------------------------------------------------ plans, in a round
 
     def expire_plans(self, now: float, w: RoundWrite) -> None:
-        for p in self.ops.expire(now):
+        for p in self.ops.expire(now) + self.close_obsolete(now):
             w.plans.append(p)
             w.audit.append(AuditRow(now, "sova", "expire", f"plan {p.id}", p.detail))
             self.st.metrics.plans.labels("expired").inc()
+
+    def close_obsolete(self, now: float, drained: str | None = None) -> list[PlanRow]:
+        """Open plans nothing can carry out any more, closed as expired: their VM left
+        the source by another way (it moved, or was shut down), or a host they name is
+        gone — an open plan would keep a drained host from being forgotten (issue 38).
+        ``drained``: a host whose drain ended; the plans its drain proposed go too."""
+        out = []
+        for pid, p in sorted(self.ops.open_plans.items()):
+            src = self.st.hosts.get(p.host)
+            why = None
+            if src is None or p.vm not in src.vms:
+                why = f"obsolete: {p.vm} is no longer on {p.host}"
+            elif p.dst not in self.st.hosts:
+                why = f"obsolete: {p.dst} is no longer known"
+            elif drained == p.host and p.inputs.get("drain"):
+                why = f"obsolete: the drain of {p.host} ended"
+            if why is not None:
+                self.ops.close(pid)
+                out.append(
+                    replace(p, state="expired", decided_by="sova", decided_s=now, detail=why)
+                )
+        return out
+
+    async def end_drain_plans(self, host: str) -> None:
+        """A drain ended (cancelled): the plans it proposed are closed with it."""
+        now = self.st.now()
+        lock, _ = self.st.primitives()
+        async with lock:
+            w = RoundWrite()
+            for p in self.close_obsolete(now, drained=host):
+                w.plans.append(p)
+                w.audit.append(AuditRow(now, "sova", "expire", f"plan {p.id}", p.detail))
+                self.st.metrics.plans.labels("expired").inc()
+            if w.plans:
+                await self.st.writer.write(w)
+        self.st.metrics.open_plans.set(len(self.ops.open_plans))
 
     def propose(self, lease: Lease, d: Decision, now: float, w: RoundWrite) -> None:
         """A recommend-mode decision becomes a plan (or keeps the identical open one)."""
@@ -231,6 +277,7 @@ class OperatorDesk:
                 new.host,
                 new.dst,
                 ttl,
+                extra=fields(plan=new.id, decision=new.id, vm=new.vm, host=new.host),
             )
 
     # ------------------------------------------------------------------ plans, by operators
@@ -273,7 +320,13 @@ class OperatorDesk:
             self.ops.close(plan_id)
         self.st.metrics.plans.labels("rejected").inc()
         self.st.metrics.open_plans.set(len(self.ops.open_plans))
-        log.warning("plan %d rejected by %s%s", plan_id, by, f": {reason}" if reason else "")
+        log.warning(
+            "plan %d rejected by %s%s",
+            plan_id,
+            by,
+            f": {reason}" if reason else "",
+            extra=fields(plan=plan_id, vm=done.vm, host=done.host),
+        )
         return done
 
     def precondition(self, plan: PlanRow, now: float) -> str | None:
@@ -388,6 +441,7 @@ class OperatorDesk:
             plan.host,
             plan.dst,
             via,
+            extra=fields(plan=plan_id, vm=plan.vm, host=plan.host),
         )
         if self.actuator_for is not None:
             task = asyncio.get_running_loop().create_task(self._execute(approved, did))

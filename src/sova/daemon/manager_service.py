@@ -74,6 +74,7 @@ from sova.daemon.schema import (
     epoch_of,
 )
 from sova.daemon.store import Store
+from sova.daemon.store_rows import LogSlice
 from sova.manager.core import ManagerCore
 from sova.manager.placement import Placement
 from sova.orchestrator.base import Actuator
@@ -323,8 +324,8 @@ class ManagerService:
     def mode_view(self) -> ModeView:
         return self.views.modes()
 
-    async def plan_page(self, after: int, limit: int, state: str | None) -> PlanPage:
-        return await self.views.plan_page(after, limit, state)
+    async def plan_page(self, sl: LogSlice) -> PlanPage:
+        return await self.views.plan_page(sl)
 
     async def plan_view(self, plan_id: int) -> PlanView:
         return plan_view(await self.desk.plan_row(plan_id))
@@ -336,16 +337,16 @@ class ManagerService:
     async def reject_plan(self, plan_id: int, by: str, reason: str) -> PlanView:
         return plan_view(await self.desk.reject_plan(plan_id, by, reason))
 
-    async def audit_page(self, after: int, limit: int) -> AuditPage:
-        return await self.views.audit_page(after, limit)
+    async def audit_page(self, sl: LogSlice) -> AuditPage:
+        return await self.views.audit_page(sl)
 
     # ------------------------------------------------------------------ views
 
     def cluster_view(self, offset: int = 0, limit: int = 1000) -> ClusterView:
         return self.views.cluster(offset, limit)
 
-    async def decision_page(self, after: int, limit: int, host: str | None) -> DecisionPage:
-        return await self.views.decision_page(after, limit, host)
+    async def decision_page(self, sl: LogSlice) -> DecisionPage:
+        return await self.views.decision_page(sl)
 
     # ------------------------------------------------------------------ background
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import TypedDict
 
 from sova.daemon.manager_control import CLUSTER, OperatorBook
 from sova.daemon.manager_ledger import Ledger
@@ -30,6 +31,7 @@ from sova.daemon.schema import (
     ResourceUse,
 )
 from sova.daemon.store import AuditRow, DecisionRow, FenceRow, PlanRow
+from sova.daemon.store_rows import LogSlice
 
 
 def fence_view(f: FenceRow) -> FenceView:
@@ -149,20 +151,32 @@ class Views:
     def modes(self) -> ModeView:
         return mode_view(self.desk.ops, self.st.hosts)
 
-    async def decision_page(self, after: int, limit: int, host: str | None) -> DecisionPage:
+    async def decision_page(self, sl: LogSlice) -> DecisionPage:
         loop = asyncio.get_running_loop()
-        rows = await loop.run_in_executor(None, self.st.store.decisions, after, limit, host)
+        rows = await loop.run_in_executor(None, self.st.store.decision_slice, sl)
         views = [decision_view(r) for r in rows]
-        return DecisionPage(decisions=views, next_after=views[-1].id if views else after)
+        return DecisionPage(decisions=views, **page_bounds([v.id for v in views], sl))
 
-    async def plan_page(self, after: int, limit: int, state: str | None) -> PlanPage:
+    async def plan_page(self, sl: LogSlice) -> PlanPage:
         loop = asyncio.get_running_loop()
-        rows = await loop.run_in_executor(None, self.st.store.plans, after, limit, state)
+        rows = await loop.run_in_executor(None, self.st.store.plan_slice, sl)
         views = [plan_view(r) for r in rows]
-        return PlanPage(plans=views, next_after=views[-1].id if views else after)
+        return PlanPage(plans=views, **page_bounds([v.id for v in views], sl))
 
-    async def audit_page(self, after: int, limit: int) -> AuditPage:
+    async def audit_page(self, sl: LogSlice) -> AuditPage:
         loop = asyncio.get_running_loop()
-        rows = await loop.run_in_executor(None, self.st.store.audit_rows, after, limit)
+        rows = await loop.run_in_executor(None, self.st.store.audit_slice, sl)
         views = [audit_view(r) for r in rows]
-        return AuditPage(entries=views, next_after=views[-1].id if views else after)
+        return AuditPage(entries=views, **page_bounds([v.id for v in views], sl))
+
+
+class PageBounds(TypedDict):
+    next_after: int
+    next_before: int | None
+
+
+def page_bounds(ids: list[int], sl: LogSlice) -> PageBounds:
+    """A page's ``next_after`` (newer rows: the highest id seen) and, newest first,
+    ``next_before`` (older rows: the lowest id seen; None once the page is short)."""
+    older = min(ids) if sl.newest_first and len(ids) == sl.limit else None
+    return PageBounds(next_after=max(ids, default=sl.after), next_before=older)

@@ -36,6 +36,22 @@ def check_manager(settings: ManagerSettings) -> None:
     if settings.tls_certfile is not None and settings.tls_keyfile is not None:
         check_tls_pair(settings.tls_certfile, settings.tls_keyfile)
     check_port_free("port", settings.listen, settings.port)
+    check_cloud(settings)
+
+
+def check_cloud(settings: ManagerSettings) -> None:
+    """orchestrator = "openstack": openstacksdk is installed and clouds.yaml has the entry
+    ``cloud`` names (read now; the cloud itself is asked at the first approval). Without
+    this check the manager started and failed at the first approved plan (issue 38)."""
+    if settings.orchestrator != "openstack" or settings.cloud is None:
+        return
+    from sova.orchestrator.base import CloudConfigError
+    from sova.orchestrator.openstack import connect
+
+    try:
+        connect(settings.cloud, settings.openstack.api_timeout_s)
+    except CloudConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_takeover_timers(settings: ManagerSettings) -> None:

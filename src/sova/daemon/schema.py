@@ -490,6 +490,9 @@ class PlanView(_Wire):
 class PlanPage(_Wire):
     plans: list[PlanView]
     next_after: int = Field(description="pass as ?after= to get the following page")
+    next_before: int | None = Field(
+        default=None, description="newest first: pass as ?before= to get the older page"
+    )
 
 
 class AuditView(_Wire):
@@ -503,7 +506,10 @@ class AuditView(_Wire):
 
 class AuditPage(_Wire):
     entries: list[AuditView]
-    next_after: int
+    next_after: int = Field(description="pass as ?after= to get the following page")
+    next_before: int | None = Field(
+        default=None, description="newest first: pass as ?before= to get the older page"
+    )
 
 
 class DecisionView(_Wire):
@@ -521,6 +527,9 @@ class DecisionView(_Wire):
 class DecisionPage(_Wire):
     decisions: list[DecisionView]
     next_after: int = Field(description="pass as ?after= to get the following page")
+    next_before: int | None = Field(
+        default=None, description="newest first: pass as ?before= to get the older page"
+    )
 
 
 class Health(_Wire):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar
 
 import sqlalchemy as sa
@@ -29,12 +29,15 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from sova.daemon.config import ConfigError, ManagerSettings
 from sova.daemon.credentials import Credential
 from sova.daemon.http_errors import (
+    AuditAction,
     DecisionAfter,
     HostFilter,
+    LogWindow,
     PageLimit,
     PlanId,
     PlanState,
     RowAfter,
+    VMFilter,
 )
 from sova.daemon.manager_control import OperatorBook
 from sova.daemon.manager_guard import _bearer, authorize
@@ -44,6 +47,7 @@ from sova.daemon.manager_views import (
     decision_view,
     fence_view,
     mode_view,
+    page_bounds,
     plan_view,
 )
 from sova.daemon.schema import (
@@ -155,12 +159,16 @@ def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) ->
     @app.get("/v1/plans")
     async def list_plans(
         _: Who,
+        window: LogWindow,
         state: PlanState = None,
         after: RowAfter = 0,
         limit: PageLimit = 100,
+        host: HostFilter = None,
+        vm: VMFilter = None,
     ) -> PlanPage:
-        views = [plan_view(r) for r in await read(reader.plans, after, limit, state)]
-        return PlanPage(plans=views, next_after=views[-1].id if views else after)
+        sl = replace(window, after=after, limit=limit, kind=state, host=host, vm=vm)
+        views = [plan_view(r) for r in await read(reader.plan_slice, sl)]
+        return PlanPage(plans=views, **page_bounds([v.id for v in views], sl))
 
     async def one_plan(plan_id: int) -> PlanView:
         row = await read(reader.plan, plan_id)
@@ -185,21 +193,29 @@ def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) ->
     @app.get("/v1/audit")
     async def get_audit(
         _: Who,
+        window: LogWindow,
         after: RowAfter = 0,
         limit: PageLimit = 100,
+        host: HostFilter = None,
+        vm: VMFilter = None,
+        action: AuditAction = None,
     ) -> AuditPage:
-        views = [audit_view(r) for r in await read(reader.audit_rows, after, limit)]
-        return AuditPage(entries=views, next_after=views[-1].id if views else after)
+        sl = replace(window, after=after, limit=limit, host=host, vm=vm, kind=action)
+        views = [audit_view(r) for r in await read(reader.audit_slice, sl)]
+        return AuditPage(entries=views, **page_bounds([v.id for v in views], sl))
 
     @app.get("/v1/decisions")
     async def get_decisions(
         _: Who,
+        window: LogWindow,
         after: DecisionAfter = 0,
         limit: PageLimit = 100,
         host: HostFilter = None,
+        vm: VMFilter = None,
     ) -> DecisionPage:
-        views = [decision_view(r) for r in await read(reader.decisions, after, limit, host)]
-        return DecisionPage(decisions=views, next_after=views[-1].id if views else after)
+        sl = replace(window, after=after, limit=limit, host=host, vm=vm)
+        views = [decision_view(r) for r in await read(reader.decision_slice, sl)]
+        return DecisionPage(decisions=views, **page_bounds([v.id for v in views], sl))
 
     @app.get("/v1/whoami")
     async def whoami(cred: Who) -> dict[str, str]:

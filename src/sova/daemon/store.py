@@ -45,6 +45,7 @@ from sova.daemon.store_rows import (
     DirectiveRow,
     FenceRow,
     LeaseRow,
+    LogSlice,
     MigrationEnd,
     ModeRow,
     PlanRow,
@@ -592,33 +593,50 @@ class Store(StoreAdmin):
             return {h for (h,) in conn.execute(sa.select(host_reports.c.host).distinct())}
 
     def plans(self, after: int = 0, limit: int = 100, state: str | None = None) -> list[PlanRow]:
-        q = sa.select(plans).where(plans.c.id > after)
-        if state is not None:
-            q = q.where(plans.c.state == state)
-        q = q.order_by(plans.c.id).limit(limit)
+        return self.plan_slice(LogSlice(after, limit, kind=state))
+
+    def plan_slice(self, sl: LogSlice) -> list[PlanRow]:
+        q = sa.select(plans)
+        if sl.kind is not None:
+            q = q.where(plans.c.state == sl.kind)
+        if sl.host is not None:
+            q = q.where(sa.or_(plans.c.host == sl.host, plans.c.dst == sl.host))
+        if sl.vm is not None:
+            q = q.where(plans.c.vm == sl.vm)
         with self.engine.connect() as conn:
-            return [_plan_row(r) for r in conn.execute(q).mappings()]
+            rows = conn.execute(_sliced(q, plans.c.id, plans.c.created_s, sl)).mappings()
+            return [_plan_row(r) for r in rows]
 
     def plan(self, plan_id: int) -> PlanRow | None:
         with self.engine.connect() as conn:
             r = conn.execute(sa.select(plans).where(plans.c.id == plan_id)).mappings().first()
         return _plan_row(r) if r is not None else None
 
-    def audit_rows(self, after: int = 0, limit: int = 100) -> list[AuditRow]:
-        q = sa.select(audit).where(audit.c.id > after).order_by(audit.c.id).limit(limit)
+    def audit_slice(self, sl: LogSlice) -> list[AuditRow]:
+        q = sa.select(audit)
+        names = [n for n in (sl.host, sl.vm) if n is not None]
+        if names:
+            q = q.where(audit.c.subject.in_(names))
+        if sl.kind is not None:
+            # "fence" is every fence:<kind> action too
+            q = q.where(sa.or_(audit.c.action == sl.kind, audit.c.action.startswith(sl.kind + ":")))
         with self.engine.connect() as conn:
             return [
                 AuditRow(r.time_s, r.who, r.action, r.subject, r.detail, r.id)
-                for r in conn.execute(q)
+                for r in conn.execute(_sliced(q, audit.c.id, audit.c.time_s, sl))
             ]
 
     def decisions(
         self, after: int = 0, limit: int = 100, host: str | None = None
     ) -> list[DecisionRow]:
-        q = sa.select(decisions).where(decisions.c.id > after)
-        if host is not None:
-            q = q.where(decisions.c.host == host)
-        q = q.order_by(decisions.c.id).limit(limit)
+        return self.decision_slice(LogSlice(after, limit, host=host))
+
+    def decision_slice(self, sl: LogSlice) -> list[DecisionRow]:
+        q = sa.select(decisions)
+        if sl.host is not None:
+            q = q.where(decisions.c.host == sl.host)
+        if sl.vm is not None:
+            q = q.where(decisions.c.vm == sl.vm)
         with self.engine.connect() as conn:
             return [
                 DecisionRow(
@@ -632,7 +650,7 @@ class Store(StoreAdmin):
                     tuple(r.hot_resources),
                     r.inputs,
                 )
-                for r in conn.execute(q)
+                for r in conn.execute(_sliced(q, decisions.c.id, decisions.c.time_s, sl))
             ]
 
     def migration_rows(self, vm: str | None = None) -> list[dict[str, Any]]:
@@ -739,3 +757,15 @@ def iter_report_vms(vms: Mapping[str, Any]) -> Iterable[tuple[str, list[float], 
     """Decode the ``vms`` JSON column: name -> [cpu, mem, net, MiB, migrating]."""
     for name, v in vms.items():
         yield name, [float(v[0]), float(v[1]), float(v[2])], int(v[3]), bool(v[4])
+
+
+def _sliced(q: Any, id_col: Any, time_col: Any, sl: LogSlice) -> Any:
+    """``q`` bounded by the slice's ids and times, ordered and limited as it asks."""
+    q = q.where(id_col > sl.after)
+    if sl.before is not None:
+        q = q.where(id_col < sl.before)
+    if sl.since_s is not None:
+        q = q.where(time_col >= sl.since_s)
+    if sl.until_s is not None:
+        q = q.where(time_col <= sl.until_s)
+    return q.order_by(id_col.desc() if sl.newest_first else id_col).limit(sl.limit)

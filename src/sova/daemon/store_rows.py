@@ -160,3 +160,25 @@ class StoredState:
     # host -> its agents' earlier boot ids, oldest first (within the report retention): a
     # report of one of those after a manager restart is still a replay
     past_boots: Mapping[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogSlice:
+    """Which rows of a log (plans, audit, decisions) an operator reads.
+
+    Ids grow with time, so ``newest_first`` reads the highest ids below ``before`` (the
+    runbooks' "the last five" is ``limit=5`` newest first); the time bounds are the rows'
+    own times (epoch seconds, inclusive). ``host``/``vm``: a plan's source or target / VM, a
+    decision's host / VM, an audit entry's subject; ``kind``: a plan's state, an audit
+    entry's action (``fence`` also matches ``fence:pin``...).
+    """
+
+    after: int = 0
+    limit: int = 100
+    before: int | None = None
+    since_s: float | None = None
+    until_s: float | None = None
+    newest_first: bool = False
+    host: str | None = None
+    vm: str | None = None
+    kind: str | None = None

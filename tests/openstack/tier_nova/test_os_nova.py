@@ -33,6 +33,7 @@ from nova.tests.fixtures import libvirt as fakelibvirt  # noqa: E402
 from nova.tests.functional.libvirt import test_pci_sriov_servers as sriov  # noqa: E402
 
 from openstack import connection  # noqa: E402
+from sova.daemon.store_rows import LogSlice  # noqa: E402
 from sova.driver.base import OpState, OpStatus  # noqa: E402
 from sova.model import NIC, VM, AttachVF, DetachVF, Host, Inventory, Migrate, VMState  # noqa: E402
 from sova.orchestrator.openstack import OpenStackActuator  # noqa: E402
@@ -344,7 +345,7 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
                 svc.ingest(h, build_report(i, 10.0 * i, Utilisation(*u), load))
             loop.run_until_complete(svc.tick(10.0 * i))
         loop.run_until_complete(svc.drain())
-        page = loop.run_until_complete(svc.plan_page(0, 100, "proposed"))
+        page = loop.run_until_complete(svc.plan_page(LogSlice(kind="proposed")))
         [plan] = page.plans
         assert [(a.vm, a.src, a.dst) for a in plan.actions] == [("vm1", "host1", "host3")]
         sid = self.server["id"]
