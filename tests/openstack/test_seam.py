@@ -330,6 +330,28 @@ def test_inventory_is_the_hosts_view_reconciled_with_nova_neutron_placement() ->
     assert any("stray" in d for d in act.discrepancies)
 
 
+def test_each_disagreement_between_host_and_cloud_is_noted_for_its_vm_only() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 4})
+    for vm in ("agree", "neutron-only", "host-only"):
+        cloud.add_server(vm, "cmp1")
+    act = actuator(cloud)
+    for vm in ("agree", "neutron-only"):
+        assert run(act, AttachVF(vm)).state is OpState.SUCCEEDED
+    # Placement's 4 (reserved 0) equals the host's 4: no note about the pool.
+    cloud.rps = [RP("rp-cmp1", "cmp1")]
+    cloud.inventories = {"rp-cmp1": [Inv("CUSTOM_SRIOV_VF", 4, reserved=0)]}
+    act.vf_resource_class = "CUSTOM_SRIOV_VF"
+    inv = act.reconcile(
+        sensed("cmp1", "agree", "neutron-only", "host-only", vf=("agree", "host-only"), pool=4)
+    )
+    assert sorted(act.discrepancies) == [
+        "host-only: the host senses a VF that no Sova port accounts for",
+        "neutron-only: Neutron has a direct port bound, the host senses none",
+    ]
+    assert inv.host.nic.vf_pool == 4
+    assert inv.vf_holders == frozenset({"agree", "neutron-only", "host-only"})
+
+
 def test_tenants_own_vf_port_on_the_host_is_neither_counted_nor_touched() -> None:
     """A tenant attached its own direct port to one server of the host (named like Sova's,
     which proves nothing): it is not Sova's VF, Sova's pool is what the PF has left, and a
@@ -346,6 +368,7 @@ def test_tenants_own_vf_port_on_the_host_is_neither_counted_nor_touched() -> Non
     assert inv.vms["tenant"].nic is NicKind.VIRTIO and not inv.vms["tenant"].failover_ready
     assert inv.vf_holders == frozenset()
     assert any(theirs.id in d and "not Sova's" in d for d in act.discrepancies)
+    assert "tenants' own ports hold 1 of 2 VFs on cmp1: Sova's pool is 1" in act.discrepancies
     st = run(act, DetachVF("tenant"))
     assert st.state is OpState.FAILED and "not Sova's" in st.detail and theirs.id in st.detail
     assert cloud.ports[theirs.id].device_id == "uuid-tenant"  # still attached, still there
