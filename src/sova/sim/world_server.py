@@ -36,7 +36,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -49,6 +49,9 @@ from sova.driver.base import DriverError
 from sova.driver.remote import RemoteDriver, decode_action, encode
 from sova.record import outcome_event, row_dict, step_rows
 from sova.scenario import PolicySpec, Scenario, load_scenario
+
+if TYPE_CHECKING:
+    from sova.sim.world import World
 
 log = logging.getLogger("sova.world")
 
@@ -488,22 +491,43 @@ def add_records(
         run.events.append(dataclasses.replace(ev, policy=svc.policy, src_host=host))
 
 
-def hotspot_events(decisions: list[dict[str, Any]], policy: str) -> list[Any]:
-    """The manager's decision log as ``hotspot`` events, worded as ``sova simulate`` does."""
-    from sova.record import decision_event
+def hotspot_events(decisions: list[dict[str, Any]], policy: str, world: World) -> list[Any]:
+    """The manager's decision log as events, worded and condensed as ``sova simulate``
+    writes them: a hot host left as it is is one state (:class:`sova.record.HotspotStates`),
+    judged at every control round of ``world``'s schedule, the rounds that decided nothing
+    included (they end the states of hosts no longer hot)."""
+    from sova.record import HotspotStates, decision_event
 
-    return [
-        decision_event(
-            policy,
-            float(d["time_s"]),
-            d["host"],
-            vm=d.get("vm"),
-            target=d.get("target"),
-            reason=d["reason"],
-            utilisation=d["inputs"]["utilisation"],
+    by_time: dict[float, list[dict[str, Any]]] = {}
+    for d in decisions:
+        by_time.setdefault(round(float(d["time_s"]), 6), []).append(d)
+    every = world.schedule.period_ticks
+    rounds = set(by_time) | {round(k * world.tick_s, 6) for k in range(every, world.k + 1, every)}
+    states = HotspotStates(policy)
+    out: list[Any] = []
+    for t in sorted(rounds):
+        new = by_time.get(t, [])
+        if not (new or states.open):
+            continue
+        keep, ended = states.round(
+            t,
+            [(d["host"], bool(d["flag"]), d.get("vm"), d.get("target"), d["reason"]) for d in new],
         )
-        for d in decisions
-    ]
+        out.extend(ended)
+        out.extend(
+            decision_event(
+                policy,
+                t,
+                new[i]["host"],
+                vm=new[i].get("vm"),
+                target=new[i].get("target"),
+                reason=new[i]["reason"],
+                utilisation=new[i]["inputs"]["utilisation"],
+            )
+            for i in keep
+        )
+    out.extend(states.close(world.k * world.tick_s))
+    return out
 
 
 def write_run(
@@ -520,7 +544,7 @@ def write_run(
     from sova.sim.runner import run_policy
 
     run = svc.world.run
-    run.events.extend(hotspot_events(decisions, svc.policy))
+    run.events.extend(hotspot_events(decisions, svc.policy, svc.world))
     # Agents report in parallel; the in-process run appends in time order, host by host.
     order = {h: i for i, h in enumerate(svc.world.hosts)}
     run.events.sort(key=lambda e: (e.time_s, order.get(e.src_host, 0)))
