@@ -151,7 +151,8 @@ def measure(scn: Scenario, run: PolicyRun, grid: dq.DemandGrid, label: str) -> R
     hours = scn.duration / 3600.0
     ceiling = dq.virtio_ceiling_bps(scn.profile)
     moves = dq.attaches(run.events)
-    useless = dq.useless_attaches(run.events, grid, ceiling)
+    freed = dq.freed_cpu_saturation(scn.profile)
+    useless = dq.useless_attaches(run.events, grid, ceiling, cpu_saturation=freed)
     blip = dq.blip_cost_mbit(run.events, grid)
     delivered = float(s["throughput_mbps"])
     return Row(
