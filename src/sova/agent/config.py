@@ -48,6 +48,8 @@ class SchedulerSpec(_Strict):
     # docs/design.md#vf-cost-benefit (the sova policy; dsr-iov runs the papers' scheduler)
     top_senders: bool = True
     cost_benefit: bool = True
+    # virtio's per-VM ceiling (docs/design.md#useless-move); in a simulated world the
+    # profile's, unless the scenario sets it (sova.sim.world.agent_config)
     virtio_lossless: Rate = 100e6
     hotplug_blip: Duration = 2.0
     horizon: Duration = Field(default=60.0, gt=0)

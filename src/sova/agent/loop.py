@@ -117,10 +117,12 @@ class Decision:
     migration: tuple[str, str] | None = None  # (vm, target) labelled VLM this period
 
 
-def path_ceilings(actual: Inventory) -> tuple[dict[str, float], frozenset[str]]:
-    """Each VM's path ceiling (the lowest of its VF max rate, its guest limit and the line
-    rate) and the VMs on virtio: what the sensor marks censored periods against
-    (docs/design.md#censored-demand)."""
+def path_ceilings(
+    actual: Inventory, virtio_bps: float = math.inf
+) -> tuple[dict[str, float], frozenset[str]]:
+    """Each VM's path ceiling (the lowest of its VF max rate or, on virtio, ``virtio_bps``
+    (``scheduler.virtio_lossless``), its guest limit and the line rate) and the VMs on
+    virtio: what the sensor marks censored periods against (docs/design.md#censored-demand)."""
     line = actual.host.nic.capacity_bps
     ceilings: dict[str, float] = {}
     virtio: list[str] = []
@@ -130,6 +132,7 @@ def path_ceilings(actual: Inventory) -> tuple[dict[str, float], frozenset[str]]:
             if st.vf_max_bps is not None:
                 c = min(c, st.vf_max_bps)
         else:
+            c = min(c, virtio_bps)
             virtio.append(vm)
         if st.guest_limit_bps is not None:
             c = min(c, st.guest_limit_bps)
@@ -437,7 +440,7 @@ class HostAgent:
         self, sample: HostSample, actual: Inventory, sensed: bool = False
     ) -> LoadShares | None:
         if not sensed:
-            self.sensor.observe(sample, *path_ceilings(actual))
+            self.sensor.observe(sample, *path_ceilings(actual, self.scheduler.virtio_lossless))
         prev, self._prev_sample = self._prev_sample, sample
         if prev is None:
             return None

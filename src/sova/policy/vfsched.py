@@ -67,7 +67,9 @@ class VFSchedulerConfig:
     # baseline always runs (the controller's schema turns them on for sova)
     top_senders: bool = False
     cost_benefit: bool = False
-    virtio_lossless: float = 100e6  # bit/s virtio carries for one VM without loss
+    # virtio's per-VM ceiling, bit/s: a VF carries only demand above it
+    # (docs/design.md#useless-move)
+    virtio_lossless: float = 100e6
     hotplug_blip: float = 2.0  # s of connectivity a plug or an unplug costs the guest
     horizon: float = 60.0  # s over which a move's gain is counted
     benefit_margin: float = 1.0  # a move is made when benefit > (1 + margin) x cost

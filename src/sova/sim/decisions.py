@@ -6,8 +6,11 @@ report:
 
 * a **VF move** is an attach (a VM gets a VF); the detach that freed the VF is part of it;
 * a move is **useless** when the VM it went to sent no more than virtio carries without loss
-  (:func:`virtio_ceiling_bps`) at the attach and over the next :data:`USEFUL_HORIZON_S`: the
-  VF bought that VM nothing, and the hot-plug cost it a connectivity blip;
+  (:func:`virtio_ceiling_bps`, the ceiling the sova policy's gate uses in a simulated world)
+  at the attach and over the next :data:`USEFUL_HORIZON_S`, and, where the profile charges
+  virtio guests CPU per packet (:func:`freed_cpu_saturation`), its vCPUs were not full on
+  virtio then either: the VF bought that VM nothing, and the hot-plug cost it a connectivity
+  blip (docs/design.md#useless-move);
 * a migration is **moved back** when the VM returns to a host it left within
   ``window_s``.
 
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sova.agent.config import SensingSpec
 from sova.record import EventRow, Timeline
 from sova.scenario import ProfileSpec
 
@@ -30,12 +34,20 @@ BLIP_ATTACH_S = 2.2  # docs/lab.md, nested tier: ping gaps 1.95-2.4 s at a plug
 BLIP_DETACH_S = 1.3  # docs/lab.md, nested tier: 1.3 s at an unplug
 MOVED_BACK_WINDOW_S = 3600.0
 PACKET_BYTES = 1448.0  # the workloads' default segment (scenario.Workload.packet_bytes)
+CPU_SATURATION = SensingSpec().cpu_saturation  # the sensor's: full vCPUs on virtio
 
 
 def virtio_ceiling_bps(profile: ProfileSpec, packet_bytes: float = PACKET_BYTES) -> float:
     """What one VM's virtio path carries at most on this hardware: its per-VM flow limit or
     the backend's whole packet rate, whichever is lower."""
     return min(profile.virtio_flow_limit, profile.virtio_pps_limit * packet_bytes * 8.0)
+
+
+def freed_cpu_saturation(profile: ProfileSpec) -> float | None:
+    """The vCPU use at which a VF frees a virtio guest's CPU for more traffic (the sensor's
+    ``cpu_saturation``), or None where the profile charges virtio no extra guest CPU per
+    packet: there a VF below virtio's ceiling frees nothing."""
+    return CPU_SATURATION if profile.virtio_guest_ns_per_packet > 0 else None
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class DemandGrid:
     vms: list[str]
     offered: np.ndarray  # (V, P) bit/s; 0 where a VM has no sample
     delivered: np.ndarray  # (V, P) bit/s sent
+    cpu: np.ndarray | None = None  # (V, P) vCPU use 0..1 (the run's; None: not read)
 
     def index(self, vm: str) -> int:
         return self.vms.index(vm)
@@ -58,6 +71,7 @@ def demand_grid(timeline: Timeline, vms: Sequence[str]) -> DemandGrid:
     names = timeline.texts("vm")
     offered = timeline.column("offered_mbps")
     tx = timeline.column("tx_mbps")
+    usage = timeline.column("cpu_usage")
     times = np.unique(t)
     where = {v: i for i, v in enumerate(vms)}
     lut = np.array([where.get(str(n), -1) for n in names] + [-1], dtype=np.int64)
@@ -69,7 +83,9 @@ def demand_grid(timeline: Timeline, vms: Sequence[str]) -> DemandGrid:
     off = np.where(np.isfinite(offered), offered, 0.0) * 1e6
     grid[row[ok], col[ok]] = off[ok]
     sent[row[ok], col[ok]] = tx[ok] * 1e6
-    return DemandGrid(times, list(vms), grid, sent)
+    cpu = np.zeros((len(vms), times.size))
+    cpu[row[ok], col[ok]] = np.where(np.isfinite(usage), usage, 0.0)[ok]
+    return DemandGrid(times, list(vms), grid, sent, cpu)
 
 
 def attaches(events: Iterable[EventRow]) -> list[EventRow]:
@@ -81,9 +97,12 @@ def useless_attaches(
     grid: DemandGrid,
     ceiling_bps: float,
     horizon_s: float = USEFUL_HORIZON_S,
+    cpu_saturation: float | None = None,
 ) -> list[EventRow]:
     """The VF attaches to a VM whose demand, from the sample before the attach to
-    ``horizon_s`` after it, never exceeded what its virtio path carries."""
+    ``horizon_s`` after it, never exceeded what its virtio path carries, nor (with
+    ``cpu_saturation``, :func:`freed_cpu_saturation`) ran its vCPUs full on virtio while
+    sending: ``grid`` is then a run with every VM on virtio (do-nothing's)."""
     period = float(np.median(np.diff(grid.times))) if grid.times.size > 1 else 0.0
     where = {v: i for i, v in enumerate(grid.vms)}
     out = []
@@ -94,8 +113,13 @@ def useless_attaches(
         lo = np.searchsorted(grid.times, e.time_s - period, side="left")
         hi = np.searchsorted(grid.times, e.time_s + horizon_s, side="right")
         peak = float(grid.offered[i, lo:hi].max()) if hi > lo else 0.0
-        if peak <= ceiling_bps:
-            out.append(e)
+        if peak > ceiling_bps:
+            continue
+        if cpu_saturation is not None and grid.cpu is not None and hi > lo:
+            full = grid.cpu[i, lo:hi] >= cpu_saturation
+            if (full & (grid.offered[i, lo:hi] > 0)).any():
+                continue
+        out.append(e)
     return out
 
 

@@ -331,6 +331,7 @@ def plot_vf_holders_fleet(
     if not any(g.vf.any() for g in grids):
         return None
     ceiling = dq.virtio_ceiling_bps(scn.profile)
+    freed = dq.freed_cpu_saturation(scn.profile)
     plotted: Plotted = {}
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 3.4 * len(runs)), squeeze=False)
     for ax, run, g in zip(axes[:, 0], runs, grids, strict=True):
@@ -339,7 +340,7 @@ def plot_vf_holders_fleet(
         _heat(fig, ax, share, end, "holders' share of host traffic", 1.0, "magma")
         moves = dq.attaches(run.events)
         demand = dq.demand_grid(run.timeline, g.vms)
-        useless = dq.useless_attaches(moves, demand, ceiling)
+        useless = dq.useless_attaches(moves, demand, ceiling, cpu_saturation=freed)
         hours = max(end, 1e-9) / 3600.0
         per_host_h = len(moves) / (max(len(g.hosts), 1) * hours)
         mean = float(np.nanmean(share)) if np.isfinite(share).any() else 0.0

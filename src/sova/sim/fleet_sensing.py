@@ -234,6 +234,7 @@ class FleetSensing:
     def __init__(self, engine: Engine, config: ControllerConfig) -> None:
         s = config.sensing
         self.on_demand = s.hotspot_on_demand  # HostAgent._observe's demand_loads
+        self.virtio = config.scheduler.virtio_lossless  # path_ceilings' virtio ceiling
         self.kernel = SensorKernel(
             engine.N, s.window, s.epsilon, s.traffic_threshold, s.censor_margin, s.cpu_saturation
         )
@@ -263,7 +264,8 @@ class FleetSensing:
         # each VM's path ceiling as the agent reads it from its inventory (path_ceilings)
         virtio = ~e.on_vf
         ceiling = np.minimum(
-            np.minimum(np.where(e.on_vf, e.vf_max, np.inf), e.guest_limit), self.capacity[host]
+            np.minimum(np.where(e.on_vf, e.vf_max, self.virtio), e.guest_limit),
+            self.capacity[host],
         )
         k.observe(e.env.now, counters, e.vcpus, host, ceiling, virtio)
         f = self.factors = k.factors(host, e.H)

@@ -181,6 +181,7 @@ def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
     from sova.sim import decisions as dq
 
     ceiling = dq.virtio_ceiling_bps(scn.profile)
+    freed = dq.freed_cpu_saturation(scn.profile)
     vms = [v.name for v in scn.vms]
     hours = max(scn.duration, 1e-9) / 3600.0
     lines = [
@@ -188,7 +189,9 @@ def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
         "",
         f"A VF move is an attach; it is useless when the VM sent no more than its virtio "
         f"path carries ({ceiling / 1e6:,.0f} Mbit/s) at the attach and over the next "
-        f"{dq.USEFUL_HORIZON_S:g} s. Moved back: a migration to a host the VM left less than "
+        f"{dq.USEFUL_HORIZON_S:g} s"
+        + ("" if freed is None else " and its vCPUs were not full on virtio")
+        + ". Moved back: a migration to a host the VM left less than "
         f"{dq.MOVED_BACK_WINDOW_S / 3600:g} h before.",
         "",
         "| policy | VF moves | per host-hour | useless | migrations | moved back |",
@@ -196,7 +199,9 @@ def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
     ]
     for run in runs:
         moves = dq.attaches(run.events)
-        useless = dq.useless_attaches(moves, dq.demand_grid(run.timeline, vms), ceiling)
+        useless = dq.useless_attaches(
+            moves, dq.demand_grid(run.timeline, vms), ceiling, cpu_saturation=freed
+        )
         share = f" ({len(useless) / len(moves):.0%})" if moves else ""
         migrations = sum(1 for e in run.events if e.event == "migrate_end")
         lines.append(

@@ -45,6 +45,7 @@ from sova.record import (
     step_values,
 )
 from sova.scenario import PolicySpec, Scenario
+from sova.sim.decisions import virtio_ceiling_bps
 from sova.sim.driver import SimDriver
 from sova.sim.engine import Engine
 from sova.sim.fleet_bandwidth import FleetBandwidth
@@ -147,7 +148,16 @@ class PolicyRun(RunRecord):
 
 
 def agent_config(scn: Scenario, policy: PolicySpec) -> ControllerConfig:
-    return scn.controller.for_policy(policy.vf, policy.bandwidth, policy.static_caps)
+    """The scenario's controller for one compared policy. The VF gate's
+    ``scheduler.virtio_lossless`` is virtio's per-VM ceiling: unless the scenario sets it,
+    the simulated hardware's own (its profile's), the ceiling the world enforces and the
+    decision benchmark judges moves by (docs/design.md#vf-cost-benefit)."""
+    cfg = scn.controller.for_policy(policy.vf, policy.bandwidth, policy.static_caps)
+    if "virtio_lossless" in scn.controller.scheduler.model_fields_set:
+        return cfg
+    ceiling = virtio_ceiling_bps(scn.profile)
+    scheduler = cfg.scheduler.model_copy(update={"virtio_lossless": ceiling})
+    return cfg.model_copy(update={"scheduler": scheduler})
 
 
 class World:
