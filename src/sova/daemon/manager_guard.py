@@ -102,15 +102,16 @@ class GuardMiddleware:
         parts = path.strip("/").split("/")
         if endpoint in ("report", "directive"):
             host = parts[2] if len(parts) > 2 else ""
-            ok = svc.check_host_token(host, token) or (
-                endpoint == "directive" and svc.tokens.operator(token) is not None
-            )
+            agent = svc.check_host_token(host, token)
+            ok = agent or (endpoint == "directive" and svc.tokens.operator(token) is not None)
             if not ok:
                 if endpoint == "report":
                     svc.metrics.reports.labels("unauthorized").inc()
                 await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
                 return
             scope.setdefault("state", {})["sova_host"] = host
+            # Only the host's own agent takes delivery of its directive; an operator reads it.
+            scope["state"]["sova_agent"] = agent
         elif endpoint == "done":
             host = (_header(headers, b"x-sova-host") or b"").decode("latin-1")
             if not svc.check_host_token(host, token):
