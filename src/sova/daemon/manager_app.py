@@ -547,11 +547,14 @@ def create_app(
         operation_id="setHostMode",
         response_model=ModeView,
         dependencies=auth,
-        responses=_OPERATOR_RESPONSES,
+        responses={**_OPERATOR_RESPONSES, 404: {"description": "no such host"}},
         tags=["operators"],
         summary="Set one host's mode, over the cluster's; kept across restarts",
     )
     async def set_host_mode(host: HostName, body: ModeChange, request: Request) -> ModeView:
+        if host not in service.state.hosts and host not in service.tokens.hosts:
+            # A typo would be stored as a mode nobody has, the host meant left unchanged.
+            raise HTTPException(404, f"no host {host}: it has no token and has not reported")
         return await _stored(service.set_mode(host, body.mode, *_body_who(request, body)))
 
     @app.delete(
