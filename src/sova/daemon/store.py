@@ -305,6 +305,16 @@ class Store(StoreAdmin):
                     f"{known.get_current_head()!r}): run the newer Sova, or restore a backup "
                     "made by this version (sova store restore)"
                 )
+            if current is None and set(sa.inspect(conn).get_table_names()) & set(metadata.tables):
+                # Sova's tables without their version: a partial restore or a copy of the
+                # tables alone. Creating them again fails half-way; guessing a version
+                # could misread a column.
+                raise StoreError(
+                    f"database_url: store {self.engine.url.render_as_string(hide_password=True)} "
+                    "has Sova's tables but no schema version (alembic_version): restore a "
+                    "whole backup (sova store restore) or point database_url at an empty "
+                    "database"
+                )
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
             rev = MigrationContext.configure(conn).get_current_revision()
