@@ -125,3 +125,21 @@ def test_metrics_the_simulator_reads_as_numbers_are_checked_at_validate(
         assert result.exit_code == 2, result.output
         assert named in _one_error_line(result.output)
     assert not (folder / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["validate", "simulate"])
+def test_a_huge_or_multiline_scenario_name_is_refused_at_once(
+    folder: Path, command: str, tmp_path: Path
+) -> None:
+    """Issue 37, Low: a 100,000-character name made ``sova simulate`` take 63 s instead of
+    3.5 s (every figure's title carries it). Names are one line of at most 200 characters
+    (the shipped ones are at most 23), refused before anything runs."""
+    text = (ROOT / "scenarios" / "trace-replay.yaml").read_text()
+    for bad in ("x" * 100_000, '"two\\nlines"'):  # YAML's "\n": a newline in the name
+        scn = folder / "long.yaml"
+        scn.write_text(text.replace("name: trace-replay", f"name: {bad}", 1))
+        args = [command, str(scn)] + (["-o", str(tmp_path / "out")] if command == "simulate" else [])
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output[:500]
+        line = _one_error_line(result.output)
+        assert "  name: " in line and len(line) < 400, line[:500]

@@ -7,7 +7,8 @@ leader it follows. The verdict compares them: one leader; none; or several.
 
 Exit codes: 0 one manager leads, it is ready, every standby follows it and every manager
 given answered; 1 none leads, several claim to, a standby follows another epoch than the
-leader's, the leader is not ready, or a manager given is down; 2 bad input; 3 no manager
+leader's, the leader is not ready, a manager given is down, or a standby's safety-relevant
+settings or credentials differ from the leader's (named); 2 bad input; 3 no manager
 answered.
 """
 
@@ -40,6 +41,8 @@ class ManagerState:
     follows: str | None  # a standby's leader URL
     status: str  # its readiness line, or why it could not be asked
     ready: bool = True  # /readyz answered 200 (a leader that is not: 503, role leader)
+    # A standby's safety-relevant settings unlike the leader's published digest (issue 37)
+    differs: tuple[str, ...] = ()
 
 
 def ask(url: str, shown: str, timeout_s: float, verify: Any = True) -> ManagerState:
@@ -59,6 +62,8 @@ def ask(url: str, shown: str, timeout_s: float, verify: Any = True) -> ManagerSt
         epoch = body.get("epoch")
         follows = body.get("leader_url")
         status = str(body.get("status", ""))
+        differs = body.get("config_differs") or []
+        names = tuple(_printable(str(d))[:64] for d in differs if isinstance(differs, list))
     except (ValueError, AttributeError):
         return ManagerState(shown, "unknown", None, None, f"answered {r.status_code}, not JSON")
     if role not in ("leader", "standby"):
@@ -70,6 +75,7 @@ def ask(url: str, shown: str, timeout_s: float, verify: Any = True) -> ManagerSt
         str(follows) if follows else None,
         _printable(status)[:200],
         r.status_code == 200,
+        names[:32],
     )
 
 
@@ -98,14 +104,26 @@ def verdict(states: list[ManagerState]) -> tuple[int, str]:
 
 
 def unhealthy(states: list[ManagerState], code: int, line: str) -> tuple[int, str]:
-    """The verdict, made 1 when a manager given is down or answers oddly, or the leader is
-    not ready: a pair with one manager down has no standby left (issue 38)."""
+    """The verdict, made 1 when a manager given is down or answers oddly, the leader is
+    not ready (a pair with one manager down has no standby left, issue 38), or a standby's
+    configuration differs from the leader's (a takeover would make it the cluster's,
+    issue 37)."""
     bad = [
-        s for s in states if s.role in ("down", "unknown") or (s.role == "leader" and not s.ready)
+        s
+        for s in states
+        if s.role in ("down", "unknown") or (s.role == "leader" and not s.ready) or s.differs
     ]
     if code != 0 or not bad:
         return code, line
-    named = ", ".join(f"{s.url} ({'not ready' if s.role == 'leader' else s.role})" for s in bad)
+
+    def why(s: ManagerState) -> str:
+        if s.role == "leader":
+            return "not ready"
+        if s.differs:
+            return "configuration differs from the leader's in: " + ", ".join(s.differs)
+        return s.role
+
+    named = ", ".join(f"{s.url} ({why(s)})" for s in bad)
     return 1, f"{line}; unhealthy: {named}"
 
 

@@ -201,14 +201,51 @@ def test_an_empty_or_short_admin_token_is_refused(value: str, tmp_path: Path) ->
             '[b]\nrole = "admin"\ntokens = ["' + "x" * 20 + '"]\n',
             "same secret",
         ),
+        # Issue 37, Lows: names differing only in case read as one person in the audit; a
+        # host's token as an operator secret lets a compromised agent act as an operator.
+        (
+            '[alice]\nrole = "viewer"\ntokens = ["' + "x" * 20 + '"]\n'
+            '[Alice]\nrole = "admin"\ntokens = ["' + "y" * 20 + '"]\n',
+            "Alice: differs from alice only in case",
+        ),
+        ('[Admin]\nrole = "viewer"\ntokens = ["' + "y" * 20 + '"]\n', "admin_token"),
+        ('[a]\nrole = "viewer"\ntokens = ["' + TOKENS["h1"] + '"]\n', "host h1's token"),
+        ('[a]\nrole = "viewer"\ntokens = ["' + _sha(TOKENS["h2"]) + '"]\n', "host h2's token"),
     ],
 )
 def test_bad_operators_files_are_one_line_errors(body: str, why: str, tmp_path: Path) -> None:
     f = tmp_path / "ops.toml"
     f.write_text(body)
     with pytest.raises(ConfigError, match=why) as exc:
-        TokenBook.load(manager_settings(operators_file=f))
+        TokenBook.load(manager_settings(operators_file=f, admin_token=ADMIN))
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("which", ["operators_file", "tokens_file"])
+def test_a_world_writable_credentials_file_is_refused_and_a_reload_keeps_the_old(
+    store: Any, tmp_path: Path, which: str
+) -> None:
+    """Issue 37, Low: anyone on the host could add themselves as admin (or a host's token)
+    to a world-writable file; it was reloaded without a word. Refused now, as sshd's
+    StrictModes refuses such an authorized_keys: one line naming the file, the old
+    credentials stay in force."""
+    ops = _operators_file(tmp_path / "ops.toml")
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(f'h1 = "{TOKENS["h1"]}"\n')
+    tokens.chmod(0o600)
+    api = Api(manager_settings(hosts={}, tokens_file=tokens, operators_file=ops), store)
+    try:
+        path = {"operators_file": ops, "tokens_file": tokens}[which]
+        path.chmod(0o666)
+        with pytest.raises(ConfigError, match=f"{which} {path} is world-writable") as exc:
+            TokenBook.load(api.svc.settings)
+        assert "\n" not in str(exc.value)
+        assert api.svc.reload_tokens() is False
+        assert api.get("/v1/fences", headers=_h(VIEWER)).status_code == 200
+        r = api.post("/v1/hosts/h1/reports", content=report(1, 1, (0.1,) * 3), headers=auth("h1"))
+        assert r.status_code == 200
+    finally:
+        api.close()
 
 
 def test_host_tokens_may_be_several_so_rotation_overlaps(store: Any, tmp_path: Path) -> None:

@@ -282,3 +282,27 @@ def test_a_change_the_store_refuses_withdraws_nothing(api_factory: Any, monkeypa
     assert "h1-vm1" in api.svc.core.leases
     d = post(api, "h1", 4)
     assert (d["i"], d["f"], d["t"]) == (did, True, "h2")
+
+
+def test_an_operator_reading_the_directive_does_not_deliver_it(api_factory: Any) -> None:
+    """Issue 37, Low: an operator's GET of a host's directive is a read. Before, it marked
+    the directive delivered, so a later change held it for the source's next report (as
+    if the agent might have it) instead of withdrawing it at once; the agent's own GET
+    still delivers it."""
+    api = make(api_factory)
+    did = publish(api)
+    r = api.get("/v1/hosts/h1/directive", headers=ADMIN_H)
+    assert (r.status_code, r.json()["f"], r.json()["i"]) == (200, True, did)
+    words = operator(api, "maintenance-source")
+    assert leases(api) == []  # withdrawn at once: no response to h1 carried it
+    (m,) = api.svc.store.migration_rows("h1-vm1")
+    assert (m["result"], m["id"]) == ("withdrawn", did) and words in m["detail"]
+
+
+def test_the_agents_own_read_of_the_directive_delivers_it(api_factory: Any) -> None:
+    api = make(api_factory)
+    publish(api)
+    r = api.get("/v1/hosts/h1/directive", headers=auth("h1"))
+    assert r.json()["f"] is True
+    operator(api, "maintenance-source")
+    assert leases(api) == [("h1-vm1", "h1", "h2")]  # held until h1's next report decides

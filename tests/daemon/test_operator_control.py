@@ -265,6 +265,25 @@ def test_per_host_mode(api_factory: Any) -> None:
     assert rounds(api, range(4, 5))["h1"]["f"], "back in autonomic mode, it is signalled"
 
 
+def test_a_mode_for_a_host_that_does_not_exist_is_404_and_not_stored(api_factory: Any) -> None:
+    """Issue 37, Low: a typo (``hv0O1``) was stored and listed as a host's mode, and the
+    host meant kept the cluster's. A host exists once it has a token or has reported (as
+    for a drain); its mode may be reset even so (an old row from a removed host)."""
+    api = make(api_factory)
+    r = api.run(
+        api.client.put("/v1/hosts/nosuch/mode", json={"mode": "recommend"}, headers=ADMIN_H)
+    )
+    assert r.status_code == 404 and "nosuch" in r.json()["detail"], r.text
+    api.drain()
+    assert api.get("/v1/mode", headers=ADMIN_H).json()["hosts"] == {}
+    assert api.svc.store.mode_rows() == []
+    # h3 has a token but has not reported yet: it exists.
+    r = api.run(api.client.put("/v1/hosts/h3/mode", json={"mode": "recommend"}, headers=ADMIN_H))
+    assert r.status_code == 200 and r.json()["hosts"] == {"h3": "recommend"}, r.text
+    r = api.run(api.client.delete("/v1/hosts/nosuch/mode", headers=ADMIN_H))
+    assert r.status_code == 200, r.text
+
+
 def test_approval_rechecks_its_preconditions(api_factory: Any) -> None:
     api = make(api_factory, mode="recommend")
     rounds(api, range(1, 4))

@@ -65,9 +65,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 def test_migrations_reach_head_and_are_idempotent(backend: Store) -> None:
-    assert backend.migrate() == "0004"
+    assert backend.migrate() == "0005"
     names = set(sa.inspect(backend.engine).get_table_names())
     assert {
+        "leader",
+        "peer_config",
         "host_reports",
         "decisions",
         "leases",

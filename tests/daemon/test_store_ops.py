@@ -196,6 +196,30 @@ def test_a_store_newer_than_the_code_is_refused_with_one_line(tmp_path: Path) ->
     assert "0099_from_the_future" in line and "newer than this Sova" in line, line
 
 
+def test_tables_without_a_schema_version_are_refused_with_a_hint(tmp_path: Path) -> None:
+    """Issue 37, Low: Sova's tables without ``alembic_version`` (a partial restore, a
+    table copy) made the upgrade fail on "table already exists": exit 1, a traceback, no
+    hint. Now a configuration error (exit 2), one line saying what to do."""
+    db = tmp_path / "m.db"
+    s = Store(f"sqlite:///{db}")
+    s.migrate()
+    with s.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE alembic_version")
+    s.close()
+    cfg, _ = _manager_config(tmp_path, db, "m")
+    r = subprocess.run(
+        [sys.executable, "-m", "sova.cli_daemons", "manager", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "no schema version (alembic_version)" in line and "sova store restore" in line, line
+
+
 PG_URL = os.environ.get("SOVA_TEST_PG_URL")
 
 

@@ -44,6 +44,13 @@ def test_a_newer_agents_unknown_fields_are_ignored_and_the_answer_is_versioned(a
         ("u", [0.1, 0.1]),
         ("p", PROTOCOL + PROTOCOL_WINDOW + 1),  # outside the window: upgrade managers first
         ("p", "one"),
+        # Issue 37, Lows: lax types were coerced — true read as protocol 1, "2" as 2.
+        ("p", True),
+        ("p", "2"),
+        ("s", "7"),
+        ("d", False),
+        ("y", 1.5),
+        ("g", 1),
     ],
 )
 def test_known_fields_stay_strict(api: Api, field: str, value: object) -> None:
@@ -106,3 +113,23 @@ def test_the_version_comes_from_git_and_every_build_says_it(tmp_path: Path) -> N
     assert __version__ != "0.1.0"
     text = generate_latest(ManagerMetrics().registry).decode()
     assert f'version="{__version__}"' in text
+
+
+def test_two_vm_entries_with_one_name_are_refused(api: Api) -> None:
+    """Issue 37, Low: the second entry silently replaced the first (vm_loads is a dict)."""
+    body = _body(1)
+    vm = {"n": "vm1", "u": [0.1, 0.1, 0.1], "m": 1024}
+    body["v"] = [vm, {**vm, "u": [0.5, 0.5, 0.5]}]
+    status, d = _post(api, body)
+    assert status == 422 and str(d["error"]).startswith("v ("), d
+    assert "vm1" in str(d["error"]), d
+
+
+def test_a_report_with_a_key_twice_is_refused(api: Api) -> None:
+    """Issue 37, Low: ``{"s": 1, ..., "s": 99}`` was read as its last value; which one a
+    proxy or a log reader sees is anybody's guess."""
+    text = report(1, 101.0, (0.2, 0.2, 0.2), boot="a1").decode()
+    twice = text[:-1] + ', "s": 99}'
+    r = api.post("/v1/hosts/h1/reports", content=twice, headers=auth("h1"))
+    assert r.status_code == 422, r.text
+    assert "s" in r.json()["error"] and "twice" in r.json()["error"], r.text

@@ -118,12 +118,17 @@ def parse_operators(
     """``[name] role = ..., tokens = [...]`` tables into name -> (role, digests)."""
     out: dict[str, tuple[str, tuple[bytes, ...]]] = {}
     seen: dict[bytes, str] = {}
+    folded: dict[str, str] = {}
     for name, entry in data.items():
         where = f"{source}: {name}"
         if not NAME_RE.match(name):
             raise CredentialError(
                 f"{where}: a credential name is 1-64 letters, digits, '_', '.', '@', '-'"
             )
+        if name.lower() in folded:
+            # "Admin" beside "admin": one person to a reader of the audit log, two roles.
+            raise CredentialError(f"{where}: differs from {folded[name.lower()]} only in case")
+        folded[name.lower()] = name
         if name.lower() in RESERVED_NAMES:
             raise CredentialError(f"{where}: reserved (the audit's name for the manager itself)")
         if not isinstance(entry, Mapping):

@@ -202,6 +202,7 @@ def create_app(
         monotonic=monotonic,
     )
     service.restore(warm)
+    service.publish_peers()  # the standbys authorize with these credentials (peers.py)
     role_gauge, epoch_gauge = leader_gauges(service.metrics.registry)
     role_gauge.set(1)
     epoch_gauge.set(epoch or 0)
@@ -275,16 +276,19 @@ def create_app(
         summary="The host's current directive; with seq, wait for the round that saw it",
     )
     async def get_directive(
+        request: Request,
         host: HostName,
         seq: Annotated[int | None, Query(ge=0, le=2**53)] = None,
         wait_s: Annotated[float, Query(ge=0, le=30)] = 5.0,
         p: Annotated[int, Query(ge=0, description="the agent's wire protocol version")] = 0,
     ) -> Any:
+        # An operator's read delivers nothing: a withdrawal then knows no agent holds it.
+        agent = bool(getattr(request.state, "sova_agent", True))
         try:
             if seq is None:
-                d = service.directive_for(host)
+                d = service.directive_for(host) if agent else service.ledger.directive_for(host)
             else:
-                d = await service.wait_directive(host, seq, wait_s)
+                d = await service.wait_directive(host, seq, wait_s, deliver=agent)
         except NotLeading as exc:
             return JSONResponse(status_code=503, content={"error": str(exc)})
         return JSONResponse(for_agent(d, p))
@@ -543,11 +547,14 @@ def create_app(
         operation_id="setHostMode",
         response_model=ModeView,
         dependencies=auth,
-        responses=_OPERATOR_RESPONSES,
+        responses={**_OPERATOR_RESPONSES, 404: {"description": "no such host"}},
         tags=["operators"],
         summary="Set one host's mode, over the cluster's; kept across restarts",
     )
     async def set_host_mode(host: HostName, body: ModeChange, request: Request) -> ModeView:
+        if host not in service.state.hosts and host not in service.tokens.hosts:
+            # A typo would be stored as a mode nobody has, the host meant left unchanged.
+            raise HTTPException(404, f"no host {host}: it has no token and has not reported")
         return await _stored(service.set_mode(host, body.mode, *_body_who(request, body)))
 
     @app.delete(

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sova.daemon.credentials import Credential
+from sova.daemon.schema import FIELD_NAMES
 
 if TYPE_CHECKING:
     from sova.daemon.config import ManagerSettings
@@ -102,15 +103,16 @@ class GuardMiddleware:
         parts = path.strip("/").split("/")
         if endpoint in ("report", "directive"):
             host = parts[2] if len(parts) > 2 else ""
-            ok = svc.check_host_token(host, token) or (
-                endpoint == "directive" and svc.tokens.operator(token) is not None
-            )
+            agent = svc.check_host_token(host, token)
+            ok = agent or (endpoint == "directive" and svc.tokens.operator(token) is not None)
             if not ok:
                 if endpoint == "report":
                     svc.metrics.reports.labels("unauthorized").inc()
                 await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
                 return
             scope.setdefault("state", {})["sova_host"] = host
+            # Only the host's own agent takes delivery of its directive; an operator reads it.
+            scope["state"]["sova_agent"] = agent
         elif endpoint == "done":
             host = (_header(headers, b"x-sova-host") or b"").decode("latin-1")
             if not svc.check_host_token(host, token):
@@ -155,6 +157,12 @@ class GuardMiddleware:
                 if not msg.get("more_body", False):
                     break
             whole = b"".join(chunks)
+            twice = _key_twice(whole)
+            if twice is not None:
+                if endpoint == "report":
+                    svc.metrics.reports.labels("rejected").inc()
+                await _send_json(send, 422, _given_twice(twice))
+                return
             sent = False
 
             async def replay() -> Any:
@@ -200,6 +208,43 @@ def authorize(
     if not cred.may(need):
         return 403, f"credential {cred.name} has role {cred.role}; {method} {path} needs {need}"
     return 200, cred
+
+
+class _Twice(ValueError):
+    pass
+
+
+def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Twice(k)
+        out[k] = v
+    return out
+
+
+def _key_twice(body: bytes) -> str | None:
+    """A key given twice in a JSON object of ``body`` (the parser keeps the last; a proxy
+    or a log reader may keep the first), or None. A body that is not JSON is left to the
+    route's own error."""
+    if not body:
+        return None
+    try:
+        json.loads(body, object_pairs_hook=_no_twice)
+    except _Twice as exc:
+        return str(exc)
+    except ValueError:  # not JSON, not UTF-8: the route says so as it always did
+        return None
+    return None
+
+
+def _given_twice(key: str) -> dict[str, Any]:
+    long = FIELD_NAMES.get(key)
+    field = f"{key} ({long})" if long else key
+    field = field[:80].encode("ascii", "backslashreplace").decode()
+    msg = "a key given twice in one JSON object"
+    item = {"loc": ["body", field], "msg": msg, "type": "duplicate_key", "field": field}
+    return {"detail": [item], "error": f"{field}: {msg}"}
 
 
 def _too_large(limit: int) -> dict[str, Any]:

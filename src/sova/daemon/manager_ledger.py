@@ -152,15 +152,18 @@ class Ledger:
                 n += 1
         return n
 
-    async def wait_directive(self, host: str, seq: int, timeout_s: float) -> Directive:
-        """The directive of the first round that has seen this host's report ``seq``."""
+    async def wait_directive(
+        self, host: str, seq: int, timeout_s: float, *, deliver: bool = True
+    ) -> Directive:
+        """The directive of the first round that has seen this host's report ``seq``
+        (``deliver``: the host's agent takes it; an operator's read does not)."""
         _, cond = self.st.primitives()
         async with cond:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     cond.wait_for(lambda: self.st.planned_seq.get(host, -1) >= seq), timeout_s
                 )
-        return self.deliver(host)
+        return self.deliver(host) if deliver else self.directive_for(host)
 
     # ------------------------------------------------------------------ lease ends
 

@@ -62,24 +62,47 @@ class TokenBook:
     def load(cls, settings: ManagerSettings) -> TokenBook:
         """Every secret the manager accepts; ConfigError (naming the entry) if one is
         unusable — then a SIGHUP reload keeps the old book in force."""
+        for what, path in (
+            ("tokens_file", settings.tokens_file),
+            ("operators_file", settings.operators_file),
+        ):
+            if path is not None and _world_writable(path):
+                # Anyone on the host could make themselves admin (sshd's StrictModes).
+                raise ConfigError(
+                    f"{what} {path} is world-writable: anyone on this host could add a "
+                    "credential; chmod 600 it"
+                )
         try:
             hosts = {
                 h: tuple(secret_digest(t, f"host {h} token") for t in ts)
                 for h, ts in settings.tokens().items()
             }
+            host_of = {d: h for h, ds in hosts.items() for d in ds}
             entries: dict[str, tuple[str, tuple[bytes, ...]]] = {}
             admin = None
             if settings.admin_token is not None:
                 admin = secret_digest(settings.admin_token.get_secret_value(), "admin_token")
+                if admin in host_of:
+                    raise ConfigError(
+                        f"admin_token: host {host_of[admin]}'s token; the admin needs a "
+                        "secret of its own"
+                    )
                 entries[ADMIN_NAME] = ("admin", (admin,))
             if settings.operators_file is not None:
                 data = read_toml(settings.operators_file, "operators_file")
                 source = f"operators_file {settings.operators_file}"
                 for name, entry in parse_operators(data, source).items():
-                    if name == ADMIN_NAME and admin is not None:
+                    if name.lower() == ADMIN_NAME and admin is not None:
                         raise ConfigError(
                             f"{source}: {name}: the name of the admin_token setting's credential"
                         )
+                    for i, d in enumerate(entry[1]):
+                        if d in host_of:
+                            # A compromised agent would act as an operator with its token.
+                            raise ConfigError(
+                                f"{source}: {name}.tokens[{i}]: host {host_of[d]}'s token; "
+                                "an operator needs a secret of its own"
+                            )
                     entries[name] = entry
         except CredentialError as exc:
             raise ConfigError(str(exc)) from None
@@ -104,6 +127,13 @@ def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
+        return False
+
+
+def _world_writable(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & stat.S_IWOTH)
+    except OSError:
         return False
 
 

@@ -40,6 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
 from sova.daemon.config import AGENT_REPORT_TIMEOUT_S, ConfigError, ManagerSettings
@@ -58,6 +59,7 @@ from sova.daemon.manager_security import TokenBook
 from sova.daemon.manager_state import HostState, ManagerState, StoreWriter
 from sova.daemon.manager_views import Views, fence_view, plan_view
 from sova.daemon.metrics import ManagerMetrics
+from sova.daemon.peers import CREDENTIAL_PULSE_S, book_json, credential_files, settings_digest
 from sova.daemon.planner_health import PlannerHealth
 from sova.daemon.schema import (
     EPOCH_SHIFT,
@@ -73,7 +75,7 @@ from sova.daemon.schema import (
     Report,
     epoch_of,
 )
-from sova.daemon.store import Store
+from sova.daemon.store import Deposed, Store
 from sova.daemon.store_rows import LogSlice
 from sova.manager.core import ManagerCore
 from sova.manager.placement import Placement
@@ -137,6 +139,8 @@ class ManagerService:
             clock=clock or time.time,
             mono=monotonic or (time.monotonic if clock is None else clock),
         )
+        self._files = credential_files(settings)  # what the tokens were loaded from
+        self._publish_due = False
         self.ledger = Ledger(self.state)
         self.intake = ReportIntake(self.state, self.ledger)
         self.desk = OperatorDesk(self.state, self.ledger, actuator_for)
@@ -240,7 +244,9 @@ class ManagerService:
         return self.state.tokens.check_host(host, presented)
 
     def reload_tokens(self) -> bool:
-        """SIGHUP: read the tokens again; a file that does not load changes nothing."""
+        """SIGHUP: read the tokens again; a file that does not load changes nothing. The
+        new credentials are published for the standbys at once (:meth:`publish_peers`)."""
+        self._files = credential_files(self.settings)
         try:
             book = TokenBook.load(self.settings)
         except ConfigError as exc:
@@ -248,7 +254,39 @@ class ManagerService:
             return False
         self.state.tokens = book
         log.info("reloaded tokens: %d host(s)", len(book.hosts))
+        self.publish_peers()
         return True
+
+    def publish_peers(self) -> bool:
+        """Publish this leader's operator credentials (digests) and settings digest for
+        its standbys (:mod:`sova.daemon.peers`); a failed write is retried by the next
+        :meth:`_credential_watch` pulse."""
+        book = self.state.tokens
+        try:
+            gen = self.store.publish_peer_config(
+                book_json(book.operators), settings_digest(self.settings, book), self.now()
+            )
+        except (sa.exc.SQLAlchemyError, Deposed) as exc:
+            self._publish_due = True
+            log.error("credentials not published for the standbys (retried): %s", exc)
+            return False
+        self._publish_due = False
+        log.info("published credentials and settings digest for the standbys (generation %d)", gen)
+        return True
+
+    async def _credential_watch(self) -> None:
+        """The operators and tokens files changing on disk are reloaded (and published)
+        within a pulse, as a SIGHUP would: an operator removed from the file must not stay
+        valid on any manager until someone remembers the reload."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(CREDENTIAL_PULSE_S)
+            files = credential_files(self.settings)
+            if files != self._files:
+                log.info("a credentials file changed on disk: reloading")
+                await loop.run_in_executor(None, self.reload_tokens)
+            elif self._publish_due:
+                await loop.run_in_executor(None, self.publish_peers)
 
     # ------------------------------------------------------------------ store
 
@@ -295,8 +333,10 @@ class ManagerService:
         """The host's directive, as its agent reads it."""
         return self.ledger.deliver(host)
 
-    async def wait_directive(self, host: str, seq: int, timeout_s: float) -> Directive:
-        return await self.ledger.wait_directive(host, seq, timeout_s)
+    async def wait_directive(
+        self, host: str, seq: int, timeout_s: float, *, deliver: bool = True
+    ) -> Directive:
+        return await self.ledger.wait_directive(host, seq, timeout_s, deliver=deliver)
 
     async def migration_done(self, host: str, vm: str, done: MigrationDone) -> bool:
         return await self.ledger.migration_done(host, vm, done)
@@ -356,6 +396,7 @@ class ManagerService:
             asyncio.create_task(self._flusher()),
             asyncio.create_task(self._pruner()),
             asyncio.create_task(self._stall_watch()),
+            asyncio.create_task(self._credential_watch()),
         ]
         self.planner.before_round = self.check_stall
         if self.settings.plan_period_s > 0 and self.settings.plan_trigger == "timer":

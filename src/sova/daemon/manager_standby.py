@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sova.daemon.config import ManagerSettings
@@ -60,8 +60,10 @@ from sova.daemon.leadership import (
 )
 from sova.daemon.manager_client import LEADER_HEADER
 from sova.daemon.manager_reports import MAX_PAST_BOOTS, row_loads
+from sova.daemon.peers import book_from_json, credential_files, differing, settings_digest
 from sova.daemon.standby_reads import (
     STANDBY_READS,
+    StandbyAuth,
     add_standby_reads,
     operator_credential,
     read_only_store,
@@ -146,6 +148,8 @@ class Standby:
     seen_mono: float | None = None  # when the leader row was read with the lock held
     won: bool = False
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    generation: int = 0  # of the leader's published credentials and digest read last
+    differs: list[str] = field(default_factory=list)  # settings unlike the leader's
 
 
 class FollowsHeaders:
@@ -203,6 +207,58 @@ def standby_app(
         refused[:] = [why] if why is not None else []
         return why is None
 
+    differs_gauge = Gauge(
+        "sova_manager_config_differs",
+        "1 for each safety-relevant setting (or credential set) in which this standby's "
+        "configuration differs from the leader's published digest",
+        ["setting"],
+        registry=sb.registry,
+    )
+    own_files = [credential_files(settings) if settings is not None else ()]
+
+    def follow() -> None:
+        """The leader's published credentials and digest (:mod:`sova.daemon.peers`): take
+        the credentials, compare the digest with this standby's own configuration."""
+        guard: StandbyAuth | None = getattr(app.state, "standby_auth", None)
+        if settings is None or guard is None:
+            return
+        files = credential_files(settings)
+        changed = files != own_files[0]
+        if changed:  # this standby's own files, for the comparison (as SIGHUP would)
+            own_files[0] = files
+            guard.reload()
+        try:
+            if store.peer_generation() == sb.generation and not changed:
+                return
+            got = store.peer_config()
+        except sa.exc.SQLAlchemyError:
+            return  # a store the leader has not migrated yet: nothing published
+        if got is None:
+            return
+        gen, operators, digest = got
+        if gen != sb.generation:
+            guard.published = book_from_json(operators)
+            log.info(
+                "standby: following the leader's credentials (generation %d, %d operator(s))",
+                gen,
+                len(guard.published),
+            )
+            sb.generation = gen
+        diff = differing(settings_digest(settings, guard.own), digest)
+        if diff != sb.differs:
+            if diff:
+                log.error(
+                    "standby: this manager's configuration differs from the leader's in: %s "
+                    "(a takeover would make it the cluster's; align the files and restart it)",
+                    ", ".join(diff),
+                )
+            else:
+                log.info("standby: this manager's configuration agrees with the leader's again")
+            differs_gauge.clear()
+            for name in diff:
+                differs_gauge.labels(name).set(1)
+            sb.differs = diff
+
     async def keep_warm() -> None:
         assert warm is not None
         loop = asyncio.get_running_loop()
@@ -229,6 +285,7 @@ def standby_app(
             row = await loop.run_in_executor(None, read_leader, store)
             sb.leader = row
             epoch.set(row.epoch if row else 0)
+            await loop.run_in_executor(None, follow)
             try:
                 ok = await loop.run_in_executor(None, clock_ok)
                 got = ok and await loop.run_in_executor(None, lead.try_lock)
@@ -299,14 +356,19 @@ def standby_app(
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        body = {
+        body: dict[str, Any] = {
             "status": f"standby: {where()}",
             "hosts": 0,
             "store": store.dialect,
             "role": "standby",
             "epoch": sb.leader.epoch if sb.leader else None,
             "leader_url": sb.leader.url if sb.leader else None,
+            "config_differs": sb.differs,
         }
+        if sb.differs:
+            body["status"] += "; its configuration differs from the leader's in: " + ", ".join(
+                sb.differs
+            )
         return JSONResponse(status_code=503, content=body)
 
     # Scraped with the viewer token the leader asks for (deploy/prometheus.yml).

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sova.model import MIB
 from sova.policy.hotspot import (
@@ -134,12 +134,14 @@ class VMEntry(_Wire):
         serialization_alias="m",
         ge=1,
         le=64 * 1024 * 1024,
+        strict=True,
         description="VM memory in MiB (what migration copies)",
     )
     migrating: bool = Field(
         default=False,
         validation_alias="x",
         serialization_alias="x",
+        strict=True,
         description="VM is migrating (never a candidate)",
     )
 
@@ -152,6 +154,7 @@ class Report(_Wire):
         serialization_alias="s",
         ge=0,
         le=2**53,
+        strict=True,  # "7" and true are not numbers (issue 37)
         description="report sequence number, increasing per agent run",
     )
     time_s: float = Field(
@@ -168,6 +171,7 @@ class Report(_Wire):
         serialization_alias="d",
         ge=0,
         le=2**53,
+        strict=True,
         description="id of the last directive applied",
     )
     util: Triple = Field(
@@ -204,6 +208,7 @@ class Report(_Wire):
         serialization_alias="p",
         ge=0,
         le=PROTOCOL + PROTOCOL_WINDOW,
+        strict=True,  # true was read as protocol 1, "2" as 2
         description="wire protocol version of the agent (absent: 0, an unversioned agent); "
         f"this manager serves up to {PROTOCOL + PROTOCOL_WINDOW}",
     )
@@ -213,6 +218,7 @@ class Report(_Wire):
         serialization_alias="y",
         ge=0,
         le=2**32,
+        strict=True,
         description="version of the VF-freeze list the agent holds (0: none); the response "
         "leaves the list out when it is the current one",
     )
@@ -224,6 +230,17 @@ class Report(_Wire):
         description="a migration leaves this host now (the agent's own account: a manager "
         "that lost or never had its lease sends no other migration from here meanwhile)",
     )
+
+    @field_validator("vms")
+    @classmethod
+    def _one_entry_per_vm(cls, vms: list[VMEntry]) -> list[VMEntry]:
+        # The second entry would silently replace the first (vm_loads is by name).
+        seen: set[str] = set()
+        for e in vms:
+            if e.name in seen:
+                raise ValueError(f"VM {e.name} appears twice")
+            seen.add(e.name)
+        return vms
 
     def utilisation(self) -> Utilisation:
         return Utilisation(*self.util)

@@ -28,6 +28,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 
 from sova.daemon.config import ConfigError, ManagerSettings
 from sova.daemon.credentials import Credential
+from sova.daemon.credentials import OperatorBook as CredentialBook
 from sova.daemon.http_errors import (
     AuditAction,
     DecisionAfter,
@@ -105,19 +106,31 @@ def stored_modes(store: Store, settings: ManagerSettings) -> ModeView:
 
 @dataclass
 class StandbyAuth:
-    """What :func:`sova.daemon.manager_guard.authorize` needs: the standby's credentials."""
+    """What :func:`sova.daemon.manager_guard.authorize` needs: the standby's credentials.
+
+    ``own`` is what its own files hold (reloaded on SIGHUP, compared with the leader's
+    digest); operators are authorized with the leader's published book once there is one
+    (``published``): a credential the leader revoked is refused here too
+    (:mod:`sova.daemon.peers`)."""
 
     settings: ManagerSettings
-    tokens: TokenBook
+    own: TokenBook
+    published: CredentialBook | None = None
+
+    @property
+    def tokens(self) -> TokenBook:
+        if self.published is None:
+            return self.own
+        return TokenBook(self.own.hosts, self.published, self.own.admin)
 
     def reload(self) -> bool:
         """SIGHUP, as the leader does it: a file that does not load changes nothing."""
         try:
-            self.tokens = TokenBook.load(self.settings)
+            self.own = TokenBook.load(self.settings)
         except ConfigError as exc:
             log.error("standby: tokens not reloaded, the old ones stay in force: %s", exc)
             return False
-        log.info("standby: reloaded tokens: %d host(s)", len(self.tokens.hosts))
+        log.info("standby: reloaded tokens: %d host(s)", len(self.own.hosts))
         return True
 
 

@@ -203,6 +203,19 @@ leader = sa.Table(
     sa.Column("since_s", sa.Float(), nullable=False),
 )
 
+# What the leader publishes for its standbys (revision 0005; one row, id 1): its operator
+# credentials (digests only) and a digest of its safety-relevant settings.
+peer_config = sa.Table(
+    "peer_config",
+    metadata,
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("generation", sa.BigInteger(), nullable=False),
+    sa.Column("epoch", sa.BigInteger(), nullable=False),
+    sa.Column("operators", sa.JSON(), nullable=False),
+    sa.Column("digest", sa.JSON(), nullable=False),
+    sa.Column("since_s", sa.Float(), nullable=False),
+)
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
@@ -291,6 +304,16 @@ class Store(StoreAdmin):
                     f"revision {current!r}, newer than this Sova {_version()} knows (newest "
                     f"{known.get_current_head()!r}): run the newer Sova, or restore a backup "
                     "made by this version (sova store restore)"
+                )
+            if current is None and set(sa.inspect(conn).get_table_names()) & set(metadata.tables):
+                # Sova's tables without their version: a partial restore or a copy of the
+                # tables alone. Creating them again fails half-way; guessing a version
+                # could misread a column.
+                raise StoreError(
+                    f"database_url: store {self.engine.url.render_as_string(hide_password=True)} "
+                    "has Sova's tables but no schema version (alembic_version): restore a "
+                    "whole backup (sova store restore) or point database_url at an empty "
+                    "database"
                 )
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
@@ -663,6 +686,44 @@ class Store(StoreAdmin):
     def fence_rows(self) -> list[FenceRow]:
         with self.engine.connect() as conn:
             return _fence_rows(conn)
+
+    def publish_peer_config(
+        self, operators: Mapping[str, Any], digest: Mapping[str, str], now_s: float
+    ) -> int:
+        """The leader's credentials and settings digest for its standbys; returns the new
+        generation. Fenced like every leader's write (a deposed leader publishes nothing)."""
+        with self._lock, self.engine.begin() as conn:
+            if self.fence is not None:
+                self.check_fence(conn, self.fence)
+            gen = conn.execute(
+                peer_config.update()
+                .where(peer_config.c.id == 1)
+                .values(
+                    generation=peer_config.c.generation + 1,
+                    epoch=self.fence or 0,
+                    operators=dict(operators),
+                    digest=dict(digest),
+                    since_s=now_s,
+                )
+                .returning(peer_config.c.generation)
+            ).scalar_one()
+        return int(gen)
+
+    def peer_generation(self) -> int:
+        """The published generation (0: nothing published yet)."""
+        with self.engine.connect() as conn:
+            gen = conn.execute(
+                sa.select(peer_config.c.generation).where(peer_config.c.id == 1)
+            ).scalar()
+        return int(gen or 0)
+
+    def peer_config(self) -> tuple[int, dict[str, Any], dict[str, str]] | None:
+        """(generation, operators, digest) the leader published, or None (none yet)."""
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(peer_config).where(peer_config.c.id == 1)).first()
+        if r is None or not r.generation:
+            return None
+        return int(r.generation), dict(r.operators), {str(k): str(v) for k, v in r.digest.items()}
 
     def mode_rows(self) -> list[ModeRow]:
         with self.engine.connect() as conn:
