@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sova.cli_client import ClientConfig
 from sova.daemon.config import AgentSettings, ManagerSettings, format_errors
 from sova.daemon.credentials import parse_operators
 
@@ -37,7 +38,10 @@ def _blocks() -> list[tuple[str, str]]:
 # An operators file (docs/operations.md#who-may-act) is its own format, read by the
 # credentials loader, not a daemon's settings; its first line names it.
 OPERATOR_BLOCKS = [(w, t) for w, t in _blocks() if "operators.toml" in t.split("\n", 1)[0]]
-BLOCKS = [(w, t) for w, t in _blocks() if (w, t) not in OPERATOR_BLOCKS]
+# The operator CLI's client config (docs/operations.md#the-client-config) is the
+# workstation's file, read by sova.cli_client; its first line names it too.
+CLIENT_BLOCKS = [(w, t) for w, t in _blocks() if "client.toml" in t.split("\n", 1)[0]]
+BLOCKS = [(w, t) for w, t in _blocks() if (w, t) not in OPERATOR_BLOCKS + CLIENT_BLOCKS]
 
 
 def _errors(data: dict[str, Any], where: str) -> dict[str, str]:
@@ -73,6 +77,16 @@ def test_every_documented_operators_file_is_accepted(where: str, text: str) -> N
     concrete = re.sub(r"<[^>]*>", lambda _m: f"{next(n):064x}", text)
     book = parse_operators(tomllib.loads(concrete), where)
     assert book and {role for role, _ in book.values()} <= {"viewer", "operator", "admin"}
+
+
+@pytest.mark.parametrize(("where", "text"), CLIENT_BLOCKS, ids=[w for w, _ in CLIENT_BLOCKS])
+def test_every_documented_client_config_is_accepted(where: str, text: str) -> None:
+    cfg = ClientConfig.model_validate(tomllib.loads(text))
+    assert cfg.managers and all(u.startswith("https://") for u in cfg.managers), where
+
+
+def test_the_documentation_has_a_client_config() -> None:
+    assert [w for w, _ in CLIENT_BLOCKS if w.startswith("docs/operations.md")]
 
 
 def test_a_typo_in_a_block_is_caught() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fakecloud import RP, FakeCloud, FakeCloudError, FakeCloudTimeout, Inv
 
+from sova.agent.config import ControllerConfig, SchedulerSpec
 from sova.agent.executor import Executor
 from sova.daemon.config import ConfigError, load_agent_settings, load_manager_settings
 from sova.driver.base import DriverError, DriverRequest, MockDriver, OpState, OpStatus
@@ -36,6 +37,17 @@ from sova.orchestrator.openstack import (
     is_vf_exhausted,
 )
 from sova.orchestrator.settings import OrchestratorSettings, orchestrate
+
+
+def _papers_sova() -> ControllerConfig:
+    """The sova VF policy with the papers' scheduler: these seam tests pin which VM the
+    agent picks with loads written for that ranking (web, network-bound and I/O-light,
+    over batch, CPU-bound; db next). The default scheduler's top-sender and cost-benefit
+    rules (docs/design.md#vf-cost-benefit) would keep a VF from a VM virtio carries."""
+    return ControllerConfig(
+        vf_policy="sova", scheduler=SchedulerSpec(top_senders=False, cost_benefit=False)
+    )
+
 
 
 class Clock:
@@ -460,7 +472,6 @@ def test_agent_shares_the_pf_with_a_tenants_vf_without_churn() -> None:
     """The agent, deciding as ever, grants only the VF the tenant left: one port made over
     six periods (a pool that ignored the tenant's VF would have Nova refuse a second grant
     every period, each making and deleting a port), and the tenant's port untouched."""
-    from sova.agent.config import ControllerConfig
     from sova.agent.loop import HostAgent
 
     cloud = FakeCloud(vfs_per_host={"cmp1": 2})
@@ -470,7 +481,7 @@ def test_agent_shares_the_pf_with_a_tenants_vf_without_churn() -> None:
     theirs = cloud.add_tenant_vf(cloud.servers["uuid-ten"])
     world = CloudHost(cloud, "cmp1", loads, pool=2)
     agent = HostAgent(
-        OrchestratedDriver(MockDriver(world), actuator(cloud)), ControllerConfig(vf_policy="sova")
+        OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova()
     )
     for _ in range(6):
         agent.step()
@@ -770,7 +781,6 @@ def cloud_servers(cloud: FakeCloud, host: str) -> list[Any]:
 
 
 def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
-    from sova.agent.config import ControllerConfig
     from sova.agent.loop import HostAgent
 
     cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
@@ -779,7 +789,7 @@ def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
         cloud.add_server(vm, "cmp1")
     world = CloudHost(cloud, "cmp1", loads)
     agent = HostAgent(
-        OrchestratedDriver(MockDriver(world), actuator(cloud)), ControllerConfig(vf_policy="sova")
+        OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova()
     )
     for _ in range(4):
         agent.step()
