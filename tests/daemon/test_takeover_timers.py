@@ -124,27 +124,62 @@ def test_a_source_that_never_reaches_the_new_leader_is_judged_on_the_new_leader_
 ) -> None:
     """The other side of the bound: h1 never reports to M2 (its agent died with M1's
     freeze). Its directive is withdrawn and its lease ends, but only once the new leader
-    has waited one staleness bound (3 periods = 6 s) of its own."""
+    has given it the time an agent needs to reach it (a period + the 2 s report timeout =
+    4 s) and then one staleness bound (3 periods = 6 s) of its own: 10 s."""
     clock = Clock(2_000_000.0)
     m1, did, vm = signalled_by_m1(store, clock)
     clock.t += LEASE + 0.5
     m2 = leader(store, clock)
     led = clock.t
     try:
-        for dt in (1.6, 3.6, 5.6):  # rounds inside the bound: the lease holds
+        for dt in (1.6, 3.6, 5.6, 7.6, 9.6):  # rounds inside the bound: the lease holds
             clock.t = led + dt
             for seq, h in enumerate(("h2", "h3"), start=int(dt * 10)):
                 post(m2, h, seq, clock.t)
             m2.tick(clock.t)
             assert vm in m2.svc.core.leases, f"lease ended {dt} s after the takeover"
-        clock.t = led + 7.6
+        clock.t = led + 11.6
         for h in ("h2", "h3"):
-            post(m2, h, 90, clock.t)
+            post(m2, h, 190, clock.t)
         m2.tick(clock.t)
         assert vm not in m2.svc.core.leases, "a silent source pins its target for ever"
         m2.drain()
         (row,) = m2.svc.store.migration_rows(vm)
         assert row["result"] == "expired" and "h1" in row["detail"], row
+    finally:
+        m2.close()
+        m1.close()
+
+
+def test_a_source_reaching_the_new_leader_a_ttl_after_the_takeover_keeps_its_lease(
+    store: Any,
+) -> None:
+    """h1 is slower than the bound's parts suggest (its agent starved as the leader froze):
+    it reaches M2 7 s after the takeover, one TTL (6 s) and more. The new leader gives an
+    agent the time it needs to reach it (a period + the report timeout) before its TTL
+    and staleness run, so the round at 6.6 s keeps the lease; timed from the takeover
+    alone, it withdrew the directive h1 had applied."""
+    clock = Clock(4_000_000.0)
+    m1, did, vm = signalled_by_m1(store, clock)
+    clock.t += LEASE + 0.5
+    m2 = leader(store, clock)
+    led = clock.t
+    try:
+        for dt in (1.6, 3.6, 5.6, 6.6):
+            clock.t = led + dt
+            for seq, h in enumerate(("h2", "h3"), start=int(dt * 10)):
+                post(m2, h, seq, clock.t)
+            m2.tick(clock.t)
+            assert vm in m2.svc.core.leases, f"lease ended {dt} s after the takeover"
+        clock.t = led + 7.0
+        post(m2, "h1", 70, clock.t, ack=did, leaving=vm)
+        for i in range(5):
+            clock.t += PERIOD
+            for h in HOSTS:
+                post(m2, h, 80 + i, clock.t, ack=did if h == "h1" else 0, leaving=vm if h == "h1" else None)
+            m2.tick(clock.t)
+            assert vm in m2.svc.core.leases, f"round {i}: lease lost"
+            assert m2.svc.directives["h1"].id == did, "a second directive to h1"
     finally:
         m2.close()
         m1.close()

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from sova.daemon.config import AGENT_REPORT_TIMEOUT_S
 from sova.daemon.logs import fields
 from sova.daemon.manager_directives import DirectiveBook
 from sova.daemon.manager_fates import PlanFates
@@ -139,16 +140,22 @@ class Ledger:
         against the silent manager, then the next URL; docs/design.md, "Timers across a
         takeover"). Judged on the old receipt times, the first round ended the lease of a
         migration in flight and sent its source a second one (issue 37). Hosts already
-        stale then stay stale. Returns how many hosts and directives were re-timed."""
+        stale then stay stale. Returns how many hosts and directives were re-timed.
+
+        The timers start once an agent has had the time to reach this manager (its next
+        report, a period away, after one report timeout against the silent manager), so
+        the TTL and the staleness bound are each whole on this manager's clock however
+        slowly the agents come over."""
         core = self.st.core
+        start = now + self.st.period_s + AGENT_REPORT_TIMEOUT_S
         n = 0
         for host, seen in core.seen.items():
-            if seen < now and heard_until - seen <= core.stale_after_s:
-                core.seen[host] = now
+            if seen < start and heard_until - seen <= core.stale_after_s:
+                core.seen[host] = start
                 n += 1
         for host, dr in self.directives.items():
-            if dr.flag and not dr.acked and dr.issued_s < now:
-                self.directives[host] = replace(dr, issued_s=now)
+            if dr.flag and not dr.acked and dr.issued_s < start:
+                self.directives[host] = replace(dr, issued_s=start)
                 n += 1
         return n
 
