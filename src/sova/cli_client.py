@@ -19,13 +19,15 @@ naming the file, the field and the value, and exit code 2.
 from __future__ import annotations
 
 import os
-import ssl
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+if TYPE_CHECKING:
+    import ssl
 
 CONFIG_ENV = "SOVA_CLIENT_CONFIG"
 # Production managers serve TLS (docs/deployment.md): a URL without a scheme is https.
@@ -137,6 +139,8 @@ def tls_context(cacert: Path | None, source: str) -> ssl.SSLContext | bool:
     (a private CA, or a self-signed certificate itself)."""
     if cacert is None:
         return True
+    import ssl  # here: `sova simulate` registers this command but loads no TLS (~6 MiB)
+
     try:
         return ssl.create_default_context(cafile=str(cacert))
     except FileNotFoundError:
