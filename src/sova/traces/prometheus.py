@@ -232,20 +232,19 @@ def capture(
                 f"{m.vm_label!r} and {m.host_label!r} from {_ts(start)} to {_ts(end)}"
             )
         cpu: dict[tuple[str, str], list[float]] = {}
-        vcpus: dict[tuple[str, str], int] = {}
-        memory: dict[tuple[str, str], int] = {}
-        if m.vcpus:
-            q = f"max by ({by}) (max_over_time({m.vcpus}{sel}[{int(end - start) + 1}s]))"
-            for labels, v in prom.query(q, end):
-                k = key_of(labels)
-                if k is not None and math.isfinite(v) and v >= 1:
-                    vcpus[k] = int(v)
-        if m.memory:
-            q = f"max by ({by}) (max_over_time({m.memory}{sel}[{int(end - start) + 1}s]))"
-            for labels, v in prom.query(q, end):
-                k = key_of(labels)
-                if k is not None and math.isfinite(v) and v >= 1:
-                    memory[k] = int(v)
+
+        def peaks(gauge: str | None) -> dict[tuple[str, str], int]:
+            """Each VM's largest value of ``gauge`` over the window (none: not read)."""
+            out: dict[tuple[str, str], int] = {}
+            if gauge:
+                q = f"max by ({by}) (max_over_time({gauge}{sel}[{int(end - start) + 1}s]))"
+                for labels, v in prom.query(q, end):
+                    k = key_of(labels)
+                    if k is not None and math.isfinite(v) and v >= 1:
+                        out[k] = int(v)
+            return out
+
+        vcpus, memory = peaks(m.vcpus), peaks(m.memory)
         if m.cpu:
             q = f"sum by ({by}) (rate({m.cpu}{sel}[{window}]))"
             for labels, values in prom.query_range(q, first, last, step):
