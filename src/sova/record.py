@@ -682,6 +682,32 @@ class HotspotStates:
             ended.append(self._end(host, time_s, "then: not hot"))
         return keep, ended
 
+    def events(self, time_s: float, decided: Sequence[Mapping[str, Any]]) -> list[EventRow]:
+        """A round's events: the states it ended, then the decisions it writes, worded by
+        :func:`decision_event`. ``decided``: the round's decisions as records (host, flag,
+        vm, target, reason, and ``inputs["utilisation"]``)."""
+        keep, out = self.round(
+            time_s,
+            [
+                (d["host"], bool(d["flag"]), d.get("vm"), d.get("target"), d["reason"])
+                for d in decided
+            ],
+        )
+        for i in keep:
+            d = decided[i]
+            out.append(
+                decision_event(
+                    self.policy,
+                    time_s,
+                    d["host"],
+                    vm=d.get("vm"),
+                    target=d.get("target"),
+                    reason=d["reason"],
+                    utilisation=d["inputs"]["utilisation"],
+                )
+            )
+        return out
+
     def close(self, time_s: float) -> list[EventRow]:
         """The states still open when the run ends."""
         return [self._end(h, time_s, "open at the end of the run") for h in sorted(self.open)]

@@ -38,7 +38,6 @@ from sova.record import (
     TimelineRow,
     column_block,
     complete_row,
-    decision_event,
     decision_record,
     migration_start_event,
     outcome_event,
@@ -362,28 +361,22 @@ class World:
         result = self.manager.plan(t)
         new = self.manager.log[before:]
         if new or self._states.open:
-            keep, ended = self._states.round(
-                t,
-                [
-                    (d.host, d.signal.flag, d.signal.vm, d.signal.target, d.signal.reason)
-                    for d in new
-                ],
-            )
-            self.run.events.extend(ended)
-            for i in keep:
-                d = new[i]
-                sig = d.signal
-                self.run.events.append(
-                    decision_event(
-                        self.policy.name,
-                        t,
-                        d.host,
-                        vm=sig.vm,
-                        target=sig.target,
-                        reason=sig.reason,
-                        utilisation=d.inputs["utilisation"],
-                    )
+            self.run.events.extend(
+                self._states.events(
+                    t,
+                    [
+                        {
+                            "host": d.host,
+                            "flag": d.signal.flag,
+                            "vm": d.signal.vm,
+                            "target": d.signal.target,
+                            "reason": d.signal.reason,
+                            "inputs": d.inputs,
+                        }
+                        for d in new
+                    ],
                 )
+            )
         for d in new:
             sig = d.signal
             self.run.decisions.append(

@@ -496,7 +496,7 @@ def hotspot_events(decisions: list[dict[str, Any]], policy: str, world: World) -
     writes them: a hot host left as it is is one state (:class:`sova.record.HotspotStates`),
     judged at every control round of ``world``'s schedule, the rounds that decided nothing
     included (they end the states of hosts no longer hot)."""
-    from sova.record import HotspotStates, decision_event
+    from sova.record import HotspotStates
 
     by_time: dict[float, list[dict[str, Any]]] = {}
     for d in decisions:
@@ -507,25 +507,8 @@ def hotspot_events(decisions: list[dict[str, Any]], policy: str, world: World) -
     out: list[Any] = []
     for t in sorted(rounds):
         new = by_time.get(t, [])
-        if not (new or states.open):
-            continue
-        keep, ended = states.round(
-            t,
-            [(d["host"], bool(d["flag"]), d.get("vm"), d.get("target"), d["reason"]) for d in new],
-        )
-        out.extend(ended)
-        out.extend(
-            decision_event(
-                policy,
-                t,
-                new[i]["host"],
-                vm=new[i].get("vm"),
-                target=new[i].get("target"),
-                reason=new[i]["reason"],
-                utilisation=new[i]["inputs"]["utilisation"],
-            )
-            for i in keep
-        )
+        if new or states.open:
+            out.extend(states.events(t, new))
     out.extend(states.close(world.k * world.tick_s))
     return out
 
