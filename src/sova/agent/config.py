@@ -26,7 +26,53 @@ from sova.agent.registry import check_bandwidth_policy, check_vf_policy
 from sova.policy.vfsched import VFSchedulerConfig
 from sova.units import Duration, Fraction, Rate
 
-__all__ = ["ControllerConfig", "ManagerSpec", "SchedulerSpec", "SensingSpec"]
+__all__ = [
+    "CONFIG_PROTOCOL",
+    "SETTINGS_SINCE",
+    "ControllerConfig",
+    "ManagerSpec",
+    "SchedulerSpec",
+    "SensingSpec",
+    "settings_for_protocol",
+]
+
+# The wire protocol (sova.daemon.schema.PROTOCOL) each setting newer than the unversioned
+# 0.1 agent arrived with. An agent's schema is strict, so a world that serves a controller
+# configuration to an agent of an older release leaves these out instead of having it refuse
+# the whole configuration (a rolling upgrade: agents are upgraded in batches). A new setting
+# goes here with the protocol of its release; tests/test_agent_config_protocol.py holds the
+# table against the schema.
+# This release's protocol, the same number as sova.daemon.schema.PROTOCOL (a daemon module
+# the agent layer does not import; the test holds the two equal).
+CONFIG_PROTOCOL = 3
+SETTINGS_SINCE: dict[tuple[str, str], int] = {
+    ("manager", "lease_timeout"): 2,
+    ("manager", "min_relief"): 3,
+    ("manager", "move_copy_rate"): 3,
+    ("manager", "move_downtime"): 3,
+    ("manager", "relief_horizon"): 3,
+    ("scheduler", "benefit_margin"): 3,
+    ("scheduler", "cost_benefit"): 3,
+    ("scheduler", "horizon"): 3,
+    ("scheduler", "hotplug_blip"): 3,
+    ("scheduler", "top_senders"): 3,
+    ("scheduler", "virtio_lossless"): 3,
+    ("sensing", "censor_margin"): 3,
+    ("sensing", "cpu_saturation"): 3,
+    ("sensing", "hotspot_on_demand"): 3,
+}
+
+
+def settings_for_protocol(cfg: dict[str, Any], protocol: int) -> tuple[dict[str, Any], list[str]]:
+    """A controller configuration (as JSON) without the settings an agent speaking
+    ``protocol`` does not know; returns it and the dotted names it left out (for the log)."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in cfg.items()}
+    dropped: list[str] = []
+    for (section, name), since in SETTINGS_SINCE.items():
+        if since > protocol and name in out.get(section, {}):
+            del out[section][name]
+            dropped.append(f"{section}.{name}")
+    return out, sorted(dropped)
 
 
 class _Strict(BaseModel):

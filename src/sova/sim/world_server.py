@@ -43,7 +43,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sova.agent.config import ControllerConfig
+from sova.agent.config import CONFIG_PROTOCOL, ControllerConfig, settings_for_protocol
 from sova.agent.schedule import PhaseSchedule
 from sova.driver.base import DriverError
 from sova.driver.remote import RemoteDriver, decode_action, encode
@@ -76,7 +76,10 @@ class WorldHost(RemoteDriver):
 
     def agent_config(self) -> ControllerConfig:
         """The scenario's controller configuration for this world's policy."""
-        return ControllerConfig.model_validate(self._call("GET", "/agent-config"))
+        # The protocol says which settings this agent knows (SETTINGS_SINCE); an agent of
+        # the unversioned release asks without it and is served only what it knows.
+        cfg = self._call("GET", f"/agent-config?protocol={CONFIG_PROTOCOL}")
+        return ControllerConfig.model_validate(cfg)
 
     def records(self, timeline: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
         """Hand the world the agent's step records and outcome events (for output files)."""
@@ -415,9 +418,17 @@ def create_world_app(
         if scn is None:
             return err(409, "this world was started without its scenario")
         spec = svc.world.policy
-        # Only what differs from the defaults: an agent of the previous release (the
-        # rolling-upgrade test) then meets no setting newer than itself.
-        cfg = agent_config(scn, spec).model_dump(mode="json", exclude_defaults=True)
+        try:
+            protocol = int(request.query_params.get("protocol", "0"))
+        except ValueError:
+            return err(400, f"protocol: not an integer: {request.query_params['protocol']!r}")
+        # Only what differs from the defaults, and only the settings the agent's protocol
+        # knows: an agent of the previous release (the rolling-upgrade test) then meets no
+        # setting newer than itself.
+        full = agent_config(scn, spec).model_dump(mode="json", exclude_defaults=True)
+        cfg, dropped = settings_for_protocol(full, protocol)
+        if dropped:
+            log.info("agent config for protocol %d leaves out %s", protocol, ", ".join(dropped))
         return await on_host(request, lambda h: _aw(cfg))
 
     async def records(request: Request) -> JSONResponse:
