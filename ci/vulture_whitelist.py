@@ -22,6 +22,8 @@ tier_rates  # unused function (src/sova/policy/tiers.py:39)
 fit_tiers  # unused function (src/sova/policy/tiers.py:87)
 DutyWorkload  # unused variable (src/sova/scenario.py:171)
 _.refresh_capabilities  # unused method (src/sova/driver/libvirt_driver/driver.py): the libvirt tests
+_.reconnects  # unused property (src/sova/driver/libvirt_driver/driver.py): the libvirt reconnect tests
+_.strategies  # unused property (src/sova/driver/libvirt_driver/driver.py): the lab's driver test
 ensure_daemon  # unused function (src/sova/lab/daemons.py): the lab's tests
 daemon_pid  # unused function (src/sova/lab/daemons.py): the lab's tests
 l2_xml  # unused function (src/sova/lab/nested.py): the nested lab's test

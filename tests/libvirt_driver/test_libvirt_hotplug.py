@@ -351,7 +351,7 @@ def test_attach_to_a_vm_that_migrates_away_meanwhile_books_nothing(world, fast, 
     assert st.state is OpState.FAILED and "left this host" in st.detail, st
     assert drv.inventory().vms.keys() == {"holder", "legacy", "plain"}
     # its reservation is gone: the pool has vf 2 (10.4) and vf 3 (10.6) free for others
-    assert drv._reserved == {}
+    assert drv._plug.reserved == {}
 
 
 def test_destination_books_the_vf_qemu_replugged_after_a_migration(fast, closing):

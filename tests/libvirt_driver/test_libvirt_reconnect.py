@@ -197,7 +197,7 @@ def test_driver_reconnects_after_libvirtd_is_killed_and_restarted(lv, libvirtd):
     drv = _driver(libvirtd.uri)
     try:
         assert "test" in drv.inventory().vms
-        mark = drv._hub.mark()
+        mark = drv._ctx.hub.mark()
         _suspend_resume(lv, libvirtd.uri)
         assert eventually(lambda: _suspended(lv, drv, mark), 15.0), "no event before the kill"
         old = drv._conn
@@ -212,7 +212,7 @@ def test_driver_reconnects_after_libvirtd_is_killed_and_restarted(lv, libvirtd):
         # the fast-path source holds no connection of its own: it reads through the new one
         assert drv._fast.holders(drv.pf_view()) == {}
         # events registered again, on the new connection, from the restarted daemon
-        mark = drv._hub.mark()
+        mark = drv._ctx.hub.mark()
         _suspend_resume(lv, libvirtd.uri)
         assert eventually(lambda: _suspended(lv, drv, mark), 15.0), (
             f"no lifecycle event after the restart: {drv.events()[-3:]}"

@@ -123,3 +123,35 @@ def migrating_now(hub: EventHub, in_flight: set[str]) -> set[str]:
         ):
             out.add(vm)
     return out
+
+
+class DomainEvents:
+    """The driver's subscription to one connection's domain events, and their history.
+
+    A connection's callbacks die with it: after a reconnect they are registered again on
+    the new one, and a ``reconnected`` marker tells readers of the history that it has a
+    gap (events of the dead connection's last moments were never delivered)."""
+
+    def __init__(self) -> None:
+        self.hub = EventHub()
+        self._callback_ids: list[int] = []
+
+    def register(self, conn: Any) -> None:
+        self._callback_ids.extend(register_domain_events(conn, self.hub))
+
+    def reconnected(self, conn: Any) -> None:
+        self._callback_ids.clear()
+        self.hub.post("reconnected", "")
+        self.register(conn)
+
+    def close(self, conn: Any) -> None:
+        for cid in self._callback_ids:
+            with contextlib.suppress(Exception):
+                conn.domainEventDeregisterAny(cid)
+        self._callback_ids.clear()
+
+    def add_listener(self, cb: Callable[[DomainEvent], None]) -> None:
+        self.hub.listeners.append(cb)
+
+    def recent(self) -> list[DomainEvent]:
+        return self.hub.recent()

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sova.driver.base import DriverError
 from sova.driver.guest_agent import GuestAgent, GuestAgentError
 from sova.driver.libvirt_driver.connection import require_libvirt
+from sova.driver.libvirt_driver.context import DriverContext
+from sova.driver.libvirt_driver.inventory import HostInventory
 from sova.driver.libvirt_driver.pf import PFView, held_vf
 from sova.driver.libvirt_xml import DomainInfo, parse_domain
 from sova.driver.netlink_vf import VFInfo
-from sova.model import HostCounters, VMCounters
+from sova.model import HostCounters, HostSample, VMCounters
 
 STATS_WANTED = (
     "VIR_DOMAIN_STATS_STATE",
@@ -214,3 +217,49 @@ class DomainTotals:
         self._prev = dict(vms)
         mem = sum(c.memory_used_bytes for c in vms.values())
         return HostCounters(self._acc[0], self._acc[1], self._acc[2], mem)
+
+
+class Sampler:
+    """One host sample: every domain's counters (black box on the host, or gray box inside
+    the guest) and the host's totals, stamped with the driver's clock."""
+
+    def __init__(
+        self, ctx: DriverContext, inventory: HostInventory, now: Callable[[], float]
+    ) -> None:
+        self._ctx = ctx
+        self._inventory = inventory
+        self._now = now
+        self._agent_silent: set[str] = set()  # VMs sampled black-box: their agent is silent
+        self._domain_totals = DomainTotals()  # host_totals = "domains"
+
+    def sample(self) -> HostSample:
+        ctx = self._ctx
+        ctx.connected()
+        t = self._now()
+        pf = ctx.pf_view()
+        vf_table = ctx.fast.rates()
+        lv = require_libvirt()
+        gray = ctx.agent if self._gray_box() else None
+        if not self._inventory.capabilities().nic.vf_stats:
+            vf_table = {}  # zeros from a driver that does not count per VF are no counters
+        vms: dict[str, VMCounters] = {}
+        for dom, st in domain_stats(ctx.conn):
+            try:
+                c = sample_domain(dom, st, pf, vf_table, gray, self._agent_silent)
+            except lv.libvirtError:
+                continue  # domain went away between listing and reading
+            vms[c.vm] = c
+        totals = (
+            self._domain_totals.update(vms)
+            if ctx.config.host_totals == "domains"
+            else host_totals(ctx.conn, pf, ctx.config.sysfs_root)
+        )
+        return HostSample(ctx.host_name(), t, vms, totals)
+
+    def _gray_box(self) -> bool:
+        """Sample inside the guests: when configured, or when the PF's VF counters are
+        unusable (igb) so that a VF-holding VM is not seen as idle. All VMs switch
+        together, from the first sample: one VM's counters never change source mid-run."""
+        if self._ctx.config.sampling == "guest-agent":
+            return True
+        return self._ctx.fast.name == "sriov-vf" and not self._inventory.capabilities().nic.vf_stats
