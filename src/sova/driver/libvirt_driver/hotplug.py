@@ -118,21 +118,33 @@ def retry_until_event(
             if gone(e):
                 return left(attempt)
             raise
-        if ev is not None and ev.kind == failure_kind:
-            last = "the guest refused the unplug (DEVICE_REMOVAL_FAILED)"
-        elif done:
-            how = (
-                EVENT_NAMES[success_kind]
-                if ev is not None
-                else (f"live XML (no {EVENT_NAMES[success_kind]} event)")
-            )
+        verdict = _verdict(ev, done, verb, success_kind, failure_kind, policy.timeout_s)
+        if not verdict:
+            name = EVENT_NAMES[success_kind]
+            how = name if ev is not None else f"live XML (no {name} event)"
             return HotplugOutcome(True, how, attempts=attempt)
-        elif ev is None:
-            last = (
-                f"{verb} not completed within {policy.timeout_s:g}s (no "
-                f"{EVENT_NAMES[success_kind]}; guest busy or not answering the request)"
-            )
-        else:
-            last = f"{EVENT_NAMES[success_kind]} arrived but the live XML disagrees"
+        last = verdict
         sleep(policy.backoff_s * attempt)
     return HotplugOutcome(False, last=last, attempts=policy.attempts)
+
+
+def _verdict(
+    ev: DomainEvent | None,
+    done: bool,
+    verb: str,
+    success_kind: str,
+    failure_kind: str,
+    timeout_s: float,
+) -> str:
+    """After one attempt's wait: why it did not complete, or "" when it did."""
+    name = EVENT_NAMES[success_kind]
+    if ev is not None and ev.kind == failure_kind:
+        return "the guest refused the unplug (DEVICE_REMOVAL_FAILED)"
+    if done:
+        return ""
+    if ev is None:
+        return (
+            f"{verb} not completed within {timeout_s:g}s (no "
+            f"{name}; guest busy or not answering the request)"
+        )
+    return f"{name} arrived but the live XML disagrees"

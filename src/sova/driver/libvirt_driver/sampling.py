@@ -59,7 +59,6 @@ def sample_domain(
     A guest agent that does not answer degrades that VM to black-box (host-side) counters,
     logged once when it starts and once when it ends; ``silent`` remembers which VMs are.
     """
-    lv = require_libvirt()
     info = parse_domain(dom.XMLDesc(0))
     dinfo: list[Any] | None = None
 
@@ -78,6 +77,47 @@ def sample_domain(
         int(st.get(f"vcpu.{i}.delay", 0)) for i in range(int(st.get("vcpu.maximum", vcpus)))
     )
 
+    per_mac = _tap_counters(dom, st, info)
+    vf_idx, _ = held_vf(info, pf)
+    vf = vf_table.get(vf_idx) if vf_idx is not None else None
+    if vf is not None and vf.rx_bytes is not None:
+        # The VF's traffic bypasses the tap; the PF counts it for us. Added to the
+        # virtio MAC's counters: the sensing layer sees one VM NIC that never moved.
+        held = info.sova_vf()
+        nic_mac = vf.mac or (held.mac if held is not None else "")
+        acc = per_mac.setdefault(nic_mac, [0, 0, 0, 0])
+        acc[0] += vf.rx_bytes or 0
+        acc[1] += vf.tx_bytes or 0
+        acc[2] += vf.rx_packets or 0
+        acc[3] += vf.tx_packets or 0
+    if agent is not None:
+        per_mac = _gray_box(agent, dom, info, silent, per_mac)
+    totals = [sum(v[k] for v in per_mac.values()) for k in range(4)]
+    mem_used = 0
+    if "balloon.rss" in st:
+        mem_used = int(st["balloon.rss"]) * 1024
+    elif "balloon.current" in st:
+        mem_used = int(st["balloon.current"]) * 1024
+    else:
+        with contextlib.suppress(Exception):
+            mem_used = int(domain_info()[2]) * 1024
+    return VMCounters(
+        vm=info.name,
+        vcpus=vcpus,
+        cpu_time_ns=int(cpu_time),
+        steal_ns=steal,
+        rx_bytes=totals[0],
+        tx_bytes=totals[1],
+        rx_packets=totals[2],
+        tx_packets=totals[3],
+        memory_used_bytes=mem_used,
+    )
+
+
+def _tap_counters(dom: Any, st: dict[str, Any], info: DomainInfo) -> dict[str, list[int]]:
+    """Host-side counters per virtio MAC (taps are matched by MAC: their names change):
+    [rx_bytes, tx_bytes, rx_pkts, tx_pkts]."""
+    lv = require_libvirt()
     per_mac: dict[str, list[int]] = {}  # mac -> rx_bytes, tx_bytes, rx_pkts, tx_pkts
     tap_to_mac = {n.target_dev: n.mac for n in info.nics if n.target_dev}
     if "net.count" in st:
@@ -102,55 +142,34 @@ def sample_domain(
             acc[1] += int(s[4])
             acc[2] += int(s[1])
             acc[3] += int(s[5])
-    vf_idx, _ = held_vf(info, pf)
-    vf = vf_table.get(vf_idx) if vf_idx is not None else None
-    if vf is not None and vf.rx_bytes is not None:
-        # The VF's traffic bypasses the tap; the PF counts it for us. Added to the
-        # virtio MAC's counters: the sensing layer sees one VM NIC that never moved.
-        held = info.sova_vf()
-        nic_mac = vf.mac or (held.mac if held is not None else "")
-        acc = per_mac.setdefault(nic_mac, [0, 0, 0, 0])
-        acc[0] += vf.rx_bytes or 0
-        acc[1] += vf.tx_bytes or 0
-        acc[2] += vf.rx_packets or 0
-        acc[3] += vf.tx_packets or 0
-    if agent is not None:
-        quiet = silent if silent is not None else set()
-        try:
-            per_mac = guest_counters(agent, dom, info) or per_mac
-        except GuestAgentError as e:
-            if info.name not in quiet:
-                log.warning(
-                    "guest agent of %s not answering (%s): sampling it black-box "
-                    "(host-side counters) until it answers",
-                    info.name,
-                    e,
-                )
-                quiet.add(info.name)
-        else:
-            if info.name in quiet:
-                log.info("guest agent of %s answers again: gray-box counters", info.name)
-                quiet.discard(info.name)
-    totals = [sum(v[k] for v in per_mac.values()) for k in range(4)]
-    mem_used = 0
-    if "balloon.rss" in st:
-        mem_used = int(st["balloon.rss"]) * 1024
-    elif "balloon.current" in st:
-        mem_used = int(st["balloon.current"]) * 1024
+    return per_mac
+
+
+def _gray_box(
+    agent: GuestAgent,
+    dom: Any,
+    info: DomainInfo,
+    silent: set[str] | None,
+    per_mac: dict[str, list[int]],
+) -> dict[str, list[int]]:
+    """The guest's own counters, or ``per_mac`` (host side) while its agent is silent."""
+    quiet = silent if silent is not None else set()
+    try:
+        per_mac = guest_counters(agent, dom, info) or per_mac
+    except GuestAgentError as e:
+        if info.name not in quiet:
+            log.warning(
+                "guest agent of %s not answering (%s): sampling it black-box "
+                "(host-side counters) until it answers",
+                info.name,
+                e,
+            )
+            quiet.add(info.name)
     else:
-        with contextlib.suppress(Exception):
-            mem_used = int(domain_info()[2]) * 1024
-    return VMCounters(
-        vm=info.name,
-        vcpus=vcpus,
-        cpu_time_ns=int(cpu_time),
-        steal_ns=steal,
-        rx_bytes=totals[0],
-        tx_bytes=totals[1],
-        rx_packets=totals[2],
-        tx_packets=totals[3],
-        memory_used_bytes=mem_used,
-    )
+        if info.name in quiet:
+            log.info("guest agent of %s answers again: gray-box counters", info.name)
+            quiet.discard(info.name)
+    return per_mac
 
 
 def guest_counters(agent: GuestAgent, dom: Any, info: DomainInfo) -> dict[str, list[int]]:
