@@ -425,6 +425,37 @@ def test_guest_command_that_never_exits_times_out(world, fast, closing):
     assert st.state is OpState.FAILED and "did not finish within 0.3s" in st.detail
 
 
+def test_an_agent_given_after_construction_reaches_the_shaping_part(world, fast, closing):
+    # LibvirtDriver.open and the lab set the guest agent on a built driver (drv._agent = ...):
+    # the parts must read it from there, not keep what they were built with (None).
+    guest = FakeGuest(exitcode=0)
+    drv = make(world, fast, closing)
+    drv._agent = GuestAgent(guest, exec_timeout_s=0.3, poll_interval_s=0.02)
+    st = wait_done(drv, drv.submit(SetGuestRateLimit("ready", 500e6)))
+    assert st.state is OpState.SUCCEEDED and st.detail.startswith("guest HTB"), st
+    assert [c["execute"] for c in guest.commands] == ["guest-exec", "guest-exec-status"]
+
+
+def test_a_subclass_failover_is_the_one_hot_plug_consults(world, fast, closing):
+    # The lab's fault tests put their own failover in by overriding the _failover property.
+    from sova.driver.libvirt_driver.failover import FailoverError, Teaming
+
+    class Refusing(Teaming):
+        def before_unplug(self, dom: Any, fast: Any, backup: Any) -> str:
+            raise FailoverError("backup not answering")
+
+    class Driver(LibvirtDriver):
+        @property
+        def _failover(self) -> Any:
+            return Refusing()
+
+    drv = Driver(LibvirtDriverConfig(uri="fake:///", sysfs_root="/nonexistent", **fast), world)
+    closing.append(drv)
+    st = wait_done(drv, drv.submit(DetachVF("holder")))
+    assert st.state is OpState.FAILED and "backup not answering" in st.detail, st
+    assert calls(world, "holder", "detach") == 0
+
+
 def test_without_agent_the_limit_falls_back_to_host_side_bandwidth(world, fast, closing):
     drv = make(world, {**fast, "host_side_shaping": "bandwidth"}, closing)
     st = wait_done(drv, drv.submit(SetGuestRateLimit("ready", 8 * 1024 * 1000)))
