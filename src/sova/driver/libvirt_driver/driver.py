@@ -56,7 +56,7 @@ from sova.driver.libvirt_driver.failover import Failover, GuestBond, Teaming
 from sova.driver.libvirt_driver.fastpath import FastPathSource
 from sova.driver.libvirt_driver.inventory import HostInventory, VMReport
 from sova.driver.libvirt_driver.migration import Migrator
-from sova.driver.libvirt_driver.operations import Op, OperationTable, OpFailed
+from sova.driver.libvirt_driver.operations import DriverOp, DriverOps, OpFailed
 from sova.driver.libvirt_driver.pf import PFView
 from sova.driver.libvirt_driver.plug import HotPlug
 from sova.driver.libvirt_driver.reconcile import Reconciler
@@ -111,7 +111,7 @@ class LibvirtDriver:
         # (the lab's fault tests) can put its own in.
         ctx = DriverContext(config, self._link, lambda: self._failover, netlink, agent)
         self._ctx = ctx
-        self._ops = OperationTable(config.max_workers)
+        self._ops = DriverOps(config.max_workers)
         self._inventory = HostInventory(ctx)
         self._sampler = Sampler(ctx, self._inventory, self.now)
         self._shaping = Shaping(ctx, self._inventory)
@@ -240,7 +240,7 @@ class LibvirtDriver:
     def poll(self, op_id: str) -> OpStatus:
         return self._ops.poll(op_id)
 
-    def _run(self, op: Op) -> str:
+    def _run(self, op: DriverOp) -> str:
         """On the operation's worker, the VM's lock held: the action, by the part that owns it."""
         a = op.action
         self._ctx.connected()

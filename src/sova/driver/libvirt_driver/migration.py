@@ -11,7 +11,7 @@ from typing import Any
 
 from sova.driver.libvirt_driver.connection import require_libvirt
 from sova.driver.libvirt_driver.context import DriverContext
-from sova.driver.libvirt_driver.operations import Op, OperationTable, OpFailed
+from sova.driver.libvirt_driver.operations import DriverOp, DriverOps, OpFailed
 from sova.driver.libvirt_driver.plug import HotPlug
 from sova.model import Migrate
 
@@ -84,12 +84,12 @@ def run_migration(
 class Migrator:
     """Live-migrates a VM: its fast NIC out first (backup confirmed), then one bounded job."""
 
-    def __init__(self, ctx: DriverContext, plug: HotPlug, ops: OperationTable) -> None:
+    def __init__(self, ctx: DriverContext, plug: HotPlug, ops: DriverOps) -> None:
         self._ctx = ctx
         self._plug = plug
         self._ops = ops
 
-    def migrate(self, op: Op, a: Migrate) -> str:
+    def migrate(self, op: DriverOp, a: Migrate) -> str:
         lv = require_libvirt()
         cfg = self._ctx.config
         dom = self._ctx.dom(a.vm)

@@ -15,7 +15,7 @@ from sova.model import Action
 
 
 @dataclass
-class Op:
+class DriverOp:
     op_id: str
     action: Action
     state: OpState = OpState.PENDING
@@ -26,20 +26,20 @@ class OpFailed(Exception):
     """Ends an operation as FAILED with this message as the detail."""
 
 
-class OperationTable:
+class DriverOps:
     """Operations by id, their worker threads, and one lock per VM."""
 
     def __init__(self, max_workers: int) -> None:
-        self._ops: dict[str, Op] = {}
+        self._ops: dict[str, DriverOp] = {}
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         self._vm_locks: dict[str, threading.Lock] = {}
         self._workers = threading.BoundedSemaphore(max(1, max_workers))
 
-    def submit(self, action: Action, run: Callable[[Op], str], refuse: str = "") -> str:
+    def submit(self, action: Action, run: Callable[[DriverOp], str], refuse: str = "") -> str:
         """Start ``run`` for ``action`` on a worker (or fail it at once with ``refuse``)."""
         op_id = f"{action.kind}:{action.vm}:{next(self._seq)}"
-        op = Op(op_id, action)
+        op = DriverOp(op_id, action)
         with self._lock:
             self._ops[op_id] = op
         if refuse:
@@ -57,11 +57,11 @@ class OperationTable:
                 return OpStatus(op_id, OpState.FAILED, "unknown operation id")
             return OpStatus(op.op_id, op.state, op.detail)
 
-    def finish(self, op: Op, state: OpState, detail: str) -> None:
+    def finish(self, op: DriverOp, state: OpState, detail: str) -> None:
         with self._lock:
             op.state, op.detail = state, detail
 
-    def progress(self, op: Op, detail: str) -> None:
+    def progress(self, op: DriverOp, detail: str) -> None:
         with self._lock:
             if op.state is OpState.PENDING:
                 op.detail = detail
@@ -73,7 +73,7 @@ class OperationTable:
         with lock:
             yield
 
-    def _work(self, op: Op, run: Callable[[Op], str]) -> None:
+    def _work(self, op: DriverOp, run: Callable[[DriverOp], str]) -> None:
         try:
             with self._workers, self._vm_lock(op.action.vm):
                 self.progress(op, "running")

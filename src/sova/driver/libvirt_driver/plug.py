@@ -13,7 +13,7 @@ from sova.driver.libvirt_driver.context import DriverContext
 from sova.driver.libvirt_driver.failover import FailoverError
 from sova.driver.libvirt_driver.hotplug import PermanentRefusal, retry_until_event
 from sova.driver.libvirt_driver.inventory import HostInventory
-from sova.driver.libvirt_driver.operations import Op, OperationTable, OpFailed
+from sova.driver.libvirt_driver.operations import DriverOp, DriverOps, OpFailed
 from sova.driver.libvirt_driver.pf import PFView
 from sova.driver.libvirt_driver.shaping import Shaping
 from sova.driver.libvirt_xml import DomainNic
@@ -28,7 +28,7 @@ class HotPlug:
         ctx: DriverContext,
         inventory: HostInventory,
         shaping: Shaping,
-        ops: OperationTable,
+        ops: DriverOps,
     ) -> None:
         self._ctx = ctx
         self._inventory = inventory
@@ -50,7 +50,7 @@ class HotPlug:
                     return idx, pci
         raise OpFailed(f"no free VF on {pf.name or 'this host'}")
 
-    def attach(self, op: Op, a: AttachVF) -> str:
+    def attach(self, op: DriverOp, a: AttachVF) -> str:
         lv = require_libvirt()
         dom = self._ctx.dom(a.vm)
         if not dom.isActive():
@@ -111,7 +111,7 @@ class HotPlug:
             with self._lock:
                 self.reserved.pop(slot, None)
 
-    def _activate(self, op: Op, dom: Any, vm: str) -> str:
+    def _activate(self, op: DriverOp, dom: Any, vm: str) -> str:
         """After a plug: the failover makes the new NIC carry the traffic (guest-bond)."""
         info = self._ctx.live(dom)
         fast, backup = self._ctx.fast.nic(info), self._ctx.failover.backup(info)
@@ -172,7 +172,7 @@ class HotPlug:
             )
         return dom, self._ctx.fast.nic(info), backup
 
-    def detach(self, op: Op, vm: str) -> str:
+    def detach(self, op: DriverOp, vm: str) -> str:
         dom = self._ctx.dom(vm)
         info = self._ctx.live(dom)
         vf = self._ctx.fast.nic(info)
@@ -206,7 +206,9 @@ class HotPlug:
         moved = f" ({moved})" if moved else ""
         return self._unplug(op, dom, vm, vf, idx, moved)
 
-    def _unplug(self, op: Op, dom: Any, vm: str, vf: DomainNic, idx: int | None, moved: str) -> str:
+    def _unplug(
+        self, op: DriverOp, dom: Any, vm: str, vf: DomainNic, idx: int | None, moved: str
+    ) -> str:
         """The unplug itself, once the backup carries the traffic, confirmed by events."""
         lv = require_libvirt()
 

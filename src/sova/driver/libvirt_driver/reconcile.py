@@ -8,7 +8,7 @@ import logging
 from sova.driver.libvirt_driver.connection import require_libvirt
 from sova.driver.libvirt_driver.context import DriverContext
 from sova.driver.libvirt_driver.failover import FailoverError
-from sova.driver.libvirt_driver.operations import Op, OpFailed
+from sova.driver.libvirt_driver.operations import DriverOp, OpFailed
 from sova.driver.libvirt_driver.plug import HotPlug
 from sova.model import DetachVF
 
@@ -52,7 +52,7 @@ class Reconciler:
             try:
                 done = self._ctx.failover.after_plug(dom, fast, backup)
             except FailoverError as e:
-                op = Op(f"adopt:{info.name}", DetachVF(info.name))
+                op = DriverOp(f"adopt:{info.name}", DetachVF(info.name))
                 try:
                     undone = f"unplugged ({self._plug.detach(op, info.name)})"
                 except OpFailed as e2:
