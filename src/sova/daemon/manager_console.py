@@ -23,6 +23,7 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 # The page's own origin only: no inline script, no remote asset, no framing, no form
 # posted anywhere (a script injected through a host's or a reason's text could not run).

@@ -116,11 +116,14 @@ function fill(tableId, rows, render) {
   }
 }
 
-function renderHosts(view) {
-  const leader = `${view.hosts.length} hosts, ${view.hosts.filter((h) => h.hot).length} hot, ` +
-    `${view.open_plans} open plans, ${view.fences.length} fences, ${view.leases.length} ` +
-    `migrations in flight; mode ${view.mode}; round ${view.rounds}`;
-  $("cluster-summary").textContent = leader;
+function renderHosts(view, ready) {
+  const hot = view.hosts.filter((h) => h.hot).length;
+  const epoch = ready.epoch === null || ready.epoch === undefined ? "" : `, epoch ${ready.epoch}`;
+  $("cluster-summary").textContent =
+    `hosts: ${view.hosts.length} (hot: ${hot}) · open plans: ${view.open_plans} · ` +
+    `fences: ${view.fences.length} · migrations in flight: ${view.leases.length} · ` +
+    `mode: ${view.mode} · round ${view.rounds} · this manager: ${ready.role || "?"}${epoch}, ` +
+    `${ready.status || "?"}`;
   fill("hosts", view.hosts, (tr, h) => {
     tr.dataset.host = h.host;
     if (h.hot) tr.className = "hot";
@@ -130,7 +133,7 @@ function renderHosts(view) {
     cell(tr, pct(h.utilisation.cpu), "num");
     cell(tr, pct(h.utilisation.mem), "num");
     cell(tr, pct(h.utilisation.net), "num");
-    cell(tr, h.hot ? `hot: ${h.reason}` : "");
+    cell(tr, h.hot ? h.reason : "");
     cell(tr, Object.keys(h.vms).length, "num");
     cell(tr, h.mode);
     const fenced = [];
@@ -151,8 +154,8 @@ function renderPlans(page) {
     cell(tr, p.state, `state state-${p.state}`);
     cell(tr, p.actions.map((a) => `${a.vm}: ${a.src} → ${a.dst}`).join(", "));
     cell(tr, p.reason);
-    cell(tr, when(p.created_s));
-    cell(tr, when(p.expires_s));
+    cell(tr, when(p.created_s), "time");
+    cell(tr, when(p.expires_s), "time");
     cell(tr, p.decided_by);
     const td = cell(tr, "");
     if (p.state === "proposed") {
@@ -168,7 +171,7 @@ function renderFences(fences) {
     cell(tr, f.kind);
     cell(tr, f.name);
     cell(tr, f.set_by);
-    cell(tr, when(f.since_s));
+    cell(tr, when(f.since_s), "time");
     cell(tr, f.reason);
     const td = cell(tr, "");
     button(td, `clear-${f.kind}-${f.name}`, "Clear", () => clearFence(f.kind, f.name));
@@ -178,9 +181,9 @@ function renderFences(fences) {
 function renderDecisions(page) {
   fill("decisions", page.decisions, (tr, d) => {
     cell(tr, d.id, "num");
-    cell(tr, when(d.time_s));
+    cell(tr, when(d.time_s), "time");
     cell(tr, d.host);
-    cell(tr, d.flag ? `${d.vm} → ${d.target}` : "");
+    cell(tr, d.flag ? `${d.vm} → ${d.target}` : "", "time");
     cell(tr, d.hot_resources.join(", "));
     cell(tr, d.reason);
   });
@@ -189,7 +192,7 @@ function renderDecisions(page) {
 function renderAudit(page) {
   fill("audit", page.entries, (tr, e) => {
     cell(tr, e.id, "num");
-    cell(tr, when(e.time_s));
+    cell(tr, when(e.time_s), "time");
     cell(tr, e.who);
     cell(tr, e.action);
     cell(tr, e.subject);
@@ -197,16 +200,28 @@ function renderAudit(page) {
   });
 }
 
+// The manager's own readiness (leader or standby, its epoch): open to all, and a 503
+// still carries the body that says why.
+async function readiness() {
+  try {
+    const r = await fetch("/readyz", { cache: "no-store", credentials: "omit" });
+    return await r.json();
+  } catch (e) {
+    return { status: "unreachable" };
+  }
+}
+
 async function load() {
   const newest = `order=newest&limit=${LIMIT}`;
-  const [cluster, plans, fences, decisions, audit] = await Promise.all([
+  const [ready, cluster, plans, fences, decisions, audit] = await Promise.all([
+    readiness(),
     api("GET", "/v1/cluster"),
     api("GET", `/v1/plans?${newest}`),
     api("GET", "/v1/fences"),
     api("GET", `/v1/decisions?${newest}`),
     api("GET", `/v1/audit?${newest}`),
   ]);
-  renderHosts(cluster);
+  renderHosts(cluster, ready);
   renderPlans(plans);
   renderFences(fences);
   renderDecisions(decisions);
