@@ -7,20 +7,27 @@ H1 is hot from the start, so the manager proposes moving a VM to H2 after a few 
 the world is paused once a plan is proposed, so it cannot expire under the test. A viewer
 logs in, sees the hosts and plans, and is refused (the API's 403, shown on the page) when
 approving and fencing; the operator then approves the same plan and sets and clears a
-fence from the page. Every step is checked against the API, not only the page.
+fence from the page. Every step is checked against the API, not only the page. A second
+manager serves TLS with a self-signed certificate, which chromium is told to trust by its
+key alone: the console loads over https and an operator fences a host through it.
 
 Screenshots go to $SOVA_CONSOLE_SCREENSHOTS (default: the test's temporary directory);
-the directory is printed (``pytest -s`` or ``-rP`` shows it). ~40 s.
+the directory is printed (``pytest -s`` or ``-rP`` shows it). ~55 s.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import os
 import secrets
 import shutil
+import ssl
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +37,8 @@ import pytest
 
 from sova.demo import Cluster
 
-from .conftest import DATA, running_cluster, wait_until
+from .conftest import DATA, REPO, free_port, report, running_cluster, wait_until
+from .test_tls_guard import _cert
 
 CHROMIUM = Path(os.environ.get("SOVA_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("SOVA_CHROMEDRIVER", "/usr/bin/chromedriver"))
@@ -97,8 +105,8 @@ def proposed_plan(c: Cluster) -> dict[str, Any]:
     return dict((now or found)[0])
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
+@contextlib.contextmanager
+def chromium(tmp_path: Path, *extra: str) -> Iterator[Any]:
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
     profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
@@ -116,6 +124,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         "--disable-dev-shm-usage",
         f"--user-data-dir={profile}",
         "--window-size=1400,1400",
+        *extra,
     ):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -129,12 +138,18 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    with chromium(tmp_path) as driver:
+        yield driver
+
+
 def _wait(driver: Any, what: str, pred: Any, timeout: float = 20) -> Any:
     return WebDriverWait(driver, timeout).until(pred, message=f"the page never showed {what}")
 
 
-def log_in(driver: Any, c: Cluster, token: str, who: str) -> None:
-    driver.get(c.manager_url + "/console")  # redirected to /console/
+def log_in(driver: Any, url: str, token: str, who: str) -> None:
+    driver.get(url + "/console")  # redirected to /console/
     field = _wait(driver, "the login form", lambda d: d.find_element(By.ID, "token"))
     field.send_keys(token)
     driver.find_element(By.ID, "login-button").click()
@@ -192,7 +207,7 @@ def test_a_viewer_sees_hosts_and_plans_but_approve_and_fence_are_refused(
 ) -> None:
     c = cluster
     plan = proposed_plan(c)
-    log_in(browser, c, VIEWER, "victor (viewer)")
+    log_in(browser, c.manager_url, VIEWER, "victor (viewer)")
     hosts = {r[0] for r in rows(browser, "hosts")}
     assert hosts == {"H1", "H2"}
     shown = {r[0]: r[1] for r in rows(browser, "plans")}
@@ -223,7 +238,7 @@ def test_an_operator_approves_a_plan_and_sets_and_clears_a_fence(
     c = cluster
     plan = proposed_plan(c)
     (move,) = plan["actions"]
-    log_in(browser, c, OPERATOR, "alice (operator)")
+    log_in(browser, c.manager_url, OPERATOR, "alice (operator)")
     by_host = {r[0]: r for r in rows(browser, "hosts")}
     assert set(by_host) == {"H1", "H2"}
     assert by_host["H1"][6].startswith("hot"), by_host["H1"]  # the host the plan relieves
@@ -261,3 +276,100 @@ def test_an_operator_approves_a_plan_and_sets_and_clears_a_fence(
     assert rows(browser, "fences") == [["none"]]
     browser.save_screenshot(str(shots / "7-operator-fence-cleared.png"))
     assert page_errors(browser) == []
+
+
+# --------------------------------------------------------------------------- over TLS
+
+TLS_TOKENS = {"a0": "console-tls-a0-" + "k" * 16, "a1": "console-tls-a1-" + "k" * 16}
+
+
+def _spki_sha256(cert: Path) -> str:
+    """The base64 SHA-256 of the certificate's public key: chromium trusts this one key
+    (--ignore-certificate-errors-spki-list), not every certificate."""
+    pem = subprocess.run(
+        ["openssl", "x509", "-in", str(cert), "-pubkey", "-noout"],
+        check=True, capture_output=True, timeout=30,
+    ).stdout  # fmt: skip
+    der = subprocess.run(
+        ["openssl", "pkey", "-pubin", "-outform", "der"],
+        input=pem, check=True, capture_output=True, timeout=30,
+    ).stdout  # fmt: skip
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+@pytest.fixture(scope="module")
+def tls_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A ``sova manager`` process serving TLS (self-signed), with the operators file, and
+    two hosts that reported over TLS."""
+    tmp = tmp_path_factory.mktemp("console-tls")
+    cert, key = _cert(tmp)
+    ops = tmp / "operators.toml"
+    ops.write_text(f'[alice]\nrole = "operator"\ntokens = ["{_digest(OPERATOR)}"]\n')
+    ops.chmod(0o600)
+    port = free_port()
+    lines = [
+        'listen = "127.0.0.1"',
+        f"port = {port}",
+        f'database_url = "sqlite:///{tmp / "m.db"}"',
+        "plan_period_s = 0",
+        'log_level = "warning"',
+        f'operators_file = "{ops}"',
+        f'tls_certfile = "{cert}"',
+        f'tls_keyfile = "{key}"',
+        *(f'[hosts."{h}"]\ntoken = "{t}"' for h, t in TLS_TOKENS.items()),
+    ]
+    cfg = tmp / "m.toml"
+    cfg.write_text("\n".join(lines) + "\n")
+    log = tmp / "manager.log"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "sova.cli_daemons", "manager", "--config", str(cfg)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SOVA_")},
+    )
+    url = f"https://127.0.0.1:{port}"
+    verify = ssl.create_default_context(cafile=str(cert))
+    try:
+        wait_until(
+            lambda: httpx.get(url + "/healthz", verify=verify, timeout=2).status_code == 200,
+            60,
+            "the TLS manager",
+        )
+        for host, tok in TLS_TOKENS.items():
+            r = httpx.post(
+                f"{url}/v1/hosts/{host}/reports",
+                content=report(1, time.time(), (0.2, 0.3, 0.4)),
+                headers={"authorization": f"Bearer {tok}", "content-type": "application/json"},
+                verify=verify,
+                timeout=10,
+            )
+            assert r.status_code == 200, r.text
+        yield url, cert
+    finally:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+        print(log.read_text()[-3000:])
+
+
+def test_the_console_is_served_over_the_managers_tls(
+    tls_manager: tuple[str, Path], tmp_path: Path, shots: Path
+) -> None:
+    url, cert = tls_manager
+    with chromium(tmp_path, f"--ignore-certificate-errors-spki-list={_spki_sha256(cert)}") as b:
+        log_in(b, url, OPERATOR, "alice (operator)")
+        assert b.execute_script("return window.location.protocol") == "https:"
+        assert b.execute_script("return window.isSecureContext") is True
+        assert {r[0] for r in rows(b, "hosts")} == {"a0", "a1"}
+        Select(b.find_element(By.ID, "fence-kind")).select_by_value("maintenance")
+        b.find_element(By.ID, "fence-name").send_keys("a1")
+        b.find_element(By.ID, "fence-set").click()
+        _wait(b, "the fence", lambda d: "Fence set: maintenance on a1." in message(d))
+        b.save_screenshot(str(shots / "8-tls-operator-fence-set.png"))
+        b.find_element(By.ID, "clear-maintenance-a1").click()
+        _wait(b, "the cleared fence", lambda d: "Fence cleared: maintenance on a1." in message(d))
+        assert page_errors(b) == []
