@@ -253,6 +253,10 @@ def test_an_operator_approves_a_plan_and_sets_and_clears_a_fence(
     row = next(r for r in rows(browser, "plans") if r[0] == str(plan["id"]))
     assert row[1] == "approved" and row[6] == "alice"
     assert not browser.find_elements(By.ID, f"approve-{plan['id']}")  # no longer open
+    # The manager's decision to signal the approved move, newest first.
+    assert rows(browser, "decisions")[0][5] == (
+        f"plan {plan['id']} approved by alice: move {move['vm']} to {move['dst']}"
+    )
     browser.save_screenshot(str(shots / "5-operator-approved.png"))
 
     # A pin on a VM the plan does not move (the approved move is left as it is).
