@@ -7,3 +7,4 @@ cd "$(dirname "$0")/.."
 SOVA_EXTRAS=test source scripts/_venv.sh
 bash scripts/ci-setup-libvirt.sh .venv
 bash scripts/ci-testbed.sh --setup-only .venv
+bash scripts/ci-setup-browser.sh   # the web console browser tests (issue 38)

@@ -264,6 +264,10 @@ def test_manager_extra_serves(tmp_path: Path, wheel: Path) -> None:
         assert status == 200, (
             proc.stdout.read() if proc.poll() is not None and proc.stdout else status
         )
+        # The web console's files are package data: the installed manager serves them.
+        page = httpx.get(f"http://127.0.0.1:{port}/console/", timeout=5)
+        assert page.status_code == 200 and "<title>Sova console</title>" in page.text
+        assert httpx.get(f"http://127.0.0.1:{port}/console/console.js", timeout=5).is_success
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -59,6 +59,7 @@ from sova.daemon.leadership import (
     leader_gauges,
     step_down,
 )
+from sova.daemon.manager_console import console_router
 from sova.daemon.manager_control import FENCE_KINDS, PlanConflict, PlanNotFound
 from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
@@ -235,6 +236,7 @@ def create_app(
     app.state.service = service
     app.add_middleware(GuardMiddleware, service=service)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.include_router(console_router())  # /console/: the web console (not in OpenAPI)
     bearer = HTTPBearer(
         auto_error=False,
         description="the host's token (agent endpoints) or the admin token (read endpoints)",
