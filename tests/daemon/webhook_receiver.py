@@ -18,6 +18,7 @@ class Post:
     body: bytes
     headers: dict[str, str]
     status: int  # what the receiver answered
+    at: float  # time.monotonic() of its arrival
 
     @property
     def event(self) -> dict[str, Any]:
@@ -52,11 +53,12 @@ def receiver() -> Iterator[Receiver]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            t0 = time.monotonic()
             body = self.rfile.read(int(self.headers["Content-Length"]))
             status = rec.answer(json.loads(body))
             with rec.lock:
                 rec.posts.append(
-                    Post(body, {k.lower(): v for k, v in self.headers.items()}, status)
+                    Post(body, {k.lower(): v for k, v in self.headers.items()}, status, t0)
                 )
             self.send_response(status)
             self.send_header("Content-Length", "0")

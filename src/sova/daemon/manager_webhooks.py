@@ -245,6 +245,6 @@ class Webhooks:
             attempt,
             ep.max_attempts,
             error,
-            ": given up" if given_up else f": again in {retry_at - self.clock():.0f} s",
+            ": given up" if given_up else f": again in {retry_at - self.clock():.1f} s",
         )
         return False

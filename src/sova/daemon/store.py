@@ -39,7 +39,7 @@ from sova.daemon.store_admin import (
     StoreTooNew,
     _version,
 )
-from sova.daemon.store_outbox import OutboxStore
+from sova.daemon.store_outbox import OutboxStore, outbox_metadata
 from sova.daemon.store_rows import (
     AuditRow,
     DecisionRow,
@@ -216,6 +216,10 @@ peer_config = sa.Table(
     sa.Column("digest", sa.JSON(), nullable=False),
     sa.Column("since_s", sa.Float(), nullable=False),
 )
+# The webhooks' outbox (store_outbox.py, revision 0006) is one of the store's tables too:
+# what walks every table (a reset, a copy, the check of an unversioned store) sees it.
+for _t in outbox_metadata.tables.values():
+    _t.to_metadata(metadata)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
