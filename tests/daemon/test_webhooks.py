@@ -11,13 +11,16 @@ costs one timeout. The failover across two managers is in test_webhooks_pg.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from pydantic import ValidationError
 
 from sova.daemon.config import ManagerSettings, format_errors
@@ -307,3 +310,40 @@ def test_old_events_are_pruned_and_not_sent(db: Store) -> None:
     _fence_event(db, "old")
     assert db.prune_events(time.time() + 1) == 1
     assert outbox_rows(db) == []
+
+
+def test_the_operations_guide_lists_every_event_kind() -> None:
+    text = (REPO / "docs/operations.md").read_text()
+    section = text[text.index("## Webhooks") : text.index("## Health and readiness")]
+    listed = set(re.findall(r"`([a-z]+\.[a-z_]+|decision)`", section))
+    assert set(EVENT_KINDS) <= listed, set(EVENT_KINDS) - listed
+
+
+def test_sova_webhooks_lists_the_deliveries_newest_first(db: Store, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sova.cli import app
+
+    clock = Clock()
+    with receiver() as rx:
+        rx.answer = lambda ev: 500 if ev["subject"] == "bad" else 200
+        settings = WebhookSettings.model_validate(hooks(rx.url, max_attempts=1))
+        _fence_event(db, "bad")
+        _fence_event(db, "good")
+        _passes(Webhooks(settings, db, clock=clock))
+        _passes(Webhooks(settings, db, clock=clock))
+    url = str(db.engine.url)
+    out = CliRunner().invoke(app, ["webhooks", "--database-url", url])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[1].split()[:6] == ["2", "fence.set", "rx", "delivered", "1"], lines
+    assert lines[2].split() == ["1", "fence.set", "rx", "given", "up", "1", "HTTP", "500"]
+    out = CliRunner().invoke(app, ["webhooks", "--database-url", url, "-o", "json"])
+    assert [(r["event_id"], r["given_up"]) for r in json.loads(out.output)] == [
+        (2, False),
+        (1, True),
+    ]
+    empty = tmp_path / "old.db"
+    sa.create_engine(f"sqlite:///{empty}").connect().close()
+    out = CliRunner().invoke(app, ["webhooks", "--database-url", f"sqlite:///{empty}"])
+    assert out.exit_code == 2 and "no webhook outbox" in out.output

@@ -15,8 +15,11 @@ Measured (2 shared cores): the standby led ~5-12 s after the stop; ~25 s a run.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -24,7 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
+
+from sova.daemon.manager_webhooks import Webhooks
+from sova.daemon.store import AuditRow, Deposed, RoundWrite, Store
+from sova.daemon.webhook_settings import WebhookSettings
 
 from .conftest import free_port, wait_until
 from .test_leadership import _manager, _manager_cfg, _role, needs_pg, pg_schema
@@ -100,10 +108,8 @@ def test_every_event_reaches_the_receiver_once_across_a_failover(tmp_path: Path)
                 30,
             )
             os.kill(procs[0].pid, signal.SIGCONT)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 procs[0].wait(20)  # the deposed leader notices and steps down
-            except Exception:
-                pass
             time.sleep(2.0)  # time for a stray POST to arrive, had one been sent
             print(f"the standby led {led - stopped:.1f} s after the stop")
         finally:
@@ -140,3 +146,44 @@ def test_every_event_reaches_the_receiver_once_across_a_failover(tmp_path: Path)
         assert all(p.at > led for p in rx.posts if p.status == 200 and p.event["id"] in tried)
         ok_ids = [p.event["id"] for p in rx.posts if p.status == 200]
         assert len(ok_ids) == len(set(ok_ids))
+
+
+@needs_pg
+def test_a_leader_deposed_between_reading_and_posting_sends_nothing() -> None:
+    """The race the claim closes: the old leader read its pending events, then froze; the
+    new leader delivered them; the old one, resumed, goes on to POST what it had read. Its
+    claim is written under its epoch, refused (Deposed), and nothing is sent. (Without the
+    claim before the POST, the receiver got each event a second time.)"""
+    with receiver() as rx, pg_schema("hookrace") as (url, _schema, _admin):
+        old, new = Store(url), Store(url)
+        try:
+            old.migrate()
+            for s in (old, new):
+                s.outbox_enabled = True
+            with old.engine.begin() as conn:
+                conn.execute(sa.text("UPDATE leader SET epoch = 1 WHERE id = 1"))
+            old.fence = 1
+            settings = WebhookSettings.model_validate(
+                {"endpoints": {"rx": {"url": rx.url, "backoff_s": 0.1}}}
+            )
+            old.write_round(RoundWrite(audit=[AuditRow(0.0, "ops", "mode", "cluster", "x")]))
+            old_hooks, new_hooks = Webhooks(settings, old), Webhooks(settings, new)
+            ep = settings.endpoints["rx"]
+            read = old.pending_events("rx", [], 0.0, time.time(), 100)
+            assert len(read) == 1
+            with new.engine.begin() as conn:  # the takeover
+                conn.execute(sa.text("UPDATE leader SET epoch = 2 WHERE id = 1"))
+            new.fence = 2
+
+            async def both() -> int:
+                async with httpx.AsyncClient() as client:
+                    n = await new_hooks.deliver_due(client)
+                    with pytest.raises(Deposed):
+                        await old_hooks._post(client, "rx", ep, read[0])
+                    return n
+
+            assert asyncio.run(both()) == 1
+            assert [p.status for p in rx.posts] == [200]
+        finally:
+            old.close()
+            new.close()
