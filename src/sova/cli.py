@@ -314,7 +314,6 @@ def _register_subcommands() -> None:
     from sova.cli_status import register as register_status
     from sova.cli_store import register as register_store
     from sova.cli_testbed import register as register_testbed
-    from sova.cli_webhooks import register as register_webhooks
 
     register_daemons(app)
     register_testbed(app)
@@ -323,7 +322,6 @@ def _register_subcommands() -> None:
     register_status(app)
     register_store(app)
     register_scenario(app)
-    register_webhooks(app)
 
 
 _register_subcommands()

@@ -289,7 +289,23 @@ def test_a_hanging_receiver_costs_one_timeout(db: Store) -> None:
         took = time.monotonic() - t0
         assert took < 1.5, took  # 0.3 s timeout + the db's marks
         (d,) = db.deliveries()
-        assert d.attempts == 1 and "Timeout" in d.error and d.delivered_s is None
+        assert d.attempts == 1 and "timeout" in d.error.lower() and d.delivered_s is None
+
+
+def test_a_receiver_trickling_its_answer_costs_one_timeout(db: Store) -> None:
+    """Each byte within httpx's read timeout, the whole answer (10 x 0.2 s) far beyond
+    timeout_s: the POST is abandoned at timeout_s all the same."""
+    with receiver() as rx:
+        rx.trickle_s = 0.2
+        settings = WebhookSettings.model_validate(hooks(rx.url, timeout_s=0.5))
+        wh = Webhooks(settings, db)
+        _fence_event(db, "h2")
+        t0 = time.monotonic()
+        assert _passes(wh) == 0
+        took = time.monotonic() - t0
+        assert took < 1.5, took
+        (d,) = db.deliveries()
+        assert d.error == "no answer within timeout_s = 0.5 s" and d.delivered_s is None
 
 
 def test_a_migration_end_written_twice_is_one_event(db: Store) -> None:

@@ -32,6 +32,7 @@ class Receiver:
     # Called with the event; returns the status to answer (and may sleep).
     answer: Callable[[dict[str, Any]], int] = lambda _ev: 200
     lock: threading.Lock = field(default_factory=threading.Lock)
+    trickle_s: float = 0.0  # > 0: the answer's body comes a byte at a time, this far apart
 
     def accepted(self) -> list[dict[str, Any]]:
         """The events answered with a 2xx, in arrival order."""
@@ -61,8 +62,17 @@ def receiver() -> Iterator[Receiver]:
                     Post(body, {k.lower(): v for k, v in self.headers.items()}, status, t0)
                 )
             self.send_response(status)
-            self.send_header("Content-Length", "0")
+            if not rec.trickle_s:
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            # An answer that keeps coming: 10 bytes, each after trickle_s.
+            self.send_header("Content-Length", "10")
             self.end_headers()
+            for _ in range(10):
+                self.wfile.flush()
+                time.sleep(rec.trickle_s)
+                self.wfile.write(b".")
 
         def log_message(self, *_a: Any) -> None:
             pass

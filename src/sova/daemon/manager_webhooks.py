@@ -210,7 +210,14 @@ class Webhooks:
             if key is not None:
                 headers[SIGNATURE_HEADER] = sign(key, body, int(self.clock()))
             try:
-                r = await client.post(ep.url, content=body, headers=headers, timeout=ep.timeout_s)
+                # httpx's timeout bounds each phase (connect, each read); wait_for bounds
+                # the whole POST, so a receiver trickling its answer cannot hold the pass.
+                r = await asyncio.wait_for(
+                    client.post(ep.url, content=body, headers=headers, timeout=ep.timeout_s),
+                    ep.timeout_s,
+                )
+            except TimeoutError:
+                error = f"no answer within timeout_s = {ep.timeout_s:g} s"
             except httpx.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"
             else:
