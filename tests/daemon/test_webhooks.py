@@ -363,3 +363,67 @@ def test_sova_webhooks_lists_the_deliveries_newest_first(db: Store, tmp_path: Pa
     sa.create_engine(f"sqlite:///{empty}").connect().close()
     out = CliRunner().invoke(app, ["webhooks", "--database-url", f"sqlite:///{empty}"])
     assert out.exit_code == 2 and "no webhook outbox" in out.output
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "No such file or directory"),
+        ("short\n", "holds no key of >= 16 characters"),
+    ],
+)
+def test_a_bad_secret_file_stops_the_manager_at_start(
+    tmp_path: Path, content: str | None, says: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from sova.cli import app
+
+    from .conftest import free_port
+
+    secret = tmp_path / "hook.secret"
+    if content is not None:
+        secret.write_text(content)
+    cfg = tmp_path / "manager.toml"
+    cfg.write_text(
+        f'database_url = "sqlite:///{tmp_path / "m.db"}"\ninsecure = true\nport = {free_port()}\n'
+        f'[webhooks.endpoints.oncall]\nurl = "https://hooks.example.net/x"\n'
+        f'secret_file = "{secret}"\n'
+    )
+    out = CliRunner().invoke(app, ["manager", "--config", str(cfg)])
+    assert out.exit_code == 2, out.output
+    (line,) = [x for x in out.output.splitlines() if x.strip()]
+    assert f"webhooks: secret_file {secret}: {says}" in line, line
+    assert not (tmp_path / "m.db").exists(), "the manager opened its store"
+
+
+def test_every_event_kind_reaches_the_receiver_once(db: Store) -> None:
+    """Each kind made by the write the manager makes for it (an audit row with its action,
+    a decision, a lease opened, a lease ended with each result, a leader's election), all
+    delivered in one go: each kind exactly once, and a second pass sends nothing. (The API
+    test above drives nine of them through the manager; the failover test the election.)"""
+    from sova.daemon.event_kinds import MIGRATION_RESULTS
+    from sova.daemon.store import DecisionRow
+
+    actions = {kind: action for action, kind in AUDIT_KINDS.items()}
+    for kind in AUDIT_KINDS.values():
+        action = actions[kind] + (":maintenance" if kind.startswith("fence.") else "")
+        db.write_round(RoundWrite(audit=[AuditRow(0.0, "ops", action, "x", "")]))
+    db.write_round(
+        RoundWrite(decisions=[DecisionRow(1, 0.0, "h1", True, "h2", "vm1", "hot", ("net",), {})])
+    )
+    for i, result in enumerate(MIGRATION_RESULTS, start=10):
+        db.write_round(RoundWrite(new_leases=[LeaseRow(f"vm{i}", "h1", "h2", 0.0, i)]))
+        db.write_round(RoundWrite(migration_ends=[MigrationEnd(i, 1.0, result, "")]))
+    assert db.add_event("leader.elected", time.time(), "epoch 3", {"epoch": 3}, key="leader-3")
+    assert not db.add_event("leader.elected", time.time(), "epoch 3", {"epoch": 3}, key="leader-3")
+    with receiver() as rx:
+        wh = Webhooks(WebhookSettings.model_validate(hooks(rx.url)), db)
+        while _passes(wh):
+            pass
+        got = Counter(e["type"].removeprefix("io.sova.") for e in rx.accepted())
+    # migration.started once per lease opened (one per result), every other kind once
+    assert got == {
+        k: len(MIGRATION_RESULTS) if k == "migration.started" else 1 for k in EVENT_KINDS
+    }
+    assert len(rx.posts) == sum(got.values())
