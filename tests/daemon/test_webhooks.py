@@ -145,7 +145,7 @@ def test_each_event_reaches_the_receiver_once_signed(api_factory: Any) -> None:
 
         got = rx.accepted()
         ids = Counter(e["id"] for e in got)
-        assert set(ids) == {str(r.id) for r in rows} and set(ids.values()) == {1}, ids
+        assert set(ids) == {r.uid for r in rows} and set(ids.values()) == {1}, ids
         kinds = {e["type"] for e in got}
         assert {
             f"io.sova.{k}"
@@ -427,3 +427,22 @@ def test_every_event_kind_reaches_the_receiver_once(db: Store) -> None:
         k: len(MIGRATION_RESULTS) if k == "migration.started" else 1 for k in EVENT_KINDS
     }
     assert len(rx.posts) == sum(got.values())
+
+
+def test_an_event_id_is_not_reused_after_a_store_restore(db: Store, tmp_path: Path) -> None:
+    """A restore takes the store back to the backup's rows, so the outbox's row ids are
+    handed out again; a receiver deduplicating by ``id`` must not take the next event for
+    one it already has."""
+    backup = tmp_path / "backup.db"
+    db.backup(backup)
+    with receiver() as rx:
+        settings = WebhookSettings.model_validate(hooks(rx.url))
+        _fence_event(db, "before-restore")
+        _passes(Webhooks(settings, db))
+        db.lock_writer()
+        db.restore(backup)
+        _fence_event(db, "after-restore")
+        _passes(Webhooks(settings, db))
+        got = [(e["subject"], e["id"]) for e in rx.accepted()]
+    assert [s for s, _ in got] == ["before-restore", "after-restore"]
+    assert got[0][1] != got[1][1], got

@@ -123,8 +123,8 @@ def test_every_event_reaches_the_receiver_once_across_a_failover(tmp_path: Path)
 
         with admin.connect() as conn:
             stored = {
-                str(r.id): r.kind
-                for r in conn.execute(sa.text(f"SELECT id, kind FROM {schema}.outbox"))
+                str(r.uid): r.kind
+                for r in conn.execute(sa.text(f"SELECT uid, kind FROM {schema}.outbox"))
             }
         got = rx.accepted()
         per_id = Counter(e["id"] for e in got)

@@ -44,11 +44,11 @@ PRUNE_EVERY_S = 60.0
 
 
 def cloudevent(ev: Event, source: str) -> dict[str, Any]:
-    """CloudEvents 1.0, structured mode. ``id`` is the outbox row's: the same on every
-    attempt and from every manager, so a receiver deduplicates by (source, id)."""
+    """CloudEvents 1.0, structured mode. ``id`` is the one stored with the event: the same
+    on every attempt and from every manager, so a receiver deduplicates by (source, id)."""
     return {
         "specversion": "1.0",
-        "id": str(ev.id),
+        "id": ev.uid,
         "source": source,
         "type": f"io.sova.{ev.kind}",
         "subject": ev.subject,

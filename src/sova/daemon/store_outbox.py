@@ -2,8 +2,8 @@
 
 Every event is written in the same transaction as the audit row, decision or migration it
 reports (:meth:`sova.daemon.store.Store.write_round`), so an event exists exactly when what
-it reports does — a crash cannot lose one or invent one. Its row id is the event's stable
-id: a receiver deduplicates by it. Deliveries are marked per endpoint in the store, fenced
+it reports does — a crash cannot lose one or invent one. Its ``uid``, random and stored
+with it, is the event's id: a receiver deduplicates by it. Deliveries are marked per endpoint in the store, fenced
 by the leader's epoch like every write, so a new leader continues where the old one
 stopped and a deposed one cannot mark (docs/operations.md#webhooks).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,9 @@ outbox = sa.Table(
     "outbox",
     outbox_metadata,
     sa.Column("id", _ID, primary_key=True, autoincrement=True),
+    # The event's id for receivers: random, because a restored backup hands row ids out
+    # again and a receiver deduplicating by id would drop the new event.
+    sa.Column("uid", sa.String(32), nullable=False, unique=True),
     # Set for an event that may be recorded twice (a takeover retried): unique.
     sa.Column("key", sa.String(120), nullable=True, unique=True),
     sa.Column("kind", sa.String(48), nullable=False),
@@ -108,12 +112,20 @@ def event_rows(
 
 
 def _row(kind: str, time_s: float, subject: str, data: dict[str, Any]) -> dict[str, Any]:
-    return {"key": None, "kind": kind, "time_s": time_s, "subject": subject[:160], "data": data}
+    return {
+        "uid": uuid.uuid4().hex,
+        "key": None,
+        "kind": kind,
+        "time_s": time_s,
+        "subject": subject[:160],
+        "data": data,
+    }
 
 
 @dataclass(frozen=True)
 class Event:
-    id: int
+    id: int  # the outbox row's: the delivery marks' key
+    uid: str  # the CloudEvent's id
     kind: str
     time_s: float
     subject: str
@@ -189,7 +201,7 @@ class OutboxStore:
             q = q.where(outbox.c.kind.in_(list(kinds)))
         with self.engine.connect() as conn:
             return [
-                Event(r.id, r.kind, r.time_s, r.subject, dict(r.data), r.attempts or 0)
+                Event(r.id, r.uid, r.kind, r.time_s, r.subject, dict(r.data), r.attempts or 0)
                 for r in conn.execute(q)
             ]
 

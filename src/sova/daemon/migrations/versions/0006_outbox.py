@@ -23,6 +23,7 @@ def upgrade() -> None:
     op.create_table(
         "outbox",
         sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("uid", sa.String(32), nullable=False, unique=True),
         sa.Column("key", sa.String(120), nullable=True, unique=True),
         sa.Column("kind", sa.String(48), nullable=False),
         sa.Column("time_s", sa.Float(), nullable=False),
