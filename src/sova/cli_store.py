@@ -138,7 +138,13 @@ def webhooks(
     typer.echo(f"{'EVENT':>8}  {'KIND':<22} {'ENDPOINT':<16} {'STATE':<10} {'TRIES':>5}  ERROR")
     for r in rows:
         state = (
-            "delivered" if r.delivered_s is not None else "given up" if r.given_up else "retrying"
+            "delivered"
+            if r.delivered_s is not None
+            else "given up"
+            if r.given_up
+            else "retrying"
+            if r.attempts
+            else "pending"
         )
         typer.echo(
             f"{r.event_id:>8}  {r.kind:<22} {r.endpoint:<16} {state:<10} {r.attempts:>5}  "

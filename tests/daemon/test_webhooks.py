@@ -211,7 +211,7 @@ def test_a_kind_filter_sends_only_those_kinds(api_factory: Any) -> None:
 def db(store: Store) -> Store:
     """A migrated store recording events (as a manager with endpoints sets it)."""
     store.migrate()
-    store.outbox_enabled = True
+    store.outbox_endpoints = {"rx": frozenset()}
     return store
 
 
@@ -317,7 +317,7 @@ def test_a_migration_end_written_twice_is_one_event(db: Store) -> None:
 
 
 def test_no_events_are_kept_without_endpoints(db: Store) -> None:
-    db.outbox_enabled = False
+    db.outbox_endpoints = {}
     _fence_event(db, "h2")
     assert outbox_rows(db) == []
 

@@ -159,7 +159,7 @@ def test_a_leader_deposed_between_reading_and_posting_sends_nothing() -> None:
         try:
             old.migrate()
             for s in (old, new):
-                s.outbox_enabled = True
+                s.outbox_endpoints = {"rx": frozenset()}
             with old.engine.begin() as conn:
                 conn.execute(sa.text("UPDATE leader SET epoch = 1 WHERE id = 1"))
             old.fence = 1
@@ -169,7 +169,7 @@ def test_a_leader_deposed_between_reading_and_posting_sends_nothing() -> None:
             old.write_round(RoundWrite(audit=[AuditRow(0.0, "ops", "mode", "cluster", "x")]))
             old_hooks, new_hooks = Webhooks(settings, old), Webhooks(settings, new)
             ep = settings.endpoints["rx"]
-            read = old.pending_events("rx", [], 0.0, time.time(), 100)
+            read = old.pending_events("rx", 0.0, time.time(), 100)
             assert len(read) == 1
             with new.engine.begin() as conn:  # the takeover
                 conn.execute(sa.text("UPDATE leader SET epoch = 2 WHERE id = 1"))

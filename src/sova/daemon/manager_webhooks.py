@@ -134,7 +134,9 @@ class Webhooks:
             return None
         for ep in settings.endpoints.values():
             signing_key(ep)  # an unreadable secret_file stops the start (ConfigError)
-        store.outbox_enabled = True
+        store.outbox_endpoints = {
+            name: frozenset(ep.kinds) for name, ep in settings.endpoints.items()
+        }
         return cls(settings, store, registry)
 
     async def run(self) -> None:
@@ -181,7 +183,7 @@ class Webhooks:
     async def _endpoint(self, client: httpx.AsyncClient, name: str, ep: WebhookEndpoint) -> int:
         now = self.clock()
         events = await asyncio.to_thread(
-            self.store.pending_events, name, ep.kinds, now - self.settings.max_age_s, now, BATCH
+            self.store.pending_events, name, now - self.settings.max_age_s, now, BATCH
         )
         delivered = 0
         for ev in events:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -50,6 +51,7 @@ webhook_deliveries = sa.Table(
     sa.Column("delivered_s", sa.Float(), nullable=True),
     sa.Column("given_up", sa.Boolean(), nullable=False),
     sa.Column("error", sa.Text(), nullable=False),
+    sa.Index("ix_webhook_pending", "endpoint", "delivered_s", "given_up", "event_id"),
 )
 
 
@@ -150,8 +152,9 @@ class OutboxStore:
     engine: sa.Engine
     _lock: threading.Lock
     fence: int | None
-    # Set by a manager with webhooks: a store without endpoints records no events.
-    outbox_enabled: bool = False
+    # Set by a manager with webhooks: endpoint -> the kinds it takes (empty: all). A store
+    # without endpoints records no events.
+    outbox_endpoints: Mapping[str, frozenset[str]] = MappingProxyType({})
 
     if TYPE_CHECKING:
 
@@ -159,10 +162,35 @@ class OutboxStore:
 
     def record_events(self, conn: sa.Connection, w: RoundWrite, ended: Collection[int]) -> None:
         """In ``write_round``'s transaction."""
-        if self.outbox_enabled:
+        if self.outbox_endpoints:
             rows = event_rows(w, time.time(), ended)
             if rows:
-                conn.execute(outbox.insert(), rows)
+                self._insert_events(conn, rows)
+
+    def _insert_events(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+        """The events and, for each endpoint taking its kind, its pending delivery: a pass
+        then reads an endpoint's pending rows by index instead of every recent event."""
+        ids = (
+            conn.execute(outbox.insert().returning(outbox.c.id, sort_by_parameter_order=True), rows)
+            .scalars()
+            .all()
+        )
+        marks = [
+            {
+                "endpoint": name,
+                "event_id": event_id,
+                "attempts": 0,
+                "next_s": 0.0,
+                "delivered_s": None,
+                "given_up": False,
+                "error": "",
+            }
+            for event_id, row in zip(ids, rows, strict=True)
+            for name, kinds in self.outbox_endpoints.items()
+            if not kinds or row["kind"] in kinds
+        ]
+        if marks:
+            conn.execute(webhook_deliveries.insert(), marks)
 
     def add_event(
         self, kind: str, time_s: float, subject: str, data: dict[str, Any], key: str
@@ -174,34 +202,29 @@ class OutboxStore:
                 self.check_fence(conn, self.fence)
             if conn.execute(sa.select(outbox.c.id).where(outbox.c.key == key)).first():
                 return False
-            conn.execute(outbox.insert().values(_row(kind, time_s, subject, data) | {"key": key}))
+            self._insert_events(conn, [_row(kind, time_s, subject, data) | {"key": key}])
             return True
 
-    def pending_events(
-        self, endpoint: str, kinds: Sequence[str], since_s: float, now: float, limit: int
-    ) -> list[Event]:
+    def pending_events(self, endpoint: str, since_s: float, now: float, limit: int) -> list[Event]:
         """Events for ``endpoint`` not delivered, not given up, due (retry time reached),
         recorded after ``since_s``; oldest first."""
         d = webhook_deliveries
-        j = outbox.outerjoin(d, sa.and_(d.c.event_id == outbox.c.id, d.c.endpoint == endpoint))
         q = (
             sa.select(outbox, d.c.attempts)
-            .select_from(j)
+            .select_from(d.join(outbox, outbox.c.id == d.c.event_id))
             .where(
+                d.c.endpoint == endpoint,
+                d.c.delivered_s.is_(None),
+                ~d.c.given_up,
+                d.c.next_s <= now,
                 outbox.c.time_s >= since_s,
-                sa.or_(
-                    d.c.event_id.is_(None),
-                    sa.and_(d.c.delivered_s.is_(None), ~d.c.given_up, d.c.next_s <= now),
-                ),
             )
-            .order_by(outbox.c.id)
+            .order_by(d.c.event_id)
             .limit(limit)
         )
-        if kinds:
-            q = q.where(outbox.c.kind.in_(list(kinds)))
         with self.engine.connect() as conn:
             return [
-                Event(r.id, r.uid, r.kind, r.time_s, r.subject, dict(r.data), r.attempts or 0)
+                Event(r.id, r.uid, r.kind, r.time_s, r.subject, dict(r.data), r.attempts)
                 for r in conn.execute(q)
             ]
 

@@ -1,5 +1,5 @@
-"""The webhooks' outbox: events recorded with what they report, deliveries per endpoint
-(issue 38, notifications; src/sova/daemon/store_outbox.py).
+"""The webhooks' outbox: events recorded with what they report, and each endpoint's
+pending and done deliveries (issue 38, notifications; src/sova/daemon/store_outbox.py).
 
 Revision ID: 0006
 Revises: 0005
@@ -41,9 +41,15 @@ def upgrade() -> None:
         sa.Column("given_up", sa.Boolean(), nullable=False),
         sa.Column("error", sa.Text(), nullable=False),
     )
+    op.create_index(
+        "ix_webhook_pending",
+        "webhook_deliveries",
+        ["endpoint", "delivered_s", "given_up", "event_id"],
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_webhook_pending", "webhook_deliveries")
     op.drop_table("webhook_deliveries")
     op.drop_index("ix_outbox_time", "outbox")
     op.drop_table("outbox")
