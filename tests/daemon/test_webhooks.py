@@ -446,3 +446,35 @@ def test_an_event_id_is_not_reused_after_a_store_restore(db: Store, tmp_path: Pa
         got = [(e["subject"], e["id"]) for e in rx.accepted()]
     assert [s for s, _ in got] == ["before-restore", "after-restore"]
     assert got[0][1] != got[1][1], got
+
+
+def test_the_delivery_task_outlives_a_failing_store(db: Store, monkeypatch: Any) -> None:
+    """A pass that fails (the store unreachable) is logged and the next pass delivers: the
+    task never ends, so it cannot end the manager's other background tasks with it."""
+    with receiver() as rx:
+        settings = WebhookSettings.model_validate({**hooks(rx.url), "poll_interval_s": 0.05})
+        wh = Webhooks(settings, db)
+        _fence_event(db, "h2")
+        real = db.pending_events
+        calls = []
+
+        def flaky(*a: Any) -> Any:
+            calls.append(1)
+            if len(calls) <= 2:
+                raise sa.exc.OperationalError("SELECT", {}, Exception("server closed"))
+            return real(*a)
+
+        monkeypatch.setattr(db, "pending_events", flaky)
+
+        async def run() -> bool:
+            task = asyncio.create_task(wh.run())
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if rx.accepted():
+                    break
+            alive = not task.done()
+            task.cancel()
+            return alive
+
+        assert asyncio.run(run())
+        assert len(calls) >= 3 and [e["subject"] for e in rx.accepted()] == ["h2"]

@@ -142,7 +142,12 @@ class Webhooks:
     async def run(self) -> None:
         """Until cancelled. The leader's election is an event of its own (once per epoch)."""
         if self.store.fence is not None:
-            await asyncio.to_thread(self.record_leader, self.store.fence)
+            try:
+                await asyncio.to_thread(self.record_leader, self.store.fence)
+            except Deposed:
+                return
+            except Exception as exc:  # an error here must not end the manager's other tasks
+                log.error("recording the leader's election for the webhooks failed: %s", exc)
         async with self._client() as client:
             while True:
                 try:
