@@ -15,8 +15,10 @@ Exit codes: 0 done; 2 bad input, or the store is in use or newer than this Sova.
 from __future__ import annotations
 
 import getpass
+import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -104,6 +106,53 @@ def _who() -> str:
         return "sova"
 
 
+# ``sova webhooks``: the newest webhook deliveries, read from the store like ``sova store``
+# (docs/operations.md#webhooks). Exit codes: 0 listed; 2 bad input or a store without the
+# outbox (older than revision 0006).
+def webhooks(
+    config: ConfigOpt = None,
+    database_url: UrlOpt = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Newest deliveries shown.")] = 20,
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="table or json.", case_sensitive=False)
+    ] = "table",
+) -> None:
+    """The newest webhook deliveries, newest first."""
+    import sqlalchemy as sa
+
+    if output not in ("table", "json"):
+        raise _fail(f"--output {output!r}: table or json")
+    store = _open(config, database_url)
+    try:
+        rows = store.deliveries(limit)
+    except sa.exc.DBAPIError:
+        raise _fail(
+            "the store has no webhook outbox (schema older than 0006): start a manager of "
+            "this version on it first"
+        ) from None
+    finally:
+        store.close()
+    if output == "json":
+        typer.echo(json.dumps([asdict(r) for r in rows], indent=2))
+        return
+    typer.echo(f"{'EVENT':>8}  {'KIND':<22} {'ENDPOINT':<16} {'STATE':<10} {'TRIES':>5}  ERROR")
+    for r in rows:
+        state = (
+            "delivered"
+            if r.delivered_s is not None
+            else "given up"
+            if r.given_up
+            else "retrying"
+            if r.attempts
+            else "pending"
+        )
+        typer.echo(
+            f"{r.event_id:>8}  {r.kind:<22} {r.endpoint:<16} {state:<10} {r.attempts:>5}  "
+            f"{r.error}".rstrip()
+        )
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``sova store`` to the ``sova`` CLI."""
+    """Add ``sova store`` and ``sova webhooks`` to the ``sova`` CLI."""
     app.add_typer(store_app)
+    app.command("webhooks")(webhooks)

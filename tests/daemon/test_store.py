@@ -65,11 +65,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 def test_migrations_reach_head_and_are_idempotent(backend: Store) -> None:
-    assert backend.migrate() == "0005"
+    assert backend.migrate() == "0006"
     names = set(sa.inspect(backend.engine).get_table_names())
     assert {
         "leader",
         "peer_config",
+        "outbox",
+        "webhook_deliveries",
         "host_reports",
         "decisions",
         "leases",

@@ -34,6 +34,7 @@ from pydantic import (
 from sova.agent.config import ControllerConfig, ManagerSpec
 from sova.daemon.conn_guard import ConnLimits
 from sova.daemon.drivers import DRIVERS
+from sova.daemon.webhook_settings import WebhookSettings
 from sova.manager.placement import PlacementSpec
 from sova.orchestrator.settings import OrchestratorSettings
 from sova.units import Duration, Rate
@@ -346,6 +347,8 @@ class ManagerSettings(_Strict, OrchestratorSettings):
         le=300,
         description="a leader silent (frozen, cut off) this long loses the leadership",
     )
+    # Events POSTed to the operator's receivers (docs/operations.md#webhooks).
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     host_metrics: bool = Field(default=True, description="per-host utilisation gauges")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -495,7 +498,7 @@ def format_errors(err: ValidationError, source: str, origin: Mapping[tuple[str, 
         if e["type"] == "extra_forbidden":
             msg = "unknown setting"
         shown = "" if isinstance(value, dict | list) else f" = {value!r}"
-        if "token" in path:
+        if "token" in path or "secret" in path:
             shown = " = ***"
         lines.append(f"  {path}{shown}{where}: {msg}" if path else f"  {msg}")
     return "\n".join(lines)

@@ -58,6 +58,7 @@ from sova.daemon.manager_rounds import Rounds, plan_in_child
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.manager_state import HostState, ManagerState, StoreWriter
 from sova.daemon.manager_views import Views, fence_view, plan_view
+from sova.daemon.manager_webhooks import Webhooks
 from sova.daemon.metrics import ManagerMetrics
 from sova.daemon.peers import CREDENTIAL_PULSE_S, book_json, credential_files, settings_digest
 from sova.daemon.planner_health import PlannerHealth
@@ -150,6 +151,7 @@ class ManagerService:
         self.fleet = Fleet(
             self.state, self.ledger, self.desk, self.planner, self.intake.flush, self.intake.drop
         )
+        self.webhooks = Webhooks.configured(settings.webhooks, store, metrics.registry)
 
     # ------------------------------------------------------------------ shared state
 
@@ -401,6 +403,8 @@ class ManagerService:
         self.planner.before_round = self.check_stall
         if self.settings.plan_period_s > 0 and self.settings.plan_trigger == "timer":
             tasks.append(asyncio.create_task(self.planner.planner()))
+        if self.webhooks is not None:
+            tasks.append(asyncio.create_task(self.webhooks.run()))
         try:
             await asyncio.gather(*tasks)
         finally:

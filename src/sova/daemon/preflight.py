@@ -37,6 +37,16 @@ def check_manager(settings: ManagerSettings) -> None:
         check_tls_pair(settings.tls_certfile, settings.tls_keyfile)
     check_port_free("port", settings.listen, settings.port)
     check_cloud(settings)
+    check_webhook_secrets(settings)
+
+
+def check_webhook_secrets(settings: ManagerSettings) -> None:
+    """Every webhook endpoint's secret_file holds a key: checked at start, so a standby
+    with a bad file says so now, not when it takes over."""
+    from sova.daemon.manager_webhooks import signing_key
+
+    for ep in settings.webhooks.endpoints.values():
+        signing_key(ep)
 
 
 def check_cloud(settings: ManagerSettings) -> None:

@@ -39,6 +39,7 @@ from sova.daemon.store_admin import (
     StoreTooNew,
     _version,
 )
+from sova.daemon.store_outbox import OutboxStore, outbox_metadata
 from sova.daemon.store_rows import (
     AuditRow,
     DecisionRow,
@@ -215,6 +216,10 @@ peer_config = sa.Table(
     sa.Column("digest", sa.JSON(), nullable=False),
     sa.Column("since_s", sa.Float(), nullable=False),
 )
+# The webhooks' outbox (store_outbox.py, revision 0006) is one of the store's tables too:
+# what walks every table (a reset, a copy, the check of an unversioned store) sees it.
+for _t in outbox_metadata.tables.values():
+    _t.to_metadata(metadata)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
@@ -248,7 +253,7 @@ def _pg_session_settings(lease_ms: int) -> Callable[[Any, Any], None]:
     return on_connect
 
 
-class Store(StoreAdmin):
+class Store(StoreAdmin, OutboxStore):
     def __init__(self, url: str, *, echo: bool = False, lease_s: float | None = None) -> None:
         """``lease_s`` (a PostgreSQL manager's ``leader_lease_s``): its sessions end when
         left idle in a transaction that long, and TCP keepalives notice a dead host in it."""
@@ -436,12 +441,15 @@ class Store(StoreAdmin):
                     .where(directives.c.host == host, directives.c.id <= did)
                     .values(acked=True)
                 )
+            ended: set[int] = set()
             for m in w.migration_ends:
-                conn.execute(
+                done = conn.execute(
                     migrations.update()
                     .where(migrations.c.id == m.id, migrations.c.ended_s.is_(None))
                     .values(ended_s=m.ended_s, result=m.result, detail=m.detail[:500])
                 )
+                if done.rowcount:
+                    ended.add(m.id)
             for p in w.plans:
                 conn.execute(plans.delete().where(plans.c.id == p.id))
                 conn.execute(plans.insert().values(**_plan_values(p)))
@@ -483,6 +491,7 @@ class Store(StoreAdmin):
                         for a in w.audit
                     ],
                 )
+            self.record_events(conn, w, ended)  # the webhooks' outbox (store_outbox.py)
 
     def prune(self, before_s: float, keep_per_host: int) -> int:
         """Drop reports older than ``before_s`` except each host's last ``keep_per_host``."""
