@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import re
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -51,20 +52,30 @@ def free_port() -> int:
 
 
 def start_manager(
-    work: Path, hosts: list[str], tokens: dict[str, str], period: float
+    work: Path,
+    hosts: list[str],
+    tokens: dict[str, str],
+    period: float,
+    database_url: str = "",
+    connections: int = 64,
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """``database_url``: the store (default: SQLite in ``work``)."""
     port = free_port()
+    database_url = database_url or f"sqlite:///{work / 'manager.db'}"
     (work / "hosts.tokens").write_text("".join(f'"{h}" = "{tokens[h]}"\n' for h in hosts))
     (work / "manager.toml").write_text(
         "\n".join(
             [
                 'listen = "127.0.0.1"',
                 f"port = {port}",
-                f'database_url = "sqlite:///{work / "manager.db"}"',
+                f'database_url = "{database_url}"',
                 f'tokens_file = "{work / "hosts.tokens"}"',
                 f"plan_period_s = {period}",
                 'log_level = "warning"',
                 f'admin_token = "{SCRAPE_TOKEN}"',  # /metrics needs a credential
+                # Every simulated host reports from this one address.
+                "[http]",
+                f"max_connections_per_client = {connections + 16}",
             ]
         )
         + "\n"
@@ -298,6 +309,42 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+BURN = "import os\nos.nice(0)\nwhile True:\n    pass\n"
+
+
+@contextlib.contextmanager
+def busy_cores(n: int) -> Iterator[None]:
+    """``n`` processes spinning at full speed beside the manager (one core busy: ``n = 1``),
+    as the issue's target asks; stopped on the way out."""
+    procs = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@contextlib.contextmanager
+def pg_schema() -> Iterator[str]:
+    """A schema of its own on ``$SOVA_TEST_PG_URL`` (dropped at the end); yields its URL."""
+    import sqlalchemy as sa
+
+    pg = os.environ.get("SOVA_TEST_PG_URL")
+    if not pg:
+        raise SystemExit("--store postgresql: set SOVA_TEST_PG_URL (scripts/ci-postgres.sh)")
+    schema = f"sova_load_bench_{os.getpid()}"
+    admin = sa.create_engine(pg)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{pg}{'&' if '?' in pg else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.dispose()
+
+
 def load_average() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -314,8 +361,11 @@ def run_once(args: argparse.Namespace, n_hosts: int) -> dict[str, float]:
     bodies = make_bodies(hosts, rounds, args.seed, args.period)
     sizes = [len(b) for bs in bodies.values() for b in bs]
     load_before = load_average()
-    with tempfile.TemporaryDirectory(prefix="sova-load-") as tmp:
-        proc, url = start_manager(Path(tmp), hosts, tokens, args.period)
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sova-load-"))
+        db_url = stack.enter_context(pg_schema()) if args.store == "postgresql" else ""
+        proc, url = start_manager(Path(tmp), hosts, tokens, args.period, db_url, args.connections)
+        stack.enter_context(busy_cores(args.burn))
         try:
             before = scrape(url)
             lat, service, errors, measured, elapsed = asyncio.run(
@@ -376,10 +426,13 @@ def run_once(args: argparse.Namespace, n_hosts: int) -> dict[str, float]:
         f"planning rounds       {rounds_run:.0f}, mean {plan_s / plan_n * 1e3 if plan_n else float('nan'):.0f} ms each over {after.get('sova_manager_hosts', 0):.0f} hosts, {after.get('sova_manager_hotspots', 0):.0f} hot"
     )
     print(
-        f"store                 {db_mb:.0f} MB SQLite, {after.get('sova_manager_store_errors_total', 0):.0f} write errors"
+        "store                 "
+        + (f"{db_mb:.0f} MB SQLite" if args.store == "sqlite" else "PostgreSQL")
+        + f", {after.get('sova_manager_store_errors_total', 0):.0f} write errors"
     )
     print(
-        f"machine               {os.cpu_count()} cpus, load average {load_before} before, {load_average()} after"
+        f"machine               {os.cpu_count()} cpus, {args.burn} spinning beside it, "
+        f"load average {load_before} before, {load_average()} after"
     )
     return {"rate": target, "p99_ms": p99 * 1e3, "errors": float(errors), "ok": float(len(lat))}
 
@@ -393,6 +446,15 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--client", choices=("raw", "httpx"), default="raw")
+    ap.add_argument(
+        "--store",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="postgresql: a schema of its own on $SOVA_TEST_PG_URL",
+    )
+    ap.add_argument(
+        "--burn", type=int, default=0, help="processes spinning beside it (1: one core busy)"
+    )
     ap.add_argument(
         "--rates",
         default="",
