@@ -23,6 +23,7 @@ SQLite allows one writer at a time and the manager is the only client anyway.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -282,6 +283,7 @@ class Store(StoreAdmin):
             sa.event.listen(self.engine, "connect", _pg_session_settings(int(lease_s * 1000)))
         self._lock = threading.Lock()
         self._writer_lock: int | None = None  # descriptor of the held lock file
+        self._file_lock: int | None = None  # descriptor of the database file, flocked
         self._pg_lock: sa.Connection | None = None  # the session holding the advisory lock
         # The leader's epoch (active/standby on PostgreSQL, daemon/leadership.py): when
         # set, every write_round checks it against the leader row in its own transaction.
@@ -328,6 +330,9 @@ class Store(StoreAdmin):
     def close(self) -> None:
         self.unlock_writer()
         self.engine.dispose()
+        if self._file_lock is not None:  # after the engine: see lock_writer
+            os.close(self._file_lock)
+            self._file_lock = None
 
     def ping(self) -> bool:
         try:
