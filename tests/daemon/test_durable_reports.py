@@ -5,12 +5,14 @@ the store did not take is answered 503 and taken when sent again."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from typing import Any
 
 import httpx
 import pytest
 
+from sova.daemon.config import AGENT_REPORT_TIMEOUT_S
 from sova.daemon.manager_client import ManagerClient, ManagerUnreachable
 from sova.daemon.store_rows import ReportRow
 
@@ -142,3 +144,29 @@ def test_a_new_hosts_first_report_does_not_walk_every_host(
     assert walks == []
     fresh = api.svc.metrics.registry.get_sample_value("sova_manager_hosts", {"state": "fresh"})
     assert fresh == 3
+
+
+def test_a_report_is_503_within_the_agents_timeout_while_sqlite_is_locked(api: Api) -> None:
+    """Issue 37 (Low): another process holding SQLite's write lock (an ``sqlite3`` shell in a
+    transaction, a backup tool) made the report's commit wait SQLite's 5 s busy timeout, so
+    the agent's 2 s request timed out with no answer. Now the store gives up in time for a
+    503 the agent reads (and sends the report again); the row stays buffered and is
+    written, once, when the lock is gone."""
+    path = api.svc.store.sqlite_path
+    assert path is not None
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # the write lock, held
+        body = report(1, 10, (0.5, 0.5, 0.5))
+        t0 = time.monotonic()
+        r = api.post("/v1/hosts/h1/reports", content=body, headers=auth("h1"))
+        took = time.monotonic() - t0
+        assert r.status_code == 503, r.text
+        assert took < AGENT_REPORT_TIMEOUT_S, f"answered after {took:.1f} s"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    r = api.post("/v1/hosts/h1/reports", content=body, headers=auth("h1"))  # sent again
+    assert r.status_code == 200, r.text
+    assert api.svc.store.count("host_reports") == 1
+    print(f"503 after {took:.2f} s while locked")

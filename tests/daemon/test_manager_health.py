@@ -202,3 +202,29 @@ def test_a_wall_clock_step_refuses_no_report_and_makes_no_host_stale(
         assert 'sova_manager_reports_total{result="accepted"} 45.0' in a.get("/metrics").text
     finally:
         a.close()
+
+
+def test_readyz_is_503_in_time_while_the_store_stalls(
+    timed: InProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37 (Low): a store that does not answer (PostgreSQL paused, a network
+    partition) held /readyz until the store came back, so a probe saw a timeout, not a
+    503. Now the store's write check gets 1 s; a stalled one is 503 naming it, and probes
+    during the stall share the check in flight (no thread piles up per probe)."""
+    calls: list[float] = []
+
+    def stalled(timeout_s: float = 0.5) -> bool:
+        calls.append(time.monotonic())
+        time.sleep(3.0)
+        return True
+
+    monkeypatch.setattr(timed.svc.store, "can_write", stalled)
+    answers = []
+    for _ in range(2):
+        t0 = time.monotonic()
+        r = timed.get("/readyz")
+        answers.append((r.status_code, time.monotonic() - t0, r.json()["status"]))
+    for code, took, status in answers:
+        assert code == 503 and took < 2.0, answers
+        assert "store" in status and "1 s" in status, status
+    assert len(calls) == 1, "each probe started another write check"

@@ -307,3 +307,33 @@ def test_a_second_manager_on_one_postgresql_store_is_refused_naming_the_holder()
         with admin.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         admin.dispose()
+
+
+@pytest.mark.parametrize("link", ["hard", "symbolic"])
+def test_a_second_writer_through_another_name_of_the_sqlite_file_is_refused(
+    tmp_path: Path, link: str
+) -> None:
+    """Issue 37 (Low): the writer lock was ``<path>.lock`` beside the path it was given, so
+    a hard link (or a symbolic one) to the database, in another directory, had a lock of its
+    own and a second manager wrote the same file. The file itself is locked now too."""
+    from sova.daemon.store import StoreBusy
+
+    db = tmp_path / "m.db"
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    first = Store(f"sqlite:///{db}")
+    first.migrate()
+    alias = other / "alias.db"
+    (os.link if link == "hard" else os.symlink)(db, alias)
+    second = Store(f"sqlite:///{alias}")
+    try:
+        first.lock_writer()
+        with pytest.raises(StoreBusy) as exc:
+            second.lock_writer()
+        line = str(exc.value)
+        assert "\n" not in line and str(alias) in line, line
+        first.close()  # its lock goes with it
+        second.lock_writer()
+    finally:
+        first.close()
+        second.close()

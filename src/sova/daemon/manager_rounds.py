@@ -95,6 +95,9 @@ class Rounds:
         self.ledger = ledger
         self.desk = desk
         self.fork_planner = fork_planner and hasattr(os, "fork")
+        # When this manager started leading (the app is made right after the takeover,
+        # before the restore): the timer's first round is due a period after it at most.
+        self._led = time.monotonic()
         self.count = 0  # rounds completed
         self.verdicts: dict[str, tuple[bool, str]] = {}  # host -> (hot, reason)
         self._was_hot: set[str] = set()
@@ -239,14 +242,29 @@ class Rounds:
     async def planner(self) -> None:
         """``plan_trigger = "timer"``: a round every period."""
         period = self.st.settings.plan_period_s
+        # The first round within a period of leading (issue 37): the next boundary can be
+        # up to a period plus the restore away. Then the boundaries, skipping one that
+        # comes less than half a period after that first round.
+        first_due = max(0.0, period - (time.monotonic() - self._led))
+        # Aligned to the wall clock so a restarted manager keeps the same phase.
+        wait = period - time.time() % period
+        if first_due < wait:
+            await asyncio.sleep(first_due)
+            await self._timed_round()
+            wait = period - time.time() % period
+            if wait < period / 2:
+                wait += period
         while True:
-            # Aligned to the wall clock so a restarted manager keeps the same phase.
-            await asyncio.sleep(period - (time.time() % period))
-            try:
-                self.before_round()
-                await self.tick()
-            except Exception:
-                log.exception("planning round failed; retrying next period")
+            await asyncio.sleep(wait)
+            await self._timed_round()
+            wait = period - time.time() % period
+
+    async def _timed_round(self) -> None:
+        try:
+            self.before_round()
+            await self.tick()
+        except Exception:
+            log.exception("planning round failed; retrying next period")
 
     async def close(self) -> None:
         if self._round_task is not None:

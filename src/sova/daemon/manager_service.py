@@ -98,6 +98,9 @@ log = logging.getLogger("sova.manager")
 # How often the stall watch looks at the clock: a stall is the time between two looks
 # beyond this.
 STALL_PULSE_S = 0.25
+# How long /readyz waits for the store to take a write before it answers 503 (a probe's
+# own timeout is often 1-2 s).
+READY_STORE_S = 1.0
 
 
 def manager_core(settings: ManagerSettings) -> ManagerCore:
@@ -146,6 +149,7 @@ class ManagerService:
         self.intake = ReportIntake(self.state, self.ledger)
         self.desk = OperatorDesk(self.state, self.ledger, actuator_for)
         self.planner = Rounds(self.state, self.ledger, self.desk, fork_planner)
+        self._write_check: asyncio.Future[bool] | None = None  # readiness's, in flight
         self.views = Views(self.state, self.ledger, self.desk, self.planner)
         self._pulse = 0.0  # the stall watch's last look (monotonic); 0: not yet
         self.fleet = Fleet(
@@ -297,7 +301,16 @@ class ManagerService:
         the next round; what matters is whether a decision made now could be persisted),
         and the planner completes its rounds (none failing, none overdue by 2 periods)."""
         loop = asyncio.get_running_loop()
-        if not await loop.run_in_executor(None, self.store.can_write):
+        # A stalled store held the probe until it came back (a timeout, not a 503: issue
+        # 37); bounded now, and probes meanwhile wait on the check already in flight.
+        check = self._write_check
+        if check is None or check.done() or check.get_loop() is not loop:
+            check = self._write_check = loop.run_in_executor(None, self.store.can_write)
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(check), READY_STORE_S)
+        except TimeoutError:
+            return False, f"store did not take a write within {READY_STORE_S:g} s"
+        if not ok:
             return False, "store cannot be written"
         return self.planner.health.verdict()
 

@@ -23,6 +23,7 @@ SQLite allows one writer at a time and the manager is the only client anyway.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -226,6 +227,10 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 # --------------------------------------------------------------------------- store
 
+# How long a report write waits for SQLite's write lock held by another process: half the
+# agent's request timeout (AGENT_REPORT_TIMEOUT_S, 2 s), so the 503 reaches it in time.
+REPORT_BUSY_TIMEOUT_MS = 1000
+
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
@@ -283,6 +288,7 @@ class Store(StoreAdmin, OutboxStore):
             sa.event.listen(self.engine, "connect", _pg_session_settings(int(lease_s * 1000)))
         self._lock = threading.Lock()
         self._writer_lock: int | None = None  # descriptor of the held lock file
+        self._file_lock: int | None = None  # descriptor of the database file, flocked
         self._pg_lock: sa.Connection | None = None  # the session holding the advisory lock
         # The leader's epoch (active/standby on PostgreSQL, daemon/leadership.py): when
         # set, every write_round checks it against the leader row in its own transaction.
@@ -329,6 +335,9 @@ class Store(StoreAdmin, OutboxStore):
     def close(self) -> None:
         self.unlock_writer()
         self.engine.dispose()
+        if self._file_lock is not None:  # after the engine: see lock_writer
+            os.close(self._file_lock)
+            self._file_lock = None
 
     def ping(self) -> bool:
         try:
@@ -365,13 +374,28 @@ class Store(StoreAdmin, OutboxStore):
         if not rows:
             return
         values = [report_values(r) for r in rows]
-        with self._lock, self.engine.begin() as conn:
-            # Fenced like every leader's write: a deposed leader's rows are refused (its
-            # report is then not acknowledged), and a takeover's epoch update waits for
-            # the report writes in flight, so once it commits the rows are final.
-            if self.fence is not None:
-                self.check_fence(conn, self.fence)
-            conn.execute(host_reports.insert(), values)
+        sqlite = self.dialect == "sqlite"
+        with self._lock, self.engine.connect() as conn:
+            if sqlite:
+                # Another process holding SQLite's write lock (a shell in a transaction, a
+                # backup) made reports wait the 5 s busy timeout, past the agent's 2 s
+                # request: it got no answer. Given up sooner, the waiting reports are 503
+                # (the agent sends them again) and the rows stay buffered (issue 37).
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={REPORT_BUSY_TIMEOUT_MS}")
+                conn.commit()
+            try:
+                with conn.begin():
+                    # Fenced like every leader's write: a deposed leader's rows are refused
+                    # (its report is then not acknowledged), and a takeover's epoch update
+                    # waits for the report writes in flight, so once it commits the rows
+                    # are final.
+                    if self.fence is not None:
+                        self.check_fence(conn, self.fence)
+                    conn.execute(host_reports.insert(), values)
+            finally:
+                if sqlite:
+                    conn.exec_driver_sql("PRAGMA busy_timeout=5000")
+                    conn.commit()
 
     def write_round(self, w: RoundWrite) -> None:
         if w.empty():

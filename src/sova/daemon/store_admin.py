@@ -105,6 +105,7 @@ class StoreAdmin:
     url: str
     engine: Engine
     _writer_lock: int | None
+    _file_lock: int | None
     _pg_lock: sa.Connection | None
 
     def migrate(self) -> str:  # Store's
@@ -150,9 +151,26 @@ class StoreAdmin:
             raise StoreBusy(
                 f"store {path} is in use by another manager ({holder}; lock {lock})"
             ) from None
+        # The lock file is found by the name the store was given: a hard or symbolic link
+        # to the database elsewhere had a lock file of its own, and a second manager wrote
+        # the same file (issue 37). The database file itself is locked too (its inode,
+        # whatever the name). flock is apart from SQLite's POSIX locks; the descriptor is
+        # closed only after the engine (closing a descriptor of the database file drops
+        # this process's POSIX locks on it), in ``Store.close``.
+        db = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(db, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(db)
+            os.close(fd)
+            raise StoreBusy(
+                f"store {path} is in use by another manager through another name of the "
+                f"same file (a hard or symbolic link to {path.resolve()})"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, (_holder_line() + "\n").encode(), 0)
         self._writer_lock = fd
+        self._file_lock = db
 
     def _lock_pg(self) -> None:
         if self._pg_lock is not None:
