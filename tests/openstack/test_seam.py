@@ -445,14 +445,28 @@ def test_attach_and_detach_say_what_they_did() -> None:
     assert st.detail == f"vm1: VF port(s) {port} detached and deleted"
 
 
-def test_nova_saying_a_server_is_migrating_marks_it_so() -> None:
+def test_someone_elses_migration_withholds_the_vm_and_sovas_own_marks_it_migrating() -> None:
     # A live migration someone else started (Watcher, an operator): Nova's task state says
-    # so before the host senses a migration job.
+    # so before the host senses a migration job, and the agent is not given the VM at all.
     cloud = FakeCloud()
-    cloud.add_server("vm1", "cmp1").task_state = "migrating"
+    cloud.add_server("vm1", "cmp1")
     cloud.add_server("vm2", "cmp1")
-    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1", "vm2"))
-    assert inv.vms["vm1"].migrating and not inv.vms["vm2"].migrating
+    cloud.begin("uuid-vm1", "live_migrate")
+    act = actuator(cloud)
+    inv = act.reconcile(sensed("cmp1", "vm1", "vm2"))
+    assert set(inv.vms) == {"vm2"} and not inv.vms["vm2"].migrating
+    assert "vm1: Nova is operating on it (task_state migrating): Sova stands back" in (
+        act.discrepancies
+    )
+    # Sova's own migration (its op still in flight) takes the same task state: the VM stays
+    # the agent's, marked migrating, so the agent takes no second migration meanwhile.
+    cloud.end("uuid-vm1", "live_migrate", "cmp1")
+    held: list[Any] = []
+    act.spawn = held.append  # the op is submitted and not run yet
+    act.submit(Migrate("vm2", "cmp3"))
+    cloud.servers["uuid-vm2"].task_state = "migrating"
+    inv = act.reconcile(sensed("cmp1", "vm1", "vm2"))
+    assert inv.vms["vm2"].migrating and not inv.vms["vm1"].migrating
 
 
 def test_migration_to_where_nova_already_moved_the_server_is_done() -> None:
@@ -1050,3 +1064,178 @@ def test_vf_is_refused_on_an_overlay_network_sriovnicswitch_cannot_bind() -> Non
     assert st.state is OpState.FAILED
     assert "'vxlan'" in st.detail and "vlan and flat" in st.detail
     assert not any(c == "create_port" for c, _ in cloud.calls)
+
+
+# --------------------------------------------------------------------------- Nova's own operations
+
+# Each of Nova's operations someone else runs on a VM holding Sova's VF (steps: the operation
+# and where the scheduler puts the server), and the host it ends on. While any runs, every
+# agent stands back; after, the port Nova carried or re-plugged is given back, bond first.
+NOVA_LIFECYCLE = [
+    ("resize", [("resize", "cmp2"), ("confirm_resize", None)], "cmp2"),
+    ("cold migration", [("migrate", "cmp2"), ("confirm_resize", None)], "cmp2"),
+    ("live migration by Watcher or an operator", [("live_migrate", "cmp2")], "cmp2"),
+    ("evacuate", [("evacuate", "cmp2")], "cmp2"),
+    ("rebuild", [("rebuild", None)], "cmp1"),
+    ("shelve, unshelve elsewhere", [("shelve", None), ("unshelve", "cmp2")], "cmp2"),
+    ("hard reboot", [("reboot", None)], "cmp1"),
+]
+
+
+@pytest.mark.parametrize(
+    ("steps", "lands"), [c[1:] for c in NOVA_LIFECYCLE], ids=[c[0] for c in NOVA_LIFECYCLE]
+)
+def test_nova_operation_on_a_vf_holder_leaves_no_sova_port_and_no_bond_on_a_dead_path(
+    steps: list[tuple[str, str | None]], lands: str
+) -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    cloud.add_server("vm1", "cmp1")
+    acts = {h: actuator(cloud, h, fallback=BondHost(cloud)) for h in ("cmp1", "cmp2")}
+    assert run(acts["cmp1"], AttachVF("vm1")).state is OpState.SUCCEEDED
+    [port] = [p.id for p in cloud.ports.values() if SOVA_TAG in p.tags]
+    server = cloud.servers["uuid-vm1"]
+    for op, dest in steps:
+        cloud.begin(server.id, op)
+        where = server.compute_host
+        if where:  # (a shelved-offloaded server is on no host)
+            act = acts[where]
+            inv = act.reconcile(sensed(where, "vm1", vf=("vm1",), pool=1))
+            assert "vm1" not in inv.vms  # withheld: the agent plans nothing for it
+            assert inv.host.nic.vf_pool == 0  # its VF is not free for another VM
+            assert any("Nova is operating on it" in d for d in act.discrepancies)
+            for action in (DetachVF("vm1"), AttachVF("vm1"), Migrate("vm1", "cmp3")):
+                st = run(act, action)
+                assert st.state is OpState.FAILED and "Sova stands back" in st.detail, st.detail
+        cloud.end(server.id, op, dest)
+    assert server.compute_host == lands and server.status == "ACTIVE"
+    assert not [c for c, _ in cloud.calls if c == "live_migrate_server"]  # never Sova's
+    assert cloud.ports[port].binding_host_id == lands  # Nova carried the port along
+    mark = len(cloud.calls)
+    act = acts[lands]
+    inv = act.reconcile(sensed(lands, "vm1", vf=("vm1",), pool=1))
+    assert "vm1" not in inv.vms  # still Sova's give-back running this period
+    inv = act.reconcile(sensed(lands, "vm1", pool=1))
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]  # no Sova port left
+    order = [c for c, _ in cloud.calls[mark:] if c in ("to_backup", "delete_server_interface")]
+    assert order == ["to_backup", "delete_server_interface"]  # the bond left the VF first
+    assert any(d.startswith("vm1: given back") for d in act.discrepancies), act.discrepancies
+    st = inv.vms["vm1"]
+    assert st.nic is NicKind.VIRTIO and st.running and st.failover_ready and not st.migrating
+    # Back on its fast path when it earns it: the agent's next grant goes through.
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    assert len([p for p in cloud.ports.values() if SOVA_TAG in p.tags]) == 1
+
+
+def test_rebuild_sova_did_not_see_is_known_by_novas_launch_time() -> None:
+    """A re-spawn between two periods (a rebuild, a resize to the same host) is never seen
+    in progress: Nova's ``launched_at`` changed, so the guest's bond is a new one."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, fallback=BondHost(cloud))
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert [p for p in cloud.ports.values() if SOVA_TAG in p.tags]  # settled: kept
+    cloud.begin("uuid-vm1", "rebuild")
+    cloud.end("uuid-vm1", "rebuild")
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert any("outlived Nova re-spawning the server" in d for d in act.discrepancies)
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]
+
+
+def test_port_settled_where_sova_made_it_is_kept() -> None:
+    # No operation of Nova's: the same port, period after period (no churn of VFs).
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, fallback=BondHost(cloud))
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    for _ in range(3):
+        inv = act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+        assert inv.vms["vm1"].nic is NicKind.VF
+    assert not [c for c, _ in cloud.calls if c in ("to_backup", "delete_server_interface")]
+
+
+def test_give_back_whose_bond_never_confirms_keeps_the_vf_and_is_bounded() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    bond = BondHost(cloud)
+    act = actuator(cloud, fallback=bond, retire_tries=2)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    cloud.begin("uuid-vm1", "rebuild")
+    cloud.end("uuid-vm1", "rebuild")
+    bond.confirm = False
+    notes = []
+    for _ in range(4):
+        inv = act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+        notes += act.discrepancies
+    # Two tries, each refused before Nova's detach; then the VM is the agent's holder again.
+    assert len([c for c, _ in cloud.calls if c == "to_backup"]) == 2
+    assert not [c for c, _ in cloud.calls if c == "delete_server_interface"]
+    assert [n for n in notes if "give-back failed" in n][-1].endswith(
+        "left to the agent as a VF holder"
+    )
+    assert inv.vms["vm1"].nic is NicKind.VF and cloud.bound_vfs("cmp1") == 1
+
+
+def test_agent_stands_back_while_nova_operates_and_regrants_after() -> None:
+    """The agent, deciding as ever, next to an operator's rebuild of its VF holder: while it
+    runs, no VF call at all (web's VF is neither revoked nor handed to db); once Nova is done,
+    web's re-plugged port is given back and web, still first in rank, gets a new one."""
+    from sova.agent.loop import HostAgent
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6)}
+    for vm in loads:
+        cloud.add_server(vm, "cmp1")
+    world = CloudHost(cloud, "cmp1", loads)
+    agent = HostAgent(OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova())
+    for _ in range(4):
+        agent.step()
+        world.advance(10.0)
+    [first] = [p.id for p in cloud.ports.values() if p.device_id == "uuid-web" and p.tags]
+    mark = len(cloud.calls)
+    cloud.begin("uuid-web", "rebuild")
+    for _ in range(3):
+        agent.step()
+        agent.poll()
+        world.advance(10.0)
+    vf_calls = ("create_port", "create_server_interface", "delete_server_interface", "delete_port")
+    assert not [c for c, _ in cloud.calls[mark:] if c in vf_calls]
+    cloud.end("uuid-web", "rebuild")
+    for _ in range(4):
+        agent.step()
+        agent.poll()
+        world.advance(10.0)
+    assert first not in cloud.ports
+    assert [p.device_id for p in cloud.ports.values() if p.tags] == ["uuid-web"]
+
+
+def test_sova_never_migrates_a_vm_someone_else_is_migrating() -> None:
+    """Watcher's applier (or an operator) live-migrates web through Nova while Sova's
+    manager signals the host to move web too: the agent is not given web, so it chooses
+    no migration of it, and the actuator refuses one without asking Nova. (Watcher's
+    applier, the other way round, fails a migrate action whose instance is not ACTIVE.)"""
+    from sova.agent.loop import HostAgent
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6)}
+    for vm in loads:
+        cloud.add_server(vm, "cmp1")
+    world = CloudHost(cloud, "cmp1", loads)
+    act = actuator(cloud)
+    agent = HostAgent(OrchestratedDriver(MockDriver(world), act), _papers_sova())
+    for _ in range(3):
+        agent.step()
+        world.advance(10.0)
+    cloud.begin("uuid-web", "live_migrate")
+    agent.signal(True, "cmp2", vm="web")
+    agent.step()
+    agent.poll()
+    agent.step()
+    # Alg. 1 takes the host's largest-MF VM when the manager's pick is not here to move:
+    # never web, whose one migration is Nova's.
+    assert "web" not in agent.migrating
+    assert "uuid-web" not in [m.server_id for m in cloud.migrations]
+    st = run(act, Migrate("web", "cmp2"))
+    assert st.state is OpState.FAILED
+    assert st.detail == "Nova is operating on web (task_state migrating): Sova stands back"
+    assert "uuid-web" not in [m.server_id for m in cloud.migrations]
