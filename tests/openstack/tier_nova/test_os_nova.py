@@ -562,6 +562,57 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
         assert self.holder() == ["vm2"]
 
 
+    def given_back(self, vm: str, timeout_s: float = 60.0) -> list[str]:
+        """Reconcile until the give-back of ``vm``'s port ends; the notes of every period."""
+        notes: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.act.reconcile(self.sensed())
+            notes += self.act.discrepancies
+            if any(n.startswith(f"{vm}: given back") or "give-back failed" in n for n in notes):
+                return notes
+            time.sleep(0.2)
+        raise AssertionError(f"no give-back of {vm} within {timeout_s} s: {notes}")
+
+    def test_nova_operations_on_the_vf_holder_leave_no_sova_port(self) -> None:
+        """An operator stops and starts vm1, which holds Sova's port, then rebuilds it, each
+        through Nova's API. While Nova says SHUTOFF the actuator stands back (vm1 withheld,
+        its VF not free for vm2, a detach refused before it reaches Nova); once ACTIVE the
+        port is given back through Nova (the VF is free in Nova's PCI tracker, the port
+        deleted). The rebuild runs to its end between two periods: Nova's own launched_at
+        says the guest was spawned anew, and that port is given back too."""
+        st = wait(self.act, self.act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert self.holder() == ["vm1"]
+        server = self.vms["vm1"]
+        self._stop_server(server)
+        inv = self.act.reconcile(self.sensed())
+        assert set(inv.vms) == {"vm2"} and inv.host.nic.vf_pool == 0
+        assert "vm1: Nova is operating on it (status SHUTOFF): Sova stands back" in (
+            self.act.discrepancies
+        )
+        st = wait(self.act, self.act.submit(DetachVF("vm1")))
+        assert st.state is OpState.FAILED, st.detail
+        assert st.detail == "Nova is operating on vm1 (status SHUTOFF): Sova stands back"
+        self.assertPCIDeviceCounts("compute0", total=2, free=0)
+        self._start_server(server)
+        notes = self.given_back("vm1")
+        assert any("outlived an operation of Nova's" in n for n in notes), notes
+        assert self.net.created[0] in self.net.deleted
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        assert self.holder() == []
+
+        st = wait(self.act, self.act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert self.holder() == ["vm1"]  # seen settled: Nova's launch time noted
+        self._rebuild_server(server, server["image"]["id"])
+        notes = self.given_back("vm1")
+        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
+        assert self.net.created[-1] in self.net.deleted
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        assert self.holder() == []
+        assert self.api.get_server(server["id"])["status"] == "ACTIVE"
+
 def test_sova_is_imported_from_this_checkout() -> None:
     """The tier's environments are shared by every checkout on the machine: the code under
     test must be this checkout's (scripts/openstack-envs.sh puts its src/ first on the path),
