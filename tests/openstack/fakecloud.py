@@ -263,7 +263,12 @@ class _Compute:
     def servers(
         self, details: bool = True, all_projects: bool = False, compute_host: str | None = None
     ):
-        return [s for s in self.c.servers.values() if compute_host in (None, s.compute_host)]
+        # Nova lists the caller's own project's servers unless all_projects (an admin's).
+        return [
+            s
+            for s in self.c.servers.values()
+            if compute_host in (None, s.compute_host) and (all_projects or s.project_id == "proj")
+        ]
 
     def find_server(self, name_or_id: str, ignore_missing: bool = True, **_: Any):
         for s in self.c.servers.values():

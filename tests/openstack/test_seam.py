@@ -49,7 +49,6 @@ def _papers_sova() -> ControllerConfig:
     )
 
 
-
 class Clock:
     def __init__(self) -> None:
         self.t = 0.0
@@ -71,8 +70,7 @@ def actuator(cloud: FakeCloud, host: str = "cmp1", **kw: Any) -> OpenStackActuat
         spawn=lambda fn: fn(),  # inline: the op runs to its end inside submit()
         clock=clock,
         sleep=clock.sleep,
-        poll_s=1.0,
-        **kw,
+        **{"poll_s": 1.0, **kw},
     )
 
 
@@ -494,9 +492,7 @@ def test_agent_shares_the_pf_with_a_tenants_vf_without_churn() -> None:
         cloud.add_server(vm, "cmp1")
     theirs = cloud.add_tenant_vf(cloud.servers["uuid-ten"])
     world = CloudHost(cloud, "cmp1", loads, pool=2)
-    agent = HostAgent(
-        OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova()
-    )
+    agent = HostAgent(OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova())
     for _ in range(6):
         agent.step()
         world.advance(10.0)
@@ -802,9 +798,7 @@ def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
     for vm in loads:
         cloud.add_server(vm, "cmp1")
     world = CloudHost(cloud, "cmp1", loads)
-    agent = HostAgent(
-        OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova()
-    )
+    agent = HostAgent(OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova())
     for _ in range(4):
         agent.step()
         world.advance(10.0)
@@ -1239,3 +1233,205 @@ def test_sova_never_migrates_a_vm_someone_else_is_migrating() -> None:
     assert st.state is OpState.FAILED
     assert st.detail == "Nova is operating on web (task_state migrating): Sova stands back"
     assert "uuid-web" not in [m.server_id for m in cloud.migrations]
+
+
+# --------------------------------------------------------------------------- the client libraries
+
+
+def _stand_in_clients(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """openstacksdk's and keystoneauth's modules as far as the actuator imports them (the main
+    venv has neither; the tier runs the real ones): their error classes and ``connect``."""
+    import types
+
+    class SDKException(Exception):
+        pass
+
+    class ConfigException(SDKException):
+        pass
+
+    class ClientException(Exception):
+        pass
+
+    class ConnectTimeout(ClientException):
+        pass
+
+    sdk_exc = types.SimpleNamespace(SDKException=SDKException, ConfigException=ConfigException)
+    ksa_exc = types.SimpleNamespace(ClientException=ClientException, ConnectTimeout=ConnectTimeout)
+    asked: list[dict[str, Any]] = []
+
+    def connect(**kw: Any) -> Any:
+        asked.append(kw)
+        if kw.get("cloud") != "prod":
+            raise ConfigException(f"Cloud {kw.get('cloud')} was not found.")
+        return "conn"
+
+    sdk = types.SimpleNamespace(connect=connect, exceptions=sdk_exc, asked=asked)
+    monkeypatch.setitem(__import__("sys").modules, "openstack", sdk)
+    monkeypatch.setitem(__import__("sys").modules, "openstack.exceptions", sdk_exc)
+    ksa = types.SimpleNamespace(exceptions=ksa_exc)
+    monkeypatch.setitem(__import__("sys").modules, "keystoneauth1", ksa)
+    monkeypatch.setitem(__import__("sys").modules, "keystoneauth1.exceptions", ksa_exc)
+    return types.SimpleNamespace(sdk=sdk, ksa=ksa_exc, sdk_exc=sdk_exc)
+
+
+def test_connect_passes_the_cloud_entry_and_timeout_to_openstacksdk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sova.orchestrator.base import CloudConfigError
+
+    libs = _stand_in_clients(monkeypatch)
+    assert connect("prod", 12.0) == "conn"
+    assert libs.sdk.asked == [{"cloud": "prod", "api_timeout": 12.0}]
+    with pytest.raises(CloudConfigError, match=r"^cloud = 'nowhere': Cloud nowhere was not found"):
+        connect("nowhere")
+
+
+def test_keystoneauth_and_sdk_errors_are_the_clouds_and_a_timeout_is_followed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the real client libraries' classes (not the tests' own): a keystoneauth error
+    (not an SDK subclass) or an SDK one makes the inventory unavailable, and keystoneauth's
+    ConnectTimeout on os-migrateLive is followed through Nova's records, not a failure."""
+    libs = _stand_in_clients(monkeypatch)
+    for exc in (
+        libs.ksa.ClientException("Unable to establish connection"),
+        libs.sdk_exc.SDKException("503"),
+    ):
+        cloud = FakeCloud()
+
+        def down(_exc: Exception = exc, **_: Any) -> Any:
+            raise _exc
+
+        cloud.compute.servers = down  # type: ignore[method-assign]
+        act = OpenStackActuator(cloud, "cmp1", spawn=lambda fn: fn(), poll_s=0.0)
+        with pytest.raises(DriverError, match="^OpenStack inventory unavailable"):
+            act.reconcile(sensed("cmp1", "vm1"))
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    migrate = cloud.compute.live_migrate_server
+
+    def late(*a: Any, **kw: Any) -> None:
+        migrate(*a, **kw)
+        raise libs.ksa.ConnectTimeout("Request to /servers/action timed out")
+
+    cloud.compute.live_migrate_server = late  # type: ignore[method-assign]
+    act = OpenStackActuator(cloud, "cmp1", spawn=lambda fn: fn(), poll_s=0.0)
+    st = act.poll(act.submit(Migrate("vm1", "cmp3")))
+    assert st.state is OpState.SUCCEEDED and "Nova's answer timed out" in st.detail, st.detail
+
+
+def test_without_the_client_libraries_a_transport_error_is_a_refusal_not_a_crash() -> None:
+    # The main venv has no keystoneauth: no timeout class, and a refused connection (an
+    # OSError) is Nova's refusal, reported with where the server is.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+
+    def refused(*_: Any, **__: Any) -> None:
+        raise ConnectionRefusedError("Connection refused")
+
+    cloud.compute.live_migrate_server = refused  # type: ignore[method-assign]
+    act = OpenStackActuator(cloud, "cmp1", spawn=lambda fn: fn(), poll_s=0.0)
+    st = act.poll(act.submit(Migrate("vm1", "cmp3")))
+    assert st.state is OpState.FAILED
+    assert st.detail.startswith("Nova refused to live-migrate vm1 to cmp3: Connection refused")
+
+
+def test_actuator_defaults_are_the_documented_settings() -> None:
+    # An actuator built without the settings (recommend mode's, a test's) waits as long as
+    # docs/openstack.md#configuration says, and sweeps every 30 periods.
+    import dataclasses
+
+    from sova.orchestrator.settings import OpenStackOptions
+
+    docs = OpenStackOptions()
+    fields = {f.name: f.default for f in dataclasses.fields(OpenStackActuator)}
+    for name in ("migration_timeout_s", "detach_timeout_s", "abort_timeout_s"):
+        assert fields[name] == getattr(docs, name), name
+    assert fields["sweep_every"] == 30 and fields["name"] == "openstack"
+
+
+def test_detach_waits_the_whole_detach_timeout_then_keeps_the_port() -> None:
+    # Polls at 0, 1, ... 5 s find the port attached; the first past 5 s (6 s) gives up.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1}, detach_looks=10_000)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, detach_timeout_s=5.0)
+    run(act, AttachVF("vm1"))
+    t0 = act.clock()
+    st = run(act, DetachVF("vm1"))
+    assert act.clock() - t0 == 6.0
+    assert st.detail.endswith("from vm1 within 5s; ports kept"), st.detail
+
+
+def test_migration_is_aborted_at_the_first_poll_past_its_timeout() -> None:
+    cloud = FakeCloud(migration_steps=10_000)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, migration_timeout_s=30.0)
+    abort = cloud.compute.abort_server_migration
+    asked_at: list[float] = []
+
+    def timed_abort(mid: int, server: str) -> None:
+        asked_at.append(act.clock())
+        abort(mid, server)
+
+    cloud.compute.abort_server_migration = timed_abort  # type: ignore[method-assign]
+    run(act, Migrate("vm1", "cmp2"))
+    assert asked_at == [31.0]  # polls at 0..30 s are within the 30 s
+
+
+def test_abort_unconfirmed_is_given_exactly_abort_timeout() -> None:
+    cloud = FakeCloud(migration_steps=10_000, abort_looks=None)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, migration_timeout_s=30.0, abort_timeout_s=20.0)
+    run(act, Migrate("vm1", "cmp2"))
+    assert act.clock() == 31.0 + 21.0  # the abort at 31 s, given up at the first poll past 20 s
+
+
+def test_migration_nova_never_started_is_given_up_after_30_polls() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+
+    def accepted_only(*_: Any, **__: Any) -> None:
+        pass  # accepted, then the scheduler refused before any record (no task state)
+
+    cloud.compute.live_migrate_server = accepted_only  # type: ignore[method-assign]
+    act = actuator(cloud, poll_s=2.0)
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.detail.startswith("Nova accepted the live migration of vm1 and started none")
+    assert act.clock() == 62.0  # 30 polls of 2 s, and the first past them
+
+
+def test_detach_of_a_vm_without_a_vf_says_so() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), DetachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED and st.detail == "vm1 holds no Sova VF port"
+
+
+def test_servers_of_every_project_on_the_host_are_found() -> None:
+    # The agent's credential is one project's; the host runs every project's servers.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1").project_id = "tenant-b"
+    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1"))
+    assert inv.vms["vm1"].running
+
+
+def test_port_made_by_an_earlier_run_for_another_host_is_known_by_its_description() -> None:
+    # Ports outlive the agent that made them: the description deployments already carry
+    # says the host the port was made for.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    vm = cloud.add_server("vm1", "cmp1")
+    p = cloud.network.create_port(
+        name=PORT_PREFIX + "vm1",
+        network_id="net-data",
+        binding_vnic_type="direct",
+        description="Sova fast path (SR-IOV VF); created and deleted by sova on cmp2",
+        tags=[SOVA_TAG],
+    )
+    cloud.compute.create_server_interface(vm, p.id)
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert (
+        f"vm1: Sova VF port(s) {p.id} made for cmp2, brought here by Nova: given back, the bond on virtio first"
+        in act.discrepancies
+    )
+    assert p.id not in cloud.ports
