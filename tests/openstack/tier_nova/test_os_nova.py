@@ -485,6 +485,39 @@ class TestMigrationAbortThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestC
         assert set(allocs) == {self._get_provider_uuid_by_host("host1")}
 
 
+    def test_an_operators_live_migration_is_never_doubled_by_sova(self) -> None:
+        """An operator (or Watcher's applier) live-migrates vm1 through Nova's API; while it
+        runs, Nova's task state is what Sova reads: the actuator withholds vm1 from the
+        agent and refuses Sova's own migration of it before asking Nova. One migration,
+        the operator's, completes."""
+        sid = self.server["id"]
+        self.conn.compute.live_migrate_server(sid, host="host2", block_migration="auto")
+        drv = self.computes["host1"].driver
+        deadline = time.monotonic() + 60
+        while not getattr(drv, "_migrating", False) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert drv._migrating, "the operator's migration never reached the hypervisor"
+        act = OpenStackActuator(self.conn, "host1", poll_s=0.2, migration_timeout_s=60)
+        host = Host("host1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=1))
+        inv = act.reconcile(Inventory(host, {"vm1": VMState(VM("vm1", 1, 512 << 20))}))
+        assert dict(inv.vms) == {}
+        assert "vm1: Nova is operating on it (task_state migrating): Sova stands back" in (
+            act.discrepancies
+        )
+        st = wait(act, act.submit(Migrate("vm1", "host2")))
+        assert st.state is OpState.FAILED, st.detail
+        assert st.detail == "Nova is operating on vm1 (task_state migrating): Sova stands back"
+        drv._migrating = False  # the hypervisor finishes the operator's migration
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            server = self.api.get_server(sid)
+            if server["status"] == "ACTIVE" and server["OS-EXT-STS:task_state"] is None:
+                break
+            time.sleep(0.2)
+        assert server["OS-EXT-SRV-ATTR:host"] == "host2"
+        migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+        assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host2")]
+
 class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
     """One PF with one VF behind Nova's fake libvirt and PCI tracker; two VMs want it."""
 
