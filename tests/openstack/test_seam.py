@@ -1348,6 +1348,7 @@ def test_actuator_defaults_are_the_documented_settings() -> None:
     for name in ("migration_timeout_s", "detach_timeout_s", "abort_timeout_s"):
         assert fields[name] == getattr(docs, name), name
     assert fields["sweep_every"] == 30 and fields["name"] == "openstack"
+    assert fields["retire_tries"] == 3  # docs/openstack.md#novas-own-operations
 
 
 def test_detach_waits_the_whole_detach_timeout_then_keeps_the_port() -> None:
@@ -1435,3 +1436,25 @@ def test_port_made_by_an_earlier_run_for_another_host_is_known_by_its_descriptio
         in act.discrepancies
     )
     assert p.id not in cloud.ports
+
+
+def test_only_sovas_own_description_names_the_host_a_port_was_made_for() -> None:
+    """A port made before descriptions named the host, or one whose description someone else
+    wrote, says nothing of where it was made: settled where it is, it is kept."""
+    for desc in (
+        "Sova fast path (SR-IOV VF); created and deleted by sova",
+        "moved on cmp2",
+    ):
+        cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+        vm = cloud.add_server("vm1", "cmp1")
+        p = cloud.network.create_port(
+            name=PORT_PREFIX + "vm1",
+            network_id="net-data",
+            binding_vnic_type="direct",
+            description=desc,
+            tags=[SOVA_TAG],
+        )
+        cloud.compute.create_server_interface(vm, p.id)
+        act = actuator(cloud)
+        inv = act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+        assert inv.vms["vm1"].nic is NicKind.VF and p.id in cloud.ports, desc
