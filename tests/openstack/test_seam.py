@@ -1168,6 +1168,14 @@ def test_give_back_whose_bond_never_confirms_keeps_the_vf_and_is_bounded() -> No
         "left to the agent as a VF holder"
     )
     assert inv.vms["vm1"].nic is NicKind.VF and cloud.bound_vfs("cmp1") == 1
+    # Another operation of Nova's on it: a new give-back, with its own tries.
+    cloud.begin("uuid-vm1", "reboot")
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    cloud.end("uuid-vm1", "reboot")
+    bond.confirm = True
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert len([c for c, _ in cloud.calls if c == "to_backup"]) == 3
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]
 
 
 def test_agent_stands_back_while_nova_operates_and_regrants_after() -> None:

@@ -307,6 +307,7 @@ class OpenStackActuator:
         if busy is not None and name not in self._acting:
             if held:
                 self._disturbed.add(str(server.id))
+                self._retire_failures.pop(name, None)  # a new operation: a new give-back
             return f"{name}: Nova is operating on it ({busy}): Sova stands back"
         if not held:
             self._disturbed.discard(str(server.id))
