@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 _ENDED = frozenset({"completed", "done", "error", "failed", "cancelled", "aborted"})
@@ -263,6 +264,9 @@ class _Compute:
     def servers(
         self, details: bool = True, all_projects: bool = False, compute_host: str | None = None
     ):
+        if not details:  # GET /servers: ids, names and links only
+            bare = self.servers(True, all_projects, compute_host)
+            return [SimpleNamespace(id=s.id, name=s.name, links=[]) for s in bare]
         # Nova lists the caller's own project's servers unless all_projects (an admin's).
         return [
             s
@@ -270,9 +274,9 @@ class _Compute:
             if compute_host in (None, s.compute_host) and (all_projects or s.project_id == "proj")
         ]
 
-    def find_server(self, name_or_id: str, ignore_missing: bool = True, **_: Any):
+    def find_server(self, name_or_id: str, ignore_missing: bool = True, all_projects: bool = False):
         for s in self.c.servers.values():
-            if name_or_id in (s.id, s.name):
+            if name_or_id in (s.id, s.name) and (all_projects or s.project_id == "proj"):
                 return s
         if ignore_missing:
             return None

@@ -310,7 +310,10 @@ def test_rates_go_to_the_host_driver() -> None:
         host_calls.append(req)
         if req.method == "submit":
             return "h-1"
-        return OpStatus("h-1", OpState.SUCCEEDED, "rate set")
+        # The host driver is asked about its own operation id, not the actuator's.
+        return OpStatus(
+            "h-1", OpState.SUCCEEDED if req.args == ("h-1",) else OpState.FAILED, "rate set"
+        )
 
     act = actuator(cloud, fallback=MockDriver(world))
     st = run(act, SetVFRate("vm1", 1e9))
@@ -1164,9 +1167,10 @@ def test_give_back_whose_bond_never_confirms_keeps_the_vf_and_is_bounded() -> No
     # Two tries, each refused before Nova's detach; then the VM is the agent's holder again.
     assert len([c for c, _ in cloud.calls if c == "to_backup"]) == 2
     assert not [c for c, _ in cloud.calls if c == "delete_server_interface"]
-    assert [n for n in notes if "give-back failed" in n][-1].endswith(
-        "left to the agent as a VF holder"
-    )
+    assert [n.rsplit("; ", 1)[1] for n in notes if "give-back failed" in n] == [
+        "1 more tries",
+        "left to the agent as a VF holder",
+    ]
     assert inv.vms["vm1"].nic is NicKind.VF and cloud.bound_vfs("cmp1") == 1
     # Another operation of Nova's on it: a new give-back, with its own tries.
     cloud.begin("uuid-vm1", "reboot")
@@ -1365,6 +1369,7 @@ def test_detach_waits_the_whole_detach_timeout_then_keeps_the_port() -> None:
     cloud.add_server("vm1", "cmp1")
     act = actuator(cloud, detach_timeout_s=5.0)
     run(act, AttachVF("vm1"))
+    act.clock.t = 100.0  # type: ignore[attr-defined]  # an agent that has run a while
     t0 = act.clock()
     st = run(act, DetachVF("vm1"))
     assert act.clock() - t0 == 6.0
@@ -1375,6 +1380,7 @@ def test_migration_is_aborted_at_the_first_poll_past_its_timeout() -> None:
     cloud = FakeCloud(migration_steps=10_000)
     cloud.add_server("vm1", "cmp1")
     act = actuator(cloud, migration_timeout_s=30.0)
+    act.clock.t = 100.0  # type: ignore[attr-defined]  # an agent that has run a while
     abort = cloud.compute.abort_server_migration
     asked_at: list[float] = []
 
@@ -1384,7 +1390,7 @@ def test_migration_is_aborted_at_the_first_poll_past_its_timeout() -> None:
 
     cloud.compute.abort_server_migration = timed_abort  # type: ignore[method-assign]
     run(act, Migrate("vm1", "cmp2"))
-    assert asked_at == [31.0]  # polls at 0..30 s are within the 30 s
+    assert asked_at == [131.0]  # polls at 0..30 s into it are within the 30 s
 
 
 def test_abort_unconfirmed_is_given_exactly_abort_timeout() -> None:
@@ -1466,3 +1472,86 @@ def test_only_sovas_own_description_names_the_host_a_port_was_made_for() -> None
         act = actuator(cloud)
         inv = act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
         assert inv.vms["vm1"].nic is NicKind.VF and p.id in cloud.ports, desc
+
+
+def test_tenants_vf_vm_the_host_senses_migrating_stays_migrating() -> None:
+    import dataclasses
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_tenant_vf(cloud.add_server("ten", "cmp1"))
+    inv0 = sensed("cmp1", "ten")
+    inv = Inventory(inv0.host, {"ten": dataclasses.replace(inv0.vms["ten"], migrating=True)})
+    got = actuator(cloud).reconcile(inv)
+    assert got.vms["ten"].migrating and not got.vms["ten"].failover_ready
+
+
+def test_sova_port_of_another_projects_server_is_not_taken_for_a_leak() -> None:
+    # The agent's credential sees other projects' servers only when it asks for all of them.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1").project_id = "tenant-b"
+    act = actuator(cloud, sweep_every=1)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    assert act.sweep_leaked_ports() == []
+    assert [p.device_id for p in cloud.ports.values() if SOVA_TAG in p.tags] == ["uuid-vm1"]
+
+
+def test_migration_nova_did_not_answer_and_never_started_says_so() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+
+    def unanswered(*_: Any, **__: Any) -> None:
+        raise FakeCloudTimeout("Request to /servers/action timed out")
+
+    cloud.compute.live_migrate_server = unanswered  # type: ignore[method-assign]
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is OpState.FAILED
+    assert st.detail.startswith("Nova did not answer the live migration of vm1 and started none")
+
+
+def test_placement_pool_is_this_hosts_tree_only() -> None:
+    # Another compute's provider tree in Placement adds nothing to this host's pool.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 4})
+    cloud.add_server("vm1", "cmp1")
+    cloud.rps = [
+        RP("rp-cmp1", "cmp1"),
+        RP("rp-pf0", "cmp1_pf0", parent="rp-cmp1"),
+        RP("rp-cmp2", "cmp2"),
+        RP("rp-pf1", "cmp2_pf0", parent="rp-cmp2"),
+    ]
+    cloud.inventories = {
+        "rp-pf0": [Inv("CUSTOM_SRIOV_VF", 2)],
+        "rp-pf1": [Inv("CUSTOM_SRIOV_VF", 2)],
+    }
+    act = actuator(cloud, vf_resource_class="CUSTOM_SRIOV_VF")
+    assert act.reconcile(sensed("cmp1", "vm1", pool=4)).host.nic.vf_pool == 2
+
+
+def test_tenants_holding_every_vf_leave_sova_none() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_tenant_vf(cloud.add_server("ten", "cmp1"))
+    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1", "ten", pool=1))
+    assert inv.host.nic.vf_pool == 0
+
+
+def test_poll_of_an_operation_the_actuator_never_ran_fails() -> None:
+    st = actuator(FakeCloud()).poll("os:vf_attach:vm1:99")
+    assert st.state is OpState.FAILED and st.detail == "unknown operation id"
+
+
+def test_vf_goes_on_a_flat_provider_network_too() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1", net="flat-net", net_type="flat")
+    st = run(actuator(cloud), AttachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+
+
+def test_vm_holding_several_own_vf_ports_is_named_with_each() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    ten = cloud.add_server("ten", "cmp1")
+    a, b = cloud.add_tenant_vf(ten), cloud.add_tenant_vf(ten)
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "ten"))
+    assert f"ten: holds its own VF port(s) {a.id}, {b.id}, not Sova's: left alone" in (
+        act.discrepancies
+    )
