@@ -508,15 +508,15 @@ class TestMigrationAbortThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestC
         assert st.state is OpState.FAILED, st.detail
         assert st.detail == "Nova is operating on vm1 (task_state migrating): Sova stands back"
         drv._migrating = False  # the hypervisor finishes the operator's migration
+        # Nova frees the server (task state, host) a moment before it closes the record.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            server = self.api.get_server(sid)
-            if server["status"] == "ACTIVE" and server["OS-EXT-STS:task_state"] is None:
+            migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+            if all(m["status"] in ("completed", "error", "failed") for m in migs):
                 break
             time.sleep(0.2)
-        assert server["OS-EXT-SRV-ATTR:host"] == "host2"
-        migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host2")]
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host2"
 
 class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
     """One PF with one VF behind Nova's fake libvirt and PCI tracker; two VMs want it."""
