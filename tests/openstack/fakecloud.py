@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 _ENDED = frozenset({"completed", "done", "error", "failed", "cancelled", "aborted"})
@@ -33,6 +34,37 @@ class Server:
     project_id: str = "proj"
     instance_name: str | None = None
     task_state: str | None = None
+    status: str = "ACTIVE"
+    launched_at: str | None = "2026-12-01T00:00:00.000000"
+
+
+@dataclass(frozen=True)
+class NovaOp:
+    """What one of Nova's own server operations does, as far as ports and guests go: the task
+    state and status while it runs, whether the server changes host (Nova rebinds its ports
+    to the new host, claiming a VF there for each direct one), whether the guest is spawned
+    anew (a new ``launched_at``: the guest's runtime bond is gone) and the status it ends in."""
+
+    task: str
+    status: str
+    moves: bool
+    respawns: bool
+    ends: str = "ACTIVE"
+    offloads: bool = False  # shelve-offload: no host, ports unbound but kept by the server
+
+
+# Nova 34's task states and statuses (nova/compute/task_states.py, the API's status map).
+NOVA_OPS = {
+    "resize": NovaOp("resize_migrating", "RESIZE", True, True, "VERIFY_RESIZE"),
+    "migrate": NovaOp("resize_migrating", "RESIZE", True, True, "VERIFY_RESIZE"),
+    "confirm_resize": NovaOp("resize_confirming", "VERIFY_RESIZE", False, False),
+    "live_migrate": NovaOp("migrating", "MIGRATING", True, False),
+    "evacuate": NovaOp("rebuilding", "REBUILD", True, True),
+    "rebuild": NovaOp("rebuild_spawning", "REBUILD", False, True),
+    "shelve": NovaOp("shelving_offloading", "SHELVED", False, False, "SHELVED_OFFLOADED", True),
+    "unshelve": NovaOp("spawning", "SHELVED_OFFLOADED", True, True),
+    "reboot": NovaOp("reboot_started_hard", "HARD_REBOOT", False, False),
+}
 
 
 @dataclass
@@ -184,6 +216,37 @@ class FakeCloud:
             if p.device_id == sid:
                 p.device_id, p.binding_host_id = "", ""
 
+    def begin(self, sid: str, op: str) -> None:
+        """One of Nova's own operations starts on the server (someone else's: an operator,
+        Watcher's applier): Nova takes the task state, as its API does, or refuses (409)."""
+        s = self.servers[sid]
+        if s.task_state is not None:
+            raise FakeCloudError(f"Conflict: server {sid} is in task_state {s.task_state}")
+        s.task_state, s.status = NOVA_OPS[op].task, NOVA_OPS[op].status
+
+    def end(self, sid: str, op: str, dest: str | None = None) -> None:
+        """The operation ends: the server lands on ``dest`` (a move; the scheduler's pick),
+        its ports are bound there, each direct port claiming one of that host's VFs, else
+        the operation fails and the server stays (Nova's PCI filter: no valid host)."""
+        s, what = self.servers[sid], NOVA_OPS[op]
+        ports = [p for p in self.ports.values() if p.device_id == sid]
+        if what.moves:
+            assert dest is not None
+            direct = [p for p in ports if p.binding_vnic_type in ("direct", "macvtap")]
+            if direct and self.bound_vfs(dest) + len(direct) > self.vfs_per_host.get(dest, 0):
+                s.task_state = None
+                s.status = "SHELVED_OFFLOADED" if op == "unshelve" else "ACTIVE"
+                raise FakeCloudError(f"No valid host was found: no free VF on {dest}")
+            s.compute_host = dest
+        host = "" if what.offloads else s.compute_host
+        for p in ports:
+            p.binding_host_id = host
+        if what.offloads:
+            s.compute_host = ""
+        if what.respawns:
+            s.launched_at = f"{s.launched_at}+{op}"
+        s.task_state, s.status = None, what.ends
+
     def bound_vfs(self, host: str) -> int:
         return sum(
             1
@@ -201,11 +264,19 @@ class _Compute:
     def servers(
         self, details: bool = True, all_projects: bool = False, compute_host: str | None = None
     ):
-        return [s for s in self.c.servers.values() if compute_host in (None, s.compute_host)]
+        if not details:  # GET /servers: ids, names and links only
+            bare = self.servers(True, all_projects, compute_host)
+            return [SimpleNamespace(id=s.id, name=s.name, links=[]) for s in bare]
+        # Nova lists the caller's own project's servers unless all_projects (an admin's).
+        return [
+            s
+            for s in self.c.servers.values()
+            if compute_host in (None, s.compute_host) and (all_projects or s.project_id == "proj")
+        ]
 
-    def find_server(self, name_or_id: str, ignore_missing: bool = True, **_: Any):
+    def find_server(self, name_or_id: str, ignore_missing: bool = True, all_projects: bool = False):
         for s in self.c.servers.values():
-            if name_or_id in (s.id, s.name):
+            if name_or_id in (s.id, s.name) and (all_projects or s.project_id == "proj"):
                 return s
         if ignore_missing:
             return None
@@ -230,7 +301,7 @@ class _Compute:
         self.c.migrations.append(
             Migration(next(self.c._ids), s.id, s.compute_host, str(host), steps)
         )
-        s.task_state = "migrating"
+        s.task_state, s.status = "migrating", "MIGRATING"
         if self.c.migrate_answer_late:
             raise FakeCloudTimeout("Request to /servers/action timed out")
 
@@ -246,8 +317,9 @@ class _Compute:
             s = self.c.servers[m.server_id]
             if m.status in ("completed", "done"):
                 s.compute_host, s.task_state = self.c.lands_on.get(m.dest, m.dest), None
+                s.status = "ACTIVE"
             elif m.status in _ENDED:
-                s.task_state = None  # Nova rolls back: the server stays on the source
+                s.task_state, s.status = None, "ACTIVE"  # Nova rolls back: on the source
         return [m for m in self.c.migrations if server_id is None or m.server_id == server_id]
 
     def abort_server_migration(self, mid: int, server: str) -> None:
@@ -259,8 +331,17 @@ class _Compute:
                 keep = m.steps[: self.c.abort_looks - 1]
                 m.steps = keep + ["cancelled"] if "completed" not in keep else keep
 
+    def _check_state(self, s: Server, what: str) -> None:
+        # Nova's check_instance_state on attach_interface/detach_interface.
+        if s.task_state is not None or s.status not in ("ACTIVE", "PAUSED", "SHUTOFF"):
+            raise FakeCloudError(
+                f"Conflict: cannot '{what}' instance {s.id} while it is in task_state "
+                f"{s.task_state}, status {s.status}"
+            )
+
     def create_server_interface(self, server: Server, port_id: str) -> Interface:
         s = self.c.servers[server.id]
+        self._check_state(s, "attach_interface")
         p = self.c.ports[port_id]
         if p.binding_vnic_type in ("direct", "macvtap") and self.c.bound_vfs(
             s.compute_host
@@ -271,6 +352,7 @@ class _Compute:
         return Interface(port_id)
 
     def delete_server_interface(self, port_id: str, server: str) -> None:
+        self._check_state(self.c.servers[server], "detach_interface")
         self.c.calls.append(("delete_server_interface", {"port": port_id}))
         self.c._detaching[port_id] = self.c.detach_looks
 

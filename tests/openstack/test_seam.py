@@ -49,7 +49,6 @@ def _papers_sova() -> ControllerConfig:
     )
 
 
-
 class Clock:
     def __init__(self) -> None:
         self.t = 0.0
@@ -71,8 +70,7 @@ def actuator(cloud: FakeCloud, host: str = "cmp1", **kw: Any) -> OpenStackActuat
         spawn=lambda fn: fn(),  # inline: the op runs to its end inside submit()
         clock=clock,
         sleep=clock.sleep,
-        poll_s=1.0,
-        **kw,
+        **{"poll_s": 1.0, **kw},
     )
 
 
@@ -312,7 +310,10 @@ def test_rates_go_to_the_host_driver() -> None:
         host_calls.append(req)
         if req.method == "submit":
             return "h-1"
-        return OpStatus("h-1", OpState.SUCCEEDED, "rate set")
+        # The host driver is asked about its own operation id, not the actuator's.
+        return OpStatus(
+            "h-1", OpState.SUCCEEDED if req.args == ("h-1",) else OpState.FAILED, "rate set"
+        )
 
     act = actuator(cloud, fallback=MockDriver(world))
     st = run(act, SetVFRate("vm1", 1e9))
@@ -445,14 +446,28 @@ def test_attach_and_detach_say_what_they_did() -> None:
     assert st.detail == f"vm1: VF port(s) {port} detached and deleted"
 
 
-def test_nova_saying_a_server_is_migrating_marks_it_so() -> None:
+def test_someone_elses_migration_withholds_the_vm_and_sovas_own_marks_it_migrating() -> None:
     # A live migration someone else started (Watcher, an operator): Nova's task state says
-    # so before the host senses a migration job.
+    # so before the host senses a migration job, and the agent is not given the VM at all.
     cloud = FakeCloud()
-    cloud.add_server("vm1", "cmp1").task_state = "migrating"
+    cloud.add_server("vm1", "cmp1")
     cloud.add_server("vm2", "cmp1")
-    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1", "vm2"))
-    assert inv.vms["vm1"].migrating and not inv.vms["vm2"].migrating
+    cloud.begin("uuid-vm1", "live_migrate")
+    act = actuator(cloud)
+    inv = act.reconcile(sensed("cmp1", "vm1", "vm2"))
+    assert set(inv.vms) == {"vm2"} and not inv.vms["vm2"].migrating
+    assert "vm1: Nova is operating on it (task_state migrating): Sova stands back" in (
+        act.discrepancies
+    )
+    # Sova's own migration (its op still in flight) takes the same task state: the VM stays
+    # the agent's, marked migrating, so the agent takes no second migration meanwhile.
+    cloud.end("uuid-vm1", "live_migrate", "cmp1")
+    held: list[Any] = []
+    act.spawn = held.append  # the op is submitted and not run yet
+    act.submit(Migrate("vm2", "cmp3"))
+    cloud.servers["uuid-vm2"].task_state = "migrating"
+    inv = act.reconcile(sensed("cmp1", "vm1", "vm2"))
+    assert inv.vms["vm2"].migrating and not inv.vms["vm1"].migrating
 
 
 def test_migration_to_where_nova_already_moved_the_server_is_done() -> None:
@@ -480,9 +495,7 @@ def test_agent_shares_the_pf_with_a_tenants_vf_without_churn() -> None:
         cloud.add_server(vm, "cmp1")
     theirs = cloud.add_tenant_vf(cloud.servers["uuid-ten"])
     world = CloudHost(cloud, "cmp1", loads, pool=2)
-    agent = HostAgent(
-        OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova()
-    )
+    agent = HostAgent(OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova())
     for _ in range(6):
         agent.step()
         world.advance(10.0)
@@ -788,9 +801,7 @@ def test_host_agent_decides_as_ever_and_acts_through_nova_and_neutron() -> None:
     for vm in loads:
         cloud.add_server(vm, "cmp1")
     world = CloudHost(cloud, "cmp1", loads)
-    agent = HostAgent(
-        OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova()
-    )
+    agent = HostAgent(OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova())
     for _ in range(4):
         agent.step()
         world.advance(10.0)
@@ -1050,3 +1061,497 @@ def test_vf_is_refused_on_an_overlay_network_sriovnicswitch_cannot_bind() -> Non
     assert st.state is OpState.FAILED
     assert "'vxlan'" in st.detail and "vlan and flat" in st.detail
     assert not any(c == "create_port" for c, _ in cloud.calls)
+
+
+# --------------------------------------------------------------------------- Nova's own operations
+
+# Each of Nova's operations someone else runs on a VM holding Sova's VF (steps: the operation
+# and where the scheduler puts the server), and the host it ends on. While any runs, every
+# agent stands back; after, the port Nova carried or re-plugged is given back, bond first.
+NOVA_LIFECYCLE = [
+    ("resize", [("resize", "cmp2"), ("confirm_resize", None)], "cmp2"),
+    ("cold migration", [("migrate", "cmp2"), ("confirm_resize", None)], "cmp2"),
+    ("live migration by Watcher or an operator", [("live_migrate", "cmp2")], "cmp2"),
+    ("evacuate", [("evacuate", "cmp2")], "cmp2"),
+    ("rebuild", [("rebuild", None)], "cmp1"),
+    ("shelve, unshelve elsewhere", [("shelve", None), ("unshelve", "cmp2")], "cmp2"),
+    ("hard reboot", [("reboot", None)], "cmp1"),
+]
+
+
+@pytest.mark.parametrize(
+    ("steps", "lands"), [c[1:] for c in NOVA_LIFECYCLE], ids=[c[0] for c in NOVA_LIFECYCLE]
+)
+def test_nova_operation_on_a_vf_holder_leaves_no_sova_port_and_no_bond_on_a_dead_path(
+    steps: list[tuple[str, str | None]], lands: str
+) -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    cloud.add_server("vm1", "cmp1")
+    acts = {h: actuator(cloud, h, fallback=BondHost(cloud)) for h in ("cmp1", "cmp2")}
+    assert run(acts["cmp1"], AttachVF("vm1")).state is OpState.SUCCEEDED
+    [port] = [p.id for p in cloud.ports.values() if SOVA_TAG in p.tags]
+    server = cloud.servers["uuid-vm1"]
+    for op, dest in steps:
+        cloud.begin(server.id, op)
+        where = server.compute_host
+        if where:  # (a shelved-offloaded server is on no host)
+            act = acts[where]
+            inv = act.reconcile(sensed(where, "vm1", vf=("vm1",), pool=1))
+            assert "vm1" not in inv.vms  # withheld: the agent plans nothing for it
+            assert inv.host.nic.vf_pool == 0  # its VF is not free for another VM
+            assert any("Nova is operating on it" in d for d in act.discrepancies)
+            for action in (DetachVF("vm1"), AttachVF("vm1"), Migrate("vm1", "cmp3")):
+                st = run(act, action)
+                assert st.state is OpState.FAILED and "Sova stands back" in st.detail, st.detail
+        cloud.end(server.id, op, dest)
+    assert server.compute_host == lands and server.status == "ACTIVE"
+    assert not [c for c, _ in cloud.calls if c == "live_migrate_server"]  # never Sova's
+    assert cloud.ports[port].binding_host_id == lands  # Nova carried the port along
+    mark = len(cloud.calls)
+    act = acts[lands]
+    inv = act.reconcile(sensed(lands, "vm1", vf=("vm1",), pool=1))
+    assert "vm1" not in inv.vms  # still Sova's give-back running this period
+    inv = act.reconcile(sensed(lands, "vm1", pool=1))
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]  # no Sova port left
+    order = [c for c, _ in cloud.calls[mark:] if c in ("to_backup", "delete_server_interface")]
+    assert order == ["to_backup", "delete_server_interface"]  # the bond left the VF first
+    assert any(d.startswith("vm1: given back") for d in act.discrepancies), act.discrepancies
+    st = inv.vms["vm1"]
+    assert st.nic is NicKind.VIRTIO and st.running and st.failover_ready and not st.migrating
+    # Back on its fast path when it earns it: the agent's next grant goes through.
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    assert len([p for p in cloud.ports.values() if SOVA_TAG in p.tags]) == 1
+
+
+def test_rebuild_sova_did_not_see_is_known_by_novas_launch_time() -> None:
+    """A re-spawn between two periods (a rebuild, a resize to the same host) is never seen
+    in progress: Nova's ``launched_at`` changed, so the guest's bond is a new one."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, fallback=BondHost(cloud))
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert [p for p in cloud.ports.values() if SOVA_TAG in p.tags]  # settled: kept
+    cloud.begin("uuid-vm1", "rebuild")
+    cloud.end("uuid-vm1", "rebuild")
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert any("outlived Nova re-spawning the server" in d for d in act.discrepancies)
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]
+
+
+def test_port_settled_where_sova_made_it_is_kept() -> None:
+    # No operation of Nova's: the same port, period after period (no churn of VFs).
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, fallback=BondHost(cloud))
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    for _ in range(3):
+        inv = act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+        assert inv.vms["vm1"].nic is NicKind.VF
+    assert not [c for c, _ in cloud.calls if c in ("to_backup", "delete_server_interface")]
+
+
+def test_give_back_whose_bond_never_confirms_keeps_the_vf_and_is_bounded() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    bond = BondHost(cloud)
+    act = actuator(cloud, fallback=bond, retire_tries=2)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    cloud.begin("uuid-vm1", "rebuild")
+    cloud.end("uuid-vm1", "rebuild")
+    bond.confirm = False
+    notes = []
+    for _ in range(4):
+        inv = act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+        notes += act.discrepancies
+    # Two tries, each refused before Nova's detach; then the VM is the agent's holder again.
+    assert len([c for c, _ in cloud.calls if c == "to_backup"]) == 2
+    assert not [c for c, _ in cloud.calls if c == "delete_server_interface"]
+    assert [n.rsplit("; ", 1)[1] for n in notes if "give-back failed" in n] == [
+        "1 more tries",
+        "left to the agent as a VF holder",
+    ]
+    assert inv.vms["vm1"].nic is NicKind.VF and cloud.bound_vfs("cmp1") == 1
+    # Another operation of Nova's on it: a new give-back, with its own tries.
+    cloud.begin("uuid-vm1", "reboot")
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    cloud.end("uuid-vm1", "reboot")
+    bond.confirm = True
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert len([c for c, _ in cloud.calls if c == "to_backup"]) == 3
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]
+
+
+def test_agent_stands_back_while_nova_operates_and_regrants_after() -> None:
+    """The agent, deciding as ever, next to an operator's rebuild of its VF holder: while it
+    runs, no VF call at all (web's VF is neither revoked nor handed to db); once Nova is done,
+    web's re-plugged port is given back and web, still first in rank, gets a new one."""
+    from sova.agent.loop import HostAgent
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6)}
+    for vm in loads:
+        cloud.add_server(vm, "cmp1")
+    world = CloudHost(cloud, "cmp1", loads)
+    agent = HostAgent(OrchestratedDriver(MockDriver(world), actuator(cloud)), _papers_sova())
+    for _ in range(4):
+        agent.step()
+        world.advance(10.0)
+    [first] = [p.id for p in cloud.ports.values() if p.device_id == "uuid-web" and p.tags]
+    mark = len(cloud.calls)
+    cloud.begin("uuid-web", "rebuild")
+    for _ in range(3):
+        agent.step()
+        agent.poll()
+        world.advance(10.0)
+    vf_calls = ("create_port", "create_server_interface", "delete_server_interface", "delete_port")
+    assert not [c for c, _ in cloud.calls[mark:] if c in vf_calls]
+    cloud.end("uuid-web", "rebuild")
+    for _ in range(4):
+        agent.step()
+        agent.poll()
+        world.advance(10.0)
+    assert first not in cloud.ports
+    assert [p.device_id for p in cloud.ports.values() if p.tags] == ["uuid-web"]
+
+
+def test_sova_never_migrates_a_vm_someone_else_is_migrating() -> None:
+    """Watcher's applier (or an operator) live-migrates web through Nova while Sova's
+    manager signals the host to move web too: the agent is not given web, so it chooses
+    no migration of it, and the actuator refuses one without asking Nova. (Watcher's
+    applier, the other way round, fails a migrate action whose instance is not ACTIVE.)"""
+    from sova.agent.loop import HostAgent
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    loads = {"batch": (0.95, 80e6), "db": (0.10, 5e6), "web": (0.05, 50e6)}
+    for vm in loads:
+        cloud.add_server(vm, "cmp1")
+    world = CloudHost(cloud, "cmp1", loads)
+    act = actuator(cloud)
+    agent = HostAgent(OrchestratedDriver(MockDriver(world), act), _papers_sova())
+    for _ in range(3):
+        agent.step()
+        world.advance(10.0)
+    cloud.begin("uuid-web", "live_migrate")
+    agent.signal(True, "cmp2", vm="web")
+    agent.step()
+    agent.poll()
+    agent.step()
+    # Alg. 1 takes the host's largest-MF VM when the manager's pick is not here to move:
+    # never web, whose one migration is Nova's.
+    assert "web" not in agent.migrating
+    assert "uuid-web" not in [m.server_id for m in cloud.migrations]
+    st = run(act, Migrate("web", "cmp2"))
+    assert st.state is OpState.FAILED
+    assert st.detail == "Nova is operating on web (task_state migrating): Sova stands back"
+    assert "uuid-web" not in [m.server_id for m in cloud.migrations]
+
+
+# --------------------------------------------------------------------------- the client libraries
+
+
+def _stand_in_clients(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """openstacksdk's and keystoneauth's modules as far as the actuator imports them (the main
+    venv has neither; the tier runs the real ones): their error classes and ``connect``."""
+    import types
+
+    class SDKException(Exception):
+        pass
+
+    class ConfigException(SDKException):
+        pass
+
+    class ClientException(Exception):
+        pass
+
+    class ConnectTimeout(ClientException):
+        pass
+
+    sdk_exc = types.SimpleNamespace(SDKException=SDKException, ConfigException=ConfigException)
+    ksa_exc = types.SimpleNamespace(ClientException=ClientException, ConnectTimeout=ConnectTimeout)
+    asked: list[dict[str, Any]] = []
+
+    def connect(**kw: Any) -> Any:
+        asked.append(kw)
+        if kw.get("cloud") != "prod":
+            raise ConfigException(f"Cloud {kw.get('cloud')} was not found.")
+        return "conn"
+
+    sdk = types.SimpleNamespace(connect=connect, exceptions=sdk_exc, asked=asked)
+    monkeypatch.setitem(__import__("sys").modules, "openstack", sdk)
+    monkeypatch.setitem(__import__("sys").modules, "openstack.exceptions", sdk_exc)
+    ksa = types.SimpleNamespace(exceptions=ksa_exc)
+    monkeypatch.setitem(__import__("sys").modules, "keystoneauth1", ksa)
+    monkeypatch.setitem(__import__("sys").modules, "keystoneauth1.exceptions", ksa_exc)
+    return types.SimpleNamespace(sdk=sdk, ksa=ksa_exc, sdk_exc=sdk_exc)
+
+
+def test_connect_passes_the_cloud_entry_and_timeout_to_openstacksdk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sova.orchestrator.base import CloudConfigError
+
+    libs = _stand_in_clients(monkeypatch)
+    assert connect("prod", 12.0) == "conn"
+    assert libs.sdk.asked == [{"cloud": "prod", "api_timeout": 12.0}]
+    with pytest.raises(CloudConfigError, match=r"^cloud = 'nowhere': Cloud nowhere was not found"):
+        connect("nowhere")
+
+
+def test_keystoneauth_and_sdk_errors_are_the_clouds_and_a_timeout_is_followed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the real client libraries' classes (not the tests' own): a keystoneauth error
+    (not an SDK subclass) or an SDK one makes the inventory unavailable, and keystoneauth's
+    ConnectTimeout on os-migrateLive is followed through Nova's records, not a failure."""
+    libs = _stand_in_clients(monkeypatch)
+    for exc in (
+        libs.ksa.ClientException("Unable to establish connection"),
+        libs.sdk_exc.SDKException("503"),
+    ):
+        cloud = FakeCloud()
+
+        def down(_exc: Exception = exc, **_: Any) -> Any:
+            raise _exc
+
+        cloud.compute.servers = down  # type: ignore[method-assign]
+        act = OpenStackActuator(cloud, "cmp1", spawn=lambda fn: fn(), poll_s=0.0)
+        with pytest.raises(DriverError, match="^OpenStack inventory unavailable"):
+            act.reconcile(sensed("cmp1", "vm1"))
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    migrate = cloud.compute.live_migrate_server
+
+    def late(*a: Any, **kw: Any) -> None:
+        migrate(*a, **kw)
+        raise libs.ksa.ConnectTimeout("Request to /servers/action timed out")
+
+    cloud.compute.live_migrate_server = late  # type: ignore[method-assign]
+    act = OpenStackActuator(cloud, "cmp1", spawn=lambda fn: fn(), poll_s=0.0)
+    st = act.poll(act.submit(Migrate("vm1", "cmp3")))
+    assert st.state is OpState.SUCCEEDED and "Nova's answer timed out" in st.detail, st.detail
+
+
+def test_without_the_client_libraries_a_transport_error_is_a_refusal_not_a_crash() -> None:
+    # The main venv has no keystoneauth: no timeout class, and a refused connection (an
+    # OSError) is Nova's refusal, reported with where the server is.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+
+    def refused(*_: Any, **__: Any) -> None:
+        raise ConnectionRefusedError("Connection refused")
+
+    cloud.compute.live_migrate_server = refused  # type: ignore[method-assign]
+    act = OpenStackActuator(cloud, "cmp1", spawn=lambda fn: fn(), poll_s=0.0)
+    st = act.poll(act.submit(Migrate("vm1", "cmp3")))
+    assert st.state is OpState.FAILED
+    assert st.detail.startswith("Nova refused to live-migrate vm1 to cmp3: Connection refused")
+
+
+def test_actuator_defaults_are_the_documented_settings() -> None:
+    # An actuator built without the settings (recommend mode's, a test's) waits as long as
+    # docs/openstack.md#configuration says, and sweeps every 30 periods.
+    import dataclasses
+
+    from sova.orchestrator.settings import OpenStackOptions
+
+    docs = OpenStackOptions()
+    fields = {f.name: f.default for f in dataclasses.fields(OpenStackActuator)}
+    for name in ("migration_timeout_s", "detach_timeout_s", "abort_timeout_s"):
+        assert fields[name] == getattr(docs, name), name
+    assert fields["sweep_every"] == 30 and fields["name"] == "openstack"
+    assert fields["retire_tries"] == 3  # docs/openstack.md#novas-own-operations
+
+
+def test_detach_waits_the_whole_detach_timeout_then_keeps_the_port() -> None:
+    # Polls at 0, 1, ... 5 s find the port attached; the first past 5 s (6 s) gives up.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1}, detach_looks=10_000)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, detach_timeout_s=5.0)
+    run(act, AttachVF("vm1"))
+    act.clock.t = 100.0  # type: ignore[attr-defined]  # an agent that has run a while
+    t0 = act.clock()
+    st = run(act, DetachVF("vm1"))
+    assert act.clock() - t0 == 6.0
+    assert st.detail.endswith("from vm1 within 5s; ports kept"), st.detail
+
+
+def test_migration_is_aborted_at_the_first_poll_past_its_timeout() -> None:
+    cloud = FakeCloud(migration_steps=10_000)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, migration_timeout_s=30.0)
+    act.clock.t = 100.0  # type: ignore[attr-defined]  # an agent that has run a while
+    abort = cloud.compute.abort_server_migration
+    asked_at: list[float] = []
+
+    def timed_abort(mid: int, server: str) -> None:
+        asked_at.append(act.clock())
+        abort(mid, server)
+
+    cloud.compute.abort_server_migration = timed_abort  # type: ignore[method-assign]
+    run(act, Migrate("vm1", "cmp2"))
+    assert asked_at == [131.0]  # polls at 0..30 s into it are within the 30 s
+
+
+def test_abort_unconfirmed_is_given_exactly_abort_timeout() -> None:
+    cloud = FakeCloud(migration_steps=10_000, abort_looks=None)
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, migration_timeout_s=30.0, abort_timeout_s=20.0)
+    run(act, Migrate("vm1", "cmp2"))
+    assert act.clock() == 31.0 + 21.0  # the abort at 31 s, given up at the first poll past 20 s
+
+
+def test_migration_nova_never_started_is_given_up_after_30_polls() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+
+    def accepted_only(*_: Any, **__: Any) -> None:
+        pass  # accepted, then the scheduler refused before any record (no task state)
+
+    cloud.compute.live_migrate_server = accepted_only  # type: ignore[method-assign]
+    act = actuator(cloud, poll_s=2.0)
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.detail.startswith("Nova accepted the live migration of vm1 and started none")
+    assert act.clock() == 62.0  # 30 polls of 2 s, and the first past them
+
+
+def test_detach_of_a_vm_without_a_vf_says_so() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    st = run(actuator(cloud), DetachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED and st.detail == "vm1 holds no Sova VF port"
+
+
+def test_servers_of_every_project_on_the_host_are_found() -> None:
+    # The agent's credential is one project's; the host runs every project's servers.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1").project_id = "tenant-b"
+    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1"))
+    assert inv.vms["vm1"].running
+
+
+def test_port_made_by_an_earlier_run_for_another_host_is_known_by_its_description() -> None:
+    # Ports outlive the agent that made them: the description deployments already carry
+    # says the host the port was made for.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    vm = cloud.add_server("vm1", "cmp1")
+    p = cloud.network.create_port(
+        name=PORT_PREFIX + "vm1",
+        network_id="net-data",
+        binding_vnic_type="direct",
+        description="Sova fast path (SR-IOV VF); created and deleted by sova on cmp2",
+        tags=[SOVA_TAG],
+    )
+    cloud.compute.create_server_interface(vm, p.id)
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert (
+        f"vm1: Sova VF port(s) {p.id} made for cmp2, brought here by Nova: given back, the bond on virtio first"
+        in act.discrepancies
+    )
+    assert p.id not in cloud.ports
+
+
+def test_only_sovas_own_description_names_the_host_a_port_was_made_for() -> None:
+    """A port made before descriptions named the host, or one whose description someone else
+    wrote, says nothing of where it was made: settled where it is, it is kept."""
+    for desc in (
+        "Sova fast path (SR-IOV VF); created and deleted by sova",
+        "moved on cmp2",
+    ):
+        cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+        vm = cloud.add_server("vm1", "cmp1")
+        p = cloud.network.create_port(
+            name=PORT_PREFIX + "vm1",
+            network_id="net-data",
+            binding_vnic_type="direct",
+            description=desc,
+            tags=[SOVA_TAG],
+        )
+        cloud.compute.create_server_interface(vm, p.id)
+        act = actuator(cloud)
+        inv = act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+        assert inv.vms["vm1"].nic is NicKind.VF and p.id in cloud.ports, desc
+
+
+def test_tenants_vf_vm_the_host_senses_migrating_stays_migrating() -> None:
+    import dataclasses
+
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_tenant_vf(cloud.add_server("ten", "cmp1"))
+    inv0 = sensed("cmp1", "ten")
+    inv = Inventory(inv0.host, {"ten": dataclasses.replace(inv0.vms["ten"], migrating=True)})
+    got = actuator(cloud).reconcile(inv)
+    assert got.vms["ten"].migrating and not got.vms["ten"].failover_ready
+
+
+def test_sova_port_of_another_projects_server_is_not_taken_for_a_leak() -> None:
+    # The agent's credential sees other projects' servers only when it asks for all of them.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1").project_id = "tenant-b"
+    act = actuator(cloud, sweep_every=1)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    assert act.sweep_leaked_ports() == []
+    assert [p.device_id for p in cloud.ports.values() if SOVA_TAG in p.tags] == ["uuid-vm1"]
+
+
+def test_migration_nova_did_not_answer_and_never_started_says_so() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+
+    def unanswered(*_: Any, **__: Any) -> None:
+        raise FakeCloudTimeout("Request to /servers/action timed out")
+
+    cloud.compute.live_migrate_server = unanswered  # type: ignore[method-assign]
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is OpState.FAILED
+    assert st.detail.startswith("Nova did not answer the live migration of vm1 and started none")
+
+
+def test_placement_pool_is_this_hosts_tree_only() -> None:
+    # Another compute's provider tree in Placement adds nothing to this host's pool.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 4})
+    cloud.add_server("vm1", "cmp1")
+    cloud.rps = [
+        RP("rp-cmp1", "cmp1"),
+        RP("rp-pf0", "cmp1_pf0", parent="rp-cmp1"),
+        RP("rp-cmp2", "cmp2"),
+        RP("rp-pf1", "cmp2_pf0", parent="rp-cmp2"),
+    ]
+    cloud.inventories = {
+        "rp-pf0": [Inv("CUSTOM_SRIOV_VF", 2)],
+        "rp-pf1": [Inv("CUSTOM_SRIOV_VF", 2)],
+    }
+    act = actuator(cloud, vf_resource_class="CUSTOM_SRIOV_VF")
+    assert act.reconcile(sensed("cmp1", "vm1", pool=4)).host.nic.vf_pool == 2
+
+
+def test_tenants_holding_every_vf_leave_sova_none() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_tenant_vf(cloud.add_server("ten", "cmp1"))
+    inv = actuator(cloud).reconcile(sensed("cmp1", "vm1", "ten", pool=1))
+    assert inv.host.nic.vf_pool == 0
+
+
+def test_poll_of_an_operation_the_actuator_never_ran_fails() -> None:
+    st = actuator(FakeCloud()).poll("os:vf_attach:vm1:99")
+    assert st.state is OpState.FAILED and st.detail == "unknown operation id"
+
+
+def test_vf_goes_on_a_flat_provider_network_too() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1", net="flat-net", net_type="flat")
+    st = run(actuator(cloud), AttachVF("vm1"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+
+
+def test_vm_holding_several_own_vf_ports_is_named_with_each() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    ten = cloud.add_server("ten", "cmp1")
+    a, b = cloud.add_tenant_vf(ten), cloud.add_tenant_vf(ten)
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "ten"))
+    assert f"ten: holds its own VF port(s) {a.id}, {b.id}, not Sova's: left alone" in (
+        act.discrepancies
+    )

@@ -27,6 +27,12 @@ all of them wrong, so in this mode:
 * **inventory**: which servers Nova runs on this host, which of them hold a Sova port,
   how many VFs tenants' own ports hold, whether Nova says a server is migrating, and
   the VF total Placement holds for this host, reconciled with what the host senses.
+* **Nova's own operations** (resize, cold and live migration by anyone else, evacuate,
+  shelve/unshelve, rebuild, reboot, ...): while Nova says a server is not ``ACTIVE`` or has a
+  task state, Sova stands back (the VM is withheld from the agent, every operation on it is
+  refused) unless the task is Sova's own; a Sova port the server holds after such an
+  operation is given back (bond on virtio first), and the agent grants a VF again when the VM
+  earns it (docs/openstack.md#novas-own-operations).
 * **rates** (VF max rate, guest limits) stay host-local: they go to the host driver passed
   as ``fallback``, because neither Nova nor Neutron sets a VF rate per period.
 
@@ -166,6 +172,17 @@ class OpenStackActuator:
     _creating: set[str] = field(default_factory=set)
     sweep_every: int = 30  # inventory periods between two looks for leaked ports (1: each)
     _periods: int = 0
+    # VMs with an operation of this actuator in flight: Nova's task state on them is Sova's.
+    _acting: set[str] = field(default_factory=set)
+    # Servers Nova operated on (someone else's task) while they held a Sova port, and the
+    # launch time Nova gave each server when it was seen with one: either, changed, means
+    # the guest's bond may no longer hold the VF, so the port is given back.
+    _disturbed: set[str] = field(default_factory=set)
+    _launched: dict[str, str | None] = field(default_factory=dict)
+    # Give-backs of such ports, one at a time per VM, and the failures of each VM's.
+    _retiring: dict[str, _Op] = field(default_factory=dict)
+    _retire_failures: dict[str, int] = field(default_factory=dict)
+    retire_tries: int = 3  # then the port is left to the agent (a holder like any other)
 
     def __post_init__(self) -> None:
         # Anything the SDK or the transport raises is a reported failure, never a crash.
@@ -183,6 +200,7 @@ class OpenStackActuator:
         op = _Op(f"os:{action.kind}:{action.vm}:{next(self._seq)}", action)
         with self._lock:
             self._ops[op.op_id] = op
+            self._acting.add(action.vm)
         self.spawn(lambda: self._run(op))
         return op.op_id
 
@@ -212,8 +230,9 @@ class OpenStackActuator:
             pool = self._placement_vf_pool()
         except self._errors as exc:
             raise DriverError(f"OpenStack inventory unavailable: {exc}") from exc
-        notes: list[str] = []
+        notes: list[str] = self._retired()
         vms: dict[str, VMState] = {}
+        withheld = 0  # Sova VFs held by VMs withheld from the agent this period
         for name, state in sensed.vms.items():
             server = _match(servers, name)
             if server is None:
@@ -221,7 +240,13 @@ class OpenStackActuator:
                 vms[name] = replace(state, running=False)
                 continue
             self._servers[name] = server.id
-            has_port = bool(ports.get(server.id))
+            held = ports.get(server.id, [])
+            stand_back = self._stand_back(name, server, held)
+            if stand_back is not None:
+                notes.append(stand_back)
+                withheld += len(held)
+                continue
+            has_port = bool(held)
             migrating = state.migrating or _task(server) in ("migrating",)
             if theirs.get(server.id) and not has_port:
                 # The tenant's own VF: not Sova's to revoke (a revoke would find nothing of
@@ -246,6 +271,10 @@ class OpenStackActuator:
         if pool is not None and pool < total:
             notes.append(f"Placement holds {pool} VFs for {self.host}, the host offers {total}")
             total = pool
+        if withheld:
+            # The VFs of VMs Sova stands back from are still taken: not free to grant.
+            notes.append(f"{withheld} Sova VF(s) held by VMs Sova stands back from")
+            total = max(0, total - withheld)
         taken = sum(len(ps) for ps in theirs.values())
         if taken:
             # Nova's PCI tracker hands tenants' VFs out of the same PF: counting them as
@@ -266,6 +295,74 @@ class OpenStackActuator:
         self._periods += 1
         self.discrepancies = notes
         return Inventory(host, vms)
+
+    def _stand_back(self, name: str, server: Any, held: list[Any]) -> str | None:
+        """Why the agent must leave ``name`` alone this period (it is withheld from the
+        inventory), or None. Nova operating on the server (any task state or status but
+        ``ACTIVE``, unless the task is this actuator's own) is one reason; a Sova port the
+        server holds after such an operation, given back now, is the other."""
+        busy = nova_busy(server)
+        if name in self._retiring:
+            return f"{name}: its Sova VF port is being given back: Sova stands back"
+        if busy is not None and name not in self._acting:
+            if held:
+                self._disturbed.add(str(server.id))
+                self._retire_failures.pop(name, None)  # a new operation: a new give-back
+            return f"{name}: Nova is operating on it ({busy}): Sova stands back"
+        if not held:
+            self._disturbed.discard(str(server.id))
+            self._launched.pop(str(server.id), None)
+            self._retire_failures.pop(name, None)
+            return None
+        if name in self._acting or self._retire_failures.get(name, 0) >= self.retire_tries:
+            return None
+        why = self._carried(server, held)
+        if why is None:
+            return None
+        op = _Op(f"os:retire:{name}:{next(self._seq)}", DetachVF(name))
+        with self._lock:
+            self._retiring[name] = op
+            self._acting.add(name)
+        self.spawn(lambda: self._run(op))
+        ids = ", ".join(str(p.id) for p in held)
+        return f"{name}: Sova VF port(s) {ids} {why}: given back, the bond on virtio first"
+
+    def _carried(self, server: Any, held: list[Any]) -> str | None:
+        """Why the Sova ports ``held`` by ``server`` (settled, on this host) can no longer be
+        trusted as its fast path, or None: the guest's bond enslaved the VF when Sova
+        attached it, and a Nova operation since then (a move, a re-spawn) re-plugged it
+        without the bond, or left it on a host whose pool it was never granted from."""
+        sid = str(server.id)
+        if sid in self._disturbed:
+            return "outlived an operation of Nova's on the server"
+        for p in held:
+            made_for = _made_for(p)
+            if made_for is not None and made_for != self.host:
+                return f"made for {made_for}, brought here by Nova"
+        launched = _launched_at(server)
+        seen = self._launched.setdefault(sid, launched)
+        if seen != launched:
+            return f"outlived Nova re-spawning the server (launched {seen} then {launched})"
+        return None
+
+    def _retired(self) -> list[str]:
+        """The ends of the give-backs since the last period, as notes."""
+        notes: list[str] = []
+        with self._lock:
+            ended = [(vm, op) for vm, op in self._retiring.items() if op.state is not OpState.PENDING]
+            for vm, _ in ended:
+                del self._retiring[vm]
+        for vm, op in ended:
+            if op.state is OpState.SUCCEEDED:
+                self._retire_failures.pop(vm, None)
+                notes.append(f"{vm}: given back: {op.detail}")
+                continue
+            # Bounded: a guest whose bond never confirms keeps its VF, as any holder would.
+            tries = self._retire_failures[vm] = self._retire_failures.get(vm, 0) + 1
+            left = self.retire_tries - tries
+            then = f"{left} more tries" if left > 0 else "left to the agent as a VF holder"
+            notes.append(f"{vm}: give-back failed ({op.detail}); {then}")
+        return notes
 
     def sweep_leaked_ports(self) -> list[str]:
         """Delete the Sova ports of this host nothing uses, and return their ids.
@@ -322,6 +419,15 @@ class OpenStackActuator:
                         total += int(inv.total) - int(inv.reserved or 0)
         return total if roots else None
 
+    def _settled(self, vm: str) -> Any:
+        """The server ``vm``, refused while Nova operates on it: an attach, a detach or a
+        migration would race Nova's own (which would refuse it anyway, or carry it along)."""
+        server = self._server(vm)
+        busy = nova_busy(server)
+        if busy is not None:
+            raise _OpFailed(f"Nova is operating on {vm} ({busy}): Sova stands back")
+        return server
+
     def _server(self, vm: str) -> Any:
         sid = self._servers.get(vm)
         server = None
@@ -368,13 +474,16 @@ class OpenStackActuator:
     def _finish(self, op: _Op, state: OpState, detail: str) -> None:
         with self._lock:
             op.state, op.detail = state, detail
+            self._acting.discard(op.action.vm)
 
     def _progress(self, op: _Op, detail: str) -> None:
         with self._lock:
             op.detail = detail
 
     def _migrate(self, op: _Op, a: Migrate) -> str:
-        server = self._server(a.vm)
+        # Someone else's live migration of it (Watcher's applier, an operator) holds Nova's
+        # task state: never a second one.
+        server = self._settled(a.vm)
         if _host_of(server) == a.dst_host:
             return f"{a.vm} already on {a.dst_host} (Nova)"
         if _host_of(server) != self.host:
@@ -480,13 +589,16 @@ class OpenStackActuator:
         return self.fallback if isinstance(self.fallback, FailoverHooks) else None
 
     def _attach(self, a: AttachVF) -> str:
-        server = self._server(a.vm)
+        server = self._settled(a.vm)
         if _host_of(server) != self.host:
             raise _OpFailed(f"Nova places {a.vm} on {_host_of(server)!r}, not {self.host!r}")
         held = self._sova_ports(server)
         if held:
             return f"{a.vm} already holds VF port {held[0].id}"
         network, backup = self._network_for(server)
+        # The guest Sova's bond is set up in: a re-spawn after this shows as a new launch time.
+        self._launched[str(server.id)] = _launched_at(server)
+        self._disturbed.discard(str(server.id))
         port = self.conn.network.create_port(
             **vf_port_attrs(a.vm, network, server.project_id, _addresses(backup), self.host)
         )
@@ -587,7 +699,7 @@ class OpenStackActuator:
         return next(iter(named.values()), (None, None))
 
     def _detach(self, vm: str) -> str:
-        server = self._server(vm)
+        server = self._settled(vm)
         ports, theirs = self._vf_ports(server)
         if not ports:
             if theirs:
@@ -670,6 +782,33 @@ def is_sova_port(port: Any) -> bool:
 def _host_of(server: Any) -> str | None:
     host = getattr(server, "compute_host", None)
     return None if host is None else str(host)
+
+
+def nova_busy(server: Any) -> str | None:
+    """What Nova is doing with ``server`` when it is not settled (a task state, or a status
+    other than ``ACTIVE``), or None. Nova sets the task state with a compare-and-swap in every
+    API that changes a server (resize, migrations, evacuate, shelve, rebuild, reboot,
+    interface attach/detach, ...), so it is the one lock Nova, Watcher's applier (which checks
+    the status) and Sova all honour."""
+    task = _task(server)
+    if task is not None:
+        return f"task_state {task}"
+    status = getattr(server, "status", None)
+    if status is not None and str(status).upper() != "ACTIVE":
+        return f"status {status}"
+    return None
+
+
+def _launched_at(server: Any) -> str | None:
+    at = getattr(server, "launched_at", None)
+    return None if at is None else str(at)
+
+
+def _made_for(port: Any) -> str | None:
+    """The host a Sova port was made for (the end of its description), if it says."""
+    desc = str(getattr(port, "description", "") or "")
+    head, sep, host = desc.rpartition(" on ")
+    return host if sep and head == PORT_DESCRIPTION and host else None
 
 
 def _task(server: Any) -> str | None:

@@ -485,6 +485,39 @@ class TestMigrationAbortThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestC
         assert set(allocs) == {self._get_provider_uuid_by_host("host1")}
 
 
+    def test_an_operators_live_migration_is_never_doubled_by_sova(self) -> None:
+        """An operator (or Watcher's applier) live-migrates vm1 through Nova's API; while it
+        runs, Nova's task state is what Sova reads: the actuator withholds vm1 from the
+        agent and refuses Sova's own migration of it before asking Nova. One migration,
+        the operator's, completes."""
+        sid = self.server["id"]
+        self.conn.compute.live_migrate_server(sid, host="host2", block_migration="auto")
+        drv = self.computes["host1"].driver
+        deadline = time.monotonic() + 60
+        while not getattr(drv, "_migrating", False) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert drv._migrating, "the operator's migration never reached the hypervisor"
+        act = OpenStackActuator(self.conn, "host1", poll_s=0.2, migration_timeout_s=60)
+        host = Host("host1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=1))
+        inv = act.reconcile(Inventory(host, {"vm1": VMState(VM("vm1", 1, 512 << 20))}))
+        assert dict(inv.vms) == {}
+        assert "vm1: Nova is operating on it (task_state migrating): Sova stands back" in (
+            act.discrepancies
+        )
+        st = wait(act, act.submit(Migrate("vm1", "host2")))
+        assert st.state is OpState.FAILED, st.detail
+        assert st.detail == "Nova is operating on vm1 (task_state migrating): Sova stands back"
+        drv._migrating = False  # the hypervisor finishes the operator's migration
+        # Nova frees the server (task state, host) a moment before it closes the record.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            migs = [m for m in self.api.get_migrations() if m["instance_uuid"] == sid]
+            if all(m["status"] in ("completed", "error", "failed") for m in migs):
+                break
+            time.sleep(0.2)
+        assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host2")]
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host2"
+
 class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
     """One PF with one VF behind Nova's fake libvirt and PCI tracker; two VMs want it."""
 
@@ -561,6 +594,57 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
         assert st.state is OpState.SUCCEEDED, st.detail
         assert self.holder() == ["vm2"]
 
+
+    def given_back(self, vm: str, timeout_s: float = 60.0) -> list[str]:
+        """Reconcile until the give-back of ``vm``'s port ends; the notes of every period."""
+        notes: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.act.reconcile(self.sensed())
+            notes += self.act.discrepancies
+            if any(n.startswith(f"{vm}: given back") or "give-back failed" in n for n in notes):
+                return notes
+            time.sleep(0.2)
+        raise AssertionError(f"no give-back of {vm} within {timeout_s} s: {notes}")
+
+    def test_nova_operations_on_the_vf_holder_leave_no_sova_port(self) -> None:
+        """An operator stops and starts vm1, which holds Sova's port, then rebuilds it, each
+        through Nova's API. While Nova says SHUTOFF the actuator stands back (vm1 withheld,
+        its VF not free for vm2, a detach refused before it reaches Nova); once ACTIVE the
+        port is given back through Nova (the VF is free in Nova's PCI tracker, the port
+        deleted). The rebuild runs to its end between two periods: Nova's own launched_at
+        says the guest was spawned anew, and that port is given back too."""
+        st = wait(self.act, self.act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert self.holder() == ["vm1"]
+        server = self.vms["vm1"]
+        self._stop_server(server)
+        inv = self.act.reconcile(self.sensed())
+        assert set(inv.vms) == {"vm2"} and inv.host.nic.vf_pool == 0
+        assert "vm1: Nova is operating on it (status SHUTOFF): Sova stands back" in (
+            self.act.discrepancies
+        )
+        st = wait(self.act, self.act.submit(DetachVF("vm1")))
+        assert st.state is OpState.FAILED, st.detail
+        assert st.detail == "Nova is operating on vm1 (status SHUTOFF): Sova stands back"
+        self.assertPCIDeviceCounts("compute0", total=2, free=0)
+        self._start_server(server)
+        notes = self.given_back("vm1")
+        assert any("outlived an operation of Nova's" in n for n in notes), notes
+        assert self.net.created[0] in self.net.deleted
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        assert self.holder() == []
+
+        st = wait(self.act, self.act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert self.holder() == ["vm1"]  # seen settled: Nova's launch time noted
+        self._rebuild_server(server, server["image"]["id"])
+        notes = self.given_back("vm1")
+        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
+        assert self.net.created[-1] in self.net.deleted
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        assert self.holder() == []
+        assert self.api.get_server(server["id"])["status"] == "ACTIVE"
 
 def test_sova_is_imported_from_this_checkout() -> None:
     """The tier's environments are shared by every checkout on the machine: the code under
