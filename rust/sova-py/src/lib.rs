@@ -9,6 +9,7 @@
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
 use sova_core::waterfill::{self, Flows, InputError, Layout};
 
@@ -118,10 +119,73 @@ fn measure<'py>(
     ))
 }
 
+type F64Array<'py> = Bound<'py, PyArray1<f64>>;
+type BoolArray<'py> = Bound<'py, PyArray1<bool>>;
+
+/// Every host's and VM's load shares over one period, from the period's counter
+/// differences: (host cpu, mem, net, ok, VM cpu, mem, net, ok).
+#[pyfunction]
+#[pyo3(signature = (dt, d_totals, d_counters, moved, host, vm_memory, cores, memory, capacity, host_memory=None))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
+fn load_shares<'py>(
+    py: Python<'py>,
+    dt: f64,
+    d_totals: PyReadonlyArray1<'py, f64>,
+    d_counters: PyReadonlyArray1<'py, f64>,
+    moved: PyReadonlyArray1<'py, bool>,
+    host: PyReadonlyArray1<'py, i64>,
+    vm_memory: PyReadonlyArray1<'py, f64>,
+    cores: PyReadonlyArray1<'py, f64>,
+    memory: PyReadonlyArray1<'py, f64>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    host_memory: Option<PyReadonlyArray1<'py, f64>>,
+) -> PyResult<(
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+)> {
+    let period = Period {
+        dt,
+        d_totals: slice("d_totals", &d_totals)?,
+        d_counters: slice("d_counters", &d_counters)?,
+        moved: slice("moved", &moved)?,
+        host: slice("host", &host)?,
+        vm_memory: slice("vm_memory", &vm_memory)?,
+        host_memory: host_memory
+            .as_ref()
+            .map(|m| slice("host_memory", m))
+            .transpose()?,
+    };
+    let hosts = Hosts {
+        cores: slice("cores", &cores)?,
+        memory: slice("memory", &memory)?,
+        capacity: slice("capacity", &capacity)?,
+    };
+    let s = py
+        .detach(|| loads::load_shares(&period, &hosts))
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, s.host_cpu),
+        PyArray1::from_vec(py, s.host_mem),
+        PyArray1::from_vec(py, s.host_net),
+        PyArray1::from_vec(py, s.host_ok),
+        PyArray1::from_vec(py, s.vm_cpu),
+        PyArray1::from_vec(py, s.vm_mem),
+        PyArray1::from_vec(py, s.vm_net),
+        PyArray1::from_vec(py, s.vm_ok),
+    ))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(measure, m)?)?;
+    m.add_function(wrap_pyfunction!(load_shares, m)?)?;
     Ok(())
 }

@@ -27,3 +27,24 @@ def measure(
     pk: npt.NDArray[np.float64],
     dt: float,
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+def load_shares(
+    dt: float,
+    d_totals: npt.NDArray[np.float64],
+    d_counters: npt.NDArray[np.float64],
+    moved: npt.NDArray[np.bool_],
+    host: npt.NDArray[np.int64],
+    vm_memory: npt.NDArray[np.float64],
+    cores: npt.NDArray[np.float64],
+    memory: npt.NDArray[np.float64],
+    capacity: npt.NDArray[np.float64],
+    host_memory: npt.NDArray[np.float64] | None = None,
+) -> tuple[
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.bool_],
+]: ...
