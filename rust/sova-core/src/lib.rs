@@ -7,4 +7,5 @@
 pub mod loads;
 pub mod metering;
 pub mod sum;
+pub mod verdicts;
 pub mod waterfill;

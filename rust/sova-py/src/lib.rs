@@ -11,6 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
+use sova_core::verdicts::{self, Windows};
 use sova_core::waterfill::{self, Flows, InputError, Layout};
 
 fn value_error(e: InputError) -> PyErr {
@@ -181,11 +182,45 @@ fn load_shares<'py>(
     ))
 }
 
+/// Hotspot verdicts of C-ordered (hosts, n_obs, width) windows: (over, φ, forecast, hot),
+/// one per host and resource.
+#[pyfunction]
+#[allow(clippy::type_complexity)] // four arrays, as Python unpacks them
+fn hotspot_verdicts<'py>(
+    py: Python<'py>,
+    windows: PyReadonlyArray1<'py, f64>,
+    n_obs: usize,
+    width: usize,
+    alpha: f64,
+    k: i64,
+) -> PyResult<(
+    Bound<'py, PyArray1<i64>>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+)> {
+    let w = Windows {
+        values: slice("windows", &windows)?,
+        n_obs,
+        width,
+    };
+    let v = py
+        .detach(|| verdicts::verdicts(&w, alpha, k))
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, v.over),
+        PyArray1::from_vec(py, v.phi),
+        PyArray1::from_vec(py, v.forecast),
+        PyArray1::from_vec(py, v.hot),
+    ))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(measure, m)?)?;
     m.add_function(wrap_pyfunction!(load_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
     Ok(())
 }

@@ -48,3 +48,11 @@ def load_shares(
     npt.NDArray[np.float64],
     npt.NDArray[np.bool_],
 ]: ...
+def hotspot_verdicts(
+    windows: npt.NDArray[np.float64], n_obs: int, width: int, alpha: float, k: int
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.bool_],
+]: ...
