@@ -182,6 +182,57 @@ fn load_shares<'py>(
     ))
 }
 
+/// One host's load shares from one packed array (the agent's form: one conversion and one
+/// crossing a period): `packed` is 3 host counter differences, 6 rows of `n` VM counter
+/// differences, `n` VM memories, then cores, memory, capacity and the host's memory in use.
+/// Returns one array: host cpu, mem, net, ok (1.0 or 0.0), then n each of VM cpu, mem,
+/// net and ok.
+#[pyfunction]
+fn host_load_shares<'py>(
+    py: Python<'py>,
+    dt: f64,
+    packed: PyReadonlyArray1<'py, f64>,
+    n: usize,
+) -> PyResult<F64Array<'py>> {
+    let b = slice("packed", &packed)?;
+    if b.len() != 7 * n + 7 {
+        return Err(PyValueError::new_err(format!(
+            "packed: {} values for {n} VMs (want 7 x VMs + 7)",
+            b.len()
+        )));
+    }
+    let at = 3 + 7 * n;
+    let (moved, host) = (vec![false; n], vec![0i64; n]);
+    let period = Period {
+        dt,
+        d_totals: &b[..3],
+        d_counters: &b[3..3 + 6 * n],
+        moved: &moved,
+        host: &host,
+        vm_memory: &b[3 + 6 * n..at],
+        host_memory: Some(&b[at + 3..]),
+    };
+    let hosts = Hosts {
+        cores: &b[at..at + 1],
+        memory: &b[at + 1..at + 2],
+        capacity: &b[at + 2..at + 3],
+    };
+    let s = loads::load_shares(&period, &hosts).map_err(value_error)?;
+    let flag = |ok: &[bool]| {
+        ok.iter()
+            .map(|&o| f64::from(u8::from(o)))
+            .collect::<Vec<_>>()
+    };
+    let mut out = Vec::with_capacity(4 + 4 * n);
+    out.extend([s.host_cpu[0], s.host_mem[0], s.host_net[0]]);
+    out.extend(flag(&s.host_ok));
+    for v in [&s.vm_cpu, &s.vm_mem, &s.vm_net] {
+        out.extend_from_slice(v);
+    }
+    out.extend(flag(&s.vm_ok));
+    Ok(PyArray1::from_vec(py, out))
+}
+
 /// Hotspot verdicts of C-ordered (hosts, n_obs, width) windows: (over, φ, forecast, hot),
 /// one per host and resource.
 #[pyfunction]
@@ -221,6 +272,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(measure, m)?)?;
     m.add_function(wrap_pyfunction!(load_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
     Ok(())
 }

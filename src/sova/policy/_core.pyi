@@ -48,6 +48,9 @@ def load_shares(
     npt.NDArray[np.float64],
     npt.NDArray[np.bool_],
 ]: ...
+def host_load_shares(
+    dt: float, packed: npt.NDArray[np.float64], n: int
+) -> npt.NDArray[np.float64]: ...
 def hotspot_verdicts(
     windows: npt.NDArray[np.float64], n_obs: int, width: int, alpha: float, k: int
 ) -> tuple[
