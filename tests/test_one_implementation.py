@@ -55,15 +55,18 @@ MOVED = (
     Piece(
         "load shares",
         "sova.policy.loads",
-        ("load_shares", "host_load", "vm_loads"),
+        ("load_shares", "host_load", "vm_loads", "demand_load_arrays", "demand_loads"),
         (
             ("sova.sim.fleet_sensing", "load_shares"),  # the simulator, every host
+            ("sova.sim.fleet_sensing", "demand_load_arrays"),
             ("sova.agent.loop", "host_load"),  # the daemons' agent, its host
             ("sova.agent.loop", "vm_loads"),
+            ("sova.agent.loop", "demand_loads"),
             ("sova.lab.hotspot", "host_load"),
         ),
         ("sova.policy.kernels:load_shares", "sova.policy.sensing:host_load",
-         "sova.policy.sensing:vm_loads"),
+         "sova.policy.sensing:vm_loads", "sova.policy.sensing:demand_loads",
+         "sova.policy.kernels:demand_load_arrays"),
     ),  # fmt: skip
     Piece(
         "hotspot verdicts",

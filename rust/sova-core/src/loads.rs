@@ -148,6 +148,53 @@ pub fn load_shares(p: &Period<'_>, hosts: &Hosts<'_>) -> Result<Shares, InputErr
     Ok(s)
 }
 
+/// Each censored VM's unmet demand (its demand estimate above its latest rate, as a share
+/// of its host's link) added to its own net share and its host's, at most 1
+/// (docs/design.md#demand-hotspots). A VM without a share this period (`vm_ok` false), a
+/// VM not censored and a host without a link size add nothing. `host_net` and `vm_net`
+/// are changed in place; the extra of a host is summed in VM index order from 0.
+#[allow(clippy::too_many_arguments)] // one column per VM field, two shares changed in place
+pub fn demand_loads(
+    host: &[i64],
+    censored: &[bool],
+    demand_est_bps: &[f64],
+    last_rate_bps: &[f64],
+    vm_ok: &[bool],
+    capacity: &[f64],
+    host_net: &mut [f64],
+    vm_net: &mut [f64],
+) -> Result<(), InputError> {
+    let (n, nh) = (host.len(), capacity.len());
+    check_len("censored", censored.len(), n, "VMs")?;
+    check_len("demand_est_bps", demand_est_bps.len(), n, "VMs")?;
+    check_len("last_rate_bps", last_rate_bps.len(), n, "VMs")?;
+    check_len("vm_ok", vm_ok.len(), n, "VMs")?;
+    check_len("vm_net", vm_net.len(), n, "VMs")?;
+    check_len("host_net", host_net.len(), nh, "hosts")?;
+    if let Some(&h) = host.iter().find(|&&h| h < 0 || h as usize >= nh) {
+        return Err(InputError(format!("host: index {h} outside 0..{nh}")));
+    }
+    let mut extra = vec![0.0; nh];
+    for i in 0..n {
+        let h = host[i] as usize;
+        let cap = capacity[h];
+        if !(censored[i] && vm_ok[i] && cap > 0.0) {
+            continue;
+        }
+        let unmet = (demand_est_bps[i] - last_rate_bps[i]).max(0.0) / cap;
+        if unmet > 0.0 {
+            vm_net[i] = at_most_one(vm_net[i] + unmet);
+            extra[h] += unmet;
+        }
+    }
+    for (net, e) in host_net.iter_mut().zip(extra) {
+        if e > 0.0 {
+            *net = at_most_one(*net + e);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,5 +284,28 @@ mod tests {
             load_shares(&p, &hosts).unwrap_err().0,
             "d_counters: 5 values for 6 VM counters (6 x VMs)"
         );
+    }
+
+    #[test]
+    fn unmet_demand_of_censored_vms_adds_to_their_shares() {
+        // a 10 Gbit/s link: vm0 censored, wants 3 Gbit/s, got 2: +0.1 on 0.2 -> 0.3000...;
+        // vm1 censored, wants 9, got 1: +0.8 on 0.5 -> 1 (capped); vm2 not censored;
+        // vm3 censored but without a share this period. Host 0: 0.7 + 0.1 + 0.8 -> 1.
+        // Host 1 has no link size: nothing added to vm4 or to it.
+        let mut host_net = [0.7, 0.4];
+        let mut vm_net = [0.2, 0.5, 0.3, 0.1, 0.4];
+        demand_loads(
+            &[0, 0, 0, 0, 1],
+            &[true, true, false, true, true],
+            &[3e9, 9e9, 8e9, 8e9, 8e9],
+            &[2e9, 1e9, 1e9, 1e9, 1e9],
+            &[true, true, true, false, true],
+            &[10e9, 0.0],
+            &mut host_net,
+            &mut vm_net,
+        )
+        .unwrap();
+        assert_eq!(vm_net, [0.2 + 0.1, 1.0, 0.3, 0.1, 0.4]);
+        assert_eq!(host_net, [1.0, 0.4]);
     }
 }

@@ -233,6 +233,34 @@ fn host_load_shares<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
+/// Each censored VM's unmet demand added to its net share and its host's: the new
+/// (host_net, vm_net).
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature
+fn demand_loads<'py>(
+    py: Python<'py>,
+    host: PyReadonlyArray1<'py, i64>,
+    censored: PyReadonlyArray1<'py, bool>,
+    demand_est_bps: PyReadonlyArray1<'py, f64>,
+    last_rate_bps: PyReadonlyArray1<'py, f64>,
+    vm_ok: PyReadonlyArray1<'py, bool>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    host_net: PyReadonlyArray1<'py, f64>,
+    vm_net: PyReadonlyArray1<'py, f64>,
+) -> PyResult<(F64Array<'py>, F64Array<'py>)> {
+    let h = slice("host", &host)?;
+    let c = slice("censored", &censored)?;
+    let est = slice("demand_est_bps", &demand_est_bps)?;
+    let last = slice("last_rate_bps", &last_rate_bps)?;
+    let ok = slice("vm_ok", &vm_ok)?;
+    let cap = slice("capacity", &capacity)?;
+    let mut hn = slice("host_net", &host_net)?.to_vec();
+    let mut vn = slice("vm_net", &vm_net)?.to_vec();
+    py.detach(|| loads::demand_loads(h, c, est, last, ok, cap, &mut hn, &mut vn))
+        .map_err(value_error)?;
+    Ok((PyArray1::from_vec(py, hn), PyArray1::from_vec(py, vn)))
+}
+
 /// Hotspot verdicts of C-ordered (hosts, n_obs, width) windows: (over, φ, forecast, hot),
 /// one per host and resource.
 #[pyfunction]
@@ -273,6 +301,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(measure, m)?)?;
     m.add_function(wrap_pyfunction!(load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(demand_loads, m)?)?;
     m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
     Ok(())
 }

@@ -51,6 +51,16 @@ def load_shares(
 def host_load_shares(
     dt: float, packed: npt.NDArray[np.float64], n: int
 ) -> npt.NDArray[np.float64]: ...
+def demand_loads(
+    host: npt.NDArray[np.int64],
+    censored: npt.NDArray[np.bool_],
+    demand_est_bps: npt.NDArray[np.float64],
+    last_rate_bps: npt.NDArray[np.float64],
+    vm_ok: npt.NDArray[np.bool_],
+    capacity: npt.NDArray[np.float64],
+    host_net: npt.NDArray[np.float64],
+    vm_net: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
 def hotspot_verdicts(
     windows: npt.NDArray[np.float64], n_obs: int, width: int, alpha: float, k: int
 ) -> tuple[

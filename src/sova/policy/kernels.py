@@ -22,13 +22,14 @@ uncongested hosts (every flow at its ceiling, the common case) never leave numpy
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from sova.policy.bandwidth import water_fill
 from sova.policy.loads import LoadArrays as LoadArrays
+from sova.policy.loads import demand_load_arrays as demand_load_arrays
 from sova.policy.loads import load_shares as load_shares
 from sova.policy.sensing import (
     DEFAULT_CENSOR_MARGIN,
@@ -376,31 +377,3 @@ class SensorKernel:
 
 
 # --------------------------------------------------------------------------- host load
-
-
-def demand_load_arrays(
-    loads: LoadArrays,
-    host: IntArray,
-    censored: BoolArray,
-    demand_est_bps: FloatArray,
-    last_rate_bps: FloatArray,
-    capacity: FloatArray,
-) -> LoadArrays:
-    """:func:`~sova.policy.sensing.demand_loads` of every host and VM at once: each
-    censored VM's unmet demand added to its net share and its host's, at most 1."""
-    has_cap = capacity[host] > 0
-    unmet = np.where(
-        censored & has_cap,
-        np.maximum(0.0, demand_est_bps - last_rate_bps) / np.where(has_cap, capacity[host], 1.0),
-        0.0,
-    )
-    if not unmet.any():
-        return loads
-    # a VM without a load share this period adds nothing (vm_loads leaves it out)
-    unmet = np.where(loads.vm_ok, unmet, 0.0)
-    extra = np.bincount(host, unmet, minlength=len(loads.host_net))
-    return replace(
-        loads,
-        host_net=np.where(extra > 0.0, np.minimum(1.0, loads.host_net + extra), loads.host_net),
-        vm_net=np.where(unmet > 0.0, np.minimum(1.0, loads.vm_net + unmet), loads.vm_net),
-    )

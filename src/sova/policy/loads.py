@@ -1,7 +1,9 @@
 """Load shares: each host's (cpu, mem, net) utilisation over a period and each VM's share
 of its host's capacity, what the manager's hotspot detection judges (docs/design.md#hotspots).
 
-One implementation, the compiled core's (rust/sova-core/src/loads.rs, docs/design.md "The
+With each censored VM's unmet demand added (:func:`demand_loads` for one host,
+:func:`demand_load_arrays` for a fleet: docs/design.md#demand-hotspots), they are what the
+detector judges. One implementation, the compiled core's (rust/sova-core/src/loads.rs, docs/design.md "The
 compiled core"): :func:`load_shares` for every host of a simulated fleet at once, and
 :func:`host_load`/:func:`vm_loads` for one host's two samples (the agent, the lab) call it
 with the period's counter differences. The agent's differences are taken between Python
@@ -12,13 +14,26 @@ tests/loads_oracle.py as the oracle the core is held to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from sova.model import HostSample
 from sova.policy import _core
+
+
+class CensoredDemand(Protocol):
+    """What :func:`demand_loads` reads of a VM's factors (``sensing.VMFactors``)."""
+
+    @property
+    def censored(self) -> bool: ...
+    @property
+    def demand_est_bps(self) -> float: ...
+    @property
+    def last_rate_bps(self) -> float: ...
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -172,3 +187,62 @@ def vm_loads(
         for vm, c, m, v, good in zip(names, cpu, mem, net, ok, strict=True)
         if good
     }
+
+
+def demand_load_arrays(
+    loads: LoadArrays,
+    host: IntArray,
+    censored: BoolArray,
+    demand_est_bps: FloatArray,
+    last_rate_bps: FloatArray,
+    capacity: FloatArray,
+) -> LoadArrays:
+    """:func:`demand_loads` of every host and VM at once: each censored VM's unmet demand
+    added to its net share and its host's, at most 1."""
+    host_net, vm_net = _core.demand_loads(
+        np.ascontiguousarray(host, dtype=np.int64),
+        np.ascontiguousarray(censored, dtype=np.bool_),
+        _f64(demand_est_bps),
+        _f64(last_rate_bps),
+        np.ascontiguousarray(loads.vm_ok, dtype=np.bool_),
+        _f64(capacity),
+        _f64(loads.host_net),
+        _f64(loads.vm_net),
+    )
+    return replace(loads, host_net=host_net, vm_net=vm_net)
+
+
+def demand_loads(
+    host: LoadShares,
+    vms: Mapping[str, LoadShares],
+    factors: Mapping[str, CensoredDemand],
+    capacity_bps: float,
+) -> tuple[LoadShares, dict[str, LoadShares]]:
+    """The loads a hotspot detector should judge: each censored VM's unmet demand (its
+    demand estimate above its latest rate) added to its own net share and its host's, at
+    most the whole link (docs/design.md#demand-hotspots). What got through understates a
+    host whose VMs their paths hold back; the manager sees only these numbers."""
+    out = dict(vms)
+    names = [vm for vm in vms if vm in factors and factors[vm].censored]
+    if not names or not capacity_bps > 0:
+        return host, out
+    f = [factors[vm] for vm in names]
+    n = len(names)
+    host_net, vm_net = _core.demand_loads(
+        np.zeros(n, dtype=np.int64),
+        np.ones(n, dtype=np.bool_),
+        np.array([x.demand_est_bps for x in f], dtype=np.float64),
+        np.array([x.last_rate_bps for x in f], dtype=np.float64),
+        np.ones(n, dtype=np.bool_),
+        np.array([capacity_bps], dtype=np.float64),
+        np.array([host.net], dtype=np.float64),
+        np.array([vms[vm].net for vm in names], dtype=np.float64),
+    )
+    for vm, net in zip(names, vm_net.tolist(), strict=True):
+        share = vms[vm]
+        if net != share.net:
+            out[vm] = LoadShares(share.cpu, share.mem, net)
+    new_host = float(host_net[0])
+    if new_host == host.net:
+        return host, out
+    return LoadShares(host.cpu, host.mem, new_host), out

@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 
 from sova.model import HostSample, VMCounters
 from sova.policy.loads import LoadShares as LoadShares
+from sova.policy.loads import demand_loads as demand_loads
 from sova.policy.loads import host_load as host_load
 from sova.policy.loads import vm_loads as vm_loads
 
@@ -322,31 +323,3 @@ def _mean(values: Iterable[float]) -> float:
     vals = list(values)
     return sum(vals) / len(vals) if vals else 0.0
 
-
-# --------------------------------------------------------------------------- host load
-
-
-def demand_loads(
-    host: LoadShares,
-    vms: Mapping[str, LoadShares],
-    factors: Mapping[str, VMFactors],
-    capacity_bps: float,
-) -> tuple[LoadShares, dict[str, LoadShares]]:
-    """The loads a hotspot detector should judge: each censored VM's unmet demand (its
-    demand estimate above its latest rate) added to its own net share and its host's, at
-    most the whole link (docs/design.md#demand-hotspots). What got through understates a
-    host whose VMs their paths hold back; the manager sees only these numbers."""
-    out = dict(vms)
-    extra = 0.0
-    if capacity_bps > 0:
-        for vm, share in vms.items():
-            f = factors.get(vm)
-            if f is None or not f.censored:
-                continue
-            unmet = max(0.0, f.demand_est_bps - f.last_rate_bps) / capacity_bps
-            if unmet > 0.0:
-                out[vm] = LoadShares(share.cpu, share.mem, min(1.0, share.net + unmet))
-                extra += unmet
-    if extra == 0.0:
-        return host, out
-    return LoadShares(host.cpu, host.mem, min(1.0, host.net + extra)), out
