@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests import loads_oracle
 
 from sova.manager.core import ManagerCore
 from sova.policy.hotspot import HotspotDetector, Utilisation, VMLoad
@@ -105,3 +108,50 @@ def test_a_host_held_below_alpha_by_its_paths_is_flagged() -> None:
         sig = core.plan(50.0).signals["h1"]
         verdicts.append((sig.flag, sig.vm))
     assert verdicts == [(False, None), (True, "a")]
+
+
+@st.composite
+def demand_fleets(
+    draw: st.DrawFn,
+) -> tuple[LoadArrays, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Hosts (some without a link size) and VMs: censored or not, with or without a share
+    this period, estimates above, at and below their rates, shares near 1."""
+    n_hosts = draw(st.integers(1, 4))
+    n = draw(st.integers(0, 10))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    host = rng.integers(0, n_hosts, n).astype(np.int64)
+    capacity = rng.choice([0.0, 1e9, 1e10, 2.5e10], n_hosts)
+    last = rng.choice([0.0, 1e6, 2e9, 9.9e9], n) * rng.uniform(0.5, 1.0, n)
+    est = np.where(rng.uniform(size=n) < 0.3, last, last * rng.uniform(0.5, 3.0, n))
+    censored = rng.uniform(size=n) < 0.6
+    loads = LoadArrays(
+        rng.uniform(0, 1, n_hosts), rng.uniform(0, 1, n_hosts),
+        rng.choice([0.1, 0.7, 0.99, 1.0], n_hosts), np.ones(n_hosts, dtype=bool),
+        rng.uniform(0, 1, n), rng.uniform(0, 1, n), rng.choice([0.0, 0.3, 0.999], n),
+        rng.uniform(size=n) < 0.8,
+    )  # fmt: skip
+    return loads, host, censored, est, last, capacity
+
+
+@settings(max_examples=300, deadline=None)
+@given(demand_fleets())
+def test_demand_loads_equal_their_readable_forms(
+    fleet: tuple[LoadArrays, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    # The core against the numpy form the simulator ran (every host at once) and the agent's
+    # per-host form against its readable Python (one host's dicts): == on floats.
+    loads, host, censored, est, last, capacity = fleet
+    got = demand_load_arrays(loads, host, censored, est, last, capacity)
+    want = loads_oracle.demand_load_arrays(loads, host, censored, est, last, capacity)
+    assert got.host_net.tolist() == want.host_net.tolist()
+    assert got.vm_net.tolist() == want.vm_net.tolist()
+    for h in range(len(capacity)):
+        mine = [i for i in np.flatnonzero(host == h).tolist() if loads.vm_ok[i]]
+        shares = {f"v{i}": LoadShares(0.1, 0.2, float(loads.vm_net[i])) for i in mine}
+        fac = {
+            f"v{i}": factors(f"v{i}", bool(censored[i]), last[i] / 1e9, est[i] / 1e9)
+            for i in mine
+        }
+        hl = LoadShares(0.3, 0.4, float(loads.host_net[h]))
+        args = (hl, shares, fac, float(capacity[h]))
+        assert demand_loads(*args) == loads_oracle.demand_loads(*args)

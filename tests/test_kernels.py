@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from tests import loads_oracle
 from tests.test_bandwidth_props import flows
 
 from sova.agent import bandwidth as bw
@@ -729,20 +730,59 @@ def test_load_shares_equal_host_load_and_vm_loads(run: dict[str, object], seed: 
             )  # fmt: skip
             for h in range(hosts):
                 args = (int(cores[h]), int(memory[h]), float(capacity[h]))
-                want = host_load(prev_samples[h], samples[h], *args)
+                want = loads_oracle.host_load(prev_samples[h], samples[h], *args)
                 got = (
                     LoadShares(a.host_cpu[h], a.host_mem[h], a.host_net[h])
                     if a.host_ok[h]
                     else None
                 )
                 assert got == want, (h, got, want)
-                vms_want = vm_loads(prev_samples[h], samples[h], *args)
+                # the agent's per-host form: the same core on one host's samples
+                assert host_load(prev_samples[h], samples[h], *args) == want
+                vms_want = loads_oracle.vm_loads(prev_samples[h], samples[h], *args)
                 vms_got = {
                     f"vm{i}": LoadShares(a.vm_cpu[i], a.vm_mem[i], a.vm_net[i])
                     for i in np.flatnonzero((host == h) & a.vm_ok)
                 }
                 assert vms_got == vms_want
+                one = vm_loads(prev_samples[h], samples[h], *args)
+                assert list(one.items()) == list(vms_want.items())  # values and order
         prev, prev_samples = (t, totals.copy(), c.copy(), host.copy()), samples
+
+
+@st.composite
+def big_count(draw: st.DrawFn) -> tuple[int, int]:
+    """Two readings of a counter past 2**53, a period's growth apart (or gone back)."""
+    base = draw(st.integers(2**53, 2**64 - 1))
+    return base, base + draw(st.integers(-(2**20), 2**44))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(big_count(), min_size=9, max_size=9),
+    st.floats(1e-3, 3600.0),
+    st.sampled_from([1, 3, 64]),
+    st.sampled_from([0, 2**34, 3 * 2**37 + 1]),
+    st.sampled_from([0.0, 1e9, 2.5e10]),
+)
+def test_per_host_loads_of_counters_past_2_53_equal_the_readable_form(
+    pairs: list[tuple[int, int]], dt: float, cores: int, memory: int, capacity: float
+) -> None:
+    # A host's cpu_busy_ns passes 2**53 after ~104 core-days, so a real agent's counters
+    # do; their differences must be taken between the integers (a float64 reading of each
+    # would round both), and then divided as Python divides an int by a float. Differences
+    # of either sign: a negative one is a reset.
+    (c0, c1), (r0, r1), (t0, t1) = pairs[:3]
+    mem_used = pairs[0][0] % (memory + 1)  # at most the host's memory
+    vm0, vm1 = (
+        VMCounters("vm", 2, *(p[k] for p in pairs[3:]), memory_used_bytes=mem_used)
+        for k in (0, 1)
+    )
+    prev = HostSample("h", 5.0, {"vm": vm0}, HostCounters(c0, r0, t0, 0))
+    cur = HostSample("h", 5.0 + dt, {"vm": vm1}, HostCounters(c1, r1, t1, mem_used))
+    args = (cores, memory, capacity)
+    assert host_load(prev, cur, *args) == loads_oracle.host_load(prev, cur, *args)
+    assert vm_loads(prev, cur, *args) == loads_oracle.vm_loads(prev, cur, *args)
 
 
 # --------------------------------------------------------------------------- the world

@@ -4,6 +4,8 @@
 //! `sova.policy._core` and the typed facades in `sova.policy` call them once per control
 //! period for every host (docs/design.md, "The compiled core").
 
+pub mod loads;
 pub mod metering;
 pub mod sum;
+pub mod verdicts;
 pub mod waterfill;

@@ -9,7 +9,9 @@
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
+use sova_core::verdicts::{self, Windows};
 use sova_core::waterfill::{self, Flows, InputError, Layout};
 
 fn value_error(e: InputError) -> PyErr {
@@ -118,10 +120,188 @@ fn measure<'py>(
     ))
 }
 
+type F64Array<'py> = Bound<'py, PyArray1<f64>>;
+type BoolArray<'py> = Bound<'py, PyArray1<bool>>;
+
+/// Every host's and VM's load shares over one period, from the period's counter
+/// differences: (host cpu, mem, net, ok, VM cpu, mem, net, ok).
+#[pyfunction]
+#[pyo3(signature = (dt, d_totals, d_counters, moved, host, vm_memory, cores, memory, capacity, host_memory=None))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
+fn load_shares<'py>(
+    py: Python<'py>,
+    dt: f64,
+    d_totals: PyReadonlyArray1<'py, f64>,
+    d_counters: PyReadonlyArray1<'py, f64>,
+    moved: PyReadonlyArray1<'py, bool>,
+    host: PyReadonlyArray1<'py, i64>,
+    vm_memory: PyReadonlyArray1<'py, f64>,
+    cores: PyReadonlyArray1<'py, f64>,
+    memory: PyReadonlyArray1<'py, f64>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    host_memory: Option<PyReadonlyArray1<'py, f64>>,
+) -> PyResult<(
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+)> {
+    let period = Period {
+        dt,
+        d_totals: slice("d_totals", &d_totals)?,
+        d_counters: slice("d_counters", &d_counters)?,
+        moved: slice("moved", &moved)?,
+        host: slice("host", &host)?,
+        vm_memory: slice("vm_memory", &vm_memory)?,
+        host_memory: host_memory
+            .as_ref()
+            .map(|m| slice("host_memory", m))
+            .transpose()?,
+    };
+    let hosts = Hosts {
+        cores: slice("cores", &cores)?,
+        memory: slice("memory", &memory)?,
+        capacity: slice("capacity", &capacity)?,
+    };
+    let s = py
+        .detach(|| loads::load_shares(&period, &hosts))
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, s.host_cpu),
+        PyArray1::from_vec(py, s.host_mem),
+        PyArray1::from_vec(py, s.host_net),
+        PyArray1::from_vec(py, s.host_ok),
+        PyArray1::from_vec(py, s.vm_cpu),
+        PyArray1::from_vec(py, s.vm_mem),
+        PyArray1::from_vec(py, s.vm_net),
+        PyArray1::from_vec(py, s.vm_ok),
+    ))
+}
+
+/// One host's load shares from one packed array (the agent's form: one conversion and one
+/// crossing a period): `packed` is 3 host counter differences, 6 rows of `n` VM counter
+/// differences, `n` VM memories, then cores, memory, capacity and the host's memory in use.
+/// Returns one array: host cpu, mem, net, ok (1.0 or 0.0), then n each of VM cpu, mem,
+/// net and ok.
+#[pyfunction]
+fn host_load_shares<'py>(
+    py: Python<'py>,
+    dt: f64,
+    packed: PyReadonlyArray1<'py, f64>,
+    n: usize,
+) -> PyResult<F64Array<'py>> {
+    let b = slice("packed", &packed)?;
+    if b.len() != 7 * n + 7 {
+        return Err(PyValueError::new_err(format!(
+            "packed: {} values for {n} VMs (want 7 x VMs + 7)",
+            b.len()
+        )));
+    }
+    let at = 3 + 7 * n;
+    let (moved, host) = (vec![false; n], vec![0i64; n]);
+    let period = Period {
+        dt,
+        d_totals: &b[..3],
+        d_counters: &b[3..3 + 6 * n],
+        moved: &moved,
+        host: &host,
+        vm_memory: &b[3 + 6 * n..at],
+        host_memory: Some(&b[at + 3..]),
+    };
+    let hosts = Hosts {
+        cores: &b[at..at + 1],
+        memory: &b[at + 1..at + 2],
+        capacity: &b[at + 2..at + 3],
+    };
+    let s = loads::load_shares(&period, &hosts).map_err(value_error)?;
+    let flag = |ok: &[bool]| {
+        ok.iter()
+            .map(|&o| f64::from(u8::from(o)))
+            .collect::<Vec<_>>()
+    };
+    let mut out = Vec::with_capacity(4 + 4 * n);
+    out.extend([s.host_cpu[0], s.host_mem[0], s.host_net[0]]);
+    out.extend(flag(&s.host_ok));
+    for v in [&s.vm_cpu, &s.vm_mem, &s.vm_net] {
+        out.extend_from_slice(v);
+    }
+    out.extend(flag(&s.vm_ok));
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// Each censored VM's unmet demand added to its net share and its host's: the new
+/// (host_net, vm_net).
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature
+fn demand_loads<'py>(
+    py: Python<'py>,
+    host: PyReadonlyArray1<'py, i64>,
+    censored: PyReadonlyArray1<'py, bool>,
+    demand_est_bps: PyReadonlyArray1<'py, f64>,
+    last_rate_bps: PyReadonlyArray1<'py, f64>,
+    vm_ok: PyReadonlyArray1<'py, bool>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    host_net: PyReadonlyArray1<'py, f64>,
+    vm_net: PyReadonlyArray1<'py, f64>,
+) -> PyResult<(F64Array<'py>, F64Array<'py>)> {
+    let h = slice("host", &host)?;
+    let c = slice("censored", &censored)?;
+    let est = slice("demand_est_bps", &demand_est_bps)?;
+    let last = slice("last_rate_bps", &last_rate_bps)?;
+    let ok = slice("vm_ok", &vm_ok)?;
+    let cap = slice("capacity", &capacity)?;
+    let mut hn = slice("host_net", &host_net)?.to_vec();
+    let mut vn = slice("vm_net", &vm_net)?.to_vec();
+    py.detach(|| loads::demand_loads(h, c, est, last, ok, cap, &mut hn, &mut vn))
+        .map_err(value_error)?;
+    Ok((PyArray1::from_vec(py, hn), PyArray1::from_vec(py, vn)))
+}
+
+/// Hotspot verdicts of C-ordered (hosts, n_obs, width) windows: (over, φ, forecast, hot),
+/// one per host and resource.
+#[pyfunction]
+#[allow(clippy::type_complexity)] // four arrays, as Python unpacks them
+fn hotspot_verdicts<'py>(
+    py: Python<'py>,
+    windows: PyReadonlyArray1<'py, f64>,
+    n_obs: usize,
+    width: usize,
+    alpha: f64,
+    k: i64,
+) -> PyResult<(
+    Bound<'py, PyArray1<i64>>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+)> {
+    let w = Windows {
+        values: slice("windows", &windows)?,
+        n_obs,
+        width,
+    };
+    let v = py
+        .detach(|| verdicts::verdicts(&w, alpha, k))
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, v.over),
+        PyArray1::from_vec(py, v.phi),
+        PyArray1::from_vec(py, v.forecast),
+        PyArray1::from_vec(py, v.hot),
+    ))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(measure, m)?)?;
+    m.add_function(wrap_pyfunction!(load_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(demand_loads, m)?)?;
+    m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
     Ok(())
 }

@@ -7,9 +7,9 @@ hosts took 0.5-1.4 s of CPU in the manager's process and stalled its HTTP loop (
 *exactly* what ``coordinate`` returns (property tests compare them signal by signal, reasons
 included):
 
-1. every host's verdict is computed at once with numpy, with the same floating-point
-   operations in the same order as ``ar1_coefficient``/``ar1_forecast`` (sums accumulated
-   left to right over the window, never numpy's pairwise sum), so forecasts are bit-equal;
+1. every host's verdict is computed at once by the compiled core
+   (:func:`sova.policy.verdicts.verdict_arrays`), the same function ``coordinate``'s
+   detector calls for one host, so forecasts are bit-equal;
 2. the few hot hosts are handed to ``coordinate`` itself, together with the ``spare``
    least-hot hosts — the only ones its cold-spot search can reach first;
 3. if a hot host found no cold spot among them, the whole round is re-run through
@@ -51,6 +51,7 @@ from sova.policy.hotspot import (
     Utilisation,
     coordinate,
 )
+from sova.policy.verdicts import verdict_arrays
 
 # Below this many hosts the scalar round over reports is cheap enough and numpy's set-up
 # (building the windows from objects) dominates.
@@ -58,36 +59,6 @@ FAST_MIN_HOSTS = 256
 
 # (names, over-counts (m, 3), forecasts (m, 3), observations in their window)
 _Quiet = tuple[list[str], np.ndarray, np.ndarray, int]
-
-
-def _verdict_arrays(
-    windows: np.ndarray, detector: HotspotDetector
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``windows``: (hosts, L, 3). Returns over-counts (hosts, 3), forecasts, hot (hosts, 3)."""
-    n_obs = windows.shape[1]
-    x = [windows[:, i, :] for i in range(n_obs)]
-    total = x[0].copy()
-    for xi in x[1:]:
-        total = total + xi
-    mean = total / n_obs
-    dev = [xi - mean for xi in x]
-    var = dev[0] * dev[0]
-    for d in dev[1:]:
-        var = var + d * d
-    if n_obs > 1:
-        cov = dev[0] * dev[1]
-        for a, b in zip(dev[1:], dev[2:], strict=False):
-            cov = cov + a * b
-    else:
-        cov = np.zeros_like(var)
-    flat = var <= 1e-24 * np.maximum(1.0, mean * mean) * n_obs
-    with np.errstate(divide="ignore", invalid="ignore"):
-        phi = np.where(flat, 0.0, cov / np.where(flat, 1.0, var))
-    phi = np.maximum(-1.0, np.minimum(1.0, phi))
-    forecast = mean + phi * (x[-1] - mean)
-    over = (windows > detector.alpha).sum(axis=1)
-    hot = (over >= detector.k) & (forecast > detector.alpha)
-    return over, forecast, hot
 
 
 def _reason(over: np.ndarray, n_obs: int, forecast: np.ndarray, alpha: float) -> str:
@@ -411,7 +382,8 @@ def coordinate_windows(
             for j in sel.tolist():
                 explicit[names[j]] = MigrationSignal(False, None, "no observations")
             continue
-        over, forecast, hot_res = _verdict_arrays(windows, detector)
+        v = verdict_arrays(windows, detector.alpha, detector.k)
+        over, forecast, hot_res = v.over, v.forecast, v.hot
         is_hot = np.asarray(hot_res.any(axis=1), dtype=bool)
         hot.extend(names[j] for j in sel[is_hot].tolist())
         calm = ~is_hot

@@ -27,3 +27,45 @@ def measure(
     pk: npt.NDArray[np.float64],
     dt: float,
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+def load_shares(
+    dt: float,
+    d_totals: npt.NDArray[np.float64],
+    d_counters: npt.NDArray[np.float64],
+    moved: npt.NDArray[np.bool_],
+    host: npt.NDArray[np.int64],
+    vm_memory: npt.NDArray[np.float64],
+    cores: npt.NDArray[np.float64],
+    memory: npt.NDArray[np.float64],
+    capacity: npt.NDArray[np.float64],
+    host_memory: npt.NDArray[np.float64] | None = None,
+) -> tuple[
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.bool_],
+]: ...
+def host_load_shares(
+    dt: float, packed: npt.NDArray[np.float64], n: int
+) -> npt.NDArray[np.float64]: ...
+def demand_loads(
+    host: npt.NDArray[np.int64],
+    censored: npt.NDArray[np.bool_],
+    demand_est_bps: npt.NDArray[np.float64],
+    last_rate_bps: npt.NDArray[np.float64],
+    vm_ok: npt.NDArray[np.bool_],
+    capacity: npt.NDArray[np.float64],
+    host_net: npt.NDArray[np.float64],
+    vm_net: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+def hotspot_verdicts(
+    windows: npt.NDArray[np.float64], n_obs: int, width: int, alpha: float, k: int
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.bool_],
+]: ...

@@ -58,6 +58,8 @@ from typing import Final
 
 import numpy as np
 
+from sova.policy.verdicts import VerdictArrays, verdict_arrays
+
 RESOURCES: Final = ("cpu", "mem", "net")
 
 # Counters and the sampling clock are read at slightly different instants, so a fully busy
@@ -171,34 +173,28 @@ def hotness(u: Utilisation, metric: HotnessMetric | str = HotnessMetric.VOLUME) 
 # --------------------------------------------------------------------------- forecast
 
 
-def ar1_coefficient(series: Sequence[float]) -> float:
-    """Lag-1 sample autocorrelation of the window (Box-Jenkins estimator), in [-1, 1].
-
-    A window with no variance (constant, or a single value) has no measurable dependence.
-    φ is then 0, so the forecast falls back to the mean, which equals the constant.
-    """
+def _series_verdict(series: Sequence[float]) -> VerdictArrays:
     if not series:
         raise ValueError("series must not be empty")
     if not all(math.isfinite(x) for x in series):
         raise ValueError("series must be finite")
-    mean = sum(series) / len(series)
-    dev = [x - mean for x in series]
-    variance = sum(d * d for d in dev)
-    # Relative cut-off: a "constant" window built from float sums has variance ~1e-33, and
-    # dividing rounding noise by rounding noise would give an arbitrary φ.
-    if variance <= 1e-24 * max(1.0, mean * mean) * len(series):
-        return 0.0
-    phi = sum(a * b for a, b in zip(dev, dev[1:], strict=False)) / variance
-    # Cauchy-Schwarz bounds this estimator by 1 in exact arithmetic. The clamp guards against
-    # rounding and keeps the documented contract (docs/design.md#ar1) if the estimator is ever swapped.
-    return max(-1.0, min(1.0, phi))
+    return verdict_arrays(np.asarray(series, dtype=np.float64).reshape(1, -1, 1), 1.0, 1)
+
+
+def ar1_coefficient(series: Sequence[float]) -> float:
+    """Lag-1 sample autocorrelation of the window (Box-Jenkins estimator), in [-1, 1].
+
+    A window with no variance (constant, or a single value) has no measurable dependence.
+    φ is then 0, so the forecast falls back to the mean, which equals the constant. The
+    clamp to [-1, 1] (Cauchy-Schwarz's bound in exact arithmetic) guards against rounding
+    and keeps the documented contract (docs/design.md#ar1).
+    """
+    return float(_series_verdict(series).phi[0, 0])
 
 
 def ar1_forecast(series: Sequence[float]) -> float:
     """AR(1) one-step forecast ``μ + φ(x_p - μ)`` of the next observation (Sova eq. 6)."""
-    phi = ar1_coefficient(series)  # validates: non-empty, finite
-    mean = sum(series) / len(series)
-    return mean + phi * (series[-1] - mean)
+    return float(_series_verdict(series).forecast[0, 0])
 
 
 # --------------------------------------------------------------------------- detection
@@ -266,12 +262,18 @@ class HotspotDetector:
         window = history[-self.n :]
         verdicts: list[ResourceVerdict] = []
         if window:
-            for i, name in enumerate(RESOURCES):
-                series = [u.as_tuple()[i] for u in window]
-                over = sum(1 for x in series if x > self.alpha)
-                forecast = ar1_forecast(series)
-                hot = over >= self.k and forecast > self.alpha
-                verdicts.append(ResourceVerdict(name, over, len(series), forecast, hot))
+            rows = [u.as_tuple() for u in window]
+            v = verdict_arrays(np.array(rows, dtype=np.float64)[None], self.alpha, self.k)
+            verdicts = [
+                ResourceVerdict(name, over, len(rows), forecast, hot)
+                for name, over, forecast, hot in zip(
+                    RESOURCES,
+                    v.over[0].tolist(),
+                    v.forecast[0].tolist(),
+                    v.hot[0].tolist(),
+                    strict=True,
+                )
+            ]
         return HotspotVerdict(
             hot=any(v.hot for v in verdicts),
             alpha=self.alpha,

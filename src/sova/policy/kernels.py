@@ -22,12 +22,15 @@ uncongested hosts (every flow at its ceiling, the common case) never leave numpy
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from sova.policy.bandwidth import water_fill
+from sova.policy.loads import LoadArrays as LoadArrays
+from sova.policy.loads import demand_load_arrays as demand_load_arrays
+from sova.policy.loads import load_shares as load_shares
 from sova.policy.sensing import (
     DEFAULT_CENSOR_MARGIN,
     DEFAULT_CPU_SATURATION,
@@ -374,90 +377,3 @@ class SensorKernel:
 
 
 # --------------------------------------------------------------------------- host load
-
-
-@dataclass(frozen=True)
-class LoadArrays:
-    """:func:`~sova.policy.sensing.host_load` of every host and
-    :func:`~sova.policy.sensing.vm_loads` of every VM, one array per share."""
-
-    host_cpu: FloatArray
-    host_mem: FloatArray
-    host_net: FloatArray
-    host_ok: BoolArray  # False where host_load gives None (a counter went back)
-    vm_cpu: FloatArray
-    vm_mem: FloatArray
-    vm_net: FloatArray
-    vm_ok: BoolArray  # False where vm_loads leaves the VM out
-
-
-def demand_load_arrays(
-    loads: LoadArrays,
-    host: IntArray,
-    censored: BoolArray,
-    demand_est_bps: FloatArray,
-    last_rate_bps: FloatArray,
-    capacity: FloatArray,
-) -> LoadArrays:
-    """:func:`~sova.policy.sensing.demand_loads` of every host and VM at once: each
-    censored VM's unmet demand added to its net share and its host's, at most 1."""
-    has_cap = capacity[host] > 0
-    unmet = np.where(
-        censored & has_cap,
-        np.maximum(0.0, demand_est_bps - last_rate_bps) / np.where(has_cap, capacity[host], 1.0),
-        0.0,
-    )
-    if not unmet.any():
-        return loads
-    # a VM without a load share this period adds nothing (vm_loads leaves it out)
-    unmet = np.where(loads.vm_ok, unmet, 0.0)
-    extra = np.bincount(host, unmet, minlength=len(loads.host_net))
-    return replace(
-        loads,
-        host_net=np.where(extra > 0.0, np.minimum(1.0, loads.host_net + extra), loads.host_net),
-        vm_net=np.where(unmet > 0.0, np.minimum(1.0, loads.vm_net + unmet), loads.vm_net),
-    )
-
-
-def load_shares(
-    dt: float,
-    prev_totals: FloatArray,
-    totals: FloatArray,
-    prev_counters: FloatArray,
-    counters: FloatArray,
-    moved: BoolArray,
-    host: IntArray,
-    vm_memory: FloatArray,
-    cores: FloatArray,
-    memory: FloatArray,
-    capacity: FloatArray,
-) -> LoadArrays:
-    """Every host's and VM's load shares over one period, as the per-host functions give
-    them from two whole-number readings: ``totals`` (3, H) host cpu_busy_ns, nic rx and tx
-    bytes; ``counters`` (6, N) VM cpu, steal, rx_b, tx_b, rx_pk, tx_pk; ``moved``: VMs not
-    on their host at the previous reading (its sample has no earlier reading of them).
-
-    Every count is a whole number below 2**53, so differences and per-host sums of memory
-    are exact in any order and the divisions below round exactly like the Python ones.
-    """
-    cap_ns = dt * NS * cores
-    d = totals - prev_totals
-    host_ok = np.full(len(cores), dt > 0) & (d.min(axis=0) >= 0)
-    used = np.trunc(np.bincount(host, vm_memory, minlength=len(cores)))
-    has_mem, has_cap = memory > 0, capacity > 0
-    safe_mem, safe_cap = np.where(has_mem, memory, 1.0), np.where(has_cap, capacity, 1.0)
-    host_cpu = np.minimum(1.0, d[0] / cap_ns)
-    host_mem = np.where(has_mem, np.minimum(1.0, used / safe_mem), 0.0)
-    host_net = np.where(
-        has_cap, np.minimum(1.0, 8.0 * np.maximum(d[1], d[2]) / (dt * safe_cap)), 0.0
-    )
-    dv = counters - prev_counters
-    vm_ok = ~moved & ~(dv < 0).any(axis=0) & (dt > 0)
-    vm_cpu = np.minimum(1.0, dv[0] / cap_ns[host])
-    vm_mem = np.where(has_mem[host], np.minimum(1.0, vm_memory / safe_mem[host]), 0.0)
-    vm_net = np.where(
-        has_cap[host],
-        np.minimum(1.0, 8.0 * np.maximum(dv[2], dv[3]) / (dt * safe_cap[host])),
-        0.0,
-    )
-    return LoadArrays(host_cpu, host_mem, host_net, host_ok, vm_cpu, vm_mem, vm_net, vm_ok)

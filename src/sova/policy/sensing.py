@@ -42,6 +42,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from sova.model import HostSample, VMCounters
+from sova.policy.loads import LoadShares as LoadShares
+from sova.policy.loads import demand_loads as demand_loads
+from sova.policy.loads import host_load as host_load
+from sova.policy.loads import vm_loads as vm_loads
 
 NS = 1e9
 # An idle VM has gotten ≈ 0; flooring gotten at 0.1 % of the period's vCPU time caps its
@@ -319,88 +323,3 @@ def _mean(values: Iterable[float]) -> float:
     vals = list(values)
     return sum(vals) / len(vals) if vals else 0.0
 
-
-# --------------------------------------------------------------------------- host load
-
-
-@dataclass(frozen=True)
-class LoadShares:
-    """Utilisation of a host, or one VM's share of its host, over one period; each in [0, 1]."""
-
-    cpu: float
-    mem: float
-    net: float
-
-
-def host_load(
-    prev: HostSample, cur: HostSample, cores: int, memory_bytes: int, capacity_bps: float
-) -> LoadShares | None:
-    """The host's (cpu, mem, net) utilisation vector of docs/design.md#hotspots, or None on a reset.
-
-    Network utilisation is the busier direction: the link is full duplex, and a host is
-    hot when either direction saturates.
-    """
-    dt = cur.time_s - prev.time_s
-    a, b = prev.totals, cur.totals
-    d_cpu = b.cpu_busy_ns - a.cpu_busy_ns
-    d_rx = b.nic_rx_bytes - a.nic_rx_bytes
-    d_tx = b.nic_tx_bytes - a.nic_tx_bytes
-    if dt <= 0 or min(d_cpu, d_rx, d_tx) < 0:
-        return None
-    return LoadShares(
-        cpu=min(1.0, d_cpu / (dt * NS * cores)),
-        mem=min(1.0, b.memory_used_bytes / memory_bytes) if memory_bytes > 0 else 0.0,
-        net=min(1.0, 8.0 * max(d_rx, d_tx) / (dt * capacity_bps)) if capacity_bps > 0 else 0.0,
-    )
-
-
-def vm_loads(
-    prev: HostSample, cur: HostSample, cores: int, memory_bytes: int, capacity_bps: float
-) -> dict[str, LoadShares]:
-    """Each VM's share of its host's capacity over the period (what MF is computed from)."""
-    dt = cur.time_s - prev.time_s
-    out: dict[str, LoadShares] = {}
-    if dt <= 0:
-        return out
-    for vm, c in cur.vms.items():
-        p = prev.vms.get(vm)
-        if p is None:
-            continue
-        stats = period_stats(p, c, dt)
-        if stats is None:
-            continue
-        mem = c.memory_used_bytes / memory_bytes if memory_bytes > 0 else 0.0
-        out[vm] = LoadShares(
-            cpu=min(1.0, stats.gotten_ns / (dt * NS * cores)),
-            mem=min(1.0, mem),
-            net=min(1.0, 8.0 * max(stats.rx_bytes, stats.tx_bytes) / (dt * capacity_bps))
-            if capacity_bps > 0
-            else 0.0,
-        )
-    return out
-
-
-def demand_loads(
-    host: LoadShares,
-    vms: Mapping[str, LoadShares],
-    factors: Mapping[str, VMFactors],
-    capacity_bps: float,
-) -> tuple[LoadShares, dict[str, LoadShares]]:
-    """The loads a hotspot detector should judge: each censored VM's unmet demand (its
-    demand estimate above its latest rate) added to its own net share and its host's, at
-    most the whole link (docs/design.md#demand-hotspots). What got through understates a
-    host whose VMs their paths hold back; the manager sees only these numbers."""
-    out = dict(vms)
-    extra = 0.0
-    if capacity_bps > 0:
-        for vm, share in vms.items():
-            f = factors.get(vm)
-            if f is None or not f.censored:
-                continue
-            unmet = max(0.0, f.demand_est_bps - f.last_rate_bps) / capacity_bps
-            if unmet > 0.0:
-                out[vm] = LoadShares(share.cpu, share.mem, min(1.0, share.net + unmet))
-                extra += unmet
-    if extra == 0.0:
-        return host, out
-    return LoadShares(host.cpu, host.mem, min(1.0, host.net + extra)), out

@@ -1,0 +1,102 @@
+"""What an agent's period and a small manager round pay for the compiled core's per-host
+forms: ``host_load`` + ``vm_loads`` of one host's two samples, and
+``HotspotDetector.assess`` of one host's window, against the readable Python forms they
+replaced (tests/loads_oracle.py, tests/verdicts_oracle.py). Prints microseconds per call
+(process CPU time, the best of ``--reps`` rounds of ``--calls`` calls: the machine is
+shared, so the minimum is the steadiest figure) and the ratio.
+
+    .venv/bin/python benchmarks/per_host_core.py --vms 3 20 100
+
+Issue 36's session, on the shared 2-core machine (load average 10-15; two runs, best of 5
+rounds of 2,000 calls and of 3 rounds of 1,000), microseconds per call:
+
+| per host | readable Python | core |
+|---|---:|---:|
+| host_load + vm_loads, 3 VMs | 13.4, 15.9 | 11.4, 15.6 |
+| host_load + vm_loads, 20 VMs | 78.0, 85.2 | 33.6, 44.0 |
+| host_load + vm_loads, 100 VMs | 394, 497 | 137, 141 |
+| HotspotDetector.assess, window of 5 | 15.9, 15.5 | 9.6, 9.6 |
+
+Before the agent's form packed its inputs into one array (ten arrays in, eight out), the
+core cost 21-26 µs at 3 VMs, more than the Python it replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the oracles live in tests/
+
+from tests import loads_oracle, verdicts_oracle
+
+from sova.model import HostCounters, HostSample, VMCounters
+from sova.policy.hotspot import HotspotDetector, Utilisation
+from sova.policy.loads import host_load, vm_loads
+
+
+def samples(vms: int, seed: int) -> tuple[HostSample, HostSample]:
+    """Two samples 5 s apart: every counter grew (no reset), as in a steady period."""
+    rng = random.Random(seed)
+    base = [[rng.randint(10**9, 10**12) for _ in range(6)] for _ in range(vms)]
+    grown = [[c + rng.randint(0, 5 * 10**9) for c in row] for row in base]
+
+    def host(t: float, rows: list[list[int]], totals: HostCounters) -> HostSample:
+        return HostSample("h", t, {
+            f"vm{i}": VMCounters(f"vm{i}", 4, *row, memory_used_bytes=2 * 2**30)
+            for i, row in enumerate(rows)
+        }, totals)  # fmt: skip
+
+    return (
+        host(0.0, base, HostCounters(10**12, 10**9, 10**9, 2**33)),
+        host(5.0, grown, HostCounters(10**12 + 4 * 10**10, 2 * 10**9, 3 * 10**9, 2**33)),
+    )
+
+
+def per_call_us(fn: Callable[[], object], calls: int, reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t = time.process_time()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.process_time() - t)
+    return best / calls * 1e6
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--vms", type=int, nargs="+", default=[3, 20, 100])
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--reps", type=int, default=5)
+    a = p.parse_args()
+    args = (32, 2**38, 2.5e10)
+    print("| per host | readable Python µs | core µs | readable / core |")
+    print("|---|---:|---:|---:|")
+    for vms in a.vms:
+        prev, cur = samples(vms, vms)
+
+        def readable(prev: HostSample = prev, cur: HostSample = cur) -> object:
+            return loads_oracle.host_load(prev, cur, *args), loads_oracle.vm_loads(
+                prev, cur, *args
+            )
+
+        def core(prev: HostSample = prev, cur: HostSample = cur) -> object:
+            return host_load(prev, cur, *args), vm_loads(prev, cur, *args)
+
+        assert readable() == core()
+        old, new = (per_call_us(f, a.calls, a.reps) for f in (readable, core))
+        print(f"| host_load + vm_loads, {vms} VMs | {old:.1f} | {new:.1f} | {old / new:.2f} |")
+    rng = random.Random(1)
+    history = [Utilisation(rng.random(), rng.random(), rng.random()) for _ in range(5)]
+    det = HotspotDetector(3, 5, 0.75)
+    old = per_call_us(lambda: verdicts_oracle.assess(3, 5, 0.75, history), a.calls, a.reps)
+    new = per_call_us(lambda: det.assess(history), a.calls, a.reps)
+    print(f"| HotspotDetector.assess, window of 5 | {old:.1f} | {new:.1f} | {old / new:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""One implementation of the policy's arithmetic (issue 36, docs/design.md#compiled-core).
+
+A piece of the policy that has moved into the compiled core (rust/sova-core) lives in one
+Python place, its facade in ``sova.policy``: only the facades import the core, each of
+their functions reaches it, the per-host and the fleet callers use the facade's very
+objects, and the per-host forms that wrap it (``HotspotDetector.assess``, the AR(1)
+helpers) do no arithmetic of their own. The former twins must not come back, and the
+table of pieces still in two implementations in docs/design.md names exactly the pairs
+that still exist, so it cannot claim less or more than the code.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+DESIGN = (REPO / "docs" / "design.md").read_text()
+
+
+@dataclass(frozen=True)
+class Piece:
+    name: str
+    facade: str  # the module
+    offers: tuple[str, ...]  # what its callers take from it
+    users: tuple[tuple[str, str], ...]  # (module, name): per-host and fleet callers
+    gone: tuple[str, ...]  # "module:function" twins that must not come back
+
+
+MOVED = (
+    Piece(
+        "water-filling",
+        "sova.policy.waterfill",
+        ("grouped_waterfill", "links_waterfill", "floored_waterfill"),
+        (
+            ("sova.sim.network", "grouped_waterfill"),
+            ("sova.sim.network", "links_waterfill"),
+            ("sova.sim.network", "floored_waterfill"),
+        ),
+        (),
+    ),
+    Piece(
+        "rate metering",
+        "sova.policy.metering",
+        ("measure", "RateMeter"),
+        (("sova.testbed.runner", "RateMeter"),),
+        ("sova.agent.bandwidth:measure",),
+    ),
+    Piece(
+        "load shares",
+        "sova.policy.loads",
+        ("load_shares", "host_load", "vm_loads", "demand_load_arrays", "demand_loads"),
+        (
+            ("sova.sim.fleet_sensing", "load_shares"),  # the simulator, every host
+            ("sova.sim.fleet_sensing", "demand_load_arrays"),
+            ("sova.agent.loop", "host_load"),  # the daemons' agent, its host
+            ("sova.agent.loop", "vm_loads"),
+            ("sova.agent.loop", "demand_loads"),
+            ("sova.lab.hotspot", "host_load"),
+        ),
+        ("sova.policy.kernels:load_shares", "sova.policy.sensing:host_load",
+         "sova.policy.sensing:vm_loads", "sova.policy.sensing:demand_loads",
+         "sova.policy.kernels:demand_load_arrays"),
+    ),  # fmt: skip
+    Piece(
+        "hotspot verdicts",
+        "sova.policy.verdicts",
+        ("verdict_arrays",),
+        (
+            ("sova.manager.fastplan", "verdict_arrays"),  # the manager's round, every host
+            ("sova.policy.hotspot", "verdict_arrays"),  # HotspotDetector.assess, one host
+        ),
+        ("sova.manager.fastplan:_verdict_arrays",),
+    ),
+)
+
+# Per-host forms outside the facades that must only hand their input to a facade.
+DELEGATES = (
+    ("sova.policy.hotspot", "HotspotDetector.assess", "verdict_arrays"),
+    ("sova.policy.hotspot", "_series_verdict", "verdict_arrays"),
+    ("sova.policy.hotspot", "ar1_coefficient", "_series_verdict"),
+    ("sova.policy.hotspot", "ar1_forecast", "_series_verdict"),
+)
+
+ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult)
+
+
+def _path(module: str) -> Path:
+    return SRC / (module.replace(".", "/") + ".py")
+
+
+def _tree(module: str) -> ast.Module:
+    return ast.parse(_path(module).read_text())
+
+
+def _defs(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.ClassDef]:
+    """Top-level functions and classes, and methods as Class.method."""
+    out: dict[str, ast.FunctionDef | ast.ClassDef] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            out[node.name] = node
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    out[f"{node.name}.{item.name}"] = item
+    return out
+
+
+def _names_used(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+def _calls_core(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "_core"
+        for n in ast.walk(node)
+    )
+
+
+def _modules() -> list[str]:
+    return sorted(
+        ".".join(p.relative_to(SRC).with_suffix("").parts)
+        for p in (SRC / "sova").rglob("*.py")
+    )
+
+
+def _imports_core(tree: ast.Module) -> bool:
+    for n in ast.walk(tree):
+        if (
+            isinstance(n, ast.ImportFrom)
+            and n.module == "sova.policy"
+            and any(a.name == "_core" for a in n.names)
+        ):
+            return True
+        if isinstance(n, ast.ImportFrom) and n.module == "sova.policy._core":
+            return True
+        if isinstance(n, ast.Import) and any(a.name == "sova.policy._core" for a in n.names):
+            return True
+    return False
+
+
+def test_only_the_facades_import_the_core() -> None:
+    importers = {m for m in _modules() if _imports_core(_tree(m))}
+    assert importers == {p.facade for p in MOVED}
+
+
+@pytest.mark.parametrize("piece", MOVED, ids=lambda p: p.name)
+def test_every_function_of_a_facade_reaches_the_core(piece: Piece) -> None:
+    # a function reaches the core by calling it or another function of the facade that does
+    defs = _defs(_tree(piece.facade))
+    functions = {n: d for n, d in defs.items() if isinstance(d, ast.FunctionDef)}
+    reach = {n for n, d in functions.items() if _calls_core(d)}
+    grew = True
+    while grew:
+        more = {n for n, d in functions.items() if _names_used(d) & reach} - reach
+        reach |= more
+        grew = bool(more)
+    for name in piece.offers:
+        d = defs[name]
+        if isinstance(d, ast.ClassDef):  # a class reaches it through its methods
+            assert _names_used(d) & reach, f"{piece.facade}.{name} never calls the core"
+        else:
+            assert name in reach, f"{piece.facade}.{name} never calls the core"
+
+
+@pytest.mark.parametrize("piece", MOVED, ids=lambda p: p.name)
+def test_per_host_and_fleet_callers_use_the_facades_objects(piece: Piece) -> None:
+    facade = importlib.import_module(piece.facade)
+    for module, name in piece.users:
+        used = getattr(importlib.import_module(module), name)
+        assert used is getattr(facade, name), f"{module}.{name} is not {piece.facade}.{name}"
+
+
+@pytest.mark.parametrize("piece", MOVED, ids=lambda p: p.name)
+def test_no_piece_is_defined_outside_its_facade(piece: Piece) -> None:
+    # by name, anywhere in src/: a second function of the same name is a second form
+    for module in _modules():
+        if module == piece.facade:
+            continue
+        defs = _defs(_tree(module))
+        again = [n for n in piece.offers if n in defs]
+        assert not again, f"{module} defines {again}, which {piece.facade} implements"
+    for twin in piece.gone:
+        module, name = twin.split(":")
+        assert name not in _defs(_tree(module)), f"{twin} is back beside {piece.facade}"
+
+
+@pytest.mark.parametrize(("module", "qualname", "callee"), DELEGATES)
+def test_per_host_forms_only_delegate(module: str, qualname: str, callee: str) -> None:
+    node = _defs(_tree(module))[qualname]
+    assert callee in _names_used(node), f"{module}.{qualname} does not call {callee}"
+    arithmetic = [
+        ast.unparse(n)
+        for n in ast.walk(node)
+        if isinstance(n, ast.BinOp | ast.AugAssign) and isinstance(n.op, ARITHMETIC)
+    ]
+    assert not arithmetic, f"{module}.{qualname} computes {arithmetic} itself"
+
+
+def _twins_table() -> list[tuple[str, str, str]]:
+    """docs/design.md's table of the pieces still in two implementations: (piece, the
+    readable form, the array twin), each form as module:name."""
+    block = DESIGN.split('<a id="twins"></a>', 1)[1].split("<a id=", 1)[0]
+    rows = re.findall(r"^ *\| ([^|]+?) \| `([^`]+)` \| `([^`]+)` \|", block, re.M)
+    return [(p.strip(), a, b) for p, a, b in rows]
+
+
+def test_the_documented_twins_are_the_ones_in_the_code() -> None:
+    table = _twins_table()
+    assert table, "docs/design.md has no table of remaining twins after its twins anchor"
+    moved = {p.name for p in MOVED}
+    for piece, *forms in table:
+        assert piece not in moved, f"{piece} is documented as two forms but has moved"
+        for form in forms:
+            module, name = form.split(":")
+            assert name in _defs(_tree(module)), (
+                f"docs/design.md lists {form} for {piece}, but the code has no such form: "
+                "move the row out of the table if the piece now has one implementation"
+            )
