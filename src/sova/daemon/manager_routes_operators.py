@@ -2,9 +2,10 @@
 audit reads; plans approved or rejected; fences, modes, drains and forgotten hosts;
 credentials; liveness, readiness and metrics.
 
-Each route calls into :class:`sova.daemon.manager_service.ManagerService`; the role a
-route needs is the guard's (:mod:`sova.daemon.manager_guard`), which the viewer-403 table
-test reads against this document.
+Each route calls into :class:`sova.daemon.manager_service.ManagerService`. The role a
+route needs is decided by the guard from its method and path
+(:func:`sova.daemon.manager_guard.required_role`), before the route runs; the viewer-403
+test walks every route of this tag in the OpenAPI document.
 """
 
 from __future__ import annotations
