@@ -3,9 +3,10 @@ the errors every route documents, and the audit's "who" of an operator change.
 
 A router (one per OpenAPI tag: :mod:`sova.daemon.manager_routes_agents`,
 :mod:`sova.daemon.manager_routes_operators`) gets the
-:class:`~sova.daemon.manager_service.ManagerService` as a dependency (``service: Service``)
-from ``app.state``, which :func:`sova.daemon.manager_app.create_app` sets, so the routes are
-plain functions of their module, not closures over one app.
+:class:`~sova.daemon.manager_service.ManagerService` from ``app.state``, which
+:func:`sova.daemon.manager_app.create_app` sets: as a dependency (``service: Service``), or
+on the agents' hot path with :func:`service_of`. The routes are plain functions of their
+module, not closures over one app.
 """
 
 from __future__ import annotations
@@ -36,10 +37,16 @@ log = logging.getLogger("sova.manager")
 T = TypeVar("T")
 
 
-async def _service(request: Request) -> ManagerService:
-    # async: FastAPI runs a plain-def dependency in its thread pool, on every report.
+def service_of(request: Request) -> ManagerService:
+    """The service, for the agents' routes: they answer every report and directive poll,
+    and a dependency is one more thing FastAPI resolves per request."""
     service: ManagerService = request.app.state.service
     return service
+
+
+async def _service(request: Request) -> ManagerService:
+    # async: FastAPI runs a plain-def dependency in its thread pool.
+    return service_of(request)
 
 
 Service = Annotated[ManagerService, Depends(_service)]

@@ -17,8 +17,8 @@ from sova.daemon.manager_routes import (
     AUTH_RESPONSES,
     BODY_RESPONSES,
     HostName,
-    Service,
     VMName,
+    service_of,
 )
 from sova.daemon.manager_service import NotTheSource, ReportRefused, StoreUnavailable
 from sova.daemon.schema import (
@@ -62,7 +62,8 @@ _DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
     responses={**BODY_RESPONSES, **_REPORT_RESPONSES},
     summary="Send a host report; the response is the host's migration directive",
 )
-async def post_report(service: Service, host: HostName, report: Report) -> Any:
+async def post_report(request: Request, host: HostName, report: Report) -> Any:
+    service = service_of(request)
     service.metrics.report_protocols.labels(str(report.protocol)).inc()
     try:
         # Answered once the report's row is committed: acknowledged means durable.
@@ -88,13 +89,13 @@ async def post_report(service: Service, host: HostName, report: Report) -> Any:
     summary="The host's current directive; with seq, wait for the round that saw it",
 )
 async def get_directive(
-    service: Service,
     request: Request,
     host: HostName,
     seq: Annotated[int | None, Query(ge=0, le=2**53)] = None,
     wait_s: Annotated[float, Query(ge=0, le=30)] = 5.0,
     p: Annotated[int, Query(ge=0, description="the agent's wire protocol version")] = 0,
 ) -> Any:
+    service = service_of(request)
     # An operator's read delivers nothing: a withdrawal then knows no agent holds it.
     agent = bool(getattr(request.state, "sova_agent", True))
     try:
@@ -116,13 +117,12 @@ async def get_directive(
     summary="The source agent reports a signalled migration's end; releases its lease",
 )
 async def post_migration_done(
-    service: Service,
     vm: VMName,
     done: MigrationDone,
     request: Request,
     x_sova_host: Annotated[str, Header(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)],
 ) -> MigrationDoneAck:
-    host = request.state.sova_host
+    service, host = service_of(request), request.state.sova_host
     try:
         return MigrationDoneAck(released=await service.migration_done(host, vm, done))
     except NotTheSource as exc:
