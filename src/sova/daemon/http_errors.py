@@ -1,4 +1,4 @@
-"""What the leader's routes (:mod:`sova.daemon.manager_app`) and a standby's reads
+"""What the leader's routes (:mod:`sova.daemon.manager_routes_operators`) and a standby's reads
 (:mod:`sova.daemon.standby_reads`) share: the parameter types of the read routes both
 serve (one declaration, so the two cannot accept different bounds), and the manager's 422,
 where every validation error names the field (its long name for a report's one-letter

@@ -1,15 +1,11 @@
 """``sova manager``: the cluster's Monitor, Analyse, Plan and Knowledge over HTTP (Sova Fig. 3).
 
-This module is the HTTP surface: the routes, validation errors that name the field, the
-OpenAPI document, and the server's start-up. The behaviour behind the routes is
+This module builds the manager's app (the service, the guard, the 422 that names the
+field, one router per OpenAPI tag), publishes the OpenAPI document, and starts the
+server. The routes are in :mod:`sova.daemon.manager_routes_agents` and
+:mod:`sova.daemon.manager_routes_operators`; the behaviour behind them is
 :class:`sova.daemon.manager_service.ManagerService`; the guard in front of them (tokens,
 body limits) is :mod:`sova.daemon.manager_guard`.
-
-Why one module over 700 lines: it is the API's route table. Each route is a few lines of
-call into the service, but carries its OpenAPI metadata (operationId, responses, the
-role it needs), and the viewer-403 table test and the published ``docs/openapi.json`` read
-them as one document; split by URL prefix, a route's guard and its documented errors
-would sit in different files from the routes beside it. The logic lives elsewhere.
 """
 
 from __future__ import annotations
@@ -24,34 +20,18 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any
 
-from fastapi import FastAPI, Header, HTTPException, Query, Request, Security
-from fastapi import Path as PathParam
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from sova import __version__
 from sova.daemon.config import ManagerSettings
 from sova.daemon.conn_guard import base_protocol, guarded
-from sova.daemon.credentials import Credential
-from sova.daemon.http_errors import (
-    AuditAction,
-    DecisionAfter,
-    HostFilter,
-    LogWindow,
-    PageLimit,
-    PlanId,
-    PlanState,
-    RowAfter,
-    VMFilter,
-)
-from sova.daemon.http_errors import validation_error as _validation_error
+from sova.daemon.http_errors import validation_error
 from sova.daemon.leadership import (
     Leadership,
     clock_offset,
@@ -60,119 +40,17 @@ from sova.daemon.leadership import (
     step_down,
 )
 from sova.daemon.manager_console import console_router
-from sova.daemon.manager_control import FENCE_KINDS, PlanConflict, PlanNotFound
-from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
-from sova.daemon.manager_guard import ANONYMOUS, GuardMiddleware
+from sova.daemon.manager_guard import GuardMiddleware
+from sova.daemon.manager_routes_agents import router as agents_router
+from sova.daemon.manager_routes_operators import router as operators_router
 from sova.daemon.manager_security import exposure_check
-from sova.daemon.manager_service import (
-    ManagerService,
-    NotTheSource,
-    ReportRefused,
-    StoreUnavailable,
-)
+from sova.daemon.manager_service import ManagerService
 from sova.daemon.manager_standby import WarmWindows, advertise_url, serve_standby
-from sova.daemon.schema import (
-    FIELD_NAMES,
-    FORGING_CHARS,
-    FREE_TEXT_PATTERN,
-    NAME_MAX,
-    NAME_PATTERN,
-    PROTOCOL,
-    AuditPage,
-    ClusterView,
-    DecisionPage,
-    Directive,
-    FenceView,
-    Health,
-    MigrationDone,
-    MigrationDoneAck,
-    ModeChange,
-    ModeView,
-    OperatorAction,
-    PlanPage,
-    PlanView,
-    Readiness,
-    Report,
-    for_agent,
-    forging,
-)
+from sova.daemon.schema import PROTOCOL
 from sova.daemon.store import Store
-from sova.daemon.store_admin import NotLeading
 from sova.orchestrator.base import Actuator
 
 log = logging.getLogger("sova.manager")
-T = TypeVar("T")
-
-
-HostName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
-VMName = Annotated[str, PathParam(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
-
-_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"description": "missing or invalid token; nothing was changed"},
-}
-_NOT_LEADING: dict[int | str, dict[str, Any]] = {
-    503: {
-        "description": "a migration directive is due but this manager's leadership was not "
-        "confirmed within half a lease; ask again (or another manager)"
-    },
-}
-_REPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
-    409: {"description": "replayed or out-of-order report (same agent boot); nothing changed"},
-    503: {
-        "description": "not acknowledged: the store did not take the report's row, or a "
-        "migration directive is due but this manager's leadership was not confirmed within "
-        "half a lease; send it again (or to another manager)"
-    },
-}
-_DONE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    403: {"description": "the host is not the migration's source; nothing was changed"},
-}
-_PLAN_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **_AUTH_RESPONSES,
-    404: {"description": "no plan with this id"},
-    409: {"description": "the plan is not open, expired, or cannot run now (says why)"},
-}
-_OPERATOR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **_AUTH_RESPONSES,
-    403: {"description": "the credential's role does not allow this; nothing was changed"},
-    503: {"description": "the knowledge store cannot be written; nothing was changed"},
-}
-FenceKind = Annotated[str, PathParam(pattern="^(" + "|".join(FENCE_KINDS) + ")$")]
-By = Annotated[str | None, Query(min_length=1, max_length=128, pattern=rf"^[^{FORGING_CHARS}]+$")]
-# No control characters, line separators or bidi controls: a newline (or U+2028, NEL, a
-# right-to-left override) in a reason would forge a line in `sova audit` output and in
-# the journal.
-Why = Annotated[str, Query(max_length=500, pattern=FREE_TEXT_PATTERN)]
-
-
-def _who(request: Request, by: str | None) -> str:
-    """The audit log's "who": the credential's name; a ``by`` the client sent only
-    annotates it (it is self-declared)."""
-    cred: Credential = getattr(request.state, "sova_operator", ANONYMOUS)
-    if by is None or by == cred.name:
-        return cred.name
-    room = 128 - len(cred.name) - 3
-    return f"{cred.name} ({by[:room]})"
-
-
-def _body_who(request: Request, body: OperatorAction) -> tuple[str, str]:
-    """(who, reason) of an operator change's body; 422 on a reason that could forge a line."""
-    if (bad := forging(body.reason)) is not None:
-        raise HTTPException(
-            422,
-            f"reason: {bad} is not allowed (control characters, line separators and bidi "
-            "controls could forge an audit line)",
-        )
-    return _who(request, body.by if "by" in body.model_fields_set else None), body.reason
-
-
-_FORBIDDEN: dict[int | str, dict[str, Any]] = {
-    403: {"description": "the credential's role does not allow this; nothing was changed"},
-}
-_BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **_AUTH_RESPONSES,
-    413: {"description": "body larger than max_report_bytes; nothing was changed"},
-}
 
 
 def create_app(
@@ -188,7 +66,7 @@ def create_app(
     epoch: int | None = None,
     warm: WarmWindows | None = None,
 ) -> FastAPI:
-    """The manager's ASGI app: migrates the store, restores state, wires the routes.
+    """The manager's ASGI app: migrates the store, restores state, wires the routers.
     ``epoch``: the leadership epoch this manager leads (PostgreSQL; None on SQLite);
     ``warm``: report windows a standby read ahead (the restore reads only what is new)."""
     if migrate:
@@ -207,21 +85,6 @@ def create_app(
     role_gauge, epoch_gauge = leader_gauges(service.metrics.registry)
     role_gauge.set(1)
     epoch_gauge.set(epoch or 0)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        bg = asyncio.create_task(service.run_background())
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            # Token rotation without a restart (only where signals reach this loop).
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, service.reload_tokens)
-        try:
-            yield
-        finally:
-            bg.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await bg
-            await service.close()
-
     app = FastAPI(
         title="Sova manager",
         version=f"{__version__} (wire protocol {PROTOCOL})",
@@ -231,529 +94,35 @@ def create_app(
             "`<flag, target, vm>` in the response. Report fields have one-letter names to "
             "keep a report under 304 bytes; each field's description gives its meaning."
         ),
-        lifespan=lifespan,
+        lifespan=_lifespan,
     )
+    # What the routers' dependencies read (manager_routes.Service, /readyz's epoch).
     app.state.service = service
+    app.state.epoch = epoch
     app.add_middleware(GuardMiddleware, service=service)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.include_router(agents_router)
+    app.include_router(operators_router)
     app.include_router(console_router())  # /console/: the web console (not in OpenAPI)
-    bearer = HTTPBearer(
-        auto_error=False,
-        description="the host's token (agent endpoints) or the admin token (read endpoints)",
-    )
-    auth = [Security(bearer)]
-
-    @app.post(
-        "/v1/hosts/{host}/reports",
-        operation_id="postReport",
-        response_model=Directive,
-        dependencies=auth,
-        responses={**_BODY_RESPONSES, **_REPORT_RESPONSES},
-        tags=["agents"],
-        summary="Send a host report; the response is the host's migration directive",
-    )
-    async def post_report(host: HostName, report: Report) -> Any:
-        service.metrics.report_protocols.labels(str(report.protocol)).inc()
-        try:
-            # Answered once the report's row is committed: acknowledged means durable.
-            d = await service.report(host, report)
-            return JSONResponse(for_agent(d, report.protocol, report.vf_freeze_version))
-        except (NotLeading, StoreUnavailable) as exc:
-            return JSONResponse(status_code=503, content={"error": str(exc)})
-        except ReportRefused as exc:
-            long = FIELD_NAMES.get(exc.field)
-            field = f"{exc.field} ({long})" if long else exc.field
-            item = {"loc": ["body", exc.field], "msg": str(exc), "type": "refused", "field": field}
-            return JSONResponse(
-                status_code=exc.status, content={"detail": [item], "error": f"{field}: {exc}"}
-            )
-
-    @app.get(
-        "/v1/hosts/{host}/directive",
-        operation_id="getDirective",
-        response_model=Directive,
-        dependencies=auth,
-        responses={**_AUTH_RESPONSES, **_NOT_LEADING},
-        tags=["agents"],
-        summary="The host's current directive; with seq, wait for the round that saw it",
-    )
-    async def get_directive(
-        request: Request,
-        host: HostName,
-        seq: Annotated[int | None, Query(ge=0, le=2**53)] = None,
-        wait_s: Annotated[float, Query(ge=0, le=30)] = 5.0,
-        p: Annotated[int, Query(ge=0, description="the agent's wire protocol version")] = 0,
-    ) -> Any:
-        # An operator's read delivers nothing: a withdrawal then knows no agent holds it.
-        agent = bool(getattr(request.state, "sova_agent", True))
-        try:
-            if seq is None:
-                d = service.directive_for(host) if agent else service.ledger.directive_for(host)
-            else:
-                d = await service.wait_directive(host, seq, wait_s, deliver=agent)
-        except NotLeading as exc:
-            return JSONResponse(status_code=503, content={"error": str(exc)})
-        return JSONResponse(for_agent(d, p))
-
-    @app.post(
-        "/v1/migrations/{vm}/done",
-        operation_id="postMigrationDone",
-        response_model=MigrationDoneAck,
-        dependencies=auth,
-        responses={**_BODY_RESPONSES, **_DONE_RESPONSES},
-        tags=["agents"],
-        summary="The source agent reports a signalled migration's end; releases its lease",
-    )
-    async def post_migration_done(
-        vm: VMName,
-        done: MigrationDone,
-        request: Request,
-        x_sova_host: Annotated[
-            str, Header(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-        ],
-    ) -> MigrationDoneAck:
-        host = request.state.sova_host
-        try:
-            return MigrationDoneAck(released=await service.migration_done(host, vm, done))
-        except NotTheSource as exc:
-            raise HTTPException(403, str(exc)) from None
-
-    @app.get(
-        "/v1/cluster",
-        operation_id="getCluster",
-        response_model=ClusterView,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="Hosts, their last report, hot verdicts, directives and leases",
-    )
-    async def get_cluster(
-        offset: Annotated[int, Query(ge=0, le=10**6)] = 0,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    ) -> ClusterView:
-        return service.cluster_view(offset, limit)
-
-    @app.get(
-        "/v1/decisions",
-        operation_id="getDecisions",
-        response_model=DecisionPage,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="The decision log with the inputs of each decision (oldest or newest first)",
-    )
-    async def get_decisions(
-        window: LogWindow,
-        after: DecisionAfter = 0,
-        limit: PageLimit = 100,
-        host: HostFilter = None,
-        vm: VMFilter = None,
-    ) -> DecisionPage:
-        return await service.decision_page(
-            replace(window, after=after, limit=limit, host=host, vm=vm)
-        )
-
-    async def _stored(coro: Awaitable[T]) -> T:
-        """An operator change: 503 (nothing changed) when the store refuses it."""
-        try:
-            return await coro
-        except (PlanNotFound, PlanConflict, ValueError):
-            raise
-        except Exception as exc:
-            log.error("operator change not stored: %s", exc)
-            # The exception's text may quote SQL and table names: the journal has it, the
-            # client gets the kind only.
-            raise HTTPException(
-                503, f"knowledge store cannot be written ({type(exc).__name__}); nothing changed"
-            ) from None
-
-    def _plan_errors(exc: Exception) -> HTTPException:
-        if isinstance(exc, PlanNotFound):
-            return HTTPException(404, str(exc))
-        return HTTPException(409, str(exc))
-
-    @app.get(
-        "/v1/plans",
-        operation_id="listPlans",
-        response_model=PlanPage,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="Proposed plans (recommend mode) and what became of them (oldest or newest first)",
-    )
-    async def list_plans(
-        window: LogWindow,
-        state: PlanState = None,
-        after: RowAfter = 0,
-        limit: PageLimit = 100,
-        host: HostFilter = None,
-        vm: VMFilter = None,
-    ) -> PlanPage:
-        sl = replace(window, after=after, limit=limit, kind=state, host=host, vm=vm)
-        return await service.plan_page(sl)
-
-    @app.get(
-        "/v1/plans/{plan_id}",
-        operation_id="getPlan",
-        response_model=PlanView,
-        dependencies=auth,
-        responses=_PLAN_RESPONSES,
-        tags=["operators"],
-        summary="One plan: inputs, actions, expected effect, expiry and its fate",
-    )
-    async def get_plan(plan_id: PlanId) -> PlanView:
-        try:
-            return await service.plan_view(plan_id)
-        except (PlanNotFound, PlanConflict) as exc:
-            raise _plan_errors(exc) from None
-
-    @app.get(
-        "/v1/plans/{plan_id}/watcher",
-        operation_id="getPlanAsWatcherActionPlan",
-        dependencies=auth,
-        responses=_PLAN_RESPONSES,
-        tags=["operators"],
-        summary="One plan in OpenStack Watcher's action-plan shape (migrate, live)",
-    )
-    async def get_plan_watcher(plan_id: PlanId) -> dict[str, Any]:
-        from sova.orchestrator.recommend import Proposal, to_watcher_action_plan
-
-        try:
-            p = await service.plan_view(plan_id)
-        except (PlanNotFound, PlanConflict) as exc:
-            raise _plan_errors(exc) from None
-        return to_watcher_action_plan(
-            [Proposal(a.vm, a.src, a.dst, p.reason, a.vm) for a in p.actions],
-            audit_uuid=str(p.id),
-        )
-
-    @app.post(
-        "/v1/plans/{plan_id}/approve",
-        operation_id="approvePlan",
-        response_model=PlanView,
-        dependencies=auth,
-        responses={**_PLAN_RESPONSES, **_OPERATOR_RESPONSES},
-        tags=["operators"],
-        summary="Approve an open plan: its migration is signalled (audit-logged)",
-    )
-    async def approve_plan(plan_id: PlanId, body: OperatorAction, request: Request) -> PlanView:
-        try:
-            return await _stored(service.approve_plan(plan_id, *_body_who(request, body)))
-        except (PlanNotFound, PlanConflict) as exc:
-            raise _plan_errors(exc) from None
-
-    @app.post(
-        "/v1/plans/{plan_id}/reject",
-        operation_id="rejectPlan",
-        response_model=PlanView,
-        dependencies=auth,
-        responses={**_PLAN_RESPONSES, **_OPERATOR_RESPONSES},
-        tags=["operators"],
-        summary="Reject an open plan: nothing moves (audit-logged)",
-    )
-    async def reject_plan(plan_id: PlanId, body: OperatorAction, request: Request) -> PlanView:
-        try:
-            return await _stored(service.reject_plan(plan_id, *_body_who(request, body)))
-        except (PlanNotFound, PlanConflict) as exc:
-            raise _plan_errors(exc) from None
-
-    @app.get(
-        "/v1/fences",
-        operation_id="listFences",
-        response_model=list[FenceView],
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="Fences in force: maintenance hosts, pinned VMs, frozen VF assignments",
-    )
-    async def list_fences() -> list[FenceView]:
-        return service.fence_views()
-
-    @app.put(
-        "/v1/fences/{kind}/{name}",
-        operation_id="setFence",
-        response_model=FenceView,
-        dependencies=auth,
-        responses=_OPERATOR_RESPONSES,
-        tags=["operators"],
-        summary="Set a fence (maintenance | pin | vf-freeze-host | vf-freeze-vm); audit-logged",
-    )
-    async def set_fence(
-        kind: FenceKind, name: HostName, body: OperatorAction, request: Request
-    ) -> FenceView:
-        bound = service.settings.max_fences_per_kind
-        held = service.desk.ops.names(kind)
-        if name not in held and len(held) >= bound:
-            raise HTTPException(
-                422,
-                f"{kind}: at most max_fences_per_kind = {bound} fences of one kind; lift one first",
-            )
-        try:
-            return await _stored(service.set_fence(kind, name, *_body_who(request, body)))
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
-
-    @app.delete(
-        "/v1/fences/{kind}/{name}",
-        operation_id="clearFence",
-        dependencies=auth,
-        responses={**_OPERATOR_RESPONSES, 404: {"description": "no such fence"}},
-        tags=["operators"],
-        summary="Lift a fence; audit-logged",
-    )
-    async def clear_fence(
-        kind: FenceKind, name: HostName, request: Request, by: By = None, reason: Why = ""
-    ) -> Any:
-        if not await _stored(service.clear_fence(kind, name, _who(request, by), reason)):
-            raise HTTPException(404, f"no {kind} fence on {name}")
-        return {"cleared": True}
-
-    @app.get(
-        "/v1/mode",
-        operation_id="getMode",
-        response_model=ModeView,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="The cluster's mode and hosts whose mode differs",
-    )
-    async def get_mode() -> ModeView:
-        return service.mode_view()
-
-    @app.put(
-        "/v1/mode",
-        operation_id="setMode",
-        response_model=ModeView,
-        dependencies=auth,
-        responses=_OPERATOR_RESPONSES,
-        tags=["operators"],
-        summary="Set the cluster's mode (autonomic | recommend); kept across restarts",
-    )
-    async def set_mode(body: ModeChange, request: Request) -> ModeView:
-        return await _stored(service.set_mode("*", body.mode, *_body_who(request, body)))
-
-    @app.delete(
-        "/v1/mode",
-        operation_id="resetMode",
-        response_model=ModeView,
-        dependencies=auth,
-        responses=_OPERATOR_RESPONSES,
-        tags=["operators"],
-        summary="Return the cluster to the config file's mode",
-    )
-    async def reset_mode(request: Request, by: By = None, reason: Why = "") -> ModeView:
-        return await _stored(service.set_mode("*", None, _who(request, by), reason))
-
-    @app.put(
-        "/v1/hosts/{host}/mode",
-        operation_id="setHostMode",
-        response_model=ModeView,
-        dependencies=auth,
-        responses={**_OPERATOR_RESPONSES, 404: {"description": "no such host"}},
-        tags=["operators"],
-        summary="Set one host's mode, over the cluster's; kept across restarts",
-    )
-    async def set_host_mode(host: HostName, body: ModeChange, request: Request) -> ModeView:
-        if host not in service.state.hosts and host not in service.tokens.hosts:
-            # A typo would be stored as a mode nobody has, the host meant left unchanged.
-            raise HTTPException(404, f"no host {host}: it has no token and has not reported")
-        return await _stored(service.set_mode(host, body.mode, *_body_who(request, body)))
-
-    @app.delete(
-        "/v1/hosts/{host}/mode",
-        operation_id="resetHostMode",
-        response_model=ModeView,
-        dependencies=auth,
-        responses=_OPERATOR_RESPONSES,
-        tags=["operators"],
-        summary="Return one host to the cluster's mode",
-    )
-    async def reset_host_mode(
-        host: HostName, request: Request, by: By = None, reason: Why = ""
-    ) -> ModeView:
-        return await _stored(service.set_mode(host, None, _who(request, by), reason))
-
-    def _fleet_errors(exc: Exception) -> HTTPException:
-        return HTTPException(404 if isinstance(exc, HostUnknown) else 409, str(exc))
-
-    @app.put(
-        "/v1/hosts/{host}/drain",
-        operation_id="drainHost",
-        response_model=DrainView,
-        dependencies=auth,
-        responses={**_OPERATOR_RESPONSES, 404: {"description": "no such host"}},
-        tags=["operators"],
-        summary="Drain a host: maintenance, and its VMs moved off by the planner (audited)",
-    )
-    async def drain_host(host: HostName, body: OperatorAction, request: Request) -> DrainView:
-        try:
-            return await _stored(service.fleet.drain(host, *_body_who(request, body)))
-        except HostUnknown as exc:
-            raise _fleet_errors(exc) from None
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
-
-    @app.delete(
-        "/v1/hosts/{host}/drain",
-        operation_id="cancelDrain",
-        response_model=DrainView,
-        dependencies=auth,
-        responses=_OPERATOR_RESPONSES,
-        tags=["operators"],
-        summary="Stop draining a host (it leaves maintenance); audited",
-    )
-    async def cancel_drain(
-        host: HostName, request: Request, by: By = None, reason: Why = ""
-    ) -> DrainView:
-        return await _stored(service.fleet.cancel(host, _who(request, by), reason))
-
-    @app.get(
-        "/v1/hosts/{host}/drain",
-        operation_id="getDrain",
-        response_model=DrainView,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="A drain's progress: VMs left, in flight, moves done, blocked with why",
-    )
-    async def get_drain(host: HostName) -> DrainView:
-        return await service.fleet.status(host)
-
-    @app.delete(
-        "/v1/hosts/{host}",
-        operation_id="forgetHost",
-        dependencies=auth,
-        responses={
-            **_OPERATOR_RESPONSES,
-            404: {"description": "no such host"},
-            409: {"description": "the host is live, migrating or named by an open plan"},
-        },
-        tags=["operators"],
-        summary="Forget (decommission) a stale host: its state leaves memory and store",
-    )
-    async def forget_host(
-        host: HostName, request: Request, by: By = None, reason: Why = ""
-    ) -> dict[str, bool]:
-        try:
-            await _stored(service.fleet.forget(host, _who(request, by), reason))
-        except (HostUnknown, HostBusy) as exc:
-            raise _fleet_errors(exc) from None
-        return {"forgotten": True}
-
-    @app.get(
-        "/v1/audit",
-        operation_id="getAudit",
-        response_model=AuditPage,
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="The audit log of operator actions and plan fates: who, what, when",
-    )
-    async def get_audit(
-        window: LogWindow,
-        after: RowAfter = 0,
-        limit: PageLimit = 100,
-        host: HostFilter = None,
-        vm: VMFilter = None,
-        action: AuditAction = None,
-    ) -> AuditPage:
-        sl = replace(window, after=after, limit=limit, host=host, vm=vm, kind=action)
-        return await service.audit_page(sl)
-
-    @app.get(
-        "/v1/credentials",
-        operation_id="listCredentials",
-        response_model=dict[str, str],
-        dependencies=auth,
-        responses={**_AUTH_RESPONSES, **_FORBIDDEN},
-        tags=["operators"],
-        summary="Operator credentials in force: name -> role (admin role; no secrets)",
-    )
-    async def list_credentials() -> dict[str, str]:
-        return service.tokens.operators.names()
-
-    @app.get(
-        "/v1/whoami",
-        operation_id="whoAmI",
-        response_model=dict[str, str],
-        dependencies=auth,
-        responses=_AUTH_RESPONSES,
-        tags=["operators"],
-        summary="The credential this request's token belongs to: name and role",
-    )
-    async def whoami(request: Request) -> dict[str, str]:
-        cred: Credential = getattr(request.state, "sova_operator", ANONYMOUS)
-        return {"name": cred.name, "role": cred.role}
-
-    @app.post(
-        "/v1/credentials/reload",
-        operation_id="reloadCredentials",
-        response_model=dict[str, int],
-        dependencies=auth,
-        responses={**_AUTH_RESPONSES, **_FORBIDDEN, 409: {"description": "not reloaded"}},
-        tags=["operators"],
-        summary="Re-read the host tokens and operators files (as SIGHUP does); admin role",
-    )
-    async def reload_credentials(request: Request) -> dict[str, int]:
-        if not service.reload_tokens():
-            raise HTTPException(409, "credentials not reloaded; the old ones stay (see the log)")
-        log.warning("credentials reloaded by %s", _who(request, None))
-        return {"hosts": len(service.tokens.hosts), "operators": len(service.tokens.operators)}
-
-    @app.get(
-        "/healthz",
-        operation_id="getLiveness",
-        response_model=Health,
-        tags=["operators"],
-        summary="Liveness: the process serves requests (restart it if this fails)",
-    )
-    async def healthz() -> Health:
-        return Health(status="ok", hosts=len(service.hosts), store=store.dialect)
-
-    @app.get(
-        "/readyz",
-        operation_id="getReadiness",
-        response_model=Readiness,
-        tags=["operators"],
-        summary="Readiness: the store takes writes and the planner completes its rounds",
-        responses={
-            503: {
-                "description": "the knowledge store cannot be written, or planning rounds "
-                "fail or stopped (none completed in 2 periods)"
-            }
-        },
-    )
-    async def readyz() -> Any:
-        ok, why = await service.ready()
-        ph = service.planner_health
-        body = Readiness(
-            status=why,
-            hosts=len(service.hosts),
-            store=store.dialect,
-            last_round_s=ph.last_ok_wall,
-            last_round_duration_s=ph.last_duration_s if ph.last_ok_mono is not None else None,
-            round_failures=ph.failures,
-            role="leader",
-            epoch=epoch,
-        )
-        if not ok:
-            return JSONResponse(status_code=503, content=body.model_dump())
-        return body
-
-    @app.get(
-        "/metrics",
-        operation_id="getMetrics",
-        tags=["operators"],
-        response_class=Response,
-        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus metrics"}},
-    )
-    async def metrics() -> Response:
-        data = await asyncio.get_running_loop().run_in_executor(
-            None, generate_latest, service.metrics.registry
-        )
-        return Response(data, media_type=CONTENT_TYPE_LATEST)
-
     return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The service's background tasks (timer rounds, flusher, pruner, watches) while the
+    app serves; SIGHUP re-reads the credentials."""
+    service: ManagerService = app.state.service
+    bg = asyncio.create_task(service.run_background())
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        # Token rotation without a restart (only where signals reach this loop).
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, service.reload_tokens)
+    try:
+        yield
+    finally:
+        bg.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await bg
+        await service.close()
 
 
 def openapi_document(app: FastAPI) -> str:
@@ -777,29 +146,11 @@ def run_manager(settings: ManagerSettings) -> None:
     _raise_nofile(settings.http.max_connections + 256)
     warnings = exposure_check(settings)  # refuses an exposed manager without auth/TLS
     store = Store(settings.database_url, lease_s=settings.leader_lease_s)
-    lead: Leadership | None = None
-    warm: WarmWindows | None = None
-    if store.dialect == "postgresql":
-        # Active/standby: wait (serving as a standby) until this manager leads.
-        lead = Leadership(
-            store, advertise_url(settings), lease_s=settings.leader_lease_s, on_lost=step_down
-        )
-        serving = lambda standby: uvicorn_config(standby, settings)  # noqa: E731
-        # A clock too far from the store's waits as a standby (which says why) instead.
-        if clock_refusal(clock_offset(store)) is not None or not lead.try_lock():
-            # A warm standby: the windows are read while it waits, not when it takes over.
-            warm = WarmWindows(store, settings.planner.n)
-            if not serve_standby(store, lead, settings, serving, warm):
-                lead.close()
-                store.close()
-                return  # stopped while a standby
-        lead.start_heartbeat()  # from now on: a long migration must not idle the lock out
-        store.migrate()  # only a leader migrates: a newer standby waits for its turn
-        lead.take_over()
-        if warm is not None and store.migrated:
-            warm = None  # the schema changed under the rows read: read them afresh
-    else:
-        store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
+    taken = _become_writer(store, settings)
+    if taken is None:
+        store.close()
+        return  # stopped while a standby
+    lead, warm = taken
     took = time.monotonic()
     app = create_app(
         settings,
@@ -849,6 +200,35 @@ def run_manager(settings: ManagerSettings) -> None:
         if lead is not None:
             lead.close()
         store.close()
+
+
+def _become_writer(
+    store: Store, settings: ManagerSettings
+) -> tuple[Leadership | None, WarmWindows | None] | None:
+    """This manager's right to write the store. PostgreSQL: the leadership, after serving
+    as a standby while another manager leads, and the report windows it read meanwhile;
+    SQLite: the store's writer lock, no leadership. None: stopped while a standby."""
+    if store.dialect != "postgresql":
+        store.lock_writer()  # a second manager on one SQLite store exits here (StoreBusy)
+        return None, None
+    lead = Leadership(
+        store, advertise_url(settings), lease_s=settings.leader_lease_s, on_lost=step_down
+    )
+    serving = lambda standby: uvicorn_config(standby, settings)  # noqa: E731
+    warm: WarmWindows | None = None
+    # A clock too far from the store's waits as a standby (which says why) instead.
+    if clock_refusal(clock_offset(store)) is not None or not lead.try_lock():
+        # A warm standby: the windows are read while it waits, not when it takes over.
+        warm = WarmWindows(store, settings.planner.n)
+        if not serve_standby(store, lead, settings, serving, warm):
+            lead.close()
+            return None
+    lead.start_heartbeat()  # from now on: a long migration must not idle the lock out
+    store.migrate()  # only a leader migrates: a newer standby waits for its turn
+    lead.take_over()
+    if warm is not None and store.migrated:
+        warm = None  # the schema changed under the rows read: read them afresh
+    return lead, warm
 
 
 def uvicorn_config(app: Any, settings: ManagerSettings) -> Any:

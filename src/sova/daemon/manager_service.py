@@ -1,6 +1,6 @@
 """The manager service: ``sova manager``'s state and behaviour, without HTTP.
 
-The routes are in :mod:`sova.daemon.manager_app`, the token/body guard in
+The routes are in the routers (``sova.daemon.manager_routes_*``), the token/body guard in
 :mod:`sova.daemon.manager_guard`. The decisions are
 :class:`sova.manager.core.ManagerCore`'s, exactly as the simulator runs them (the core also
 owns every lease's life); what a daemon needs around them is split by responsibility,
