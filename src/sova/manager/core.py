@@ -22,7 +22,9 @@ from typing import Protocol
 import numpy as np
 
 from sova.manager.fastplan import ArrayWindow, WindowArrays, notable
-from sova.manager.pipeline import Decision, Lease, Pipeline, Round
+from sova.manager.pipeline import Decision as Decision  # made by the pipeline, imported
+from sova.manager.pipeline import Lease as Lease  # from here by the daemon and simulator
+from sova.manager.pipeline import Pipeline, Round
 from sova.manager.placement import Placement, View
 from sova.manager.stages import brakes, default_pipeline
 from sova.policy.hotspot import (

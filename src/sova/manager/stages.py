@@ -23,7 +23,6 @@ bind       ``decision-record``    the round's decisions, with their inputs
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from dataclasses import replace
 from typing import Any
 
 from sova.manager.fastplan import coordinate_windows
@@ -150,19 +149,7 @@ class ShouldRules:
         bars = r.bars
         if bars is None:
             return None
-        state = r.state
-        return relax_should_rules(
-            dict(r.signals),
-            r.reports(),
-            state.detector,
-            soft=bars,
-            hard=replace(bars, soft=False, _cache={}),  # the same view, should-rules left out
-            metric=state.metric,
-            ceiling=state.ceiling,
-            leased=r.leased,
-            fenced=r.fenced,
-            cost=state.move_cost,
-        )
+        return relax_should_rules(r, bars)
 
 
 class PlacementNotes:
@@ -179,20 +166,7 @@ class Drain:
         state = r.state
         if not state.draining:
             return None
-        return drain_signals(
-            dict(r.signals),
-            r.reports(),
-            state.draining,
-            alpha=state.detector.alpha,
-            bars=r.barred or {},
-            leased=r.leased,
-            fenced=r.fenced,
-            pinned=state.pinned,
-            metric=state.metric,
-            ceiling=state.ceiling,
-            capacities=r.capacities or None,
-            named=state.vms,
-        )
+        return drain_signals(r)
 
 
 # ------------------------------------------------------------------------------ permit
