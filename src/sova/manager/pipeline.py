@@ -220,6 +220,8 @@ class Round:
 
 @runtime_checkable
 class Filter(Protocol):
+    """Fences hosts (:meth:`Round.fence`) or bars hosts for a VM (:meth:`Round.bar`)."""
+
     name: str
 
     def filter(self, r: Round) -> None: ...
@@ -227,6 +229,8 @@ class Filter(Protocol):
 
 @runtime_checkable
 class Score(Protocol):
+    """The round's signals, revised (None: unchanged)."""
+
     name: str
 
     def score(self, r: Round) -> MutableMapping[str, MigrationSignal] | None: ...
@@ -234,6 +238,8 @@ class Score(Protocol):
 
 @runtime_checkable
 class Permit(Protocol):
+    """None lets ``move`` start; a ``held`` or ``proposed`` status does not."""
+
     name: str
 
     def permit(self, r: Round, move: Move) -> Status | None: ...
@@ -241,6 +247,8 @@ class Permit(Protocol):
 
 @runtime_checkable
 class Reserve(Protocol):
+    """Takes what a permitted (or proposed) move needs; its status if it decided."""
+
     name: str
 
     def reserve(self, r: Round, move: Move, verdict: Status | None) -> Status | None: ...
@@ -248,6 +256,8 @@ class Reserve(Protocol):
 
 @runtime_checkable
 class Bind(Protocol):
+    """Records the decision about ``host`` (``decided``: the stage that made it)."""
+
     name: str
 
     def bind(self, r: Round, host: str, signal: MigrationSignal, decided: Status) -> None: ...
