@@ -469,3 +469,9 @@ def test_the_one_shot_round_is_alg2_over_the_same_reports(
     assert list(got) == list(reports)
     assert {h: got[h] for h in got} == dict(want)
     assert any(s.flag for s in want.values()) or seed == 1
+
+
+def test_pipelines_of_the_same_names_are_equal() -> None:
+    # built twice from the same names: two sets of plug-in objects, one configuration
+    assert default_pipeline() == default_pipeline()
+    assert default_pipeline() != build_pipeline(("maintenance",), (), (), (), ())

@@ -316,15 +316,22 @@ def _build(stage: Stage, names: Sequence[str]) -> list[Any]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Pipeline:
-    """The plug-ins of each stage, in the order they run."""
+    """The plug-ins of each stage, in the order they run. Two pipelines of the same names
+    are the same configuration (a plug-in is built from its name), so they compare equal."""
 
     filters: tuple[Filter, ...]
     scores: tuple[Score, ...]
     permits: tuple[Permit, ...]
     reserves: tuple[Reserve, ...]
     binds: tuple[Bind, ...]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pipeline) and self.names() == other.names()
+
+    def __hash__(self) -> int:
+        return hash(tuple(tuple(v) for v in self.names().values()))
 
     def names(self) -> dict[str, list[str]]:
         return {
