@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from sova.manager.core import ManagerCore, plan_reports
+from sova.manager.core import ManagerCore
+from sova.manager.oneshot import plan_reports
 from sova.manager.pipeline import (
     BINDS,
     FILTERS,
