@@ -121,3 +121,6 @@ _.draw  # unused method
 blip_cost_mbit  # unused function (src/sova/sim/decisions.py)
 oracle_policy  # unused function (src/sova/sim/oracle.py)
 _.value_mbit  # unused variable (src/sova/sim/oracle.py): the model's objective, for readers
+# A plug-in registry reads the entry points again after a package is installed at run time
+# (tests/test_planning_pipeline.py installs a throwaway distribution on sys.path)
+_.rescan  # unused method (src/sova/plugins.py)

@@ -65,6 +65,14 @@ def test_concurrent_limit_through_the_api(api_factory) -> None:  # type: ignore[
     held = [d for d in decisions(api) if "held" in d["inputs"]]
     assert held and all("max_concurrent_migrations = 1" in d["inputs"]["held"] for d in held)
     assert all(not d["flag"] for d in held)
+    # the decision record names the planning stage and plug-in that decided
+    # (docs/design.md#the-planning-pipeline): the brake held one, the lease started the other
+    decided = {d["inputs"]["decided"]["plugin"] for d in decisions(api) if d["vm"]}
+    assert all(
+        d["inputs"]["decided"] == {"stage": "permit", "plugin": "migration-brakes", "code": "held"}
+        for d in held
+    )
+    assert {"migration-brakes", "leases"} <= decided
 
 
 def test_cool_down_holds_and_survives_a_restart(store) -> None:  # type: ignore[no-untyped-def]

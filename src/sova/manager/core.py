@@ -15,15 +15,18 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from sova.manager.fastplan import ArrayWindow, WindowArrays, coordinate_windows, notable
-from sova.manager.fleet import DRAIN, drain_signals, note_bars, relax_should_rules
-from sova.manager.placement import Bars, Placement, View
+from sova.manager.fastplan import ArrayWindow, WindowArrays, notable
+from sova.manager.pipeline import Decision as Decision  # made by the pipeline, imported
+from sova.manager.pipeline import Lease as Lease  # from here by the daemon and simulator
+from sova.manager.pipeline import Pipeline, Round
+from sova.manager.placement import Placement, View
+from sova.manager.stages import brakes, default_pipeline
 from sova.policy.hotspot import (
     RESOURCES,
     UTILISATION_SLACK,
@@ -80,27 +83,6 @@ class ManagerParams(Protocol):
     def move_copy_rate(self) -> float: ...
     @property
     def move_downtime(self) -> float: ...
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A migration in flight: ``vm`` leaves ``src`` for ``dst``, signalled at ``since_s``
-    by decision ``id`` (the daemon's directive id; 0 where nothing numbers decisions)."""
-
-    vm: str
-    src: str
-    dst: str
-    since_s: float
-    id: int = 0
-
-
-@dataclass(frozen=True)
-class Decision:
-    time_s: float
-    host: str
-    signal: MigrationSignal
-    inputs: Mapping[str, Any]
-    id: int = 0  # numbered from ``plan``'s ``first_id``, in order
 
 
 class EndReason(StrEnum):
@@ -234,6 +216,8 @@ class ManagerCore:
     # the latest reports alone miss idle members (an anti-affine peer idle on a target).
     # Both hosts of a migration whose outcome is unknown, until a report names the VM.
     located: dict[str, frozenset[str]] = field(default_factory=dict)
+    # The round's stages and their plug-ins (docs/design.md#the-planning-pipeline).
+    pipeline: Pipeline = field(default_factory=default_pipeline, repr=False, compare=False)
     # The windows' values as a host x window array, for the round's one-pass hot-spot test
     # and the batch intake (ingest_arrays). Kept in step by the core's own writes (ingest,
     # window restarts, forget); a window object put into ``history`` from outside is copied
@@ -620,46 +604,12 @@ class ManagerCore:
 
     def hold(self, vm: str, now_s: float) -> str | None:
         """Why a migration of ``vm`` may not start now (which limit holds it), or None."""
-        while self.started and now_s - self.started[0] >= 3600.0:
-            self.started.popleft()
-        if self.vm_cooldown_s > 0 and vm in self.last_moved:
-            since = now_s - self.last_moved[vm]
-            if since < self.vm_cooldown_s:
-                return f"held: {vm} moved {since:.0f}s ago (vm_cooldown_s = {self.vm_cooldown_s:g})"
-        if self.max_concurrent_migrations > 0:
-            running = len(self.leases)
-            if running >= self.max_concurrent_migrations:
-                return (
-                    f"held: {running} migration(s) in flight "
-                    f"(max_concurrent_migrations = {self.max_concurrent_migrations})"
-                )
-        if self.max_migrations_per_hour > 0:
-            hour = len(self.started)
-            if hour >= self.max_migrations_per_hour:
-                return (
-                    f"held: {hour} migration(s) started in the last hour "
-                    f"(max_migrations_per_hour = {self.max_migrations_per_hour})"
-                )
-        return None
+        held = brakes(self, vm, now_s)
+        return None if held is None else held.reason
 
     def leased_hosts(self) -> set[str]:
         leased = {h for lease in self.leases.values() for h in (lease.src, lease.dst)}
         return leased | self.migrating_hosts if self.migrating_hosts else leased
-
-    def _bars(self, hosts: list[str], tabu: dict[str, list[str]]) -> Bars | None:
-        """Each VM's barred hosts under the placement rules (and the return tabu), or
-        None without rules (the round is then exactly the papers' Alg. 2)."""
-        if not self.placement.active:
-            return None
-        index: dict[str, str] = {}
-
-        def source_of(vm: str) -> str | None:
-            if not index:
-                index.update({n: h for h, vms in self.vms.items() for n in vms})
-            return index.get(vm)
-
-        view = self.view()
-        return Bars(self.placement, view, source_of, hosts, tabu)
 
     def view(self) -> View:
         """Where the rules' members are: last known hosts and the leases in flight."""
@@ -684,6 +634,25 @@ class ManagerCore:
         decision that opened it (the daemon's directive id)."""
         stale = self.stale(now_s)
         closed = self._expire(now_s, stale)
+        r = self.begin_round(now_s, first_id, stale)
+        self.pipeline.run(r)
+        self._remember(r.proposed)
+        if self.keep_log:
+            self.log.extend(r.decisions)
+        return RoundResult(
+            now_s,
+            r.signals,
+            tuple(r.decisions),
+            tuple(r.opened),
+            tuple(closed),
+            tuple(r.proposed),
+        )
+
+    def begin_round(self, now_s: float, first_id: int = 1, stale: set[str] | None = None) -> Round:
+        """A round's context before any stage ran: the hosts it plans (reported, not
+        stale) and their reports, built when a stage first asks."""
+        if stale is None:
+            stale = self.stale(now_s)
         pinned = self.pinned
         history = self.history
         observed = self.windows().observed(history)
@@ -706,122 +675,4 @@ class ManagerCore:
                 )
             return rep
 
-        tabu = (
-            {
-                vm: [h for h, t in left.items() if now_s - t < self.return_tabu_s]
-                for vm, left in self.departed.items()
-            }
-            if self.return_tabu_s > 0
-            else None
-        )
-        fenced = {h: f"host in maintenance ({why})" for h, why in self.maintenance.items()}
-        for h in self.draining:
-            fenced.setdefault(h, "host in maintenance (draining)")
-        leased = self.leased_hosts()
-        bars = self._bars(planned, tabu or {})
-        # Exactly coordinate() over every planned host's report, vectorised over hosts.
-        signals: MutableMapping[str, MigrationSignal] = coordinate_windows(
-            planned,
-            *self.windows().windows(planned, history),
-            report,
-            self.detector,
-            metric=self.metric,
-            ceiling=self.ceiling,
-            leased=leased,
-            barred=bars if bars is not None else tabu,
-            fenced=fenced,
-            cost=self.move_cost,
-            prefer=self.proposals,
-        )
-        if bars is not None or self.draining:
-            # Fleet controls re-plan among every host: all reports, every signal built.
-            reports = {h: report(h) for h in planned}
-            plain = dict(signals)
-            if bars is not None:
-                plain = relax_should_rules(
-                    plain,
-                    reports,
-                    self.detector,
-                    soft=bars,
-                    # the same view, should-rules left out
-                    hard=replace(bars, soft=False, _cache={}),
-                    metric=self.metric,
-                    ceiling=self.ceiling,
-                    leased=leased,
-                    fenced=fenced,
-                    cost=self.move_cost,
-                )
-                plain = note_bars(plain, bars)
-            if self.draining:
-                plain = drain_signals(
-                    plain,
-                    reports,
-                    self.draining,
-                    alpha=self.detector.alpha,
-                    bars=bars if bars is not None else tabu or {},
-                    leased=leased,
-                    fenced=fenced,
-                    pinned=pinned,
-                    metric=self.metric,
-                    ceiling=self.ceiling,
-                    capacities=caps or None,
-                    named=self.vms,
-                )
-            signals = plain
-        opened: list[Lease] = []
-        proposed: list[Lease] = []
-        decisions: list[Decision] = []
-        # The hosts the round considered. Listed by name up to a hundred; beyond, a count:
-        # 10,000 names in every decision row were megabytes per round in the store.
-        candidates: list[str] | int = sorted(planned) if len(planned) <= 100 else len(planned)
-        next_id = first_id
-        # The plain "not hot" verdicts are left out: never flagged, held or proposed.
-        for host, sig in notable(signals):
-            held: str | None = None
-            proposal = False
-            mover, target = sig.vm, sig.target
-            if sig.flag and target and mover:
-                # Leases opened earlier in this round already count (in leases, started).
-                held = self.hold(mover, now_s)
-                if held is not None:
-                    sig = MigrationSignal(
-                        False, None, f"{sig.reason}; {held}", mover, sig.hot_resources
-                    )
-                    signals[host] = sig
-                elif host in self.recommend:
-                    # Not flagged (nothing acts on it); the target stays for the operator.
-                    proposal = True
-                    proposed.append(Lease(mover, host, target, now_s, next_id))
-                    sig = MigrationSignal(
-                        False,
-                        target,
-                        f"{sig.reason}; proposed for approval (recommend mode)",
-                        mover,
-                        sig.hot_resources,
-                    )
-                    signals[host] = sig
-                else:
-                    opened.append(self.open(Lease(mover, host, target, now_s, next_id)))
-            verdict_hot = bool(sig.hot_resources) or sig.flag
-            if verdict_hot or held is not None or proposal:
-                window = report(host).history
-                last = window[-1]
-                inputs: dict[str, Any] = {
-                    "utilisation": [last.cpu, last.mem, last.net],
-                    "history": [[u.cpu, u.mem, u.net] for u in window],
-                    "candidates": candidates,
-                }
-                if held is not None:
-                    inputs["held"] = held
-                if proposal:
-                    inputs["proposed"] = True
-                if sig.reason.startswith(DRAIN):
-                    inputs["drain"] = True
-                decisions.append(Decision(now_s, host, sig, inputs, next_id))
-                next_id += 1
-        self._remember(proposed)
-        if self.keep_log:
-            self.log.extend(decisions)
-        return RoundResult(
-            now_s, signals, tuple(decisions), tuple(opened), tuple(closed), tuple(proposed)
-        )
+        return Round(self, now_s, planned, report, caps, first_id)

@@ -1,8 +1,7 @@
-"""What a round adds to Alg. 2 for fleet controls: placement rules and host drains.
-
-:meth:`sova.manager.core.ManagerCore.plan` runs Alg. 2 (:func:`fast_coordinate`) with the
-placement rules as barred hosts (:class:`sova.manager.placement.Bars`), then calls
-:func:`fleet_round`:
+"""What a round adds to Alg. 2 for fleet controls: placement rules and host drains, as the
+planning pipeline's ``should-rules``, ``placement-notes`` and ``drain`` scorers
+(:mod:`sova.manager.stages`), which run after Alg. 2 planned the round with the placement
+rules as barred hosts (:class:`sova.manager.placement.Bars`):
 
 1. **should-rules, relaxed only if needed**: a hot host whose VM found no cold spot while a
    ``vm-host-should`` rule barred some hosts is planned again without the should-rules,
@@ -11,8 +10,8 @@ placement rules as barred hosts (:class:`sova.manager.placement.Bars`), then cal
    sends one VM per round — the largest migration factor first, as Alg. 1 chooses — to the
    cold spot the planner's own screening picks (:func:`choose_target`), among hosts that are
    not hot, fenced, leased or already a target this round, and not barred for that VM. The
-   caller's limits (``hold``: concurrency, hourly budget, cooldown) and recommend mode then
-   apply to the drain's moves exactly as to a hot host's.
+   permit stage (the brakes: concurrency, hourly budget, cooldown; recommend mode) then
+   applies to the drain's moves exactly as to a hot host's.
 
 A drained host is fenced (never a target); its signal says what the drain did or why it is
 blocked, which is what ``sova host drain HOST --status`` shows.
@@ -20,19 +19,13 @@ blocked, which is what ``sova host drain HOST --status`` shows.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from sova.manager.fastplan import fast_coordinate
+from sova.manager.pipeline import Round
 from sova.manager.placement import Bars
 from sova.policy.hotspot import (
-    PAPERS_MOVE,
-    HostCapacity,
-    HostReport,
-    HotnessMetric,
-    HotspotDetector,
     MigrationSignal,
-    MoveCost,
     Utilisation,
     VMLoad,
     choose_target,
@@ -42,21 +35,12 @@ from sova.policy.hotspot import (
 DRAIN = "drain: "  # every drain signal's reason starts so
 
 
-def relax_should_rules(
-    signals: dict[str, MigrationSignal],
-    reports: Mapping[str, HostReport],
-    detector: HotspotDetector,
-    *,
-    soft: Bars,
-    hard: Bars,
-    metric: HotnessMetric | str,
-    ceiling: float | None,
-    leased: Collection[str],
-    fenced: Mapping[str, str],
-    cost: MoveCost = PAPERS_MOVE,
-) -> dict[str, MigrationSignal]:
+def relax_should_rules(r: Round, soft: Bars) -> dict[str, MigrationSignal]:
     """Hot hosts left without a cold spot because of a should-rule, planned again without
-    it among the hosts the first pass left free."""
+    it among the hosts the first pass left free (the round's signals as they were
+    otherwise)."""
+    signals = dict(r.signals)
+    hard = replace(soft, soft=False, _cache={})  # the same view, should-rules left out
     retry = {
         h
         for h, s in signals.items()
@@ -69,17 +53,18 @@ def relax_should_rules(
     if not retry:
         return signals
     hot = {h for h, s in signals.items() if s.hot_resources or s.flag}
-    subset = {h: r for h, r in reports.items() if h in retry or h not in hot}
+    subset = {h: rep for h, rep in r.reports().items() if h in retry or h not in hot}
     taken = {s.target for s in signals.values() if s.flag and s.target}
+    state = r.state
     again = fast_coordinate(
         subset,
-        detector,
-        metric=metric,
-        ceiling=ceiling,
-        leased=set(leased) | taken,
+        state.detector,
+        metric=state.metric,
+        ceiling=state.ceiling,
+        leased=r.leased | taken,
         barred=hard,
-        fenced=fenced,
-        cost=cost,
+        fenced=r.fenced,
+        cost=state.move_cost,
     )
     out = dict(signals)
     for h in sorted(retry):
@@ -116,24 +101,16 @@ def note_bars(signals: dict[str, MigrationSignal], bars: Bars) -> dict[str, Migr
     return out
 
 
-def drain_signals(
-    signals: dict[str, MigrationSignal],
-    reports: Mapping[str, HostReport],
-    draining: Collection[str],
-    *,
-    alpha: float,
-    bars: Mapping[str, Collection[str]],
-    leased: Collection[str],
-    fenced: Collection[str],
-    pinned: Collection[str],
-    metric: HotnessMetric | str = HotnessMetric.VOLUME,
-    ceiling: float | None = None,
-    capacities: Mapping[str, HostCapacity] | None = None,
-    named: Mapping[str, Collection[str]] | None = None,
-) -> dict[str, MigrationSignal]:
-    """One move (or why none) per drained host; the other signals as they were.
-    ``named``: the VMs each host's last report names, pinned ones included (``reports``
-    may leave those out)."""
+def drain_signals(r: Round) -> dict[str, MigrationSignal]:
+    """One move (or why none) per drained host; the other signals as they were. The VMs a
+    host's last report names (``state.vms``) include pinned ones (its report leaves those
+    out)."""
+    state = r.state
+    signals, reports, draining = dict(r.signals), r.reports(), state.draining
+    alpha, leased, fenced, pinned = state.detector.alpha, r.leased, r.fenced, state.pinned
+    metric, ceiling, named = state.metric, state.ceiling, state.vms
+    bars = r.barred or {}
+    capacities = r.capacities or None
     out = dict(signals)
     current: dict[str, Utilisation] = {h: r.history[-1] for h, r in reports.items() if r.history}
     taken = (
@@ -173,7 +150,7 @@ def drain_signals(
             key=lambda n: (-migration_factor(rep.vms[n], metric), n),
         )
         if not movable:
-            left = sorted(n for n in (named or {}).get(host, rep.vms) if n in pinned)
+            left = sorted(n for n in named.get(host, rep.vms) if n in pinned)
             # A report names only the host's few top candidates: with every VM it names
             # pinned, unpinned VMs it did not name may still be there.
             why = (

@@ -3,8 +3,10 @@
 Clouds that already run Watcher get Sova's decisions inside their audits and action plans:
 this strategy reads Watcher's compute model and datasource, builds the same
 :class:`~sova.policy.hotspot.HostReport` per compute node that Sova's manager builds from its
-agents' reports, runs the same :func:`~sova.policy.hotspot.coordinate` (k-of-n + AR(1)
-hotspot test, largest-MF VM, cold spot that stays below the ceiling) and emits one Watcher
+agents' reports, runs one round of the manager's planning pipeline over them
+(:func:`~sova.manager.oneshot.plan_reports`: k-of-n + AR(1) hotspot test, largest-MF VM, cold
+spot that stays below the ceiling, with the nodes a VM does not fit as its barred hosts;
+docs/design.md#the-planning-pipeline) and emits one Watcher
 ``migrate`` action (``live``) per hot host that has a cold spot, none otherwise.
 
 Where the inputs come from: a node's utilisation history is the datasource's
@@ -34,13 +36,13 @@ from typing import Any
 from watcher.decision_engine.model import element
 from watcher.decision_engine.strategy.strategies import base
 
+from sova.manager.oneshot import plan_reports
 from sova.policy.hotspot import (
     HostReport,
     HotspotDetector,
     MigrationSignal,
     Utilisation,
     VMLoad,
-    coordinate,
 )
 
 
@@ -129,7 +131,7 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
             uuid: {name for name, node in nodes.items() if not _fits(model, inst, node)}
             for uuid, inst in movable.items()
         }
-        self.signals = coordinate(
+        self.signals = plan_reports(
             reports,
             detector,
             metric=str(self._param("metric")),
