@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from sova.daemon.config import ManagerSettings
-from sova.daemon.credentials import OperatorBook
+from sova.daemon.credentials import OperatorCredentials
 from sova.daemon.leadership import Leadership
 from sova.daemon.manager_app import create_app
 from sova.daemon.manager_security import TokenBook
@@ -178,4 +178,4 @@ def test_the_published_book_holds_digests_only_and_reads_back() -> None:
     assert ADMIN not in repr(stored)  # never a secret
     assert book_from_json(stored) == book
     # A malformed entry in the store is left out rather than trusted.
-    assert book_from_json({"x": ["root", ["00" * 32]], "y": ["viewer", ["zz"]]}) == OperatorBook({})
+    assert book_from_json({"x": ["root", ["00" * 32]], "y": ["viewer", ["zz"]]}) == OperatorCredentials({})

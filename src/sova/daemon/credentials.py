@@ -92,7 +92,7 @@ class Credential:
 
 
 @dataclass(frozen=True)
-class OperatorBook:
+class OperatorCredentials:
     """Every operator credential: name -> (role, digests)."""
 
     entries: Mapping[str, tuple[str, tuple[bytes, ...]]]

@@ -51,7 +51,7 @@ class PlanNotFound(LookupError):
 
 
 @dataclass
-class OperatorBook:
+class OperatorControls:
     """Modes, fences and open plans, as the store has them."""
 
     default_mode: Mode = "autonomic"  # the config file's; a stored cluster mode overrides it
@@ -68,7 +68,7 @@ class OperatorBook:
         modes: Iterable[ModeRow],
         fences: Iterable[FenceRow],
         plans: Iterable[PlanRow],
-    ) -> OperatorBook:
+    ) -> OperatorControls:
         return cls(
             default_mode,
             dict(default_host_modes),

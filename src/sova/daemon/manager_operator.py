@@ -1,7 +1,7 @@
 """The operator desk: fences, modes and plans as the service carries them out.
 
 :mod:`sova.daemon.manager_control` holds and derives the operator's state (the
-:class:`OperatorBook`); this module changes it. Every change is persisted with an audit
+:class:`OperatorControls`); this module changes it. Every change is persisted with an audit
 row naming who and when, under the round lock (never in the middle of a round), before it
 takes effect. A plan an operator approves is carried out through the ordinary directive
 path (the ledger), or, with ``orchestrator = "openstack"``, by the manager itself through
@@ -21,7 +21,7 @@ from sova.daemon.logs import fields
 from sova.daemon.manager_control import (
     CLUSTER,
     FENCE_KINDS,
-    OperatorBook,
+    OperatorControls,
     PlanConflict,
     PlanNotFound,
     expected_effect,
@@ -64,13 +64,13 @@ class OperatorDesk:
         # Set (orchestrator = "openstack"): an approved plan is carried out through this
         # source host's actuator (Nova) by the manager itself, not sent to the agent.
         self.actuator_for = actuator_for
-        self.ops = OperatorBook(st.settings.mode, dict(st.settings.host_modes))
+        self.ops = OperatorControls(st.settings.mode, dict(st.settings.host_modes))
         self.executions: set[asyncio.Task[None]] = set()
         self.withdrawals = Withdrawals(st, ledger)
 
     def restore(self, state: StoredState) -> None:
         settings = self.st.settings
-        self.ops = OperatorBook.restore(
+        self.ops = OperatorControls.restore(
             settings.mode, settings.host_modes, state.modes, state.fences, state.plans
         )
         self.sync_fences()

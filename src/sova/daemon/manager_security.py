@@ -30,7 +30,7 @@ from sova.daemon.credentials import (
     HASH_PREFIX,
     Credential,
     CredentialError,
-    OperatorBook,
+    OperatorCredentials,
     matches,
     parse_operators,
     secret_digest,
@@ -55,7 +55,7 @@ class TokenBook:
     operators' named credentials (:mod:`sova.daemon.credentials`)."""
 
     hosts: dict[str, tuple[bytes, ...]] = field(default_factory=dict)
-    operators: OperatorBook = field(default_factory=lambda: OperatorBook({}))
+    operators: OperatorCredentials = field(default_factory=lambda: OperatorCredentials({}))
     admin: bytes | None = None  # the admin_token setting's digest (also in operators)
 
     @classmethod
@@ -106,7 +106,7 @@ class TokenBook:
                     entries[name] = entry
         except CredentialError as exc:
             raise ConfigError(str(exc)) from None
-        return cls(hosts, OperatorBook(entries), admin)
+        return cls(hosts, OperatorCredentials(entries), admin)
 
     def keys(self) -> set[str]:
         return set(self.hosts)

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import TypedDict
 
-from sova.daemon.manager_control import CLUSTER, OperatorBook
+from sova.daemon.manager_control import CLUSTER, OperatorControls
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_rounds import Rounds
@@ -55,7 +55,7 @@ def plan_view(p: PlanRow) -> PlanView:
     )
 
 
-def mode_view(ops: OperatorBook, live: Iterable[str] = ()) -> ModeView:
+def mode_view(ops: OperatorControls, live: Iterable[str] = ()) -> ModeView:
     """The cluster's mode and every host whose mode differs (``live``: hosts reporting;
     one with no stored or configured mode of its own has the cluster's, so a standby,
     which knows none, lists the same)."""

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sova.daemon.config import ManagerSettings
-from sova.daemon.credentials import ROLES, OperatorBook
+from sova.daemon.credentials import ROLES, OperatorCredentials
 from sova.daemon.manager_security import TokenBook
 
 # Settings whose difference between peers changes what the cluster does after a takeover.
@@ -67,12 +67,12 @@ def _hash(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def book_json(book: OperatorBook) -> dict[str, Any]:
+def book_json(book: OperatorCredentials) -> dict[str, Any]:
     """The operator book as stored: name -> [role, [hex digests]]."""
     return {n: [r, sorted(d.hex() for d in ds)] for n, (r, ds) in sorted(book.entries.items())}
 
 
-def book_from_json(data: Mapping[str, Any]) -> OperatorBook:
+def book_from_json(data: Mapping[str, Any]) -> OperatorCredentials:
     """The book :func:`book_json` stored; an entry that is not one is left out (a reader
     does not trust the store more than a file)."""
     entries: dict[str, tuple[str, tuple[bytes, ...]]] = {}
@@ -84,7 +84,7 @@ def book_from_json(data: Mapping[str, Any]) -> OperatorBook:
             continue
         if role in ROLES and raw and all(len(d) == 32 for d in raw):
             entries[str(name)] = (str(role), raw)
-    return OperatorBook(entries)
+    return OperatorCredentials(entries)
 
 
 def settings_digest(settings: ManagerSettings, tokens: TokenBook) -> dict[str, str]:

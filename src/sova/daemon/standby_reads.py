@@ -27,8 +27,7 @@ import sqlalchemy as sa
 from fastapi import Depends, FastAPI, HTTPException, Request
 
 from sova.daemon.config import ConfigError, ManagerSettings
-from sova.daemon.credentials import Credential
-from sova.daemon.credentials import OperatorBook as CredentialBook
+from sova.daemon.credentials import Credential, OperatorCredentials
 from sova.daemon.http_errors import (
     AuditAction,
     DecisionAfter,
@@ -40,7 +39,7 @@ from sova.daemon.http_errors import (
     RowAfter,
     VMFilter,
 )
-from sova.daemon.manager_control import OperatorBook
+from sova.daemon.manager_control import OperatorControls
 from sova.daemon.manager_guard import _bearer, authorize
 from sova.daemon.manager_security import TokenBook
 from sova.daemon.manager_views import (
@@ -101,7 +100,7 @@ def read_only_store(url: str) -> Store:
 def stored_modes(store: Store, settings: ManagerSettings) -> ModeView:
     """The leader's mode view from the stored modes and the configured ones."""
     rows = store.mode_rows()
-    return mode_view(OperatorBook.restore(settings.mode, settings.host_modes, rows, [], []))
+    return mode_view(OperatorControls.restore(settings.mode, settings.host_modes, rows, [], []))
 
 
 @dataclass
@@ -115,7 +114,7 @@ class StandbyAuth:
 
     settings: ManagerSettings
     own: TokenBook
-    published: CredentialBook | None = None
+    published: OperatorCredentials | None = None
 
     @property
     def tokens(self) -> TokenBook:
