@@ -32,7 +32,7 @@ from sova.cli_operator import CaCert, ClientConfigOpt, _check_url, _fail, _print
 
 
 @dataclass(frozen=True)
-class ManagerState:
+class ManagerReadiness:
     """What one manager said about itself (``role`` "down" when it did not answer)."""
 
     url: str
@@ -45,15 +45,15 @@ class ManagerState:
     differs: tuple[str, ...] = ()
 
 
-def ask(url: str, shown: str, timeout_s: float, verify: Any = True) -> ManagerState:
-    """One manager's /readyz, as a :class:`ManagerState`."""
+def ask(url: str, shown: str, timeout_s: float, verify: Any = True) -> ManagerReadiness:
+    """One manager's /readyz, as a :class:`ManagerReadiness`."""
     import httpx
 
     try:
         r = httpx.get(url + "/readyz", timeout=timeout_s, verify=verify)
     except httpx.HTTPError as exc:
         text = _redact(str(exc))
-        return ManagerState(
+        return ManagerReadiness(
             shown, "down", None, None, f"not reachable: {text}{tls_hint(text, url)}"
         )
     try:
@@ -65,10 +65,10 @@ def ask(url: str, shown: str, timeout_s: float, verify: Any = True) -> ManagerSt
         differs = body.get("config_differs") or []
         names = tuple(_printable(str(d))[:64] for d in differs if isinstance(differs, list))
     except (ValueError, AttributeError):
-        return ManagerState(shown, "unknown", None, None, f"answered {r.status_code}, not JSON")
+        return ManagerReadiness(shown, "unknown", None, None, f"answered {r.status_code}, not JSON")
     if role not in ("leader", "standby"):
         role = "unknown"
-    return ManagerState(
+    return ManagerReadiness(
         shown,
         role,
         int(epoch) if isinstance(epoch, int) else None,
@@ -79,7 +79,7 @@ def ask(url: str, shown: str, timeout_s: float, verify: Any = True) -> ManagerSt
     )
 
 
-def verdict(states: list[ManagerState]) -> tuple[int, str]:
+def verdict(states: list[ManagerReadiness]) -> tuple[int, str]:
     """(exit code, one line): who leads, or what is wrong."""
     if all(s.role == "down" for s in states):
         return 3, "no manager answered"
@@ -103,7 +103,7 @@ def verdict(states: list[ManagerState]) -> tuple[int, str]:
     return 0, f"{lead.url} leads ({epoch})"
 
 
-def unhealthy(states: list[ManagerState], code: int, line: str) -> tuple[int, str]:
+def unhealthy(states: list[ManagerReadiness], code: int, line: str) -> tuple[int, str]:
     """The verdict, made 1 when a manager given is down or answers oddly, the leader is
     not ready (a pair with one manager down has no standby left, issue 38), or a standby's
     configuration differs from the leader's (a takeover would make it the cluster's,
@@ -116,7 +116,7 @@ def unhealthy(states: list[ManagerState], code: int, line: str) -> tuple[int, st
     if code != 0 or not bad:
         return code, line
 
-    def why(s: ManagerState) -> str:
+    def why(s: ManagerReadiness) -> str:
         if s.role == "leader":
             return "not ready"
         if s.differs:
