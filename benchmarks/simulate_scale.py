@@ -311,7 +311,7 @@ over 8 alternating runs each; the load swung 3 -> 21). With a per-call timer (on
 load 7): the VF scheduling pass 1.05 -> 0.84 CPU-s (inventories 0.43 -> 0.35; the per-host
 decisions, 0.27 before, now one pass inside it), the agents' steps 0.90 -> 0.87. What remains is per host and not
 small: 92 % of the host-periods are settled (holders and rates in place), yet each still
-runs ``HostAgent.step`` (~15 us: the VF policy's context and ``desired``, a ``Decision``,
+runs ``HostAgent.step`` (~15 us: the VF policy's context and ``desired``, a ``PeriodDecision``,
 a ``StepReport``), gets an ``Inventory`` (most are rebuilt: the bandwidth loop moves a guest
 limit on ~75 % of the VMs each period, and each changed VM's frozen ``VMState`` costs
 ~2 us) and a ``Sensed`` twice (sensing, then scheduling). Cutting that needs the settled
@@ -424,7 +424,7 @@ Issue 23, sixth session, branch speedsettle: the settled hosts' period without p
 policy objects. Of the host-periods of 1,000 x 3 x 300 s, 92.4 % (27,732 of 30,000) are
 settled: the kernel's holders are the ones the host has, at no rate, nothing in flight or
 leaving. Their agents no longer run ``HostAgent.step`` (the VF policy's context, a
-``VFDecision`` with its gq and reasons, a ``Decision``, an operation table, a
+``VFDecision`` with its gq and reasons, a ``PeriodDecision``, an operation table, a
 ``StepReport``): the world hands them the PQ and ranking (``vfkernel.Decisions.queues``,
 slices of lists over all hosts) and ``HostAgent.settle`` leaves the records the step would
 (dwell starts, desired holders, ranking, snapshot, loads; tests/test_fleet_control.py

@@ -109,7 +109,7 @@ class Loads:
 
 
 @dataclass(frozen=True)
-class Decision:
+class PeriodDecision:
     """What :meth:`HostAgent.decide` chose for one period."""
 
     vf: VFDecision | None  # the scheduler's decision, if the policy schedules
@@ -370,7 +370,7 @@ class HostAgent:
         actual: Inventory,
         now: float,
         scheduled: VFDecision | None = None,
-    ) -> Decision:
+    ) -> PeriodDecision:
         """Alg. 1 once: the VLM label on the manager's signal, then the VF policy
         (``scheduled``: its VF scheduling done outside, for a host without a signal or
         fences)."""
@@ -398,8 +398,8 @@ class HostAgent:
                 {n: st for n, st in actual.vms.items() if n not in frozen},
             )
             decision, desired = self._desired(policy, factors, actual, now)
-            return Decision(decision, {**desired, **kept}, chosen)
-        return Decision(*self._desired(policy, factors, actual, now, scheduled), chosen)
+            return PeriodDecision(decision, {**desired, **kept}, chosen)
+        return PeriodDecision(*self._desired(policy, factors, actual, now, scheduled), chosen)
 
     def _desired(
         self,

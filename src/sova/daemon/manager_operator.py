@@ -41,7 +41,7 @@ from sova.daemon.store import (
     RoundWrite,
     StoredState,
 )
-from sova.manager.core import Decision, Lease
+from sova.manager.core import Lease, MigrationDecision
 from sova.orchestrator.base import Actuator
 from sova.policy.hotspot import Utilisation, choose_target
 
@@ -232,7 +232,7 @@ class OperatorDesk:
                 await self.st.writer.write(w)
         self.st.metrics.open_plans.set(len(self.ops.open_plans))
 
-    def propose(self, lease: Lease, d: Decision, now: float, w: RoundWrite) -> None:
+    def propose(self, lease: Lease, d: MigrationDecision, now: float, w: RoundWrite) -> None:
         """A recommend-mode decision becomes a plan (or keeps the identical open one)."""
         src = self.st.hosts.get(lease.src)
         dst = self.st.hosts.get(lease.dst)

@@ -31,7 +31,7 @@ from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_state import ManagerState, cap_reason
 from sova.daemon.planner_health import PlannerHealth
 from sova.daemon.store import DecisionRow, RoundWrite
-from sova.manager.core import Decision, ManagerCore, RoundResult
+from sova.manager.core import ManagerCore, MigrationDecision, RoundResult
 from sova.policy.hotspot import MigrationSignal
 
 log = logging.getLogger("sova.manager")
@@ -145,7 +145,7 @@ class Rounds:
                 result = await loop.run_in_executor(None, core.plan, now, first)
             st.next_id = max([first, *(d.id + 1 for d in result.decisions)])
             signals = result.signals
-            decided: dict[str, Decision] = {}
+            decided: dict[str, MigrationDecision] = {}
             for d in result.decisions:
                 decided[d.host] = d
                 sig = d.signal

@@ -22,8 +22,10 @@ from typing import Protocol
 import numpy as np
 
 from sova.manager.fastplan import ArrayWindow, WindowArrays, notable
-from sova.manager.pipeline import Decision as Decision  # made by the pipeline, imported
-from sova.manager.pipeline import Lease as Lease  # from here by the daemon and simulator
+
+# Made by the pipeline, imported from here by the daemon and simulator.
+from sova.manager.pipeline import Lease as Lease
+from sova.manager.pipeline import MigrationDecision as MigrationDecision
 from sova.manager.pipeline import Pipeline, Round
 from sova.manager.placement import Placement, View
 from sova.manager.stages import brakes, default_pipeline
@@ -121,7 +123,7 @@ class RoundResult:
 
     time_s: float
     signals: Mapping[str, MigrationSignal]
-    decisions: tuple[Decision, ...]
+    decisions: tuple[MigrationDecision, ...]
     opened: tuple[Lease, ...]
     closed: tuple[LeaseEnd, ...]
     # Migrations of sources in recommend mode: decided exactly as the others, but only
@@ -179,7 +181,7 @@ class ManagerCore:
     # The simulator keeps every decision here for its report; the daemon persists each
     # round's RoundResult instead and turns this off so memory does not grow with uptime.
     keep_log: bool = True
-    log: list[Decision] = field(default_factory=list)
+    log: list[MigrationDecision] = field(default_factory=list)
     _skip: dict[str, int] = field(default_factory=dict)  # host -> reports still to drop
     # A host silent for longer than this is *stale*: its last report describes a past that
     # may no longer exist (agent dead, host down), so it is neither a source nor a target,

@@ -57,7 +57,7 @@ __all__ = [
     "SCORES",
     "Bind",
     "Code",
-    "Decision",
+    "MigrationDecision",
     "Filter",
     "Lease",
     "Move",
@@ -85,7 +85,7 @@ class Lease:
 
 
 @dataclass(frozen=True)
-class Decision:
+class MigrationDecision:
     time_s: float
     host: str
     signal: MigrationSignal
@@ -190,7 +190,7 @@ class Round:
     scored_by: dict[str, str] = field(default_factory=dict)
     opened: list[Lease] = field(default_factory=list)
     proposed: list[Lease] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[MigrationDecision] = field(default_factory=list)
     # plug-ins' scratch for this round (what one works out once and reads per host)
     notes: dict[str, Any] = field(default_factory=dict)
     _reports: dict[str, HostReport] | None = None

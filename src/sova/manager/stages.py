@@ -34,8 +34,8 @@ from sova.manager.pipeline import (
     RESERVES,
     SCORES,
     Code,
-    Decision,
     Lease,
+    MigrationDecision,
     Move,
     Pipeline,
     PlanState,
@@ -269,7 +269,7 @@ class DecisionRecord:
         if signal.reason.startswith(DRAIN):
             inputs["drain"] = True
         inputs["decided"] = decided.record()
-        r.decisions.append(Decision(r.now_s, host, signal, inputs, r.next_id))
+        r.decisions.append(MigrationDecision(r.now_s, host, signal, inputs, r.next_id))
         r.next_id += 1
 
 

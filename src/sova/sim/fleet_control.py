@@ -15,7 +15,7 @@ A host whose decided holders are the ones it has, at the rates it has, with noth
 flight and nothing leaving, is *settled* (:attr:`FleetControl.settled`): its step would
 plan nothing, so its agent takes only the holders and ranking
 (:meth:`~sova.agent.loop.HostAgent.settle`: the records the step would leave, no
-``VFDecision``, ``Decision`` or ``StepReport``). So the policy's objects, the executor,
+``VFDecision``, ``PeriodDecision`` or ``StepReport``). So the policy's objects, the executor,
 the planner and the operations run only on hosts where something happens (about 8 % of
 the host-periods of benchmarks/simulate_scale.py). A settled host's inventory builds its
 VMs only when something reads them (:class:`HostVMs`), and most settled hosts keep last
