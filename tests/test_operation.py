@@ -6,7 +6,7 @@ import pytest
 
 from sova.model import MIB
 from sova.policy.hotspot import HotnessMetric, Utilisation, VMLoad
-from sova.policy.operation import Migration, Operation, OperationTable, algorithm1
+from sova.policy.operation import Algorithm1Result, Migration, Operation, algorithm1
 from sova.policy.vfsched import Candidate, VFSchedulerConfig
 
 CONF = VFSchedulerConfig(io_threshold=50.0, tolerance=0.0, hysteresis=0.0, min_dwell_s=30.0)
@@ -153,4 +153,4 @@ def test_every_candidate_gets_exactly_one_operation() -> None:
 
 
 def test_empty_table_holders() -> None:
-    assert OperationTable({}).holders() == frozenset()
+    assert Algorithm1Result({}).holders() == frozenset()

@@ -36,7 +36,10 @@ class Migration:
 
 
 @dataclass(frozen=True)
-class OperationTable:
+class Algorithm1Result:
+    """What :func:`algorithm1` decided for one period: the operation table (every VM's
+    label), the VM chosen to migrate and its target, and the VF scheduler's decision."""
+
     operations: Mapping[str, Operation]
     migrate: Mapping[str, str] = field(default_factory=dict)  # vm -> target host
     decision: VFDecision | None = None
@@ -72,7 +75,7 @@ def algorithm1(
     migration: Migration | None = None,
     metric: HotnessMetric | str = HotnessMetric.VOLUME,
     hot_resources: Sequence[str] | None = None,
-) -> OperationTable:
+) -> Algorithm1Result:
     """Label every VM VF / VNIC / VLM for this period."""
     chosen = choose_migration(loads, migration, metric, hot_resources)
     migrate = dict([chosen]) if chosen is not None else {}
@@ -87,4 +90,4 @@ def algorithm1(
             ops[c.vm] = Operation.VF
         else:
             ops[c.vm] = Operation.VNIC
-    return OperationTable(ops, migrate, decision)
+    return Algorithm1Result(ops, migrate, decision)
