@@ -21,7 +21,7 @@ from sova.policy.bandwidth import (
     FlowDemand,
     SovaAllocator,
     StaticAllocator,
-    water_fill,
+    clamped_fill,
 )
 
 
@@ -503,18 +503,18 @@ def test_static_caps() -> None:
     assert_rates(got, {"x": 1000})
 
 
-def test_water_fill_examples() -> None:
+def test_clamped_fill_examples() -> None:
     # clamp(lam * w, lo, hi) summing to 10: lo (0, 4), hi (10, 10), w (1, 1): lam = 5.
-    assert water_fill(10, [0, 4], [10, 10], [1, 1]) == pytest.approx([5, 5])
+    assert clamped_fill(10, [0, 4], [10, 10], [1, 1]) == pytest.approx([5, 5])
     # Floor 7 above the share: (3, 7).
-    assert water_fill(10, [0, 7], [10, 10], [1, 1]) == pytest.approx([3, 7])
+    assert clamped_fill(10, [0, 7], [10, 10], [1, 1]) == pytest.approx([3, 7])
     # Target above sum(hi) -> hi; below sum(lo) -> lo.
-    assert water_fill(100, [0, 0], [3, 4], [1, 1]) == [3, 4]
-    assert water_fill(1, [2, 3], [5, 5], [1, 1]) == [2, 3]
+    assert clamped_fill(100, [0, 0], [3, 4], [1, 1]) == [3, 4]
+    assert clamped_fill(1, [2, 3], [5, 5], [1, 1]) == [2, 3]
     with pytest.raises(ValueError, match="same length"):
-        water_fill(1, [0], [1, 2], [1])
+        clamped_fill(1, [0], [1, 2], [1])
     with pytest.raises(ValueError, match="weights must be > 0"):
-        water_fill(1, [0, 0], [1, 2], [1, 0])
+        clamped_fill(1, [0, 0], [1, 2], [1, 0])
 
 
 # --------------------------------------------------------------------------- registry

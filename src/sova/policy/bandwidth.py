@@ -55,7 +55,7 @@ __all__ = [
     "FlowDemand",
     "SovaAllocator",
     "StaticAllocator",
-    "water_fill",
+    "clamped_fill",
 ]
 
 BITS_PER_BYTE = 8.0
@@ -141,7 +141,7 @@ def _check_input(capacity_bps: float, demands: Sequence[FlowDemand]) -> None:
         seen.add(d.vm)
 
 
-def water_fill(
+def clamped_fill(
     target: float, lo: Sequence[float], hi: Sequence[float], weights: Sequence[float]
 ) -> list[float]:
     """Weighted max-min fill: ``x_i = clamp(lam * w_i, lo_i, hi_i)`` with ``sum(x) = target``.
@@ -208,7 +208,7 @@ class EqualShareAllocator:
     def allocate(self, capacity_bps: float, demands: Sequence[FlowDemand]) -> dict[str, Allocation]:
         _check_input(capacity_bps, demands)
         hi = [d.demand_bps for d in demands]
-        rates = water_fill(capacity_bps, [0.0] * len(hi), hi, [1.0] * len(hi))
+        rates = clamped_fill(capacity_bps, [0.0] * len(hi), hi, [1.0] * len(hi))
         return {d.vm: Allocation(rate_bps=r) for d, r in zip(demands, rates, strict=True)}
 
 
@@ -279,7 +279,7 @@ class SovaAllocator:
             scale = capacity_bps / floor_total
             rates = [x * scale for x in lo]
         else:
-            rates = water_fill(capacity_bps, lo, hi, [d.sla.weight for d in demands])
+            rates = clamped_fill(capacity_bps, lo, hi, [d.sla.weight for d in demands])
         return {
             d.vm: Allocation(rate_bps=r, pps_cap=d.sla.max_pps)
             for d, r in zip(demands, rates, strict=True)
@@ -375,7 +375,7 @@ class DbaVmAllocator:
     def _step1(capacity_bps: float, demands: Sequence[FlowDemand]) -> dict[str, float]:
         order = sorted(demands, key=lambda d: (-d.sla.priority, d.created_seq))
         n = len(order)
-        share = water_fill(capacity_bps, [0.0] * n, [d.demand_bps for d in order], [1.0] * n)
+        share = clamped_fill(capacity_bps, [0.0] * n, [d.demand_bps for d in order], [1.0] * n)
         b = {d.vm: s for d, s in zip(order, share, strict=True)}
         pool = max(0.0, capacity_bps - math.fsum(share))
         bmin = {d.vm: d.sla.bandwidth.minimum for d in order}
@@ -412,7 +412,7 @@ class DbaVmAllocator:
                 break
             members = [d for d in order if d.sla.priority == prio]
             room = [max(0.0, min(bmax[d.vm], d.demand_bps) - b[d.vm]) for d in members]
-            give = water_fill(
+            give = clamped_fill(
                 min(pool, math.fsum(room)), [0.0] * len(room), room, [1.0] * len(room)
             )
             for d, g in zip(members, give, strict=True):

@@ -1,7 +1,7 @@
 """The policy's arithmetic as array kernels over every host of a cluster at once.
 
 The readable per-host functions (:class:`~sova.policy.bandwidth.SovaAllocator`,
-:func:`~sova.policy.bandwidth.water_fill`) are the specification; these kernels are what
+:func:`~sova.policy.bandwidth.clamped_fill`) are the specification; these kernels are what
 the agent runs, for one host (``HostAgent``) or for all hosts of a simulated world at once
 (``World``), and ``tests/test_kernels.py`` holds them *equal* to the specification on random
 heterogeneous clusters: same floats, not close ones, because a simulated run must stay
@@ -15,7 +15,7 @@ here is computed with error-free transformations (Knuth's TwoSum: ``s + e == a +
 exactly) and accepted when a bound proves it is the correctly rounded sum; rows the bound
 cannot certify (sums within a few ulps of a rounding tie, rare) are summed by ``fsum``
 itself. The water-filling of a congested host is exact only with the specification's own
-breakpoint walk, so congested hosts call :func:`~sova.policy.bandwidth.water_fill`; the
+breakpoint walk, so congested hosts call :func:`~sova.policy.bandwidth.clamped_fill`; the
 uncongested hosts (every flow at its ceiling, the common case) never leave numpy.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sova.policy.bandwidth import water_fill
+from sova.policy.bandwidth import clamped_fill
 from sova.policy.loads import LoadArrays as LoadArrays
 from sova.policy.loads import demand_load_arrays as demand_load_arrays
 from sova.policy.loads import load_shares as load_shares
@@ -138,7 +138,7 @@ def sova_allocate(
     over = floor_total > capacity  # guarantees over-committed: scaled down
     scale = np.divide(capacity, floor_total, out=np.ones_like(capacity), where=over)
     rates = np.where(over[groups.row], lo * scale[groups.row], hi)
-    # water_fill: target >= sum(hi) -> hi (above); target <= sum(lo) -> lo; else the walk
+    # clamped_fill: target >= sum(hi) -> hi (above); target <= sum(lo) -> lo; else the walk
     floor_bound = ~over & (capacity <= floor_total) & (capacity < hi_total)
     rates = np.where(floor_bound[groups.row], lo, rates)
     fill = ~over & (capacity < hi_total) & (capacity > floor_total)
@@ -146,7 +146,7 @@ def sova_allocate(
         for h in np.flatnonzero(fill).tolist():
             idx = np.flatnonzero(groups.row == h)
             idx = idx[np.argsort(groups.slot[idx])]
-            rates[idx] = water_fill(
+            rates[idx] = clamped_fill(
                 float(capacity[h]), lo[idx].tolist(), hi[idx].tolist(), weight[idx].tolist()
             )
     return rates
