@@ -22,7 +22,7 @@ tier_rates  # unused function (src/sova/policy/tiers.py:39)
 fit_tiers  # unused function (src/sova/policy/tiers.py:87)
 ar1_coefficient  # unused function (src/sova/policy/hotspot.py): the AR(1) of docs/design.md#ar1, tests
 ar1_forecast  # unused function (src/sova/policy/hotspot.py): the detector calls the core directly
-DutyWorkload  # unused variable (src/sova/scenario.py:171)
+DutyWorkload  # unused variable (src/sova/scenario/schema.py)
 _.refresh_capabilities  # unused method (src/sova/driver/libvirt_driver/driver.py): the libvirt tests
 _.reconnects  # unused property (src/sova/driver/libvirt_driver/driver.py): the libvirt reconnect tests
 _.strategies  # unused property (src/sova/driver/libvirt_driver/driver.py): the lab's driver test
