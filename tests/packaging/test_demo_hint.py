@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-AGENT_ONLY = ["numpy", "matplotlib", "fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg"]
+# What an agent-only install lacks (its extra has numpy: the policy core's facades use it).
+AGENT_ONLY = ["matplotlib", "fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg"]
 MANAGER_ONLY = ["matplotlib"]
 
 RUN = """
