@@ -23,9 +23,8 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from prometheus_client import CollectorRegistry, Counter
 
 from sova import __version__
@@ -34,6 +33,9 @@ from sova.daemon.store import Store
 from sova.daemon.store_admin import Deposed
 from sova.daemon.store_outbox import Event
 from sova.daemon.webhook_settings import WebhookEndpoint, WebhookSettings
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("sova.manager.webhooks")
 
@@ -172,6 +174,11 @@ class Webhooks:
         )
 
     def _client(self) -> httpx.AsyncClient:
+        # Imported where a delivery starts: the manager's service imports this module, and
+        # an environment running the service in-process (Nova's, in the OpenStack tier)
+        # need not carry httpx unless it configures webhooks.
+        import httpx
+
         return httpx.AsyncClient(
             transport=self._transport,
             follow_redirects=False,  # a signed event goes where the operator said, only
@@ -200,6 +207,8 @@ class Webhooks:
     async def _post(
         self, client: httpx.AsyncClient, name: str, ep: WebhookEndpoint, ev: Event
     ) -> bool:
+        import httpx
+
         attempt = ev.attempts + 1
         retry_at = self.clock() + backoff(ep, attempt)
         # The claim: written (fenced) before the POST, so a deposed leader sends nothing
