@@ -43,6 +43,22 @@ def _manager(cfg: Path, log: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _refused_line(cfg: Path) -> str:
+    """Start a manager that must refuse to start: exit 2 and one line on stderr (returned)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "sova.cli_daemons", "manager", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
 def test_a_second_manager_on_one_sqlite_store_exits_2_naming_the_store_and_holder(
     tmp_path: Path,
 ) -> None:
@@ -57,18 +73,8 @@ def test_a_second_manager_on_one_sqlite_store_exits_2_naming_the_store_and_holde
             30,
             "the first manager",
         )
-        second = subprocess.run(
-            [sys.executable, "-m", "sova.cli_daemons", "manager", "--config", str(cfg2)],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=60,
-            env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
-        )
-        assert second.returncode == 2, second.stdout + second.stderr
-        lines = second.stderr.strip().splitlines()
-        assert len(lines) == 1, second.stderr
-        assert str(db) in lines[0] and f"pid {first.pid}" in lines[0], lines[0]
+        line = _refused_line(cfg2)
+        assert str(db) in line and f"pid {first.pid}" in line, line
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{port2}/healthz", timeout=1)
     finally:
@@ -183,16 +189,7 @@ def test_a_store_newer_than_the_code_is_refused_with_one_line(tmp_path: Path) ->
         conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0099_from_the_future'")
     s.close()
     cfg, _ = _manager_config(tmp_path, db, "m")
-    r = subprocess.run(
-        [sys.executable, "-m", "sova.cli_daemons", "manager", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
-    )
-    assert r.returncode == 2, r.stdout + r.stderr
-    (line,) = r.stderr.strip().splitlines()
+    line = _refused_line(cfg)
     assert "0099_from_the_future" in line and "newer than this Sova" in line, line
 
 
@@ -207,16 +204,7 @@ def test_tables_without_a_schema_version_are_refused_with_a_hint(tmp_path: Path)
         conn.exec_driver_sql("DROP TABLE alembic_version")
     s.close()
     cfg, _ = _manager_config(tmp_path, db, "m")
-    r = subprocess.run(
-        [sys.executable, "-m", "sova.cli_daemons", "manager", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
-    )
-    assert r.returncode == 2, r.stdout + r.stderr
-    (line,) = r.stderr.strip().splitlines()
+    line = _refused_line(cfg)
     assert "no schema version (alembic_version)" in line and "sova store restore" in line, line
 
 
