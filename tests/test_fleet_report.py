@@ -42,7 +42,7 @@ def fleet_scenario(path: Path, hosts: int = HOSTS, per_host: int = PER_HOST) -> 
         "controller": {"vf_policy": "sova", "bandwidth_policy": "sova"},
         # virtio carries 400 Mbit/s per VM here, so the VMs offering more (up to 720) are
         # worth a VF and the sova policy's cost-benefit gate moves VFs (at the default
-        # 40 Gbit/s ceiling virtio carries every VM of this fleet and no VF moves).
+        # profile's 13.9 Gbit/s ceiling virtio carries every VM of this fleet; no VF moves).
         "profile": {"virtio_flow_limit": "400Mbit"},
         "workload": [
             {
