@@ -130,6 +130,9 @@ def run_agent_command(
 
             wiring = sim_agent_wiring(settings, speed=speed, policy=policy)
         check_agent(settings)
+        from sova.daemon.logs import dump_stacks_on_signal
+
+        dump_stacks_on_signal()
         return run_agent(settings, speed=speed, policy=policy, wiring=wiring)
     except ConfigError as exc:
         raise AgentExit(2, str(exc)) from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -174,6 +175,23 @@ def wait_until(pred: Callable[[], Any], timeout: float, what: str, every: float 
                 return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def wait_for_process(
+    proc: subprocess.Popen[bytes], pred: Callable[[], Any], timeout: float, what: str
+) -> Any:
+    """:func:`wait_until` for a daemon's state: on a timeout the daemon prints every
+    thread's stack into its log first (SIGUSR1, ``sova.daemon.logs.dump_stacks_on_signal``)
+    and the error says whether it still runs, so a hang in CI says where it hung."""
+    try:
+        return wait_until(pred, timeout, what)
+    except AssertionError as exc:
+        code = proc.poll()
+        if code is None:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)  # faulthandler writes from a signal handler: let it finish
+        state = "still running (stacks in its log)" if code is None else f"exited {code}"
+        raise AssertionError(f"{exc}; the process {state}") from None
 
 
 def parse_report(body: bytes) -> Report:

@@ -78,3 +78,40 @@ def test_a_field_outside_the_list_is_refused() -> None:
     """A misspelt subject would silently make a field nobody searches for."""
     with pytest.raises(ValueError, match="hostname"):
         fields(hostname="h1")
+
+
+def test_a_daemon_prints_its_threads_stacks_on_sigusr1_and_keeps_running() -> None:
+    """``kill -USR1`` on a hung daemon says where each thread is, without stopping it
+    (how the CI's takeover test reports a hang): the child registers the dump, blocks a
+    named thread in a function, gets SIGUSR1 from this test, and exits 0 afterwards."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import threading, time\n"
+            "from sova.daemon.logs import dump_stacks_on_signal\n"
+            "assert dump_stacks_on_signal()\n"
+            "def waiting_for_the_store():\n"
+            "    time.sleep(3)\n"
+            "t = threading.Thread(target=waiting_for_the_store)\n"
+            "t.start()\n"
+            "print('ready', flush=True)\n"
+            "t.join()\n",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == b"ready"
+    time.sleep(0.3)
+    child.send_signal(signal.SIGUSR1)
+    _, err = child.communicate(timeout=20)
+    assert child.returncode == 0, err.decode()
+    text = err.decode()
+    assert "Thread 0x" in text, text  # every thread's stack, not only the main one
+    assert "waiting_for_the_store" in text, text

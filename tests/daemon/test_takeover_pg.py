@@ -38,7 +38,7 @@ from sova.daemon.manager_client import ManagerClient, ManagerUnreachable
 from sova.daemon.schema import Directive, build_report, encode
 from sova.policy.hotspot import Utilisation, VMLoad
 
-from .conftest import TOKENS, free_port, wait_until
+from .conftest import TOKENS, free_port, wait_for_process, wait_until
 from .test_leadership import PG_URL, _manager, _role, needs_pg, pg_schema
 
 PERIOD = 2.0
@@ -148,7 +148,9 @@ def test_a_slow_takeover_keeps_the_lease_and_sends_no_second_migration(tmp_path:
             h1 = hosts[0]
             wait_until(lambda: stopped, 60, "h1 to apply a directive (and the leader to stop)")
             first = h1.applied[0]
-            wait_until(lambda: _role(ports[1]) == ("leader", 2), 40, "the standby to lead")
+            wait_for_process(
+                procs[1], lambda: _role(ports[1]) == ("leader", 2), 40, "the standby to lead"
+            )
             led = time.monotonic() - stopped[0]
             # The worst case the bound allows: h1 reaches the new leader a period plus
             # its 2 s timeout after the takeover (here 3.5 s: the new leader's first one

@@ -134,3 +134,24 @@ def configure(level: str, fmt: str | None = None) -> None:
     quiet = logging.WARNING if numeric > logging.DEBUG else logging.DEBUG
     for name in _CHATTY:
         logging.getLogger(name).setLevel(max(quiet, numeric))
+
+
+def dump_stacks_on_signal() -> bool:
+    """A daemon that hangs or crashes says where: a fatal signal (SIGSEGV, SIGABRT, ...)
+    prints every thread's Python stack to stderr (the journal), and ``kill -USR1 PID``
+    prints them on demand without stopping the process. Returns whether SIGUSR1 was
+    registered (not on platforms without it). The standard library's faulthandler does
+    both; it is process-wide, so calling this twice is harmless."""
+    import faulthandler
+    import io
+    import signal
+
+    usr1 = getattr(signal, "SIGUSR1", None)
+    try:
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+        if usr1 is None:  # pragma: no cover - Windows
+            return False
+        faulthandler.register(usr1, file=sys.stderr, all_threads=True, chain=False)
+    except (ValueError, AttributeError, io.UnsupportedOperation):
+        return False  # a stderr without a descriptor (an embedding host's): nothing to dump to
+    return True

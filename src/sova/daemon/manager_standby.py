@@ -420,8 +420,10 @@ def serve_standby(
     from sova.daemon.systemd import notifying_uvicorn_server
 
     server: Any = None
+    won_at: list[float] = []
 
     def won() -> None:
+        won_at.append(time.monotonic())
         server.should_exit = True
 
     app, sb = standby_app(store, lead, won, settings=settings, warm=warm)
@@ -433,4 +435,10 @@ def serve_standby(
     )
     server = notifying_uvicorn_server(config(app))
     server.run()
+    if won_at:
+        # uvicorn's last line comes before asyncio joins the threads still reading the
+        # store; this one comes after them.
+        log.info(
+            "standby: stopped serving %.2f s after the lock was ours", time.monotonic() - won_at[0]
+        )
     return sb.won
