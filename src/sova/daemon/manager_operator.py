@@ -43,7 +43,8 @@ from sova.daemon.store import (
 )
 from sova.manager.core import Lease, MigrationDecision
 from sova.orchestrator.base import Actuator
-from sova.policy.hotspot import Utilisation, choose_target
+from sova.policy.cold_spots import choose_target
+from sova.policy.hotspot import Utilisation
 
 log = logging.getLogger("sova.manager")
 

@@ -29,6 +29,7 @@ from sova.manager.pipeline import MigrationDecision as MigrationDecision
 from sova.manager.pipeline import Pipeline, Round
 from sova.manager.placement import Placement, View
 from sova.manager.stages import brakes, default_pipeline
+from sova.policy.hotness import _check_utilisation
 from sova.policy.hotspot import (
     RESOURCES,
     UTILISATION_SLACK,
@@ -40,7 +41,6 @@ from sova.policy.hotspot import (
     MoveCost,
     Utilisation,
     VMLoad,
-    _check_utilisation,
 )
 
 _NONE = object()  # no window (not None: history.get gives None for an unknown host)
