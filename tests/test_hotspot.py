@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sova.model import MIB
+from sova.policy.cold_spots import choose_target
 from sova.policy.hotspot import (
     HostCapacity,
     HostReport,
@@ -19,7 +20,6 @@ from sova.policy.hotspot import (
     VMLoad,
     ar1_coefficient,
     ar1_forecast,
-    choose_target,
     choose_vm,
     coordinate,
     hotness,

@@ -3,7 +3,7 @@ not an event per round."""
 
 from __future__ import annotations
 
-from sova.record import HotspotStates
+from sova.hotspot_events import HotspotStates
 
 NO_SPOT = "hot: net 5/5 over 0.75, forecast 0.9{}; no cold spot for top (h2: would reach net {})"
 

@@ -3,7 +3,7 @@
 Each burning guest gets a share s of a core (0.5 with two other busy sessions on the
 machine's 2 cores, ~1.0 alone); HV1 reports about s with both burners on its 2 CPUs and a
 host with one burner s / 2 (docs/lab.md#hotspot-arithmetic). The real target screen
-(:func:`sova.policy.hotspot.choose_target`) decides here with the scenario's own alpha and
+(:func:`sova.policy.cold_spots.choose_target`) decides here with the scenario's own alpha and
 ceiling, on the figures the tier measured.
 """
 
@@ -19,7 +19,8 @@ import pytest
 from sova.lab.scenario import load_lab_scenario
 from sova.lab.settings import LabSettings
 from sova.lab.sova_procs import SovaDaemons
-from sova.policy.hotspot import Utilisation, VMLoad, choose_target
+from sova.policy.cold_spots import choose_target
+from sova.policy.hotspot import Utilisation, VMLoad
 
 ROOT = Path(__file__).resolve().parent.parent
 SCN = load_lab_scenario(ROOT / "scenarios" / "lab" / "hotspot-migration.yaml")

@@ -9,6 +9,7 @@ import pytest
 
 from sova.manager.core import ManagerCore
 from sova.model import MIB
+from sova.policy.cold_spots import choose_target
 from sova.policy.hotspot import (
     PAPERS_MOVE,
     HostCapacity,
@@ -17,7 +18,6 @@ from sova.policy.hotspot import (
     MoveCost,
     Utilisation,
     VMLoad,
-    choose_target,
     coordinate,
     hotness,
     rank_movers,

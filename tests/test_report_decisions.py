@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sova.scenario import PolicySpec, load_scenario
-from sova.sim import fleet, report
+from sova.sim import fleet, report, report_plots
 from sova.sim.world import TICK_HOSTS, World
 from sova.writer import HOST_COLOURS
 
@@ -98,7 +98,7 @@ def test_host_plot_has_a_colour_per_host_and_its_legend_beside_the_lines(
         return leg
 
     monkeypatch.setattr(matplotlib.axes.Axes, "legend", keep)
-    report.plot_hosts(tmp_path / "hosts.png", scn, [run])
+    report_plots.plot_hosts(tmp_path / "hosts.png", scn, [run])
     assert len(drawn) == 1
     ax, leg = drawn[0]
     colours = {str(line.get_label()): line.get_color() for line in ax.get_lines()}
@@ -127,6 +127,6 @@ def test_report_counts_moves_and_draws_vf_time_against_demand(tmp_path: Path) ->
     # one VF, handed once to "quiet" (created first), which sends 1 Mbit/s: one move in
     # 120 s on one host = 30 per host-hour, useless (virtio carries 1 Mbit/s)
     assert "| static-sriov | 1 | 30.0 | 1 (100%) | 0 | 0 |" in lines
-    plotted = report.plot_vf_holding(tmp_path / "holding.png", scn, [run])
+    plotted = report_plots.plot_vf_holding(tmp_path / "holding.png", scn, [run])
     assert plotted == {"static-sriov: VMs (mean demand, time on VF)": 3}
     assert (tmp_path / "holding.png").stat().st_size > 0

@@ -14,8 +14,9 @@ import pytest
 
 from sova.scenario import PolicySpec, load_sweep
 from sova.sim.output import write_outputs
-from sova.sim.report import categorical, holder_verdict
+from sova.sim.report import holder_verdict
 from sova.sim.runner import run_policy
+from sova.sim.sweep_report import categorical
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((REPO / "scenarios").glob("*.yaml"))

@@ -22,8 +22,9 @@ from sova.daemon.leadership import Leadership
 from sova.daemon.manager_client import LEADER_HEADER
 from sova.daemon.manager_standby import EPOCH_HEADER, ROLE_HEADER, SEEN_HEADER, standby_app
 from sova.daemon.standby_reads import STANDBY_READS, read_only_store
-from sova.daemon.store import AuditRow, RoundWrite, Store, metadata
+from sova.daemon.store import AuditRow, RoundWrite, Store
 from sova.daemon.store_rows import LogSlice
+from sova.daemon.store_schema import metadata
 
 from .conftest import (
     ADMIN,

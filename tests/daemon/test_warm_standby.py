@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from sova.daemon.config import ManagerSettings
 from sova.daemon.manager_service import ManagerService
 from sova.daemon.manager_standby import WarmWindows
-from sova.daemon.store import Store, host_reports, report_values
+from sova.daemon.store import Store, report_values
 from sova.daemon.store_rows import ReportRow
+from sova.daemon.store_schema import host_reports
 
 from .test_leadership import needs_pg, pg_schema
 

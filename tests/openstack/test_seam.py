@@ -29,13 +29,8 @@ from sova.model import (
 )
 from sova.orchestrator.base import OrchestratedDriver
 from sova.orchestrator.libvirt import DriverActuator
-from sova.orchestrator.openstack import (
-    PORT_PREFIX,
-    SOVA_TAG,
-    OpenStackActuator,
-    connect,
-    is_vf_exhausted,
-)
+from sova.orchestrator.openstack import OpenStackActuator, connect
+from sova.orchestrator.openstack_cloud import PORT_PREFIX, SOVA_TAG, is_vf_exhausted
 from sova.orchestrator.settings import OrchestratorSettings, orchestrate
 
 

@@ -27,9 +27,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
-from sova.agent import bandwidth as bw
+from sova.agent.bandwidth_loop import BandwidthLoop
 from sova.agent.config import ControllerConfig
 from sova.agent.executor import MIGRATION_ENDED, Executor, Outcome, Result
 from sova.agent.registry import allocator_plugin, vf_policy
@@ -37,7 +35,6 @@ from sova.agent.vf_policies import VFContext, VFPolicy, note_holders
 from sova.driver_protocol import Driver
 from sova.lazymap import LazyMapping
 from sova.model import (
-    VM,
     Action,
     AttachVF,
     DetachVF,
@@ -49,9 +46,7 @@ from sova.model import (
     SetGuestRateLimit,
     SetVFRate,
 )
-from sova.policy import metering
 from sova.policy.hotspot import HostCapacity, HostReport, Utilisation, VMLoad
-from sova.policy.kernels import Groups
 from sova.policy.operation import Migration, Operation, choose_migration
 from sova.policy.sensing import (
     HostSensor,
@@ -248,7 +243,7 @@ class VMLoadReports(LazyMapping[str, VMLoad]):
         }
 
 
-class HostAgent:
+class HostAgent(BandwidthLoop):
     def __init__(
         self,
         driver: Driver,
@@ -569,91 +564,6 @@ class HostAgent:
                 out.append(Migrate(vm, target, self.config.manager.migration_bandwidth))
         return out
 
-    # ----------------------------------------------------------------- bandwidth
-
-    def bandwidth_step(self) -> list[Action]:
-        """One period of the bandwidth controller: measured rates -> allocator -> limits
-        (the kernels of :mod:`sova.agent.bandwidth`, on this one host)."""
-        if self.allocator is None:
-            return []
-        self.executor.poll()
-        sample = self.driver.sample()
-        prev, self._bw_last = self._bw_last, sample
-        if prev is None or sample.time_s - prev.time_s <= 0:
-            return []
-        names = sorted(vm for vm in sample.vms if vm in prev.vms)
-        cur = [sample.vms[vm] for vm in names]
-        old = [prev.vms[vm] for vm in names]
-        m = metering.measure(
-            np.array([float(c.tx_bytes) for c in old]),
-            np.array([float(c.tx_packets) for c in old]),
-            np.array([float(c.tx_bytes) for c in cur]),
-            np.array([float(c.tx_packets) for c in cur]),
-            sample.time_s - prev.time_s,
-        )
-        if not m.valid.any():
-            return []
-        actual = self.snapshot = self.driver.inventory()
-        keep = m.valid & np.array([vm in actual.vms for vm in names], dtype=bool)
-        flows = [vm for vm, ok in zip(names, keep.tolist(), strict=True) if ok]
-        if not flows:
-            return []
-        groups = Groups.of(np.zeros(len(flows), dtype=np.int64), 1)
-        capacity = np.array([actual.host.nic.capacity_bps])
-        current = np.array([_nan(self.limits.get(vm)) for vm in flows])
-        probe = self.config.probe
-        bps = m.bps[keep]
-        demand = bw.probe_demand(bps, current, capacity[groups.row], probe)
-        vms = [actual.vms[vm].vm for vm in flows]
-        lifted = None
-        if self.spread_spare and bw.all_sova([self.allocator]):
-            # the Sova allocator's caps only (docs/design.md#open-link): a plug-in keeps its own
-            slas = bw.SLAArrays.of([v.sla for v in vms])
-            lifted = bw.open_link(groups, capacity, bps, slas.minimum, slas.maximum)
-            # an allocator sharing out measured demand needs a congested guarantee's true
-            # demand (docs/design.md#guarantees); the published baselines read raw rates
-            fast = np.array([actual.vms[vm].nic is NicKind.VF for vm in flows], dtype=bool)
-            demand = self._reserve(flows, vms, fast, groups, capacity, bps, current, demand)
-        rate, pps = bw.allocate(
-            [self.allocator], groups, capacity, demand, m.packet_bytes[keep], vms.__getitem__
-        )
-        new, changed = bw.limits(
-            groups, capacity, rate, pps, current, probe, self.spread_spare, lifted
-        )
-        actions: list[Action] = [
-            SetGuestRateLimit(flows[k], _none(new[k]), _none(pps[k]))
-            for k in np.flatnonzero(changed).tolist()
-        ]
-        for act in actions:
-            self.executor.apply(act, actual)
-        return actions
-
-    def _reserve(
-        self,
-        flows: list[str],
-        vms: list[VM],
-        fast: np.ndarray,
-        groups: Groups,
-        capacity: np.ndarray,
-        bps: np.ndarray,
-        current: np.ndarray,
-        demand: np.ndarray,
-    ) -> np.ndarray:
-        minimum = np.array([v.sla.bandwidth.minimum for v in vms], dtype=np.float64)
-        if not self.reservations and not (minimum > 0).any():
-            return demand  # no guarantee here: nothing to reserve or release
-        state = bw.Reservations.of([self.reservations.get(vm) for vm in flows])
-        out, state = bw.reserve_guarantees(
-            groups, capacity, bps, current, demand, minimum, fast, self.config.probe, state
-        )
-        for k, vm in enumerate(flows):
-            entry = state.entry(k)
-            if entry is None:
-                self.reservations.pop(vm, None)
-            else:
-                self.reservations[vm] = entry
-        return out
-
     # ----------------------------------------------------------------- report
 
     def host_report(self) -> HostReport | None:
@@ -692,10 +602,3 @@ class HostAgent:
 
 _NOT_MIGRATING: frozenset[str] = frozenset()
 
-
-def _nan(x: float | None) -> float:
-    return math.nan if x is None else x
-
-
-def _none(x: float) -> float | None:
-    return None if math.isnan(x) else float(x)

@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from sova.daemon.logs import fields
 from sova.daemon.manager_control import (
@@ -27,6 +27,7 @@ from sova.daemon.manager_control import (
     expected_effect,
 )
 from sova.daemon.manager_ledger import Ledger
+from sova.daemon.manager_plan_run import plan_precondition, run_through_actuator
 from sova.daemon.manager_state import ManagerState, cap_reason
 from sova.daemon.manager_withdraw import Invalidates, Withdrawals
 from sova.daemon.schema import freeze_version
@@ -43,7 +44,6 @@ from sova.daemon.store import (
 )
 from sova.manager.core import Lease, MigrationDecision
 from sova.orchestrator.base import Actuator
-from sova.policy.hotspot import Utilisation, choose_target
 
 log = logging.getLogger("sova.manager")
 
@@ -329,44 +329,20 @@ class OperatorDesk:
         )
         return done
 
-    def precondition(self, plan: PlanRow, now: float) -> str | None:
-        """Why ``plan`` cannot be carried out now (Watcher's pre-condition), or None."""
-        core, hosts = self.st.core, self.st.hosts
-        stale = core.stale(now)
-        for role, h in (("source", plan.host), ("target", plan.dst)):
-            if h not in hosts:
-                return f"{role} {h} has never reported"
-            if h in stale:
-                return f"{role} {h} is stale (no report for {now - hosts[h].received_s:.0f} s)"
-            if ("maintenance", h) in self.ops.fences:
-                return f"{role} {h} is in maintenance"
-            if role == "target" and ("drain", h) in self.ops.fences:
-                return f"target {h} is being drained"
-        if plan.vm in self.ops.names("pin"):
-            return f"{plan.vm} is pinned"
-        vm = hosts[plan.host].vms.get(plan.vm)
-        if vm is None:
-            return f"{plan.vm} is not in {plan.host}'s last report"
-        if vm.migrating or plan.vm in core.leases:
-            return f"{plan.vm} is already migrating"
-        busy = core.leased_hosts() & {plan.host, plan.dst}
-        if busy:
-            return f"{', '.join(sorted(busy))} already sending or receiving a migration"
-        held = core.hold(plan.vm, now)
-        if held is not None:
-            return held
-        ruled = core.placement_refusal(plan.vm, plan.host, plan.dst)
-        if ruled is not None:
-            return ruled
-        # The planner's own screening, on the two hosts' latest reports.
-        util = {h: Utilisation(*hosts[h].util) for h in (plan.host, plan.dst)}
-        alpha = core.detector.alpha
-        if (
-            choose_target(util, plan.host, vm, alpha, metric=core.metric, ceiling=core.ceiling)
-            is None
-        ):
-            return f"target {plan.dst} is no longer a cold spot for {plan.vm}"
-        return None
+    async def _not_run(self, plan: PlanRow, by: str, now: float, why: str) -> NoReturn:
+        """An approval whose pre-condition fails closes the plan as failed, and says why."""
+        failed = replace(
+            plan, state="failed", decided_by=by, decided_s=now, detail=f"not run: {why}"
+        )
+        await self.st.writer.write(
+            RoundWrite(
+                plans=[failed],
+                audit=[AuditRow(now, by, "approve", f"plan {plan.id}", failed.detail)],
+            )
+        )
+        self.ops.close(plan.id)
+        self.st.metrics.plans.labels("failed").inc()
+        raise PlanConflict(f"plan {plan.id} cannot run now: {why}")
 
     async def approve_plan(self, plan_id: int, by: str, reason: str) -> PlanRow:
         """Carry out an open plan through the normal directive path (or the actuator)."""
@@ -380,20 +356,9 @@ class OperatorDesk:
             now = st.now()
             if now >= plan.expires_s:
                 raise PlanConflict(f"plan {plan_id} expired at t={plan.expires_s:.0f}")
-            why = self.precondition(plan, now)
+            why = plan_precondition(self.st, self.ops, plan, now)
             if why is not None:
-                failed = replace(
-                    plan, state="failed", decided_by=by, decided_s=now, detail=f"not run: {why}"
-                )
-                await st.writer.write(
-                    RoundWrite(
-                        plans=[failed],
-                        audit=[AuditRow(now, by, "approve", f"plan {plan_id}", failed.detail)],
-                    )
-                )
-                self.ops.close(plan_id)
-                st.metrics.plans.labels("failed").inc()
-                raise PlanConflict(f"plan {plan_id} cannot run now: {why}")
+                await self._not_run(plan, by, now, why)
             did = st.take_id()
             via = "openstack" if self.actuator_for is not None else f"directive {did}"
             approved = replace(
@@ -444,46 +409,11 @@ class OperatorDesk:
             extra=fields(plan=plan_id, vm=plan.vm, host=plan.host),
         )
         if self.actuator_for is not None:
-            task = asyncio.get_running_loop().create_task(self._execute(approved, did))
+            run = run_through_actuator(self.st, self.ledger, self.actuator_for, approved, did)
+            task = asyncio.get_running_loop().create_task(run)
             self.executions.add(task)
             task.add_done_callback(self.executions.discard)
         return approved
-
-    async def _execute(self, plan: PlanRow, did: int) -> None:
-        """Run an approved plan through the source's actuator (Nova), bounded; record the end."""
-        from sova.orchestrator.recommend import Proposal, execute_approved, to_watcher_action_plan
-
-        actuator_for = self.actuator_for
-        assert actuator_for is not None
-        wplan = to_watcher_action_plan(
-            [Proposal(plan.vm, plan.host, plan.dst, plan.reason, plan.vm)],
-            audit_uuid=str(plan.id),
-        )
-        action = wplan["actions"][0]["uuid"]
-        timeout = self.st.settings.openstack.migration_timeout_s
-        loop = asyncio.get_running_loop()
-        try:
-            ex = await loop.run_in_executor(
-                None,
-                lambda: execute_approved(wplan, action, actuator_for, timeout_s=timeout),
-            )
-            result, detail = ex.result, ex.detail
-        except Exception as exc:  # an API or credential error ends the run, not the manager
-            result, detail = "failed", f"{type(exc).__name__}: {exc}"
-        end = replace(
-            plan,
-            state="executed" if result == "succeeded" else "failed",
-            detail=f"{plan.detail}; {result}" + (f": {detail}" if detail else ""),
-        )
-        now = self.st.now()
-        # the plan's fate gets an audit row, as expiry and supersession do (issue 21)
-        w = RoundWrite(
-            plans=[end], audit=[AuditRow(now, "sova", end.state, f"plan {plan.id}", end.detail)]
-        )
-        self.ledger.ended_elsewhere(plan.vm, did, now, result, detail or "via openstack", w)
-        await self.st.writer.write(w)
-        log.info("plan %d through openstack: %s %s", plan.id, result, detail)
-
 
 def _invalidated_by_fence(kind: str, name: str, by: str) -> Invalidates:
     """Which directives fence ``kind`` on ``name`` makes invalid (maintenance: of its source

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,20 +39,34 @@ from sova.daemon.store_admin import (
     StoreTooNew,
     _version,
 )
-from sova.daemon.store_outbox import OutboxStore, outbox_metadata
+from sova.daemon.store_logs import StoreLogs, plan_row
+from sova.daemon.store_outbox import OutboxStore
+from sova.daemon.store_round import write_round_rows
 from sova.daemon.store_rows import (
     AuditRow,
     DecisionRow,
     DirectiveRow,
     FenceRow,
     LeaseRow,
-    LogSlice,
     MigrationEnd,
     ModeRow,
     PlanRow,
     ReportRow,
     RoundWrite,
     StoredState,
+)
+from sova.daemon.store_schema import (
+    MIGRATIONS_DIR,
+    decisions,
+    directives,
+    fences,
+    host_reports,
+    leases,
+    metadata,
+    migrations,
+    modes,
+    peer_config,
+    plans,
 )
 
 __all__ = [
@@ -75,155 +88,6 @@ __all__ = [
     "RoundWrite",
     "StoredState",
 ]
-
-metadata = sa.MetaData()
-_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-host_reports = sa.Table(
-    "host_reports",
-    metadata,
-    sa.Column("id", _ID, primary_key=True, autoincrement=True),
-    sa.Column("host", sa.String(64), nullable=False),
-    sa.Column("seq", sa.BigInteger(), nullable=False),
-    sa.Column("agent_t", sa.Float(), nullable=False),
-    sa.Column("received_s", sa.Float(), nullable=False),
-    sa.Column("cpu", sa.Float(), nullable=False),
-    sa.Column("mem", sa.Float(), nullable=False),
-    sa.Column("net", sa.Float(), nullable=False),
-    sa.Column("vms", sa.JSON(), nullable=False),
-    sa.Column("capacity", sa.JSON(), nullable=True),  # [cores, MiB, Mbit/s] (revision 0003)
-    sa.Column("boot", sa.String(16), nullable=True),  # the agent's boot id (revision 0003)
-    sa.Index("ix_host_reports_host_id", "host", "id"),
-    sa.Index("ix_host_reports_received", "received_s"),
-)
-decisions = sa.Table(
-    "decisions",
-    metadata,
-    sa.Column("id", _ID, primary_key=True, autoincrement=False),
-    sa.Column("time_s", sa.Float(), nullable=False),
-    sa.Column("host", sa.String(64), nullable=False),
-    sa.Column("flag", sa.Boolean(), nullable=False),
-    sa.Column("target", sa.String(64), nullable=True),
-    sa.Column("vm", sa.String(64), nullable=True),
-    sa.Column("reason", sa.Text(), nullable=False),
-    sa.Column("hot_resources", sa.JSON(), nullable=False),
-    sa.Column("inputs", sa.JSON(), nullable=False),
-    sa.Index("ix_decisions_host", "host", "id"),
-)
-leases = sa.Table(
-    "leases",
-    metadata,
-    sa.Column("vm", sa.String(64), primary_key=True),
-    sa.Column("src", sa.String(64), nullable=False),
-    sa.Column("dst", sa.String(64), nullable=False),
-    sa.Column("since_s", sa.Float(), nullable=False),
-    sa.Column("decision_id", sa.BigInteger(), nullable=False),
-)
-directives = sa.Table(
-    "directives",
-    metadata,
-    sa.Column("host", sa.String(64), primary_key=True),
-    sa.Column("id", sa.BigInteger(), nullable=False),
-    sa.Column("flag", sa.Boolean(), nullable=False),
-    sa.Column("target", sa.String(64), nullable=True),
-    sa.Column("vm", sa.String(64), nullable=True),
-    sa.Column("issued_s", sa.Float(), nullable=False),
-    sa.Column("acked", sa.Boolean(), nullable=False),
-)
-migrations = sa.Table(
-    "migrations",
-    metadata,
-    sa.Column("id", _ID, primary_key=True, autoincrement=False),
-    sa.Column("vm", sa.String(64), nullable=False),
-    sa.Column("src", sa.String(64), nullable=False),
-    sa.Column("dst", sa.String(64), nullable=False),
-    sa.Column("started_s", sa.Float(), nullable=False),
-    sa.Column("ended_s", sa.Float(), nullable=True),
-    sa.Column("result", sa.String(16), nullable=False),
-    sa.Column("detail", sa.Text(), nullable=False),
-    sa.Index("ix_migrations_vm", "vm", "id"),
-)
-
-plans = sa.Table(
-    "plans",
-    metadata,
-    sa.Column("id", _ID, primary_key=True, autoincrement=False),
-    sa.Column("created_s", sa.Float(), nullable=False),
-    sa.Column("expires_s", sa.Float(), nullable=False),
-    sa.Column("host", sa.String(64), nullable=False),
-    sa.Column("vm", sa.String(64), nullable=False),
-    sa.Column("dst", sa.String(64), nullable=False),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("reason", sa.Text(), nullable=False),
-    sa.Column("inputs", sa.JSON(), nullable=False),
-    sa.Column("expected", sa.JSON(), nullable=False),
-    sa.Column("decided_by", sa.String(128), nullable=True),
-    sa.Column("decided_s", sa.Float(), nullable=True),
-    sa.Column("detail", sa.Text(), nullable=False),
-    sa.Index("ix_plans_state", "state", "id"),
-)
-
-fences = sa.Table(
-    "fences",
-    metadata,
-    sa.Column("kind", sa.String(16), primary_key=True),
-    sa.Column("name", sa.String(64), primary_key=True),
-    sa.Column("set_by", sa.String(128), nullable=False),
-    sa.Column("since_s", sa.Float(), nullable=False),
-    sa.Column("reason", sa.Text(), nullable=False),
-)
-
-modes = sa.Table(
-    "modes",
-    metadata,
-    sa.Column("scope", sa.String(64), primary_key=True),  # "*" = the cluster, else a host
-    sa.Column("mode", sa.String(16), nullable=False),
-    sa.Column("set_by", sa.String(128), nullable=False),
-    sa.Column("since_s", sa.Float(), nullable=False),
-)
-
-audit = sa.Table(
-    "audit",
-    metadata,
-    sa.Column("id", _ID, primary_key=True, autoincrement=True),
-    sa.Column("time_s", sa.Float(), nullable=False),
-    sa.Column("who", sa.String(128), nullable=False),
-    sa.Column("action", sa.String(32), nullable=False),
-    sa.Column("subject", sa.String(160), nullable=False),
-    sa.Column("detail", sa.Text(), nullable=False),
-)
-
-# Who plans on this store and its epoch, the fencing token (revision 0004; one row, id 1):
-# raised by every takeover, checked by every write of decisions, leases and directives.
-leader = sa.Table(
-    "leader",
-    metadata,
-    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
-    sa.Column("epoch", sa.BigInteger(), nullable=False),
-    sa.Column("holder", sa.String(200), nullable=False),
-    sa.Column("url", sa.String(500), nullable=False),
-    sa.Column("since_s", sa.Float(), nullable=False),
-)
-
-# What the leader publishes for its standbys (revision 0005; one row, id 1): its operator
-# credentials (digests only) and a digest of its safety-relevant settings.
-peer_config = sa.Table(
-    "peer_config",
-    metadata,
-    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
-    sa.Column("generation", sa.BigInteger(), nullable=False),
-    sa.Column("epoch", sa.BigInteger(), nullable=False),
-    sa.Column("operators", sa.JSON(), nullable=False),
-    sa.Column("digest", sa.JSON(), nullable=False),
-    sa.Column("since_s", sa.Float(), nullable=False),
-)
-# The webhooks' outbox (store_outbox.py, revision 0006) is one of the store's tables too:
-# what walks every table (a reset, a copy, the check of an unversioned store) sees it.
-for _t in outbox_metadata.tables.values():
-    _t.to_metadata(metadata)
-
-MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-
 
 # --------------------------------------------------------------------------- store
 
@@ -258,7 +122,7 @@ def _pg_session_settings(lease_ms: int) -> Callable[[Any, Any], None]:
     return on_connect
 
 
-class Store(StoreAdmin, OutboxStore):
+class Store(StoreAdmin, OutboxStore, StoreLogs):
     def __init__(self, url: str, *, echo: bool = False, lease_s: float | None = None) -> None:
         """``lease_s`` (a PostgreSQL manager's ``leader_lease_s``): its sessions end when
         left idle in a transaction that long, and TCP keepalives notice a dead host in it."""
@@ -403,118 +267,7 @@ class Store(StoreAdmin, OutboxStore):
         with self._lock, self.engine.begin() as conn:
             if self.fence is not None:
                 self.check_fence(conn, self.fence)  # raises Deposed: nothing is written
-            if w.decisions:
-                conn.execute(
-                    decisions.insert(),
-                    [
-                        {
-                            "id": d.id,
-                            "time_s": d.time_s,
-                            "host": d.host,
-                            "flag": d.flag,
-                            "target": d.target,
-                            "vm": d.vm,
-                            "reason": d.reason,
-                            "hot_resources": list(d.hot_resources),
-                            "inputs": dict(d.inputs),
-                        }
-                        for d in w.decisions
-                    ],
-                )
-            for vm in w.dropped_leases:
-                conn.execute(leases.delete().where(leases.c.vm == vm))
-            for lease in w.new_leases:
-                conn.execute(leases.delete().where(leases.c.vm == lease.vm))
-                conn.execute(
-                    leases.insert().values(
-                        vm=lease.vm,
-                        src=lease.src,
-                        dst=lease.dst,
-                        since_s=lease.since_s,
-                        decision_id=lease.decision_id,
-                    )
-                )
-                conn.execute(
-                    migrations.insert().values(
-                        id=lease.decision_id,
-                        vm=lease.vm,
-                        src=lease.src,
-                        dst=lease.dst,
-                        started_s=lease.since_s,
-                        ended_s=None,
-                        result="signalled",
-                        detail="",
-                    )
-                )
-            for d in w.directives:
-                conn.execute(directives.delete().where(directives.c.host == d.host))
-                conn.execute(
-                    directives.insert().values(
-                        host=d.host,
-                        id=d.id,
-                        flag=d.flag,
-                        target=d.target,
-                        vm=d.vm,
-                        issued_s=d.issued_s,
-                        acked=d.acked,
-                    )
-                )
-            for host, did in w.acked:
-                conn.execute(
-                    directives.update()
-                    .where(directives.c.host == host, directives.c.id <= did)
-                    .values(acked=True)
-                )
-            ended: set[int] = set()
-            for m in w.migration_ends:
-                done = conn.execute(
-                    migrations.update()
-                    .where(migrations.c.id == m.id, migrations.c.ended_s.is_(None))
-                    .values(ended_s=m.ended_s, result=m.result, detail=m.detail[:500])
-                )
-                if done.rowcount:
-                    ended.add(m.id)
-            for p in w.plans:
-                conn.execute(plans.delete().where(plans.c.id == p.id))
-                conn.execute(plans.insert().values(**_plan_values(p)))
-            for kind, name in w.fences_cleared:
-                conn.execute(fences.delete().where(fences.c.kind == kind, fences.c.name == name))
-            for f in w.fences_set:
-                conn.execute(
-                    fences.delete().where(fences.c.kind == f.kind, fences.c.name == f.name)
-                )
-                conn.execute(
-                    fences.insert().values(
-                        kind=f.kind,
-                        name=f.name,
-                        set_by=f.set_by,
-                        since_s=f.since_s,
-                        reason=f.reason[:500],
-                    )
-                )
-            for scope in w.modes_cleared:
-                conn.execute(modes.delete().where(modes.c.scope == scope))
-            for m2 in w.modes_set:
-                conn.execute(modes.delete().where(modes.c.scope == m2.scope))
-                conn.execute(
-                    modes.insert().values(
-                        scope=m2.scope, mode=m2.mode, set_by=m2.set_by, since_s=m2.since_s
-                    )
-                )
-            if w.audit:
-                conn.execute(
-                    audit.insert(),
-                    [
-                        {
-                            "time_s": a.time_s,
-                            "who": a.who,
-                            "action": a.action,
-                            "subject": a.subject[:160],
-                            "detail": a.detail[:2000],
-                        }
-                        for a in w.audit
-                    ],
-                )
+            ended = write_round_rows(conn, w)
             self.record_events(conn, w, ended)  # the webhooks' outbox (store_outbox.py)
 
     def prune(self, before_s: float, keep_per_host: int) -> int:
@@ -563,7 +316,7 @@ class Store(StoreAdmin, OutboxStore):
             last_d = conn.execute(sa.select(sa.func.max(decisions.c.id))).scalar()
             last_m = conn.execute(sa.select(sa.func.max(migrations.c.id))).scalar()
             open_plans = [
-                _plan_row(r)
+                plan_row(r)
                 for r in conn.execute(
                     sa.select(plans).where(plans.c.state == "proposed").order_by(plans.c.id)
                 ).mappings()
@@ -647,74 +400,6 @@ class Store(StoreAdmin, OutboxStore):
         """The hosts with report rows in the store (a forgotten host has none)."""
         with self.engine.connect() as conn:
             return {h for (h,) in conn.execute(sa.select(host_reports.c.host).distinct())}
-
-    def plans(self, after: int = 0, limit: int = 100, state: str | None = None) -> list[PlanRow]:
-        return self.plan_slice(LogSlice(after, limit, kind=state))
-
-    def plan_slice(self, sl: LogSlice) -> list[PlanRow]:
-        q = sa.select(plans)
-        if sl.kind is not None:
-            q = q.where(plans.c.state == sl.kind)
-        if sl.host is not None:
-            q = q.where(sa.or_(plans.c.host == sl.host, plans.c.dst == sl.host))
-        if sl.vm is not None:
-            q = q.where(plans.c.vm == sl.vm)
-        with self.engine.connect() as conn:
-            rows = conn.execute(_sliced(q, plans.c.id, plans.c.created_s, sl)).mappings()
-            return [_plan_row(r) for r in rows]
-
-    def plan(self, plan_id: int) -> PlanRow | None:
-        with self.engine.connect() as conn:
-            r = conn.execute(sa.select(plans).where(plans.c.id == plan_id)).mappings().first()
-        return _plan_row(r) if r is not None else None
-
-    def audit_slice(self, sl: LogSlice) -> list[AuditRow]:
-        q = sa.select(audit)
-        names = [n for n in (sl.host, sl.vm) if n is not None]
-        if names:
-            q = q.where(audit.c.subject.in_(names))
-        if sl.kind is not None:
-            # "fence" is every fence:<kind> action too
-            q = q.where(sa.or_(audit.c.action == sl.kind, audit.c.action.startswith(sl.kind + ":")))
-        with self.engine.connect() as conn:
-            return [
-                AuditRow(r.time_s, r.who, r.action, r.subject, r.detail, r.id)
-                for r in conn.execute(_sliced(q, audit.c.id, audit.c.time_s, sl))
-            ]
-
-    def decisions(
-        self, after: int = 0, limit: int = 100, host: str | None = None
-    ) -> list[DecisionRow]:
-        return self.decision_slice(LogSlice(after, limit, host=host))
-
-    def decision_slice(self, sl: LogSlice) -> list[DecisionRow]:
-        q = sa.select(decisions)
-        if sl.host is not None:
-            q = q.where(decisions.c.host == sl.host)
-        if sl.vm is not None:
-            q = q.where(decisions.c.vm == sl.vm)
-        with self.engine.connect() as conn:
-            return [
-                DecisionRow(
-                    r.id,
-                    r.time_s,
-                    r.host,
-                    bool(r.flag),
-                    r.target,
-                    r.vm,
-                    r.reason,
-                    tuple(r.hot_resources),
-                    r.inputs,
-                )
-                for r in conn.execute(_sliced(q, decisions.c.id, decisions.c.time_s, sl))
-            ]
-
-    def migration_rows(self, vm: str | None = None) -> list[dict[str, Any]]:
-        q = sa.select(migrations).order_by(migrations.c.id)
-        if vm is not None:
-            q = q.where(migrations.c.vm == vm)
-        with self.engine.connect() as conn:
-            return [dict(r) for r in conn.execute(q).mappings()]
 
     def fence_rows(self) -> list[FenceRow]:
         with self.engine.connect() as conn:
@@ -811,55 +496,7 @@ def _report_row(r: Any) -> ReportRow:  # a RowMapping
     )
 
 
-def _plan_values(p: PlanRow) -> dict[str, Any]:
-    return {
-        "id": p.id,
-        "created_s": p.created_s,
-        "expires_s": p.expires_s,
-        "host": p.host,
-        "vm": p.vm,
-        "dst": p.dst,
-        "state": p.state,
-        "reason": p.reason[:4000],
-        "inputs": dict(p.inputs),
-        "expected": dict(p.expected),
-        "decided_by": p.decided_by,
-        "decided_s": p.decided_s,
-        "detail": p.detail[:2000],
-    }
-
-
-def _plan_row(r: Any) -> PlanRow:  # a RowMapping
-    return PlanRow(
-        int(r["id"]),
-        float(r["created_s"]),
-        float(r["expires_s"]),
-        r["host"],
-        r["vm"],
-        r["dst"],
-        r["state"],
-        r["reason"],
-        r["inputs"],
-        r["expected"],
-        r["decided_by"],
-        r["decided_s"],
-        r["detail"],
-    )
-
-
 def iter_report_vms(vms: Mapping[str, Any]) -> Iterable[tuple[str, list[float], int, bool]]:
     """Decode the ``vms`` JSON column: name -> [cpu, mem, net, MiB, migrating]."""
     for name, v in vms.items():
         yield name, [float(v[0]), float(v[1]), float(v[2])], int(v[3]), bool(v[4])
-
-
-def _sliced(q: Any, id_col: Any, time_col: Any, sl: LogSlice) -> Any:
-    """``q`` bounded by the slice's ids and times, ordered and limited as it asks."""
-    q = q.where(id_col > sl.after)
-    if sl.before is not None:
-        q = q.where(id_col < sl.before)
-    if sl.since_s is not None:
-        q = q.where(time_col >= sl.since_s)
-    if sl.until_s is not None:
-        q = q.where(time_col <= sl.until_s)
-    return q.order_by(id_col.desc() if sl.newest_first else id_col).limit(sl.limit)

@@ -24,11 +24,11 @@ from dataclasses import replace
 from sova.manager.fastplan import fast_coordinate
 from sova.manager.pipeline import Round
 from sova.manager.placement import Bars
+from sova.policy.cold_spots import choose_target
 from sova.policy.hotspot import (
     MigrationSignal,
     Utilisation,
     VMLoad,
-    choose_target,
     migration_factor,
 )
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -61,22 +61,20 @@ from sova.model import (
     SetVFRate,
     VMState,
 )
-from sova.orchestrator.base import CloudConfigError, FailoverHooks
-
-PORT_PREFIX = "sova-vf-"  # for people reading port lists; the mark is SOVA_TAG
-# The mark of a port Sova made. A Neutron tag, not the name (anyone may name a port so), not
-# device_owner (Nova rewrites it to compute:<zone> on attach) and not binding:profile (Nova
-# owns that dict, and writing it needs Neutron's service role): docs/openstack.md#who-owns-a-port.
-SOVA_TAG = "sova-vf"
-# vnic types whose port takes one VF of the host from Nova's PCI tracker (direct-physical
-# takes a whole PF, which then has no VFs to count).
-VF_VNIC_TYPES = frozenset({"direct", "macvtap", "virtio-forwarder", "remote-managed", "vdpa"})
-PORT_DESCRIPTION = "Sova fast path (SR-IOV VF); created and deleted by sova"
-MIGRATION_DONE = frozenset({"completed", "done"})
-MIGRATION_FAILED = frozenset({"failed", "error", "cancelled", "aborted"})
-# Nova's messages when the VF pool of the host is exhausted (InterfaceAttachPciClaimFailed,
-# PciDeviceRequestFailed): a normal outcome of the VF scheduler racing Nova's tracker.
-_PCI_EXHAUSTED = ("claim pci device", "pci device request", "pcidevicerequestfailed")
+from sova.orchestrator.base import CloudConfigError
+from sova.orchestrator.openstack_cloud import (
+    SOVA_TAG,
+    VF_VNIC_TYPES,
+    Op,
+    OpFailed,
+    is_sova_port,
+    launched_at,
+    match_server,
+    nova_busy,
+    port_made_for,
+    task_state,
+)
+from sova.orchestrator.openstack_ops import NovaOperations
 
 
 def connect(cloud: str, api_timeout_s: float = 30.0) -> Any:
@@ -117,29 +115,12 @@ def _timeout_errors() -> tuple[type[Exception], ...]:
     return (ksa_exc.ConnectTimeout,)
 
 
-def is_vf_exhausted(message: str) -> bool:
-    low = message.lower()
-    return any(s in low for s in _PCI_EXHAUSTED)
-
-
-class _OpFailed(Exception):
-    pass
-
-
-@dataclass
-class _Op:
-    op_id: str
-    action: Action
-    state: OpState = OpState.PENDING
-    detail: str = "queued"
-
-
 def _spawn_thread(fn: Callable[[], None]) -> None:
     threading.Thread(target=fn, daemon=True, name="sova-openstack-op").start()
 
 
 @dataclass
-class OpenStackActuator:
+class OpenStackActuator(NovaOperations):
     """Acts for one hypervisor (``host``, as Nova's compute service names it).
 
     ``conn`` is an openstacksdk ``Connection`` (or anything with the same ``compute``,
@@ -164,7 +145,7 @@ class OpenStackActuator:
     sleep: Callable[[float], None] = time.sleep
     name: str = "openstack"
     discrepancies: list[str] = field(default_factory=list)
-    _ops: dict[str, _Op] = field(default_factory=dict)
+    _ops: dict[str, Op] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _seq: Iterator[int] = field(default_factory=itertools.count)
     _servers: dict[str, str] = field(default_factory=dict)  # sova VM name -> server id
@@ -180,7 +161,7 @@ class OpenStackActuator:
     _disturbed: set[str] = field(default_factory=set)
     _launched: dict[str, str | None] = field(default_factory=dict)
     # Give-backs of such ports, one at a time per VM, and the failures of each VM's.
-    _retiring: dict[str, _Op] = field(default_factory=dict)
+    _retiring: dict[str, Op] = field(default_factory=dict)
     _retire_failures: dict[str, int] = field(default_factory=dict)
     retire_tries: int = 3  # then the port is left to the agent (a holder like any other)
 
@@ -197,7 +178,7 @@ class OpenStackActuator:
                     f"{action.kind} has no OpenStack API; it needs the host driver as fallback"
                 )
             return "host:" + self.fallback.submit(action)
-        op = _Op(f"os:{action.kind}:{action.vm}:{next(self._seq)}", action)
+        op = Op(f"os:{action.kind}:{action.vm}:{next(self._seq)}", action)
         with self._lock:
             self._ops[op.op_id] = op
             self._acting.add(action.vm)
@@ -234,7 +215,7 @@ class OpenStackActuator:
         vms: dict[str, VMState] = {}
         withheld = 0  # Sova VFs held by VMs withheld from the agent this period
         for name, state in sensed.vms.items():
-            server = _match(servers, name)
+            server = match_server(servers, name)
             if server is None:
                 notes.append(f"{name}: sensed on {self.host} but Nova places no such server here")
                 vms[name] = replace(state, running=False)
@@ -247,7 +228,7 @@ class OpenStackActuator:
                 withheld += len(held)
                 continue
             has_port = bool(held)
-            migrating = state.migrating or _task(server) in ("migrating",)
+            migrating = state.migrating or task_state(server) in ("migrating",)
             if theirs.get(server.id) and not has_port:
                 # The tenant's own VF: not Sova's to revoke (a revoke would find nothing of
                 # Sova's to take back), and not a VM to give a second VF to.
@@ -319,7 +300,7 @@ class OpenStackActuator:
         why = self._carried(server, held)
         if why is None:
             return None
-        op = _Op(f"os:retire:{name}:{next(self._seq)}", DetachVF(name))
+        op = Op(f"os:retire:{name}:{next(self._seq)}", DetachVF(name))
         with self._lock:
             self._retiring[name] = op
             self._acting.add(name)
@@ -336,10 +317,10 @@ class OpenStackActuator:
         if sid in self._disturbed:
             return "outlived an operation of Nova's on the server"
         for p in held:
-            made_for = _made_for(p)
+            made_for = port_made_for(p)
             if made_for is not None and made_for != self.host:
                 return f"made for {made_for}, brought here by Nova"
-        launched = _launched_at(server)
+        launched = launched_at(server)
         seen = self._launched.setdefault(sid, launched)
         if seen != launched:
             return f"outlived Nova re-spawning the server (launched {seen} then {launched})"
@@ -425,7 +406,7 @@ class OpenStackActuator:
         server = self._server(vm)
         busy = nova_busy(server)
         if busy is not None:
-            raise _OpFailed(f"Nova is operating on {vm} ({busy}): Sova stands back")
+            raise OpFailed(f"Nova is operating on {vm} ({busy}): Sova stands back")
         return server
 
     def _server(self, vm: str) -> Any:
@@ -434,9 +415,9 @@ class OpenStackActuator:
         if sid is not None:
             server = self.conn.compute.find_server(sid, ignore_missing=True, all_projects=True)
         if server is None:
-            server = _match(self._servers_here(), vm)
+            server = match_server(self._servers_here(), vm)
         if server is None:
-            raise _OpFailed(f"Nova knows no server {vm!r} on {self.host}")
+            raise OpFailed(f"Nova knows no server {vm!r} on {self.host}")
         self._servers[vm] = server.id
         return server
 
@@ -454,7 +435,7 @@ class OpenStackActuator:
 
     # ------------------------------------------------------------------ operations
 
-    def _run(self, op: _Op) -> None:
+    def _run(self, op: Op) -> None:
         a = op.action
         try:
             if isinstance(a, Migrate):
@@ -464,363 +445,18 @@ class OpenStackActuator:
             elif isinstance(a, DetachVF):
                 detail = self._detach(a.vm)
             else:  # pragma: no cover - rates go to the fallback in submit()
-                raise _OpFailed(f"unsupported action {a!r}")
+                raise OpFailed(f"unsupported action {a!r}")
             self._finish(op, OpState.SUCCEEDED, detail)
-        except _OpFailed as exc:
+        except OpFailed as exc:
             self._finish(op, OpState.FAILED, str(exc))
         except Exception as exc:  # reported through the op, never lost with the thread
             self._finish(op, OpState.FAILED, f"{type(exc).__name__}: {exc}")
 
-    def _finish(self, op: _Op, state: OpState, detail: str) -> None:
+    def _finish(self, op: Op, state: OpState, detail: str) -> None:
         with self._lock:
             op.state, op.detail = state, detail
             self._acting.discard(op.action.vm)
 
-    def _progress(self, op: _Op, detail: str) -> None:
+    def _progress(self, op: Op, detail: str) -> None:
         with self._lock:
             op.detail = detail
-
-    def _migrate(self, op: _Op, a: Migrate) -> str:
-        # Someone else's live migration of it (Watcher's applier, an operator) holds Nova's
-        # task state: never a second one.
-        server = self._settled(a.vm)
-        if _host_of(server) == a.dst_host:
-            return f"{a.vm} already on {a.dst_host} (Nova)"
-        if _host_of(server) != self.host:
-            raise _OpFailed(f"Nova places {a.vm} on {_host_of(server)!r}, not {self.host!r}")
-        if self._sova_ports(server):
-            raise _OpFailed(f"not migrating {a.vm}: it still holds a Sova VF port")
-        before = {m.id for m in self._migrations(server)}
-        unanswered = ""  # why Nova's answer to the request is unknown, if it is
-        try:
-            # host + force=False: Nova's scheduler checks Sova's choice (Placement, PCI,
-            # filters); the SDK refuses a host below microversion 2.30 without force.
-            self.conn.compute.live_migrate_server(
-                server, host=a.dst_host, force=False, block_migration="auto"
-            )
-        except ValueError as exc:
-            raise _OpFailed(f"not migrating {a.vm}: {exc}") from exc
-        except self.timeouts as exc:
-            # Below microversion 2.34 Nova answers os-migrateLive only after the target's
-            # pre-checks, which may outlast api_timeout_s while Nova carries on: the
-            # migration record says what happened, the client's timeout alone says nothing.
-            unanswered = f"; Nova's answer timed out ({exc}), followed by its records"
-        except self._errors as exc:
-            on = _host_of(self.conn.compute.get_server(server.id))
-            raise _OpFailed(
-                f"Nova refused to live-migrate {a.vm} to {a.dst_host}: {exc}; server on {on!r}"
-            ) from exc
-        start = self.clock()
-        record: Any = None
-        aborted_at: float | None = None  # when Nova accepted Sova's abort
-        timed_out = f"timed out after {self.migration_timeout_s:g}s"
-        while True:
-            try:
-                new = [m for m in self._migrations(server) if m.id not in before]
-            except self._errors as exc:
-                # A busy API that does not answer one poll has not failed the migration;
-                # the timeouts below still bound how long it is followed.
-                self._progress(op, f"migrating {a.vm} to {a.dst_host}: Nova unanswered: {exc}")
-                new = []
-            record = max(new, key=lambda m: m.id) if new else record
-            status = (record.status or "").lower() if record is not None else "requested"
-            self._progress(op, f"migrating {a.vm} to {a.dst_host}: Nova migration {status}")
-            if status in MIGRATION_DONE:
-                now_on = _host_of(self.conn.compute.get_server(server.id))
-                if now_on != a.dst_host:
-                    raise _OpFailed(
-                        f"Nova migration {record.id} of {a.vm} completed but the server is on "
-                        f"{now_on!r}, not {a.dst_host!r}"
-                    )
-                late = "" if aborted_at is None else f", {timed_out} but ended before the abort"
-                return (
-                    f"{a.vm} migrated to {a.dst_host} (Nova migration {record.id} "
-                    f"{status}{late}){unanswered}"
-                )
-            if status in MIGRATION_FAILED:
-                now_on = _host_of(self.conn.compute.get_server(server.id))
-                why = "" if aborted_at is None else f" ({timed_out}, abort confirmed)"
-                raise _OpFailed(
-                    f"Nova migration {record.id} of {a.vm} to {a.dst_host} {status}{why}; "
-                    f"server on {now_on!r} on virtio"
-                )
-            if record is None and self.clock() - start > self.poll_s * 30:
-                # Nova's API accepted but conductor never created a record (e.g. the
-                # scheduler refused before it): the server status says what happened.
-                try:
-                    now = self.conn.compute.get_server(server.id)
-                except self._errors:
-                    now = None  # unanswered: asked again at the next poll, within the timeouts
-                if now is not None and _task(now) is None:
-                    said = "did not answer" if unanswered else "accepted"
-                    raise _OpFailed(
-                        f"Nova {said} the live migration of {a.vm} and started none; "
-                        f"server on {_host_of(now)!r} (check the instance action log)"
-                    )
-            if aborted_at is None and self.clock() - start > self.migration_timeout_s:
-                if record is None:
-                    raise _OpFailed(
-                        f"migration of {a.vm} to {a.dst_host} {timed_out} (no migration "
-                        "record); Nova keeps it on the source"
-                    )
-                try:
-                    self.conn.compute.abort_server_migration(record.id, server.id)
-                except self._errors as exc:
-                    raise _OpFailed(
-                        f"migration of {a.vm} to {a.dst_host} {timed_out} (abort refused: "
-                        f"{exc}); Nova migration {record.id} {status}"
-                    ) from exc
-                # An abort is asynchronous in Nova: its outcome is the record's end
-                # (cancelled, or completed when the migration won the race), followed above.
-                aborted_at = self.clock()
-            if aborted_at is not None and self.clock() - aborted_at > self.abort_timeout_s:
-                raise _OpFailed(
-                    f"migration of {a.vm} to {a.dst_host} {timed_out}; abort not confirmed: "
-                    f"Nova migration {record.id} still {status} {self.abort_timeout_s:g}s later"
-                )
-            self.sleep(self.poll_s)
-
-    def _migrations(self, server: Any) -> list[Any]:
-        return list(
-            self.conn.compute.migrations(server_id=server.id, migration_type="live-migration")
-        )
-
-    def _hooks(self) -> FailoverHooks | None:
-        return self.fallback if isinstance(self.fallback, FailoverHooks) else None
-
-    def _attach(self, a: AttachVF) -> str:
-        server = self._settled(a.vm)
-        if _host_of(server) != self.host:
-            raise _OpFailed(f"Nova places {a.vm} on {_host_of(server)!r}, not {self.host!r}")
-        held = self._sova_ports(server)
-        if held:
-            return f"{a.vm} already holds VF port {held[0].id}"
-        network, backup = self._network_for(server)
-        # The guest Sova's bond is set up in: a re-spawn after this shows as a new launch time.
-        self._launched[str(server.id)] = _launched_at(server)
-        self._disturbed.discard(str(server.id))
-        port = self.conn.network.create_port(
-            **vf_port_attrs(a.vm, network, server.project_id, _addresses(backup), self.host)
-        )
-        self._creating.add(port.id)
-        try:
-            return self._attach_port(a, server, port, network)
-        finally:
-            self._creating.discard(port.id)
-
-    def _attach_port(self, a: AttachVF, server: Any, port: Any, network: str) -> str:
-        # The mark goes on by its own call (PUT .../tags/sova-vf), before the attach, so an untagged
-        # port of Sova's never reaches a server. Not in the create request: Neutron keeps a
-        # create's tags only with ML2's extension driver tag_ports_during_bulk_creation (off
-        # by default), and refuses the attribute where no tag plugin is loaded.
-        if SOVA_TAG not in (getattr(port, "tags", None) or ()):
-            try:
-                port = self.conn.network.add_tag(port, SOVA_TAG) or port
-            except self._errors as exc:
-                self.conn.network.delete_port(port, ignore_missing=True)
-                raise _OpFailed(
-                    f"Neutron refused the {SOVA_TAG!r} tag on {a.vm}'s VF port: {exc}; port deleted"
-                ) from exc
-        try:
-            self.conn.compute.create_server_interface(server, port_id=port.id)
-        except self._errors as exc:
-            # The port was ours and is useless now: never leave it behind.
-            self.conn.network.delete_port(port, ignore_missing=True)
-            if is_vf_exhausted(str(exc)):
-                raise _OpFailed(f"no VF left on {self.host} for {a.vm}: {exc}") from exc
-            raise _OpFailed(f"Nova refused to attach a VF port to {a.vm}: {exc}") from exc
-        detail = f"{a.vm}: direct port {port.id} on network {network} attached"
-        hooks = self._hooks()
-        if hooks is None:
-            return detail
-        try:
-            return f"{detail}; {hooks.to_fast(a.vm)}"
-        except DriverError as exc:
-            # A VF that carries nothing would be counted as the VM's fast path: give it back
-            # (the backup is confirmed active first, as for any detach).
-            give_back_errors: tuple[type[Exception], ...] = (_OpFailed, *self._errors)
-            try:
-                undone = f"given back ({self._detach(a.vm)})"
-            except give_back_errors as exc2:
-                undone = f"left attached, detach failed: {exc2}"
-            raise _OpFailed(f"{detail} but not made active: {exc}; VF {undone}") from exc
-
-    def _network_for(self, server: Any) -> tuple[str, Any]:
-        """The VF network and the server's port on it (the bond's backup: same L2 segment).
-
-        The VF must land where the VM's backup interface is, or the guest's bond would fail
-        over between two networks; and it must be a VLAN or flat network, the only types
-        Neutron's sriovnicswitch binds.
-        """
-        ports = [
-            p
-            for p in self.conn.network.ports(device_id=server.id)
-            # The bond's backup is a virtio port; a VF port (Sova's or the tenant's) is not.
-            if (p.binding_vnic_type or "normal") == "normal"
-        ]
-        backup, net = self._backup_port(server, ports)
-        if backup is None:
-            where = f"network {self.network!r}" if self.network else "any network"
-            raise _OpFailed(
-                f"{server.name} has no port on {where} to back the VF up (the guest's bond "
-                "needs its virtio port on the VF's network)"
-            )
-        network_id = str(backup.network_id)
-        net = net if net is not None else self.conn.network.get_network(network_id)
-        kind = getattr(net, "provider_network_type", None)
-        if kind is not None and kind not in ("vlan", "flat"):
-            raise _OpFailed(
-                f"network {network_id} of {server.name} is {kind!r}: sriovnicswitch binds only "
-                "vlan and flat networks (set [openstack] network to a provider network)"
-            )
-        return network_id, backup
-
-    def _backup_port(self, server: Any, ports: list[Any]) -> tuple[Any, Any]:
-        """The server's virtio port on the configured network (its id, or its name among the
-        networks of the server's own ports: a name looked up cloud-wide is ambiguous for an
-        admin, who sees every project's networks), or its first one; and that network if it
-        was read."""
-        if self.network is None:
-            return (ports[0] if ports else None), None
-        by_id = [p for p in ports if str(p.network_id) == self.network]
-        if by_id:
-            return by_id[0], None
-        named: dict[str, tuple[Any, Any]] = {}
-        for p in ports:
-            net = self.conn.network.get_network(str(p.network_id))
-            if getattr(net, "name", None) == self.network:
-                named.setdefault(str(net.id), (p, net))
-        if len(named) > 1:
-            raise _OpFailed(
-                f"openstack.network = {self.network!r}: {server.name} has ports on "
-                f"{len(named)} networks of that name ({', '.join(sorted(named))}); "
-                "set it to the network's id"
-            )
-        return next(iter(named.values()), (None, None))
-
-    def _detach(self, vm: str) -> str:
-        server = self._settled(vm)
-        ports, theirs = self._vf_ports(server)
-        if not ports:
-            if theirs:
-                # Saying "done" here would let the agent count a VF free that is not, and
-                # fail every grant of it with "no VF left".
-                ids = ", ".join(str(p.id) for p in theirs)
-                raise _OpFailed(
-                    f"{vm} holds no Sova VF port: its VF port(s) {ids} have no "
-                    f"{SOVA_TAG!r} tag, so they are not Sova's and are not touched"
-                )
-            return f"{vm} holds no Sova VF port"
-        hooks = self._hooks()
-        if hooks is not None:
-            # Never pull the VF before the guest's bond is confirmed on its backup.
-            try:
-                moved = hooks.to_backup(vm)
-            except DriverError as exc:
-                raise _OpFailed(f"not detaching the VF of {vm}: {exc}; VF kept") from exc
-        for port in ports:
-            self.conn.compute.delete_server_interface(port.id, server=server.id)
-        start = self.clock()
-        while True:
-            attached = {i.port_id for i in self.conn.compute.server_interfaces(server.id)}
-            left = [p for p in ports if p.id in attached]
-            if not left:
-                break
-            if self.clock() - start > self.detach_timeout_s:
-                raise _OpFailed(
-                    f"Nova did not confirm detaching port(s) "
-                    f"{', '.join(p.id for p in left)} from {vm} within {self.detach_timeout_s:g}s; "
-                    "ports kept"
-                )
-            self.sleep(self.poll_s)
-        for port in ports:
-            self.conn.network.delete_port(port, ignore_missing=True)
-        done = f"{vm}: VF port(s) {', '.join(p.id for p in ports)} detached and deleted"
-        return done if hooks is None else f"{done} ({moved})"
-
-
-def vf_port_attrs(
-    vm: str,
-    network_id: str,
-    project_id: str | None,
-    addresses: Iterable[str] = (),
-    host: str | None = None,
-) -> dict[str, Any]:
-    """The Neutron port Sova asks for as a VM's fast path (openstacksdk attribute names).
-
-    ``addresses`` are the backup port's IPs: the guest's bond carries them over whichever
-    slave is active (``fail_over_mac=active``: the VF sends with its own MAC), so the port
-    says it may carry them. Port security stays on: the VF's MAC anti-spoofing holds. The
-    port gets no fixed IP of its own (``fixed_ips=[]``): the guest never uses one, and a spare
-    address per VF would be taken from the tenant's subnet and quota for nothing.
-    """
-    attrs: dict[str, Any] = {
-        "network_id": network_id,
-        "binding_vnic_type": "direct",
-        "name": PORT_PREFIX + vm,
-        # The host says which agent sweeps the port if it is ever left unbound.
-        "description": PORT_DESCRIPTION if host is None else f"{PORT_DESCRIPTION} on {host}",
-        "fixed_ips": [],
-    }
-    pairs = [{"ip_address": ip} for ip in addresses]
-    if pairs:
-        attrs["allowed_address_pairs"] = pairs
-    if project_id:
-        attrs["project_id"] = project_id
-    return attrs
-
-
-def _addresses(port: Any) -> list[str]:
-    return [str(ip["ip_address"]) for ip in (getattr(port, "fixed_ips", None) or [])]
-
-
-def is_sova_port(port: Any) -> bool:
-    """A port Sova made: ``direct`` and tagged :data:`SOVA_TAG` (its name alone proves nothing)."""
-    return SOVA_TAG in (getattr(port, "tags", None) or ()) and port.binding_vnic_type == "direct"
-
-
-def _host_of(server: Any) -> str | None:
-    host = getattr(server, "compute_host", None)
-    return None if host is None else str(host)
-
-
-def nova_busy(server: Any) -> str | None:
-    """What Nova is doing with ``server`` when it is not settled (a task state, or a status
-    other than ``ACTIVE``), or None. Nova sets the task state with a compare-and-swap in every
-    API that changes a server (resize, migrations, evacuate, shelve, rebuild, reboot,
-    interface attach/detach, ...), so it is the one lock Nova, Watcher's applier (which checks
-    the status) and Sova all honour."""
-    task = _task(server)
-    if task is not None:
-        return f"task_state {task}"
-    status = getattr(server, "status", None)
-    if status is not None and str(status).upper() != "ACTIVE":
-        return f"status {status}"
-    return None
-
-
-def _launched_at(server: Any) -> str | None:
-    at = getattr(server, "launched_at", None)
-    return None if at is None else str(at)
-
-
-def _made_for(port: Any) -> str | None:
-    """The host a Sova port was made for (the end of its description), if it says."""
-    desc = str(getattr(port, "description", "") or "")
-    head, sep, host = desc.rpartition(" on ")
-    return host if sep and head == PORT_DESCRIPTION and host else None
-
-
-def _task(server: Any) -> str | None:
-    task = getattr(server, "task_state", None)
-    return None if task is None else str(task)
-
-
-def _match(servers: Iterable[Any], vm: str) -> Any:
-    """The server a host-side VM name means: its libvirt domain name, its UUID or its name."""
-    servers = list(servers)
-    for attr in ("instance_name", "id", "name"):
-        hits = [s for s in servers if getattr(s, attr, None) == vm]
-        if len(hits) == 1:
-            return hits[0]
-    return None

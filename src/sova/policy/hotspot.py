@@ -43,9 +43,10 @@ reports, this module only decides. Where the paper is wrong or silent:
   target is then ``share_src · cap_src / cap_dst`` per resource. Without capacities, hosts
   are taken as identical.
 
-Why one module over 500 lines: detection (skewness/volume, AR(1), k-of-n), the VM's
-migration factor and the cold-spot screening are one algorithm (Alg. 2) read top to
-bottom; split, each half would need the other's types and the reading order would go.
+The values it reads (utilisation, VM load, capacity, hotness) are in
+:mod:`sova.policy.hotness` and the cold-spot screening in :mod:`sova.policy.cold_spots`;
+this module keeps detection (AR(1), k-of-n), the VM's migration factor and relief, and the
+round that joins them (:func:`coordinate`), in Alg. 2's reading order.
 """
 
 from __future__ import annotations
@@ -53,122 +54,53 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Final
 
 import numpy as np
 
+from sova.policy.cold_spots import RankedHosts, screen_targets, why_unfit
+from sova.policy.hotness import (
+    RESOURCES,
+    UTILISATION_SLACK,
+    VOLUME_CLAMP,
+    HostCapacity,
+    HotnessMetric,
+    Utilisation,
+    VMLoad,
+    hotness,
+    skewness,
+    volume,
+)
 from sova.policy.verdicts import VerdictArrays, verdict_arrays
 
-RESOURCES: Final = ("cpu", "mem", "net")
-
-# Counters and the sampling clock are read at slightly different instants, so a fully busy
-# resource can measure a little above 1. Accept that; anything beyond is a bug upstream.
-UTILISATION_SLACK: Final = 0.05
-
-# Volume is 1/Π(1-u): clamping keeps a saturated resource large but finite (≤ 1e9), so hosts
-# can still be ranked and logged instead of dividing by zero.
-VOLUME_CLAMP: Final = 1.0 - 1e-3
-
-
-def _check_utilisation(name: str, value: float) -> float:
-    if not math.isfinite(value) or value < 0.0 or value > 1.0 + UTILISATION_SLACK:
-        raise ValueError(f"{name} utilisation must be in [0, 1], got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class Utilisation:
-    """Utilisation vector r = (cpu, mem, net) of a host, or a VM's share of its host."""
-
-    cpu: float
-    mem: float
-    net: float
-
-    def __post_init__(self) -> None:
-        for name, value in zip(RESOURCES, self.as_tuple(), strict=True):
-            _check_utilisation(name, value)
-
-    def as_tuple(self) -> tuple[float, float, float]:
-        return (self.cpu, self.mem, self.net)
-
-
-@dataclass(frozen=True)
-class HostCapacity:
-    """Absolute capacity of a host, in any units consistent across hosts (cores, bytes, bit/s)."""
-
-    cpu: float
-    mem: float
-    net: float
-
-    def __post_init__(self) -> None:
-        for name, value in zip(RESOURCES, self.as_tuple(), strict=True):
-            if not math.isfinite(value) or value <= 0.0:
-                raise ValueError(f"{name} capacity must be > 0, got {value!r}")
-
-    def as_tuple(self) -> tuple[float, float, float]:
-        return (self.cpu, self.mem, self.net)
-
-
-@dataclass(frozen=True)
-class VMLoad:
-    """One VM as the migration policy sees it.
-
-    ``util`` is the VM's share of its *current host's* capacity per resource, and
-    ``memory_bytes`` is what a migration must copy (the MF denominator).
-    """
-
-    util: Utilisation
-    memory_bytes: int
-    migrating: bool = False
-
-    def __post_init__(self) -> None:
-        if self.memory_bytes <= 0:
-            raise ValueError(f"memory_bytes must be > 0, got {self.memory_bytes!r}")
-
-
-# --------------------------------------------------------------------------- hotness
-
-
-def skewness(r: Sequence[float]) -> float:
-    """Xiao et al.'s skewness, ``sqrt(sum((r_i / mean(r) - 1)^2))``: Sova's eq. 5.
-
-    Sova prints this under the name "volume". It measures imbalance, not load: a uniformly
-    saturated host scores 0, like an idle one. An all-zero vector also scores 0, because
-    a host with no load has no imbalance (the formula would otherwise divide 0 by 0).
-    """
-    if not r:
-        raise ValueError("skewness needs at least one utilisation")
-    for i, value in enumerate(r):
-        if not math.isfinite(value) or value < 0.0:
-            raise ValueError(f"r[{i}] must be finite and >= 0, got {value!r}")
-    mean = sum(r) / len(r)
-    if mean == 0.0:
-        return 0.0
-    # d * d rather than d ** 2: C pow() may differ from a plain product in the last bit, and
-    # the batch controller must reproduce this value exactly.
-    return math.sqrt(sum((d := value / mean - 1.0) * d for value in r))
-
-
-def volume(cpu: float, mem: float, net: float) -> float:
-    """Sandpiper's volume ``1 / ((1-cpu)(1-mem)(1-net))``: 1 when idle, large when saturated."""
-    product = 1.0
-    for name, value in (("cpu", cpu), ("mem", mem), ("net", net)):
-        product *= 1.0 - min(_check_utilisation(name, value), VOLUME_CLAMP)
-    return 1.0 / product
-
-
-class HotnessMetric(StrEnum):
-    VOLUME = "volume"
-    SKEWNESS = "skewness"
-
-
-def hotness(u: Utilisation, metric: HotnessMetric | str = HotnessMetric.VOLUME) -> float:
-    """Hotness of a host or VM under the chosen metric. An unknown name raises ValueError."""
-    if HotnessMetric(metric) is HotnessMetric.SKEWNESS:
-        return skewness(u.as_tuple())
-    return volume(u.cpu, u.mem, u.net)
-
+# The values a caller hands the policy are importable from here, where most callers
+# (the manager, the simulator, the Watcher plugin, the tests) have always taken them.
+__all__ = [
+    "PAPERS_MOVE",
+    "RESOURCES",
+    "UTILISATION_SLACK",
+    "VOLUME_CLAMP",
+    "HostCapacity",
+    "HostReport",
+    "HotnessMetric",
+    "HotspotDetector",
+    "HotspotVerdict",
+    "MigrationSignal",
+    "MoveCost",
+    "Mover",
+    "ResourceVerdict",
+    "Utilisation",
+    "VMLoad",
+    "ar1_coefficient",
+    "ar1_forecast",
+    "choose_vm",
+    "coordinate",
+    "hotness",
+    "migration_factor",
+    "rank_movers",
+    "skewness",
+    "volume",
+]
 
 # --------------------------------------------------------------------------- forecast
 
@@ -434,174 +366,6 @@ def rank_movers(
     return [m for _, m in keyed], refused
 
 
-# --------------------------------------------------------------------------- target choice
-
-
-def _share_on(
-    vm: VMLoad,
-    src: str,
-    dst: str,
-    capacities: Mapping[str, HostCapacity] | None,
-) -> tuple[float, float, float]:
-    if capacities is None:
-        return vm.util.as_tuple()
-    for host in (src, dst):
-        if host not in capacities:
-            raise ValueError(f"capacities has no entry for host {host!r}")
-    src_cap, dst_cap = capacities[src].as_tuple(), capacities[dst].as_tuple()
-    share = vm.util.as_tuple()
-    return (
-        share[0] * src_cap[0] / dst_cap[0],
-        share[1] * src_cap[1] / dst_cap[1],
-        share[2] * src_cap[2] / dst_cap[2],
-    )
-
-
-# A refusal lists the first few hosts it tried and counts the rest: on a fleet where a sixth of
-# the hosts stay hot with no target, listing every refused host made each decision as long as
-# the fleet (issue 36).
-REFUSALS_LISTED: Final = 8
-
-
-class _Ranked:
-    """Every observed host by (hotness, name), once a round, as arrays: what the cold-spot
-    screening walks for each hot host (issue 36: that walk in Python made a round cost hot
-    hosts x hosts; over arrays each hot host costs one pass in numpy)."""
-
-    def __init__(
-        self,
-        ranked: Sequence[tuple[float, str]],
-        hosts: Mapping[str, Utilisation],
-        alpha: float,
-        capacities: Mapping[str, HostCapacity] | None,
-    ) -> None:
-        self.names = [name for _, name in ranked]
-        self.pos = {name: i for i, name in enumerate(self.names)}
-        self.now = np.array([hosts[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
-            -1, 3
-        )
-        now = self.now
-        self.busy = (now[:, 0] >= alpha) | (now[:, 1] >= alpha) | (now[:, 2] >= alpha)
-        self.caps = (
-            None
-            if capacities is None
-            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
-                -1, 3
-            )
-        )
-        self.blocked = np.zeros(len(self.names), dtype=bool)  # hosts taken this round
-
-    def block(self, names: Collection[str]) -> None:
-        at = [self.pos[n] for n in names if n in self.pos]
-        self.blocked[at] = True
-
-
-def _screen_targets(
-    hosts: Mapping[str, Utilisation],
-    src: str,
-    vm: VMLoad,
-    alpha: float,
-    taken: Collection[str],
-    metric: HotnessMetric | str,
-    ceiling: float | None,
-    capacities: Mapping[str, HostCapacity] | None,
-    ranked: _Ranked | None = None,
-    barred: Collection[str] = (),
-) -> tuple[str | None, list[str]]:
-    """The chosen cold spot and, for logging, why the less-hot candidates before it were
-    refused (the first :data:`REFUSALS_LISTED`, then a count).
-
-    The candidates are ``hosts`` by (hotness, name) without ``src``, ``taken`` and
-    ``barred``; the first that passes :func:`_unfit` is chosen. ``ranked`` is that ranking
-    as arrays when the caller already has it, with ``taken`` already blocked in it:
-    :func:`coordinate` ranks once per round instead of once per hot host.
-    """
-    if not (math.isfinite(alpha) and 0.0 < alpha <= 1.0):
-        raise ValueError(f"alpha must be a utilisation in (0, 1], got {alpha!r}")
-    limit = alpha if ceiling is None else ceiling
-    if not (math.isfinite(limit) and limit > 0.0):
-        raise ValueError(f"ceiling must be finite and > 0, got {ceiling!r}")
-    if ranked is None:
-        if capacities is not None:
-            for host in (src, *hosts):
-                if host not in capacities:
-                    raise ValueError(f"capacities has no entry for host {host!r}")
-        order = sorted((hotness(u, metric), name) for name, u in hosts.items())
-        ranked = _Ranked(order, hosts, alpha, capacities)
-        ranked.block(taken)
-    open_ = ~ranked.blocked
-    for name in (src, *barred):
-        i = ranked.pos.get(name)
-        if i is not None:
-            open_[i] = False
-    share = np.array(vm.util.as_tuple(), dtype=np.float64)
-    if ranked.caps is not None and capacities is not None:
-        # _share_on's arithmetic, per target: share * cap_src / cap_dst
-        add = share * np.array(capacities[src].as_tuple()) / ranked.caps
-    else:
-        add = np.broadcast_to(share, ranked.now.shape)
-    after = ranked.now + add
-    # three column tests, not .any(axis=1): a reduction over a length-3 axis is ~10x slower
-    full = (after[:, 0] >= limit) | (after[:, 1] >= limit) | (after[:, 2] >= limit)
-    fits = open_ & ~ranked.busy & ~full
-    hit = np.flatnonzero(fits)
-    stop = int(hit[0]) if len(hit) else len(ranked.names)
-    tried = np.flatnonzero(open_[:stop])
-    refused: list[str] = []
-    for i in tried[:REFUSALS_LISTED].tolist():
-        name = ranked.names[i]
-        why = _unfit(hosts[name], name, src, vm, alpha, limit, capacities)
-        refused.append(why or f"{name}: refused")
-    if len(tried) > REFUSALS_LISTED:
-        refused.append(f"{len(tried) - REFUSALS_LISTED} more host(s) refused")
-    return (ranked.names[stop] if len(hit) else None), refused
-
-
-def _unfit(
-    host: Utilisation,
-    name: str,
-    src: str,
-    vm: VMLoad,
-    alpha: float,
-    limit: float,
-    capacities: Mapping[str, HostCapacity] | None,
-) -> str | None:
-    """Why ``name`` cannot take ``vm`` from ``src`` (busy now, or too full after), or None."""
-    now = host.as_tuple()
-    busy = [r for r, x in zip(RESOURCES, now, strict=True) if x >= alpha]
-    if busy:
-        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
-    after = [a + b for a, b in zip(now, _share_on(vm, src, name, capacities), strict=True)]
-    full = [
-        f"{r} {x:.3f}->{y:.3f}" for r, x, y in zip(RESOURCES, now, after, strict=True) if y >= limit
-    ]
-    if full:
-        return f"{name}: would reach {', '.join(full)} >= {limit:g}"
-    return None
-
-
-def choose_target(
-    hosts: Mapping[str, Utilisation],
-    src: str,
-    vm: VMLoad,
-    alpha: float,
-    taken: Collection[str] = frozenset(),
-    *,
-    metric: HotnessMetric | str = HotnessMetric.VOLUME,
-    ceiling: float | None = None,
-    capacities: Mapping[str, HostCapacity] | None = None,
-) -> str | None:
-    """Cold spot for ``vm`` leaving ``src`` (Alg. 2 lines 7-10), or None: no migration.
-
-    The least-hot host (by ``metric``, ties by name) that is not ``src`` and not in
-    ``taken``, whose every resource is below ``alpha`` now and below ``ceiling`` (default
-    ``alpha``) after adding the VM's share rescaled to the host's capacity. ``hosts`` maps
-    host name to its current utilisation. ``vm.util`` is the VM's share of ``src``.
-    """
-    chosen, _ = _screen_targets(hosts, src, vm, alpha, taken, metric, ceiling, capacities)
-    return chosen
-
-
 # --------------------------------------------------------------------------- Algorithm 2
 
 
@@ -663,31 +427,24 @@ def coordinate(
     (docs/design.md#plan-stability).
     """
     fenced = fenced or {}
-    capacities: dict[str, HostCapacity] | None = {
-        name: rep.capacity for name, rep in reports.items() if rep.capacity is not None
-    }
-    if capacities and len(capacities) != len(reports):
-        missing = sorted(set(reports) - set(capacities))
-        raise ValueError(f"capacity given for some hosts but not for {missing}")
-    if not capacities:
-        capacities = None
-
     verdicts = {name: detector.assess(rep.history) for name, rep in reports.items()}
-    current = {name: rep.history[-1] for name, rep in reports.items() if rep.history}
     hot = {name for name, v in verdicts.items() if v.hot}
-
     signals: dict[str, MigrationSignal] = {}
     for name in sorted(reports):
         if name not in hot:
             signals[name] = MigrationSignal(False, None, verdicts[name].reason)
-
-    taken: set[str] = set(hot) | set(leased) | set(fenced)
-    limit = detector.alpha if ceiling is None else ceiling
-    ranked: _Ranked | None = None  # all hosts by (hotness, name), once a round, as arrays
+    current = {name: rep.history[-1] for name, rep in reports.items() if rep.history}
+    rnd = _Round(
+        current,
+        taken=set(hot) | set(leased) | set(fenced),
+        alpha=detector.alpha,
+        ceiling=ceiling,
+        metric=metric,
+        capacities=_capacities(reports),
+        barred=barred or {},
+    )
     for name in sorted(hot, key=lambda h: (-hotness(current[h], metric), h)):
         verdict = verdicts[name]
-        hot_res = verdict.hot_resources
-
         if name in fenced:
             signals[name] = _refusal(verdict, f"skipped: {fenced[name]}")
             continue
@@ -702,81 +459,130 @@ def coordinate(
                 why = "no VM whose move relieves the overload (" + "; ".join(unhelpful[:4]) + ")"
             signals[name] = _refusal(verdict, why)
             continue
+        tries = movers[: cost.tries]
         was = (prefer or {}).get(name)
-        if was is not None:
-            kept_vm, kept_dst = was
-            if (
-                any(m.vm == kept_vm for m in movers[: cost.tries])
-                and kept_dst in current
-                and kept_dst != name
-                and kept_dst not in taken
-                and kept_dst not in (barred or {}).get(kept_vm, ())
-                and _unfit(
-                    current[kept_dst],
-                    kept_dst,
-                    name,
-                    vms[kept_vm],
-                    detector.alpha,
-                    limit,
-                    capacities,
-                )
-                is None
-            ):
-                taken.add(kept_dst)
-                if ranked is not None:
-                    ranked.block((kept_dst,))
-                signals[name] = MigrationSignal(
-                    True,
-                    kept_dst,
-                    f"{verdict.reason}; move {kept_vm} to {kept_dst} (as proposed before)",
-                    kept_vm,
-                    hot_res,
-                )
-                continue
-        if ranked is None:
-            ranked = _Ranked(
-                sorted((hotness(u, metric), h) for h, u in current.items()),
-                current,
-                detector.alpha,
-                capacities,
+        kept = None if was is None else rnd.keep(name, verdict, tries, vms, was)
+        if kept is None:
+            kept = rnd.place(name, verdict, tries, vms, cost.horizon_s)
+        signals[name] = kept
+    return dict(sorted(signals.items()))
+
+
+def _capacities(reports: Mapping[str, HostReport]) -> dict[str, HostCapacity] | None:
+    """Every host's capacity, or None when no report gives one (hosts taken as identical)."""
+    capacities = {name: rep.capacity for name, rep in reports.items() if rep.capacity is not None}
+    if capacities and len(capacities) != len(reports):
+        missing = sorted(set(reports) - set(capacities))
+        raise ValueError(f"capacity given for some hosts but not for {missing}")
+    return capacities or None
+
+
+@dataclass
+class _Round:
+    """What one :func:`coordinate` round knows while it serves the hot hosts in turn: the
+    hosts' current loads, the hosts taken (hot, leased, fenced, or already a target), and
+    the screening's settings."""
+
+    current: Mapping[str, Utilisation]
+    taken: set[str]
+    alpha: float
+    ceiling: float | None
+    metric: HotnessMetric | str
+    capacities: Mapping[str, HostCapacity] | None
+    barred: Mapping[str, Collection[str]]
+    # All hosts by (hotness, name) as arrays, built at the first screening of the round.
+    ranked: RankedHosts | None = None
+
+    def _take(self, target: str) -> None:
+        self.taken.add(target)
+        if self.ranked is not None:
+            self.ranked.block((target,))
+
+    def keep(
+        self,
+        name: str,
+        verdict: HotspotVerdict,
+        tries: Sequence[Mover],
+        vms: Mapping[str, VMLoad],
+        was: tuple[str, str],
+    ) -> MigrationSignal | None:
+        """The move proposed for ``name`` last time, if its VM still relieves the host and
+        its target still fits (docs/design.md#plan-stability); else None."""
+        kept_vm, kept_dst = was
+        limit = self.alpha if self.ceiling is None else self.ceiling
+        if not (
+            any(m.vm == kept_vm for m in tries)
+            and kept_dst in self.current
+            and kept_dst != name
+            and kept_dst not in self.taken
+            and kept_dst not in self.barred.get(kept_vm, ())
+            and why_unfit(
+                self.current[kept_dst],
+                kept_dst,
+                name,
+                vms[kept_vm],
+                self.alpha,
+                limit,
+                self.capacities,
             )
-            ranked.block(taken)
+            is None
+        ):
+            return None
+        self._take(kept_dst)
+        return MigrationSignal(
+            True,
+            kept_dst,
+            f"{verdict.reason}; move {kept_vm} to {kept_dst} (as proposed before)",
+            kept_vm,
+            verdict.hot_resources,
+        )
+
+    def place(
+        self,
+        name: str,
+        verdict: HotspotVerdict,
+        tries: Sequence[Mover],
+        vms: Mapping[str, VMLoad],
+        horizon_s: float,
+    ) -> MigrationSignal:
+        """The first of ``tries`` with a cold spot, moved there; or a refusal naming why
+        each found none."""
+        if self.ranked is None:
+            self.ranked = RankedHosts(
+                sorted((hotness(u, self.metric), h) for h, u in self.current.items()),
+                self.current,
+                self.alpha,
+                self.capacities,
+            )
+            self.ranked.block(self.taken)
         tried: list[str] = []
-        for mover in movers[: cost.tries]:
-            target, refused = _screen_targets(
-                current,
+        for mover in tries:
+            target, refused = screen_targets(
+                self.current,
                 name,
                 vms[mover.vm],
-                detector.alpha,
-                taken,
-                metric,
-                ceiling,
-                capacities,
-                ranked,
-                (barred or {}).get(mover.vm, ()),
+                self.alpha,
+                self.taken,
+                self.metric,
+                self.ceiling,
+                self.capacities,
+                self.ranked,
+                self.barred.get(mover.vm, ()),
             )
             if target is not None:
-                taken.add(target)
-                ranked.block((target,))
+                self._take(target)
                 relief = (
-                    ""
-                    if cost.horizon_s <= 0.0
-                    else f" (removes {mover.relief:.0%} of the overload)"
+                    "" if horizon_s <= 0.0 else f" (removes {mover.relief:.0%} of the overload)"
                 )
                 if mover.crosses_hot_link:
                     relief += "; it carries none of the net heat, but no VM that does can go"
-                signals[name] = MigrationSignal(
+                return MigrationSignal(
                     True,
                     target,
                     f"{verdict.reason}; move {mover.vm} to {target}{relief}",
                     mover.vm,
-                    hot_res,
+                    verdict.hot_resources,
                 )
-                break
             detail = "; ".join(refused) if refused else "no other host available"
             tried.append(f"{mover.vm} ({detail})")
-        else:
-            signals[name] = _refusal(
-                verdict, "no cold spot for " + "; for ".join(tried), movers[0].vm
-            )
-    return dict(sorted(signals.items()))
+        return _refusal(verdict, "no cold spot for " + "; for ".join(tried), tries[0].vm)

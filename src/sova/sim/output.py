@@ -264,7 +264,8 @@ def write_outputs(
 
     def report(tmp: Path) -> None:
         # imported here: matplotlib (~0.4 CPU-s) loads in the process that draws
-        from sova.sim.report import write_report, write_sweep_report
+        from sova.sim.report import write_report
+        from sova.sim.sweep_report import write_sweep_report
 
         if sweep:
             write_sweep_report(tmp, points, summary)

@@ -3,9 +3,7 @@
 Formatting, the VF-holders plot and the atomic write are :mod:`sova.writer`'s, shared
 with the testbed's report.
 
-Why one module over 500 lines: report.md is written top to bottom here, each section
-beside the plot it embeds; the shared parts (cell format, atomic writes, the VF-holders
-panel) are already in :mod:`sova.writer`.
+A sweep's report (one figure across the sweep's points) is :mod:`sova.sim.sweep_report`'s.
 """
 
 from __future__ import annotations
@@ -20,8 +18,9 @@ import numpy as np
 from sova import writer
 from sova.agent.registry import vf_policy
 from sova.scenario import PolicySpec, Scenario
+from sova.sim.report_plots import draw
 from sova.sim.world import PolicyRun
-from sova.writer import PNG_META, HolderPanel, Plotted, mark
+from sova.writer import mark
 
 # matplotlib (through writer.pyplot and sova.sim.fleet) is imported where a plot is drawn:
 # `sova simulate` reads holder_verdict here after a forked process drew the report.
@@ -41,138 +40,6 @@ def holder_verdict(spec: PolicySpec | None, match: bool) -> str:
     if spec is not None and is_baseline(spec):
         return "baseline (the table is the scheduler's)"
     return "match" if match else "MISMATCH"
-
-
-def plot_vf_holders(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted | None:
-    """VF holders over time, coloured by the host they held the VF on; None (and no file)
-    when no run had a VF holder and the paper published none: nothing to show."""
-    period = scn.controller.period
-    panels = []
-    for run in runs:
-        spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        hosts: dict[str, list[str]] = defaultdict(list)
-        for r in run.timeline:
-            if r.nic == "vf":
-                spans[r.vm].append((r.time_s - period, period))
-                hosts[r.vm].append(r.host)
-        marks = [p.at for p in scn.workload if p.at > 0]
-        panels.append(HolderPanel(f"policy: {run.policy}", spans, marks, hosts))
-    # A run that never held a VF gets no panel (an empty frame says nothing); the title
-    # names it instead.
-    empty = [p.title.removeprefix("policy: ") for p in panels if writer.holder_count([p]) == 0]
-    panels = [p for p in panels if writer.holder_count([p]) > 0]
-    if not panels:
-        return None
-    title = f"{scn.name}: VF holders, coloured by host"
-    if scn.paper.vf_holders:
-        title += " (orange: the paper's)"
-    if empty:
-        title += f"\nno VF held under: {', '.join(empty)}"
-    return writer.plot_vf_holders(
-        path,
-        [v.name for v in scn.vms],
-        panels,
-        expected=[(ph.vms, ph.start, ph.end) for ph in scn.paper.vf_holders],
-        title=title,
-        minutes=True,
-    )
-
-
-def plot_metric(
-    path: Path, scn: Scenario, run: PolicyRun, metric: str, label: str
-) -> Plotted | None:
-    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for r in run.timeline:
-        v = getattr(r, metric)
-        if v is not None and np.isfinite(float(v)):
-            series[r.vm].append((r.time_s / 60.0, float(v)))
-    if not series:
-        return None
-    plotted: Plotted = {}
-    plt = writer.pyplot()
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for vm in [v.name for v in scn.vms]:
-        pts = series.get(vm, [])
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=vm, lw=1.2)
-            plotted[vm] = len(pts)
-    for p in scn.workload:
-        if p.at > 0:
-            ax.axvline(p.at / 60.0, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("time (min)")
-    ax.set_ylabel(label)
-    ax.set_title(f"{scn.name} ({run.policy}): {label}", fontsize=11, loc="left")
-    ax.legend(ncol=min(8, len(series)), fontsize=8, loc="upper right")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
-    plt.close(fig)
-    return plotted
-
-
-def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
-    """Network and CPU utilisation of every host over time, migrations shaded (Sova Fig. 5/8)."""
-    plotted: Plotted = {}
-    plt = writer.pyplot()
-    fig, axes = plt.subplots(
-        len(runs), 1, figsize=(11, 2.6 * len(runs)), squeeze=False, sharex=True
-    )
-    for ax, run in zip(axes[:, 0], runs, strict=True):
-        st = run.stats
-        t = [x / 60.0 for x in st.series_t]
-        hosts = [h.name for h in scn.hosts]
-        # Averaged over one control period: what the manager sees, and readable.
-        k = max(1, int(round(scn.controller.period / scn.tick)))
-        ticks = st.host_net.ticks
-        assert ticks is not None, "a line per host is drawn only where every tick is kept"
-        peak = 0.0
-        for j, h in enumerate(hosts):
-            series = ticks[:, j]
-            # edge-padded, so the average does not dip to zero at the run's ends
-            smooth = (
-                np.convolve(
-                    np.pad(series, (k // 2, k - 1 - k // 2), mode="edge"),
-                    np.ones(k) / k,
-                    mode="valid",
-                )
-                if series.size >= k
-                else series
-            )
-            colour = writer.HOST_COLOURS[j % len(writer.HOST_COLOURS)]
-            ax.plot(t, smooth, lw=1.4, label=f"{h} net", color=colour)
-            plotted[f"{run.policy}: {h}"] = int(np.isfinite(smooth).sum())
-            if smooth.size and np.isfinite(smooth).any():
-                peak = max(peak, float(np.nanmax(smooth)))
-        alpha = scn.controller.manager.alpha
-        ax.axhline(alpha, color="red", lw=0.8, ls=":", label=f"α = {alpha:g}")
-        eng = run.engine
-        if eng is not None:
-            for m in eng.migration_log:
-                ax.axvspan(
-                    float(m["start_s"]) / 60.0, float(m["end_s"]) / 60.0, color="grey", alpha=0.25
-                )
-                ax.annotate(
-                    f"{m['vm']} {m['src']}→{m['dst']}",
-                    (float(m["start_s"]) / 60.0, 1.01),
-                    xycoords=("data", "axes fraction"),
-                    fontsize=7,
-                    annotation_clip=False,
-                )
-        # A fleet at 2 % of its links drawn on a 0-1.1 scale is flat lines at the bottom:
-        # the scale follows the busiest host unless the hosts come near alpha.
-        top = 1.1 if 1.25 * peak >= 0.8 * alpha else max(0.05, 1.25 * peak)
-        ax.set_ylim(0, top)
-        ax.set_ylabel("link utilisation")
-        above = f" — α = {alpha:g} is above this scale" if top < alpha else ""
-        ax.set_title(f"policy: {run.policy}{above}", fontsize=10, loc="left")
-        # beside the axes, not over the lines (a legend inside covered the hosts' traffic)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("time (min)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
-    plt.close(fig)
-    return plotted
 
 
 def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
@@ -209,60 +76,6 @@ def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
             f"{len(useless)}{share} | {migrations} | {dq.moved_back(run.events)} |"
         )
     return lines
-
-
-def plot_vf_holding(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted | None:
-    """Each VM's share of the run on a VF against its mean offered load, per policy: a VF
-    policy that pays puts its VF time on the right (the VMs that send), past the virtio
-    ceiling where a VF buys throughput."""
-    from sova.sim import decisions as dq
-
-    vms = [v.name for v in scn.vms]
-    points = []
-    for run in runs:
-        grid = dq.demand_grid(run.timeline, vms)
-        if not grid.times.size:
-            continue
-        on_vf = np.zeros(len(vms))
-        texts = run.timeline.texts("vm")
-        nic = run.timeline.texts("nic")
-        where = {v: i for i, v in enumerate(vms)}
-        vm_of = np.array([where.get(str(t), -1) for t in texts] + [-1], dtype=np.int64)
-        is_vf = np.array([t == "vf" for t in nic] + [False])
-        for c in run.timeline.chunks():
-            i = vm_of[c.columns["vm"]]
-            ok = (i >= 0) & is_vf[c.columns["nic"]]
-            on_vf += np.bincount(i[ok], minlength=len(vms))
-        share = on_vf / grid.times.size
-        if share.any():
-            points.append((run.policy, grid.offered.mean(axis=1) / 1e6, share))
-    if not points:
-        return None
-    plt = writer.pyplot()
-    fig, ax = plt.subplots(figsize=(10, 4))
-    plotted: Plotted = {}
-    markers = "o^sDv<>"
-    for k, (policy, demand, share) in enumerate(points):
-        x = np.maximum(demand, 1e-3)
-        ax.scatter(x, share, s=14, alpha=0.7, marker=markers[k % len(markers)], label=policy, lw=0)
-        plotted[f"{policy}: VMs (mean demand, time on VF)"] = int(x.size)
-    ceiling = dq.virtio_ceiling_bps(scn.profile) / 1e6
-    ax.axvline(ceiling, color="red", lw=0.8, ls=":", label=f"virtio ceiling {ceiling:,.0f}")
-    ax.set_xscale("log")
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("VM's mean offered load (Mbit/s, log)")
-    ax.set_ylabel("share of the run on a VF")
-    ax.set_title(
-        f"{scn.name}: who held the VFs — VF time against each VM's demand",
-        fontsize=10,
-        loc="left",
-    )
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
-    plt.close(fig)
-    return plotted
 
 
 def host_cpu(run: PolicyRun) -> float | None:
@@ -305,12 +118,12 @@ def compare_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
         rows.append(
             (
                 "mean response (ms)",
-                _fmt_num(b["mean_response_ms"]),
-                _fmt_num(m["mean_response_ms"]),
+                fmt_num(b["mean_response_ms"]),
+                fmt_num(m["mean_response_ms"]),
             )
         )
         rows.append(
-            ("p99 response (ms)", _fmt_num(b["p99_response_ms"]), _fmt_num(m["p99_response_ms"]))
+            ("p99 response (ms)", fmt_num(b["p99_response_ms"]), fmt_num(m["p99_response_ms"]))
         )
     if b.get("guarantee_met_fraction") is not None:
         rows.append(
@@ -437,52 +250,11 @@ def vf_hosts(run: PolicyRun) -> dict[str, list[str]]:
 def write_report(
     out: Path, scn: Scenario, runs: Sequence[PolicyRun], summary: dict[str, Any]
 ) -> None:
-    from sova.sim import fleet
-
-    plots: dict[str, Plotted] = {}
-
-    def keep(name: str, plotted: Plotted | None) -> bool:
-        if plotted is None:
-            return False
-        plots[name] = plotted
-        return True
-
-    main = next((r for r in runs if r.policy in ("sova", "dsr-iov")), runs[-1])
-    metrics = (
-        ("throughput.png", "tx_mbps", "tx (Mbit/s)"),
-        ("net_degree.png", "net_degree", "net_degree (ranking score)"),
-        ("io_degree.png", "io_degree", "io_degree (I/O filter)"),
-    )
-    if fleet.aggregates_vms(scn):
-        vms, hosts = [v.name for v in scn.vms], [h.name for h in scn.hosts]
-        # every run's VF holders are drawn; the metrics for the main run only, one at a time
-        grids = [fleet.grid(r, vms, hosts) for r in runs]
-        has_holders = keep(
-            "vf_holders.png", fleet.plot_vf_holders_fleet(out / "vf_holders.png", scn, runs, grids)
-        )
-        g = next(gr for r, gr in zip(runs, grids, strict=True) if r is main)
-        del grids  # the other runs' grids are not drawn again
-        metric_pngs = [
-            (name, label)
-            for name, metric, label in metrics
-            if keep(name, fleet.plot_metric_fleet(out / name, scn, main, g, metric, label))
-        ]
-    else:
-        has_holders = keep("vf_holders.png", plot_vf_holders(out / "vf_holders.png", scn, runs))
-        metric_pngs = [
-            (name, label)
-            for name, metric, label in metrics
-            if keep(name, plot_metric(out / name, scn, main, metric, label))
-        ]
-    multi = len(scn.hosts) > 1
-    if fleet.aggregates_hosts(scn):
-        keep("hosts.png", fleet.plot_hosts_fleet(out / "hosts.png", scn, runs))
-    elif multi:
-        keep("hosts.png", plot_hosts(out / "hosts.png", scn, runs))
-    has_holding = keep("vf_holding.png", plot_vf_holding(out / "vf_holding.png", scn, runs))
-    specs = {p.name: p for p in scn.policy_specs}
-
+    """report.md and its plots (every plot drawn first, then the text top to bottom)."""
+    drawn = draw(out, scn, runs)
     pol = summary["policies"]
+    multi = len(scn.hosts) > 1
+    by_name = {r.policy: r for r in runs}
     lines = [
         f"# Sova simulation report: {scn.name}",
         "",
@@ -491,22 +263,66 @@ def write_report(
     ]
     rows = compare_rows(summary)
     if rows:
-        _, base, mname = rows[0]
-        lines += [
-            f"## What {mname} did, and what it bought over {base}",
-            "",
-            f"| | {base} | {mname} |",
-            "|---|---:|---:|",
-            *[f"| {what} | {b} | {m} |" for what, b, m in rows[1:]],
-            "",
-        ]
-        mrun = next(r for r in runs if r.policy == mname)
-        lines += [*_did(scn, mrun, pol[mname]), ""]
+        lines += _what_it_bought(scn, runs, pol, rows, multi, drawn.has_holders)
+    lines += _policies_side_by_side(scn, pol, by_name)
+    lines += ["", *migrations_table(pol)]
+    lines += ["", *decisions_table(scn, runs)]
+    if scn.paper.vf_holders:
+        lines += _paper_vf_holders(scn, pol)
+    lines += _classifications(scn, pol)
+    table = paper_values_table(scn, pol)
+    if table:
+        lines += ["", f"## {scn.paper.source or 'The paper'} beside ours", ""] + table + [""]
+    if scn.paper.note:
+        lines += ["", scn.paper.note.strip(), ""]
+    lines += ["", "## Plots", ""]
+    if not rows:
+        if drawn.has_holders:
+            lines += ["![VF holders](vf_holders.png)", ""]
         if multi:
             lines += ["![hosts](hosts.png)", ""]
-        if has_holders:
-            lines += ["![VF holders](vf_holders.png)", ""]
-    lines += [
+    if not drawn.has_holders:
+        lines += ["No VM held a VF in this run (no VF plot).", ""]
+    if drawn.has_holding:
+        lines += ["![VF holding time against demand](vf_holding.png)", ""]
+    for name, label in drawn.metric_pngs:
+        lines += [f"![{label}]({name})", ""]
+    lines += _per_vm(scn, pol, by_name)
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    writer.write_plot_index(out, drawn.plots)
+
+
+def _what_it_bought(
+    scn: Scenario,
+    runs: Sequence[PolicyRun],
+    pol: dict[str, Any],
+    rows: list[tuple[str, str, str]],
+    multi: bool,
+    has_holders: bool,
+) -> list[str]:
+    """The report's opening: the main policy against its baseline, and what it did."""
+    _, base, mname = rows[0]
+    lines = [
+        f"## What {mname} did, and what it bought over {base}",
+        "",
+        f"| | {base} | {mname} |",
+        "|---|---:|---:|",
+        *[f"| {what} | {b} | {m} |" for what, b, m in rows[1:]],
+        "",
+    ]
+    mrun = next(r for r in runs if r.policy == mname)
+    lines += [*_did(scn, mrun, pol[mname]), ""]
+    if multi:
+        lines += ["![hosts](hosts.png)", ""]
+    if has_holders:
+        lines += ["![VF holders](vf_holders.png)", ""]
+    return lines
+
+
+def _policies_side_by_side(
+    scn: Scenario, pol: dict[str, Any], by_name: dict[str, PolicyRun]
+) -> list[str]:
+    lines = [
         f"Seed {scn.seed}, {scn.duration / 60:g} simulated minutes at {scn.tick:g} s ticks, "
         f"controller period {scn.controller.period:g} s, hardware profile `{scn.profile.name}`.",
         "",
@@ -520,14 +336,13 @@ def write_report(
         "| p99 (ms) | guarantee met | migrations | VF changes | failed actions |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    by_name = {r.policy: r for r in runs}
     for name, s in pol.items():
         cpu = host_cpu(by_name[name]) if name in by_name else None
         lines.append(
             f"| {name} | {s['throughput_mbps']:.1f} | {s['link_utilization']:.3f} | "
-            f"{_fmt_num(cpu)} | "
-            f"{_fmt_num(s['mean_response_ms'])} | {_fmt_num(s['p99_response_ms'])} | "
-            f"{_fmt_num(s['guarantee_met_fraction'])} | {s['migrations']} | "
+            f"{fmt_num(cpu)} | "
+            f"{fmt_num(s['mean_response_ms'])} | {fmt_num(s['p99_response_ms'])} | "
+            f"{fmt_num(s['guarantee_met_fraction'])} | {s['migrations']} | "
             f"{s['vf_changes']} | {s['failed_actions']} |"
         )
     tps = [s["throughput_mbps"] for s in pol.values()]
@@ -537,34 +352,41 @@ def write_report(
             "Throughput is the same under every policy (within 1 %): the load fits either "
             "way, and the policies differ in what it costs — host CPU and response time above.",
         ]
-    lines += ["", *migrations_table(pol)]
-    lines += ["", *decisions_table(scn, runs)]
-    if scn.paper.vf_holders:
+    return lines
+
+
+def _paper_vf_holders(scn: Scenario, pol: dict[str, Any]) -> list[str]:
+    specs = {p.name: p for p in scn.policy_specs}
+    lines = [
+        "",
+        f"## VF holders: {scn.paper.source or 'paper'} beside ours",
+        "",
+        "Ours = every distinct set of VF holders seen at the controller periods inside the "
+        "range (one set means the holders were stable). The table is a VF scheduler's; "
+        "baselines (no VFs, or VFs handed out once) are listed for reference, not judged.",
+        "",
+    ]
+    for name, s in pol.items():
+        if name == "default":
+            continue
+        spec = specs.get(name)
+        baseline = spec is not None and is_baseline(spec)
         lines += [
+            f"### {name}" + (" (baseline)" if baseline else ""),
             "",
-            f"## VF holders: {scn.paper.source or 'paper'} beside ours",
-            "",
-            "Ours = every distinct set of VF holders seen at the controller periods inside the "
-            "range (one set means the holders were stable). The table is a VF scheduler's; "
-            "baselines (no VFs, or VFs handed out once) are listed for reference, not judged.",
-            "",
+            "| time range | paper | ours | match |",
+            "|---|---|---|---|",
         ]
-        for name, s in pol.items():
-            if name == "default":
-                continue
-            spec = specs.get(name)
-            baseline = spec is not None and is_baseline(spec)
-            lines += [
-                f"### {name}" + (" (baseline)" if baseline else ""),
-                "",
-                "| time range | paper | ours | match |",
-                "|---|---|---|---|",
-            ]
-            for m in s["paper_vf_holders"]:
-                ours = "; ".join(", ".join(h) or "(none)" for h in m["observed"])
-                verdict = "–" if baseline else mark(m["match"])
-                lines.append(f"| {m['label']} | {', '.join(m['paper'])} | {ours} | {verdict} |")
-            lines.append("")
+        for m in s["paper_vf_holders"]:
+            ours = "; ".join(", ".join(h) or "(none)" for h in m["observed"])
+            verdict = "–" if baseline else mark(m["match"])
+            lines.append(f"| {m['label']} | {', '.join(m['paper'])} | {ours} | {verdict} |")
+        lines.append("")
+    return lines
+
+
+def _classifications(scn: Scenario, pol: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     for name, s in pol.items():
         cls = s.get("classification")
         if not cls or scn.paper.classification is None:
@@ -589,24 +411,13 @@ def write_report(
         lines += ["", "| ordering | holds |", "|---|---|"]
         lines += [f"| {k['check']} | {mark(k['holds'])} |" for k in cls["checks"]]
         lines.append("")
-    table = paper_values_table(scn, pol)
-    if table:
-        lines += ["", f"## {scn.paper.source or 'The paper'} beside ours", ""] + table + [""]
-    if scn.paper.note:
-        lines += ["", scn.paper.note.strip(), ""]
-    lines += ["", "## Plots", ""]
-    if not rows:
-        if has_holders:
-            lines += ["![VF holders](vf_holders.png)", ""]
-        if multi:
-            lines += ["![hosts](hosts.png)", ""]
-    if not has_holders:
-        lines += ["No VM held a VF in this run (no VF plot).", ""]
-    if has_holding:
-        lines += ["![VF holding time against demand](vf_holding.png)", ""]
-    for name, label in metric_pngs:
-        lines += [f"![{label}]({name})", ""]
-    lines += [
+    return lines
+
+
+def _per_vm(scn: Scenario, pol: dict[str, Any], by_name: dict[str, PolicyRun]) -> list[str]:
+    from sova.sim import fleet
+
+    lines = [
         "## Per VM",
         "",
         "| policy | VM | throughput (Mbit/s) | time on VF | VF on host | mean CPU |",
@@ -630,8 +441,7 @@ def write_report(
             f"The {TABLE_VMS} VMs with the most traffic per policy; every VM is in "
             "`summary.json` (`per_vm`).",
         ]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    writer.write_plot_index(out, plots)
+    return lines
 
 
 # --------------------------------------------------------------------------- paper values
@@ -665,7 +475,8 @@ def metric_value(policy_summary: dict[str, Any], metric: str) -> Any:
     return node
 
 
-def _fmt_num(v: Any) -> str:
+def fmt_num(v: Any) -> str:
+    """A figure as report.md's tables show it (– for none)."""
     if v is None:
         return "–"
     if isinstance(v, float):
@@ -684,167 +495,6 @@ def paper_values_table(scn: Scenario, policies: dict[str, Any], at: Any = None) 
     for v in rows:
         ours = metric_value(policies.get(v.policy, {}), v.metric)
         lines.append(
-            f"| {v.label} | {v.policy} | {_fmt_num(v.value)} | {_fmt_num(ours)} | {v.claim} |"
+            f"| {v.label} | {v.policy} | {fmt_num(v.value)} | {fmt_num(ours)} | {v.claim} |"
         )
     return lines
-
-
-# --------------------------------------------------------------------------- sweeps
-
-
-def categorical(values: Sequence[Any]) -> bool:
-    """Sweep values that are not an ordered numeric axis (two cases, labels, dicts):
-    plotted as grouped bars, since a line between them would suggest values in between."""
-    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-    if len(nums) != len(values) or len(values) < 3:
-        return True
-    return any(b <= a for a, b in zip(nums, nums[1:], strict=False))
-
-
-def _label(v: Any) -> str:
-    if isinstance(v, dict):
-        return ", ".join(f"{k}={x}" for k, x in v.items())
-    return str(v)
-
-
-def plot_sweep(
-    path: Path,
-    scn: Scenario,
-    summary: dict[str, Any],
-    metric: str,
-    label: str,
-    values: dict[str, list[float | None]] | None = None,
-) -> Plotted:
-    """One metric over the sweep, a line per policy (bars when the sweep is categorical);
-    ``values`` (policy -> one value per point) when the figure is not in the summary."""
-    sw = summary["sweep"]
-    xs = [p["value"] for p in sw["points"]]
-    policies = list(sw["points"][0]["policies"])
-    if values is None:
-        values = {
-            name: [metric_value(p["policies"][name], metric) for p in sw["points"]]
-            for name in policies
-        }
-    plotted: Plotted = {}
-    plt = writer.pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    bars = categorical(xs)
-    width = 0.8 / max(1, len(values) + len(scn.paper.series))
-    for k, (name, ys) in enumerate(values.items()):
-        y = [float(v) if v is not None else float("nan") for v in ys]
-        plotted[f"{name} (ours)"] = sum(1 for v in y if np.isfinite(v))
-        if bars:
-            ax.bar([i + k * width for i in range(len(xs))], y, width, label=f"{name} (ours)")
-        else:
-            ax.plot(xs, y, marker="o", label=f"{name} (ours)")
-    for k, (name, curve) in enumerate(scn.paper.series.items(), start=len(values)):
-        pts = sorted((float(x), v) for x, v in curve.items())
-        plotted[f"{name} (paper)"] = len(pts)
-        if bars:
-            at = {float(x): i for i, x in enumerate(xs) if isinstance(x, int | float)}
-            idx = [at[p[0]] for p in pts if p[0] in at]
-            py = [float(p[1]) for p in pts if p[0] in at]
-            ax.bar([i + k * width for i in idx], py, width, label=f"{name} (paper)", hatch="//")
-        else:
-            ax.plot(
-                [p[0] for p in pts],
-                [p[1] for p in pts],
-                ls="--",
-                marker="x",
-                label=f"{name} (paper)",
-            )
-    if bars:
-        ax.set_xticks(
-            [i + width * (len(plotted) - 1) / 2 for i in range(len(xs))], [_label(x) for x in xs]
-        )
-    ax.set_xlabel(sw["label"])
-    ax.set_ylabel(label or metric)
-    ax.set_title(f"{scn.name}: {label or metric}", fontsize=11, loc="left")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
-    plt.close(fig)
-    return plotted
-
-
-def write_sweep_report(
-    out: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]], summary: dict[str, Any]
-) -> None:
-    scn = points[0][0]
-    sw = summary["sweep"]
-    metrics = [
-        m
-        for m in (
-            scn.paper.sweep_metric,
-            "mean_response_ms",
-            "throughput_mbps",
-            "link_utilization",
-            "mean_transfer_s",
-        )
-        if m
-    ]
-    metrics = list(dict.fromkeys(metrics))
-    lines = [
-        f"# Sova simulation report: {scn.name}",
-        "",
-        scn.description.strip(),
-        "",
-        f"Sweep over {sw['label']}: {', '.join(str(p['value']) for p in sw['points'])}. "
-        f"Seed {scn.seed}, {scn.duration:g} simulated seconds per point, profile `{scn.profile.name}`.",
-        "",
-    ]
-    plots: dict[str, Plotted] = {}
-    for m in metrics:
-        ys = [metric_value(pol, m) for p in sw["points"] for pol in p["policies"].values()]
-        if all(y is None for y in ys):
-            continue
-        label = scn.paper.sweep_metric_label if m == scn.paper.sweep_metric else m
-        plots[f"sweep_{m}.png"] = plot_sweep(out / f"sweep_{m}.png", scn, summary, m, label)
-        policies = list(sw["points"][0]["policies"])
-        lines += [f"## {label or m}", "", "| " + sw["label"] + " | " + " | ".join(policies) + " |"]
-        lines.append("|---" * (len(policies) + 1) + "|")
-        for p in sw["points"]:
-            vals = [_fmt_num(metric_value(p["policies"][n], m)) for n in policies]
-            lines.append(f"| {p['value']} | " + " | ".join(vals) + " |")
-        lines += ["", f"![{m}](sweep_{m}.png)", ""]
-    equal = all(
-        max(tp) - min(tp) <= EQUAL * max(max(tp), 1e-9)
-        for tp in ([s["throughput_mbps"] for s in p["policies"].values()] for p in sw["points"])
-    )
-    if equal and len(sw["points"][0]["policies"]) > 1:
-        # Equal throughput: what the policies change is the CPU spent on it.
-        cpu: dict[str, list[float | None]] = defaultdict(list)
-        for _, runs in points:
-            for r in runs:
-                c = host_cpu(r)
-                cpu[r.policy].append(None if c is None else round(c, 4))
-        policies = list(cpu)
-        lines += [
-            "## Mean host CPU",
-            "",
-            "Throughput is the same under every policy at every point (within 1 %); the "
-            "policies differ in the CPU they spend on it (and in latency, where measured).",
-            "",
-            "| " + sw["label"] + " | " + " | ".join(policies) + " |",
-            "|---" * (len(policies) + 1) + "|",
-        ]
-        for i, p in enumerate(sw["points"]):
-            lines.append(
-                f"| {_label(p['value'])} | "
-                + " | ".join(_fmt_num(cpu[n][i]) for n in policies)
-                + " |"
-            )
-        plots["sweep_host_cpu.png"] = plot_sweep(
-            out / "sweep_host_cpu.png", scn, summary, "host_cpu", "mean host CPU", dict(cpu)
-        )
-        lines += ["", "![mean host CPU](sweep_host_cpu.png)", ""]
-    table: list[str] = []
-    for p in sw["points"]:
-        table += paper_values_table(scn, p["policies"], p["value"])[2 if table else 0 :]
-    if table:
-        lines += ["## The paper beside ours", ""] + table + [""]
-    if scn.paper.note:
-        lines += [scn.paper.note.strip(), ""]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    writer.write_plot_index(out, plots)

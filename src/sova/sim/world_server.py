@@ -504,10 +504,11 @@ def add_records(
 
 def hotspot_events(decisions: list[dict[str, Any]], policy: str, world: World) -> list[Any]:
     """The manager's decision log as events, worded and condensed as ``sova simulate``
-    writes them: a hot host left as it is is one state (:class:`sova.record.HotspotStates`),
-    judged at every control round of ``world``'s schedule, the rounds that decided nothing
-    included (they end the states of hosts no longer hot)."""
-    from sova.record import HotspotStates
+    writes them: a hot host left as it is is one state
+    (:class:`sova.hotspot_events.HotspotStates`), judged at every control round of
+    ``world``'s schedule, the rounds that decided nothing included (they end the states of
+    hosts no longer hot)."""
+    from sova.hotspot_events import HotspotStates
 
     by_time: dict[float, list[dict[str, Any]]] = {}
     for d in decisions:

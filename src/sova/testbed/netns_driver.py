@@ -24,22 +24,20 @@ Counters are black-box, as the host sees them: a VM's transmitted bytes are what
 VF limiter plus what left its virtio path's shaper (IFB counters), its CPU time is the
 CPU time of the processes in its namespace.
 
-Why one module over 500 lines: it is one Driver implementation (the protocol's five
-actions, sampling and operation tracking over one topology), the testbed's counterpart
-of the libvirt driver; its plumbing already lives in :mod:`sova.testbed.plumbing`.
+Its plumbing lives in :mod:`sova.testbed.plumbing`, its reads of the kernel in
+:mod:`sova.testbed.kernel_view`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from sova.driver.base import Capabilities, DriverError, OpState, OpStatus
 from sova.model import (
@@ -58,12 +56,10 @@ from sova.model import (
     VMCounters,
     VMState,
 )
-from sova.testbed.topology import NETNS_DIR, TestbedError, Topology, VMPlumbing, rtnl
+from sova.testbed.kernel_view import NS_PER_TICK, KernelView, host_busy_ns, memory_used
+from sova.testbed.topology import TestbedError, Topology, VMPlumbing
 
 LimitSide = Literal["host", "guest"]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-NS_PER_TICK = 1_000_000_000 // CLK_TCK
-ETH = 14  # Ethernet header, pulled before a host-side IFB sees the packet
 
 
 @dataclass
@@ -124,12 +120,7 @@ class NetnsDriver:
         ]
         for w in self._workers:
             w.start()
-        self._rtnl: dict[str, Any] = {}
-        self._rtnl_lock = threading.Lock()
-        self._cpu_seen: dict[int, tuple[str, int]] = {}  # pid -> (vm, last cpu ticks)
-        self._cpu_done: dict[str, int] = dict.fromkeys(self.vms, 0)  # ticks of exited pids
-        self._backup_cache: tuple[float, bool] = (-1.0, False)
-        self._ns_inode = self._namespace_inodes()
+        self._view = KernelView(topo, self.vms, clock)
 
     # ----------------------------------------------------------------- protocol
 
@@ -159,8 +150,8 @@ class NetnsDriver:
 
     def inventory(self) -> Inventory:
         """Actual state, read from the kernel: a VM is on its VF when its routes say so."""
-        on_vf = self._vms_on_vf()
-        backup = self._backup_up()
+        on_vf = self._view.vms_on_vf()
+        backup = self._view.backup_up()
         states = {}
         with self._lock:
             for name, vm in self.vms.items():
@@ -188,9 +179,9 @@ class NetnsDriver:
 
     def sample(self) -> HostSample:
         ns = self.topo.names.host_ns
-        links = self._links(ns)
-        sent = self._root_qdisc_sent(ns)
-        cpu = self._vm_cpu_ticks()
+        links = self._view.links(ns)
+        sent = self._view.root_qdisc_sent(ns)
+        cpu = self._view.vm_cpu_ticks()
         vms = {}
         for name, vm in self.vms.items():
             p = self.topo.vms[name]
@@ -214,10 +205,10 @@ class NetnsDriver:
             time_s=self.now(),
             vms=vms,
             totals=HostCounters(
-                cpu_busy_ns=_host_busy_ns(),
+                cpu_busy_ns=host_busy_ns(),
                 nic_rx_bytes=up.get("rx_bytes", 0),
                 nic_tx_bytes=up.get("tx_bytes", 0),
-                memory_used_bytes=_memory_used(),
+                memory_used_bytes=memory_used(),
             ),
         )
 
@@ -257,11 +248,7 @@ class NetnsDriver:
             q.put(None)
         for w in self._workers:
             w.join(timeout=self.op_timeout_s)
-        with self._rtnl_lock:
-            for sock in self._rtnl.values():
-                with contextlib.suppress(Exception):
-                    sock.close()
-            self._rtnl.clear()
+        self._view.close()
 
     # ----------------------------------------------------------------- workers
 
@@ -400,135 +387,3 @@ class NetnsDriver:
         used = {p.vf_index for p in self._paths.values() if p.vf_index is not None}
         free = [i for i in range(self.host.nic.vf_pool) if i not in used]
         return free[0] if free else None
-
-    # ----------------------------------------------------------------- kernel reads
-
-    def _rtnl_for(self, ns: str) -> Any:
-        sock = self._rtnl.get(ns)
-        if sock is None:
-            sock = rtnl(ns)
-            self._rtnl[ns] = sock
-        return sock
-
-    def _links(self, ns: str) -> dict[str, dict[str, int]]:
-        with self._rtnl_lock:
-            try:
-                msgs = self._rtnl_for(ns).get_links()
-            except Exception as exc:
-                self._rtnl.pop(ns, None)
-                raise DriverError(f"cannot read links of {ns}: {exc}") from exc
-        out = {}
-        for m in msgs:
-            stats = m.get("IFLA_STATS64") or {}
-            out[m.get("IFLA_IFNAME")] = {
-                k: int(stats.get(k, 0))
-                for k in ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")
-            } | {"up": int(m.get("IFLA_OPERSTATE") in ("UP", "UNKNOWN"))}
-        return out
-
-    def _root_qdisc_sent(self, ns: str) -> dict[str, tuple[int, int]]:
-        """ifname -> (wire bytes, frames) its root qdisc sent.
-
-        Link counters count a TSO super-packet once; a qdisc counts its segments and
-        their headers, as the port's HTB does. At a host-side IFB the Ethernet header is
-        already pulled, so it is added back per frame.
-        """
-        with self._rtnl_lock:
-            try:
-                sock = self._rtnl_for(ns)
-                names = {m["index"]: m.get("IFLA_IFNAME") for m in sock.get_links()}
-                qdiscs = sock.get_qdiscs()
-            except Exception as exc:
-                self._rtnl.pop(ns, None)
-                raise DriverError(f"cannot read qdiscs of {ns}: {exc}") from exc
-        out = {}
-        for q in qdiscs:
-            if q["parent"] != 0xFFFFFFFF:
-                continue
-            basic = (q.get("TCA_STATS2") or {}).get("TCA_STATS_BASIC") or {}
-            frames = int(basic.get("packets", 0))
-            out[names.get(q["index"], "")] = (int(basic.get("bytes", 0)) + ETH * frames, frames)
-        return out
-
-    def _vms_on_vf(self) -> set[str]:
-        out = set()
-        with self._rtnl_lock:
-            for name, p in self.topo.vms.items():
-                try:
-                    routes = self._rtnl_for(p.ns).get_default_routes(table=254)
-                except Exception as exc:
-                    self._rtnl.pop(p.ns, None)
-                    raise DriverError(f"cannot read routes of {p.ns}: {exc}") from exc
-                best = min(routes, key=lambda r: r.get("RTA_PRIORITY") or 0, default=None)
-                if best is not None and best.get("RTA_GATEWAY") == p.vf_host_ip:
-                    out.add(name)
-        return out
-
-    def _backup_up(self) -> bool:
-        """The shared virtio backend is alive and its links are up (cached 0.5 s)."""
-        t, value = self._backup_cache
-        now = self._clock()
-        if now - t < 0.5:
-            return value
-        links = self._links(self.topo.names.host_ns)
-        n = self.topo.names
-        value = bool(self.topo.relay_pids()) and all(
-            links.get(dev, {}).get("up", 0) for dev in (n.relay_port, n.relay_host, n.bridge)
-        )
-        self._backup_cache = (now, value)
-        return value
-
-    def _namespace_inodes(self) -> dict[tuple[int, int], str]:
-        out = {}
-        for name, p in self.topo.vms.items():
-            with contextlib.suppress(FileNotFoundError):
-                st = os.stat(NETNS_DIR / p.ns)
-                out[(st.st_dev, st.st_ino)] = name
-        return out
-
-    def _vm_cpu_ticks(self) -> dict[str, int]:
-        """Cumulative CPU ticks of every process that ever ran in each VM's namespace.
-
-        Processes come and go (an iperf3 run ends); a sum over the live ones would go
-        backwards and look like a reset, so exited processes keep their last reading.
-        """
-        live: dict[int, tuple[str, int]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                st = os.stat(f"/proc/{entry}/ns/net")
-                vm = self._ns_inode.get((st.st_dev, st.st_ino))
-                if vm is None:
-                    continue
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                live[int(entry)] = (vm, int(fields[11]) + int(fields[12]))  # utime + stime
-            except (OSError, IndexError, ValueError):
-                continue
-        for pid, (vm, _) in list(self._cpu_seen.items()):
-            if pid not in live:
-                self._cpu_done[vm] += self._cpu_seen.pop(pid)[1]
-        self._cpu_seen.update(live)
-        out = dict(self._cpu_done)
-        for vm, ticks in live.values():
-            out[vm] += ticks
-        return out
-
-
-def _host_busy_ns() -> int:
-    with open("/proc/stat") as fh:
-        fields = fh.readline().split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) * NS_PER_TICK
-
-
-def _memory_used() -> int:
-    total = avail = 0
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                total = int(line.split()[1]) * 1024
-            elif line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
-    return max(0, total - avail)

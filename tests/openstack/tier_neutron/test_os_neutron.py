@@ -1,7 +1,7 @@
 """The ports Sova creates, against Neutron's ML2 plugin with ``sriovnicswitch`` (neutron env).
 
 The request body is the one openstacksdk sends for the actuator's port attributes
-(:func:`sova.orchestrator.openstack.vf_port_attrs`); it goes through Neutron's API (policy
+(:func:`sova.orchestrator.openstack_cloud.vf_port_attrs`); it goes through Neutron's API (policy
 included) to ML2 with the real SR-IOV mechanism driver. Nova's part of an interface attach
 (setting ``binding:host_id`` and the PCI profile, with the service role) is done here as Nova
 does it, so the test shows the port binds ``hw_veb`` on the host Sova intended, and fails to
@@ -26,7 +26,7 @@ from neutron.tests.common import helpers  # noqa: E402
 from openstack.network.v2.network import Network  # noqa: E402
 from openstack.network.v2.port import Port  # noqa: E402
 
-from sova.orchestrator.openstack import PORT_PREFIX, SOVA_TAG, vf_port_attrs  # noqa: E402
+from sova.orchestrator.openstack_cloud import PORT_PREFIX, SOVA_TAG, vf_port_attrs  # noqa: E402
 
 pytestmark = pytest.mark.openstack
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from sova.daemon.store import metadata
+from sova.daemon.store_schema import metadata
 
 config = context.config
 connection = config.attributes.get("connection")
