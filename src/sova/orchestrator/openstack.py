@@ -62,6 +62,7 @@ from sova.model import (
     VMState,
 )
 from sova.orchestrator.base import CloudConfigError, FailoverHooks
+from sova.orchestrator.openstack_view import CloudView
 
 PORT_PREFIX = "sova-vf-"  # for people reading port lists; the mark is SOVA_TAG
 # The mark of a port Sova made. A Neutron tag, not the name (anyone may name a port so), not
@@ -183,6 +184,9 @@ class OpenStackActuator:
     _retiring: dict[str, _Op] = field(default_factory=dict)
     _retire_failures: dict[str, int] = field(default_factory=dict)
     retire_tries: int = 3  # then the port is left to the agent (a holder like any other)
+    # Change-based listings (docs/openstack.md#api-calls-per-hypervisor); None: both
+    # listings made at every inventory.
+    view: CloudView | None = None
 
     def __post_init__(self) -> None:
         # Anything the SDK or the transport raises is a reported failure, never a crash.
@@ -225,8 +229,12 @@ class OpenStackActuator:
         cannot act on); Neutron decides which hold a Sova VF port; Placement caps the pool.
         """
         try:
-            servers = self._servers_here()
-            ports, theirs = self._vf_ports_by_server()
+            if self.view is None:
+                servers = self._servers_here()
+                ports, theirs = self._vf_ports_by_server()
+            else:
+                servers, bound = self.view.look(sensed, self.clock())
+                ports, theirs = split_vf_ports(bound)
             pool = self._placement_vf_pool()
         except self._errors as exc:
             raise DriverError(f"OpenStack inventory unavailable: {exc}") from exc
@@ -286,7 +294,11 @@ class OpenStackActuator:
             total = max(0, total - taken)
         if total != host.nic.vf_pool:
             host = replace(host, nic=replace(host.nic, vf_pool=total))
-        if self._periods % self.sweep_every == 0:
+        if (
+            self._periods % self.sweep_every == 0
+            if self.view is None
+            else self.view.sweep_due(self.clock())
+        ):
             try:
                 for swept in self.sweep_leaked_ports():
                     notes.append(f"leaked Sova port {swept} deleted")
@@ -379,6 +391,8 @@ class OpenStackActuator:
             if p.device_id:
                 if getattr(p, "binding_host_id", None) != self.host:
                     continue
+                if self.view is not None and self.view.has_server(str(p.device_id)):
+                    continue  # Nova listed it on this host since the last resync
                 server = self.conn.compute.find_server(
                     p.device_id, ignore_missing=True, all_projects=True
                 )
@@ -399,13 +413,7 @@ class OpenStackActuator:
 
     def _vf_ports_by_server(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
         """The VF ports bound to this host, by server: Sova's, and everyone else's."""
-        ours: dict[str, list[Any]] = {}
-        theirs: dict[str, list[Any]] = {}
-        for p in self.conn.network.ports(**{"binding:host_id": self.host}):
-            if not p.device_id or p.binding_vnic_type not in VF_VNIC_TYPES:
-                continue
-            (ours if is_sova_port(p) else theirs).setdefault(p.device_id, []).append(p)
-        return ours, theirs
+        return split_vf_ports(self.conn.network.ports(**{"binding:host_id": self.host}))
 
     def _placement_vf_pool(self) -> int | None:
         if self.vf_resource_class is None:
@@ -475,6 +483,8 @@ class OpenStackActuator:
         with self._lock:
             op.state, op.detail = state, detail
             self._acting.discard(op.action.vm)
+        if self.view is not None:
+            self.view.invalidate()  # the operation changed ports or servers
 
     def _progress(self, op: _Op, detail: str) -> None:
         with self._lock:
@@ -768,6 +778,19 @@ def vf_port_attrs(
     if project_id:
         attrs["project_id"] = project_id
     return attrs
+
+
+def split_vf_ports(
+    bound: Iterable[Any],
+) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """The VF ports among ``bound`` (a host's), by server: Sova's, and everyone else's."""
+    ours: dict[str, list[Any]] = {}
+    theirs: dict[str, list[Any]] = {}
+    for p in bound:
+        if not p.device_id or p.binding_vnic_type not in VF_VNIC_TYPES:
+            continue
+        (ours if is_sova_port(p) else theirs).setdefault(p.device_id, []).append(p)
+    return ours, theirs
 
 
 def _addresses(port: Any) -> list[str]:
