@@ -79,8 +79,8 @@ class CloudView:
 
     conn: Any
     host: str
-    refresh_s: float = 120.0
-    resync_s: float = 600.0
+    refresh_s: float = 180.0
+    resync_s: float = 900.0
     busy_s: float = 10.0
     overlap_s: float = 60.0  # changes-since is moved back by this: compute nodes' clocks
     calls: int = 0

@@ -47,14 +47,14 @@ class OpenStackOptions(BaseModel):
     )
     detach_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     refresh_s: float = Field(
-        default=120.0,
+        default=180.0,
         ge=0,
         le=86400,
         description="seconds between two changes-since looks at Nova when the host senses no "
         "change (0: list servers and ports at every inventory, no cache)",
     )
     resync_s: float = Field(
-        default=600.0,
+        default=900.0,
         gt=0,
         le=86400,
         description="seconds between two full listings of the host's servers and ports, "

@@ -407,6 +407,71 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host3"
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
 
+    def test_change_based_view_sees_nova_at_one_request_per_look(self) -> None:
+        """The agent's change-based view (orchestrator/openstack_view.py) against Nova's own
+        API, requests counted at the transport (requests' Session.send, which the harness's
+        interception sits under): a full look is one ``GET /servers/detail?host=``, a
+        cached period none, a changes-since look one; Nova's changes-since answers a stop
+        (status SHUTOFF) and a delete (status DELETED) the host did not sense, and a server
+        booted on the host and sensed there is listed at once."""
+        import requests
+
+        from sova.orchestrator.openstack_view import CloudView
+
+        sent: list[str] = []
+        send = requests.Session.send
+
+        def counted(sess: Any, req: Any, **kw: Any) -> Any:
+            sent.append(f"{req.method} {req.url}")
+            return send(sess, req, **kw)
+
+        self.stub_out("requests.Session.send", counted)
+        view = CloudView(self.conn, "host1", refresh_s=120, resync_s=600, busy_s=10)
+        act = OpenStackActuator(self.conn, "host1", view=view)
+        host = Host("host1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=1))
+
+        def sensed(*names: str) -> Inventory:
+            return Inventory(host, {n: VMState(VM(n, 1, 512 << 20)) for n in names})
+
+        self.conn.compute.get_server(self.server["id"])  # the SDK's version discovery, once
+        sent.clear()
+        inv = act.reconcile(sensed("vm1"))
+        assert inv.vms["vm1"].running and [u.split("?")[0][-15:] for u in sent] == [
+            "/servers/detail"
+        ], sent
+        assert "host=host1" in sent[0] and "changes-since" not in sent[0]
+        sent.clear()
+        view._full_at -= 10  # ten seconds later, nothing sensed changed: from the cache
+        view._changes_at -= 10
+        act.reconcile(sensed("vm1"))
+        assert sent == [] and view.last_look == "cached"
+
+        # Stopped through Nova's API; the host's view is left as it was (not sensed).
+        self._stop_server(self.server)
+        view._full_at -= 120
+        view._changes_at -= 120
+        sent.clear()
+        act.reconcile(sensed("vm1"))
+        assert view.last_look == "changes" and len(sent) == 1 and "changes-since=" in sent[0]
+        [server] = view.look(sensed("vm1"), act.clock())[0]  # the cache: no request
+        assert server.status == "SHUTOFF"
+
+        # Deleted through Nova's API: changes-since lists it DELETED, the view drops it.
+        self._delete_server(self.server)
+        view._full_at -= 120
+        view._changes_at -= 120
+        sent.clear()
+        inv = act.reconcile(sensed("vm1"))
+        assert view.last_look == "changes" and len(sent) == 1
+        assert not view.has_server(self.server["id"]) and not inv.vms["vm1"].running
+
+        # A server booted on host1, sensed there: listed at once, in one request.
+        vm2 = self._create_server(name="vm2", host="host1", networks="none")
+        sent.clear()
+        inv = act.reconcile(sensed("vm2"))
+        assert view.last_look == "full" and len(sent) == 1
+        assert inv.vms["vm2"].running and view.has_server(vm2["id"]) and not act.discrepancies
+
     def test_refused_target_leaves_the_server_on_its_source(self) -> None:
         # The target's pre-check refuses (as a host whose CPU or PCI cannot take the VM).
         from nova import exception
