@@ -215,3 +215,29 @@ def test_the_sweep_runs_once_per_resync_and_asks_nova_about_no_listed_server() -
     assert len(sweeps) == 1  # at 600 s, not every 30 inventories
     # vm1's Sova port is bound to a server Nova listed here: no GET /servers/{id} for it.
     assert asked == []
+
+
+def test_settings_build_the_view_with_its_periods_or_none(tmp_path: Any, monkeypatch: Any) -> None:
+    import pytest
+
+    import sova.orchestrator.openstack as osmod
+    from sova.daemon.config import ConfigError, load_agent_settings
+    from sova.orchestrator.settings import openstack_actuator
+
+    monkeypatch.setattr(osmod, "connect", lambda name, timeout: FakeCloud())
+    cfg = tmp_path / "sova.toml"
+    head = 'orchestrator = "openstack"\ncloud = "prod"\n[openstack]\n'
+    cfg.write_text(head)
+    view = openstack_actuator(load_agent_settings(cfg, environ={}), "cmp1").view
+    assert view is not None and (view.refresh_s, view.resync_s, view.host) == (180, 900, "cmp1")
+    cfg.write_text(f"{head}refresh_s = 60\nresync_s = 300\n")
+    view = openstack_actuator(load_agent_settings(cfg, environ={}), "cmp1").view
+    assert view is not None and (view.refresh_s, view.resync_s) == (60, 300)
+    cfg.write_text(f"{head}refresh_s = 0\n")
+    assert openstack_actuator(load_agent_settings(cfg, environ={}), "cmp1").view is None
+    cfg.write_text(f"{head}refresh_s = 1000\n")
+    with pytest.raises(ConfigError, match="refresh_s = 1000: above resync_s = 900"):
+        load_agent_settings(cfg, environ={})
+    cfg.write_text(f"{head}resync_s = 0\n")
+    with pytest.raises(ConfigError, match="resync_s"):
+        load_agent_settings(cfg, environ={})
