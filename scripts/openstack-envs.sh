@@ -16,7 +16,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${SOVA_OPENSTACK_ENVS:-$HOME/.cache/sova-openstack}"
 py="${PYTHON:-python3}"
-all_stacks=(nova neutron watcher)
+all_stacks=(nova neutron watcher keystone)
 
 pins_hash() {
   local stack=$1
