@@ -211,7 +211,6 @@ def test_calls_outside_the_sova_role_are_refused_403_and_outside_the_rules_401(
     identity call, is refused any of Keystone's own calls before the policy is asked: its
     token is not valid there (401), as it is not for any call outside its rules."""
     from openstack import exceptions as sdk_exc
-
     from sova.orchestrator.openstack import connect
 
     as_sova = sova_credential["as_sova"]

@@ -472,6 +472,51 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         assert view.last_look == "full" and len(sent) == 1
         assert inv.vms["vm2"].running and view.has_server(vm2["id"]) and not act.discrepancies
 
+    def test_shipped_policy_grants_the_sova_role_its_listing_and_refuses_the_rest(self) -> None:
+        """deploy/openstack/nova-policy-sova.yaml in Nova's own policy engine; Sova's
+        connection carries only the ``sova`` role, in the ``service`` project, not the
+        server's. The agent's listing of its host across projects (with Nova's host and
+        libvirt name) is allowed; a call outside the file is 403. And what no policy file
+        changes: Nova's database scopes a non-admin context to its own project for a server
+        read by id (``project_only``), so the role gets 404 for another project's server,
+        for a read, a live migration or an interface attach alike
+        (docs/openstack.md#credentials-roles-and-policies)."""
+        import pathlib
+
+        import yaml
+
+        from openstack import exceptions as sdk_exc
+
+        shipped = pathlib.Path(__file__).resolve().parents[3] / "deploy/openstack"
+        rules = yaml.safe_load((shipped / "nova-policy-sova.yaml").read_text())
+        self.policy.set_rules(rules, overwrite=False)
+        sess = session.Session(
+            auth=noauth.NoAuth(),
+            additional_headers={
+                "X-Auth-User": "sova",
+                "X-User-Id": "sova",
+                "X-Auth-Project-Id": "service",
+                "X-Project-Id": "service",
+                "X-Roles": "sova",
+            },
+        )
+        conn = connection.Connection(
+            session=sess, compute_endpoint_override=self.api_fixture.base_url
+        )
+        sid = self.server["id"]
+        listed = list(conn.compute.servers(details=True, all_projects=True, compute_host="host1"))
+        assert [(s.id, s.compute_host) for s in listed] == [(sid, "host1")]
+        assert listed[0].instance_name  # os-extended-server-attributes
+        with pytest.raises(sdk_exc.ForbiddenException):  # os-hypervisors:list, admin's
+            list(conn.compute.hypervisors())
+        with pytest.raises(sdk_exc.ForbiddenException):  # os-services:list, admin's
+            list(conn.compute.services())
+        with pytest.raises(sdk_exc.NotFoundException):
+            conn.compute.get_server(sid)
+        with pytest.raises(sdk_exc.NotFoundException):
+            conn.compute.live_migrate_server(sid, host="host3", block_migration="auto")
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host1"
+
     def test_refused_target_leaves_the_server_on_its_source(self) -> None:
         # The target's pre-check refuses (as a host whose CPU or PCI cannot take the VM).
         from nova import exception
