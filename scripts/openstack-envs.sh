@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The OpenStack test tier: one virtual environment per stack (nova, neutron, watcher), built
+# The OpenStack test tier: one virtual environment per stack (nova, neutron, watcher, keystone), built
 # from PyPI with the pins in ci/openstack/ and cached under a hash of those pins, so that a
 # second run costs seconds. The stacks want different oslo/SQLAlchemy versions, hence one
 # environment each.
