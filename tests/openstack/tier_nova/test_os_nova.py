@@ -756,6 +756,35 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
         assert self.holder() == []
         assert self.api.get_server(server["id"])["status"] == "ACTIVE"
 
+    def test_shelve_and_unshelve_of_the_vf_holder_leave_no_sova_port(self) -> None:
+        """vm1 holds Sova's port and is shelved through Nova's API (offloaded: no host, its
+        VF released in Nova's PCI tracker, the port kept as the server's). Meanwhile Nova
+        places no vm1 on compute0, and the port is not taken for a leak. Unshelved (Nova
+        claims a VF again and re-plugs the port, without the guest's bond), the actuator
+        gives the port back: no Sova port left, the VF free."""
+        st = wait(self.act, self.act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert self.holder() == ["vm1"]
+        [port_id] = self.net.created
+        server = self.vms["vm1"]
+        self._shelve_server(server)
+        inv = self.act.reconcile(self.sensed())
+        assert not inv.vms["vm1"].running
+        assert "vm1: sensed on compute0 but Nova places no such server here" in (
+            self.act.discrepancies
+        )
+        assert port_id not in self.net.deleted
+        assert self.neutron.show_port(port_id)["port"]["device_id"] == server["id"]
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        self._unshelve_server(server)
+        notes = self.given_back("vm1")
+        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
+        assert port_id in self.net.deleted
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        assert self.holder() == []
+        assert self.api.get_server(server["id"])["status"] == "ACTIVE"
+
+
 def test_sova_is_imported_from_this_checkout() -> None:
     """The tier's environments are shared by every checkout on the machine: the code under
     test must be this checkout's (scripts/openstack-envs.sh puts its src/ first on the path),
