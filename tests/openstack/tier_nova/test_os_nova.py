@@ -77,6 +77,7 @@ class FixtureNetwork:
         return types.SimpleNamespace(
             id=p["id"],
             name=p.get("name"),
+            description=p.get("description") or "",
             network_id=p.get("network_id"),
             device_id=p.get("device_id") or "",
             project_id=p.get("project_id"),
@@ -594,7 +595,6 @@ class TestMigrationAbortThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestC
         allocs = self._get_allocations_by_server_uuid(sid)
         assert set(allocs) == {self._get_provider_uuid_by_host("host1")}
 
-
     def test_an_operators_live_migration_is_never_doubled_by_sova(self) -> None:
         """An operator (or Watcher's applier) live-migrates vm1 through Nova's API; while it
         runs, Nova's task state is what Sova reads: the actuator withholds vm1 from the
@@ -627,6 +627,7 @@ class TestMigrationAbortThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestC
             time.sleep(0.2)
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host2")]
         assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host2"
+
 
 class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
     """One PF with one VF behind Nova's fake libvirt and PCI tracker; two VMs want it."""
@@ -703,7 +704,6 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
         st = wait(self.act, self.act.submit(AttachVF(second)))
         assert st.state is OpState.SUCCEEDED, st.detail
         assert self.holder() == ["vm2"]
-
 
     def given_back(self, vm: str, timeout_s: float = 60.0) -> list[str]:
         """Reconcile until the give-back of ``vm``'s port ends; the notes of every period."""
@@ -783,6 +783,64 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
         assert self.holder() == []
         assert self.api.get_server(server["id"])["status"] == "ACTIVE"
+
+    def test_cold_migration_of_the_vf_holder_is_given_back_on_the_target(self) -> None:
+        """vm1 holds Sova's port on compute0; an operator cold-migrates it through Nova's API
+        to compute1 (a second PF with one VF) and confirms. Nova claims a VF there and moves
+        the port's binding along, without the guest's bond. Once Nova places it on compute1,
+        compute0's actuator grants it nothing; on compute1 the port is Sova's, made for compute0: that
+        agent's actuator gives it back (bond on virtio first), leaving no Sova port and both
+        hosts' VFs free."""
+        host_info = fakelibvirt.HostInfo(cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2)
+        self.start_compute(
+            "compute1",
+            host_info=host_info,
+            pci_info=fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1),
+        )
+        st = wait(self.act, self.act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        [port_id] = self.net.created
+        server = self.vms["vm1"]
+        # Nova's fake libvirt has no disks to copy (Nova's own SR-IOV tests stub this too).
+        self.stub_out(
+            "nova.virt.libvirt.driver.LibvirtDriver.migrate_disk_and_power_off",
+            lambda *args, **kwargs: "{}",
+        )
+        self.api.post_server_action(server["id"], {"migrate": None})
+        self._wait_for_state_change(server, "VERIFY_RESIZE")
+        # VERIFY_RESIZE: Nova already places vm1 on compute1, so compute0's agent keeps
+        # the domain it still senses out of every grant.
+        inv = self.act.reconcile(self.sensed())
+        assert not inv.vms["vm1"].running
+        assert "vm1: sensed on compute0 but Nova places no such server here" in (
+            self.act.discrepancies
+        )
+        self._confirm_resize(server)
+        assert self.api.get_server(server["id"])["OS-EXT-SRV-ATTR:host"] == "compute1"
+        port = self.neutron.show_port(port_id)["port"]
+        assert port["binding:host_id"] == "compute1" and port["device_id"] == server["id"]
+        self.assertPCIDeviceCounts("compute1", total=2, free=0)
+        act1 = OpenStackActuator(
+            self.conn,
+            "compute1",
+            network=self.neutron.network_2["id"],
+            poll_s=0.2,
+            detach_timeout_s=30,
+        )
+        host1 = Host("compute1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=1))
+        notes: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            act1.reconcile(Inventory(host1, {"vm1": VMState(VM("vm1", 1, 512 << 20))}))
+            notes += act1.discrepancies
+            if any(n.startswith("vm1: given back") or "give-back failed" in n for n in notes):
+                break
+            time.sleep(0.2)
+        assert any("made for compute0, brought here by Nova" in n for n in notes), notes
+        assert any(n.startswith("vm1: given back") for n in notes), notes
+        assert port_id in self.net.deleted
+        self.assertPCIDeviceCounts("compute1", total=2, free=2)
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
 
 
 def test_sova_is_imported_from_this_checkout() -> None:
