@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The OpenStack test tier: one virtual environment per stack (nova, neutron, watcher), built
+# The OpenStack test tier: one virtual environment per stack (nova, neutron, watcher, keystone), built
 # from PyPI with the pins in ci/openstack/ and cached under a hash of those pins, so that a
 # second run costs seconds. The stacks want different oslo/SQLAlchemy versions, hence one
 # environment each.
@@ -16,7 +16,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${SOVA_OPENSTACK_ENVS:-$HOME/.cache/sova-openstack}"
 py="${PYTHON:-python3}"
-all_stacks=(nova neutron watcher)
+all_stacks=(nova neutron watcher keystone)
 
 pins_hash() {
   local stack=$1

@@ -10,8 +10,10 @@ the same actuator against Nova, Neutron and Watcher themselves.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,6 +28,16 @@ class FakeCloudTimeout(FakeCloudError):
     """No answer within the client's timeout (keystoneauth's ConnectTimeout)."""
 
 
+_EPOCH = datetime(2026, 12, 1, tzinfo=UTC)
+_ticks = itertools.count(1)
+
+
+def nova_now() -> str:
+    """Nova's clock for ``updated``: one second later at each change, so that changes-since
+    (``updated_at >= since``) orders them as Nova's database would."""
+    return (_EPOCH + timedelta(seconds=next(_ticks))).isoformat()
+
+
 @dataclass
 class Server:
     id: str
@@ -36,6 +48,17 @@ class Server:
     task_state: str | None = None
     status: str = "ACTIVE"
     launched_at: str | None = "2026-12-01T00:00:00.000000"
+    updated_at: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.updated_at:
+            super().__setattr__("updated_at", nova_now())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Every save of an instance moves Nova's updated_at (SQLAlchemy's onupdate).
+        super().__setattr__(name, value)
+        if name != "updated_at":
+            super().__setattr__("updated_at", nova_now())
 
 
 @dataclass(frozen=True)
@@ -135,6 +158,8 @@ class FakeCloud:
     # statuses for a finished migration vary with the kind and release)
     ends: dict[str, str] = field(default_factory=dict)
     servers: dict[str, Server] = field(default_factory=dict)
+    # Deleted servers as Nova's changes-since shows them (status DELETED, soft-deleted rows).
+    deleted: dict[str, Server] = field(default_factory=dict)
     ports: dict[str, Port] = field(default_factory=dict)
     migrations: list[Migration] = field(default_factory=list)
     networks: dict[str, Net] = field(default_factory=dict)
@@ -211,7 +236,9 @@ class FakeCloud:
     def delete_server(self, sid: str) -> None:
         """Nova's delete: the server goes; the ports it did not create itself (given at boot
         or attached by id, as Sova's are) are unbound and kept, with their addresses."""
-        del self.servers[sid]
+        gone = copy.copy(self.servers.pop(sid))
+        gone.status, gone.task_state = "DELETED", None
+        self.deleted[sid] = gone
         for p in self.ports.values():
             if p.device_id == sid:
                 p.device_id, p.binding_host_id = "", ""
@@ -262,15 +289,30 @@ class _Compute:
         self.c = c
 
     def servers(
-        self, details: bool = True, all_projects: bool = False, compute_host: str | None = None
+        self,
+        details: bool = True,
+        all_projects: bool = False,
+        compute_host: str | None = None,
+        changes_since: str | None = None,
     ):
         if not details:  # GET /servers: ids, names and links only
-            bare = self.servers(True, all_projects, compute_host)
+            bare = self.servers(True, all_projects, compute_host, changes_since)
             return [SimpleNamespace(id=s.id, name=s.name, links=[]) for s in bare]
-        # Nova lists the caller's own project's servers unless all_projects (an admin's).
+        self.c.calls.append(("servers", {"compute_host": compute_host, "since": changes_since}))
+        # Nova lists the caller's own project's servers unless all_projects (an admin's);
+        # with changes-since, those updated since then, deleted ones included.
+        rows = list(self.c.servers.values())
+        if changes_since is not None:
+            since = datetime.fromisoformat(changes_since)
+            rows = [
+                s
+                for s in [*rows, *self.c.deleted.values()]
+                if datetime.fromisoformat(s.updated_at) >= since
+            ]
+        # Copies, as off the wire: a later change in the cloud is not seen through them.
         return [
-            s
-            for s in self.c.servers.values()
+            copy.copy(s)
+            for s in rows
             if compute_host in (None, s.compute_host) and (all_projects or s.project_id == "proj")
         ]
 

@@ -72,9 +72,11 @@ from sova.orchestrator.openstack_cloud import (
     match_server,
     nova_busy,
     port_made_for,
+    split_vf_ports,
     task_state,
 )
 from sova.orchestrator.openstack_ops import NovaOperations
+from sova.orchestrator.openstack_view import CloudView
 
 
 def connect(cloud: str, api_timeout_s: float = 30.0) -> Any:
@@ -164,6 +166,9 @@ class OpenStackActuator(NovaOperations):
     _retiring: dict[str, Op] = field(default_factory=dict)
     _retire_failures: dict[str, int] = field(default_factory=dict)
     retire_tries: int = 3  # then the port is left to the agent (a holder like any other)
+    # Change-based listings (docs/openstack.md#api-calls-per-hypervisor); None: both
+    # listings made at every inventory.
+    view: CloudView | None = None
 
     def __post_init__(self) -> None:
         # Anything the SDK or the transport raises is a reported failure, never a crash.
@@ -206,8 +211,12 @@ class OpenStackActuator(NovaOperations):
         cannot act on); Neutron decides which hold a Sova VF port; Placement caps the pool.
         """
         try:
-            servers = self._servers_here()
-            ports, theirs = self._vf_ports_by_server()
+            if self.view is None:
+                servers = self._servers_here()
+                ports, theirs = self._vf_ports_by_server()
+            else:
+                servers, bound = self.view.look(sensed, self.clock())
+                ports, theirs = split_vf_ports(bound)
             pool = self._placement_vf_pool()
         except self._errors as exc:
             raise DriverError(f"OpenStack inventory unavailable: {exc}") from exc
@@ -267,7 +276,11 @@ class OpenStackActuator(NovaOperations):
             total = max(0, total - taken)
         if total != host.nic.vf_pool:
             host = replace(host, nic=replace(host.nic, vf_pool=total))
-        if self._periods % self.sweep_every == 0:
+        if (
+            self._periods % self.sweep_every == 0
+            if self.view is None
+            else self.view.sweep_due(self.clock())
+        ):
             try:
                 for swept in self.sweep_leaked_ports():
                     notes.append(f"leaked Sova port {swept} deleted")
@@ -330,7 +343,9 @@ class OpenStackActuator(NovaOperations):
         """The ends of the give-backs since the last period, as notes."""
         notes: list[str] = []
         with self._lock:
-            ended = [(vm, op) for vm, op in self._retiring.items() if op.state is not OpState.PENDING]
+            ended = [
+                (vm, op) for vm, op in self._retiring.items() if op.state is not OpState.PENDING
+            ]
             for vm, _ in ended:
                 del self._retiring[vm]
         for vm, op in ended:
@@ -360,6 +375,8 @@ class OpenStackActuator(NovaOperations):
             if p.device_id:
                 if getattr(p, "binding_host_id", None) != self.host:
                     continue
+                if self.view is not None and self.view.has_server(str(p.device_id)):
+                    continue  # Nova listed it on this host since the last resync
                 server = self.conn.compute.find_server(
                     p.device_id, ignore_missing=True, all_projects=True
                 )
@@ -380,13 +397,7 @@ class OpenStackActuator(NovaOperations):
 
     def _vf_ports_by_server(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
         """The VF ports bound to this host, by server: Sova's, and everyone else's."""
-        ours: dict[str, list[Any]] = {}
-        theirs: dict[str, list[Any]] = {}
-        for p in self.conn.network.ports(**{"binding:host_id": self.host}):
-            if not p.device_id or p.binding_vnic_type not in VF_VNIC_TYPES:
-                continue
-            (ours if is_sova_port(p) else theirs).setdefault(p.device_id, []).append(p)
-        return ours, theirs
+        return split_vf_ports(self.conn.network.ports(**{"binding:host_id": self.host}))
 
     def _placement_vf_pool(self) -> int | None:
         if self.vf_resource_class is None:
@@ -456,6 +467,8 @@ class OpenStackActuator(NovaOperations):
         with self._lock:
             op.state, op.detail = state, detail
             self._acting.discard(op.action.vm)
+        if self.view is not None:
+            self.view.invalidate()  # the operation changed ports or servers
 
     def _progress(self, op: Op, detail: str) -> None:
         with self._lock:

@@ -90,6 +90,19 @@ def is_sova_port(port: Any) -> bool:
     return SOVA_TAG in (getattr(port, "tags", None) or ()) and port.binding_vnic_type == "direct"
 
 
+def split_vf_ports(
+    bound: Iterable[Any],
+) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """The VF ports among ``bound`` (a host's), by server: Sova's, and everyone else's."""
+    ours: dict[str, list[Any]] = {}
+    theirs: dict[str, list[Any]] = {}
+    for p in bound:
+        if not p.device_id or p.binding_vnic_type not in VF_VNIC_TYPES:
+            continue
+        (ours if is_sova_port(p) else theirs).setdefault(p.device_id, []).append(p)
+    return ours, theirs
+
+
 def host_of(server: Any) -> str | None:
     host = getattr(server, "compute_host", None)
     return None if host is None else str(host)

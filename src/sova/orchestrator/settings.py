@@ -46,6 +46,29 @@ class OpenStackOptions(BaseModel):
         description="after aborting a timed-out migration, how long Nova has to confirm it",
     )
     detach_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    refresh_s: float = Field(
+        default=180.0,
+        ge=0,
+        le=86400,
+        description="seconds between two changes-since looks at Nova when the host senses no "
+        "change (0: list servers and ports at every inventory, no cache)",
+    )
+    resync_s: float = Field(
+        default=900.0,
+        gt=0,
+        le=86400,
+        description="seconds between two full listings of the host's servers and ports, "
+        "which heal changes the change-based looks missed; also the leaked-port sweep's",
+    )
+
+    @model_validator(mode="after")
+    def _resync_after_refresh(self) -> OpenStackOptions:
+        if self.refresh_s > self.resync_s:
+            raise ValueError(
+                f"openstack.refresh_s = {self.refresh_s:g}: above resync_s = "
+                f"{self.resync_s:g} (a full listing every resync_s makes a slower refresh moot)"
+            )
+        return self
 
 
 class OrchestratorSettings(BaseModel):
@@ -91,12 +114,18 @@ def openstack_actuator(
     settings: OrchestratorSettings, host: str, fallback: Driver | None = None
 ) -> OpenStackActuator:
     from sova.orchestrator.openstack import OpenStackActuator, connect
+    from sova.orchestrator.openstack_view import CloudView
 
     assert settings.cloud is not None  # validated
     opts = settings.openstack
+    conn = connect(settings.cloud, opts.api_timeout_s)
+    view = None
+    if opts.refresh_s > 0:
+        view = CloudView(conn, host, refresh_s=opts.refresh_s, resync_s=opts.resync_s)
     return OpenStackActuator(
-        connect(settings.cloud, opts.api_timeout_s),
+        conn,
         host,
+        view=view,
         network=opts.network,
         vf_resource_class=opts.vf_resource_class,
         migration_timeout_s=opts.migration_timeout_s,

@@ -77,6 +77,7 @@ class FixtureNetwork:
         return types.SimpleNamespace(
             id=p["id"],
             name=p.get("name"),
+            description=p.get("description") or "",
             network_id=p.get("network_id"),
             device_id=p.get("device_id") or "",
             project_id=p.get("project_id"),
@@ -407,6 +408,116 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host3"
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host3")]
 
+    def test_change_based_view_sees_nova_at_one_request_per_look(self) -> None:
+        """The agent's change-based view (orchestrator/openstack_view.py) against Nova's own
+        API, requests counted at the transport (requests' Session.send, which the harness's
+        interception sits under): a full look is one ``GET /servers/detail?host=``, a
+        cached period none, a changes-since look one; Nova's changes-since answers a stop
+        (status SHUTOFF) and a delete (status DELETED) the host did not sense, and a server
+        booted on the host and sensed there is listed at once."""
+        import requests
+
+        from sova.orchestrator.openstack_view import CloudView
+
+        sent: list[str] = []
+        send = requests.Session.send
+
+        def counted(sess: Any, req: Any, **kw: Any) -> Any:
+            sent.append(f"{req.method} {req.url}")
+            return send(sess, req, **kw)
+
+        self.stub_out("requests.Session.send", counted)
+        view = CloudView(self.conn, "host1", refresh_s=120, resync_s=600, busy_s=10)
+        act = OpenStackActuator(self.conn, "host1", view=view)
+        host = Host("host1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=1))
+
+        def sensed(*names: str) -> Inventory:
+            return Inventory(host, {n: VMState(VM(n, 1, 512 << 20)) for n in names})
+
+        self.conn.compute.get_server(self.server["id"])  # the SDK's version discovery, once
+        sent.clear()
+        inv = act.reconcile(sensed("vm1"))
+        assert inv.vms["vm1"].running and [u.split("?")[0][-15:] for u in sent] == [
+            "/servers/detail"
+        ], sent
+        assert "host=host1" in sent[0] and "changes-since" not in sent[0]
+        sent.clear()
+        view._full_at -= 10  # ten seconds later, nothing sensed changed: from the cache
+        view._changes_at -= 10
+        act.reconcile(sensed("vm1"))
+        assert sent == [] and view.last_look == "cached"
+
+        # Stopped through Nova's API; the host's view is left as it was (not sensed).
+        self._stop_server(self.server)
+        view._full_at -= 120
+        view._changes_at -= 120
+        sent.clear()
+        act.reconcile(sensed("vm1"))
+        assert view.last_look == "changes" and len(sent) == 1 and "changes-since=" in sent[0]
+        [server] = view.look(sensed("vm1"), act.clock())[0]  # the cache: no request
+        assert server.status == "SHUTOFF"
+
+        # Deleted through Nova's API: changes-since lists it DELETED, the view drops it.
+        self._delete_server(self.server)
+        view._full_at -= 120
+        view._changes_at -= 120
+        sent.clear()
+        inv = act.reconcile(sensed("vm1"))
+        assert view.last_look == "changes" and len(sent) == 1
+        assert not view.has_server(self.server["id"]) and not inv.vms["vm1"].running
+
+        # A server booted on host1, sensed there: listed at once, in one request.
+        vm2 = self._create_server(name="vm2", host="host1", networks="none")
+        sent.clear()
+        inv = act.reconcile(sensed("vm2"))
+        assert view.last_look == "full" and len(sent) == 1
+        assert inv.vms["vm2"].running and view.has_server(vm2["id"]) and not act.discrepancies
+
+    def test_shipped_policy_grants_the_sova_role_its_listing_and_refuses_the_rest(self) -> None:
+        """deploy/openstack/nova-policy-sova.yaml in Nova's own policy engine; Sova's
+        connection carries only the ``sova`` role, in the ``service`` project, not the
+        server's. The agent's listing of its host across projects (with Nova's host and
+        libvirt name) is allowed; a call outside the file is 403. And what no policy file
+        changes: Nova's database scopes a non-admin context to its own project for a server
+        read by id (``project_only``), so the role gets 404 for another project's server,
+        for a read, a live migration or an interface attach alike
+        (docs/openstack.md#credentials-roles-and-policies)."""
+        import pathlib
+
+        import yaml
+
+        from openstack import exceptions as sdk_exc
+
+        shipped = pathlib.Path(__file__).resolve().parents[3] / "deploy/openstack"
+        rules = yaml.safe_load((shipped / "nova-policy-sova.yaml").read_text())
+        self.policy.set_rules(rules, overwrite=False)
+        sess = session.Session(
+            auth=noauth.NoAuth(),
+            additional_headers={
+                "X-Auth-User": "sova",
+                "X-User-Id": "sova",
+                "X-Auth-Project-Id": "service",
+                "X-Project-Id": "service",
+                "X-Roles": "sova",
+            },
+        )
+        conn = connection.Connection(
+            session=sess, compute_endpoint_override=self.api_fixture.base_url
+        )
+        sid = self.server["id"]
+        listed = list(conn.compute.servers(details=True, all_projects=True, compute_host="host1"))
+        assert [(s.id, s.compute_host) for s in listed] == [(sid, "host1")]
+        assert listed[0].instance_name  # os-extended-server-attributes
+        with pytest.raises(sdk_exc.ForbiddenException):  # os-hypervisors:list, admin's
+            list(conn.compute.hypervisors())
+        with pytest.raises(sdk_exc.ForbiddenException):  # os-services:list, admin's
+            list(conn.compute.services())
+        with pytest.raises(sdk_exc.NotFoundException):
+            conn.compute.get_server(sid)
+        with pytest.raises(sdk_exc.NotFoundException):
+            conn.compute.live_migrate_server(sid, host="host3", block_migration="auto")
+        assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host1"
+
     def test_refused_target_leaves_the_server_on_its_source(self) -> None:
         # The target's pre-check refuses (as a host whose CPU or PCI cannot take the VM).
         from nova import exception
@@ -484,7 +595,6 @@ class TestMigrationAbortThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestC
         allocs = self._get_allocations_by_server_uuid(sid)
         assert set(allocs) == {self._get_provider_uuid_by_host("host1")}
 
-
     def test_an_operators_live_migration_is_never_doubled_by_sova(self) -> None:
         """An operator (or Watcher's applier) live-migrates vm1 through Nova's API; while it
         runs, Nova's task state is what Sova reads: the actuator withholds vm1 from the
@@ -517,6 +627,7 @@ class TestMigrationAbortThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestC
             time.sleep(0.2)
         assert [(m["status"], m["dest_compute"]) for m in migs] == [("completed", "host2")]
         assert self.api.get_server(sid)["OS-EXT-SRV-ATTR:host"] == "host2"
+
 
 class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
     """One PF with one VF behind Nova's fake libvirt and PCI tracker; two VMs want it."""
@@ -594,7 +705,6 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
         assert st.state is OpState.SUCCEEDED, st.detail
         assert self.holder() == ["vm2"]
 
-
     def given_back(self, vm: str, timeout_s: float = 60.0) -> list[str]:
         """Reconcile until the give-back of ``vm``'s port ends; the notes of every period."""
         notes: list[str] = []
@@ -645,6 +755,93 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
         assert self.holder() == []
         assert self.api.get_server(server["id"])["status"] == "ACTIVE"
+
+    def test_shelve_and_unshelve_of_the_vf_holder_leave_no_sova_port(self) -> None:
+        """vm1 holds Sova's port and is shelved through Nova's API (offloaded: no host, its
+        VF released in Nova's PCI tracker, the port kept as the server's). Meanwhile Nova
+        places no vm1 on compute0, and the port is not taken for a leak. Unshelved (Nova
+        claims a VF again and re-plugs the port, without the guest's bond), the actuator
+        gives the port back: no Sova port left, the VF free."""
+        st = wait(self.act, self.act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert self.holder() == ["vm1"]
+        [port_id] = self.net.created
+        server = self.vms["vm1"]
+        self._shelve_server(server)
+        inv = self.act.reconcile(self.sensed())
+        assert not inv.vms["vm1"].running
+        assert "vm1: sensed on compute0 but Nova places no such server here" in (
+            self.act.discrepancies
+        )
+        assert port_id not in self.net.deleted
+        assert self.neutron.show_port(port_id)["port"]["device_id"] == server["id"]
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        self._unshelve_server(server)
+        notes = self.given_back("vm1")
+        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
+        assert port_id in self.net.deleted
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        assert self.holder() == []
+        assert self.api.get_server(server["id"])["status"] == "ACTIVE"
+
+    def test_cold_migration_of_the_vf_holder_is_given_back_on_the_target(self) -> None:
+        """vm1 holds Sova's port on compute0; an operator cold-migrates it through Nova's API
+        to compute1 (a second PF with one VF) and confirms. Nova claims a VF there and moves
+        the port's binding along, without the guest's bond. Once Nova places it on compute1,
+        compute0's actuator grants it nothing; on compute1 the port is Sova's, made for compute0: that
+        agent's actuator gives it back (bond on virtio first), leaving no Sova port and both
+        hosts' VFs free."""
+        host_info = fakelibvirt.HostInfo(cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2)
+        self.start_compute(
+            "compute1",
+            host_info=host_info,
+            pci_info=fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1),
+        )
+        st = wait(self.act, self.act.submit(AttachVF("vm1")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        [port_id] = self.net.created
+        server = self.vms["vm1"]
+        # Nova's fake libvirt has no disks to copy (Nova's own SR-IOV tests stub this too).
+        self.stub_out(
+            "nova.virt.libvirt.driver.LibvirtDriver.migrate_disk_and_power_off",
+            lambda *args, **kwargs: "{}",
+        )
+        self.api.post_server_action(server["id"], {"migrate": None})
+        self._wait_for_state_change(server, "VERIFY_RESIZE")
+        # VERIFY_RESIZE: Nova already places vm1 on compute1, so compute0's agent keeps
+        # the domain it still senses out of every grant.
+        inv = self.act.reconcile(self.sensed())
+        assert not inv.vms["vm1"].running
+        assert "vm1: sensed on compute0 but Nova places no such server here" in (
+            self.act.discrepancies
+        )
+        self._confirm_resize(server)
+        assert self.api.get_server(server["id"])["OS-EXT-SRV-ATTR:host"] == "compute1"
+        port = self.neutron.show_port(port_id)["port"]
+        assert port["binding:host_id"] == "compute1" and port["device_id"] == server["id"]
+        self.assertPCIDeviceCounts("compute1", total=2, free=0)
+        act1 = OpenStackActuator(
+            self.conn,
+            "compute1",
+            network=self.neutron.network_2["id"],
+            poll_s=0.2,
+            detach_timeout_s=30,
+        )
+        host1 = Host("compute1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=1))
+        notes: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            act1.reconcile(Inventory(host1, {"vm1": VMState(VM("vm1", 1, 512 << 20))}))
+            notes += act1.discrepancies
+            if any(n.startswith("vm1: given back") or "give-back failed" in n for n in notes):
+                break
+            time.sleep(0.2)
+        assert any("made for compute0, brought here by Nova" in n for n in notes), notes
+        assert any(n.startswith("vm1: given back") for n in notes), notes
+        assert port_id in self.net.deleted
+        self.assertPCIDeviceCounts("compute1", total=2, free=2)
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+
 
 def test_sova_is_imported_from_this_checkout() -> None:
     """The tier's environments are shared by every checkout on the machine: the code under
