@@ -6,6 +6,7 @@
 
 pub mod loads;
 pub mod metering;
+pub mod sensing;
 pub mod sum;
 pub mod verdicts;
 pub mod waterfill;

@@ -11,6 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
+use sova_core::sensing::{self, Params};
 use sova_core::verdicts::{self, Windows};
 use sova_core::waterfill::{self, Flows, InputError, Layout};
 
@@ -294,6 +295,131 @@ fn hotspot_verdicts<'py>(
     ))
 }
 
+/// Every VM's sensing windows (sova-core's `sensing::Sensor`): the facade
+/// `sova.policy.sensing.SensorKernel` holds one, for one host's VMs or a fleet's.
+#[pyclass(name = "Sensor", module = "sova.policy._core")]
+struct Sensor(sensing::Sensor);
+
+type FactorArrays<'py> = (
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+    F64Array<'py>,
+);
+
+#[pymethods]
+impl Sensor {
+    #[new]
+    fn new(
+        n: usize,
+        num: i64,
+        epsilon: f64,
+        threshold_bps: f64,
+        censor_margin: f64,
+        cpu_saturation: f64,
+    ) -> PyResult<Self> {
+        // a negative window is refused as the core refuses 0, naming the value given
+        let num = usize::try_from(num)
+            .map_err(|_| PyValueError::new_err(format!("window num must be >= 1, got {num}")))?;
+        let params = Params {
+            num,
+            epsilon,
+            threshold_bps,
+            censor_margin,
+            cpu_saturation,
+        };
+        Ok(Sensor(
+            sensing::Sensor::new(n, params).map_err(value_error)?,
+        ))
+    }
+
+    /// Take a reading (`counters`: 6 rows of n whole numbers, C order); whether it was taken.
+    #[pyo3(signature = (t, counters, vcpus, host, ceiling=None, virtio=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+    fn observe(
+        &mut self,
+        py: Python<'_>,
+        t: f64,
+        counters: PyReadonlyArray1<'_, i64>,
+        vcpus: PyReadonlyArray1<'_, f64>,
+        host: PyReadonlyArray1<'_, i64>,
+        ceiling: Option<PyReadonlyArray1<'_, f64>>,
+        virtio: Option<PyReadonlyArray1<'_, bool>>,
+    ) -> PyResult<bool> {
+        let c = slice("counters", &counters)?;
+        let v = slice("vcpus", &vcpus)?;
+        let h = slice("host", &host)?;
+        let cap = ceiling.as_ref().map(|a| slice("ceiling", a)).transpose()?;
+        let virt = virtio.as_ref().map(|a| slice("virtio", a)).transpose()?;
+        let s = &mut self.0;
+        py.detach(|| s.observe(t, c, v, h, cap, virt))
+            .map_err(value_error)
+    }
+
+    /// Every VM's factors: (cpu_usage, io_degree, io_factor, net_degree, net_factor,
+    /// has_traffic, demand_bps, last_rate_bps, tx_bps, rx_bps, censored, demand_est_bps).
+    fn factors<'py>(
+        &self,
+        py: Python<'py>,
+        host: PyReadonlyArray1<'py, i64>,
+        n_hosts: usize,
+    ) -> PyResult<FactorArrays<'py>> {
+        let h = slice("host", &host)?;
+        let s = &self.0;
+        let f = py.detach(|| s.factors(h, n_hosts)).map_err(value_error)?;
+        Ok((
+            PyArray1::from_vec(py, f.cpu_usage),
+            PyArray1::from_vec(py, f.io_degree),
+            PyArray1::from_vec(py, f.io_factor),
+            PyArray1::from_vec(py, f.net_degree),
+            PyArray1::from_vec(py, f.net_factor),
+            PyArray1::from_vec(py, f.has_traffic),
+            PyArray1::from_vec(py, f.demand_bps),
+            PyArray1::from_vec(py, f.last_rate_bps),
+            PyArray1::from_vec(py, f.tx_bps),
+            PyArray1::from_vec(py, f.rx_bps),
+            PyArray1::from_vec(py, f.censored),
+            PyArray1::from_vec(py, f.demand_est_bps),
+        ))
+    }
+
+    /// The same windows over another list of VMs: row i is old row keep[i], new where < 0.
+    fn remap(&self, keep: PyReadonlyArray1<'_, i64>) -> PyResult<Sensor> {
+        let k = slice("keep", &keep)?;
+        Ok(Sensor(self.0.remap(k).map_err(value_error)?))
+    }
+
+    /// Whether a reading at `t` would be taken (not a repeated or out-of-order one).
+    fn accepts(&self, t: f64) -> bool {
+        self.0.accepts(t)
+    }
+
+    /// Periods in each VM's window.
+    #[getter]
+    fn count<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        PyArray1::from_slice(py, self.0.count())
+    }
+
+    /// Whether some VM has a period in its window.
+    fn measured(&self) -> bool {
+        self.0.count().iter().any(|&c| c > 0)
+    }
+
+    /// Readings where a VM's counter went back, so far.
+    #[getter]
+    fn resets(&self) -> u64 {
+        self.0.resets()
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
@@ -303,5 +429,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(demand_loads, m)?)?;
     m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
+    m.add_class::<Sensor>()?;
     Ok(())
 }

@@ -69,3 +69,46 @@ def hotspot_verdicts(
     npt.NDArray[np.float64],
     npt.NDArray[np.bool_],
 ]: ...
+
+class Sensor:
+    def __init__(
+        self,
+        n: int,
+        num: int,
+        epsilon: float,
+        threshold_bps: float,
+        censor_margin: float,
+        cpu_saturation: float,
+    ) -> None: ...
+    def observe(
+        self,
+        t: float,
+        counters: npt.NDArray[np.int64],
+        vcpus: npt.NDArray[np.float64],
+        host: npt.NDArray[np.int64],
+        ceiling: npt.NDArray[np.float64] | None = None,
+        virtio: npt.NDArray[np.bool_] | None = None,
+    ) -> bool: ...
+    def factors(
+        self, host: npt.NDArray[np.int64], n_hosts: int
+    ) -> tuple[
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.float64],
+    ]: ...
+    def remap(self, keep: npt.NDArray[np.int64]) -> Sensor: ...
+    def accepts(self, t: float) -> bool: ...
+    def measured(self) -> bool: ...
+    @property
+    def count(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def resets(self) -> int: ...
