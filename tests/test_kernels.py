@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from tests import loads_oracle, sensing_oracle
+from tests import bandwidth_oracle, loads_oracle, sensing_oracle
 from tests.test_bandwidth_props import flows
 
 from sova.agent import bandwidth as bw
@@ -186,8 +186,9 @@ def tied_clusters(draw: st.DrawFn) -> Cluster:
 @settings(max_examples=400, deadline=None)
 @given(tied_clusters())
 def test_sova_kernel_equals_the_allocator_at_the_capacity(c: Cluster) -> None:
-    # sova_allocate compares plain per-host sums with the capacity where they provably
-    # fall on the same side as math.fsum's, and sums exactly elsewhere (_sided_sums)
+    # capacities at and an ulp either side of the flows' exact total: the core's sums are
+    # math.fsum's, so it takes the same branch (all at demand, water-fill, scale) as the
+    # readable form
     _kernel_equals_the_allocator(c)
 
 
@@ -232,9 +233,11 @@ def _kernel_equals_the_allocator(c: Cluster) -> None:
         np.array([d.packet_bytes for d in demands]),
         vms.__getitem__,
     )
-    want = {}
+    want, one = {}, {}
     for h, fl in enumerate(c.hosts):
-        want.update(SovaAllocator().allocate(c.capacity[h], fl))
+        want.update(bandwidth_oracle.SovaAllocator().allocate(c.capacity[h], fl))
+        one.update(SovaAllocator().allocate(c.capacity[h], fl))  # the registered object
+    assert one == want
     for k, d in enumerate(demands):
         assert rate[k] == want[d.vm].rate_bps, d.vm
         assert (None if math.isnan(pps[k]) else pps[k]) == want[d.vm].pps_cap
@@ -346,7 +349,7 @@ def spec_limits(
     for vm, demand in sorted(want.items()):
         d = slas[vm]
         demands.append(FlowDemand(vm, demand, d.sla, d.packet_bytes))
-    alloc = SovaAllocator().allocate(capacity, demands)
+    alloc = bandwidth_oracle.SovaAllocator().allocate(capacity, demands)
     extra = 0.0
     if spread_spare and alloc:
         spare = capacity - math.fsum(a.rate_bps for a in alloc.values())

@@ -92,6 +92,17 @@ MOVED = (
          "sova.policy.sensing:io_degree", "sova.policy.sensing:net_degree",
          "sova.policy.sensing:demand_estimate", "sova.policy.sensing:censored"),
     ),  # fmt: skip
+    Piece(
+        "the Sova allocator",
+        "sova.policy.allocation",
+        ("sova_allocate", "clamped_fill"),
+        (
+            ("sova.agent.bandwidth", "sova_allocate"),  # agents' and the simulator's step
+            ("sova.policy.bandwidth", "sova_allocate"),  # SovaAllocator.allocate, one host
+            ("sova.policy.bandwidth", "clamped_fill"),  # the other allocators' fill
+        ),
+        ("sova.policy.kernels:sova_allocate", "sova.policy.kernels:_sided_sums"),
+    ),
 )
 
 # Per-host forms outside the facades that must only hand their input to a facade.
@@ -102,6 +113,7 @@ DELEGATES = (
     ("sova.policy.hotspot", "ar1_forecast", "_series_verdict"),
     ("sova.policy.sensing", "HostSensor.observe", "observe"),
     ("sova.policy.sensing", "HostSensor.factors", "factors"),
+    ("sova.policy.bandwidth", "SovaAllocator.allocate", "sova_allocate"),
 )
 
 ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult)

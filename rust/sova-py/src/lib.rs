@@ -9,6 +9,7 @@
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use sova_core::allocate;
 use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
 use sova_core::sensing::{self, Params};
@@ -295,6 +296,73 @@ fn hotspot_verdicts<'py>(
     ))
 }
 
+/// The Sova allocator for every link at once: link `h`'s flows are
+/// `order[start[h]:start[h + 1]]`, in the order the per-host form sees them. Returns each
+/// flow's rate in bit/s (flows outside the layout get 0).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+fn sova_allocate<'py>(
+    py: Python<'py>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    order: PyReadonlyArray1<'py, i64>,
+    start: PyReadonlyArray1<'py, i64>,
+    demand: PyReadonlyArray1<'py, f64>,
+    minimum: PyReadonlyArray1<'py, f64>,
+    maximum: PyReadonlyArray1<'py, f64>,
+    max_pps: PyReadonlyArray1<'py, f64>,
+    packet_bytes: PyReadonlyArray1<'py, f64>,
+    weight: PyReadonlyArray1<'py, f64>,
+) -> PyResult<F64Array<'py>> {
+    let cap = slice("capacity", &capacity)?;
+    let order = slice("order", &order)?;
+    let start = slice("start", &start)?;
+    let flows = allocate::Flows {
+        demand: slice("demand", &demand)?,
+        minimum: slice("minimum", &minimum)?,
+        maximum: slice("maximum", &maximum)?,
+        max_pps: slice("max_pps", &max_pps)?,
+        packet_bytes: slice("packet_bytes", &packet_bytes)?,
+        weight: slice("weight", &weight)?,
+    };
+    let out = py
+        .detach(|| {
+            let n = flows.demand.len();
+            let layout = Layout::new(order, start, n)?;
+            let mut out = vec![0.0; n];
+            allocate::sova_allocate(cap, &layout, &flows, &mut out)?;
+            Ok(out)
+        })
+        .map_err(value_error)?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// One link's weighted max-min fill of `target` between floors `lo` and ceilings `hi`.
+#[pyfunction]
+fn clamped_fill<'py>(
+    py: Python<'py>,
+    target: f64,
+    lo: PyReadonlyArray1<'py, f64>,
+    hi: PyReadonlyArray1<'py, f64>,
+    weights: PyReadonlyArray1<'py, f64>,
+) -> PyResult<F64Array<'py>> {
+    let (l, h, w) = (
+        slice("lo", &lo)?,
+        slice("hi", &hi)?,
+        slice("weights", &weights)?,
+    );
+    if h.len() != l.len() || w.len() != l.len() {
+        return Err(PyValueError::new_err(format!(
+            "lo, hi and weights must have the same length, got {}, {} and {}",
+            l.len(),
+            h.len(),
+            w.len()
+        )));
+    }
+    let mut out = vec![0.0; l.len()];
+    allocate::clamped_fill(target, l, h, w, &mut out);
+    Ok(PyArray1::from_vec(py, out))
+}
+
 /// Every VM's sensing windows (sova-core's `sensing::Sensor`): the facade
 /// `sova.policy.sensing.SensorKernel` holds one, for one host's VMs or a fleet's.
 #[pyclass(name = "Sensor", module = "sova.policy._core")]
@@ -429,6 +497,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(demand_loads, m)?)?;
     m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
+    m.add_function(wrap_pyfunction!(sova_allocate, m)?)?;
+    m.add_function(wrap_pyfunction!(clamped_fill, m)?)?;
     m.add_class::<Sensor>()?;
     Ok(())
 }

@@ -69,6 +69,23 @@ def hotspot_verdicts(
     npt.NDArray[np.float64],
     npt.NDArray[np.bool_],
 ]: ...
+def sova_allocate(
+    capacity: npt.NDArray[np.float64],
+    order: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+    demand: npt.NDArray[np.float64],
+    minimum: npt.NDArray[np.float64],
+    maximum: npt.NDArray[np.float64],
+    max_pps: npt.NDArray[np.float64],
+    packet_bytes: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]: ...
+def clamped_fill(
+    target: float,
+    lo: npt.NDArray[np.float64],
+    hi: npt.NDArray[np.float64],
+    weights: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]: ...
 
 class Sensor:
     def __init__(
