@@ -103,6 +103,18 @@ MOVED = (
         ),
         ("sova.policy.kernels:sova_allocate", "sova.policy.kernels:_sided_sums"),
     ),
+    Piece(
+        "VF scheduling",
+        "sova.policy.vfkernel",
+        ("schedule_hosts", "schedule_one"),
+        (
+            ("sova.sim.fleet_control", "schedule_hosts"),  # the simulator, every host
+            ("sova.policy.operation", "schedule_one"),  # Alg. 1's Operation Table, one host
+        ),
+        ("sova.policy.vfsched:schedule", "sova.policy.vfsched:rank",
+         "sova.policy.vfsched:io_filter", "sova.policy.vfsched:_pay_for_moves",
+         "sova.policy.vfkernel:_pay_for_moves", "sova.policy.vfkernel:_segments"),
+    ),  # fmt: skip
 )
 
 # Per-host forms outside the facades that must only hand their input to a facade.

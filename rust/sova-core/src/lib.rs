@@ -10,4 +10,5 @@ pub mod metering;
 pub mod sensing;
 pub mod sum;
 pub mod verdicts;
+pub mod vfsched;
 pub mod waterfill;

@@ -14,6 +14,7 @@ use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
 use sova_core::sensing::{self, Params};
 use sova_core::verdicts::{self, Windows};
+use sova_core::vfsched;
 use sova_core::waterfill::{self, Flows, InputError, Layout};
 
 fn value_error(e: InputError) -> PyErr {
@@ -363,6 +364,94 @@ fn clamped_fill<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
+/// The scheduler's settings as Python passes them: (io_threshold_filter, io_threshold,
+/// top_q, tolerance, hysteresis, min_dwell_s, top_senders, cost_benefit, virtio_lossless,
+/// hotplug_blip, horizon, benefit_margin).
+type VfConfig = (
+    bool,
+    f64,
+    i64,
+    f64,
+    f64,
+    f64,
+    bool,
+    bool,
+    f64,
+    f64,
+    f64,
+    f64,
+);
+
+type VfResult<'py> = (
+    BoolArray<'py>,
+    Bound<'py, PyArray1<i64>>,
+    BoolArray<'py>,
+    BoolArray<'py>,
+    Bound<'py, PyArray1<i64>>,
+    BoolArray<'py>,
+    BoolArray<'py>,
+);
+
+/// One VF scheduling period of every host: (passed, rank, pq, dwell, ranked, served,
+/// held_back).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+fn vf_schedule<'py>(
+    py: Python<'py>,
+    host: PyReadonlyArray1<'py, i64>,
+    name_rank: PyReadonlyArray1<'py, i64>,
+    io_score: PyReadonlyArray1<'py, f64>,
+    net_score: PyReadonlyArray1<'py, f64>,
+    has_traffic: PyReadonlyArray1<'py, bool>,
+    eligible: PyReadonlyArray1<'py, bool>,
+    holder: PyReadonlyArray1<'py, bool>,
+    since: PyReadonlyArray1<'py, f64>,
+    demand: PyReadonlyArray1<'py, f64>,
+    vf_count: PyReadonlyArray1<'py, i64>,
+    now_s: f64,
+    config: VfConfig,
+) -> PyResult<VfResult<'py>> {
+    let rows = vfsched::Rows {
+        host: slice("host", &host)?,
+        name_rank: slice("name_rank", &name_rank)?,
+        io_score: slice("io_score", &io_score)?,
+        net_score: slice("net_score", &net_score)?,
+        has_traffic: slice("has_traffic", &has_traffic)?,
+        eligible: slice("eligible", &eligible)?,
+        holder: slice("holder", &holder)?,
+        since: slice("since", &since)?,
+        demand: slice("demand", &demand)?,
+    };
+    let vfc = slice("vf_count", &vf_count)?;
+    let (f, thr, q, tol, hyst, dwell, senders, cb, lossless, blip, horizon, margin) = config;
+    let c = vfsched::Config {
+        io_threshold_filter: f,
+        io_threshold: thr,
+        top_q: q,
+        tolerance: tol,
+        hysteresis: hyst,
+        min_dwell_s: dwell,
+        top_senders: senders,
+        cost_benefit: cb,
+        virtio_lossless: lossless,
+        hotplug_blip: blip,
+        horizon,
+        benefit_margin: margin,
+    };
+    let s = py
+        .detach(|| vfsched::schedule(&rows, vfc, now_s, &c))
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, s.passed),
+        PyArray1::from_vec(py, s.rank),
+        PyArray1::from_vec(py, s.pq),
+        PyArray1::from_vec(py, s.dwell),
+        PyArray1::from_vec(py, s.ranked),
+        PyArray1::from_vec(py, s.served),
+        PyArray1::from_vec(py, s.held_back),
+    ))
+}
+
 /// Every VM's sensing windows (sova-core's `sensing::Sensor`): the facade
 /// `sova.policy.sensing.SensorKernel` holds one, for one host's VMs or a fleet's.
 #[pyclass(name = "Sensor", module = "sova.policy._core")]
@@ -499,6 +588,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
     m.add_function(wrap_pyfunction!(sova_allocate, m)?)?;
     m.add_function(wrap_pyfunction!(clamped_fill, m)?)?;
+    m.add_function(wrap_pyfunction!(vf_schedule, m)?)?;
     m.add_class::<Sensor>()?;
     Ok(())
 }

@@ -86,6 +86,28 @@ def clamped_fill(
     hi: npt.NDArray[np.float64],
     weights: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]: ...
+def vf_schedule(
+    host: npt.NDArray[np.int64],
+    name_rank: npt.NDArray[np.int64],
+    io_score: npt.NDArray[np.float64],
+    net_score: npt.NDArray[np.float64],
+    has_traffic: npt.NDArray[np.bool_],
+    eligible: npt.NDArray[np.bool_],
+    holder: npt.NDArray[np.bool_],
+    since: npt.NDArray[np.float64],
+    demand: npt.NDArray[np.float64],
+    vf_count: npt.NDArray[np.int64],
+    now_s: float,
+    config: tuple[bool, float, int, float, float, float, bool, bool, float, float, float, float],
+) -> tuple[
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.bool_],
+]: ...
 
 class Sensor:
     def __init__(
