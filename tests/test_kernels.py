@@ -17,17 +17,18 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from tests import loads_oracle
+from tests import bandwidth_oracle, loads_oracle, sensing_oracle
 from tests.test_bandwidth_props import flows
 
 from sova.agent import bandwidth as bw
 from sova.model import MBIT, SLA, VM, HostCounters, HostSample, ResourceTuple, VMCounters
 from sova.policy.bandwidth import FlowDemand, SovaAllocator
-from sova.policy.kernels import Groups, SensorKernel, load_shares, row_fsum
+from sova.policy.kernels import Groups, load_shares, row_fsum
 from sova.policy.metering import RateMeter, measure
 from sova.policy.sensing import (
     HostSensor,
     LoadShares,
+    SensorKernel,
     VMFactors,
     host_load,
     vm_loads,
@@ -185,8 +186,9 @@ def tied_clusters(draw: st.DrawFn) -> Cluster:
 @settings(max_examples=400, deadline=None)
 @given(tied_clusters())
 def test_sova_kernel_equals_the_allocator_at_the_capacity(c: Cluster) -> None:
-    # sova_allocate compares plain per-host sums with the capacity where they provably
-    # fall on the same side as math.fsum's, and sums exactly elsewhere (_sided_sums)
+    # capacities at and an ulp either side of the flows' exact total: the core's sums are
+    # math.fsum's, so it takes the same branch (all at demand, water-fill, scale) as the
+    # readable form
     _kernel_equals_the_allocator(c)
 
 
@@ -231,9 +233,11 @@ def _kernel_equals_the_allocator(c: Cluster) -> None:
         np.array([d.packet_bytes for d in demands]),
         vms.__getitem__,
     )
-    want = {}
+    want, one = {}, {}
     for h, fl in enumerate(c.hosts):
-        want.update(SovaAllocator().allocate(c.capacity[h], fl))
+        want.update(bandwidth_oracle.SovaAllocator().allocate(c.capacity[h], fl))
+        one.update(SovaAllocator().allocate(c.capacity[h], fl))  # the registered object
+    assert one == want
     for k, d in enumerate(demands):
         assert rate[k] == want[d.vm].rate_bps, d.vm
         assert (None if math.isnan(pps[k]) else pps[k]) == want[d.vm].pps_cap
@@ -345,7 +349,7 @@ def spec_limits(
     for vm, demand in sorted(want.items()):
         d = slas[vm]
         demands.append(FlowDemand(vm, demand, d.sla, d.packet_bytes))
-    alloc = SovaAllocator().allocate(capacity, demands)
+    alloc = bandwidth_oracle.SovaAllocator().allocate(capacity, demands)
     extra = 0.0
     if spread_spare and alloc:
         spare = capacity - math.fsum(a.rate_bps for a in alloc.values())
@@ -642,15 +646,19 @@ def _sample(host: int, t: float, c: np.ndarray, hosts: np.ndarray, vcpus: np.nda
 @settings(max_examples=300, deadline=None)
 @given(counter_runs())
 def test_sensor_kernel_equals_host_sensor(run: dict[str, object]) -> None:
-    # Every factor of every VM after every reading: == on floats, not approx, and
-    # whether each host has measured a period yet (what the VF policies are told).
+    # The compiled sensor, over every VM at once (the simulator) and through HostSensor
+    # one host at a time (the agent), against the readable per-host form
+    # (tests/sensing_oracle.py): every factor of every VM after every reading, == on
+    # floats, not approx, and whether each host has measured a period yet (what the VF
+    # policies are told).
     hosts, times, vcpus = run["hosts"], run["times"], run["vcpus"]
     assert isinstance(hosts, int) and isinstance(times, list) and isinstance(vcpus, np.ndarray)
     num, eps, thr = run["num"], run["epsilon"], run["threshold"]
     assert isinstance(num, int) and isinstance(eps, float) and isinstance(thr, float)
     margin, sat = run["margin"], run["saturation"]
     assert isinstance(margin, float) and isinstance(sat, float)
-    scalar = [HostSensor(num, eps, thr, margin, sat) for _ in range(hosts)]
+    scalar = [sensing_oracle.HostSensor(num, eps, thr, margin, sat) for _ in range(hosts)]
+    agents = [HostSensor(num, eps, thr, margin, sat) for _ in range(hosts)]
     batch = SensorKernel(vcpus.size, num, eps, thr, margin, sat)
     for t, host, c, cap, virt in zip(  # type: ignore[call-overload]
         times, run["host"], run["c"], run["ceiling"], run["virtio"], strict=True
@@ -658,14 +666,18 @@ def test_sensor_kernel_equals_host_sensor(run: dict[str, object]) -> None:
         for h in range(hosts):
             on = np.flatnonzero(host == h)
             caps = {f"vm{i}": float(cap[i]) for i in on if np.isfinite(cap[i])}
-            scalar[h].observe(
-                _sample(h, t, c, host, vcpus), caps, {f"vm{i}" for i in on if virt[i]}
-            )
+            sample = _sample(h, t, c, host, vcpus)
+            virtio = {f"vm{i}" for i in on if virt[i]}
+            scalar[h].observe(sample, caps, virtio)
+            agents[h].observe(sample, caps, virtio)
         batch.observe(t, c, vcpus, host, cap, virt)
         f = batch.factors(host, hosts)
         for h in range(hosts):
             sf = scalar[h].factors()
             assert set(sf) == {f"vm{i}" for i in np.flatnonzero(host == h)}
+            # the agent's: the same VMs in the same order, the same floats
+            assert list(agents[h].factors().items()) == list(sf.items())
+            assert agents[h].resets == scalar[h].resets
             for name, s in sf.items():
                 i = int(name[2:])
                 got = VMFactors(
@@ -686,7 +698,8 @@ def test_sensor_kernel_equals_host_sensor(run: dict[str, object]) -> None:
                 want = s
                 assert got == want, (name, got, want)
             has = bool((f.count[host == h] > 0).any())
-            assert has == any(scalar[h].windows().values())
+            assert has == any(scalar[h].windows().values()) == agents[h].measured()
+            assert agents[h].periods() == {vm: len(w) for vm, w in scalar[h].windows().items()}
 
 
 @settings(max_examples=300, deadline=None)
@@ -775,8 +788,7 @@ def test_per_host_loads_of_counters_past_2_53_equal_the_readable_form(
     (c0, c1), (r0, r1), (t0, t1) = pairs[:3]
     mem_used = pairs[0][0] % (memory + 1)  # at most the host's memory
     vm0, vm1 = (
-        VMCounters("vm", 2, *(p[k] for p in pairs[3:]), memory_used_bytes=mem_used)
-        for k in (0, 1)
+        VMCounters("vm", 2, *(p[k] for p in pairs[3:]), memory_used_bytes=mem_used) for k in (0, 1)
     )
     prev = HostSample("h", 5.0, {"vm": vm0}, HostCounters(c0, r0, t0, 0))
     cur = HostSample("h", 5.0 + dt, {"vm": vm1}, HostCounters(c1, r1, t1, mem_used))

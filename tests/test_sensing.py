@@ -1,20 +1,23 @@
-"""Sensing (docs/design.md#sensing): cumulative counters -> period stats -> io/net factors -> HostSensor."""
+"""Sensing (docs/design.md#sensing): cumulative counters -> period stats -> io/net factors -> HostSensor.
+
+The factors' arithmetic is checked on the readable per-VM form (tests/sensing_oracle.py);
+every HostSensor scenario runs the compiled sensor (sova.policy.sensing) beside it and
+demands the same factors, float for float, and the same windows' lengths and resets.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from sova.model import HostCounters, HostSample, VMCounters
-from sova.policy.sensing import (
-    DEFAULT_TRAFFIC_THRESHOLD_BPS,
+from tests import sensing_oracle
+from tests.sensing_oracle import (
     GOTTEN_FLOOR_FRACTION,
-    HostSensor,
     PeriodStats,
     io_degree,
     io_factor,
@@ -23,6 +26,9 @@ from sova.policy.sensing import (
     period_stats,
     traffic_freq,
 )
+
+from sova.model import HostCounters, HostSample, VMCounters
+from sova.policy.sensing import DEFAULT_TRAFFIC_THRESHOLD_BPS, HostSensor, VMFactors
 
 NS = 1_000_000_000
 
@@ -359,7 +365,40 @@ def sample(t: float, **vms: VMCounters) -> HostSample:
     )
 
 
-def feed(sensor: HostSensor, rows: list[HostSample]) -> None:
+class Sensors:
+    """The compiled HostSensor and the readable one fed the same readings; every read
+    holds them equal (factors == on floats, windows' lengths, resets)."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.core = HostSensor(**settings)
+        self.oracle = sensing_oracle.HostSensor(**settings)
+
+    def observe(
+        self,
+        sample: HostSample,
+        ceilings: Mapping[str, float] | None = None,
+        virtio: Collection[str] = (),
+    ) -> None:
+        self.core.observe(sample, ceilings, virtio)
+        self.oracle.observe(sample, ceilings, virtio)
+
+    def windows(self) -> dict[str, Sequence[PeriodStats]]:
+        w = self.oracle.windows()
+        assert self.core.periods() == {vm: len(p) for vm, p in w.items()}
+        return w
+
+    def factors(self) -> dict[str, VMFactors]:
+        f = self.core.factors()
+        assert list(f.items()) == list(self.oracle.factors().items())
+        return f
+
+    @property
+    def resets(self) -> int:
+        assert self.core.resets == self.oracle.resets
+        return self.core.resets
+
+
+def feed(sensor: Sensors, rows: list[HostSample]) -> None:
     for r in rows:
         sensor.observe(r)
 
@@ -367,7 +406,7 @@ def feed(sensor: HostSensor, rows: list[HostSample]) -> None:
 def test_sensor_window_keeps_last_num_periods() -> None:
     # 6 samples at 10 s -> 5 periods; rx grows by k·100 kB in period k (k = 1..5).
     # num = 3 keeps periods 3, 4, 5 -> 300, 400, 500 kB.
-    s = HostSensor(num=3)
+    s = Sensors(num=3)
     rx = 0
     rows = [sample(0.0, a=ctr(rx=0))]
     for k in range(1, 6):
@@ -380,7 +419,7 @@ def test_sensor_window_keeps_last_num_periods() -> None:
 
 
 def test_sensor_first_sample_gives_empty_windows() -> None:
-    s = HostSensor()
+    s = Sensors()
     s.observe(sample(0.0, a=ctr(), b=ctr()))
     assert s.windows() == {"a": (), "b": ()}
     f = s.factors()
@@ -390,7 +429,7 @@ def test_sensor_first_sample_gives_empty_windows() -> None:
 def test_sensor_reset_is_counted_and_dropped() -> None:
     # t=0 rx 0; t=10 rx 1e6 (period +1e6); t=20 rx 1000 (reset: dropped);
     # t=30 rx 51,000 (period +50,000, measured from the post-reset reading)
-    s = HostSensor(num=6)
+    s = Sensors(num=6)
     feed(
         s,
         [
@@ -405,7 +444,7 @@ def test_sensor_reset_is_counted_and_dropped() -> None:
 
 
 def test_sensor_forgets_vanished_vm_and_restarts_it_empty() -> None:
-    s = HostSensor()
+    s = Sensors()
     feed(
         s,
         [
@@ -425,7 +464,7 @@ def test_sensor_forgets_vanished_vm_and_restarts_it_empty() -> None:
 
 
 def test_sensor_new_vm_starts_empty() -> None:
-    s = HostSensor()
+    s = Sensors()
     feed(
         s,
         [
@@ -458,9 +497,9 @@ def test_sensor_ignores_repeated_or_out_of_order_sample(noise: HostSample) -> No
         sample(10.0, a=ctr(rx=1_000_000)),
         sample(20.0, a=ctr(rx=2_000_000)),
     ]
-    clean = HostSensor()
+    clean = Sensors()
     feed(clean, rows)
-    noisy = HostSensor()
+    noisy = Sensors()
     feed(noisy, [rows[0], rows[1], noise, rows[2]])
     assert noisy.windows() == clean.windows()
     assert [p.rx_bytes for p in noisy.windows()["a"]] == [1_000_000, 1_000_000]
@@ -477,7 +516,7 @@ def test_sensor_factors_end_to_end() -> None:
     # net_degree: kB/s 100 and 25 -> avg 62.5; freq 1 -> 0.7·62.5 + 0.3 = 44.05
     # demand: 800 kbit/s and 200 kbit/s -> 500 kbit/s; last 200 kbit/s, tx 200k, rx 0
     # NF alone on the host: busy pps 100 and 20 -> norm 1 and 0 -> 0.7 + 0.3·0.5 = 0.85
-    s = HostSensor(num=6)
+    s = Sensors(num=6)
     feed(
         s,
         [
@@ -502,7 +541,7 @@ def test_sensor_factors_end_to_end() -> None:
 
 @pytest.mark.parametrize(("num", "eps"), [(0, 0.7), (-1, 0.7), (6, -0.1), (6, 1.01)])
 def test_sensor_rejects_bad_parameters(num: int, eps: float) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="num must be >= 1|epsilon must be in"):
         HostSensor(num=num, epsilon=eps)
 
 
@@ -514,7 +553,7 @@ def test_a_vm_held_at_its_ceiling_is_censored_and_its_estimate_grows() -> None:
     # (>= 0.9 x 1.05 = 0.945: censored); b: the same rate under no ceiling; c: 0.5 Gbit/s
     # under the 1.05 cap (< 0.945: not censored). a's estimate: each censored period
     # counts 1.1 x 1.0 Gbit/s = 1.1 Gbit/s.
-    s = HostSensor(num=6, censor_margin=0.10)
+    s = Sensors(num=6, censor_margin=0.10)
     caps = {"a": 1.05e9, "c": 1.05e9}
     for k in range(4):
         full, half = k * 1_250_000_000, k * 625_000_000
@@ -532,7 +571,7 @@ def test_a_vm_sending_on_virtio_with_full_vcpus_is_censored() -> None:
     # virtio: virtio's per-packet cost is its ceiling. b: the same on a VF (not virtio).
     # c: full vCPU on virtio but no traffic (a CPU-bound VM, nothing held back).
     # d: 0.5 of its vCPU on virtio with traffic.
-    s = HostSensor(num=6)
+    s = Sensors(num=6)
     for k in range(3):
         busy, tx = k * 9_700_000_000, k * 12_500_000
         s.observe(
@@ -551,7 +590,7 @@ def test_a_vm_sending_on_virtio_with_full_vcpus_is_censored() -> None:
 
 def test_a_path_ceiling_lifted_ends_the_censoring() -> None:
     # The latest period decides ``censored``; the estimate remembers the window.
-    s = HostSensor(num=6)
+    s = Sensors(num=6)
     s.observe(sample(0.0, a=ctr()), {"a": 1e9})
     s.observe(sample(10.0, a=ctr(tx=1_250_000_000)), {"a": 1e9})
     assert s.factors()["a"].censored

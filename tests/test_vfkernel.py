@@ -1,4 +1,5 @@
-"""The VF scheduling kernel (policy/vfkernel.py) against its specification, vfsched.schedule:
+"""The VF scheduling (policy/vfkernel.py, the compiled core's) against its readable form
+(tests/vfsched_oracle.py's schedule):
 every host of a random heterogeneous cluster scheduled at once must decide what each host
 scheduled alone decides (holders, ranking, queues, reasons in the same order)."""
 
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.vfsched_oracle import schedule
 
 from sova.policy.vfkernel import Decisions, VFRows, schedule_hosts, schedule_one
-from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig, schedule
+from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
 # scores from a small set make exact ties and tolerance-group edges common; the
 # floats make the rest arbitrary

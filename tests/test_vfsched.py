@@ -7,21 +7,33 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests import vfsched_oracle
+from tests.vfsched_oracle import io_filter, rank
 
 from sova.policy.vfkernel import schedule_one
-from sova.policy.vfsched import (
-    Candidate,
-    VFSchedulerConfig,
-    io_filter,
-    rank,
-    schedule,
-)
+from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
 
 def c(
     vm: str, net: float, io: float = 100.0, traffic: bool = True, eligible: bool = True
 ) -> Candidate:
     return Candidate(vm=vm, io_score=io, net_score=net, has_traffic=traffic, eligible=eligible)
+
+
+def schedule(
+    candidates: list[Candidate],
+    holders: dict[str, float],
+    vf_count: int,
+    now_s: float,
+    config: VFSchedulerConfig,
+) -> VFDecision:
+    """The compiled scheduler (``schedule_one``), held on every call to the readable form
+    (tests/vfsched_oracle.py): the same queues, ranking and reasons, in the same order."""
+    want = vfsched_oracle.schedule(candidates, holders, vf_count, now_s, config)
+    got = schedule_one(candidates, holders, vf_count, now_s, config)
+    assert (got.pq, got.gq, got.ranking) == (want.pq, want.gq, want.ranking)
+    assert list(got.reasons.items()) == list(want.reasons.items())
+    return got
 
 
 # no hysteresis, no dwell, no tolerance unless a test asks for it

@@ -4,8 +4,11 @@
 //! `sova.policy._core` and the typed facades in `sova.policy` call them once per control
 //! period for every host (docs/design.md, "The compiled core").
 
+pub mod allocate;
 pub mod loads;
 pub mod metering;
+pub mod sensing;
 pub mod sum;
 pub mod verdicts;
+pub mod vfsched;
 pub mod waterfill;

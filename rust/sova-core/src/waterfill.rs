@@ -87,7 +87,7 @@ impl<'a> Layout<'a> {
     }
 
     /// Link `h`'s flows in index order.
-    fn row(&self, h: usize) -> impl Iterator<Item = usize> + '_ {
+    pub fn row(&self, h: usize) -> impl Iterator<Item = usize> + '_ {
         // in range and ordered: checked in `new`
         let (a, b) = (self.start[h] as usize, self.start[h + 1] as usize);
         self.order[a..b].iter().map(|&f| f as usize)

@@ -9,9 +9,12 @@
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use sova_core::allocate;
 use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
+use sova_core::sensing::{self, Params};
 use sova_core::verdicts::{self, Windows};
+use sova_core::vfsched;
 use sova_core::waterfill::{self, Flows, InputError, Layout};
 
 fn value_error(e: InputError) -> PyErr {
@@ -294,6 +297,286 @@ fn hotspot_verdicts<'py>(
     ))
 }
 
+/// The Sova allocator for every link at once: link `h`'s flows are
+/// `order[start[h]:start[h + 1]]`, in the order the per-host form sees them. Returns each
+/// flow's rate in bit/s (flows outside the layout get 0).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+fn sova_allocate<'py>(
+    py: Python<'py>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    order: PyReadonlyArray1<'py, i64>,
+    start: PyReadonlyArray1<'py, i64>,
+    demand: PyReadonlyArray1<'py, f64>,
+    minimum: PyReadonlyArray1<'py, f64>,
+    maximum: PyReadonlyArray1<'py, f64>,
+    max_pps: PyReadonlyArray1<'py, f64>,
+    packet_bytes: PyReadonlyArray1<'py, f64>,
+    weight: PyReadonlyArray1<'py, f64>,
+) -> PyResult<F64Array<'py>> {
+    let cap = slice("capacity", &capacity)?;
+    let order = slice("order", &order)?;
+    let start = slice("start", &start)?;
+    let flows = allocate::Flows {
+        demand: slice("demand", &demand)?,
+        minimum: slice("minimum", &minimum)?,
+        maximum: slice("maximum", &maximum)?,
+        max_pps: slice("max_pps", &max_pps)?,
+        packet_bytes: slice("packet_bytes", &packet_bytes)?,
+        weight: slice("weight", &weight)?,
+    };
+    let out = py
+        .detach(|| {
+            let n = flows.demand.len();
+            let layout = Layout::new(order, start, n)?;
+            let mut out = vec![0.0; n];
+            allocate::sova_allocate(cap, &layout, &flows, &mut out)?;
+            Ok(out)
+        })
+        .map_err(value_error)?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// One link's weighted max-min fill of `target` between floors `lo` and ceilings `hi`.
+#[pyfunction]
+fn clamped_fill<'py>(
+    py: Python<'py>,
+    target: f64,
+    lo: PyReadonlyArray1<'py, f64>,
+    hi: PyReadonlyArray1<'py, f64>,
+    weights: PyReadonlyArray1<'py, f64>,
+) -> PyResult<F64Array<'py>> {
+    let (l, h, w) = (
+        slice("lo", &lo)?,
+        slice("hi", &hi)?,
+        slice("weights", &weights)?,
+    );
+    if h.len() != l.len() || w.len() != l.len() {
+        return Err(PyValueError::new_err(format!(
+            "lo, hi and weights must have the same length, got {}, {} and {}",
+            l.len(),
+            h.len(),
+            w.len()
+        )));
+    }
+    let mut out = vec![0.0; l.len()];
+    allocate::clamped_fill(target, l, h, w, &mut out);
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// The scheduler's settings as Python passes them: (io_threshold_filter, io_threshold,
+/// top_q, tolerance, hysteresis, min_dwell_s, top_senders, cost_benefit, virtio_lossless,
+/// hotplug_blip, horizon, benefit_margin).
+type VfConfig = (
+    bool,
+    f64,
+    i64,
+    f64,
+    f64,
+    f64,
+    bool,
+    bool,
+    f64,
+    f64,
+    f64,
+    f64,
+);
+
+type VfResult<'py> = (
+    BoolArray<'py>,
+    Bound<'py, PyArray1<i64>>,
+    BoolArray<'py>,
+    BoolArray<'py>,
+    Bound<'py, PyArray1<i64>>,
+    BoolArray<'py>,
+    BoolArray<'py>,
+);
+
+/// One VF scheduling period of every host: (passed, rank, pq, dwell, ranked, served,
+/// held_back).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+fn vf_schedule<'py>(
+    py: Python<'py>,
+    host: PyReadonlyArray1<'py, i64>,
+    name_rank: PyReadonlyArray1<'py, i64>,
+    io_score: PyReadonlyArray1<'py, f64>,
+    net_score: PyReadonlyArray1<'py, f64>,
+    has_traffic: PyReadonlyArray1<'py, bool>,
+    eligible: PyReadonlyArray1<'py, bool>,
+    holder: PyReadonlyArray1<'py, bool>,
+    since: PyReadonlyArray1<'py, f64>,
+    demand: PyReadonlyArray1<'py, f64>,
+    vf_count: PyReadonlyArray1<'py, i64>,
+    now_s: f64,
+    config: VfConfig,
+) -> PyResult<VfResult<'py>> {
+    let rows = vfsched::Rows {
+        host: slice("host", &host)?,
+        name_rank: slice("name_rank", &name_rank)?,
+        io_score: slice("io_score", &io_score)?,
+        net_score: slice("net_score", &net_score)?,
+        has_traffic: slice("has_traffic", &has_traffic)?,
+        eligible: slice("eligible", &eligible)?,
+        holder: slice("holder", &holder)?,
+        since: slice("since", &since)?,
+        demand: slice("demand", &demand)?,
+    };
+    let vfc = slice("vf_count", &vf_count)?;
+    let (f, thr, q, tol, hyst, dwell, senders, cb, lossless, blip, horizon, margin) = config;
+    let c = vfsched::Config {
+        io_threshold_filter: f,
+        io_threshold: thr,
+        top_q: q,
+        tolerance: tol,
+        hysteresis: hyst,
+        min_dwell_s: dwell,
+        top_senders: senders,
+        cost_benefit: cb,
+        virtio_lossless: lossless,
+        hotplug_blip: blip,
+        horizon,
+        benefit_margin: margin,
+    };
+    let s = py
+        .detach(|| vfsched::schedule(&rows, vfc, now_s, &c))
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, s.passed),
+        PyArray1::from_vec(py, s.rank),
+        PyArray1::from_vec(py, s.pq),
+        PyArray1::from_vec(py, s.dwell),
+        PyArray1::from_vec(py, s.ranked),
+        PyArray1::from_vec(py, s.served),
+        PyArray1::from_vec(py, s.held_back),
+    ))
+}
+
+/// Every VM's sensing windows (sova-core's `sensing::Sensor`): the facade
+/// `sova.policy.sensing.SensorKernel` holds one, for one host's VMs or a fleet's.
+#[pyclass(name = "Sensor", module = "sova.policy._core")]
+struct Sensor(sensing::Sensor);
+
+type FactorArrays<'py> = (
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    BoolArray<'py>,
+    F64Array<'py>,
+);
+
+#[pymethods]
+impl Sensor {
+    #[new]
+    fn new(
+        n: usize,
+        num: i64,
+        epsilon: f64,
+        threshold_bps: f64,
+        censor_margin: f64,
+        cpu_saturation: f64,
+    ) -> PyResult<Self> {
+        // a negative window is refused as the core refuses 0, naming the value given
+        let num = usize::try_from(num)
+            .map_err(|_| PyValueError::new_err(format!("window num must be >= 1, got {num}")))?;
+        let params = Params {
+            num,
+            epsilon,
+            threshold_bps,
+            censor_margin,
+            cpu_saturation,
+        };
+        Ok(Sensor(
+            sensing::Sensor::new(n, params).map_err(value_error)?,
+        ))
+    }
+
+    /// Take a reading (`counters`: 6 rows of n whole numbers, C order); whether it was taken.
+    #[pyo3(signature = (t, counters, vcpus, host, ceiling=None, virtio=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+    fn observe(
+        &mut self,
+        py: Python<'_>,
+        t: f64,
+        counters: PyReadonlyArray1<'_, i64>,
+        vcpus: PyReadonlyArray1<'_, f64>,
+        host: PyReadonlyArray1<'_, i64>,
+        ceiling: Option<PyReadonlyArray1<'_, f64>>,
+        virtio: Option<PyReadonlyArray1<'_, bool>>,
+    ) -> PyResult<bool> {
+        let c = slice("counters", &counters)?;
+        let v = slice("vcpus", &vcpus)?;
+        let h = slice("host", &host)?;
+        let cap = ceiling.as_ref().map(|a| slice("ceiling", a)).transpose()?;
+        let virt = virtio.as_ref().map(|a| slice("virtio", a)).transpose()?;
+        let s = &mut self.0;
+        py.detach(|| s.observe(t, c, v, h, cap, virt))
+            .map_err(value_error)
+    }
+
+    /// Every VM's factors: (cpu_usage, io_degree, io_factor, net_degree, net_factor,
+    /// has_traffic, demand_bps, last_rate_bps, tx_bps, rx_bps, censored, demand_est_bps).
+    fn factors<'py>(
+        &self,
+        py: Python<'py>,
+        host: PyReadonlyArray1<'py, i64>,
+        n_hosts: usize,
+    ) -> PyResult<FactorArrays<'py>> {
+        let h = slice("host", &host)?;
+        let s = &self.0;
+        let f = py.detach(|| s.factors(h, n_hosts)).map_err(value_error)?;
+        Ok((
+            PyArray1::from_vec(py, f.cpu_usage),
+            PyArray1::from_vec(py, f.io_degree),
+            PyArray1::from_vec(py, f.io_factor),
+            PyArray1::from_vec(py, f.net_degree),
+            PyArray1::from_vec(py, f.net_factor),
+            PyArray1::from_vec(py, f.has_traffic),
+            PyArray1::from_vec(py, f.demand_bps),
+            PyArray1::from_vec(py, f.last_rate_bps),
+            PyArray1::from_vec(py, f.tx_bps),
+            PyArray1::from_vec(py, f.rx_bps),
+            PyArray1::from_vec(py, f.censored),
+            PyArray1::from_vec(py, f.demand_est_bps),
+        ))
+    }
+
+    /// The same windows over another list of VMs: row i is old row keep[i], new where < 0.
+    fn remap(&self, keep: PyReadonlyArray1<'_, i64>) -> PyResult<Sensor> {
+        let k = slice("keep", &keep)?;
+        Ok(Sensor(self.0.remap(k).map_err(value_error)?))
+    }
+
+    /// Whether a reading at `t` would be taken (not a repeated or out-of-order one).
+    fn accepts(&self, t: f64) -> bool {
+        self.0.accepts(t)
+    }
+
+    /// Periods in each VM's window.
+    #[getter]
+    fn count<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        PyArray1::from_slice(py, self.0.count())
+    }
+
+    /// Whether some VM has a period in its window.
+    fn measured(&self) -> bool {
+        self.0.count().iter().any(|&c| c > 0)
+    }
+
+    /// Readings where a VM's counter went back, so far.
+    #[getter]
+    fn resets(&self) -> u64 {
+        self.0.resets()
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
@@ -303,5 +586,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(demand_loads, m)?)?;
     m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
+    m.add_function(wrap_pyfunction!(sova_allocate, m)?)?;
+    m.add_function(wrap_pyfunction!(clamped_fill, m)?)?;
+    m.add_function(wrap_pyfunction!(vf_schedule, m)?)?;
+    m.add_class::<Sensor>()?;
     Ok(())
 }

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sova.model import SLA, VM
+from sova.policy.allocation import sova_allocate
 from sova.policy.bandwidth import BandwidthAllocator, FlowDemand, SovaAllocator
-from sova.policy.kernels import BoolArray, FloatArray, Groups, IntArray, sova_allocate
+from sova.policy.kernels import BoolArray, FloatArray, Groups, IntArray
 
 
 def probe_demand(
@@ -226,7 +227,7 @@ def allocate(
 ) -> tuple[FloatArray, FloatArray]:
     """Each flow's (rate_bps, pps_cap or nan) from its host's allocator (one per host).
 
-    The Sova allocator runs as the all-hosts kernel (:func:`sova.policy.kernels.sova_allocate`);
+    The Sova allocator runs as the all-hosts kernel (:func:`sova.policy.allocation.sova_allocate`);
     any other allocator (stateful feedback loops such as DAQS, the published baselines,
     plug-ins) is called host by host, with the flows in the order the specification sees
     them (their order in ``groups``). ``vm(k)`` is flow ``k``'s VM. ``sova``: what

@@ -79,7 +79,7 @@ class StepReport:
 @dataclass(frozen=True)
 class Sensed:
     """A period's sensing done outside the agent (the simulated world senses every host at
-    once with :class:`~sova.policy.kernels.SensorKernel`): what ``HostSensor`` would give."""
+    once with :class:`~sova.policy.sensing.SensorKernel`): what ``HostSensor`` would give."""
 
     factors: Mapping[str, VMFactors]
     measured: bool  # some VM of the host has a full period in its window
@@ -474,7 +474,7 @@ class HostAgent(BandwidthLoop):
         factors: Mapping[str, VMFactors]
         if sensed is None:
             factors = self.sensor.factors()
-            self._measured = any(self.sensor.windows().values())
+            self._measured = self.sensor.measured()
         else:
             factors, self._measured = sensed.factors, sensed.measured
         d = self.decide(factors, actual, now, sensed.vf if sensed is not None else None)

@@ -105,8 +105,7 @@ class StaticSriov(VFPolicy):
 
 class DsrIov(VFPolicy):
     """``dsr-iov``: the DSR-IOV scheduler each period (the kernel
-    :func:`sova.policy.vfkernel.schedule_one`; its specification is
-    :func:`sova.policy.vfsched.schedule`)."""
+    :func:`sova.policy.vfkernel.schedule_one`, the compiled core's)."""
 
     name = "dsr-iov"
     follows_load = True

@@ -69,3 +69,85 @@ def hotspot_verdicts(
     npt.NDArray[np.float64],
     npt.NDArray[np.bool_],
 ]: ...
+def sova_allocate(
+    capacity: npt.NDArray[np.float64],
+    order: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+    demand: npt.NDArray[np.float64],
+    minimum: npt.NDArray[np.float64],
+    maximum: npt.NDArray[np.float64],
+    max_pps: npt.NDArray[np.float64],
+    packet_bytes: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]: ...
+def clamped_fill(
+    target: float,
+    lo: npt.NDArray[np.float64],
+    hi: npt.NDArray[np.float64],
+    weights: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]: ...
+def vf_schedule(
+    host: npt.NDArray[np.int64],
+    name_rank: npt.NDArray[np.int64],
+    io_score: npt.NDArray[np.float64],
+    net_score: npt.NDArray[np.float64],
+    has_traffic: npt.NDArray[np.bool_],
+    eligible: npt.NDArray[np.bool_],
+    holder: npt.NDArray[np.bool_],
+    since: npt.NDArray[np.float64],
+    demand: npt.NDArray[np.float64],
+    vf_count: npt.NDArray[np.int64],
+    now_s: float,
+    config: tuple[bool, float, int, float, float, float, bool, bool, float, float, float, float],
+) -> tuple[
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.bool_],
+]: ...
+
+class Sensor:
+    def __init__(
+        self,
+        n: int,
+        num: int,
+        epsilon: float,
+        threshold_bps: float,
+        censor_margin: float,
+        cpu_saturation: float,
+    ) -> None: ...
+    def observe(
+        self,
+        t: float,
+        counters: npt.NDArray[np.int64],
+        vcpus: npt.NDArray[np.float64],
+        host: npt.NDArray[np.int64],
+        ceiling: npt.NDArray[np.float64] | None = None,
+        virtio: npt.NDArray[np.bool_] | None = None,
+    ) -> bool: ...
+    def factors(
+        self, host: npt.NDArray[np.int64], n_hosts: int
+    ) -> tuple[
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.float64],
+    ]: ...
+    def remap(self, keep: npt.NDArray[np.int64]) -> Sensor: ...
+    def accepts(self, t: float) -> bool: ...
+    def measured(self) -> bool: ...
+    @property
+    def count(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def resets(self) -> int: ...

@@ -44,7 +44,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from sova.model import GBIT, SLA
+from sova.policy.allocation import clamped_fill as clamped_fill
+from sova.policy.allocation import sova_allocate
+from sova.policy.kernels import Groups
 
 __all__ = [
     "Allocation",
@@ -87,13 +92,6 @@ class FlowDemand:
             raise ValueError(f"sla.weight must be > 0 (VM {self.vm!r}), got {weight}")
         if self.sla.max_pps is not None:
             _check_non_negative("sla.max_pps", self.sla.max_pps, self.vm)
-
-    @property
-    def pps_limit_bps(self) -> float:
-        """The SLA packet rate expressed as a bit rate at this flow's packet size."""
-        if self.sla.max_pps is None:
-            return math.inf
-        return self.sla.max_pps * self.packet_bytes * BITS_PER_BYTE
 
 
 @dataclass(frozen=True)
@@ -139,54 +137,6 @@ def _check_input(capacity_bps: float, demands: Sequence[FlowDemand]) -> None:
             # The result is keyed by VM: a second flow would silently overwrite the first.
             raise ValueError(f"vm {d.vm!r} appears twice in demands")
         seen.add(d.vm)
-
-
-def clamped_fill(
-    target: float, lo: Sequence[float], hi: Sequence[float], weights: Sequence[float]
-) -> list[float]:
-    """Weighted max-min fill: ``x_i = clamp(lam * w_i, lo_i, hi_i)`` with ``sum(x) = target``.
-
-    Floors count toward the fair share (a VM whose floor is above its fair share keeps the
-    floor and takes nothing more), which is the "guarantee or max-min share, whichever is
-    larger" rule. ``target`` is clamped into ``[sum(lo), sum(hi)]``. Exact: ``lam`` is
-    found by linear interpolation between the breakpoints of the piecewise-linear fill
-    curve, not by bisection, so the answer does not depend on a tolerance.
-    """
-    n = len(lo)
-    if not (len(hi) == n and len(weights) == n):
-        raise ValueError("lo, hi and weights must have the same length")
-    if any(not w > 0 for w in weights):
-        raise ValueError(f"weights must be > 0, got {list(weights)}")
-    if n == 0:
-        return []
-    if target >= math.fsum(hi):
-        return list(hi)
-    if target <= math.fsum(lo):
-        return list(lo)
-
-    def filled(lam: float) -> float:
-        return math.fsum(
-            min(h, max(lo_i, lam * w)) for lo_i, h, w in zip(lo, hi, weights, strict=True)
-        )
-
-    # The fill curve only bends where some VM hits its floor or its ceiling.
-    points = sorted(
-        {x / w for x, w in zip(lo, weights, strict=True)}
-        | {x / w for x, w in zip(hi, weights, strict=True)}
-    )
-    prev_lam, prev_f = 0.0, filled(0.0)
-    lam_star = points[-1]
-    for lam in points:
-        f = filled(lam)
-        if f >= target:
-            lam_star = (
-                lam
-                if f == prev_f
-                else prev_lam + (target - prev_f) * (lam - prev_lam) / (f - prev_f)
-            )
-            break
-        prev_lam, prev_f = lam, f
-    return [min(h, max(lo_i, lam_star * w)) for lo_i, h, w in zip(lo, hi, weights, strict=True)]
 
 
 def _uncapped(capacity_bps: float) -> Allocation:
@@ -259,30 +209,34 @@ class SovaAllocator:
 
     The returned ``rate_bps`` is the allocation itself; any headroom to probe for more
     demand is the caller's business, so that this stays the exact reference optimum.
+    The arithmetic is the compiled core's (:func:`sova.policy.allocation.sova_allocate`,
+    one host here, every host in the agents' and the simulator's bandwidth step).
     """
 
     name: str = "sova"
 
     def allocate(self, capacity_bps: float, demands: Sequence[FlowDemand]) -> dict[str, Allocation]:
         _check_input(capacity_bps, demands)
-        hi = [
-            min(
-                d.demand_bps,
-                math.inf if d.sla.bandwidth.maximum is None else d.sla.bandwidth.maximum,
-                d.pps_limit_bps,
-            )
-            for d in demands
-        ]
-        lo = [min(d.sla.bandwidth.minimum, h) for d, h in zip(demands, hi, strict=True)]
-        floor_total = math.fsum(lo)
-        if floor_total > capacity_bps:
-            scale = capacity_bps / floor_total
-            rates = [x * scale for x in lo]
-        else:
-            rates = clamped_fill(capacity_bps, lo, hi, [d.sla.weight for d in demands])
+        one = Groups.of(np.zeros(len(demands), dtype=np.int64), 1)
+        rates = sova_allocate(
+            one,
+            np.array([capacity_bps], dtype=np.float64),
+            np.array([d.demand_bps for d in demands], dtype=np.float64),
+            np.array([d.sla.bandwidth.minimum for d in demands], dtype=np.float64),
+            np.array(
+                [math.inf if (m := d.sla.bandwidth.maximum) is None else m for d in demands],
+                dtype=np.float64,
+            ),
+            np.array(
+                [math.nan if (p := d.sla.max_pps) is None else p for d in demands],
+                dtype=np.float64,
+            ),
+            np.array([d.packet_bytes for d in demands], dtype=np.float64),
+            np.array([d.sla.weight for d in demands], dtype=np.float64),
+        )
         return {
             d.vm: Allocation(rate_bps=r, pps_cap=d.sla.max_pps)
-            for d, r in zip(demands, rates, strict=True)
+            for d, r in zip(demands, rates.tolist(), strict=True)
         }
 
 

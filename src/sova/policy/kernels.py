@@ -1,11 +1,7 @@
 """The policy's arithmetic as array kernels over every host of a cluster at once.
 
-The readable per-host functions (:class:`~sova.policy.bandwidth.SovaAllocator`,
-:func:`~sova.policy.bandwidth.clamped_fill`) are the specification; these kernels are what
-the agent runs, for one host (``HostAgent``) or for all hosts of a simulated world at once
-(``World``), and ``tests/test_kernels.py`` holds them *equal* to the specification on random
-heterogeneous clusters: same floats, not close ones, because a simulated run must stay
-byte-identical whichever form decided it.
+What is left of them here is the layout the bandwidth step groups flows by and an exact
+per-host sum; the allocator itself is the compiled core's (:mod:`sova.policy.allocation`).
 
 Flows are grouped by host in a padded matrix (one row per host, one slot per flow, empty
 slots 0): :class:`Groups` builds it once per round from a host index per flow.
@@ -14,9 +10,7 @@ Exactness. The specification sums with :func:`math.fsum` (correctly rounded). A 
 here is computed with error-free transformations (Knuth's TwoSum: ``s + e == a + b``
 exactly) and accepted when a bound proves it is the correctly rounded sum; rows the bound
 cannot certify (sums within a few ulps of a rounding tie, rare) are summed by ``fsum``
-itself. The water-filling of a congested host is exact only with the specification's own
-breakpoint walk, so congested hosts call :func:`~sova.policy.bandwidth.clamped_fill`; the
-uncongested hosts (every flow at its ceiling, the common case) never leave numpy.
+itself.
 """
 
 from __future__ import annotations
@@ -27,16 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sova.policy.bandwidth import clamped_fill
 from sova.policy.loads import LoadArrays as LoadArrays
 from sova.policy.loads import demand_load_arrays as demand_load_arrays
 from sova.policy.loads import load_shares as load_shares
-from sova.policy.sensing import (
-    DEFAULT_CENSOR_MARGIN,
-    DEFAULT_CPU_SATURATION,
-    GOTTEN_FLOOR_FRACTION,
-    NS,
-)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -55,6 +42,9 @@ class Groups:
     row: IntArray
     slot: IntArray
     count: IntArray  # flows per host
+    # host h's flows in slot order are order[start[h]:start[h + 1]] (the compiled core's layout)
+    order: IntArray
+    start: IntArray
 
     @classmethod
     def of(cls, host: IntArray, n_hosts: int) -> Groups:
@@ -65,7 +55,8 @@ class Groups:
         slot = np.empty(len(host), dtype=np.int64)
         slot[order] = np.arange(len(host), dtype=np.int64) - starts[host[order]]
         width = int(count.max()) if len(count) and len(host) else 0
-        return cls(n_hosts, width, host, slot, count)
+        start = np.concatenate(([0], np.cumsum(count))).astype(np.int64)
+        return cls(n_hosts, width, host, slot, count, order.astype(np.int64), start)
 
     def matrix(self, values: FloatArray) -> FloatArray:
         m = np.zeros((self.n_hosts, self.width))
@@ -111,269 +102,3 @@ def row_fsum(m: FloatArray) -> FloatArray:
         for i in np.flatnonzero(~ok).tolist():
             r[i] = math.fsum(m[i].tolist())
     return r
-
-
-def sova_allocate(
-    groups: Groups,
-    capacity: FloatArray,
-    demand: FloatArray,
-    minimum: FloatArray,
-    maximum: FloatArray,
-    max_pps: FloatArray,
-    packet_bytes: FloatArray,
-    weight: FloatArray,
-) -> FloatArray:
-    """:class:`~sova.policy.bandwidth.SovaAllocator` for every host at once.
-
-    One entry per flow: its host (``groups``), measured demand, SLA minimum, SLA maximum
-    (``inf`` for none), SLA packet rate (``nan`` for none), mean packet size and weight;
-    ``capacity`` per host. Returns each flow's ``rate_bps`` (its ``pps_cap`` is the SLA's).
-    """
-    _check(demand, packet_bytes, weight, max_pps)
-    pps_limit = np.where(np.isnan(max_pps), np.inf, max_pps * packet_bytes * 8.0)
-    hi = np.minimum(np.minimum(demand, maximum), pps_limit)
-    lo = np.minimum(minimum, hi)
-    floor_total = _sided_sums(groups, lo, capacity, exact_above=True)
-    hi_total = _sided_sums(groups, hi, capacity, exact_above=False)
-    over = floor_total > capacity  # guarantees over-committed: scaled down
-    scale = np.divide(capacity, floor_total, out=np.ones_like(capacity), where=over)
-    rates = np.where(over[groups.row], lo * scale[groups.row], hi)
-    # clamped_fill: target >= sum(hi) -> hi (above); target <= sum(lo) -> lo; else the walk
-    floor_bound = ~over & (capacity <= floor_total) & (capacity < hi_total)
-    rates = np.where(floor_bound[groups.row], lo, rates)
-    fill = ~over & (capacity < hi_total) & (capacity > floor_total)
-    if fill.any():
-        for h in np.flatnonzero(fill).tolist():
-            idx = np.flatnonzero(groups.row == h)
-            idx = idx[np.argsort(groups.slot[idx])]
-            rates[idx] = clamped_fill(
-                float(capacity[h]), lo[idx].tolist(), hi[idx].tolist(), weight[idx].tolist()
-            )
-    return rates
-
-
-def _sided_sums(
-    groups: Groups, values: FloatArray, capacity: FloatArray, exact_above: bool
-) -> FloatArray:
-    """Each host's sum of ``values``, good for comparing with its ``capacity``: ``fsum``
-    exactly where a plain sum cannot prove which side of the capacity ``fsum`` falls on
-    (and above it too when ``exact_above``: the value is used there), the plain sum
-    elsewhere, where it is strictly on the same side as ``fsum``.
-
-    A sum in any order of n terms is within ``(n-1)·u·Σ|x|`` of the exact sum; where the
-    plain sum is further than twice that plus an ulp of the capacity from the capacity,
-    the exact sum is beyond the capacity's neighbouring float, so its correct rounding is
-    strictly on that side as well (the factor 2 covers the rounding of this test itself).
-    Most hosts are far from their capacity, and the plain sum never leaves numpy.
-    """
-    row, n = groups.row, groups.n_hosts
-    plain: FloatArray = np.bincount(row, values, minlength=n).astype(np.float64, copy=False)
-    bound = 2.0 * groups.count * _U * np.bincount(row, np.abs(values), minlength=n)
-    exact = ~(np.abs(plain - capacity) > 2.0 * (bound + np.spacing(np.abs(capacity))))
-    if exact_above:
-        exact |= plain > capacity
-    if not exact.any():
-        return plain
-    # the rows to sum exactly, in a matrix of their own (a host's flows in slot order)
-    at = np.cumsum(exact) - 1
-    sel = exact[row]
-    m = np.zeros((int(at[-1]) + 1, groups.width))
-    m[at[row[sel]], groups.slot[sel]] = values[sel]
-    plain[exact] = row_fsum(m)
-    return plain
-
-
-def _check(
-    demand: FloatArray, packet_bytes: FloatArray, weight: FloatArray, max_pps: FloatArray
-) -> None:
-    """The specification's input checks (``FlowDemand``), over arrays: one line naming
-    the field and the first bad value."""
-    for name, arr, bad in (
-        ("demand_bps", demand, ~np.isfinite(demand) | (demand < 0)),
-        ("packet_bytes", packet_bytes, ~(np.isfinite(packet_bytes) & (packet_bytes > 0))),
-        ("sla.weight", weight, ~(np.isfinite(weight) & (weight > 0))),
-        ("sla.max_pps", max_pps, np.isinf(max_pps) | (max_pps < 0)),
-    ):
-        if bad.any():
-            raise ValueError(f"{name} must be finite and > 0 (>= 0 for rates), got {arr[bad][0]}")
-
-
-# --------------------------------------------------------------------------- sensing
-
-
-@dataclass(frozen=True)
-class SensedFactors:
-    """:class:`~sova.policy.sensing.VMFactors` of every VM, one array per field."""
-
-    cpu_usage: FloatArray
-    io_degree: FloatArray
-    io_factor: FloatArray
-    net_degree: FloatArray
-    net_factor: FloatArray
-    has_traffic: BoolArray
-    demand_bps: FloatArray
-    last_rate_bps: FloatArray
-    tx_bps: FloatArray
-    rx_bps: FloatArray
-    count: IntArray  # periods in each VM's window (0 = nothing measured yet)
-    censored: BoolArray  # the latest period was held back by the path (sensing.py)
-    demand_est_bps: FloatArray  # censored periods count (1 + censor_margin) x
-
-
-class SensorKernel:
-    """:class:`~sova.policy.sensing.HostSensor` for every host at once: one row per VM.
-
-    Windows are right-aligned shift buffers (newest in the last column) so that sums over
-    a window run oldest first exactly like ``sum(...)`` over the specification's deque; the
-    empty slots on the left add 0.0 first, which leaves every partial sum bit-identical.
-    A VM whose host changed since the last reading starts an empty window and skips that
-    period (the target host's sensor has no previous reading of it).
-    """
-
-    FIELDS = ("cpu", "gotten", "blocked", "rx", "tx", "packets", "dt", "vcpus", "censored")
-
-    def __init__(
-        self,
-        n_vms: int,
-        num: int = 6,
-        epsilon: float = 0.7,
-        threshold_bps: float = 10_000.0,
-        censor_margin: float = DEFAULT_CENSOR_MARGIN,
-        cpu_saturation: float = DEFAULT_CPU_SATURATION,
-    ) -> None:
-        if num < 1:
-            raise ValueError(f"window num must be >= 1, got {num}")
-        self.n, self.num, self.epsilon, self.threshold = n_vms, num, epsilon, threshold_bps
-        self.censor_margin, self.cpu_saturation = censor_margin, cpu_saturation
-        self.buf = {k: np.zeros((n_vms, num)) for k in self.FIELDS}
-        self.count: IntArray = np.zeros(n_vms, dtype=np.int64)
-        self.prev: FloatArray | None = None  # (6, N) whole counters at the last reading
-        self.prev_host: IntArray = np.full(n_vms, -1, dtype=np.int64)
-        self.last_t: float | None = None
-        self.resets = 0
-
-    def observe(
-        self,
-        t: float,
-        counters: FloatArray,
-        vcpus: FloatArray,
-        host: IntArray,
-        ceiling: FloatArray | None = None,
-        virtio: BoolArray | None = None,
-    ) -> None:
-        """Take a reading: ``counters`` is (6, N) cpu, steal, rx_b, tx_b, rx_pk, tx_pk, whole
-        numbers as a driver reads them; ``host`` is each VM's host now; ``ceiling`` each
-        VM's path ceiling in bit/s (inf = none) and ``virtio`` whether it is on virtio, as
-        ``HostSensor.observe`` takes them (None: no ceiling, nobody on virtio)."""
-        if self.last_t is not None and t <= self.last_t:
-            return  # a repeated or out-of-order reading: ignored, like the specification
-        prev, prev_host, last_t = self.prev, self.prev_host, self.last_t
-        self.prev, self.prev_host, self.last_t = counters.copy(), host.copy(), t
-        moved = host != prev_host
-        self.count[moved] = 0
-        if prev is None or last_t is None:
-            return
-        dt = t - last_t
-        d = counters - prev
-        reset = (d < 0).any(axis=0) & ~moved
-        self.resets += int(reset.sum())
-        v = np.maximum(vcpus, 1.0)
-        capacity_ns = dt * NS * v
-        d_cpu = d[0]
-        cpu = np.minimum(1.0, d_cpu / capacity_ns)
-        # sensing.censored, over arrays
-        cens = np.zeros(self.n, dtype=bool)
-        if ceiling is not None:
-            cens |= 8.0 * d[3] / dt >= (1.0 - self.censor_margin) * ceiling
-        if virtio is not None:
-            busy = 8.0 * (d[2] + d[3]) / dt >= self.threshold
-            cens |= virtio & (cpu >= self.cpu_saturation) & busy
-        stats = {
-            "cpu": cpu,
-            "gotten": d_cpu,
-            "blocked": np.maximum(0.0, capacity_ns - d_cpu - d[1]),
-            "rx": d[2],
-            "tx": d[3],
-            "packets": d[4] + d[5],
-            "dt": np.full(self.n, dt),
-            "vcpus": v,
-            "censored": cens.astype(np.float64),
-        }
-        take = ~moved & ~reset
-        if take.all():  # the common period: every window shifts, by slices
-            for k in self.FIELDS:
-                b = self.buf[k]
-                b[:, :-1] = b[:, 1:]
-                b[:, -1] = stats[k]
-            np.minimum(self.count + 1, self.num, out=self.count)
-            return
-        idx = np.flatnonzero(take)
-        for k in self.FIELDS:
-            b = self.buf[k]
-            b[idx, :-1] = b[idx, 1:]
-            b[idx, -1] = stats[k][idx]
-        self.count[idx] = np.minimum(self.count[idx] + 1, self.num)
-
-    def factors(self, host: IntArray, n_hosts: int) -> SensedFactors:
-        """Every VM's factors; NF is normalised over the VMs of its host (``host``)."""
-        num, c = self.num, self.count
-        valid = np.arange(num)[None, :] >= (num - c)[:, None]
-        b = self.buf
-        dt = np.where(valid, b["dt"], 1.0)
-        nbytes = b["rx"] + b["tx"]
-        rate = 8.0 * nbytes / dt
-        traffic = valid & (rate >= self.threshold)
-        floor = GOTTEN_FLOOR_FRACTION * b["dt"] * NS * b["vcpus"]
-        ratio = b["blocked"] / np.maximum(b["gotten"], np.where(valid, floor, 1.0))
-        kbps = nbytes / dt
-        pps = b["packets"] / dt
-        cens = b["censored"] > 0.0
-        est = np.where(cens, rate * (1.0 + self.censor_margin), rate)
-        s_cpu, s_if, s_kb, s_rate, s_est = (np.zeros(self.n) for _ in range(5))
-        for j in range(num):  # oldest first, like sum() over the deque
-            m = valid[:, j]
-            s_cpu = s_cpu + np.where(m, b["cpu"][:, j], 0.0)
-            s_if = s_if + np.where(m, ratio[:, j], 0.0)
-            s_kb = s_kb + np.where(m, kbps[:, j], 0.0)
-            s_rate = s_rate + np.where(m, rate[:, j], 0.0)
-            s_est = s_est + np.where(m, est[:, j], 0.0)
-        n = np.maximum(c, 1).astype(float)
-        has = c > 0
-        busy_n = traffic.sum(axis=1)
-        freq = np.where(has, busy_n / n, 0.0)
-        eps = self.epsilon
-        # NF: min-max over every traffic period of every VM of the host (sensing.py).
-        vmin = np.where(traffic, pps, np.inf).min(axis=1)
-        vmax = np.where(traffic, pps, -np.inf).max(axis=1)
-        lo_h, hi_h = np.full(n_hosts, np.inf), np.full(n_hosts, -np.inf)
-        np.minimum.at(lo_h, host, vmin)
-        np.maximum.at(hi_h, host, vmax)
-        active_h = np.isfinite(lo_h)
-        lo_h, hi_h = np.where(active_h, lo_h, 0.0), np.where(active_h, hi_h, 0.0)
-        lo, span = lo_h[host], (hi_h - lo_h)[host]
-        pos = span > 0
-        norm = np.where(pos[:, None], (pps - lo[:, None]) / np.where(pos, span, 1.0)[:, None], 1.0)
-        s_norm = np.zeros(self.n)
-        for j in range(num):
-            s_norm = s_norm + np.where(traffic[:, j], norm[:, j], 0.0)
-        avg = np.where(busy_n > 0, s_norm / np.maximum(busy_n, 1), 0.0)
-        last_dt = b["dt"][:, -1]
-        safe_dt = np.where(has, last_dt, 1.0)
-        return SensedFactors(
-            cpu_usage=np.where(has, b["cpu"][:, -1], 0.0),
-            io_degree=np.where(has, 100.0 * (1.0 - s_cpu / n), 100.0),
-            io_factor=np.where(has, s_if / n, 0.0),
-            net_degree=np.where(has, eps * (s_kb / n / 1000.0) + (1.0 - eps) * freq, 0.0),
-            net_factor=eps * freq + (1.0 - eps) * avg,
-            has_traffic=busy_n > 0,
-            demand_bps=np.where(has, s_rate / n, 0.0),
-            last_rate_bps=np.where(has, rate[:, -1], 0.0),
-            tx_bps=np.where(has, 8.0 * b["tx"][:, -1] / safe_dt, 0.0),
-            rx_bps=np.where(has, 8.0 * b["rx"][:, -1] / safe_dt, 0.0),
-            count=c.copy(),
-            censored=has & cens[:, -1],
-            demand_est_bps=np.where(has, s_est / n, 0.0),
-        )
-
-
-# --------------------------------------------------------------------------- host load

@@ -6,7 +6,7 @@ manager named). The manager only names source and target (Alg. 2); the source pi
 VM with the largest migration factor MF = hotness / memory size (lines 3–9) — the most
 load moved per byte copied. That VM is taken out of VF scheduling at once (a VM with a
 plain VF cannot live-migrate; its VF is revoked first) and the others go through the
-DSR-IOV scheduler (lines 10–28), which is our :func:`sova.policy.vfsched.schedule` with
+DSR-IOV scheduler (lines 10–28), which is our :func:`sova.policy.vfkernel.schedule_one` with
 its fixes (threshold or top-q filter, tolerance, hysteresis, dwell).
 """
 
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from sova.policy.hotspot import HotnessMetric, VMLoad, choose_vm
-from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig, schedule
+from sova.policy.vfkernel import schedule_one
+from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
 
 class Operation(StrEnum):
@@ -81,7 +82,7 @@ def algorithm1(
     migrate = dict([chosen]) if chosen is not None else {}
     # A VM chosen for migration neither keeps nor gets a VF (Alg. 1 lines 3-9, 14).
     pool = [replace(c, eligible=False) if c.vm in migrate else c for c in candidates]
-    decision = schedule(pool, holders, vf_count, now_s, config)
+    decision = schedule_one(pool, holders, vf_count, now_s, config)
     ops: dict[str, Operation] = {}
     for c in candidates:
         if c.vm in migrate:

@@ -32,25 +32,35 @@ virtio's ceiling for that guest). The drivers report no drops or queue lengths
 latest period's mark; ``VMFactors.demand_est_bps`` the window mean with every censored
 period counted ``(1 + censor_margin)`` times its rate: a lower bound that grows, like the
 bandwidth loop's probe, for as long as the path keeps holding the VM back.
+
+One implementation, the compiled core's (rust/sova-core/src/sensing.rs, docs/design.md
+"The compiled core"): :class:`SensorKernel` keeps the windows of every VM it is given and
+computes their factors in one call each, for a whole simulated fleet (``sim/fleet_sensing.py``)
+or, through :class:`HostSensor`, for the VMs of one host (the agent: a fleet of one). The
+readable per-VM form it replaced is kept in tests/sensing_oracle.py as the oracle it is held
+to, float for float.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
-from sova.model import HostSample, VMCounters
+import numpy as np
+import numpy.typing as npt
+
+from sova.model import HostSample
+from sova.policy import _core
 from sova.policy.loads import LoadShares as LoadShares
 from sova.policy.loads import demand_loads as demand_loads
 from sova.policy.loads import host_load as host_load
 from sova.policy.loads import vm_loads as vm_loads
 
-NS = 1e9
-# An idle VM has gotten ≈ 0; flooring gotten at 0.1 % of the period's vCPU time caps its
-# IF near 1000 instead of dividing by zero, far above any I/O-bound VM's (Sova Table 1: ≤ 214).
-GOTTEN_FLOOR_FRACTION = 1e-3
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
 # Below this rate a period counts as "no traffic": ARP, NTP and DHCP chatter of an idle
 # guest must not make it look network-active.
 DEFAULT_TRAFFIC_THRESHOLD_BPS = 10_000.0
@@ -58,149 +68,6 @@ DEFAULT_TRAFFIC_THRESHOLD_BPS = 10_000.0
 DEFAULT_CENSOR_MARGIN = 0.10
 # vCPU use at or above this on virtio, with traffic, is virtio's ceiling for that guest.
 DEFAULT_CPU_SATURATION = 0.95
-
-
-@dataclass(frozen=True)
-class PeriodStats:
-    """One VM over one sampling period, derived from two cumulative readings."""
-
-    dt_s: float
-    vcpus: int
-    cpu_usage: float  # fraction of the VM's own vCPU time, [0, 1]
-    gotten_ns: float
-    blocked_ns: float
-    rx_bytes: int
-    tx_bytes: int
-    packets: int
-    censored: bool = False  # the path held the VM back this period (module docstring)
-
-    @property
-    def bytes(self) -> int:
-        return self.rx_bytes + self.tx_bytes
-
-    @property
-    def rate_bps(self) -> float:
-        return 8.0 * self.bytes / self.dt_s if self.dt_s > 0 else 0.0
-
-    def has_traffic(self, threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS) -> bool:
-        return self.rate_bps >= threshold_bps
-
-
-def period_stats(prev: VMCounters, cur: VMCounters, dt_s: float) -> PeriodStats | None:
-    """Difference of two readings; ``None`` when any counter went backwards (a reset)."""
-    if dt_s <= 0:
-        raise ValueError(f"dt_s must be > 0, got {dt_s}")
-    d_cpu = cur.cpu_time_ns - prev.cpu_time_ns
-    d_steal = cur.steal_ns - prev.steal_ns
-    d_rx = cur.rx_bytes - prev.rx_bytes
-    d_tx = cur.tx_bytes - prev.tx_bytes
-    # Each counter separately: a reset of one packet counter can hide in a growing sum.
-    d_rxp = cur.rx_packets - prev.rx_packets
-    d_txp = cur.tx_packets - prev.tx_packets
-    if min(d_cpu, d_steal, d_rx, d_tx, d_rxp, d_txp) < 0:
-        return None
-    d_pk = d_rxp + d_txp
-    vcpus = max(1, cur.vcpus)
-    capacity_ns = dt_s * NS * vcpus
-    cpu_usage = min(1.0, d_cpu / capacity_ns)
-    blocked = max(0.0, capacity_ns - d_cpu - d_steal)
-    return PeriodStats(
-        dt_s=dt_s,
-        vcpus=vcpus,
-        cpu_usage=cpu_usage,
-        gotten_ns=float(d_cpu),
-        blocked_ns=blocked,
-        rx_bytes=d_rx,
-        tx_bytes=d_tx,
-        packets=d_pk,
-    )
-
-
-def censored(
-    stats: PeriodStats,
-    ceiling_bps: float,
-    on_virtio: bool,
-    margin: float = DEFAULT_CENSOR_MARGIN,
-    saturation: float = DEFAULT_CPU_SATURATION,
-    threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
-) -> bool:
-    """Whether the VM's path held it back over this period: it sent (tx: what a VF rate,
-    a guest limit or the line caps) at its ceiling, or on virtio with full vCPUs."""
-    tx_bps = 8.0 * stats.tx_bytes / stats.dt_s
-    if tx_bps >= (1.0 - margin) * ceiling_bps:
-        return True
-    return on_virtio and stats.cpu_usage >= saturation and stats.has_traffic(threshold_bps)
-
-
-def demand_estimate(window: Sequence[PeriodStats], margin: float = DEFAULT_CENSOR_MARGIN) -> float:
-    """Mean rate over the window, a censored period counted ``(1 + margin)`` times."""
-    return _mean(s.rate_bps * (1.0 + margin) if s.censored else s.rate_bps for s in window)
-
-
-# --------------------------------------------------------------------------- factors
-
-
-def io_degree(window: Sequence[PeriodStats]) -> float:
-    """DSR-IOV I/O factor, 0 (always busy) … 100 (never on CPU)."""
-    if not window:
-        return 100.0
-    return 100.0 * (1.0 - sum(s.cpu_usage for s in window) / len(window))
-
-
-def io_factor(window: Sequence[PeriodStats]) -> float:
-    """Sova IF: mean blocked/gotten. Large for I/O-bound VMs, ≪ 1 for CPU-bound ones."""
-    if not window:
-        return 0.0
-    total = 0.0
-    for s in window:
-        floor = GOTTEN_FLOOR_FRACTION * s.dt_s * NS * s.vcpus
-        total += s.blocked_ns / max(s.gotten_ns, floor)
-    return total / len(window)
-
-
-def traffic_freq(
-    window: Sequence[PeriodStats], threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS
-) -> float:
-    if not window:
-        return 0.0
-    return sum(1 for s in window if s.has_traffic(threshold_bps)) / len(window)
-
-
-def net_degree(
-    window: Sequence[PeriodStats],
-    epsilon: float = 0.7,
-    threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
-) -> float:
-    """DSR-IOV network factor: ε·(mean kB/s) + (1−ε)·(share of periods with traffic)."""
-    if not window:
-        return 0.0
-    data_avg_kBps = sum(s.bytes / s.dt_s for s in window) / len(window) / 1000.0
-    return epsilon * data_avg_kBps + (1.0 - epsilon) * traffic_freq(window, threshold_bps)
-
-
-def network_factors(
-    windows: Mapping[str, Sequence[PeriodStats]],
-    epsilon: float = 0.7,
-    threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
-) -> dict[str, float]:
-    """Sova NF for every VM of one host, normalised together (see module docstring)."""
-    active = [
-        s.packets / s.dt_s for w in windows.values() for s in w if s.has_traffic(threshold_bps)
-    ]
-    lo, hi = (min(active), max(active)) if active else (0.0, 0.0)
-    span = hi - lo
-    result: dict[str, float] = {}
-    for vm, w in windows.items():
-        busy = [s.packets / s.dt_s for s in w if s.has_traffic(threshold_bps)]
-        freq = len(busy) / len(w) if w else 0.0
-        # span == 0: one busy level on the whole host, every active sample is the maximum.
-        norm = [(x - lo) / span if span > 0 else 1.0 for x in busy]
-        avg = sum(norm) / len(norm) if norm else 0.0
-        result[vm] = epsilon * freq + (1.0 - epsilon) * avg
-    return result
-
-
-# --------------------------------------------------------------------------- windows
 
 
 @dataclass(frozen=True)
@@ -220,12 +87,122 @@ class VMFactors:
     demand_est_bps: float = 0.0  # demand estimate: censored periods count (1 + margin) x
 
 
-class HostSensor:
-    """Keeps the last ``num`` periods per VM from successive host samples.
+@dataclass(frozen=True)
+class SensedFactors:
+    """:class:`VMFactors` of every VM, one array per field."""
 
-    Pure state machine: feed it :class:`HostSample` objects in time order, read factors.
-    VMs that disappear from a sample (migrated away, destroyed) are forgotten; a VM that
-    appears starts with an empty window.
+    cpu_usage: FloatArray
+    io_degree: FloatArray
+    io_factor: FloatArray
+    net_degree: FloatArray
+    net_factor: FloatArray
+    has_traffic: BoolArray
+    demand_bps: FloatArray
+    last_rate_bps: FloatArray
+    tx_bps: FloatArray
+    rx_bps: FloatArray
+    count: IntArray  # periods in each VM's window (0 = nothing measured yet)
+    censored: BoolArray  # the latest period was held back by the path (module docstring)
+    demand_est_bps: FloatArray  # censored periods count (1 + censor_margin) x
+
+
+class SensorKernel:
+    """The windows of ``n_vms`` VMs, one row each, and their factors (the core's).
+
+    A VM whose host changed since the last reading starts an empty window and skips that
+    period (the new host's sensor has no previous reading of it); a VM whose counter went
+    back skips it too (a reset, counted in :attr:`resets`); a repeated or out-of-order
+    reading is ignored.
+    """
+
+    def __init__(
+        self,
+        n_vms: int,
+        num: int = 6,
+        epsilon: float = 0.7,
+        threshold_bps: float = DEFAULT_TRAFFIC_THRESHOLD_BPS,
+        censor_margin: float = DEFAULT_CENSOR_MARGIN,
+        cpu_saturation: float = DEFAULT_CPU_SATURATION,
+    ) -> None:
+        self._sensor = _core.Sensor(
+            n_vms, num, epsilon, threshold_bps, censor_margin, cpu_saturation
+        )
+
+    @classmethod
+    def _of(cls, sensor: _core.Sensor) -> SensorKernel:
+        kernel = cls.__new__(cls)
+        kernel._sensor = sensor
+        return kernel
+
+    @property
+    def resets(self) -> int:
+        return self._sensor.resets
+
+    def accepts(self, t: float) -> bool:
+        """Whether a reading at ``t`` would be taken (it is later than the last one)."""
+        return self._sensor.accepts(t)
+
+    def measured(self) -> bool:
+        """Whether some VM has a full period in its window."""
+        return self._sensor.measured()
+
+    def remap(self, keep: list[int]) -> SensorKernel:
+        """These windows over another list of VMs: row ``i`` is the old row ``keep[i]``, or
+        a VM not seen before where it is -1."""
+        return SensorKernel._of(self._sensor.remap(np.array(keep, dtype=np.int64)))
+
+    def observe(
+        self,
+        t: float,
+        counters: npt.ArrayLike,
+        vcpus: FloatArray,
+        host: IntArray,
+        ceiling: FloatArray | None = None,
+        virtio: BoolArray | None = None,
+    ) -> None:
+        """Take a reading: ``counters`` is (6, N) cpu, steal, rx_b, tx_b, rx_pk, tx_pk, whole
+        numbers as a driver reads them; ``host`` is each VM's host now; ``ceiling`` each
+        VM's path ceiling in bit/s (inf = none) and ``virtio`` whether it is on virtio, as
+        :meth:`HostSensor.observe` takes them (None: no ceiling, nobody on virtio)."""
+
+        def f64(a: npt.ArrayLike) -> FloatArray:
+            return np.ascontiguousarray(a, dtype=np.float64)
+
+        self._sensor.observe(
+            float(t),
+            np.ascontiguousarray(counters, dtype=np.int64).reshape(-1),
+            f64(vcpus),
+            np.ascontiguousarray(host, dtype=np.int64),
+            None if ceiling is None else f64(ceiling),
+            None if virtio is None else np.ascontiguousarray(virtio, dtype=np.bool_),
+        )
+
+    def factors(self, host: IntArray, n_hosts: int) -> SensedFactors:
+        """Every VM's factors; NF is normalised over the VMs of its host (``host``)."""
+        f = self._sensor.factors(np.ascontiguousarray(host, dtype=np.int64), n_hosts)
+        return SensedFactors(
+            cpu_usage=f[0],
+            io_degree=f[1],
+            io_factor=f[2],
+            net_degree=f[3],
+            net_factor=f[4],
+            has_traffic=f[5],
+            demand_bps=f[6],
+            last_rate_bps=f[7],
+            tx_bps=f[8],
+            rx_bps=f[9],
+            count=self._sensor.count,
+            censored=f[10],
+            demand_est_bps=f[11],
+        )
+
+
+class HostSensor:
+    """One host's VMs as a fleet of one :class:`SensorKernel`, by name.
+
+    Feed it :class:`HostSample` objects in time order, read factors. VMs that disappear
+    from a sample (migrated away, destroyed) are forgotten; a VM that appears starts with
+    an empty window.
     """
 
     def __init__(
@@ -236,17 +213,15 @@ class HostSensor:
         censor_margin: float = DEFAULT_CENSOR_MARGIN,
         cpu_saturation: float = DEFAULT_CPU_SATURATION,
     ) -> None:
-        if num < 1:
-            raise ValueError(f"window num must be >= 1, got {num}")
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
-        self.num = num
-        self.epsilon = epsilon
-        self.threshold_bps = traffic_threshold_bps
-        self.censor_margin, self.cpu_saturation = censor_margin, cpu_saturation
-        self._last: HostSample | None = None
-        self._windows: dict[str, deque[PeriodStats]] = {}
-        self.resets = 0
+        self._kernel = SensorKernel(
+            0, num, epsilon, traffic_threshold_bps, censor_margin, cpu_saturation
+        )
+        self._names: list[str] = []  # the kernel's rows: kept VMs in order, then new ones
+        self._rows: dict[str, int] = {}
+
+    @property
+    def resets(self) -> int:
+        return self._kernel.resets
 
     def observe(
         self,
@@ -258,68 +233,62 @@ class HostSensor:
         VF max rate, guest limit and the line rate; a VM not named has none); ``virtio``:
         the VMs on virtio. Both as the host is when the reading is taken: a path changed
         inside the period is judged by its new ceiling for that one period."""
-        prev = self._last
-        if prev is not None and sample.time_s <= prev.time_s:
-            # A repeated or out-of-order reading carries no new information: ignore it
-            # entirely, or the next period would be measured from the wrong reading.
+        if not self._kernel.accepts(sample.time_s):
+            # a repeated or out-of-order reading carries no new information: its VMs are
+            # not forgotten either, or the next period would lose them
             return
-        self._last = sample
-        for gone in set(self._windows) - set(sample.vms):
-            del self._windows[gone]
-        if prev is None:
-            for vm in sample.vms:
-                self._windows.setdefault(vm, deque(maxlen=self.num))
-            return
-        dt = sample.time_s - prev.time_s
-        for vm, cur in sample.vms.items():
-            window = self._windows.setdefault(vm, deque(maxlen=self.num))
-            before = prev.vms.get(vm)
-            if before is None:
-                continue
-            stats = period_stats(before, cur, dt)
-            if stats is None:
-                self.resets += 1
-                continue
-            ceiling = ceilings.get(vm, math.inf) if ceilings else math.inf
-            if censored(
-                stats,
-                ceiling,
-                vm in virtio,
-                self.censor_margin,
-                self.cpu_saturation,
-                self.threshold_bps,
-            ):
-                stats = replace(stats, censored=True)
-            window.append(stats)
+        rows = self._rows
+        names = [
+            *(vm for vm in self._names if vm in sample.vms),
+            *(vm for vm in sample.vms if vm not in rows),
+        ]
+        if names != self._names:
+            self._kernel = self._kernel.remap([rows.get(vm, -1) for vm in names])
+            self._names, self._rows = names, {vm: i for i, vm in enumerate(names)}
+        vms = [sample.vms[vm] for vm in names]
+        counters = [
+            [c.cpu_time_ns for c in vms],
+            [c.steal_ns for c in vms],
+            [c.rx_bytes for c in vms],
+            [c.tx_bytes for c in vms],
+            [c.rx_packets for c in vms],
+            [c.tx_packets for c in vms],
+        ]
+        limits = ceilings or {}
+        self._kernel.observe(
+            sample.time_s,
+            np.array(counters, dtype=np.int64),
+            np.array([c.vcpus for c in vms], dtype=np.float64),
+            np.zeros(len(vms), dtype=np.int64),
+            np.array([limits.get(vm, math.inf) for vm in names], dtype=np.float64),
+            np.array([vm in virtio for vm in names], dtype=np.bool_),
+        )
 
-    def windows(self) -> dict[str, Sequence[PeriodStats]]:
-        return {vm: tuple(w) for vm, w in self._windows.items()}
+    def measured(self) -> bool:
+        """Whether some VM has a full period in its window."""
+        return self._kernel.measured()
+
+    def periods(self) -> dict[str, int]:
+        """Each VM's periods in its window."""
+        f = self._kernel.factors(np.zeros(len(self._names), dtype=np.int64), 1)
+        return dict(zip(self._names, f.count.tolist(), strict=True))
 
     def factors(self) -> dict[str, VMFactors]:
-        windows = self.windows()
-        nf = network_factors(windows, self.epsilon, self.threshold_bps)
-        out: dict[str, VMFactors] = {}
-        for vm, w in windows.items():
-            last = w[-1] if w else None
-            out[vm] = VMFactors(
-                vm=vm,
-                cpu_usage=last.cpu_usage if last else 0.0,
-                io_degree=io_degree(w),
-                io_factor=io_factor(w),
-                net_degree=net_degree(w, self.epsilon, self.threshold_bps),
-                net_factor=nf[vm],
-                has_traffic=any(s.has_traffic(self.threshold_bps) for s in w),
-                demand_bps=_mean(s.rate_bps for s in w),
-                last_rate_bps=last.rate_bps if last else 0.0,
-                tx_bps=8.0 * last.tx_bytes / last.dt_s if last else 0.0,
-                rx_bps=8.0 * last.rx_bytes / last.dt_s if last else 0.0,
-                censored=last.censored if last else False,
-                demand_est_bps=demand_estimate(w, self.censor_margin),
-            )
-        return out
-
-
-def _mean(values: Iterable[float]) -> float:
-    vals = list(values)
-    return sum(vals) / len(vals) if vals else 0.0
-
+        f = self._kernel.factors(np.zeros(len(self._names), dtype=np.int64), 1)
+        cols = zip(
+            self._names,
+            f.cpu_usage.tolist(),
+            f.io_degree.tolist(),
+            f.io_factor.tolist(),
+            f.net_degree.tolist(),
+            f.net_factor.tolist(),
+            f.has_traffic.tolist(),
+            f.demand_bps.tolist(),
+            f.last_rate_bps.tolist(),
+            f.tx_bps.tolist(),
+            f.rx_bps.tolist(),
+            f.censored.tolist(),
+            f.demand_est_bps.tolist(),
+            strict=True,
+        )
+        return {c[0]: VMFactors(*c) for c in cols}

@@ -1,16 +1,15 @@
-"""DSR-IOV VF scheduling (:func:`sova.policy.vfsched.schedule`) as one array pass over the
-VMs of any number of hosts.
+"""DSR-IOV VF scheduling (docs/design.md#vf-scheduling) in one pass over the VMs of any
+number of hosts: one implementation, the compiled core's (rust/sova-core/src/vfsched.rs,
+docs/design.md "The compiled core").
 
-:func:`schedule_hosts` is the implementation: a host agent calls it with its one host
-(:func:`schedule_one`, what the VF policies use) and a simulated world with every host at
-once (``sova.sim.fleet_control``). :func:`sova.policy.vfsched.schedule` stays as the
-readable specification; ``tests/test_vfkernel.py`` holds the two equal on random
-heterogeneous clusters.
+:func:`schedule_hosts` is the facade: a host agent calls it with its one host
+(:func:`schedule_one`, what the VF policies and Alg. 1's Operation Table use) and a
+simulated world with every host at once (``sova.sim.fleet_control``). The readable per-host
+form it replaced is kept in tests/vfsched_oracle.py; ``tests/test_vfkernel.py`` holds the
+two equal on random heterogeneous clusters.
 
-Rows are VMs, each with its host's index. Ties the specification breaks by VM name are
-broken by ``name_rank`` (any numbering in the names' order). The greedy tolerance groups
-are sequential inside a host, so that step loops over rank positions (as many iterations
-as the largest host has VMs), each one vectorised over all hosts.
+Rows are VMs, each with its host's index. Ties the readable form breaks by VM name are
+broken by ``name_rank`` (any numbering in the names' order).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sova.lazymap import LazyMapping
+from sova.policy import _core
 from sova.policy.vfsched import Candidate, VFDecision, VFSchedulerConfig
 
 
@@ -52,96 +52,49 @@ class VFSchedule:
     held_back: np.ndarray | None = None  # bool: a move that did not pay decided its place
 
 
-def _segments(keys_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For sorted keys: the start of each element's run of equal keys, and its position
-    inside the run."""
-    n = keys_sorted.size
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    new = np.r_[True, keys_sorted[1:] != keys_sorted[:-1]]
-    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    return start, np.arange(n) - start
-
-
-def _cumcount(host_sorted: np.ndarray, flag: np.ndarray) -> np.ndarray:
-    """For rows sorted by host: the flagged rows of the same host up to this one, inclusive."""
-    cs = np.cumsum(flag)
-    start, _ = _segments(host_sorted)
-    before = np.where(start > 0, cs[np.maximum(start - 1, 0)], 0)
-    return np.asarray(cs - before)
-
-
 def schedule_hosts(
     rows: VFRows, vf_count: np.ndarray, now_s: float, config: VFSchedulerConfig
 ) -> VFSchedule:
-    """One scheduling period of every host: :func:`~sova.policy.vfsched.schedule` per host."""
-    if vf_count.size and int(vf_count.min()) < 0:
-        raise ValueError(f"vf_count must be >= 0, got {int(vf_count.min())}")
-    host, name_rank = rows.host, rows.name_rank
-    n = host.size
-    # a holder's scores count (1 + hysteresis) times, in the filter and in the ranking
-    boost = np.where(rows.holder, 1.0 + config.hysteresis, 1.0)
-    netb, iob = rows.net_score * boost, rows.io_score * boost
-    passed = rows.eligible.copy()
-    if config.io_filter == "threshold":
-        passed &= iob >= config.io_threshold
-    elif config.top_q:
-        e = np.flatnonzero(passed)
-        order = e[np.lexsort((name_rank[e], -iob[e], host[e]))]
-        _, pos = _segments(host[order])
-        passed[order[pos >= config.top_q]] = False
-    demand = rows.demand if rows.demand is not None else np.zeros(n)
-    if config.top_senders:
-        # the vf_count highest (boosted) demands of each host pass whatever their I/O score
-        s_ = np.flatnonzero(rows.eligible & rows.has_traffic)
-        order = s_[np.lexsort((name_rank[s_], -(demand[s_] * boost[s_]), host[s_]))]
-        _, pos = _segments(host[order])
-        passed[order[pos < vf_count[host[order]]]] = True
-    traffic = passed & rows.has_traffic
-    served = np.zeros(n, dtype=bool)
-    gain = np.maximum(0.0, demand - config.virtio_lossless)
-    if config.cost_benefit:
-        # a holder stays ranked: unplugging it buys nothing unless an entrant pays for it
-        served = traffic & ~(gain > 0.0) & ~rows.holder
-        traffic &= ~served
-    active = np.flatnonzero(traffic)
-    # tolerance groups, formed greedily from each host's leader down
-    order = active[np.lexsort((name_rank[active], -netb[active], host[active]))]
-    start, pos = _segments(host[order])
-    group = np.zeros(order.size, dtype=np.int64)
-    leader = np.zeros(order.size)  # at each host's first row: its current group's leader
-    nb = netb[order]
-    for j in range(int(pos.max()) + 1 if order.size else 0):
-        at = np.flatnonzero(pos == j)
-        s = start[at]
-        if j == 0:
-            leader[s] = nb[at]
-            continue
-        same = nb[at] >= leader[s] / (1.0 + config.tolerance)
-        group[at] = group[at - 1] + ~same
-        leader[s] = np.where(same, leader[s], nb[at])
-    g_of = np.zeros(n, dtype=np.int64)
-    g_of[order] = group
-    ranked = active[np.lexsort((name_rank[active], -iob[active], g_of[active], host[active]))]
-    hr = host[ranked]
-    _, rpos = _segments(hr)
-    rank = np.full(n, -1, dtype=np.int64)
-    rank[ranked] = rpos
-    # holders inside their dwell keep their VF whatever their rank (up to the pool), the
-    # rest of the pool goes down the ranking
-    prot = rows.holder[ranked] & (now_s - rows.since[ranked] < config.min_dwell_s)
-    vfc = vf_count[hr]
-    kept = prot & (_cumcount(hr, prot) <= vfc)
-    n_kept = np.bincount(hr, kept, minlength=vf_count.size).astype(np.int64)
-    rest = ~prot
-    fill = rest & (_cumcount(hr, rest) <= np.maximum(vfc - n_kept[hr], 0))
-    pq = np.zeros(n, dtype=bool)
-    pq[ranked[kept | fill]] = True
-    dwell = np.zeros(n, dtype=bool)
-    dwell[ranked[kept]] = True
-    held_back = np.zeros(n, dtype=bool)
-    if config.cost_benefit:
-        _pay_for_moves(rows, ranked, rank, pq, held_back, gain, demand, vf_count, config)
+    """One scheduling period of every host (``vf_count[h]``: host h's VFs): the compiled
+    core's (rust/sova-core/src/vfsched.rs), which ``schedule_one`` runs for one host."""
+
+    def i64(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    def f64(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.float64)
+
+    def flag(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.bool_)
+
+    demand = rows.demand if rows.demand is not None else np.zeros(rows.host.size)
+    passed, rank, pq, dwell, ranked, served, held_back = _core.vf_schedule(
+        i64(rows.host),
+        i64(rows.name_rank),
+        f64(rows.io_score),
+        f64(rows.net_score),
+        flag(rows.has_traffic),
+        flag(rows.eligible),
+        flag(rows.holder),
+        f64(rows.since),
+        f64(demand),
+        i64(vf_count),
+        float(now_s),
+        (
+            config.io_filter == "threshold",
+            float(config.io_threshold),
+            int(config.top_q),
+            float(config.tolerance),
+            float(config.hysteresis),
+            float(config.min_dwell_s),
+            bool(config.top_senders),
+            bool(config.cost_benefit),
+            float(config.virtio_lossless),
+            float(config.hotplug_blip),
+            float(config.horizon),
+            float(config.benefit_margin),
+        ),
+    )
     return VFSchedule(
         passed=passed,
         rank=rank,
@@ -151,57 +104,6 @@ def schedule_hosts(
         served=served,
         held_back=held_back,
     )
-
-
-def _pay_for_moves(
-    rows: VFRows,
-    ranked: np.ndarray,
-    rank: np.ndarray,
-    pq: np.ndarray,
-    held_back: np.ndarray,
-    gain: np.ndarray,
-    demand: np.ndarray,
-    vf_count: np.ndarray,
-    config: VFSchedulerConfig,
-) -> None:
-    """:func:`~sova.policy.vfsched._pay_for_moves` of every host, in place on ``pq`` and
-    ``held_back``: entrants in rank order take the free VFs, then pair with the leavers
-    in (gain, name) order."""
-    holder, host = rows.holder, rows.host
-    n_hosts = vf_count.size
-    is_ranked = rank >= 0
-    ent = ranked[pq[ranked] & ~holder[ranked]]  # host, then rank order
-    lv = np.flatnonzero(is_ranked & holder & ~pq)
-    lv = lv[np.lexsort((rows.name_rank[lv], gain[lv], host[lv]))]
-    n_kept = np.bincount(host, pq & holder, minlength=n_hosts).astype(np.int64)
-    n_lv = np.bincount(host[lv], minlength=n_hosts).astype(np.int64)
-    overflow = np.maximum(0, n_kept + n_lv - vf_count)
-    free = vf_count - n_kept - (n_lv - overflow)
-    if ent.size == 0:
-        return
-    he = host[ent]
-    _, j = _segments(he)
-    lv_start = np.searchsorted(host[lv], np.arange(n_hosts))
-    to_free = j < free[he]
-    cost = config.hotplug_blip
-    margin = 1.0 + config.benefit_margin
-    # a free VF: horizon * (gain - 0.0) > (1 + margin) * (blip * demand), as worth_it
-    f = ent[to_free]
-    ok = config.horizon * (gain[f] - 0.0) > margin * (cost * demand[f])
-    pq[f[~ok]] = False
-    held_back[f[~ok]] = True
-    p_ent = ent[~to_free]
-    if p_ent.size == 0:
-        return
-    hp = host[p_ent]
-    p_lv = lv[lv_start[hp] + overflow[hp] + j[~to_free] - free[hp]]
-    ok = config.horizon * (gain[p_ent] - gain[p_lv]) > margin * (
-        cost * (demand[p_ent] + demand[p_lv])
-    )
-    pq[p_ent[~ok]] = False
-    pq[p_lv[~ok]] = True
-    held_back[p_ent[~ok]] = True
-    held_back[p_lv[~ok]] = True
 
 
 class Decisions:

@@ -37,7 +37,7 @@ import numpy as np
 from sova.agent.loop import HostAgent, Sensed
 from sova.lazymap import LazyMapping
 from sova.model import Inventory, VMState
-from sova.policy.kernels import SensedFactors
+from sova.policy.sensing import SensedFactors
 from sova.policy.vfkernel import Decisions, VFRows, VFSchedule, schedule_hosts
 from sova.sim.engine import Engine, vm_states
 from sova.sim.fleet_sensing import FleetSensed

@@ -1,10 +1,10 @@
 """Every host's sensing of a simulated world in one pass of the policy's sensor kernel.
 
 :meth:`HostAgent.step` reads its host's counters into a :class:`~sova.policy.sensing.HostSensor`
-(per-VM deques of period objects) and computes each VM's factors in Python; across a large
-world that was a third of the run time. Here the world reads the engine's counter arrays
-once per control period, :class:`~sova.policy.kernels.SensorKernel` computes every VM's
-factors at once, and each host's agent gets its VMs' factors (:class:`~sova.agent.loop.Sensed`)
+(the compiled sensor over that host's VMs) once per agent; across a large world that was a
+third of the run time. Here the world reads the engine's counter arrays once per control
+period and the same compiled sensor, :class:`~sova.policy.sensing.SensorKernel` over every
+VM of the world, computes every VM's factors at once, and each host's agent gets its VMs' factors (:class:`~sova.agent.loop.Sensed`)
 and decides, plans and applies as usual. Those per-VM factor objects are built only when
 read (:class:`HostFactors`): the hosts the world decides for
 (:mod:`sova.sim.fleet_control`) never read them. The host and VM load shares the agent reports to
@@ -16,7 +16,8 @@ hands on its arrays to readers that take every host at once.
 What a host's sensor would have seen is reproduced exactly: counters are whole numbers as a
 driver reads them, a VM that arrived on a host since the last period starts an empty window
 there, and NF is normalised over the VMs of each host (``tests/test_kernels.py`` holds the
-kernel equal to ``HostSensor``; ``scripts/golden.py check`` holds the runs byte-identical).
+fleet's factors equal to the readable per-host form's, tests/sensing_oracle.py;
+``scripts/golden.py check`` holds the runs byte-identical).
 """
 
 from __future__ import annotations
@@ -29,14 +30,8 @@ import numpy as np
 from sova.agent.config import ControllerConfig
 from sova.agent.loop import Loads, Sensed
 from sova.lazymap import LazyMapping
-from sova.policy.kernels import (
-    LoadArrays,
-    SensedFactors,
-    SensorKernel,
-    demand_load_arrays,
-    load_shares,
-)
-from sova.policy.sensing import LoadShares, VMFactors
+from sova.policy.kernels import LoadArrays, demand_load_arrays, load_shares
+from sova.policy.sensing import LoadShares, SensedFactors, SensorKernel, VMFactors
 from sova.sim.engine import Engine
 
 

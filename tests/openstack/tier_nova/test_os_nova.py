@@ -37,7 +37,8 @@ from sova.daemon.store_rows import LogSlice  # noqa: E402
 from sova.driver.base import OpState, OpStatus  # noqa: E402
 from sova.model import NIC, VM, AttachVF, DetachVF, Host, Inventory, Migrate, VMState  # noqa: E402
 from sova.orchestrator.openstack import OpenStackActuator  # noqa: E402
-from sova.policy.vfsched import Candidate, VFSchedulerConfig, schedule  # noqa: E402
+from sova.policy.vfkernel import schedule_one  # noqa: E402
+from sova.policy.vfsched import Candidate, VFSchedulerConfig  # noqa: E402
 
 pytestmark = pytest.mark.openstack
 
@@ -671,7 +672,7 @@ class TestFastPathThroughNova(_UnderPytest, sriov._PCIServersTestBase):
     def chosen(self, net: dict[str, float], holders: dict[str, float] | None = None) -> str:
         """The VF scheduler's pick among two I/O-bound VMs for the host's one VF."""
         cands = [Candidate(vm, 80.0, net[vm], True, True) for vm in sorted(net)]
-        decision = schedule(cands, holders or {}, 1, 3600.0, VFSchedulerConfig())
+        decision = schedule_one(cands, holders or {}, 1, 3600.0, VFSchedulerConfig())
         [vm] = decision.pq
         return vm
 

@@ -1,0 +1,292 @@
+//! The Sova allocator (docs/design.md#sova-allocator): each host's link shared among its
+//! VMs' flows, work-conserving, weighted max-min above the SLA floors, for one host (the
+//! registered allocator object) or every host of a fleet (the agents' and the simulator's
+//! bandwidth step) at once.
+//!
+//! Per flow: ceiling `hi = min(demand, SLA max, max_pps · packet_bytes · 8)`, floor
+//! `lo = min(SLA min, hi)`. A host whose floors sum above its capacity scales them down
+//! (`lo · (capacity / Σlo)`); otherwise its rates are [`clamped_fill`] of the capacity.
+//! Sums are [`fsum`] (correctly rounded, as Python's `math.fsum`), so every rate is the
+//! float the readable per-host form (`tests/bandwidth_oracle.py`) computes.
+
+use crate::waterfill::{InputError, Layout};
+
+/// `math.fsum`: the correctly rounded sum of finite values (Shewchuk's exact partials,
+/// as CPython sums them, then the round-half-even fix-up across partials). A non-finite
+/// value makes the plain sum of the non-finite values, as `math.fsum` gives it.
+pub fn fsum(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut p: Vec<f64> = Vec::with_capacity(8);
+    let mut special = 0.0;
+    let mut any_special = false;
+    for v in values {
+        let mut x = v;
+        let mut i = 0;
+        for j in 0..p.len() {
+            let mut y = p[j];
+            if x.abs() < y.abs() {
+                std::mem::swap(&mut x, &mut y);
+            }
+            let hi = x + y;
+            let lo = y - (hi - x);
+            if lo != 0.0 {
+                p[i] = lo;
+                i += 1;
+            }
+            x = hi;
+        }
+        p.truncate(i);
+        if x != 0.0 {
+            if !x.is_finite() {
+                // a NaN or an infinity among the values (the callers check theirs finite)
+                special += v;
+                any_special = true;
+                p.clear();
+            } else {
+                p.push(x);
+            }
+        }
+    }
+    if any_special {
+        return special;
+    }
+    let Some(mut hi) = p.pop() else {
+        return 0.0;
+    };
+    // add the partials from the top while the sum stays exact
+    let mut lo = 0.0;
+    while let Some(y) = p.pop() {
+        let x = hi;
+        hi = x + y;
+        lo = y - (hi - x);
+        if lo != 0.0 {
+            break;
+        }
+    }
+    // half-way cases: round to even across the partials left below
+    if let Some(&next) = p.last()
+        && ((lo < 0.0 && next < 0.0) || (lo > 0.0 && next > 0.0))
+    {
+        let y = lo * 2.0;
+        let x = hi + y;
+        if y == x - hi {
+            hi = x;
+        }
+    }
+    hi
+}
+
+/// Python's `min(a, b)`: `b` only when it is smaller (ties and NaN keep `a`).
+fn py_min(a: f64, b: f64) -> f64 {
+    if b < a { b } else { a }
+}
+
+/// Python's `max(a, b)`: `b` only when it is larger.
+fn py_max(a: f64, b: f64) -> f64 {
+    if b > a { b } else { a }
+}
+
+/// Weighted max-min fill: `x_i = clamp(λ·w_i, lo_i, hi_i)` with `Σx = target` (`target`
+/// clamped into `[Σlo, Σhi]`), floors counting toward the fair share. λ is found exactly,
+/// by linear interpolation between the breakpoints of the piecewise-linear fill curve
+/// (where some flow reaches its floor or its ceiling, `lo_i / w_i` and `hi_i / w_i`), not by
+/// bisection, so the answer does not depend on a tolerance. Weights must be > 0.
+pub fn clamped_fill(target: f64, lo: &[f64], hi: &[f64], w: &[f64], out: &mut [f64]) {
+    let n = lo.len();
+    if n == 0 {
+        return;
+    }
+    if target >= fsum(hi.iter().copied()) {
+        out.copy_from_slice(hi);
+        return;
+    }
+    if target <= fsum(lo.iter().copied()) {
+        out.copy_from_slice(lo);
+        return;
+    }
+    let at = |lam: f64, i: usize| py_min(hi[i], py_max(lo[i], lam * w[i]));
+    let filled = |lam: f64| fsum((0..n).map(|i| at(lam, i)));
+    // the breakpoints, each value once (the first of equal ones, as a Python set keeps it)
+    let mut points: Vec<f64> = Vec::with_capacity(2 * n);
+    for x in (0..n)
+        .map(|i| lo[i] / w[i])
+        .chain((0..n).map(|i| hi[i] / w[i]))
+    {
+        if !points.contains(&x) {
+            points.push(x);
+        }
+    }
+    points.sort_by(|a, b| a.total_cmp(b));
+    let (mut prev_lam, mut prev_f) = (0.0, filled(0.0));
+    let mut lam_star = points[points.len() - 1];
+    for &lam in &points {
+        let f = filled(lam);
+        if f >= target {
+            // ((target − f₀)·(λ − λ₀)) / (f − f₀) + λ₀, in the readable form's order
+            lam_star = if f == prev_f {
+                lam
+            } else {
+                prev_lam + (target - prev_f) * (lam - prev_lam) / (f - prev_f)
+            };
+            break;
+        }
+        (prev_lam, prev_f) = (lam, f);
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = at(lam_star, i);
+    }
+}
+
+/// Each flow's SLA and what was measured of it, one value per flow.
+pub struct Flows<'a> {
+    pub demand: &'a [f64],
+    pub minimum: &'a [f64],
+    /// inf: no SLA maximum
+    pub maximum: &'a [f64],
+    /// NaN: no SLA packet rate
+    pub max_pps: &'a [f64],
+    pub packet_bytes: &'a [f64],
+    pub weight: &'a [f64],
+}
+
+/// The Sova allocator for every link of `layout` (link `h`'s flows in the order the
+/// per-host form sees them); `out[i]` is flow `i`'s rate in bit/s.
+pub fn sova_allocate(
+    capacity: &[f64],
+    layout: &Layout<'_>,
+    f: &Flows<'_>,
+    out: &mut [f64],
+) -> Result<(), InputError> {
+    let n = f.demand.len();
+    for (name, len) in [
+        ("minimum", f.minimum.len()),
+        ("maximum", f.maximum.len()),
+        ("max_pps", f.max_pps.len()),
+        ("packet_bytes", f.packet_bytes.len()),
+        ("weight", f.weight.len()),
+        ("out", out.len()),
+    ] {
+        if len != n {
+            return Err(InputError(format!("{name}: {len} values for {n} flows")));
+        }
+    }
+    if capacity.len() != layout.links() {
+        return Err(InputError(format!(
+            "capacity: {} values for {} links",
+            capacity.len(),
+            layout.links()
+        )));
+    }
+    let (mut lo, mut hi, mut w, mut rates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut flows: Vec<usize> = Vec::new();
+    for (h, &cap) in capacity.iter().enumerate() {
+        flows.clear();
+        flows.extend(layout.row(h));
+        lo.clear();
+        hi.clear();
+        w.clear();
+        for &k in &flows {
+            let pps_limit = if f.max_pps[k].is_nan() {
+                f64::INFINITY
+            } else {
+                f.max_pps[k] * f.packet_bytes[k] * 8.0
+            };
+            let ceiling = py_min(py_min(f.demand[k], f.maximum[k]), pps_limit);
+            hi.push(ceiling);
+            lo.push(py_min(f.minimum[k], ceiling));
+            w.push(f.weight[k]);
+        }
+        rates.clear();
+        rates.resize(flows.len(), 0.0);
+        let floor_total = fsum(lo.iter().copied());
+        if floor_total > cap {
+            // guarantees over-committed: every one loses the same fraction
+            let scale = cap / floor_total;
+            for (r, &x) in rates.iter_mut().zip(&lo) {
+                *r = x * scale;
+            }
+        } else {
+            clamped_fill(cap, &lo, &hi, &w, &mut rates);
+        }
+        for (&k, &r) in flows.iter().zip(&rates) {
+            out[k] = r;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fsum_is_correctly_rounded() {
+        // (values, math.fsum of them): cancellation, ties to even across partials, the
+        // values a plain left-to-right sum gets wrong
+        let u = f64::EPSILON; // 2^-52
+        let table: [(&[f64], f64); 7] = [
+            (&[], 0.0),
+            (&[0.1, 0.2, 0.3], 0.6),             // plain: 0.6000000000000001
+            (&[1e16, 1.0, -1e16], 1.0),          // plain: 0.0
+            (&[1.0, 1e100, 1.0, -1e100], 2.0),   // plain: 0.0
+            (&[1.0, u / 2.0, u / 4.0], 1.0 + u), // above the tie: rounds up
+            (&[1.0, u / 2.0, -u / 4.0], 1.0),    // below it: down
+            (&[1.0, u / 2.0, u * u], 1.0 + u),   // a tie broken by a tiny partial
+        ];
+        for (values, want) in table {
+            assert_eq!(fsum(values.iter().copied()), want, "{values:?}");
+        }
+        assert_eq!(fsum([1.0, f64::INFINITY]), f64::INFINITY);
+    }
+
+    #[test]
+    fn clamped_fill_table() {
+        // (target, lo, hi, w, rates): λ where Σ clamp(λ·w, lo, hi) = target
+        type Case<'a> = (f64, &'a [f64], &'a [f64], &'a [f64], &'a [f64]);
+        let table: [Case; 5] = [
+            // equal weights, no floors: 5 each
+            (10.0, &[0.0, 0.0], &[10.0, 10.0], &[1.0, 1.0], &[5.0, 5.0]),
+            // a floor of 7 above the fair share 5 keeps 7, the other takes the rest, 3
+            (10.0, &[0.0, 7.0], &[10.0, 10.0], &[1.0, 1.0], &[3.0, 7.0]),
+            // weights 1:3 -> λ = 2.5: 2.5 and 7.5
+            (10.0, &[0.0, 0.0], &[10.0, 10.0], &[1.0, 3.0], &[2.5, 7.5]),
+            // a ceiling of 2 binds; the other takes 8
+            (10.0, &[0.0, 0.0], &[2.0, 10.0], &[1.0, 1.0], &[2.0, 8.0]),
+            // target above Σhi: every flow at its ceiling
+            (50.0, &[1.0, 0.0], &[2.0, 10.0], &[1.0, 1.0], &[2.0, 10.0]),
+        ];
+        for (target, lo, hi, w, want) in table {
+            let mut out = vec![0.0; lo.len()];
+            clamped_fill(target, lo, hi, w, &mut out);
+            assert_eq!(out, want, "target {target} lo {lo:?} hi {hi:?} w {w:?}");
+        }
+    }
+
+    #[test]
+    fn sova_per_link() {
+        // link 0 (1 Gbit/s): flows 0, 1 demand 0.8 and 0.6 Gbit/s, flow 1 guaranteed 0.5:
+        // floors 0 and 0.5, fill 1.0 -> λ = 0.5: 0.5 and 0.5.
+        // link 1 (1 Gbit/s): floors 0.8 + 0.7 over-committed -> scaled by 1/1.5.
+        // link 2 (10 Gbit/s): flow 4's 1,000 pps of 1,250 B caps it at 10 Mbit/s.
+        let g = 1e9;
+        let order = [0, 1, 2, 3, 4];
+        let start = [0, 2, 4, 5];
+        let layout = Layout::new(&order, &start, 5).unwrap();
+        let flows = Flows {
+            demand: &[0.8 * g, 0.6 * g, g, g, g],
+            minimum: &[0.0, 0.5 * g, 0.8 * g, 0.7 * g, 0.0],
+            maximum: &[f64::INFINITY; 5],
+            max_pps: &[f64::NAN, f64::NAN, f64::NAN, f64::NAN, 1000.0],
+            packet_bytes: &[1500.0, 1500.0, 1500.0, 1500.0, 1250.0],
+            weight: &[1.0; 5],
+        };
+        let mut out = [0.0; 5];
+        sova_allocate(&[g, g, 10.0 * g], &layout, &flows, &mut out).unwrap();
+        let scale = g / (0.8 * g + 0.7 * g);
+        assert_eq!(
+            out,
+            [0.5 * g, 0.5 * g, 0.8 * g * scale, 0.7 * g * scale, 1e7]
+        );
+        let e = sova_allocate(&[g], &layout, &flows, &mut out).unwrap_err();
+        assert_eq!(e.0, "capacity: 1 values for 3 links");
+    }
+}
