@@ -15,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from prometheus_client import Histogram
+
 from sova.daemon.credentials import Credential
 from sova.daemon.schema import FIELD_NAMES
 
@@ -67,6 +69,7 @@ class GuardMiddleware:
     def __init__(self, app: ASGIApp, service: ManagerService) -> None:
         self.app = app
         self.service = service
+        self._timers: dict[str, Histogram] = {}
 
     async def __call__(
         self,
@@ -84,9 +87,12 @@ class GuardMiddleware:
         try:
             await self._handle(scope, receive, send, path, method, endpoint)
         finally:
-            self.service.metrics.request_duration.labels(endpoint).observe(
-                time.perf_counter() - started
-            )
+            timer = self._timers.get(endpoint)
+            if timer is None:  # a handful of endpoints: labels() once each, not per request
+                timer = self._timers[endpoint] = self.service.metrics.request_duration.labels(
+                    endpoint
+                )
+            timer.observe(time.perf_counter() - started)
 
     async def _handle(
         self,
@@ -233,6 +239,7 @@ def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _NOT_JSON = object()
+_PAIRS = json.JSONDecoder(object_pairs_hook=_no_twice)
 
 
 def _decode(body: bytes) -> tuple[str | None, Any]:
@@ -243,7 +250,13 @@ def _decode(body: bytes) -> tuple[str | None, Any]:
     if not body:
         return None, _NOT_JSON
     try:
-        return None, json.loads(body, object_pairs_hook=_no_twice)
+        try:
+            # An agent's report is UTF-8: one decoder for all, no encoding detection.
+            return None, _PAIRS.decode(body.decode())
+        except _Twice:
+            raise
+        except ValueError:  # perhaps UTF-16/32 or a BOM, which json.loads detects
+            return None, json.loads(body, object_pairs_hook=_no_twice)
     except _Twice as exc:
         return str(exc), _NOT_JSON
     except ValueError:  # not JSON, not UTF-8: the route says so as it always did
