@@ -3,11 +3,20 @@
     .venv/bin/python benchmarks/manager_load.py --hosts 10000 --period 10 --duration 40
 
 Starts a real manager (uvicorn, its own process, SQLite store in a temporary directory,
-planning every period) on 127.0.0.1 and drives it with an open-loop asyncio/httpx load
-generator: each simulated host sends one compact report per period at its own phase, so
-10,000 hosts at 10 s is a steady 1,000 reports/s, the target of docs/design.md#experiments. Prints the sustained
-rate and the latency distribution measured at the client, plus the manager's own view
-(planning rounds and their duration, store writes) from its /metrics.
+planning every period) on 127.0.0.1 and drives it with a load generator: each simulated
+host sends one compact report per period, so 10,000 hosts at 10 s is a steady 1,000
+reports/s, the target of docs/design.md#experiments. Prints the sustained rate, the
+latency p50 / p99 measured at the client, the errors, the manager's CPU per report and
+its own view (planning rounds and their duration, store writes) from its /metrics, and
+the machine's load average before and at the end of the measured window.
+
+The generator (``--client``): ``wrk`` where it is installed (``apt-get install -y wrk``,
+Debian's; not needed by any test, so not in scripts/ci-setup*.sh), with
+``manager_load_wrk.lua``: every host's prepared body, its s and t growing, paced to the
+target rate; a C generator that costs a few percent of a core, where the Python ones
+below cost a good part of the core the manager needs on a 2-core machine. wrk measures
+from sending to the answer. ``raw`` (asyncio streams, keep-alive) and ``httpx`` are
+open-loop Python generators measuring from each report's due time.
 
 Bounded in count and time: ``--duration`` seconds of load after ``--warmup``, at most
 ``--connections`` requests in flight, every request with a timeout.
@@ -612,9 +621,9 @@ def main() -> None:
         "--nice",
         type=int,
         default=0,
-        help="the manager's and wrk's niceness (root: negative raises them above the "
-        "machine's other work, so a shared machine approximates a quiet one with --burn "
-        "cores busy; the burner stays at 0)",
+        help="the manager's and wrk's niceness (negative needs root). Where the kernel "
+        "groups processes by session (sched_autogroup, the default on most), it ranks the "
+        "manager above the burner only, not above other sessions' work",
     )
     args = ap.parse_args()
     if args.duration > 600 or args.hosts > 100_000:
