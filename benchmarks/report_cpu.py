@@ -18,6 +18,12 @@ doubles it): of the time inside the manager's guard, the report route's own code
 the wait for the commit, the answer) is 29 %, FastAPI's dependency solving with the
 body's validation 30 %, and routing, middleware and the response the rest: the report
 route is mostly framework, which a plain ASGI route for reports would save.
+
+With that route (``ReportFastPath``, docs/design.md "The report intake"), same command,
+3 runs each back to back with the code before: **0.449 ms before (0.402 / 0.517 /
+0.449), 0.219 ms after (0.219 / 0.194 / 0.219)**, medians, load average 10-16 throughout.
+What remains is the intake itself (freshness, the detector's windows, the row), the
+body's one decoding and validation, and each report's metrics.
 """
 
 from __future__ import annotations

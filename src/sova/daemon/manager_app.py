@@ -41,6 +41,7 @@ from sova.daemon.leadership import (
 )
 from sova.daemon.manager_console import console_router
 from sova.daemon.manager_guard import GuardMiddleware
+from sova.daemon.manager_routes_agents import ReportFastPath
 from sova.daemon.manager_routes_agents import router as agents_router
 from sova.daemon.manager_routes_operators import router as operators_router
 from sova.daemon.manager_security import exposure_check
@@ -99,6 +100,8 @@ def create_app(
     # What the routers' dependencies read (manager_routes.Service, /readyz's epoch).
     app.state.service = service
     app.state.epoch = epoch
+    # Added first, so it sits inside the guard (the last added is the outermost).
+    app.add_middleware(ReportFastPath)
     app.add_middleware(GuardMiddleware, service=service)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.include_router(agents_router)

@@ -15,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from prometheus_client import Histogram
+
 from sova.daemon.credentials import Credential
 from sova.daemon.schema import FIELD_NAMES
 
@@ -67,6 +69,7 @@ class GuardMiddleware:
     def __init__(self, app: ASGIApp, service: ManagerService) -> None:
         self.app = app
         self.service = service
+        self._timers: dict[str, Histogram] = {}
 
     async def __call__(
         self,
@@ -84,9 +87,12 @@ class GuardMiddleware:
         try:
             await self._handle(scope, receive, send, path, method, endpoint)
         finally:
-            self.service.metrics.request_duration.labels(endpoint).observe(
-                time.perf_counter() - started
-            )
+            timer = self._timers.get(endpoint)
+            if timer is None:  # a handful of endpoints: labels() once each, not per request
+                timer = self._timers[endpoint] = self.service.metrics.request_duration.labels(
+                    endpoint
+                )
+            timer.observe(time.perf_counter() - started)
 
     async def _handle(
         self,
@@ -139,8 +145,10 @@ class GuardMiddleware:
             while True:
                 try:
                     # A client that sends its body slowly (or not at all) must not hold a
-                    # connection and a task for ever.
-                    msg = await asyncio.wait_for(receive(), deadline - time.monotonic())
+                    # connection and a task for ever. (asyncio.timeout, not wait_for: no
+                    # task per message on the reports' path.)
+                    async with asyncio.timeout(deadline - time.monotonic()):
+                        msg = await receive()
                 except TimeoutError:
                     await _send_json(send, 408, {"detail": "request body not received in time"})
                     return
@@ -157,12 +165,16 @@ class GuardMiddleware:
                 if not msg.get("more_body", False):
                     break
             whole = b"".join(chunks)
-            twice = _key_twice(whole)
+            twice, decoded = _decode(whole)
             if twice is not None:
                 if endpoint == "report":
                     svc.metrics.reports.labels("rejected").inc()
                 await _send_json(send, 422, _given_twice(twice))
                 return
+            if endpoint == "report" and isinstance(decoded, dict):
+                # Decoded once: the reports' fast path (manager_routes_agents.ReportFastPath)
+                # validates this object instead of parsing the body again.
+                scope["state"][DECODED_REPORT] = decoded
             sent = False
 
             async def replay() -> Any:
@@ -176,6 +188,9 @@ class GuardMiddleware:
             return
         await self.app(scope, receive, send)
 
+
+# The scope's state key under which a report's body, decoded, is handed on.
+DECODED_REPORT = "sova_report_json"
 
 ANONYMOUS = Credential("anonymous", "admin")  # insecure = true and no credential configured
 
@@ -223,19 +238,29 @@ def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _key_twice(body: bytes) -> str | None:
-    """A key given twice in a JSON object of ``body`` (the parser keeps the last; a proxy
-    or a log reader may keep the first), or None. A body that is not JSON is left to the
-    route's own error."""
+_NOT_JSON = object()
+_PAIRS = json.JSONDecoder(object_pairs_hook=_no_twice)
+
+
+def _decode(body: bytes) -> tuple[str | None, Any]:
+    """(a key given twice in a JSON object of ``body``, or None; the decoded body, or
+    ``_NOT_JSON``). A key given twice is refused: the parser keeps the last, a proxy or a
+    log reader may keep the first. A body that is not JSON is left to the route's own
+    error."""
     if not body:
-        return None
+        return None, _NOT_JSON
     try:
-        json.loads(body, object_pairs_hook=_no_twice)
+        try:
+            # An agent's report is UTF-8: one decoder for all, no encoding detection.
+            return None, _PAIRS.decode(body.decode())
+        except _Twice:
+            raise
+        except ValueError:  # perhaps UTF-16/32 or a BOM, which json.loads detects
+            return None, json.loads(body, object_pairs_hook=_no_twice)
     except _Twice as exc:
-        return str(exc)
+        return str(exc), _NOT_JSON
     except ValueError:  # not JSON, not UTF-8: the route says so as it always did
-        return None
-    return None
+        return None, _NOT_JSON
 
 
 def _given_twice(key: str) -> dict[str, Any]:
