@@ -20,7 +20,23 @@ MAX_FUNCTION_LINES = 80
 # A route table is a function whose body is mostly route registrations; a declarative
 # schema mostly declarations (metrics, fields). Splitting either scatters one list that
 # is read as a whole.
-LONG_BY_NATURE: dict[tuple[str, str], tuple[int, str]] = {}
+LONG_BY_NATURE: dict[tuple[str, str], tuple[int, str]] = {
+    ("daemon/metrics.py", "AgentMetrics.__init__"): (
+        100,
+        "declarative schema: the agent's Prometheus metrics, one declaration each (name, help, "
+        "labels, buckets) and nothing else",
+    ),
+    ("daemon/metrics.py", "ManagerMetrics.__init__"): (
+        124,
+        "declarative schema: the manager's Prometheus metrics, one declaration each (name, "
+        "help, labels, buckets) and nothing else",
+    ),
+    ("sim/world_server.py", "create_world_app"): (
+        149,
+        "route table: the world's 13 HTTP routes, each a few-line handler over the shared "
+        "service, and the table that names their paths",
+    ),
+}
 
 # Functions over the limit that are still to be split (issue 40), capped at their length
 # today. Nothing may be added here.
@@ -31,9 +47,6 @@ NOT_SPLIT_YET: dict[tuple[str, str], int] = {
     ("daemon/agent_daemon.py", "run_agent"): 83,
     ("daemon/conn_guard.py", "guarded"): 192,
     ("daemon/manager_guard.py", "GuardMiddleware._handle"): 87,
-    ("daemon/manager_standby.py", "standby_app"): 218,
-    ("daemon/metrics.py", "AgentMetrics.__init__"): 100,
-    ("daemon/metrics.py", "ManagerMetrics.__init__"): 124,
     ("daemon/standby_reads.py", "add_standby_reads"): 91,
     ("daemon/store.py", "Store.write_round"): 119,
     ("lab/guarantee.py", "run_guarantee"): 103,
@@ -52,7 +65,6 @@ NOT_SPLIT_YET: dict[tuple[str, str], int] = {
     ("sim/report.py", "write_report"): 198,
     ("sim/state.py", "EngineState.__init__"): 88,
     ("sim/workload.py", "offer"): 91,
-    ("sim/world_server.py", "create_world_app"): 149,
     ("testbed/probing.py", "RealTrafficAllocator.allocate"): 99,
     ("testbed/report.py", "write_report"): 95,
     ("traces/prometheus.py", "capture"): 102,
