@@ -45,7 +45,6 @@ NOT_SPLIT_YET: dict[tuple[str, str], int] = {
     ("cli_scenario.py", "capture"): 162,
     ("cli_scenario.py", "import_"): 141,
     ("daemon/agent_daemon.py", "run_agent"): 83,
-    ("daemon/conn_guard.py", "guarded"): 192,
     ("daemon/manager_guard.py", "GuardMiddleware._handle"): 87,
     ("daemon/standby_reads.py", "add_standby_reads"): 91,
     ("daemon/store.py", "Store.write_round"): 119,
