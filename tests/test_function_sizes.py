@@ -63,8 +63,6 @@ NOT_SPLIT_YET: dict[tuple[str, str], int] = {
     ("sim/workload.py", "offer"): 91,
     ("testbed/probing.py", "RealTrafficAllocator.allocate"): 99,
     ("testbed/report.py", "write_report"): 95,
-    ("traces/prometheus.py", "capture"): 102,
-    ("traces/replay.py", "write_replay"): 113,
 }
 
 
