@@ -50,7 +50,6 @@ NOT_SPLIT_YET: dict[tuple[str, str], int] = {
     ("lab/hotspot.py", "run_hotspot"): 136,
     ("lab/runner.py", "run_scenario"): 119,
     ("manager/core.py", "ManagerCore.ingest_arrays"): 94,
-    ("manager/fleet.py", "drain_signals"): 94,
     ("orchestrator/openstack.py", "OpenStackActuator._migrate"): 99,
     ("policy/hotspot.py", "coordinate"): 147,
     ("scenario/load.py", "_events_to_data"): 91,
