@@ -52,7 +52,6 @@ NOT_SPLIT_YET: dict[tuple[str, str], int] = {
     ("manager/core.py", "ManagerCore.ingest_arrays"): 94,
     ("orchestrator/openstack.py", "OpenStackActuator._migrate"): 99,
     ("policy/hotspot.py", "coordinate"): 147,
-    ("scenario/load.py", "_events_to_data"): 91,
     ("sim/fleet_bandwidth.py", "FleetBandwidth.step"): 82,
     ("sim/fleet_control.py", "FleetControl.decide"): 111,
     ("sim/fleetgen.py", "generate"): 94,
