@@ -59,8 +59,6 @@ NOT_SPLIT_YET: dict[tuple[str, str], int] = {
     ("sim/report.py", "write_report"): 198,
     ("sim/state.py", "EngineState.__init__"): 88,
     ("sim/workload.py", "offer"): 91,
-    ("testbed/probing.py", "RealTrafficAllocator.allocate"): 99,
-    ("testbed/report.py", "write_report"): 95,
 }
 
 
