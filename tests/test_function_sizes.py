@@ -52,13 +52,7 @@ NOT_SPLIT_YET: dict[tuple[str, str], int] = {
     ("manager/core.py", "ManagerCore.ingest_arrays"): 94,
     ("orchestrator/openstack.py", "OpenStackActuator._migrate"): 99,
     ("policy/hotspot.py", "coordinate"): 147,
-    ("sim/fleet_bandwidth.py", "FleetBandwidth.step"): 82,
-    ("sim/fleet_control.py", "FleetControl.decide"): 111,
-    ("sim/fleetgen.py", "generate"): 94,
-    ("sim/network.py", "share"): 171,
     ("sim/report.py", "write_report"): 198,
-    ("sim/state.py", "EngineState.__init__"): 88,
-    ("sim/workload.py", "offer"): 91,
 }
 
 
