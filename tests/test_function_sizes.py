@@ -31,6 +31,11 @@ LONG_BY_NATURE: dict[tuple[str, str], tuple[int, str]] = {
         "declarative schema: the manager's Prometheus metrics, one declaration each (name, "
         "help, labels, buckets) and nothing else",
     ),
+    ("daemon/standby_reads.py", "add_standby_reads"): (
+        91,
+        "route table: the standby's read routes (fences, mode, plans, audit, decisions, "
+        "whoami, credentials), each a few lines over the read-only store",
+    ),
     ("sim/world_server.py", "create_world_app"): (
         149,
         "route table: the world's 13 HTTP routes, each a few-line handler over the shared "
@@ -41,9 +46,6 @@ LONG_BY_NATURE: dict[tuple[str, str], tuple[int, str]] = {
 # Functions over the limit that are still to be split (issue 40), capped at their length
 # today. Nothing may be added here.
 NOT_SPLIT_YET: dict[tuple[str, str], int] = {
-    ("daemon/agent_daemon.py", "run_agent"): 83,
-    ("daemon/manager_guard.py", "GuardMiddleware._handle"): 87,
-    ("daemon/standby_reads.py", "add_standby_reads"): 91,
     ("daemon/store.py", "Store.write_round"): 119,
     ("manager/core.py", "ManagerCore.ingest_arrays"): 94,
     ("orchestrator/openstack.py", "OpenStackActuator._migrate"): 99,
