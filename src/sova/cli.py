@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from sova import __version__
+
+if TYPE_CHECKING:
+    from sova.scenario import Scenario
+    from sova.sim.runner import Interrupted
 
 app = typer.Typer(
     name="sova",
@@ -94,29 +98,11 @@ def simulate(
     """
     import os
 
-    from sova.scenario import ScenarioError, load_sweep
     from sova.shipped import resolve_scenario
     from sova.sim.output import write_outputs
     from sova.sim.runner import Interrupted, run_points
 
-    scenario = resolve_scenario(scenario)
-    try:
-        points = load_sweep(scenario)
-    except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    known = points[0].policies
-    if policy:
-        bad = [p for p in policy if p not in known]
-        if bad:
-            err.print(
-                f"[red]error:[/red] --policy: unknown policy {bad[0]!r}; "
-                f"this scenario compares {', '.join(known)}",
-                highlight=False,
-            )
-            raise typer.Exit(2)
-    updates: dict[str, object] = {} if seed is None else {"seed": seed}
-    points = [p.model_copy(update=updates) for p in points]
+    points, known = _sim_points(resolve_scenario(scenario), policy, seed)
     out_dir = out or Path("out") / points[0].name
     if out_dir.exists() and not out_dir.is_dir():
         err.print(
@@ -139,18 +125,56 @@ def simulate(
                 on_start=bar.start,
             )
     except Interrupted as stop:
-        if stop.completed:
-            write_outputs(out_dir, stop.completed)
-            what = (
-                f"{len(stop.completed)} completed sweep point(s)"
-                if points[0].sweep is not None
-                else "completed policies " + ", ".join(r.policy for r in stop.completed[0][1])
-            )
-            err.print(f"interrupted: wrote the outputs of {what} to {out_dir}", highlight=False)
-        else:
-            err.print("interrupted: no policy completed, nothing written", highlight=False)
+        _write_interrupted(out_dir, points, stop)
         raise typer.Exit(130) from None
-    summary = write_outputs(out_dir, results)
+    _print_summary(write_outputs(out_dir, results), points, chosen)
+    typer.echo(f"report: {out_dir / 'report.md'}")
+
+
+def _sim_points(
+    scenario: Path, policy: list[str] | None, seed: int | None
+) -> tuple[list[Scenario], list[str]]:
+    """The scenario's points (one, or a sweep's), with --seed applied, and the policies it
+    compares; a bad scenario or an unknown --policy exits 2 with one line."""
+    from sova.scenario import ScenarioError, load_sweep
+
+    try:
+        points = load_sweep(scenario)
+    except ScenarioError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    known = points[0].policies
+    if policy:
+        bad = [p for p in policy if p not in known]
+        if bad:
+            err.print(
+                f"[red]error:[/red] --policy: unknown policy {bad[0]!r}; "
+                f"this scenario compares {', '.join(known)}",
+                highlight=False,
+            )
+            raise typer.Exit(2)
+    updates: dict[str, object] = {} if seed is None else {"seed": seed}
+    return [p.model_copy(update=updates) for p in points], known
+
+
+def _write_interrupted(out_dir: Path, points: list[Scenario], stop: Interrupted) -> None:
+    """Ctrl-C: the outputs of what completed, and a line saying what that was."""
+    from sova.sim.output import write_outputs
+
+    if stop.completed:
+        write_outputs(out_dir, stop.completed)
+        what = (
+            f"{len(stop.completed)} completed sweep point(s)"
+            if points[0].sweep is not None
+            else "completed policies " + ", ".join(r.policy for r in stop.completed[0][1])
+        )
+        err.print(f"interrupted: wrote the outputs of {what} to {out_dir}", highlight=False)
+    else:
+        err.print("interrupted: no policy completed, nothing written", highlight=False)
+
+
+def _print_summary(summary: dict[str, Any], points: list[Scenario], chosen: list[str]) -> None:
+    """One line per policy (or the sweep's size)."""
     if "policies" in summary:
         from sova.sim.report import holder_verdict
 
@@ -168,7 +192,6 @@ def simulate(
             )
     else:
         typer.echo(f"{len(summary['sweep']['points'])} sweep points x {len(chosen)} policies")
-    typer.echo(f"report: {out_dir / 'report.md'}")
 
 
 class _SimProgress:

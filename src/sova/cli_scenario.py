@@ -24,6 +24,7 @@ import typer
 
 if TYPE_CHECKING:
     from sova.traces.inventory import Inventory
+    from sova.traces.prometheus import Captured, Connection, Metrics
     from sova.traces.replay import VMSeries, Written
 
 scenario_app = typer.Typer(
@@ -59,6 +60,95 @@ PeriodOpt = Annotated[str, typer.Option(help="The controller's period in the sce
 CompareOpt = Annotated[str, typer.Option(help="Policies the scenario compares, comma-separated.")]
 DirectionOpt = Annotated[str, typer.Option(help="A VM's network demand: sum (rx + tx), rx or tx.")]
 NameOpt = Annotated[str | None, typer.Option(help="Scenario name [default: the file's stem].")]
+
+# `sova scenario import`'s options.
+SourcesArg = Annotated[
+    list[Path], typer.Argument(help="Trace files, or folders of them (every *.csv inside).")
+]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="bitbrains (GWA-T-12 per-VM files) or long (timestamp,vm,rx,tx[,cpu][,host]).",
+    ),
+]
+HostsOpt = Annotated[
+    int | None, typer.Option(min=1, help="Hosts named host1..N, VMs dealt round robin.")
+]
+PlacementOpt = Annotated[
+    Path | None,
+    typer.Option(help="CSV of vm,host lines: where each VM runs (instead of --hosts)."),
+]
+ImportStepOpt = Annotated[
+    str | None, typer.Option(help="Row interval [default: the samples' median interval].")
+]
+SkipOpt = Annotated[
+    str | None, typer.Option(help="Start this long after the first sample, e.g. 48h.")
+]
+DurationOpt = Annotated[
+    str | None, typer.Option(help="Keep this much of the trace, e.g. 24h [default: all].")
+]
+TimeUnitOpt = Annotated[str, typer.Option(help="long: timestamp unit: s, ms or iso8601.")]
+RateUnitOpt = Annotated[
+    str,
+    typer.Option(
+        help="long: rx/tx unit: bit/s, kbit/s, Mbit/s, Gbit/s, B/s, kB/s, KiB/s, MB/s, MiB/s."
+    ),
+]
+CpuUnitOpt = Annotated[
+    str, typer.Option(help="long: cpu unit: fraction (of the VM's vCPUs, 0..1) or percent.")
+]
+
+
+# `sova scenario capture`'s options (declared here so the command reads as its steps).
+PrometheusOpt = Annotated[
+    str,
+    typer.Option(envvar="SOVA_PROMETHEUS_URL", help="Prometheus base URL, http(s)://HOST:PORT."),
+]
+StartOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Window start: epoch seconds or ISO 8601 (UTC unless it says) [default: end - window]."
+    ),
+]
+EndOpt = Annotated[
+    str | None, typer.Option(help="Window end: epoch seconds or ISO 8601 [default: now].")
+]
+WindowOpt = Annotated[str, typer.Option(help="Window length when --start is not given.")]
+CaptureStepOpt = Annotated[
+    str, typer.Option(help="Row interval; rates are means over each step (>= 2 scrapes).")
+]
+RateWindowOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Range rate() averages over, for a scrape interval above half the step "
+        "[default: the step]."
+    ),
+]
+TokenFileOpt = Annotated[
+    Path | None,
+    typer.Option(help="File holding a bearer token for Prometheus (or SOVA_PROMETHEUS_TOKEN)."),
+]
+CaFileOpt = Annotated[
+    Path | None, typer.Option(help="CA bundle that signed Prometheus's TLS certificate.")
+]
+ClientCertOpt = Annotated[
+    Path | None, typer.Option(help="Client certificate (PEM) for mutual TLS.")
+]
+ClientKeyOpt = Annotated[
+    Path | None, typer.Option(help="Its key (PEM) [default: in the certificate file].")
+]
+TimeoutOpt = Annotated[float, typer.Option(min=0.1, help="Seconds per request to Prometheus.")]
+TxMetricOpt = Annotated[str, typer.Option(help="Counter of bytes a VM sent.")]
+RxMetricOpt = Annotated[str, typer.Option(help="Counter of bytes a VM received.")]
+CpuMetricOpt = Annotated[str, typer.Option(help="Counter of a VM's CPU seconds ('' = no CPU).")]
+VcpusMetricOpt = Annotated[str, typer.Option(help="Gauge of a VM's vCPU count ('' = none).")]
+MemoryMetricOpt = Annotated[str, typer.Option(help="Gauge of a VM's memory in bytes ('' = none).")]
+VmLabelOpt = Annotated[str, typer.Option(help="Label naming the VM.")]
+HostLabelOpt = Annotated[str, typer.Option(help="Label naming the host (its :port is dropped).")]
+SelectorOpt = Annotated[
+    str, typer.Option(help='Extra label matchers for every series, e.g. job="libvirt".')
+]
 
 
 def _fail(msg: str, code: int = 2) -> typer.Exit:
@@ -172,50 +262,22 @@ def _report(w: Written) -> None:
 
 @scenario_app.command("import")
 def import_(
-    sources: Annotated[
-        list[Path],
-        typer.Argument(help="Trace files, or folders of them (every *.csv inside)."),
-    ],
+    sources: SourcesArg,
     out: OutOpt,
-    fmt: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            help="bitbrains (GWA-T-12 per-VM files) or long (timestamp,vm,rx,tx[,cpu][,host]).",
-        ),
-    ],
-    hosts: Annotated[
-        int | None,
-        typer.Option(min=1, help="Hosts named host1..N, VMs dealt round robin."),
-    ] = None,
-    placement: Annotated[
-        Path | None,
-        typer.Option(help="CSV of vm,host lines: where each VM runs (instead of --hosts)."),
-    ] = None,
+    fmt: FormatOpt,
+    hosts: HostsOpt = None,
+    placement: PlacementOpt = None,
     inventory: InventoryOpt = None,
     vf_pool: VfPoolOpt = None,
     nic_capacity: NicOpt = None,
     cores: CoresOpt = None,
     memory: MemoryOpt = None,
-    step: Annotated[
-        str | None, typer.Option(help="Row interval [default: the samples' median interval].")
-    ] = None,
-    skip: Annotated[
-        str | None, typer.Option(help="Start this long after the first sample, e.g. 48h.")
-    ] = None,
-    duration: Annotated[
-        str | None, typer.Option(help="Keep this much of the trace, e.g. 24h [default: all].")
-    ] = None,
-    time_unit: Annotated[str, typer.Option(help="long: timestamp unit: s, ms or iso8601.")] = "s",
-    rate_unit: Annotated[
-        str,
-        typer.Option(
-            help="long: rx/tx unit: bit/s, kbit/s, Mbit/s, Gbit/s, B/s, kB/s, KiB/s, MB/s, MiB/s."
-        ),
-    ] = "Mbit/s",
-    cpu_unit: Annotated[
-        str, typer.Option(help="long: cpu unit: fraction (of the VM's vCPUs, 0..1) or percent.")
-    ] = "fraction",
+    step: ImportStepOpt = None,
+    skip: SkipOpt = None,
+    duration: DurationOpt = None,
+    time_unit: TimeUnitOpt = "s",
+    rate_unit: RateUnitOpt = "Mbit/s",
+    cpu_unit: CpuUnitOpt = "fraction",
     direction: DirectionOpt = "sum",
     tick: TickOpt = None,
     period: PeriodOpt = "10s",
@@ -223,19 +285,8 @@ def import_(
     name: NameOpt = None,
 ) -> None:
     """A trace-replay scenario from a public trace archive's per-VM files."""
-    from sova.traces.archive import (
-        DIRECTIONS,
-        LongUnits,
-        placement_from_series,
-        read_bitbrains,
-        read_long,
-    )
-    from sova.traces.replay import (
-        TraceError,
-        median_step,
-        place_round_robin,
-        read_placement,
-    )
+    from sova.traces.archive import DIRECTIONS, LongUnits, read_bitbrains, read_long
+    from sova.traces.replay import TraceError, median_step, read_placement
 
     _check_choice("--format", fmt, ("bitbrains", "long"))
     _check_choice("--direction", direction, DIRECTIONS)
@@ -248,17 +299,7 @@ def import_(
         units = LongUnits(time=time_unit, rate=rate_unit, cpu=cpu_unit) if fmt == "long" else None
     except TraceError as exc:
         raise _fail(str(exc)) from None
-    files: list[Path] = []
-    for src in sources:
-        if src.is_dir():
-            found = sorted(src.glob("*.csv"))
-            if not found:
-                raise _fail(f"{src}: a folder with no *.csv file")
-            files.extend(found)
-        elif src.is_file():
-            files.append(src)
-        else:
-            raise _fail(f"{src}: no such file or folder")
+    files = _trace_files(sources)
     inv = _inventory(inventory, vf_pool, nic_capacity, cores, memory)
     if fmt == "bitbrains" and hosts is None and placement is None and not inv.hosts:
         raise _fail("say where the VMs run: --hosts N, --placement FILE or --inventory with hosts")
@@ -271,26 +312,7 @@ def import_(
         s_step = step_s or median_step(series)
     except TraceError as exc:
         raise _fail(str(exc)) from None
-    vms = [s.name for s in series]
-    if where is None and hosts is None:
-        where = placement_from_series(series)
-    if where is not None:
-        unplaced = [vm for vm in vms if vm not in where]
-        if unplaced:
-            raise _fail(
-                f"--placement: VM {unplaced[0]!r} is on no host ({len(unplaced)} VM(s) unplaced)"
-            )
-        host_names = list(dict.fromkeys([h.name for h in inv.hosts] + [where[v] for v in vms]))
-    else:
-        if hosts is not None:
-            host_names = [f"host{i + 1}" for i in range(hosts)]
-        elif inv.hosts:
-            host_names = [h.name for h in inv.hosts]
-        else:
-            raise _fail(
-                "say where the VMs run: --hosts N, --placement FILE or --inventory with hosts"
-            )
-        where = place_round_robin(vms, [inv.plan(h) for h in host_names])
+    host_names, where = _imported_placement(series, where, hosts, inv)
     start = min(s.t[0] for s in series) + skip_s
     end = start + keep_s if keep_s is not None else None
     if skip and end is None:
@@ -313,6 +335,49 @@ def import_(
     _report(written)
 
 
+def _trace_files(sources: list[Path]) -> list[Path]:
+    """The files named, and every *.csv in the folders named."""
+    files: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            found = sorted(src.glob("*.csv"))
+            if not found:
+                raise _fail(f"{src}: a folder with no *.csv file")
+            files.extend(found)
+        elif src.is_file():
+            files.append(src)
+        else:
+            raise _fail(f"{src}: no such file or folder")
+    return files
+
+
+def _imported_placement(
+    series: list[VMSeries], where: dict[str, str] | None, hosts: int | None, inv: Inventory
+) -> tuple[list[str], dict[str, str]]:
+    """The hosts and each VM's host: from --placement, else the series' own host column,
+    else dealt round robin on --hosts N or the inventory's hosts."""
+    from sova.traces.archive import placement_from_series
+    from sova.traces.replay import place_round_robin
+
+    vms = [s.name for s in series]
+    if where is None and hosts is None:
+        where = placement_from_series(series)
+    if where is not None:
+        unplaced = [vm for vm in vms if vm not in where]
+        if unplaced:
+            raise _fail(
+                f"--placement: VM {unplaced[0]!r} is on no host ({len(unplaced)} VM(s) unplaced)"
+            )
+        return list(dict.fromkeys([h.name for h in inv.hosts] + [where[v] for v in vms])), where
+    if hosts is not None:
+        host_names = [f"host{i + 1}" for i in range(hosts)]
+    elif inv.hosts:
+        host_names = [h.name for h in inv.hosts]
+    else:
+        raise _fail("say where the VMs run: --hosts N, --placement FILE or --inventory with hosts")
+    return host_names, place_round_robin(vms, [inv.plan(h) for h in host_names])
+
+
 def _instant(option: str, value: str) -> float:
     """Epoch seconds from epoch seconds or an ISO 8601 date-time (UTC unless it says)."""
     try:
@@ -333,75 +398,30 @@ def _instant(option: str, value: str) -> float:
 @scenario_app.command("capture")
 def capture(
     out: OutOpt,
-    prometheus: Annotated[
-        str,
-        typer.Option(
-            envvar="SOVA_PROMETHEUS_URL", help="Prometheus base URL, http(s)://HOST:PORT."
-        ),
-    ],
-    start: Annotated[
-        str | None,
-        typer.Option(
-            help="Window start: epoch seconds or ISO 8601 (UTC unless it says) [default: end - window]."
-        ),
-    ] = None,
-    end: Annotated[
-        str | None, typer.Option(help="Window end: epoch seconds or ISO 8601 [default: now].")
-    ] = None,
-    window: Annotated[str, typer.Option(help="Window length when --start is not given.")] = "1h",
-    step: Annotated[
-        str, typer.Option(help="Row interval; rates are means over each step (>= 2 scrapes).")
-    ] = "60s",
-    rate_window: Annotated[
-        str | None,
-        typer.Option(
-            help="Range rate() averages over, for a scrape interval above half the step "
-            "[default: the step]."
-        ),
-    ] = None,
+    prometheus: PrometheusOpt,
+    start: StartOpt = None,
+    end: EndOpt = None,
+    window: WindowOpt = "1h",
+    step: CaptureStepOpt = "60s",
+    rate_window: RateWindowOpt = None,
     inventory: InventoryOpt = None,
     vf_pool: VfPoolOpt = None,
     nic_capacity: NicOpt = None,
     cores: CoresOpt = None,
     memory: MemoryOpt = None,
-    token_file: Annotated[
-        Path | None,
-        typer.Option(help="File holding a bearer token for Prometheus (or SOVA_PROMETHEUS_TOKEN)."),
-    ] = None,
-    ca_file: Annotated[
-        Path | None, typer.Option(help="CA bundle that signed Prometheus's TLS certificate.")
-    ] = None,
-    client_cert: Annotated[
-        Path | None, typer.Option(help="Client certificate (PEM) for mutual TLS.")
-    ] = None,
-    client_key: Annotated[
-        Path | None, typer.Option(help="Its key (PEM) [default: in the certificate file].")
-    ] = None,
-    timeout: Annotated[
-        float, typer.Option(min=0.1, help="Seconds per request to Prometheus.")
-    ] = 30.0,
-    tx_metric: Annotated[str, typer.Option(help="Counter of bytes a VM sent.")] = (
-        "libvirt_domain_interface_stats_transmit_bytes_total"
-    ),
-    rx_metric: Annotated[str, typer.Option(help="Counter of bytes a VM received.")] = (
-        "libvirt_domain_interface_stats_receive_bytes_total"
-    ),
-    cpu_metric: Annotated[
-        str, typer.Option(help="Counter of a VM's CPU seconds ('' = no CPU).")
-    ] = "libvirt_domain_info_cpu_time_seconds_total",
-    vcpus_metric: Annotated[
-        str, typer.Option(help="Gauge of a VM's vCPU count ('' = none).")
-    ] = "libvirt_domain_info_virtual_cpus",
-    memory_metric: Annotated[
-        str, typer.Option(help="Gauge of a VM's memory in bytes ('' = none).")
-    ] = "libvirt_domain_info_maximum_memory_bytes",
-    vm_label: Annotated[str, typer.Option(help="Label naming the VM.")] = "domain",
-    host_label: Annotated[
-        str, typer.Option(help="Label naming the host (its :port is dropped).")
-    ] = "instance",
-    selector: Annotated[
-        str, typer.Option(help='Extra label matchers for every series, e.g. job="libvirt".')
-    ] = "",
+    token_file: TokenFileOpt = None,
+    ca_file: CaFileOpt = None,
+    client_cert: ClientCertOpt = None,
+    client_key: ClientKeyOpt = None,
+    timeout: TimeoutOpt = 30.0,
+    tx_metric: TxMetricOpt = "libvirt_domain_interface_stats_transmit_bytes_total",
+    rx_metric: RxMetricOpt = "libvirt_domain_interface_stats_receive_bytes_total",
+    cpu_metric: CpuMetricOpt = "libvirt_domain_info_cpu_time_seconds_total",
+    vcpus_metric: VcpusMetricOpt = "libvirt_domain_info_virtual_cpus",
+    memory_metric: MemoryMetricOpt = "libvirt_domain_info_maximum_memory_bytes",
+    vm_label: VmLabelOpt = "domain",
+    host_label: HostLabelOpt = "instance",
+    selector: SelectorOpt = "",
     direction: DirectionOpt = "sum",
     tick: TickOpt = None,
     period: PeriodOpt = "10s",
@@ -411,9 +431,7 @@ def capture(
     """A trace-replay scenario of your own cluster, from Prometheus: each VM's network and
     CPU over a window, on the hosts it ran on, with VF pools from the inventory."""
     from sova.traces.archive import DIRECTIONS
-    from sova.traces.prometheus import CaptureError, Connection, Metrics, host_name
-    from sova.traces.prometheus import capture as run_capture
-    from sova.traces.replay import TraceError
+    from sova.traces.prometheus import Metrics
 
     _check_choice("--direction", direction, DIRECTIONS)
     if not prometheus.startswith(("http://", "https://")):
@@ -422,21 +440,8 @@ def capture(
     t_end = _instant("--end", end) if end else time.time()
     t_start = _instant("--start", start) if start else t_end - _duration("--window", window)
     s_step = _duration("--step", step)
-    token = os.environ.get("SOVA_PROMETHEUS_TOKEN")
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise _fail(f"--token-file: cannot read {token_file}: {exc}") from None
-    for opt, p in (
-        ("--ca-file", ca_file),
-        ("--client-cert", client_cert),
-        ("--client-key", client_key),
-    ):
-        if p is not None and not p.is_file():
-            raise _fail(f"{opt}: {p} is not a file")
+    conn = _prometheus(prometheus, token_file, ca_file, client_cert, client_key, timeout)
     inv = _inventory(inventory, vf_pool, nic_capacity, cores, memory)
-    conn = Connection(prometheus, token or None, ca_file, client_cert, client_key, timeout)
     metrics = Metrics(
         tx=tx_metric,
         rx=rx_metric,
@@ -447,29 +452,9 @@ def capture(
         host_label=host_label,
         selector=selector,
     )
-    try:
-        got = run_capture(
-            conn,
-            t_start,
-            t_end,
-            s_step,
-            metrics,
-            direction,
-            _duration("--rate-window", rate_window) if rate_window else None,
-        )
-    except CaptureError as exc:
-        raise _fail(str(exc), 3) from None
-    except TraceError as exc:
-        raise _fail(str(exc)) from None
-    listed = {h.instance for h in inv.hosts if h.instance} | {h.name for h in inv.hosts}
-
-    def named(label: str) -> str:
-        return inv.name_of(label) if label in listed else host_name(label)
-
-    for s in got.series:
-        s.host = named(s.host or "host")
-    host_names = list(dict.fromkeys([h.name for h in inv.hosts] + [named(h) for h in got.hosts]))
-    placement = {s.name: s.host or host_names[0] for s in got.series}
+    rate_s = _duration("--rate-window", rate_window) if rate_window else None
+    got = _fetch(conn, t_start, t_end, s_step, metrics, direction, rate_s)
+    host_names, placement = _captured_placement(inv, got)
     written = _write(
         out,
         got.series,
@@ -483,15 +468,85 @@ def capture(
         period=run[1],
         compare=run[2],
         name=name,
-        description=(
-            f"Captured from {_shown(conn.url)} by `sova scenario capture`: "
-            f"{datetime.fromtimestamp(got.start, UTC).isoformat(timespec='seconds')} "
-            f"+ {got.end - got.start:g} s every {got.step:g} s."
-        ),
+        description=_captured_description(conn, got),
     )
     for note in got.notes:
         print(f"note: {note}", file=sys.stderr)
     _report(written)
+
+
+def _fetch(
+    conn: Connection,
+    t_start: float,
+    t_end: float,
+    step_s: float,
+    metrics: Metrics,
+    direction: str,
+    rate_s: float | None,
+) -> Captured:
+    """The series from Prometheus; exit 3 when it cannot be reached or refuses, 2 on what
+    it answered that makes no trace."""
+    from sova.traces.prometheus import CaptureError
+    from sova.traces.prometheus import capture as run_capture
+    from sova.traces.replay import TraceError
+
+    try:
+        return run_capture(conn, t_start, t_end, step_s, metrics, direction, rate_s)
+    except CaptureError as exc:
+        raise _fail(str(exc), 3) from None
+    except TraceError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _captured_description(conn: Connection, got: Captured) -> str:
+    return (
+        f"Captured from {_shown(conn.url)} by `sova scenario capture`: "
+        f"{datetime.fromtimestamp(got.start, UTC).isoformat(timespec='seconds')} "
+        f"+ {got.end - got.start:g} s every {got.step:g} s."
+    )
+
+
+def _prometheus(
+    url: str,
+    token_file: Path | None,
+    ca_file: Path | None,
+    client_cert: Path | None,
+    client_key: Path | None,
+    timeout: float,
+) -> Connection:
+    """The connection to Prometheus, its credentials read and its files checked first."""
+    from sova.traces.prometheus import Connection
+
+    token = os.environ.get("SOVA_PROMETHEUS_TOKEN")
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _fail(f"--token-file: cannot read {token_file}: {exc}") from None
+    for opt, p in (
+        ("--ca-file", ca_file),
+        ("--client-cert", client_cert),
+        ("--client-key", client_key),
+    ):
+        if p is not None and not p.is_file():
+            raise _fail(f"{opt}: {p} is not a file")
+    return Connection(url, token or None, ca_file, client_cert, client_key, timeout)
+
+
+def _captured_placement(inv: Inventory, got: Captured) -> tuple[list[str], dict[str, str]]:
+    """The hosts (the inventory's, then those the series ran on) and each VM's host, the
+    series' host labels renamed to the inventory's names where it lists them."""
+    from sova.traces.prometheus import host_name
+
+    listed = {h.instance for h in inv.hosts if h.instance} | {h.name for h in inv.hosts}
+
+    def named(label: str) -> str:
+        return inv.name_of(label) if label in listed else host_name(label)
+
+    for s in got.series:
+        s.host = named(s.host or "host")
+    host_names = list(dict.fromkeys([h.name for h in inv.hosts] + [named(h) for h in got.hosts]))
+    return host_names, {s.name: s.host or host_names[0] for s in got.series}
 
 
 @scenario_app.command("generate")

@@ -468,28 +468,7 @@ def run_agent(
         raise ConfigError(str(exc)) from None
     token = settings.resolved_token()
     host = settings.host or wiring.driver.capabilities().host
-    client = None
-    if settings.manager_url_list():
-        if not token:
-            raise ConfigError("token: required when manager_url is set (or SOVA_TOKEN)")
-        if not re.match(NAME_PATTERN, host):
-            raise ConfigError(
-                f"host = {host!r} (from the driver): the manager accepts only names matching "
-                f"{NAME_PATTERN}; set host in the agent's config"
-            )
-        client = ManagerClient(
-            settings.manager_url_list(),
-            host,
-            token,
-            timeout_s=settings.report_timeout_s,
-            retries=settings.report_retries,
-            ca_file=settings.ca_file,
-            patience_s=(
-                settings.report_patience_s
-                if settings.report_patience_s is not None
-                else settings.controller.period / 2
-            ),
-        )
+    client = _manager_client(settings, host, token)
     metrics = AgentMetrics()
     if settings.metrics_port is not None:
         from prometheus_client import start_http_server
@@ -523,3 +502,30 @@ def run_agent(
         if client is not None:
             client.close()
     return 0
+
+
+def _manager_client(settings: AgentSettings, host: str, token: str | None) -> ManagerClient | None:
+    """The client of the configured managers (None: standalone); a token and a host name
+    the manager accepts are required then."""
+    if not settings.manager_url_list():
+        return None
+    if not token:
+        raise ConfigError("token: required when manager_url is set (or SOVA_TOKEN)")
+    if not re.match(NAME_PATTERN, host):
+        raise ConfigError(
+            f"host = {host!r} (from the driver): the manager accepts only names matching "
+            f"{NAME_PATTERN}; set host in the agent's config"
+        )
+    return ManagerClient(
+        settings.manager_url_list(),
+        host,
+        token,
+        timeout_s=settings.report_timeout_s,
+        retries=settings.report_retries,
+        ca_file=settings.ca_file,
+        patience_s=(
+            settings.report_patience_s
+            if settings.report_patience_s is not None
+            else settings.controller.period / 2
+        ),
+    )

@@ -84,198 +84,206 @@ class _Book:
     handshake_failed: int = 0
 
 
+# uvicorn's protocol class is chosen at run time (base_protocol()), so the guard is a
+# mixin that guarded() places before it; typed as Any because that base is.
+_ProtocolBase: Any = asyncio.Protocol
+
+
+class _Guard(_ProtocolBase):  # type: ignore[misc]
+    """The limits on one server's connections, over uvicorn's HTTP protocol (see
+    :func:`guarded`, which sets the class attributes)."""
+
+    guard_book: _Book  # shared by every connection of the server
+    guard_limits: ConnLimits
+    guard_tls: ssl.SSLContext | None
+
+    def connection_made(self, transport: Any) -> None:
+        peer = transport.get_extra_info("peername")
+        self._peer = str(peer[0]) if peer else ""
+        self._refused = False
+        self._in_head = False
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._counted = False
+        self._handshaking = False
+        self._early: list[bytes] = []
+        if self.guard_book.per_client[self._peer] >= self.guard_limits.max_connections_per_client:
+            self._refused = True
+            self.guard_book.refused += 1
+            log.debug(
+                "refused %s: %d connections from it",
+                self._peer,
+                self.guard_limits.max_connections_per_client,
+            )
+            transport.abort()
+            return
+        if self.guard_book.open >= self.guard_limits.max_connections:
+            if not self.guard_book.idle:
+                self._refused = True
+                self.guard_book.refused += 1
+                log.debug("refused %s: %d connections, none idle", self._peer, self.guard_book.open)
+                transport.abort()
+                return
+            oldest = next(iter(self.guard_book.idle))
+            self.guard_book.evicted += 1
+            oldest._close_idle()
+        self.guard_book.per_client[self._peer] += 1
+        self.guard_book.open += 1
+        self._counted = True
+        if self.guard_tls is None:
+            super().connection_made(transport)
+            self._await_head(arm=True)
+            return
+        # The handshake runs under the head's timer: a peer that never completes it is
+        # closed like one that never sends a head, and counts against the same limits.
+        self.transport = transport
+        self._handshaking = True
+        self._await_head(arm=True)
+        # What loop.start_tls does, but now: an awaited start_tls begins a loop turn
+        # later, and uvloop starts reading as soon as connection_made returns, so the
+        # ClientHello could reach the HTTP parser first.
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._tls = sslproto.SSLProtocol(
+            loop,
+            self,
+            self.guard_tls,
+            waiter,
+            server_side=True,
+            call_connection_made=False,
+            ssl_handshake_timeout=self.guard_limits.header_timeout_s,  # type: ignore[arg-type]
+            ssl_shutdown_timeout=_TLS_SHUTDOWN_S,
+        )
+        transport.set_protocol(self._tls)
+        self._tls.connection_made(transport)
+        waiter.add_done_callback(self._handshake_done)
+
+    def _handshake_done(self, waiter: asyncio.Future[None]) -> None:
+        # A peer that closes mid-handshake wakes the waiter without an exception;
+        # the TLS transport is gone then.
+        failed = (
+            waiter.cancelled() or waiter.exception() is not None or self._tls._app_transport is None
+        )
+        if failed or not self._counted:
+            if failed:
+                self.guard_book.handshake_failed += 1
+            self.transport.abort()
+            self._release()
+            return
+        self._handshaking = False
+        in_head = self._in_head
+        super().connection_made(self._tls._app_transport)
+        self._in_head = in_head  # the head timer keeps running from the connect
+        early, self._early = self._early, []
+        for data in early:
+            self.data_received(data)
+
+    def shutdown(self) -> None:
+        """Server shutdown: an idle connection is aborted at once (nothing is lost;
+        a TLS close would wait for the peer's close_notify), a busy one finishes."""
+        if self._handshaking:
+            self.transport.abort()
+            return
+        if self.guard_tls is not None and self._in_head and self._head_bytes == 0:
+            self.transport.abort()
+            return
+        super().shutdown()
+
+    def _release(self) -> None:
+        if not self._counted:
+            return
+        self._counted = False
+        self._head_done()
+        self.guard_book.open -= 1
+        self.guard_book.per_client[self._peer] -= 1
+        if self.guard_book.per_client[self._peer] <= 0:
+            del self.guard_book.per_client[self._peer]
+
+    def _await_head(self, arm: bool) -> None:
+        """Waiting for a request head. On a new connection the head timer runs from now
+        (a connection that sends nothing is closed); between requests on a kept-alive
+        connection it starts with the next head's first byte, and idleness before it
+        is uvicorn's ``timeout_keep_alive``."""
+        self._in_head = True
+        self._head_bytes = 0
+        self.guard_book.idle[self] = None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        if arm:
+            self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._head_timer = loop.call_later(self.guard_limits.header_timeout_s, self._head_timeout)
+
+    def _head_done(self) -> None:
+        self._in_head = False
+        self.guard_book.idle.pop(self, None)
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        if self._in_head:
+            self.guard_book.timed_out += 1
+            self._close_idle()
+
+    def _close_idle(self) -> None:
+        self.guard_book.idle.pop(self, None)
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._handshaking:
+            # Application data right behind the client's Finished (one TCP segment)
+            # arrives before the handshake's waiter callback has run: keep it for
+            # the HTTP parser, within the head's size limit.
+            self._early.append(data)
+            if sum(map(len, self._early)) > self.guard_limits.max_header_bytes:
+                self.guard_book.too_large += 1
+                self.transport.abort()
+            return
+        if self._in_head:
+            if self._head_timer is None:
+                self._arm_head_timer()  # a head begins on a kept-alive connection
+            self._head_bytes += len(data)
+            if self._head_bytes > self.guard_limits.max_header_bytes:
+                self.guard_book.too_large += 1
+                self._head_done()
+                self.transport.write(_431)
+                self.transport.close()
+                return
+            before = self.cycle
+            super().data_received(data)
+            if self.cycle is not None and self.cycle is not before:
+                self._head_done()  # a request began: its head is complete
+            return
+        super().data_received(data)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._await_head(arm=False)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return
+        self._release()
+        if self._handshaking:
+            return  # uvicorn's protocol never saw this connection
+        super().connection_lost(exc)
+
+
 def guarded(
     base: type[asyncio.Protocol], limits: ConnLimits, tls: ssl.SSLContext | None = None
 ) -> type[asyncio.Protocol]:
     """A subclass of uvicorn's HTTP protocol ``base`` enforcing ``limits`` (and serving TLS
     with ``tls``: then give uvicorn no certificate of its own)."""
-    book = _Book(limits)
-
-    class Guarded(base):  # type: ignore[valid-type, misc]
-        guard_book = book
-
-        def connection_made(self, transport: Any) -> None:
-            peer = transport.get_extra_info("peername")
-            self._peer = str(peer[0]) if peer else ""
-            self._refused = False
-            self._in_head = False
-            self._head_bytes = 0
-            self._head_timer: asyncio.TimerHandle | None = None
-            self._counted = False
-            self._handshaking = False
-            self._early: list[bytes] = []
-            if book.per_client[self._peer] >= limits.max_connections_per_client:
-                self._refused = True
-                book.refused += 1
-                log.debug(
-                    "refused %s: %d connections from it",
-                    self._peer,
-                    limits.max_connections_per_client,
-                )
-                transport.abort()
-                return
-            if book.open >= limits.max_connections:
-                if not book.idle:
-                    self._refused = True
-                    book.refused += 1
-                    log.debug("refused %s: %d connections, none idle", self._peer, book.open)
-                    transport.abort()
-                    return
-                oldest = next(iter(book.idle))
-                book.evicted += 1
-                oldest._close_idle()
-            book.per_client[self._peer] += 1
-            book.open += 1
-            self._counted = True
-            if tls is None:
-                super().connection_made(transport)
-                self._await_head(arm=True)
-                return
-            # The handshake runs under the head's timer: a peer that never completes it is
-            # closed like one that never sends a head, and counts against the same limits.
-            self.transport = transport
-            self._handshaking = True
-            self._await_head(arm=True)
-            # What loop.start_tls does, but now: an awaited start_tls begins a loop turn
-            # later, and uvloop starts reading as soon as connection_made returns, so the
-            # ClientHello could reach the HTTP parser first.
-            loop = asyncio.get_running_loop()
-            waiter = loop.create_future()
-            self._tls = sslproto.SSLProtocol(
-                loop,
-                self,
-                tls,
-                waiter,
-                server_side=True,
-                call_connection_made=False,
-                ssl_handshake_timeout=limits.header_timeout_s,  # type: ignore[arg-type]
-                ssl_shutdown_timeout=_TLS_SHUTDOWN_S,
-            )
-            transport.set_protocol(self._tls)
-            self._tls.connection_made(transport)
-            waiter.add_done_callback(self._handshake_done)
-
-        def _handshake_done(self, waiter: asyncio.Future[None]) -> None:
-            # A peer that closes mid-handshake wakes the waiter without an exception;
-            # the TLS transport is gone then.
-            failed = (
-                waiter.cancelled()
-                or waiter.exception() is not None
-                or self._tls._app_transport is None
-            )
-            if failed or not self._counted:
-                if failed:
-                    book.handshake_failed += 1
-                self.transport.abort()
-                self._release()
-                return
-            self._handshaking = False
-            in_head = self._in_head
-            super().connection_made(self._tls._app_transport)
-            self._in_head = in_head  # the head timer keeps running from the connect
-            early, self._early = self._early, []
-            for data in early:
-                self.data_received(data)
-
-        def shutdown(self) -> None:
-            """Server shutdown: an idle connection is aborted at once (nothing is lost;
-            a TLS close would wait for the peer's close_notify), a busy one finishes."""
-            if self._handshaking:
-                self.transport.abort()
-                return
-            if tls is not None and self._in_head and self._head_bytes == 0:
-                self.transport.abort()
-                return
-            super().shutdown()
-
-        def _release(self) -> None:
-            if not self._counted:
-                return
-            self._counted = False
-            self._head_done()
-            book.open -= 1
-            book.per_client[self._peer] -= 1
-            if book.per_client[self._peer] <= 0:
-                del book.per_client[self._peer]
-
-        def _await_head(self, arm: bool) -> None:
-            """Waiting for a request head. On a new connection the head timer runs from now
-            (a connection that sends nothing is closed); between requests on a kept-alive
-            connection it starts with the next head's first byte, and idleness before it
-            is uvicorn's ``timeout_keep_alive``."""
-            self._in_head = True
-            self._head_bytes = 0
-            book.idle[self] = None
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-            if arm:
-                self._arm_head_timer()
-
-        def _arm_head_timer(self) -> None:
-            loop = asyncio.get_running_loop()
-            self._head_timer = loop.call_later(limits.header_timeout_s, self._head_timeout)
-
-        def _head_done(self) -> None:
-            self._in_head = False
-            book.idle.pop(self, None)
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _head_timeout(self) -> None:
-            self._head_timer = None
-            if self._in_head:
-                book.timed_out += 1
-                self._close_idle()
-
-        def _close_idle(self) -> None:
-            book.idle.pop(self, None)
-            self.transport.close()
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return
-            if self._handshaking:
-                # Application data right behind the client's Finished (one TCP segment)
-                # arrives before the handshake's waiter callback has run: keep it for
-                # the HTTP parser, within the head's size limit.
-                self._early.append(data)
-                if sum(map(len, self._early)) > limits.max_header_bytes:
-                    book.too_large += 1
-                    self.transport.abort()
-                return
-            if self._in_head:
-                if self._head_timer is None:
-                    self._arm_head_timer()  # a head begins on a kept-alive connection
-                self._head_bytes += len(data)
-                if self._head_bytes > limits.max_header_bytes:
-                    book.too_large += 1
-                    self._head_done()
-                    self.transport.write(_431)
-                    self.transport.close()
-                    return
-                before = self.cycle
-                super().data_received(data)
-                if self.cycle is not None and self.cycle is not before:
-                    self._head_done()  # a request began: its head is complete
-                return
-            super().data_received(data)
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._await_head(arm=False)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._refused:
-                return
-            self._release()
-            if self._handshaking:
-                return  # uvicorn's protocol never saw this connection
-            super().connection_lost(exc)
-
-    return Guarded
+    attrs = {"guard_book": _Book(limits), "guard_limits": limits, "guard_tls": tls}
+    return type("Guarded", (_Guard, base), attrs)
 
 
 def base_protocol() -> type[asyncio.Protocol]:

@@ -103,72 +103,16 @@ class GuardMiddleware:
         method: str,
         endpoint: str,
     ) -> None:
-        svc = self.service
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
-        token = _bearer(headers)
-        parts = path.strip("/").split("/")
-        if endpoint in ("report", "directive"):
-            host = parts[2] if len(parts) > 2 else ""
-            agent = svc.check_host_token(host, token)
-            ok = agent or (endpoint == "directive" and svc.tokens.operator(token) is not None)
-            if not ok:
-                if endpoint == "report":
-                    svc.metrics.reports.labels("unauthorized").inc()
-                await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
-                return
-            scope.setdefault("state", {})["sova_host"] = host
-            # Only the host's own agent takes delivery of its directive; an operator reads it.
-            scope["state"]["sova_agent"] = agent
-        elif endpoint == "done":
-            host = (_header(headers, b"x-sova-host") or b"").decode("latin-1")
-            if not svc.check_host_token(host, token):
-                await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
-                return
-            scope.setdefault("state", {})["sova_host"] = host
-        elif endpoint in ("operator", "metrics"):
-            status, cred_or_why = authorize(svc, token, method, path)
-            if isinstance(cred_or_why, str):
-                await _send_json(send, status, {"detail": cred_or_why})
-                return
-            scope.setdefault("state", {})["sova_operator"] = cred_or_why
+        if not await self._admit(scope, send, path, method, endpoint):
+            return
         if method in ("POST", "PUT", "PATCH"):
-            limit = svc.settings.max_report_bytes
-            declared = _header(headers, b"content-length")
-            if declared is not None and (not declared.isdigit() or int(declared) > limit):
-                if endpoint == "report":
-                    svc.metrics.reports.labels("too_large").inc()
-                await _send_json(send, 413, _too_large(limit))
+            whole = await self._body(scope, receive, send, endpoint)
+            if whole is None:
                 return
-            chunks: list[bytes] = []
-            size = 0
-            deadline = time.monotonic() + svc.settings.http.body_timeout_s
-            while True:
-                try:
-                    # A client that sends its body slowly (or not at all) must not hold a
-                    # connection and a task for ever. (asyncio.timeout, not wait_for: no
-                    # task per message on the reports' path.)
-                    async with asyncio.timeout(deadline - time.monotonic()):
-                        msg = await receive()
-                except TimeoutError:
-                    await _send_json(send, 408, {"detail": "request body not received in time"})
-                    return
-                if msg["type"] == "http.disconnect":
-                    return
-                body = msg.get("body", b"")
-                size += len(body)
-                if size > limit:
-                    if endpoint == "report":
-                        svc.metrics.reports.labels("too_large").inc()
-                    await _send_json(send, 413, _too_large(limit))
-                    return
-                chunks.append(body)
-                if not msg.get("more_body", False):
-                    break
-            whole = b"".join(chunks)
             twice, decoded = _decode(whole)
             if twice is not None:
                 if endpoint == "report":
-                    svc.metrics.reports.labels("rejected").inc()
+                    self.service.metrics.reports.labels("rejected").inc()
                 await _send_json(send, 422, _given_twice(twice))
                 return
             if endpoint == "report" and isinstance(decoded, dict):
@@ -187,6 +131,89 @@ class GuardMiddleware:
             await self.app(scope, replay, send)
             return
         await self.app(scope, receive, send)
+
+    async def _admit(
+        self,
+        scope: MutableMapping[str, Any],
+        send: Callable[[Any], Awaitable[None]],
+        path: str,
+        method: str,
+        endpoint: str,
+    ) -> bool:
+        """The request's credential, checked for its endpoint and noted in its state; False
+        when refused (the 401 or 403 is sent)."""
+        svc = self.service
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        token = _bearer(headers)
+        parts = path.strip("/").split("/")
+        if endpoint in ("report", "directive"):
+            host = parts[2] if len(parts) > 2 else ""
+            agent = svc.check_host_token(host, token)
+            ok = agent or (endpoint == "directive" and svc.tokens.operator(token) is not None)
+            if not ok:
+                if endpoint == "report":
+                    svc.metrics.reports.labels("unauthorized").inc()
+                await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
+                return False
+            scope.setdefault("state", {})["sova_host"] = host
+            # Only the host's own agent takes delivery of its directive; an operator reads it.
+            scope["state"]["sova_agent"] = agent
+        elif endpoint == "done":
+            host = (_header(headers, b"x-sova-host") or b"").decode("latin-1")
+            if not svc.check_host_token(host, token):
+                await _send_json(send, 401, {"detail": "missing or invalid token for this host"})
+                return False
+            scope.setdefault("state", {})["sova_host"] = host
+        elif endpoint in ("operator", "metrics"):
+            status, cred_or_why = authorize(svc, token, method, path)
+            if isinstance(cred_or_why, str):
+                await _send_json(send, status, {"detail": cred_or_why})
+                return False
+            scope.setdefault("state", {})["sova_operator"] = cred_or_why
+        return True
+
+    async def _body(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+        endpoint: str,
+    ) -> bytes | None:
+        """The whole body, within the size limit and the body timeout; None when it is
+        refused (413 or 408 sent) or the client went away."""
+        svc = self.service
+        limit = svc.settings.max_report_bytes
+        declared = _header(scope["headers"], b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            if endpoint == "report":
+                svc.metrics.reports.labels("too_large").inc()
+            await _send_json(send, 413, _too_large(limit))
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        deadline = time.monotonic() + svc.settings.http.body_timeout_s
+        while True:
+            try:
+                # A client that sends its body slowly (or not at all) must not hold a
+                # connection and a task for ever. (asyncio.timeout, not wait_for: no
+                # task per message on the reports' path.)
+                async with asyncio.timeout(deadline - time.monotonic()):
+                    msg = await receive()
+            except TimeoutError:
+                await _send_json(send, 408, {"detail": "request body not received in time"})
+                return None
+            if msg["type"] == "http.disconnect":
+                return None
+            body = msg.get("body", b"")
+            size += len(body)
+            if size > limit:
+                if endpoint == "report":
+                    svc.metrics.reports.labels("too_large").inc()
+                await _send_json(send, 413, _too_large(limit))
+                return None
+            chunks.append(body)
+            if not msg.get("more_body", False):
+                return b"".join(chunks)
 
 
 # The scope's state key under which a report's body, decoded, is handed on.

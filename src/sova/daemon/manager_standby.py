@@ -174,58 +174,62 @@ class FollowsHeaders:
         await self.app(scope, receive, stamped)
 
 
-def standby_app(
-    store: Store,
-    lead: Leadership,
-    on_won: Callable[[], object],
-    *,
-    poll_s: float = 0.25,
-    settings: ManagerSettings | None = None,
-    warm: WarmWindows | None = None,
-    catch_up_s: float = 2.0,
-    wall: Callable[[], float] = time.time,
-) -> tuple[FastAPI, Standby]:
-    """The standby's ASGI app; ``on_won()`` is called once the leadership lock is ours.
-    With ``settings`` (its credentials, the configured modes) it serves operator reads
-    from the store; without, every request but the probes is 503. ``warm``: report
-    windows kept up to date every ``catch_up_s`` meanwhile."""
-    sb = Standby()
-    role, epoch = leader_gauges(sb.registry)
-    role.set(0)
-    offset_gauge = clock_gauge(sb.registry)
-    refused: list[str] = []  # the refusal logged last (logged again only when it changes)
+class _Watch:
+    """The standby's background work while it waits: try the leadership lock every
+    ``poll_s`` (only with a clock close enough to the store's), follow the leader's
+    published credentials and configuration digest, and keep the report windows warm."""
 
-    def clock_ok() -> bool:
+    def __init__(
+        self,
+        sb: Standby,
+        store: Store,
+        lead: Leadership,
+        on_won: Callable[[], object],
+        settings: ManagerSettings | None,
+        wall: Callable[[], float],
+    ) -> None:
+        self.sb = sb
+        self.store = store
+        self.lead = lead
+        self.on_won = on_won
+        self.settings = settings
+        self.wall = wall
+        role, self.epoch = leader_gauges(sb.registry)
+        role.set(0)
+        self.offset_gauge = clock_gauge(sb.registry)
+        self.refused: list[str] = []  # the refusal logged last (logged again only when it changes)
+        self.differs_gauge = Gauge(
+            "sova_manager_config_differs",
+            "1 for each safety-relevant setting (or credential set) in which this standby's "
+            "configuration differs from the leader's published digest",
+            ["setting"],
+            registry=sb.registry,
+        )
+        self.own_files = credential_files(settings) if settings is not None else ()
+
+    def clock_ok(self) -> bool:
         """This clock is close enough to the store's to lead (issue 37, Medium 3)."""
-        offset = clock_offset(store, wall)
-        offset_gauge.set(offset)
+        offset = clock_offset(self.store, self.wall)
+        self.offset_gauge.set(offset)
         why = clock_refusal(offset)
-        if why is not None and not refused:
+        if why is not None and not self.refused:
             log.error(why)
-        elif why is None and refused:
+        elif why is None and self.refused:
             log.info("this host's clock is within %.1f s of the store's again", abs(offset))
-        refused[:] = [why] if why is not None else []
+        self.refused[:] = [why] if why is not None else []
         return why is None
 
-    differs_gauge = Gauge(
-        "sova_manager_config_differs",
-        "1 for each safety-relevant setting (or credential set) in which this standby's "
-        "configuration differs from the leader's published digest",
-        ["setting"],
-        registry=sb.registry,
-    )
-    own_files = [credential_files(settings) if settings is not None else ()]
-
-    def follow() -> None:
+    def follow(self, app: FastAPI) -> None:
         """The leader's published credentials and digest (:mod:`sova.daemon.peers`): take
         the credentials, compare the digest with this standby's own configuration."""
         guard: StandbyAuth | None = getattr(app.state, "standby_auth", None)
+        settings, sb, store = self.settings, self.sb, self.store
         if settings is None or guard is None:
             return
         files = credential_files(settings)
-        changed = files != own_files[0]
+        changed = files != self.own_files
         if changed:  # this standby's own files, for the comparison (as SIGHUP would)
-            own_files[0] = files
+            self.own_files = files
             guard.reload()
         try:
             if store.peer_generation() == sb.generation and not changed:
@@ -244,23 +248,26 @@ def standby_app(
                 len(guard.published),
             )
             sb.generation = gen
-        diff = differing(settings_digest(settings, guard.own), digest)
-        if diff != sb.differs:
-            if diff:
-                log.error(
-                    "standby: this manager's configuration differs from the leader's in: %s "
-                    "(a takeover would make it the cluster's; align the files and restart it)",
-                    ", ".join(diff),
-                )
-            else:
-                log.info("standby: this manager's configuration agrees with the leader's again")
-            differs_gauge.clear()
-            for name in diff:
-                differs_gauge.labels(name).set(1)
-            sb.differs = diff
+        self._compare(differing(settings_digest(settings, guard.own), digest))
 
-    async def keep_warm() -> None:
-        assert warm is not None
+    def _compare(self, diff: list[str]) -> None:
+        """Log and export the settings that differ from the leader's, when they change."""
+        if diff == self.sb.differs:
+            return
+        if diff:
+            log.error(
+                "standby: this manager's configuration differs from the leader's in: %s "
+                "(a takeover would make it the cluster's; align the files and restart it)",
+                ", ".join(diff),
+            )
+        else:
+            log.info("standby: this manager's configuration agrees with the leader's again")
+        self.differs_gauge.clear()
+        for name in diff:
+            self.differs_gauge.labels(name).set(1)
+        self.sb.differs = diff
+
+    async def keep_warm(self, warm: WarmWindows, catch_up_s: float) -> None:
         loop = asyncio.get_running_loop()
         first = True
         while True:
@@ -279,16 +286,17 @@ def standby_app(
                 log.warning("standby: cannot read the windows: %s", str(exc).splitlines()[0])
             await asyncio.sleep(catch_up_s)
 
-    async def poll() -> None:
+    async def poll(self, app: FastAPI, poll_s: float) -> None:
         loop = asyncio.get_running_loop()
+        sb = self.sb
         while True:
-            row = await loop.run_in_executor(None, read_leader, store)
+            row = await loop.run_in_executor(None, read_leader, self.store)
             sb.leader = row
-            epoch.set(row.epoch if row else 0)
-            await loop.run_in_executor(None, follow)
+            self.epoch.set(row.epoch if row else 0)
+            await loop.run_in_executor(None, self.follow, app)
             try:
-                ok = await loop.run_in_executor(None, clock_ok)
-                got = ok and await loop.run_in_executor(None, lead.try_lock)
+                ok = await loop.run_in_executor(None, self.clock_ok)
+                got = ok and await loop.run_in_executor(None, self.lead.try_lock)
             except sa.exc.SQLAlchemyError as exc:
                 log.warning("standby: cannot reach the store: %s", str(exc).splitlines()[0])
                 got = False
@@ -298,17 +306,35 @@ def standby_app(
             if got:
                 log.info("standby: the leadership lock is ours; taking over")
                 sb.won = True
-                on_won()
+                self.on_won()
                 return
             await asyncio.sleep(poll_s)
 
+
+def standby_app(
+    store: Store,
+    lead: Leadership,
+    on_won: Callable[[], object],
+    *,
+    poll_s: float = 0.25,
+    settings: ManagerSettings | None = None,
+    warm: WarmWindows | None = None,
+    catch_up_s: float = 2.0,
+    wall: Callable[[], float] = time.time,
+) -> tuple[FastAPI, Standby]:
+    """The standby's ASGI app; ``on_won()`` is called once the leadership lock is ours.
+    With ``settings`` (its credentials, the configured modes) it serves operator reads
+    from the store; without, every request but the probes is 503. ``warm``: report
+    windows kept up to date every ``catch_up_s`` meanwhile."""
+    sb = Standby()
+    watch = _Watch(sb, store, lead, on_won, settings, wall)
     reader = read_only_store(store.url) if settings is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(poll())]
+        tasks = [asyncio.create_task(watch.poll(app, poll_s))]
         if warm is not None:
-            tasks.append(asyncio.create_task(keep_warm()))
+            tasks.append(asyncio.create_task(watch.keep_warm(warm, catch_up_s)))
         guard = getattr(app.state, "standby_auth", None)
         if guard is not None:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -325,30 +351,38 @@ def standby_app(
                 reader.close()
 
     app = FastAPI(title="Sova manager (standby)", lifespan=lifespan, openapi_url=None)
-
-    def follows() -> list[tuple[bytes, bytes]]:
-        """Every answer says it comes from a standby, which leader it follows, and how
-        long ago it last saw that leader hold the lock."""
-        out = [(ROLE_HEADER.encode(), b"standby")]
-        row = sb.leader
-        if row is not None and row.url:
-            out.append((LEADER_HEADER.encode(), row.url.encode("latin-1", "replace")))
-            out.append((EPOCH_HEADER.encode(), str(row.epoch).encode()))
-        if sb.seen_mono is not None:
-            age = f"{time.monotonic() - sb.seen_mono:.1f}"
-            out.append((SEEN_HEADER.encode(), age.encode()))
-        return out
-
-    app.add_middleware(FollowsHeaders, headers=follows)
+    app.add_middleware(FollowsHeaders, headers=lambda: _follows(sb))
     if settings is not None and reader is not None:
         app.add_exception_handler(RequestValidationError, validation_error)
         add_standby_reads(app, reader, settings)
+    _add_standby_routes(app, sb, store, reader is not None)
+    return app, sb
 
-    def where() -> str:
-        row = sb.leader
-        if row is None or not row.url:
-            return "no leader is known yet"
-        return f"the leader is {row.holder} at {row.url} (epoch {row.epoch})"
+
+def _follows(sb: Standby) -> list[tuple[bytes, bytes]]:
+    """Every answer says it comes from a standby, which leader it follows, and how long ago
+    it last saw that leader hold the lock."""
+    out = [(ROLE_HEADER.encode(), b"standby")]
+    row = sb.leader
+    if row is not None and row.url:
+        out.append((LEADER_HEADER.encode(), row.url.encode("latin-1", "replace")))
+        out.append((EPOCH_HEADER.encode(), str(row.epoch).encode()))
+    if sb.seen_mono is not None:
+        age = f"{time.monotonic() - sb.seen_mono:.1f}"
+        out.append((SEEN_HEADER.encode(), age.encode()))
+    return out
+
+
+def _where(sb: Standby) -> str:
+    row = sb.leader
+    if row is None or not row.url:
+        return "no leader is known yet"
+    return f"the leader is {row.holder} at {row.url} (epoch {row.epoch})"
+
+
+def _add_standby_routes(app: FastAPI, sb: Standby, store: Store, reads: bool) -> None:
+    """The probes, the metrics, and a 503 naming the leader for everything else (``reads``:
+    the store reads a standby serves itself are registered)."""
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -357,7 +391,7 @@ def standby_app(
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         body: dict[str, Any] = {
-            "status": f"standby: {where()}",
+            "status": f"standby: {_where(sb)}",
             "hosts": 0,
             "store": store.dialect,
             "role": "standby",
@@ -372,7 +406,7 @@ def standby_app(
         return JSONResponse(status_code=503, content=body)
 
     # Scraped with the viewer token the leader asks for (deploy/prometheus.yml).
-    guarded = [Depends(operator_credential)] if reader is not None else []
+    guarded = [Depends(operator_credential)] if reads else []
 
     @app.get("/metrics", dependencies=guarded)
     async def metrics() -> Response:
@@ -381,17 +415,15 @@ def standby_app(
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def elsewhere(request: Request, path: str) -> JSONResponse:
         # The body is not read: a standby acts on nothing, so it needs no credential either.
-        # The leader's URL is added to every answer (follows()).
-        detail = f"this manager is a standby: {where()}"
-        if reader is not None:
+        # The leader's URL is added to every answer (_follows()).
+        detail = f"this manager is a standby: {_where(sb)}"
+        if reads:
             detail += "; a standby answers only GET " + ", ".join(STANDBY_READS)
         return JSONResponse(
             status_code=503,
             content={"detail": detail, "role": "standby"},
             headers={"retry-after": "1"},
         )
-
-    return app, sb
 
 
 def advertise_url(settings: ManagerSettings) -> str:

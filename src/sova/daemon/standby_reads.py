@@ -147,6 +147,8 @@ def operator_credential(request: Request) -> Credential:
 Who = Annotated[Credential, Depends(operator_credential)]
 
 
+# A route table (the standby's read routes, a few lines each): long by nature, capped in
+# tests/test_function_sizes.py rather than split.
 def add_standby_reads(app: FastAPI, reader: Store, settings: ManagerSettings) -> StandbyAuth:
     """Register the standby's read routes on ``app`` (before its catch-all 503 route)."""
     guard = StandbyAuth(settings, TokenBook.load(settings))

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sova.agent.config import ControllerConfig
 from sova.agent.executor import Outcome
 from sova.agent.loop import HostAgent
 from sova.driver.libvirt_driver import LibvirtDriver
@@ -40,6 +41,7 @@ from sova.lab.runner import (
     _measure,
     agent_config,
     driver_settings,
+    stream_exits,
 )
 from sova.lab.scenario import LabScenario
 from sova.lab.settings import LabSettings
@@ -142,23 +144,7 @@ def run_guarantee(
             say(f"t={start:6.1f} phase {ph.name} ({ph.guarantee}): {ph.loads}")
             loads.start_phase(scn.phases, i, doms.__getitem__, scn.net_mbit, scn.net_streams)
             end = t_phase + ph.duration_s
-            next_step = next_bw = time.monotonic()
-            next_measure = time.monotonic() + 1.0
-            last_sample, last_t = drv.sample(), time.monotonic()
-            while now() < end:
-                agent.poll()
-                if time.monotonic() >= next_step:
-                    agent.step()
-                    next_step += cfg.period
-                if cfg.bandwidth_policy != "none" and time.monotonic() >= next_bw:
-                    agent.bandwidth_step()
-                    next_bw += cfg.bandwidth_period
-                if time.monotonic() >= next_measure:
-                    last_sample, last_t = _measure(
-                        drv, agent, out, label, now(), last_sample, last_t
-                    )
-                    next_measure += 1.0
-                time.sleep(0.1)
+            _run_phase(drv, agent, cfg, out, label, now, end)
             _lift_limits(drv, agent, say)
             if ph.guarantee == "host-side":
                 shape_backups(s, scn.slow_mbit * 1e6)  # the lab's slow-path cap, as before
@@ -173,11 +159,41 @@ def run_guarantee(
         bare.close()
         with_agent.close()
         conn.close()
-    for j in loads.jobs:
-        if j.load == "net":
-            out.streams.append(
-                {"guest": j.guest, "exitcode": j.exitcode, "stderr": j.stderr.strip()[-200:]}
-            )
+    _record_streams(scn, out, loads, t0)
+    return out
+
+
+def _run_phase(
+    drv: LibvirtDriver,
+    agent: HostAgent,
+    cfg: ControllerConfig,
+    out: LabRun,
+    label: str,
+    now: Callable[[], float],
+    end: float,
+) -> None:
+    """One phase: the agent's turns and bandwidth steps on their periods, a measurement
+    every second, until ``end``."""
+    next_step = next_bw = time.monotonic()
+    next_measure = time.monotonic() + 1.0
+    last_sample, last_t = drv.sample(), time.monotonic()
+    while now() < end:
+        agent.poll()
+        if time.monotonic() >= next_step:
+            agent.step()
+            next_step += cfg.period
+        if cfg.bandwidth_policy != "none" and time.monotonic() >= next_bw:
+            agent.bandwidth_step()
+            next_bw += cfg.bandwidth_period
+        if time.monotonic() >= next_measure:
+            last_sample, last_t = _measure(drv, agent, out, label, now(), last_sample, last_t)
+            next_measure += 1.0
+        time.sleep(0.1)
+
+
+def _record_streams(scn: LabScenario, out: LabRun, loads: Loads, t0: float) -> None:
+    """The iperf streams' exits, their per-second goodput, and the guarantee's verdict."""
+    stream_exits(out, loads)
     per_second = {j.guest: iperf_seconds(j, t0) for j in loads.jobs if j.load == "net"}
     out.extra["guarantee"] = _judge(scn, out.phases, per_second)
     out.extra["iperf_seconds"] = {g: len(v) for g, v in per_second.items()}
@@ -186,7 +202,6 @@ def run_guarantee(
         for g, secs in sorted(per_second.items())
         for t, v in secs
     ]
-    return out
 
 
 def _lift_limits(drv: LibvirtDriver, agent: HostAgent, say: Callable[[str], None]) -> None:

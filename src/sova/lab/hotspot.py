@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from sova.driver.libvirt_driver import LibvirtDriver
 from sova.lab.lab import connect, load_state, shape_backups
 from sova.lab.loads import Loads, Peer, ping_gaps
 from sova.lab.placement import SOURCE, TARGET, PlacementError, gather_on_source, unplug_all
-from sova.lab.runner import LabRun, LabRunError, PhaseResult
+from sova.lab.runner import LabRun, LabRunError, PhaseResult, stream_exits
 from sova.lab.scenario import LabScenario
 from sova.lab.settings import LabSettings
 from sova.lab.sova_procs import SovaDaemons, agent_events, libvirt_section
@@ -55,16 +56,7 @@ def run_hotspot(
         gather_on_source(s, scn, need, say)
     except PlacementError as e:
         raise LabRunError(str(e)) from None
-    conns = {h: connect(s, h) for h in s.hosts}
-    on_src = {d.name() for d in conns[SOURCE].listAllDomains(1)}
-    if not need <= on_src:
-        for c in conns.values():
-            c.close()
-        missing = ", ".join(sorted(need - on_src))
-        raise LabRunError(
-            f"guest(s) {missing} not running on {SOURCE} or {TARGET}: "
-            f"`sova lab down && sova lab up --guests {scn.guests}` restores the lab"
-        )
+    conns = _connect_hosts(s, scn, need)
     log_dir.mkdir(parents=True, exist_ok=True)
     out = LabRun(POLICY)
     unplug_all(s, scn, say)
@@ -100,32 +92,12 @@ def run_hotspot(
     hosts_rows: list[dict[str, Any]] = []
     prev: dict[str, HostSample] = {}
     try:
-        daemons.start_manager()
-        say(f"t={now():6.1f} sova manager up at {daemons.url}")
-        for h in s.hosts:
-            p = daemons.start_agent(h)
-            say(f"t={now():6.1f} sova agent for {h}: pid {p.proc.pid}")
-        took = daemons.wait_reported(list(s.hosts))
-        say(f"t={now():6.1f} both agents reported to the manager ({took:.1f} s)")
+        _start_daemons(s, daemons, now, say)
         peer.servers(scn.guests)
         time.sleep(0.5)
         peer.pings(scn.guests, scn.ping_interval_s, scn.duration_s + 30)
-        t_phase = 0.0
-        next_measure = time.monotonic()
-        for i, ph in enumerate(scn.phases):
-            start = now()
-            say(f"t={start:6.1f} phase {ph.name}: {ph.loads}")
-            loads.start_phase(scn.phases, i, dom_of, scn.net_mbit)
-            end = t_phase + ph.duration_s
-            while now() < end:
-                if dead := daemons.check_alive():
-                    raise LabRunError(f"a Sova daemon died: {dead}")
-                if time.monotonic() >= next_measure:
-                    _measure(s, obs, conns, out, hosts_rows, prev, migrations, now(), say)
-                    next_measure += 1.0
-                time.sleep(0.2)
-            out.phases.append(PhaseResult(ph.name, start, now(), [], _holders(obs), True))
-            t_phase = end
+        measure = partial(_measure, s, obs, conns, out, hosts_rows, prev, migrations)
+        _run_phases(scn, loads, dom_of, daemons, obs, out, measure, now, say)
         time.sleep(3.0)  # let the last iperf3 report and exit
         loads.finish(dom_of)
         try:
@@ -143,7 +115,78 @@ def run_hotspot(
     t_wall1 = time.time()
     out.extra["t_wall0"] = t_wall0
     out.extra["exit_codes"] = {n: p.proc.returncode for n, p in daemons.procs.items()}
-    # What the daemons did, from their own logs (epoch times -> run time).
+    _daemon_events(s, out, log_dir, t_wall0)
+    for g, path in sorted(peer.ping_logs.items()):
+        out.ping[g] = ping_gaps(path, t_wall0 + 2.0, t_wall1 - 5.0, scn.ping_interval_s)
+    _migration_pings(scn, out, peer, migrations, t_wall0)
+    out.extra["migrations"] = migrations
+    out.extra["hosts"] = hosts_rows
+    stream_exits(out, loads)
+    return out
+
+
+def _run_phases(
+    scn: LabScenario,
+    loads: Loads,
+    dom_of: Callable[[str], Any],
+    daemons: SovaDaemons,
+    obs: dict[str, LibvirtDriver],
+    out: LabRun,
+    measure: Callable[[float, Callable[[str], None]], None],
+    now: Callable[[], float],
+    say: Callable[[str], None],
+) -> None:
+    """Each phase's loads for its duration, a measurement every second, while the Sova
+    daemons run (a daemon that dies ends the run)."""
+    t_phase = 0.0
+    next_measure = time.monotonic()
+    for i, ph in enumerate(scn.phases):
+        start = now()
+        say(f"t={start:6.1f} phase {ph.name}: {ph.loads}")
+        loads.start_phase(scn.phases, i, dom_of, scn.net_mbit)
+        end = t_phase + ph.duration_s
+        while now() < end:
+            if dead := daemons.check_alive():
+                raise LabRunError(f"a Sova daemon died: {dead}")
+            if time.monotonic() >= next_measure:
+                measure(now(), say)
+                next_measure += 1.0
+            time.sleep(0.2)
+        out.phases.append(PhaseResult(ph.name, start, now(), [], _holders(obs), True))
+        t_phase = end
+
+
+def _connect_hosts(s: LabSettings, scn: LabScenario, need: set[str]) -> dict[str, Any]:
+    """A libvirt connection per hypervisor, once every guest the scenario needs runs on
+    the source; else they are closed and the run refused."""
+    conns = {h: connect(s, h) for h in s.hosts}
+    on_src = {d.name() for d in conns[SOURCE].listAllDomains(1)}
+    if not need <= on_src:
+        for c in conns.values():
+            c.close()
+        missing = ", ".join(sorted(need - on_src))
+        raise LabRunError(
+            f"guest(s) {missing} not running on {SOURCE} or {TARGET}: "
+            f"`sova lab down && sova lab up --guests {scn.guests}` restores the lab"
+        )
+    return conns
+
+
+def _start_daemons(
+    s: LabSettings, daemons: SovaDaemons, now: Callable[[], float], say: Callable[[str], None]
+) -> None:
+    """The manager, then an agent per hypervisor, until both have reported."""
+    daemons.start_manager()
+    say(f"t={now():6.1f} sova manager up at {daemons.url}")
+    for h in s.hosts:
+        p = daemons.start_agent(h)
+        say(f"t={now():6.1f} sova agent for {h}: pid {p.proc.pid}")
+    took = daemons.wait_reported(list(s.hosts))
+    say(f"t={now():6.1f} both agents reported to the manager ({took:.1f} s)")
+
+
+def _daemon_events(s: LabSettings, out: LabRun, log_dir: Path, t_wall0: float) -> None:
+    """What the daemons did, from their own logs (epoch times -> run time)."""
     for host in s.hosts:
         for ev in agent_events(log_dir / f"agent-{host}.log"):
             out.events.append(
@@ -158,11 +201,18 @@ def run_hotspot(
                 )
             )
     out.events.sort(key=lambda r: (r.time_s, r.event))
-    for g, path in sorted(peer.ping_logs.items()):
-        out.ping[g] = ping_gaps(path, t_wall0 + 2.0, t_wall1 - 5.0, scn.ping_interval_s)
+
+
+def _migration_pings(
+    scn: LabScenario,
+    out: LabRun,
+    peer: Peer,
+    migrations: dict[str, dict[str, Any]],
+    t_wall0: float,
+) -> None:
+    """The ping gap around each migration: from its start as the agent logged it to 10 s
+    after the guest was seen running on the target."""
     for g, m in migrations.items():
-        # the ping gap around this migration: from its start as the agent logged it to 10 s
-        # after the guest was seen running on the target
         starts = [r.time_s for r in out.events if r.event == "migrate_start" and r.vm == g]
         t_start = starts[0] if starts else m.get("job_seen_s", m["arrived_s"] - 30)
         m["started_s"] = t_start
@@ -172,14 +222,6 @@ def run_hotspot(
             t_wall0 + m["arrived_s"] + 10.0,
             scn.ping_interval_s,
         )
-    out.extra["migrations"] = migrations
-    out.extra["hosts"] = hosts_rows
-    for j in loads.jobs:
-        if j.load == "net":
-            out.streams.append(
-                {"guest": j.guest, "exitcode": j.exitcode, "stderr": j.stderr.strip()[-200:]}
-            )
-    return out
 
 
 def _holders(obs: dict[str, LibvirtDriver]) -> list[str]:
@@ -200,65 +242,95 @@ def _measure(
     t: float,
     say: Callable[[str], None],
 ) -> None:
+    for host, drv in sorted(obs.items()):
+        _measure_host(host, drv, conns, out, hosts_rows, prev, migrations, t)
+    _note_arrivals(obs, conns, out, migrations, t, say)
+
+
+def _measure_host(
+    host: str,
+    drv: LibvirtDriver,
+    conns: dict[str, Any],
+    out: LabRun,
+    hosts_rows: list[dict[str, Any]],
+    prev: dict[str, HostSample],
+    migrations: dict[str, dict[str, Any]],
+    t: float,
+) -> None:
+    """One hypervisor's load and its running guests' rates since the last sample; on the
+    source, a migration job seen starts that guest's migration record."""
     import libvirt
 
-    for host, drv in sorted(obs.items()):
-        try:
-            inv = drv.inventory()
-            sample = drv.sample()
-        except Exception as e:
-            out.notes.append(f"t={t:.0f} {host} unreadable: {e}")
+    try:
+        inv = drv.inventory()
+        sample = drv.sample()
+    except Exception as e:
+        out.notes.append(f"t={t:.0f} {host} unreadable: {e}")
+        return
+    p = prev.get(host)
+    prev[host] = sample
+    h = inv.host
+    if p is not None:
+        load = host_load(p, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
+        if load is not None:
+            hosts_rows.append(
+                {
+                    "time_s": t,
+                    "host": host,
+                    "cpu": round(load.cpu, 4),
+                    "mem": round(load.mem, 4),
+                    "net": round(load.net, 4),
+                }
+            )
+    dt = max(1e-3, sample.time_s - p.time_s) if p else 1.0
+    for name, state in sorted(inv.vms.items()):
+        if not state.running:
             continue
-        p = prev.get(host)
-        prev[host] = sample
-        h = inv.host
-        if p is not None:
-            load = host_load(p, sample, h.cores, h.memory_bytes, h.nic.capacity_bps)
-            if load is not None:
-                hosts_rows.append(
-                    {
-                        "time_s": t,
-                        "host": host,
-                        "cpu": round(load.cpu, 4),
-                        "mem": round(load.mem, 4),
-                        "net": round(load.net, 4),
-                    }
-                )
-        dt = max(1e-3, sample.time_s - p.time_s) if p else 1.0
-        for name, state in sorted(inv.vms.items()):
-            if not state.running:
-                continue
+        try:
+            if conns[host].lookupByName(name).state()[0] != libvirt.VIR_DOMAIN_RUNNING:
+                continue  # an incoming guest, paused on the target until it arrives
+        except libvirt.libvirtError:
+            continue
+        c = sample.vms.get(name)
+        if c is None:
+            continue
+        q = p.vms.get(name) if p else None
+        tx, rx, cpu = measured_rates(q, c, dt)
+        out.timeline.append(
+            measured_row(
+                policy=POLICY,
+                time_s=t,
+                host=host,
+                vm=name,
+                state=state,
+                tx_mbps=tx,
+                rx_mbps=rx,
+                cpu_usage=cpu,
+                factors=None,
+            )
+        )
+        if host == SOURCE:
             try:
-                if conns[host].lookupByName(name).state()[0] != libvirt.VIR_DOMAIN_RUNNING:
-                    continue  # an incoming guest, paused on the target until it arrives
+                job = conns[host].lookupByName(name).jobInfo()
             except libvirt.libvirtError:
                 continue
-            c = sample.vms.get(name)
-            if c is None:
-                continue
-            q = p.vms.get(name) if p else None
-            tx, rx, cpu = measured_rates(q, c, dt)
-            out.timeline.append(
-                measured_row(
-                    policy=POLICY,
-                    time_s=t,
-                    host=host,
-                    vm=name,
-                    state=state,
-                    tx_mbps=tx,
-                    rx_mbps=rx,
-                    cpu_usage=cpu,
-                    factors=None,
-                )
-            )
-            if host == SOURCE:
-                try:
-                    job = conns[host].lookupByName(name).jobInfo()
-                except libvirt.libvirtError:
-                    continue
-                if job[0] != libvirt.VIR_DOMAIN_JOB_NONE:
-                    m = migrations.setdefault(name, {"source": SOURCE, "target": TARGET})
-                    m.setdefault("job_seen_s", t)
+            if job[0] != libvirt.VIR_DOMAIN_JOB_NONE:
+                m = migrations.setdefault(name, {"source": SOURCE, "target": TARGET})
+                m.setdefault("job_seen_s", t)
+
+
+def _note_arrivals(
+    obs: dict[str, LibvirtDriver],
+    conns: dict[str, Any],
+    out: LabRun,
+    migrations: dict[str, dict[str, Any]],
+    t: float,
+    say: Callable[[str], None],
+) -> None:
+    """Guests now running on the target and gone from the source: their arrival time and
+    libvirt's statistics of the completed migration job."""
+    import libvirt
+
     for name in sorted(obs[TARGET].inventory().vms):
         if "arrived_s" in migrations.get(name, {}):
             continue

@@ -24,7 +24,7 @@ from sova.agent.loop import HostAgent
 from sova.driver.libvirt_driver import LibvirtDriver
 from sova.lab.lab import connect, load_state, shape_backups
 from sova.lab.loads import Loads, Peer, ping_gaps
-from sova.lab.scenario import LabScenario
+from sova.lab.scenario import LabScenario, Phase
 from sova.lab.settings import LAB_HOTPLUG, LAB_MAX_GUESTS, LabSettings
 from sova.model import DetachVF, NicKind
 from sova.record import EventRow, TimelineRow, measured_rates, measured_row, outcome_event
@@ -99,18 +99,7 @@ def run_scenario(
     if st is None:
         raise LabRunError("no lab is up: run `sova lab up` first")
     need = {f"g{n}" for n in range(1, scn.guests + 1)}
-    from sova.lab.placement import PlacementError, gather_on_source
-
-    if need <= set(st.guests):
-        try:
-            gather_on_source(s, scn, need, say)  # a guest an earlier run left on HV2
-        except PlacementError as e:
-            raise LabRunError(str(e)) from None
-    if not need <= set(st.guests):
-        raise LabRunError(
-            f"the lab has guests {sorted(st.guests)}, the scenario needs {sorted(need)} "
-            f"(sova lab up --guests {scn.guests})"
-        )
+    _gather_guests(s, scn, set(st.guests), need, say)
     log_dir.mkdir(parents=True, exist_ok=True)
     label = "dsr-iov"
     out = LabRun(label)
@@ -119,15 +108,7 @@ def run_scenario(
     drv = LibvirtDriver.open(s.uri(HOST), **driver_settings(s, scn, HOST))
     out.notes.extend(drv.capabilities().notes)
     conn = connect(s, HOST)
-    on_hv1 = {d.name() for d in conn.listAllDomains(1)}  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
-    if not need <= on_hv1:
-        missing = ", ".join(sorted(need - on_hv1))
-        drv.close()
-        conn.close()
-        raise LabRunError(
-            f"guest(s) {missing} not running on {HOST} (migrated away?): "
-            "`sova lab down && sova lab up` restores the lab"
-        )
+    _check_running(drv, conn, need)
     doms = {g: conn.lookupByName(g) for g in sorted(need)}
     assert drv._agent is not None
     loads = Loads(s, drv._agent)
@@ -148,12 +129,7 @@ def run_scenario(
     shaped = shape_backups(s, scn.slow_mbit * 1e6)
     out.notes.append(f"slow path: {len(shaped)} backup taps shaped to {scn.slow_mbit:g} Mbit/s")
     try:
-        # Start clean: nobody holds a fast slot (a previous run may have left some).
-        for g, vm in drv.inventory().vms.items():
-            if vm.nic is NicKind.VF:
-                op = drv.submit(DetachVF(g))
-                while not drv.poll(op).done:
-                    time.sleep(0.2)
+        _detach_all(drv)
         peer.servers(scn.guests)
         time.sleep(0.5)
         peer.pings(scn.guests, scn.ping_interval_s, scn.duration_s + 10)
@@ -165,29 +141,11 @@ def run_scenario(
             say(f"t={start:6.1f} phase {ph.name}: {ph.loads}")
             loads.start_phase(scn.phases, i, doms.__getitem__, scn.net_mbit)
             end = t_phase + ph.duration_s
-            next_step = time.monotonic()
-            next_measure = time.monotonic() + 1.0
-            while now() < end:
-                agent.poll()
-                if time.monotonic() >= next_step:
-                    agent.step()
-                    next_step += scn.controller.period
-                if time.monotonic() >= next_measure:
-                    last_sample, last_t = _measure(
-                        drv, agent, out, label, now(), last_sample, last_t
-                    )
-                    next_measure += 1.0
-                time.sleep(POLL_S)
-            holders = sorted(g for g, v in drv.inventory().vms.items() if v.nic is NicKind.VF)
+            last_sample, last_t = _run_phase(
+                drv, agent, scn.controller.period, out, label, now, end, last_sample, last_t
+            )
             sim = simulated[i] if simulated is not None else None
-            ok = holders == sorted(ph.expect_holders) and (sim is None or holders == sim)
-            out.phases.append(
-                PhaseResult(ph.name, start, now(), sorted(ph.expect_holders), holders, ok, sim)
-            )
-            say(
-                f"t={now():6.1f} phase {ph.name} ends: holders {holders}, expected "
-                f"{sorted(ph.expect_holders)}, simulated {sim} {'ok' if ok else 'MISMATCH'}"
-            )
+            _end_phase(drv, ph, start, sim, out, now, say)
             t_phase = end
         time.sleep(3.0)  # let the last iperf3 report and exit
         loads.finish(doms)
@@ -198,12 +156,106 @@ def run_scenario(
     t_wall1 = time.time()
     for g, path in sorted(peer.ping_logs.items()):
         out.ping[g] = ping_gaps(path, t_wall0 + 2.0, t_wall1 - 5.0, scn.ping_interval_s)
+    stream_exits(out, loads)
+    return out
+
+
+def stream_exits(out: LabRun, loads: Loads) -> None:
+    """Each network load's exit code and the tail of its stderr, into ``out``."""
     for j in loads.jobs:
         if j.load == "net":
             out.streams.append(
                 {"guest": j.guest, "exitcode": j.exitcode, "stderr": j.stderr.strip()[-200:]}
             )
-    return out
+
+
+def _check_running(drv: LibvirtDriver, conn: Any, need: set[str]) -> None:
+    """Every guest the scenario needs runs on the source host; else both connections are
+    closed and the run refused."""
+    on_hv1 = {d.name() for d in conn.listAllDomains(1)}  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
+    if not need <= on_hv1:
+        missing = ", ".join(sorted(need - on_hv1))
+        drv.close()
+        conn.close()
+        raise LabRunError(
+            f"guest(s) {missing} not running on {HOST} (migrated away?): "
+            "`sova lab down && sova lab up` restores the lab"
+        )
+
+
+def _gather_guests(
+    s: LabSettings, scn: LabScenario, guests: set[str], need: set[str], say: Callable[[str], None]
+) -> None:
+    """The scenario's guests back on the source host; refused when the lab lacks some."""
+    from sova.lab.placement import PlacementError, gather_on_source
+
+    if need <= guests:
+        try:
+            gather_on_source(s, scn, need, say)  # a guest an earlier run left on HV2
+        except PlacementError as e:
+            raise LabRunError(str(e)) from None
+    if not need <= guests:
+        raise LabRunError(
+            f"the lab has guests {sorted(guests)}, the scenario needs {sorted(need)} "
+            f"(sova lab up --guests {scn.guests})"
+        )
+
+
+def _detach_all(drv: LibvirtDriver) -> None:
+    """Start clean: nobody holds a fast slot (a previous run may have left some)."""
+    for g, vm in drv.inventory().vms.items():
+        if vm.nic is NicKind.VF:
+            op = drv.submit(DetachVF(g))
+            while not drv.poll(op).done:
+                time.sleep(0.2)
+
+
+def _run_phase(
+    drv: LibvirtDriver,
+    agent: HostAgent,
+    period: float,
+    out: LabRun,
+    label: str,
+    now: Callable[[], float],
+    end: float,
+    last_sample: Any,
+    last_t: float,
+) -> tuple[Any, float]:
+    """One phase: the agent's turns on its period, a measurement every second, until
+    ``end``; returns the last sample and when it was read (the next phase's start)."""
+    next_step = time.monotonic()
+    next_measure = time.monotonic() + 1.0
+    while now() < end:
+        agent.poll()
+        if time.monotonic() >= next_step:
+            agent.step()
+            next_step += period
+        if time.monotonic() >= next_measure:
+            last_sample, last_t = _measure(drv, agent, out, label, now(), last_sample, last_t)
+            next_measure += 1.0
+        time.sleep(POLL_S)
+    return last_sample, last_t
+
+
+def _end_phase(
+    drv: LibvirtDriver,
+    ph: Phase,
+    start: float,
+    sim: list[str] | None,
+    out: LabRun,
+    now: Callable[[], float],
+    say: Callable[[str], None],
+) -> None:
+    """The phase's VF holders against the expected ones (and the simulator's)."""
+    holders = sorted(g for g, v in drv.inventory().vms.items() if v.nic is NicKind.VF)
+    ok = holders == sorted(ph.expect_holders) and (sim is None or holders == sim)
+    out.phases.append(
+        PhaseResult(ph.name, start, now(), sorted(ph.expect_holders), holders, ok, sim)
+    )
+    say(
+        f"t={now():6.1f} phase {ph.name} ends: holders {holders}, expected "
+        f"{sorted(ph.expect_holders)}, simulated {sim} {'ok' if ok else 'MISMATCH'}"
+    )
 
 
 def _measure(

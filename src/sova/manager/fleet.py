@@ -19,6 +19,7 @@ blocked, which is what ``sova host drain HOST --status`` shows.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from sova.manager.fastplan import fast_coordinate
@@ -26,6 +27,7 @@ from sova.manager.pipeline import Round
 from sova.manager.placement import Bars
 from sova.policy.cold_spots import choose_target
 from sova.policy.hotspot import (
+    HostReport,
     MigrationSignal,
     Utilisation,
     VMLoad,
@@ -106,34 +108,11 @@ def drain_signals(r: Round) -> dict[str, MigrationSignal]:
     host's last report names (``state.vms``) include pinned ones (its report leaves those
     out)."""
     state = r.state
-    signals, reports, draining = dict(r.signals), r.reports(), state.draining
-    alpha, leased, fenced, pinned = state.detector.alpha, r.leased, r.fenced, state.pinned
-    metric, ceiling, named = state.metric, state.ceiling, state.vms
-    bars = r.barred or {}
-    capacities = r.capacities or None
+    signals, reports = dict(r.signals), r.reports()
+    leased, pinned = r.leased, state.pinned
+    d = _Drain(r, reports, signals)
     out = dict(signals)
-    current: dict[str, Utilisation] = {h: r.history[-1] for h, r in reports.items() if r.history}
-    taken = (
-        {h for h, s in signals.items() if s.hot_resources or s.flag}
-        | {s.target for s in signals.values() if s.flag and s.target}
-        | set(leased)
-        | set(fenced)
-    )
-    hard = replace(bars, soft=False, _cache={}) if isinstance(bars, Bars) and bars.soft else None
-
-    def pick(host: str, load: VMLoad, barred: set[str]) -> str | None:
-        return choose_target(
-            current,
-            host,
-            load,
-            alpha,
-            taken | barred,
-            metric=metric,
-            ceiling=ceiling,
-            capacities=capacities,
-        )
-
-    for host in sorted(draining):
+    for host in sorted(state.draining):
         rep = reports.get(host)
         if rep is None:
             # Silent, or its window restarted after a migration: nothing to judge yet.
@@ -147,10 +126,10 @@ def drain_signals(r: Round) -> dict[str, MigrationSignal]:
             continue
         movable = sorted(
             (n for n, v in rep.vms.items() if not v.migrating and n not in pinned),
-            key=lambda n: (-migration_factor(rep.vms[n], metric), n),
+            key=lambda n: (-migration_factor(rep.vms[n], state.metric), n),
         )
         if not movable:
-            left = sorted(n for n in named.get(host, rep.vms) if n in pinned)
+            left = sorted(n for n in state.vms.get(host, rep.vms) if n in pinned)
             # A report names only the host's few top candidates: with every VM it names
             # pinned, unpinned VMs it did not name may still be there.
             why = (
@@ -162,36 +141,86 @@ def drain_signals(r: Round) -> dict[str, MigrationSignal]:
             )
             out[host] = MigrationSignal(False, None, DRAIN + why, None, hot)
             continue
+        out[host] = d.move_one(host, rep, movable, hot)
+    return out
+
+
+class _Drain:
+    """The hosts a drain may send VMs to this round: every reported host but the hot ones,
+    the hot ones' targets, those in flight and the fenced; a drain's target is taken in
+    turn, so two drains never pick the same host."""
+
+    def __init__(
+        self, r: Round, reports: dict[str, HostReport], signals: dict[str, MigrationSignal]
+    ) -> None:
+        state = r.state
+        self.alpha, self.metric, self.ceiling = state.detector.alpha, state.metric, state.ceiling
+        self.bars: Mapping[str, Collection[str]] = r.barred or {}
+        self.capacities = r.capacities or None
+        self.current: dict[str, Utilisation] = {
+            h: rep.history[-1] for h, rep in reports.items() if rep.history
+        }
+        self.taken = (
+            {h for h, s in signals.items() if s.hot_resources or s.flag}
+            | {s.target for s in signals.values() if s.flag and s.target}
+            | set(r.leased)
+            | set(r.fenced)
+        )
+        bars = self.bars
+        self.hard = (
+            replace(bars, soft=False, _cache={}) if isinstance(bars, Bars) and bars.soft else None
+        )
+
+    def pick(self, host: str, load: VMLoad, barred: set[str]) -> str | None:
+        return choose_target(
+            self.current,
+            host,
+            load,
+            self.alpha,
+            self.taken | barred,
+            metric=self.metric,
+            ceiling=self.ceiling,
+            capacities=self.capacities,
+        )
+
+    def move_one(
+        self, host: str, rep: HostReport, movable: list[str], hot: tuple[str, ...]
+    ) -> MigrationSignal:
+        """The first VM of ``movable`` some host can take, or why none could go."""
+        bars, hard = self.bars, self.hard
         refused: list[str] = []
         for vm in movable:
             barred = set(bars.get(vm, ()))
-            target = pick(host, rep.vms[vm], barred)
+            target = self.pick(host, rep.vms[vm], barred)
             broken = ""
             if target is None and hard is not None and hard[vm] != bars.get(vm):
                 # As the round does: break a should-rule only when it alone blocks the VM.
-                target = pick(host, rep.vms[vm], set(hard[vm]))
+                target = self.pick(host, rep.vms[vm], set(hard[vm]))
                 broken = " (a vm-host-should rule is broken: no host of its group could take it)"
             if target is not None:
-                taken.add(target)
-                out[host] = MigrationSignal(
+                self.taken.add(target)
+                return MigrationSignal(
                     True, target, f"{DRAIN}move {vm} to {target}{broken}", vm, hot
                 )
-                break
-            free = [h for h in current if h != host and h not in taken]
-            n_barred = sum(1 for h in free if h in barred)
-            example = ""
-            if n_barred and isinstance(bars, Bars):
-                first = min(h for h in free if h in barred)
-                rule = bars.placement.refusal(vm, host, first, bars.view, soft=bars.soft)
-                if rule is not None:
-                    example = f", e.g. {rule}"
-            refused.append(
-                f"{vm}: {len(free) - n_barred} free host(s) too loaded for it "
-                f"(alpha {alpha:g}), {n_barred} barred by placement rules or return tabu"
-                f"{example}"
-            )
-        else:
-            out[host] = MigrationSignal(
-                False, None, f"{DRAIN}blocked: no cold spot ({'; '.join(refused)})", movable[0], hot
-            )
-    return out
+            refused.append(self.refusal(host, vm, barred))
+        return MigrationSignal(
+            False, None, f"{DRAIN}blocked: no cold spot ({'; '.join(refused)})", movable[0], hot
+        )
+
+    def refusal(self, host: str, vm: str, barred: set[str]) -> str:
+        """Why no host took ``vm``: how many free hosts were too loaded, how many barred
+        (with a rule that barred one, where a placement rule did)."""
+        bars = self.bars
+        free = [h for h in self.current if h != host and h not in self.taken]
+        n_barred = sum(1 for h in free if h in barred)
+        example = ""
+        if n_barred and isinstance(bars, Bars):
+            first = min(h for h in free if h in barred)
+            rule = bars.placement.refusal(vm, host, first, bars.view, soft=bars.soft)
+            if rule is not None:
+                example = f", e.g. {rule}"
+        return (
+            f"{vm}: {len(free) - n_barred} free host(s) too loaded for it "
+            f"(alpha {self.alpha:g}), {n_barred} barred by placement rules or return tabu"
+            f"{example}"
+        )

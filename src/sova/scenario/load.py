@@ -88,76 +88,90 @@ def _events_to_data(text: str) -> Any:
         if loader.check_event(yaml.StreamEndEvent):
             return None
         loader.get_event()  # DocumentStart
-        anchors: dict[str, Any] = {}
-        # open collections: (the list or dict, the pending key of a dict, whether it has one)
-        stack: list[list[Any]] = []
-        result: Any = None
-
-        def attach(value: Any) -> None:
-            nonlocal result
-            if not stack:
-                result = value
-                return
-            top = stack[-1]
-            if isinstance(top[0], list):
-                top[0].append(value)
-            elif top[2]:
-                hash(top[1])  # an unhashable key: PyYAML's error, through the fallback
-                top[0][top[1]] = value
-                top[2] = False
-            else:
-                if isinstance(value, list | dict):
-                    raise _NotPlain("a collection as a mapping key")
-                top[1], top[2] = value, True
-
+        b = _Builder(loader)
         while True:
             event = loader.get_event()
             anchor = getattr(event, "anchor", None)
-            if anchor in anchors and not isinstance(event, yaml.AliasEvent):
+            if anchor in b.anchors and not isinstance(event, yaml.AliasEvent):
                 raise _NotPlain("a duplicate anchor")
             if isinstance(event, yaml.ScalarEvent):
-                tag = event.tag
-                if tag is None or tag == "!":
-                    tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
-                if tag not in _SCALAR_TAGS:
-                    raise _NotPlain(f"a scalar tagged {tag}")
-                node = yaml.ScalarNode(tag, event.value, None, None, event.style)
-                value = loader.yaml_constructors[tag](loader, node)
-                if anchor is not None:
-                    anchors[anchor] = value
-                attach(value)
+                b.scalar(event, anchor)
             elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
-                kind = (
-                    yaml.SequenceNode
-                    if isinstance(event, yaml.SequenceStartEvent)
-                    else yaml.MappingNode
-                )
-                tag = event.tag
-                if tag is None or tag == "!":
-                    tag = loader.resolve(kind, None, event.implicit)
-                want = _TAG + ("seq" if kind is yaml.SequenceNode else "map")
-                if tag != want or len(stack) >= MAX_NESTING:
-                    raise _NotPlain(f"a collection tagged {tag} or nested deep")
-                coll: list[Any] | dict[Any, Any] = [] if kind is yaml.SequenceNode else {}
-                if anchor is not None:
-                    anchors[anchor] = coll
-                attach(coll)
-                stack.append([coll, None, False])
+                b.open(event, anchor)
             elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
-                stack.pop()
+                b.stack.pop()
             elif isinstance(event, yaml.AliasEvent):
-                if event.anchor not in anchors:
+                if event.anchor not in b.anchors:
                     raise _NotPlain("an undefined alias")
-                attach(anchors[event.anchor])
+                b.attach(b.anchors[event.anchor])
             elif isinstance(event, yaml.DocumentEndEvent):
                 break
             else:
                 raise _NotPlain(f"an unexpected {type(event).__name__}")
         if not loader.check_event(yaml.StreamEndEvent):
             raise _NotPlain("more than one document")
-        return result
+        return b.result
     finally:
         loader.dispose()
+
+
+class _Builder:
+    """The document :func:`_events_to_data` is building: the values anchored so far, the
+    open collections (the list or dict, the pending key of a dict, whether it has one)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.anchors: dict[str, Any] = {}
+        self.stack: list[list[Any]] = []
+        self.result: Any = None
+
+    def attach(self, value: Any) -> None:
+        stack = self.stack
+        if not stack:
+            self.result = value
+            return
+        top = stack[-1]
+        if isinstance(top[0], list):
+            top[0].append(value)
+        elif top[2]:
+            hash(top[1])  # an unhashable key: PyYAML's error, through the fallback
+            top[0][top[1]] = value
+            top[2] = False
+        else:
+            if isinstance(value, list | dict):
+                raise _NotPlain("a collection as a mapping key")
+            top[1], top[2] = value, True
+
+    def scalar(self, event: yaml.ScalarEvent, anchor: str | None) -> None:
+        """The scalar's value through the safe constructor, under its resolved tag."""
+        loader = self.loader
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+        if tag not in _SCALAR_TAGS:
+            raise _NotPlain(f"a scalar tagged {tag}")
+        node = yaml.ScalarNode(tag, event.value, None, None, event.style)
+        value = loader.yaml_constructors[tag](loader, node)
+        if anchor is not None:
+            self.anchors[anchor] = value
+        self.attach(value)
+
+    def open(
+        self, event: yaml.SequenceStartEvent | yaml.MappingStartEvent, anchor: str | None
+    ) -> None:
+        """A new list or dict, attached now and filled by the events up to its end."""
+        kind = yaml.SequenceNode if isinstance(event, yaml.SequenceStartEvent) else yaml.MappingNode
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.loader.resolve(kind, None, event.implicit)
+        want = _TAG + ("seq" if kind is yaml.SequenceNode else "map")
+        if tag != want or len(self.stack) >= MAX_NESTING:
+            raise _NotPlain(f"a collection tagged {tag} or nested deep")
+        coll: list[Any] | dict[Any, Any] = [] if kind is yaml.SequenceNode else {}
+        if anchor is not None:
+            self.anchors[anchor] = coll
+        self.attach(coll)
+        self.stack.append([coll, None, False])
 
 
 def _yaml(text: str, source: str) -> Any:

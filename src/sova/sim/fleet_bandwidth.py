@@ -151,6 +151,19 @@ class FleetBandwidth:
         new, changed = bw.limits(
             groups, engine.capacity, rate, pps, current, self.probe, self.spread_spare, lifted
         )
+        self._submit(engine, flows, fh, changed, new, pps)
+
+    def _submit(
+        self,
+        engine: Engine,
+        flows: np.ndarray,
+        fh: np.ndarray,
+        changed: np.ndarray,
+        new: np.ndarray,
+        pps: np.ndarray,
+    ) -> None:
+        """The changed limits to the hosts' executors: one round of calls for those that
+        can go straight in, the executor's own path for the others."""
         now = engine.env.now
         ks = np.flatnonzero(changed)
         # A flow with no call in flight, not migrating, on a host whose executor tracks

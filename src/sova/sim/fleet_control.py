@@ -111,46 +111,11 @@ class FleetControl:
         hosts = e.host_names
         agent_l = list(map(agents.__getitem__, hosts))
         # hosts whose agent decides as the kernel here would (see the module's docstring)
-        mine = np.array(
-            [
-                m
-                and not a.executor.in_flight
-                and not a.signalled
-                and not a.vf_freeze_host
-                and not a.vf_freeze_vms
-                for m, a in zip(sensed.measured_list(), agent_l, strict=True)
-            ],
-            dtype=bool,
-        )
+        mine = _deciding(sensed, agent_l)
         if not mine.any():
             self.kept = {}  # every agent steps: none keeps a settled period's records
             return sensed
-        index = e.vm_index
-        # an agent's own records count for the VMs on its host only (a VM that left is
-        # the target's now)
-        gone: list[int] = []
-        for hi in [hi for hi, a in enumerate(agent_l) if a.migrating]:
-            gone += [i for i in map(index.__getitem__, agent_l[hi].migrating) if host[i] == hi]
-        leaving = np.zeros(e.N, dtype=bool)
-        leaving[gone] = True
-        # every agent's dwell starts at once (~2 per host, every period): read through
-        # chained iterators into arrays, not a Python loop per holder
-        counts = [len(a.vf_since) for a in agent_l]
-        n = sum(counts)
-        held = np.fromiter(
-            map(index.__getitem__, chain.from_iterable(a.vf_since for a in agent_l)),
-            dtype=np.int64,
-            count=n,
-        )
-        held_since = np.fromiter(
-            chain.from_iterable(a.vf_since.values() for a in agent_l), dtype=np.float64, count=n
-        )
-        own = host[held] == np.repeat(np.arange(e.H), counts)
-        held, held_since = held[own], held_since[own]
-        since = np.full(e.N, now)
-        since[held] = held_since
-        recorded = np.zeros(e.N, dtype=bool)  # the agent has the VF's dwell start
-        recorded[held] = True
+        leaving, since, recorded = _dwell(e, agent_l, now)
         cfg = self.scheduler
         rows = VFRows(
             host=host,
@@ -179,15 +144,7 @@ class FleetControl:
         assert self.state is not None
         # rows by host, each host's VMs in name order (the agent's candidates' order)
         by_host = np.lexsort((self.name_rank, host))
-        members = by_host[mine[host[by_host]]]
-        counts = np.bincount(host[members], minlength=e.H)[mine]
-        self.decided = Rows(
-            mine_l,
-            np.concatenate(([0], np.cumsum(counts))).tolist(),
-            members,
-            self.state[0][:, members],
-            now,
-        )
+        self.decided = _decided_rows(host, by_host, mine, mine_l, self.state[0], now)
         r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
         ranked_l = result.ranked.tolist()
         decisions = Decisions(e.vm_names, rows, result, cfg)
@@ -319,3 +276,71 @@ class HostVMs(LazyMapping[str, VMState]):
 
     def __len__(self) -> int:
         return len(self._members)
+
+
+def _deciding(sensed: FleetSensed, agent_l: list[HostAgent]) -> np.ndarray:
+    """The hosts whose agent decides as the kernel here would (see the module's
+    docstring): measured, with no call in flight, no signal and no VF freeze."""
+    return np.array(
+        [
+            m
+            and not a.executor.in_flight
+            and not a.signalled
+            and not a.vf_freeze_host
+            and not a.vf_freeze_vms
+            for m, a in zip(sensed.measured_list(), agent_l, strict=True)
+        ],
+        dtype=bool,
+    )
+
+
+def _dwell(
+    e: Engine, agent_l: list[HostAgent], now: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per VM: leaving (its agent migrates it away), since when it holds its VF by its
+    agent's records (``now`` where they have none), and whether they have one."""
+    host = e.host
+    index = e.vm_index
+    # an agent's own records count for the VMs on its host only (a VM that left is
+    # the target's now)
+    gone: list[int] = []
+    for hi in [hi for hi, a in enumerate(agent_l) if a.migrating]:
+        gone += [i for i in map(index.__getitem__, agent_l[hi].migrating) if host[i] == hi]
+    leaving = np.zeros(e.N, dtype=bool)
+    leaving[gone] = True
+    # every agent's dwell starts at once (~2 per host, every period): read through
+    # chained iterators into arrays, not a Python loop per holder
+    counts = [len(a.vf_since) for a in agent_l]
+    n = sum(counts)
+    held = np.fromiter(
+        map(index.__getitem__, chain.from_iterable(a.vf_since for a in agent_l)),
+        dtype=np.int64,
+        count=n,
+    )
+    held_since = np.fromiter(
+        chain.from_iterable(a.vf_since.values() for a in agent_l), dtype=np.float64, count=n
+    )
+    own = host[held] == np.repeat(np.arange(e.H), counts)
+    held, held_since = held[own], held_since[own]
+    since = np.full(e.N, now)
+    since[held] = held_since
+    recorded = np.zeros(e.N, dtype=bool)  # the agent has the VF's dwell start
+    recorded[held] = True
+    return leaving, since, recorded
+
+
+def _decided_rows(
+    host: np.ndarray,
+    by_host: np.ndarray,
+    mine: np.ndarray,
+    mine_l: list[int],
+    state: np.ndarray,
+    now: float,
+) -> Rows:
+    """The deciding hosts' rows, each host's VMs in name order (the agent's candidates'
+    order)."""
+    members = by_host[mine[host[by_host]]]
+    counts = np.bincount(host[members], minlength=mine.size)[mine]
+    return Rows(
+        mine_l, np.concatenate(([0], np.cumsum(counts))).tolist(), members, state[:, members], now
+    )

@@ -117,29 +117,15 @@ class Fleet:
 
 
 def generate(shape: FleetShape) -> Fleet:
+    # Every draw comes from one stream, in a fixed order (roles, means, diurnal swing,
+    # noise, bursts, CPU, sizes, placement): the same seed, the same fleet.
     rng = np.random.default_rng([shape.seed, 35])
     n = shape.vms
     t = np.arange(0.0, shape.duration_s, shape.sample_s)
     T = t.size
-    n_idle = round(shape.idle_share * n)
-    n_heavy = max(1, round(shape.heavy_share * n)) if shape.heavy_share > 0 else 0
-    n_cpu = round(shape.cpu_bound_share * n)
-    n_light = max(0, n - n_idle - n_heavy - n_cpu)
-    roles = np.array([IDLE] * n_idle + [HEAVY] * n_heavy + [CPU_BOUND] * n_cpu + [LIGHT] * n_light)
-    roles = roles[:n]
-    rng.shuffle(roles)
-
-    # per-VM mean rate (Mbit/s)
-    mean = np.empty(n)
+    roles = _roles(rng, shape)
     is_ = {r: roles == r for r in (IDLE, LIGHT, HEAVY, CPU_BOUND)}
-    mean[is_[IDLE]] = rng.lognormal(math.log(0.15), 0.8, int(is_[IDLE].sum()))
-    mean[is_[LIGHT]] = rng.lognormal(math.log(shape.light_median_mbps), 1.0, int(is_[LIGHT].sum()))
-    mean[is_[CPU_BOUND]] = rng.lognormal(math.log(1.0), 0.8, int(is_[CPU_BOUND].sum()))
-    k = int(is_[HEAVY].sum())
-    # Pareto (Lomax + 1): P(X > x) = x^-alpha above the scale; capped so that a diurnal peak
-    # with a burst still fits the line
-    heavy = shape.heavy_scale_mbps * (1.0 + rng.pareto(shape.heavy_alpha, k))
-    mean[is_[HEAVY]] = np.minimum(heavy, 0.25 * shape.nic_capacity_gbit * 1e3)
+    mean = _mean_rates(rng, shape, is_)
 
     # diurnal swing: business hours, per-VM amplitude and a phase jitter of ~1 h
     amp = np.where(is_[IDLE], rng.uniform(0.0, 0.3, n), rng.uniform(0.3, 0.9, n))
@@ -147,49 +133,11 @@ def generate(shape: FleetShape) -> Fleet:
     day = (t + shape.start_s)[None, :] / DAY_S
     diurnal = 1.0 + amp[:, None] * np.sin(2 * np.pi * (day - phase[:, None]))
 
-    # AR(1) noise in log space, correlated over a few samples, mean 1
-    rho, sigma = 0.8, 0.4
-    z = rng.normal(0.0, 1.0, (n, T))
-    ar = np.empty((n, T))
-    ar[:, 0] = z[:, 0]
-    for j in range(1, T):
-        ar[:, j] = rho * ar[:, j - 1] + math.sqrt(1 - rho * rho) * z[:, j]
-    noise = np.exp(sigma * ar - sigma * sigma / 2)
-
-    # bursts: Poisson arrivals, exponential lengths (mean 20 min), lognormal multipliers
-    burst = np.ones((n, T))
-    days = shape.duration_s / DAY_S
-    rate = np.where(is_[IDLE] | is_[CPU_BOUND], 0.2, 1.0) * shape.bursts_per_day * days
-    counts = rng.poisson(rate)
-    for i in range(n):
-        for _ in range(int(counts[i])):
-            start = rng.uniform(0.0, shape.duration_s)
-            length = max(shape.sample_s, rng.exponential(1200.0))
-            gain = rng.lognormal(math.log(4.0 if roles[i] == HEAVY else 10.0), 0.6)
-            on = (t >= start) & (t < start + length)
-            burst[i, on] *= gain
-
+    noise = _ar_noise(rng, n, T)
+    burst = _bursts(rng, shape, t, roles, is_)
     cap = 0.9 * shape.nic_capacity_gbit * 1e3
     mbps = np.minimum(mean[:, None] * diurnal * noise * burst * shape.net_scale, cap)
-
-    # CPU: a per-VM base with the same diurnal swing and its own noise; CPU-bound VMs busy;
-    # hybrids add CPU in proportion to their traffic relative to their own peak
-    base = np.where(
-        is_[CPU_BOUND],
-        rng.uniform(0.45, 0.8, n),
-        np.where(is_[IDLE], rng.uniform(0.01, 0.06, n), rng.beta(2.0, 18.0, n)),
-    )
-    cpu_noise = np.exp(0.2 * rng.normal(0.0, 1.0, (n, T)) - 0.02)
-    cpu = base[:, None] * (1.0 + 0.5 * (diurnal - 1.0)) * cpu_noise
-    hybrid = np.zeros(n, dtype=bool)
-    heavy_idx = np.flatnonzero(is_[HEAVY])
-    if heavy_idx.size and shape.hybrid_share > 0:
-        m = max(1, round(shape.hybrid_share * heavy_idx.size))
-        hybrid[rng.choice(heavy_idx, m, replace=False)] = True
-    gain_cpu = rng.uniform(0.5, 0.8, n)
-    peak = np.maximum(mbps.max(axis=1), 1e-9)
-    cpu = np.where(hybrid[:, None], cpu + gain_cpu[:, None] * mbps / peak[:, None], cpu)
-    cpu = np.clip(cpu, 0.0, 1.0)
+    cpu, hybrid = _cpu(rng, shape, is_, diurnal, mbps)
 
     vcpus = np.where(is_[HEAVY] | is_[CPU_BOUND], rng.choice([4, 8], n), rng.choice([1, 2, 4], n))
     memory = rng.choice([2, 4, 8, 16], n)
@@ -210,6 +158,99 @@ def generate(shape: FleetShape) -> Fleet:
         memory_gib=[int(m) for m in memory],
         host_of=[int(h) for h in host_of],
     )
+
+
+def _roles(rng: np.random.Generator, shape: FleetShape) -> np.ndarray:
+    """Each VM's role, the shares of the shape dealt in a random order."""
+    n = shape.vms
+    n_idle = round(shape.idle_share * n)
+    n_heavy = max(1, round(shape.heavy_share * n)) if shape.heavy_share > 0 else 0
+    n_cpu = round(shape.cpu_bound_share * n)
+    n_light = max(0, n - n_idle - n_heavy - n_cpu)
+    roles = np.array([IDLE] * n_idle + [HEAVY] * n_heavy + [CPU_BOUND] * n_cpu + [LIGHT] * n_light)
+    roles = roles[:n]
+    rng.shuffle(roles)
+    return roles
+
+
+def _mean_rates(
+    rng: np.random.Generator, shape: FleetShape, is_: dict[str, np.ndarray]
+) -> np.ndarray:
+    """Each VM's mean rate (Mbit/s) by its role: lognormal, heavy-tailed for the heavy."""
+    mean = np.empty(shape.vms)
+    mean[is_[IDLE]] = rng.lognormal(math.log(0.15), 0.8, int(is_[IDLE].sum()))
+    mean[is_[LIGHT]] = rng.lognormal(math.log(shape.light_median_mbps), 1.0, int(is_[LIGHT].sum()))
+    mean[is_[CPU_BOUND]] = rng.lognormal(math.log(1.0), 0.8, int(is_[CPU_BOUND].sum()))
+    k = int(is_[HEAVY].sum())
+    # Pareto (Lomax + 1): P(X > x) = x^-alpha above the scale; capped so that a diurnal peak
+    # with a burst still fits the line
+    heavy = shape.heavy_scale_mbps * (1.0 + rng.pareto(shape.heavy_alpha, k))
+    mean[is_[HEAVY]] = np.minimum(heavy, 0.25 * shape.nic_capacity_gbit * 1e3)
+    return mean
+
+
+def _ar_noise(rng: np.random.Generator, n: int, T: int) -> np.ndarray:
+    """AR(1) noise in log space, correlated over a few samples, mean 1."""
+    rho, sigma = 0.8, 0.4
+    z = rng.normal(0.0, 1.0, (n, T))
+    ar = np.empty((n, T))
+    ar[:, 0] = z[:, 0]
+    for j in range(1, T):
+        ar[:, j] = rho * ar[:, j - 1] + math.sqrt(1 - rho * rho) * z[:, j]
+    return np.exp(sigma * ar - sigma * sigma / 2)
+
+
+def _bursts(
+    rng: np.random.Generator,
+    shape: FleetShape,
+    t: np.ndarray,
+    roles: np.ndarray,
+    is_: dict[str, np.ndarray],
+) -> np.ndarray:
+    """Burst multipliers: Poisson arrivals, exponential lengths (mean 20 min), lognormal
+    gains."""
+    n = shape.vms
+    burst = np.ones((n, t.size))
+    days = shape.duration_s / DAY_S
+    rate = np.where(is_[IDLE] | is_[CPU_BOUND], 0.2, 1.0) * shape.bursts_per_day * days
+    counts = rng.poisson(rate)
+    for i in range(n):
+        for _ in range(int(counts[i])):
+            start = rng.uniform(0.0, shape.duration_s)
+            length = max(shape.sample_s, rng.exponential(1200.0))
+            gain = rng.lognormal(math.log(4.0 if roles[i] == HEAVY else 10.0), 0.6)
+            on = (t >= start) & (t < start + length)
+            burst[i, on] *= gain
+    return burst
+
+
+def _cpu(
+    rng: np.random.Generator,
+    shape: FleetShape,
+    is_: dict[str, np.ndarray],
+    diurnal: np.ndarray,
+    mbps: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """CPU: a per-VM base with the same diurnal swing and its own noise; CPU-bound VMs busy;
+    hybrids add CPU in proportion to their traffic relative to their own peak. Returns the
+    CPU share per VM and sample, and which VMs are hybrids."""
+    n, T = shape.vms, mbps.shape[1]
+    base = np.where(
+        is_[CPU_BOUND],
+        rng.uniform(0.45, 0.8, n),
+        np.where(is_[IDLE], rng.uniform(0.01, 0.06, n), rng.beta(2.0, 18.0, n)),
+    )
+    cpu_noise = np.exp(0.2 * rng.normal(0.0, 1.0, (n, T)) - 0.02)
+    cpu = base[:, None] * (1.0 + 0.5 * (diurnal - 1.0)) * cpu_noise
+    hybrid = np.zeros(n, dtype=bool)
+    heavy_idx = np.flatnonzero(is_[HEAVY])
+    if heavy_idx.size and shape.hybrid_share > 0:
+        m = max(1, round(shape.hybrid_share * heavy_idx.size))
+        hybrid[rng.choice(heavy_idx, m, replace=False)] = True
+    gain_cpu = rng.uniform(0.5, 0.8, n)
+    peak = np.maximum(mbps.max(axis=1), 1e-9)
+    cpu = np.where(hybrid[:, None], cpu + gain_cpu[:, None] * mbps / peak[:, None], cpu)
+    return np.clip(cpu, 0.0, 1.0), hybrid
 
 
 def scenario_data(fleet: Fleet, trace_name: str, name: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from sova.policy.waterfill import floored_waterfill, grouped_waterfill, links_wa
 from sova.sim.workload import load_static
 
 if TYPE_CHECKING:
-    from sova.sim.state import EngineState, MigrationState
+    from sova.sim.state import EngineState, LoadStatic, MigrationState
     from sova.sim.workload import Offer
 
 INF = float("inf")
@@ -52,21 +52,56 @@ class Shares:
 
 
 def share(eng: EngineState, o: Offer, t0: float) -> Shares:
+    # One tick's contention, in the order the resources bind: the guest's vCPUs, the
+    # host's cores (and the driver domain's), the paths' ceilings, then the PF's egress
+    # shared with migration streams. Each step works on whole arrays: a handful of calls
+    # per tick, whatever the number of VMs.
     p = eng.profile
-    dt = o.dt
-    N, H = eng.N, eng.H
-    h = eng.host
     st = load_static(eng)
-    cpu_frac, cj, paused = o.cpu_frac, o.cj, o.paused
-    want, is_file = o.want, o.is_file
     arrival_cost = o.arrival_cost
     if arrival_cost is None:
-        arrival_cost = o.arrivals / dt * p.guest_ns_per_request / 1e9
+        arrival_cost = o.arrivals / o.dt * p.guest_ns_per_request / 1e9
     pkt_bits = st.pkt_bits
     virt = ~eng.on_vf
-    vcpus = eng.vcpus
+    pkts_per_bit = st.pkts_per_bit
+    ns_pkt, cpu_busy, need, vm_scale, want = _guest_need(eng, o, st, arrival_cost, virt)
+    want, host_need, host_scale, backend_scale, backend_vm_frac = _host_cpu(
+        eng, want, pkts_per_bit, virt, need, vm_scale
+    )
+    want, pps_limit, backend_pps = _paths(eng, want, virt, pkt_bits, backend_scale, backend_vm_frac)
+    tx, rx, tx_host, rx_host, mig_active, mig_rate = _egress(eng, o, st, want, t0)
+    return Shares(
+        arrival_cost,
+        want,
+        tx,
+        rx,
+        tx_host,
+        rx_host,
+        mig_active,
+        mig_rate,
+        backend_pps,
+        pps_limit,
+        host_need,
+        host_scale,
+        backend_vm_frac,
+        pkts_per_bit,
+        pkt_bits,
+        ns_pkt,
+        cpu_busy,
+        need,
+        virt,
+    )
 
-    # guest CPU: benchmarks, per-packet and per-byte network work, per-request work
+
+def _guest_need(
+    eng: EngineState, o: Offer, st: LoadStatic, arrival_cost: np.ndarray, virt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Guest CPU: benchmarks, per-packet and per-byte network work, per-request work.
+    Returns the ns per packet, the busy vCPUs, each VM's need (cores), the share of it its
+    vCPUs can run, and what it sends within that share."""
+    p = eng.profile
+    h, H = eng.host, eng.H
+    want, vcpus = o.want, eng.vcpus
     ns_pkt = p.virtio_guest_ns_per_packet * virt
     ns_pkt += p.guest_ns_per_packet
     pkts_per_bit = st.pkts_per_bit
@@ -85,7 +120,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     net_cost = net_cost_of(want)
     # np.clip(cpu_frac * cj, 0.0, 1.0) without its wrapper: the same value for every
     # product that is not -0.0 (cpu_frac and cj are >= +0.0)
-    cpu_busy = cpu_frac * cj
+    cpu_busy = o.cpu_frac * o.cj
     np.maximum(0.0, cpu_busy, out=cpu_busy)
     np.minimum(cpu_busy, 1.0, out=cpu_busy)
     cpu_busy *= vcpus
@@ -107,9 +142,24 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     need = cpu_busy + net_cost
     vm_scale = _scale_to(need, vcpus)
     if o.any_paused:
-        vm_scale[paused] = 0.0
+        vm_scale[o.paused] = 0.0
     want = want * vm_scale
-    # host CPU: vCPUs + virtio backend
+    return ns_pkt, cpu_busy, need, vm_scale, want
+
+
+def _host_cpu(
+    eng: EngineState,
+    want: np.ndarray,
+    pkts_per_bit: np.ndarray,
+    virt: np.ndarray,
+    need: np.ndarray,
+    vm_scale: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Host CPU: the vCPUs and the virtio backend on the host's cores (or the backend on
+    a driver domain's own). Returns what each VM sends within them, each host's need and
+    scale, how fast its backend runs, and the backend's per-VM overhead."""
+    p = eng.profile
+    h, H = eng.host, eng.H
     backend_ns = want * pkts_per_bit
     backend_ns *= p.virtio_host_ns_per_packet
     backend_ns *= virt
@@ -149,20 +199,42 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     # kept for the request service time in _latency
     eng._pkts_per_bit, eng._host_scale_vm = pkts_per_bit, host_scale_vm
     if p.request_service_latency:
-        eng._vcpu_load = need / np.maximum(vcpus * host_scale_vm, 1e-12)
+        eng._vcpu_load = need / np.maximum(eng.vcpus * host_scale_vm, 1e-12)
+    return want, host_need, host_scale, backend_scale, backend_vm_frac
 
-    # paths: VF cap; virtio per-VM ceiling and the backend's shared packet-rate ceiling
+
+def _paths(
+    eng: EngineState,
+    want: np.ndarray,
+    virt: np.ndarray,
+    pkt_bits: np.ndarray,
+    backend_scale: np.ndarray,
+    backend_vm_frac: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The paths: the VF's cap; virtio's per-VM ceiling and the backend's shared
+    packet-rate ceiling. Returns what each VM sends within them, each host's packet-rate
+    ceiling and the backend's packet rate."""
+    p = eng.profile
     want = np.where(eng.on_vf, np.minimum(want, eng.vf_max), np.minimum(want, p.virtio_flow_limit))
     vi = virt & (want > 0)
     pps_limit = p.virtio_pps_limit * backend_scale * np.maximum(0.01, 1.0 - backend_vm_frac)
-    backend_pps = np.zeros(H)
+    backend_pps = np.zeros(eng.H)
     if vi.any():
         got = links_waterfill(pps_limit, eng.links(), want / pkt_bits, member=vi)
         want = np.where(vi, got * pkt_bits, want)
         # the others got 0.0, which leaves each host's sum the same
-        backend_pps = np.bincount(h, got, minlength=H).astype(np.float64)
+        backend_pps = np.bincount(eng.host, got, minlength=eng.H).astype(np.float64)
+    return want, pps_limit, backend_pps
 
-    # PF egress, shared with migration streams
+
+def _egress(
+    eng: EngineState, o: Offer, st: LoadStatic, want: np.ndarray, t0: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[MigrationState], np.ndarray]:
+    """The PF's egress, shared with the migration streams, and what each host receives.
+    Returns tx and rx per VM and per host, the migrations copying now and their rates."""
+    N, H = eng.N, eng.H
+    h = eng.host
+    dt = o.dt
     migs = list(eng.migrations.values())
     mig_active = [m for m in migs if m.copy_from_s <= t0 and eng.paused_until[m.vm] <= t0]
     groups = h
@@ -183,7 +255,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         share = links_waterfill(eng.capacity, eng.links(), demands, weights, whole=st.weights_whole)
     tx = share[:N]
     if o.any_file:
-        tx = np.where(is_file, np.minimum(tx, eng.file_left * 8.0 / dt), tx)
+        tx = np.where(o.is_file, np.minimum(tx, eng.file_left * 8.0 / dt), tx)
     rx = tx * eng.rx_share
     if st.asks.size:
         # (without requests the term is 0.0 everywhere and rx is never -0.0)
@@ -201,27 +273,7 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
     eng.tx_by_host = tx_host.copy() if mig_active else tx_host
     for k, m in enumerate(mig_active):
         tx_host[m.src] += mig_rate[k]
-    return Shares(
-        arrival_cost,
-        want,
-        tx,
-        rx,
-        tx_host,
-        rx_host,
-        mig_active,
-        mig_rate,
-        backend_pps,
-        pps_limit,
-        host_need,
-        host_scale,
-        backend_vm_frac,
-        pkts_per_bit,
-        pkt_bits,
-        ns_pkt,
-        cpu_busy,
-        need,
-        virt,
-    )
+    return tx, rx, tx_host, rx_host, mig_active, mig_rate
 
 
 def _scale_to(need: np.ndarray, vcpus: np.ndarray) -> np.ndarray:

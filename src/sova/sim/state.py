@@ -103,7 +103,6 @@ class EngineState:
         self.vms = [scn.model_vm(v, i) for i, v in enumerate(scn.vms)]
         H, N = len(self.hosts), len(self.vms)
         self.H, self.N = H, N
-        f = np.zeros
         self.cores = np.array([h.cores for h in self.hosts], dtype=float)
         self.host_mem = np.array([h.memory_bytes for h in self.hosts], dtype=float)
         self.capacity = np.array([h.nic.capacity_bps for h in self.hosts], dtype=float)
@@ -125,44 +124,10 @@ class EngineState:
             [INF if v.ingress_limit is None else v.ingress_limit for v in scn.vms], dtype=float
         )
         self._ingress_limited = bool(np.isfinite(self.ingress_limit).any())
-        # workload parameters
-        self.kind = f(N, dtype=np.int64)
-        self.net_duty, self.cpu_duty = f(N), f(N)
-        self.rate, self.streams = f(N), np.ones(N)
-        self.pkt_bytes, self.rx_share = np.full(N, 1448.0), np.full(N, 0.023)
-        self.req_rate, self.resp_bytes, self.req_bytes = f(N), f(N), f(N)
-        self.ns_per_byte = f(N)
-        self.file_left, self.file_size = f(N), f(N)
-        self.file_start = f(N)
-        self.trace_col: list[np.ndarray | None] = [None] * N
-        self.trace_t: list[np.ndarray | None] = [None] * N
-        # per-sample CPU busy share (0..1 of the vCPUs) of trace VMs with a cpu_column
-        self.trace_cpu: list[np.ndarray | None] = [None] * N
-        # duty-cycle state: cycle start and length, for the network and the CPU benchmark
-        self.net_start, self.net_len = f(N), np.ones(N)
-        self.cpu_start, self.cpu_len = f(N), np.ones(N)
-        # NIC state
-        self.on_vf = f(N, dtype=bool)
-        self.vf_index = np.full(N, -1, dtype=np.int64)
-        self.vf_max = np.full(N, INF)
-        self.vf_min = f(N)
-        self.guest_limit = np.full(N, INF)
-        self.guest_pps = np.full(N, INF)
-        self.paused_until = np.full(N, -INF)
-        # the latest paused_until: no VM is paused from then on (the tick skips the mask)
-        self.paused_through = -INF
-        self._no_vms = f(N, dtype=bool)
-        self.migrating = f(N, dtype=bool)
-        # counters (cumulative, what drivers read)
-        self.cpu_ns, self.steal_ns = f(N), f(N)
-        self.rx_b, self.tx_b, self.rx_pk, self.tx_pk = f(N), f(N), f(N), f(N)
-        self.h_cpu_ns, self.h_rx_b, self.h_tx_b = f(H), f(H), f(H)
-        # last tick, for reports
-        self.offered, self.tx, self.rx, self.cpu_use = f(N), f(N), f(N), f(N)
-        self.resp_s, self.served_req = f(N), f(N)
-        self.backlog_bits = f(N)
-        self.host_cpu_util, self.host_net_util = f(H), f(H)
-        self._pkts_per_bit, self._host_scale_vm, self._vcpu_load = f(N), np.ones(N), f(N)
+        # one array per VM (or host) and quantity, zeroed: the engine's state
+        self._init_workload(N)
+        self._init_nic(N)
+        self._init_counters(N, H)
         # the last tick's tx summed by host, without migration streams (the world's
         # statistics read it); None after a VM moved
         self.tx_by_host: np.ndarray | None = None
@@ -179,6 +144,56 @@ class EngineState:
         self._links: Links | None = None
         self._trace_cache: dict[str, dict[str, np.ndarray]] = {}
         self._load_static: LoadStatic | None = None  # rebuilt after set_workload
+
+    def _init_workload(self, N: int) -> None:
+        """Each VM's workload parameters and duty-cycle state (set by set_workload)."""
+        f = np.zeros
+        # workload parameters
+        self.kind = f(N, dtype=np.int64)
+        self.net_duty, self.cpu_duty = f(N), f(N)
+        self.rate, self.streams = f(N), np.ones(N)
+        self.pkt_bytes, self.rx_share = np.full(N, 1448.0), np.full(N, 0.023)
+        self.req_rate, self.resp_bytes, self.req_bytes = f(N), f(N), f(N)
+        self.ns_per_byte = f(N)
+        self.file_left, self.file_size = f(N), f(N)
+        self.file_start = f(N)
+        self.trace_col: list[np.ndarray | None] = [None] * N
+        self.trace_t: list[np.ndarray | None] = [None] * N
+        # per-sample CPU busy share (0..1 of the vCPUs) of trace VMs with a cpu_column
+        self.trace_cpu: list[np.ndarray | None] = [None] * N
+        # duty-cycle state: cycle start and length, for the network and the CPU benchmark
+        self.net_start, self.net_len = f(N), np.ones(N)
+        self.cpu_start, self.cpu_len = f(N), np.ones(N)
+
+    def _init_nic(self, N: int) -> None:
+        """Each VM's NIC state: VF held, its rates, guest limits, pauses, migrations."""
+        f = np.zeros
+        # NIC state
+        self.on_vf = f(N, dtype=bool)
+        self.vf_index = np.full(N, -1, dtype=np.int64)
+        self.vf_max = np.full(N, INF)
+        self.vf_min = f(N)
+        self.guest_limit = np.full(N, INF)
+        self.guest_pps = np.full(N, INF)
+        self.paused_until = np.full(N, -INF)
+        # the latest paused_until: no VM is paused from then on (the tick skips the mask)
+        self.paused_through = -INF
+        self._no_vms = f(N, dtype=bool)
+        self.migrating = f(N, dtype=bool)
+
+    def _init_counters(self, N: int, H: int) -> None:
+        """The cumulative counters drivers read, and the last tick's figures for reports."""
+        f = np.zeros
+        # counters (cumulative, what drivers read)
+        self.cpu_ns, self.steal_ns = f(N), f(N)
+        self.rx_b, self.tx_b, self.rx_pk, self.tx_pk = f(N), f(N), f(N), f(N)
+        self.h_cpu_ns, self.h_rx_b, self.h_tx_b = f(H), f(H), f(H)
+        # last tick, for reports
+        self.offered, self.tx, self.rx, self.cpu_use = f(N), f(N), f(N), f(N)
+        self.resp_s, self.served_req = f(N), f(N)
+        self.backlog_bits = f(N)
+        self.host_cpu_util, self.host_net_util = f(H), f(H)
+        self._pkts_per_bit, self._host_scale_vm, self._vcpu_load = f(N), np.ones(N), f(N)
 
     def _complete(self, op: Op, state: str, detail: str) -> None:
         op.state, op.detail = state, detail

@@ -214,23 +214,7 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
     cpu_frac = _on_fraction(
         eng, eng.cpu_start, eng.cpu_len, st.cpu_full.copy(), st.cpu_live, st.cpu_live_duty, t0, t1
     )
-    jit = eng.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
-    if p.cpu_jitter:
-        cj = eng.wrng.normal(0.0, p.cpu_jitter, N)
-        cj += 1.0
-    else:
-        cj = np.ones(N)
-    arrivals = np.zeros(N)
-    asks = st.asks
-    if asks.size:
-        # a Poisson draw of mean 0 takes nothing from the stream: drawing only the others
-        # leaves every value the same
-        arrivals[asks] = eng.wrng.poisson(st.ask_rate * dt)
-    if eng._ingress_limited:
-        # The NIC discards requests above the VM's ingress limit: they never reach the
-        # guest (or a driver domain), so they cost no CPU and are never answered.
-        allowed = eng.ingress_limit * dt / st.ingress_div
-        arrivals = np.minimum(arrivals, allowed)
+    jit, cj, arrivals = _draws(eng, st, dt)
 
     net_frac *= eng.rate
     net_frac *= eng.streams
@@ -254,16 +238,8 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
     # (offering only the remainder would shrink it geometrically and never finish)
     if any_file:
         offered = np.where(is_file, eng.rate, offered)
-    for i in st.traces:
-        tt, col = eng.trace_t[i], eng.trace_col[i]
-        assert tt is not None and col is not None
-        k = max(0, int(np.searchsorted(tt, t0, side="right")) - 1)
-        offered[i] = col[k] * jit[i]
-        cpu = eng.trace_cpu[i]
-        if cpu is not None:
-            # the sample's busy share replaces the duty cycle (cpu is 0 for such VMs, so
-            # no on/off process was drawn for them); the CPU jitter applies as to any VM
-            cpu_frac[i] = cpu[k]
+    if st.traces.size:
+        _replay_traces(eng, st, t0, jit, offered, cpu_frac)
     any_paused = t0 < eng.paused_through
     if any_paused:
         paused = eng.paused_until > t0
@@ -294,3 +270,50 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
         any_file,
         arrival_cost,
     )
+
+
+def _draws(
+    eng: EngineState, st: LoadStatic, dt: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This tick's random draws, in the stream's order: the rate jitter, the CPU jitter,
+    the requests arriving (those above a VM's ingress limit dropped)."""
+    p, N = eng.profile, eng.N
+    jit = eng.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
+    if p.cpu_jitter:
+        cj = eng.wrng.normal(0.0, p.cpu_jitter, N)
+        cj += 1.0
+    else:
+        cj = np.ones(N)
+    arrivals = np.zeros(N)
+    asks = st.asks
+    if asks.size:
+        # a Poisson draw of mean 0 takes nothing from the stream: drawing only the others
+        # leaves every value the same
+        arrivals[asks] = eng.wrng.poisson(st.ask_rate * dt)
+    if eng._ingress_limited:
+        # The NIC discards requests above the VM's ingress limit: they never reach the
+        # guest (or a driver domain), so they cost no CPU and are never answered.
+        allowed = eng.ingress_limit * dt / st.ingress_div
+        arrivals = np.minimum(arrivals, allowed)
+    return jit, cj, arrivals
+
+
+def _replay_traces(
+    eng: EngineState,
+    st: LoadStatic,
+    t0: float,
+    jit: np.ndarray,
+    offered: np.ndarray,
+    cpu_frac: np.ndarray,
+) -> None:
+    """The trace VMs' samples at ``t0`` into ``offered`` and ``cpu_frac`` (in place)."""
+    for i in st.traces:
+        tt, col = eng.trace_t[i], eng.trace_col[i]
+        assert tt is not None and col is not None
+        k = max(0, int(np.searchsorted(tt, t0, side="right")) - 1)
+        offered[i] = col[k] * jit[i]
+        cpu = eng.trace_cpu[i]
+        if cpu is not None:
+            # the sample's busy share replaces the duty cycle (cpu is 0 for such VMs, so
+            # no on/off process was drawn for them); the CPU jitter applies as to any VM
+            cpu_frac[i] = cpu[k]

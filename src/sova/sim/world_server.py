@@ -329,6 +329,8 @@ def _host(request: Request, svc: WorldService) -> str:
     return str(host)
 
 
+# A route table (short handlers and the list naming their paths): long by nature, capped in
+# tests/test_function_sizes.py rather than split.
 def create_world_app(
     svc: WorldService, out_dir: Path | None = None, scn: Scenario | None = None
 ) -> Starlette:

@@ -109,42 +109,12 @@ class RealTrafficAllocator:
         total = math.fsum(r for r, _ in measured.values())
         congested = total >= (1 - p) * c
         n_active = max(1, sum(1 for r, _ in measured.values() if r >= self.active_bps))
-        fair = c / n_active
-
         estimated: list[FlowDemand] = []
         boosts: dict[str, float] = {}
         for d in demands:
             r, held = measured[d.vm]
-            want = d.demand_bps
+            want = self._estimate(d, r, held, c, congested, n_active)
             g = d.sla.bandwidth.minimum
-            active = r >= self.active_bps
-            known = self._satisfied.get(d.vm)
-            if known is not None and not congested and r < known[0] * (1 - 2 * p):
-                del self._satisfied[d.vm]  # with room to spare it sends clearly less now
-                known = None
-            content = known is not None and r <= known[0] * (1 + p)
-            if content and known is not None:
-                # Its demand as last seen with room: neither re-probe it every period (it
-                # sits at its cap, which looks "held") nor let the port's noise ratchet its
-                # allocation down period by period.
-                want = known[0]
-            elif held:
-                want = max(want, r + p * c / n_active)
-            elif congested and active and r < max(g, fair):
-                # Below its fair share on a full port and not held by its cap: squeezed by
-                # the port's per-flow sharing, or content. Offer room and see.
-                want = max(want, r * (1 + 2 * p))
-            if g > 0 and active and r < g:
-                # Entitled to its minimum: give it at once rather than probe up to it,
-                # unless it had its whole minimum available and settled clearly below it
-                # (a level learned a little under the minimum is noise, not demand). A
-                # single period below it is no evidence: the sender may have stalled, or
-                # the port may have squeezed it, and its guarantee must survive both.
-                settled_below = (
-                    content and known is not None and known[0] < (1 - 2 * p) * g <= known[1]
-                )
-                if not settled_below:
-                    want = max(want, g)
             boosts[d.vm] = self._delivered_guarantee(d.vm, g, r, held) - g
             estimated.append(replace(d, demand_bps=min(want, c)))
 
@@ -157,28 +127,8 @@ class RealTrafficAllocator:
         active_floors = math.fsum(
             d.sla.bandwidth.minimum for d in estimated if measured[d.vm][0] >= self.active_bps
         )
-
-        def allocate(usable: float) -> dict[str, Allocation]:
-            # The integral controller's extra minimum comes out of what is not guaranteed:
-            # it must never push another VM's guarantee down.
-            room = max(0.0, usable - active_floors)
-            total_boost = math.fsum(boosts.values())
-            scale = 1.0 if total_boost <= room else room / total_boost
-            flows = []
-            for d in estimated:
-                extra = boosts[d.vm] * scale
-                bw, want = d.sla.bandwidth, d.demand_bps
-                if extra > 0:
-                    top = None if bw.maximum is None else max(bw.maximum, bw.minimum + extra)
-                    bw = replace(bw, minimum=bw.minimum + extra, maximum=top)
-                    want = max(want, bw.minimum)
-                flows.append(
-                    replace(d, demand_bps=min(want, usable), sla=replace(d.sla, bandwidth=bw))
-                )
-            return self.inner.allocate(usable, flows)
-
         usable = c * (1 - self.margin)
-        alloc = allocate(usable)
+        alloc = self._boosted(usable, estimated, boosts, active_floors)
         binding = any(
             d.sla.bandwidth.minimum > 0
             and measured[d.vm][0] >= self.active_bps
@@ -189,7 +139,7 @@ class RealTrafficAllocator:
             # The slack comes out of what is not guaranteed: where the minimums fill the
             # link (DBA-VM's 150/700/150 on 1 GbE) there is none to take.
             usable = max(c * (1 - self.guard_margin), min(usable, active_floors))
-            alloc = allocate(usable)
+            alloc = self._boosted(usable, estimated, boosts, active_floors)
         self._granted = {vm: a.rate_bps for vm, a in alloc.items()}
         # Capacity nobody was allocated (every demand is met) is spread as extra cap, so
         # the caps add up to the link and nobody's allocation is eaten into.
@@ -200,6 +150,67 @@ class RealTrafficAllocator:
             vm: replace(a, rate_bps=min(c, max(a.rate_bps + extra, floor)))
             for vm, a in alloc.items()
         }
+
+    def _estimate(
+        self, d: FlowDemand, r: float, held: bool, c: float, congested: bool, n_active: int
+    ) -> float:
+        """The demand to allocate for ``d``, measured at ``r`` (``held``: by its cap):
+        its level last seen with room, room to probe above its rate, or its minimum."""
+        p = self.probe
+        fair = c / n_active
+        want = d.demand_bps
+        g = d.sla.bandwidth.minimum
+        active = r >= self.active_bps
+        known = self._satisfied.get(d.vm)
+        if known is not None and not congested and r < known[0] * (1 - 2 * p):
+            del self._satisfied[d.vm]  # with room to spare it sends clearly less now
+            known = None
+        content = known is not None and r <= known[0] * (1 + p)
+        if content and known is not None:
+            # Its demand as last seen with room: neither re-probe it every period (it
+            # sits at its cap, which looks "held") nor let the port's noise ratchet its
+            # allocation down period by period.
+            want = known[0]
+        elif held:
+            want = max(want, r + p * c / n_active)
+        elif congested and active and r < max(g, fair):
+            # Below its fair share on a full port and not held by its cap: squeezed by
+            # the port's per-flow sharing, or content. Offer room and see.
+            want = max(want, r * (1 + 2 * p))
+        if g > 0 and active and r < g:
+            # Entitled to its minimum: give it at once rather than probe up to it,
+            # unless it had its whole minimum available and settled clearly below it
+            # (a level learned a little under the minimum is noise, not demand). A
+            # single period below it is no evidence: the sender may have stalled, or
+            # the port may have squeezed it, and its guarantee must survive both.
+            settled_below = content and known is not None and known[0] < (1 - 2 * p) * g <= known[1]
+            if not settled_below:
+                want = max(want, g)
+        return want
+
+    def _boosted(
+        self,
+        usable: float,
+        estimated: list[FlowDemand],
+        boosts: dict[str, float],
+        active_floors: float,
+    ) -> dict[str, Allocation]:
+        """The inner allocator's answer on ``usable``, each VM's minimum raised by its
+        integral controller's boost. The boosts come out of what is not guaranteed: they
+        must never push another VM's guarantee down."""
+        room = max(0.0, usable - active_floors)
+        total_boost = math.fsum(boosts.values())
+        scale = 1.0 if total_boost <= room else room / total_boost
+        flows = []
+        for d in estimated:
+            extra = boosts[d.vm] * scale
+            bw, want = d.sla.bandwidth, d.demand_bps
+            if extra > 0:
+                top = None if bw.maximum is None else max(bw.maximum, bw.minimum + extra)
+                bw = replace(bw, minimum=bw.minimum + extra, maximum=top)
+                want = max(want, bw.minimum)
+            flows.append(replace(d, demand_bps=min(want, usable), sla=replace(d.sla, bandwidth=bw)))
+        return self.inner.allocate(usable, flows)
 
     def _delivered_guarantee(self, vm: str, g: float, rate: float, held: bool) -> float:
         """The minimum to allocate so that ``g`` is what arrives, not just what is capped.

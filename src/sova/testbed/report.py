@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 
 from sova import writer
 from sova.record import EVENT_COLUMNS, TIMELINE_COLUMNS
-from sova.testbed.runner import TestbedRow, TestbedRun
+from sova.testbed.runner import SwitchCheck, TestbedRow, TestbedRun
 from sova.testbed.scenario import TestbedScenario
 from sova.writer import PNG_META, HolderPanel, cells, fmt, mark
 
@@ -323,7 +323,23 @@ def write_report(
     has_vf_moves = any(tr.switches for tr in runs) or scn.acceptance.vf_holders
     if has_vf_moves:
         plot_vf_holders(out / "vf_holders.png", scn, runs)
-    tb = summary["testbed"]
+    lines = _summary_lines(scn, summary["testbed"], metrics)
+    lines += _per_vm_lines(scn, metrics)
+    lines += _acceptance_lines(summary["acceptance"])
+    lines += _switch_lines(scn, [s for tr in runs for s in tr.switches])
+    if scn.note:
+        lines += ["", scn.note.strip()]
+    lines += ["", "## Plots", "", "![delivered per VM](throughput.png)", ""]
+    lines += ["![policies side by side](policies.png)", ""]
+    if has_vf_moves:
+        lines += ["![VF holders](vf_holders.png)", ""]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def _summary_lines(
+    scn: TestbedScenario, tb: dict[str, Any], metrics: dict[str, dict[str, Any]]
+) -> list[str]:
+    """The title, the setup, and the runs side by side."""
     lines = [
         f"# Sova testbed report: {scn.name}",
         "",
@@ -355,7 +371,12 @@ def write_report(
             f"{m['failed_actions']} | {m['host_cpu_busy']:.0%} | "
             f"{m['virtio_backend_cpu_s']:.1f} |"
         )
-    lines += [
+    return lines
+
+
+def _per_vm_lines(scn: TestbedScenario, metrics: dict[str, dict[str, Any]]) -> list[str]:
+    """What "guarantee held" means, and each run's VMs."""
+    lines = [
         "",
         "Guarantee held = share of the 1-second intervals, among those in which the "
         "guaranteed VM offered at least its guarantee, in which it received at least "
@@ -374,7 +395,12 @@ def write_report(
                 f"{_num(v.get('guarantee_held_fraction'), '{:.1%}')} | "
                 f"{_num(v.get('min_when_offered_mbps'))} | {v['vf_share']:.0%} |"
             )
-    acc = summary["acceptance"]
+    return lines
+
+
+def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
+    """The acceptance checks with their measured values (none: no section)."""
+    lines: list[str] = []
     if acc["checks"]:
         lines += ["", "## Acceptance", "", "| check | measured | threshold | holds |"]
         lines.append("|---|---|---|---|")
@@ -383,7 +409,12 @@ def write_report(
                 f"| {c['check']} | {_fmt_value(c['value'])} | {_fmt_value(c['threshold'])} | "
                 f"{mark(c['holds'])} |"
             )
-    switches = [s for tr in runs for s in tr.switches]
+    return lines
+
+
+def _switch_lines(scn: TestbedScenario, switches: list[SwitchCheck]) -> list[str]:
+    """The connectivity gaps around each VF switch (none: no section)."""
+    lines: list[str] = []
     if switches:
         lines += [
             "",
@@ -402,13 +433,7 @@ def write_report(
                 f"| {s.policy} | {s.time_s:.1f} | {s.vm} | {s.event} | "
                 f"{_num(s.ping_gap_s, '{:.3f}')} | {_num(s.tcp_gap_s, '{:.3f}')} |"
             )
-    if scn.note:
-        lines += ["", scn.note.strip()]
-    lines += ["", "## Plots", "", "![delivered per VM](throughput.png)", ""]
-    lines += ["![policies side by side](policies.png)", ""]
-    if has_vf_moves:
-        lines += ["![VF holders](vf_holders.png)", ""]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def _fmt_value(v: Any) -> str:

@@ -189,35 +189,76 @@ def capture(
     if (end - start) / step < 1:
         raise TraceError(f"the window ({end - start:g} s) is shorter than one step ({step:g} s)")
     m = metrics
-    by = f"{m.host_label}, {m.vm_label}"
-    sel = "{" + m.selector + "}" if m.selector else ""
-    # rate() over one step makes each row that step's mean; a wider window (for a scrape
-    # interval longer than half the step) smooths over it instead of leaving gaps
-    window = f"{max(int(round(rate_window or step)), 1)}s"
-    # values at the ends of the steps: the first step starts at ``start``
-    first, last = start + step, start + math.floor((end - start) / step + 1e-9) * step
-    rows = int(round((last - first) / step)) + 1
     notes: list[str] = []
-    net: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * rows)
-    filled: dict[tuple[str, str], set[int]] = defaultdict(set)
-    order: dict[tuple[str, str], None] = {}  # keys in order of first appearance
+    with Prometheus(conn) as prom:
+        q = _Queries(prom, m, start, end, step, rate_window)
+        wanted = {"rx": [m.rx], "tx": [m.tx], "sum": [m.rx, m.tx]}[direction]
+        net, filled = q.network(wanted)
+        if not net:
+            raise TraceError(
+                f"Prometheus {conn.url}: no series of {' or '.join(wanted)}{q.sel} with labels "
+                f"{m.vm_label!r} and {m.host_label!r} from {_ts(start)} to {_ts(end)}"
+            )
+        vcpus, memory = q.peaks(m.vcpus), q.peaks(m.memory)
+        cpu = q.cpu(net, vcpus, notes)
+        queries = prom.queries
+    rows = q.rows
+    missing = sum(rows - len(filled[k]) for k in net)
+    if missing:
+        notes.append(f"{missing} step(s) without a sample were taken as 0 Mbit/s")
+    times = [start + i * step for i in range(rows)]
+    series = _merge_migrated(list(q.order), net, cpu, vcpus, memory, filled, times)
+    hosts = list(dict.fromkeys(s.host for s in series if s.host))
+    return Captured(series, hosts, start, start + rows * step, step, queries, notes)
 
-    def key_of(labels: dict[str, str]) -> tuple[str, str] | None:
-        vm = labels.get(m.vm_label)
+
+class _Queries:
+    """The queries of one capture: its window's steps, and each VM's key (host, name) in
+    the order the answers first named it."""
+
+    def __init__(
+        self,
+        prom: Prometheus,
+        m: Metrics,
+        start: float,
+        end: float,
+        step: float,
+        rate_window: float | None,
+    ) -> None:
+        self.prom, self.m, self.start, self.end, self.step = prom, m, start, end, step
+        self.by = f"{m.host_label}, {m.vm_label}"
+        self.sel = "{" + m.selector + "}" if m.selector else ""
+        # rate() over one step makes each row that step's mean; a wider window (for a scrape
+        # interval longer than half the step) smooths over it instead of leaving gaps
+        self.window = f"{max(int(round(rate_window or step)), 1)}s"
+        # values at the ends of the steps: the first step starts at ``start``
+        self.first = start + step
+        self.last = start + math.floor((end - start) / step + 1e-9) * step
+        self.rows = int(round((self.last - self.first) / step)) + 1
+        self.order: dict[tuple[str, str], None] = {}  # keys in order of first appearance
+
+    def key_of(self, labels: dict[str, str]) -> tuple[str, str] | None:
+        vm = labels.get(self.m.vm_label)
         if not vm:
             return None
-        host = labels.get(m.host_label) or "host"
+        host = labels.get(self.m.host_label) or "host"
         k = (host, vm)
-        order.setdefault(k)
+        self.order.setdefault(k)
         return k
 
-    with Prometheus(conn) as prom:
-        wanted = {"rx": [m.rx], "tx": [m.tx], "sum": [m.rx, m.tx]}[direction]
+    def network(
+        self, wanted: list[str]
+    ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], set[int]]]:
+        """Each VM's Mbit/s per step, summed over the ``wanted`` byte counters, and the
+        steps that had a sample."""
+        rows, first, step = self.rows, self.first, self.step
+        net: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * rows)
+        filled: dict[tuple[str, str], set[int]] = defaultdict(set)
         for metric in wanted:
-            q = f"sum by ({by}) (rate({metric}{sel}[{window}]))"
-            found = prom.query_range(q, first, last, step)
+            q = f"sum by ({self.by}) (rate({metric}{self.sel}[{self.window}]))"
+            found = self.prom.query_range(q, first, self.last, step)
             for labels, values in found:
-                k = key_of(labels)
+                k = self.key_of(labels)
                 if k is None:
                     continue
                 col = net[k]
@@ -226,48 +267,47 @@ def capture(
                     if 0 <= i < rows and math.isfinite(v):
                         col[i] += max(v, 0.0) * 8 / 1e6
                         filled[k].add(i)
-        if not net:
-            raise TraceError(
-                f"Prometheus {conn.url}: no series of {' or '.join(wanted)}{sel} with labels "
-                f"{m.vm_label!r} and {m.host_label!r} from {_ts(start)} to {_ts(end)}"
-            )
+        return net, filled
+
+    def peaks(self, gauge: str | None) -> dict[tuple[str, str], int]:
+        """Each VM's largest value of ``gauge`` over the window (none: not read)."""
+        out: dict[tuple[str, str], int] = {}
+        if gauge:
+            span = int(self.end - self.start) + 1
+            q = f"max by ({self.by}) (max_over_time({gauge}{self.sel}[{span}s]))"
+            for labels, v in self.prom.query(q, self.end):
+                k = self.key_of(labels)
+                if k is not None and math.isfinite(v) and v >= 1:
+                    out[k] = int(v)
+        return out
+
+    def cpu(
+        self,
+        net: dict[tuple[str, str], list[float]],
+        vcpus: dict[tuple[str, str], int],
+        notes: list[str],
+    ) -> dict[tuple[str, str], list[float]]:
+        """Each VM's CPU per step as a share of its vCPUs (of 1 where their count is not
+        known, with a note), for the VMs that have network series."""
+        m, rows, first, step = self.m, self.rows, self.first, self.step
         cpu: dict[tuple[str, str], list[float]] = {}
-
-        def peaks(gauge: str | None) -> dict[tuple[str, str], int]:
-            """Each VM's largest value of ``gauge`` over the window (none: not read)."""
-            out: dict[tuple[str, str], int] = {}
-            if gauge:
-                q = f"max by ({by}) (max_over_time({gauge}{sel}[{int(end - start) + 1}s]))"
-                for labels, v in prom.query(q, end):
-                    k = key_of(labels)
-                    if k is not None and math.isfinite(v) and v >= 1:
-                        out[k] = int(v)
-            return out
-
-        vcpus, memory = peaks(m.vcpus), peaks(m.memory)
-        if m.cpu:
-            q = f"sum by ({by}) (rate({m.cpu}{sel}[{window}]))"
-            for labels, values in prom.query_range(q, first, last, step):
-                k = key_of(labels)
-                if k is None or k not in net:
-                    continue
-                n_cpu = vcpus.get(k)
-                if n_cpu is None:
-                    notes.append(f"{k[1]} on {k[0]}: no {m.vcpus}; CPU taken as a share of 1 vCPU")
-                    n_cpu = 1
-                col = cpu.setdefault(k, [0.0] * rows)
-                for t, v in values:
-                    i = int(round((t - first) / step))
-                    if 0 <= i < rows and math.isfinite(v):
-                        col[i] = min(max(v / n_cpu, 0.0), 1.0)
-        queries = prom.queries
-    missing = sum(rows - len(filled[k]) for k in net)
-    if missing:
-        notes.append(f"{missing} step(s) without a sample were taken as 0 Mbit/s")
-    times = [start + i * step for i in range(rows)]
-    series = _merge_migrated(list(order), net, cpu, vcpus, memory, filled, times)
-    hosts = list(dict.fromkeys(s.host for s in series if s.host))
-    return Captured(series, hosts, start, start + rows * step, step, queries, notes)
+        if not m.cpu:
+            return cpu
+        q = f"sum by ({self.by}) (rate({m.cpu}{self.sel}[{self.window}]))"
+        for labels, values in self.prom.query_range(q, first, self.last, step):
+            k = self.key_of(labels)
+            if k is None or k not in net:
+                continue
+            n_cpu = vcpus.get(k)
+            if n_cpu is None:
+                notes.append(f"{k[1]} on {k[0]}: no {m.vcpus}; CPU taken as a share of 1 vCPU")
+                n_cpu = 1
+            col = cpu.setdefault(k, [0.0] * rows)
+            for t, v in values:
+                i = int(round((t - first) / step))
+                if 0 <= i < rows and math.isfinite(v):
+                    col[i] = min(max(v / n_cpu, 0.0), 1.0)
+        return cpu
 
 
 # A live migration shows the VM on both hosts for a step or two; longer than this, two

@@ -131,11 +131,53 @@ def write_replay(
     ``start``/``end`` bound the window (default: the first and last sample of any VM);
     ``placement`` maps every VM to one of ``hosts``.
     """
+    _check_replay(series, hosts, placement, step)
+    names = [s.name for s in series]
+    t0 = min(s.t[0] for s in series if s.t) if start is None else start
+    t1 = max(s.t[-1] for s in series if s.t) if end is None else end
+    rows = int(math.floor((t1 - t0) / step + 1e-9)) + (1 if end is None else 0)
+    if rows < 1:
+        raise TraceError(f"the window holds no step of {step:g} s")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    trace = out.with_suffix(".csv")
+    columns = _write_trace(trace, series, [t0 + k * step for k in range(rows)], step)
+    duration = rows * step
+    tick = min(5.0, step) if tick is None else tick
+    data = _replay_document(
+        series,
+        hosts,
+        {hp.name: [vm for vm in names if placement[vm] == hp.name] for hp in hosts},
+        trace.name,
+        name=name or out.stem,
+        description=description,
+        duration=duration,
+        tick=tick,
+        period=period,
+        compare=compare,
+        default_vcpus=default_vcpus,
+        default_memory=default_memory,
+    )
+    body = yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
+    out.write_text(
+        "# Written by Sova from measured per-VM series: network demand in Mbit/s (rx + tx\n"
+        f"# unless the command said otherwise), {rows} rows of {step:g} s in {trace.name}.\n"
+        + body,
+        encoding="utf-8",
+    )
+    offered = sum(sum(col) for col in columns[: len(series)]) / rows
+    return Written(out, trace, rows, step, len(series), len(hosts), offered)
+
+
+def _check_replay(
+    series: Sequence[VMSeries], hosts: Sequence[HostPlan], placement: dict[str, str], step: float
+) -> None:
+    """What would make the scenario invalid, refused before anything is written: no
+    series, a bad step, a VM name empty, reserved, repeated or clashing with a CPU
+    column, a VM on no host of the scenario."""
     if not series:
         raise TraceError("no VM series to write")
     if not math.isfinite(step) or step <= 0:
         raise TraceError(f"step must be > 0 s, got {step!r}")
-    names = [s.name for s in series]
     seen: set[str] = set()
     for s in series:
         if not s.name or s.name == "time_s" or s.name in seen:
@@ -145,18 +187,19 @@ def write_replay(
         if s.name.endswith(CPU_SUFFIX) and s.name[: -len(CPU_SUFFIX)] in seen:
             raise TraceError(f"VM name {s.name!r} clashes with the CPU column of another VM")
     by_host = {h.name: h for h in hosts}
-    for vm in names:
+    for vm in (s.name for s in series):
         h = placement.get(vm)
         if h is None:
             raise TraceError(f"VM {vm!r} is on no host (the placement does not list it)")
         if h not in by_host:
             raise TraceError(f"VM {vm!r} is placed on {h!r}, which is not a host of the scenario")
-    t0 = min(s.t[0] for s in series if s.t) if start is None else start
-    t1 = max(s.t[-1] for s in series if s.t) if end is None else end
-    rows = int(math.floor((t1 - t0) / step + 1e-9)) + (1 if end is None else 0)
-    if rows < 1:
-        raise TraceError(f"the window holds no step of {step:g} s")
-    grid = [t0 + k * step for k in range(rows)]
+
+
+def _write_trace(
+    trace: Path, series: Sequence[VMSeries], grid: list[float], step: float
+) -> list[list[float]]:
+    """The trace CSV: each VM's network column, then the CPU columns of those that have
+    one, held on ``grid``; returns the columns written."""
     header = ["time_s"]
     columns: list[list[float]] = []
     for s in series:
@@ -166,18 +209,33 @@ def write_replay(
         if s.cpu is not None:
             header.append(s.name + CPU_SUFFIX)
             columns.append([min(max(c, 0.0), 1.0) for c in held(s.t, s.cpu, grid)])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    trace = out.with_suffix(".csv")
     with trace.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(header)
-        for k in range(rows):
+        for k in range(len(grid)):
             w.writerow([_num(k * step)] + [_num(col[k]) for col in columns])
-    duration = rows * step
-    tick = min(5.0, step) if tick is None else tick
-    on_host = {hp.name: [vm for vm in names if placement[vm] == hp.name] for hp in hosts}
-    data: dict[str, Any] = {
-        "name": name or out.stem,
+    return columns
+
+
+def _replay_document(
+    series: Sequence[VMSeries],
+    hosts: Sequence[HostPlan],
+    on_host: dict[str, list[str]],
+    trace_name: str,
+    *,
+    name: str,
+    description: str,
+    duration: float,
+    tick: float,
+    period: float,
+    compare: Sequence[str],
+    default_vcpus: int,
+    default_memory: int,
+) -> dict[str, Any]:
+    """The scenario YAML's content: the hosts with their VMs, every VM replaying its
+    columns of the trace from t = 0."""
+    return {
+        "name": name,
         "description": description,
         "seed": 1,
         "duration": _num(duration),
@@ -204,7 +262,7 @@ def write_replay(
             {
                 "at": 0,
                 "vms": {
-                    s.name: {"kind": "trace", "trace": trace.name, "column": s.name}
+                    s.name: {"kind": "trace", "trace": trace_name, "column": s.name}
                     | ({"cpu_column": s.name + CPU_SUFFIX} if s.cpu is not None else {})
                     for s in series
                 },
@@ -213,15 +271,6 @@ def write_replay(
         "controller": {"period": _num(period)},
         "compare": list(compare),
     }
-    body = yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
-    out.write_text(
-        "# Written by Sova from measured per-VM series: network demand in Mbit/s (rx + tx\n"
-        f"# unless the command said otherwise), {rows} rows of {step:g} s in {trace.name}.\n"
-        + body,
-        encoding="utf-8",
-    )
-    offered = sum(sum(col) for col in columns[: len(series)]) / rows
-    return Written(out, trace, rows, step, len(series), len(hosts), offered)
 
 
 def _num(x: float) -> float | int:
