@@ -54,6 +54,7 @@ from sova.model import (
     Action,
     AttachVF,
     DetachVF,
+    Host,
     Inventory,
     Migrate,
     NicKind,
@@ -256,7 +257,27 @@ class OpenStackActuator(NovaOperations):
                 nic=NicKind.VF if has_port or state.nic is NicKind.VF else NicKind.VIRTIO,
                 migrating=migrating,
             )
-        host = sensed.host
+        host = self._pool_left(sensed.host, pool, withheld, theirs, notes)
+        if self._sweep_due():
+            try:
+                for swept in self.sweep_leaked_ports():
+                    notes.append(f"leaked Sova port {swept} deleted")
+            except self._errors as exc:  # the inventory stands; the sweep is retried later
+                notes.append(f"leaked-port sweep unavailable: {exc}")
+        self._periods += 1
+        self.discrepancies = notes
+        return Inventory(host, vms)
+
+    def _pool_left(
+        self,
+        host: Host,
+        pool: int | None,
+        withheld: int,
+        theirs: dict[str, list[Any]],
+        notes: list[str],
+    ) -> Host:
+        """The host with the VF pool Sova may grant from: the host's, capped by Placement,
+        less the VFs of VMs Sova stands back from and the tenants' own (each noted)."""
         total = host.nic.vf_pool
         if pool is not None and pool < total:
             notes.append(f"Placement holds {pool} VFs for {self.host}, the host offers {total}")
@@ -276,19 +297,14 @@ class OpenStackActuator(NovaOperations):
             total = max(0, total - taken)
         if total != host.nic.vf_pool:
             host = replace(host, nic=replace(host.nic, vf_pool=total))
-        if (
-            self._periods % self.sweep_every == 0
-            if self.view is None
-            else self.view.sweep_due(self.clock())
-        ):
-            try:
-                for swept in self.sweep_leaked_ports():
-                    notes.append(f"leaked Sova port {swept} deleted")
-            except self._errors as exc:  # the inventory stands; the sweep is retried later
-                notes.append(f"leaked-port sweep unavailable: {exc}")
-        self._periods += 1
-        self.discrepancies = notes
-        return Inventory(host, vms)
+        return host
+
+    def _sweep_due(self) -> bool:
+        """Whether this inventory sweeps leaked ports: every ``sweep_every`` periods, or at
+        the change-based view's resync."""
+        if self.view is None:
+            return self._periods % self.sweep_every == 0
+        return self.view.sweep_due(self.clock())
 
     def _stand_back(self, name: str, server: Any, held: list[Any]) -> str | None:
         """Why the agent must leave ``name`` alone this period (it is withheld from the
