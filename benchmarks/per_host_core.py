@@ -19,6 +19,21 @@ rounds of 2,000 calls and of 3 rounds of 1,000), microseconds per call:
 
 Before the agent's form packed its inputs into one array (ten arrays in, eight out), the
 core cost 21-26 µs at 3 VMs, more than the Python it replaced.
+
+Issue 36, sensing / Sova allocator / VF scheduling moved (load average 1.5, best of 5
+rounds of 400 calls), microseconds per call against the readable forms now in tests/:
+
+| per host | readable Python | core |
+|---|---:|---:|
+| HostSensor observe + factors, 3 / 20 / 100 VMs | 61 / 394 / 1,971 | 20 / 60 / 245 |
+| VF scheduling, 3 / 20 / 100 VMs | 13 / 31 / 144 | 18 / 27 / 69 |
+| SovaAllocator.allocate, 3 / 20 / 100 VMs | 5 / 88 / 227 | 34 / 52 / 123 |
+
+The agents did not run those readable forms: they ran the numpy kernels, which cost
+138 / 177 / 414 µs (``schedule_one``) and 47 / 196 / 189 µs (``sova_allocate`` of one
+host, Groups included) at 3 / 20 / 100 VMs, against 18 / 26 / 68 and 25 / 31 / 34 now.
+The registered ``SovaAllocator`` object pays its arrays and layout (~30 µs) for a few
+flows; the agents' and the simulator's bandwidth step call ``sova_allocate`` instead.
 """
 
 from __future__ import annotations
