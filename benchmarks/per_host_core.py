@@ -19,6 +19,21 @@ rounds of 2,000 calls and of 3 rounds of 1,000), microseconds per call:
 
 Before the agent's form packed its inputs into one array (ten arrays in, eight out), the
 core cost 21-26 µs at 3 VMs, more than the Python it replaced.
+
+Issue 36, sensing / Sova allocator / VF scheduling moved (load average 1.5, best of 5
+rounds of 400 calls), microseconds per call against the readable forms now in tests/:
+
+| per host | readable Python | core |
+|---|---:|---:|
+| HostSensor observe + factors, 3 / 20 / 100 VMs | 61 / 394 / 1,971 | 20 / 60 / 245 |
+| VF scheduling, 3 / 20 / 100 VMs | 13 / 31 / 144 | 18 / 27 / 69 |
+| SovaAllocator.allocate, 3 / 20 / 100 VMs | 5 / 88 / 227 | 34 / 52 / 123 |
+
+The agents did not run those readable forms: they ran the numpy kernels, which cost
+138 / 177 / 414 µs (``schedule_one``) and 47 / 196 / 189 µs (``sova_allocate`` of one
+host, Groups included) at 3 / 20 / 100 VMs, against 18 / 26 / 68 and 25 / 31 / 34 now.
+The registered ``SovaAllocator`` object pays its arrays and layout (~30 µs) for a few
+flows; the agents' and the simulator's bandwidth step call ``sova_allocate`` instead.
 """
 
 from __future__ import annotations
@@ -33,12 +48,15 @@ from typing import Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the oracles live in tests/
 
-from tests import loads_oracle, sensing_oracle, verdicts_oracle
+from tests import bandwidth_oracle, loads_oracle, sensing_oracle, verdicts_oracle, vfsched_oracle
 
-from sova.model import HostCounters, HostSample, VMCounters
+from sova.model import SLA, HostCounters, HostSample, ResourceTuple, VMCounters
+from sova.policy.bandwidth import FlowDemand, SovaAllocator
 from sova.policy.hotspot import HotspotDetector, Utilisation
 from sova.policy.loads import host_load, vm_loads
 from sova.policy.sensing import HostSensor
+from sova.policy.vfkernel import schedule_one
+from sova.policy.vfsched import Candidate, VFSchedulerConfig
 
 
 def samples(vms: int, seed: int) -> tuple[HostSample, HostSample]:
@@ -142,6 +160,31 @@ def main() -> None:
             for make in (sensing_oracle.HostSensor, HostSensor)
         )
         print(f"| HostSensor observe + factors, {vms} VMs | {old:.1f} | {new:.1f} | {old / new:.2f} |")
+    for vms in a.vms:
+        rng = random.Random(vms)
+        cands = [
+            Candidate(f"vm{i}", rng.uniform(0, 100), rng.uniform(0, 100), rng.random() < 0.9,
+                      demand_bps=rng.uniform(0, 1e9))
+            for i in range(vms)
+        ]  # fmt: skip
+        holders = {f"vm{i}": 0.0 for i in range(0, vms, 4)}
+        conf = VFSchedulerConfig(cost_benefit=True, top_senders=True)
+        args4 = (cands, holders, 4, 100.0, conf)
+        old = per_call_us(lambda x=args4: vfsched_oracle.schedule(*x), a.calls, a.reps)
+        new = per_call_us(lambda x=args4: schedule_one(*x), a.calls, a.reps)
+        print(f"| VF scheduling (schedule_one), {vms} VMs | {old:.1f} | {new:.1f} | {old / new:.2f} |")
+    for vms in a.vms:
+        rng = random.Random(vms)
+        flows = [
+            FlowDemand(f"vm{i}", rng.uniform(0, 2e9),
+                       SLA(bandwidth=ResourceTuple(minimum=rng.choice([0.0, 2e8]))), 1500.0, i)
+            for i in range(vms)
+        ]  # fmt: skip
+        mine, spec = SovaAllocator(), bandwidth_oracle.SovaAllocator()
+        assert mine.allocate(1e10, flows) == spec.allocate(1e10, flows)
+        old = per_call_us(lambda s=spec, f=flows: s.allocate(1e10, f), a.calls, a.reps)
+        new = per_call_us(lambda m=mine, f=flows: m.allocate(1e10, f), a.calls, a.reps)
+        print(f"| SovaAllocator.allocate, {vms} VMs | {old:.1f} | {new:.1f} | {old / new:.2f} |")
 
 
 if __name__ == "__main__":

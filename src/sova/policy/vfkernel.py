@@ -229,8 +229,9 @@ def schedule_one(
     now_s: float,
     config: VFSchedulerConfig,
 ) -> VFDecision:
-    """:func:`schedule_hosts` for one host, with :func:`~sova.policy.vfsched.schedule`'s
-    arguments and result (a host agent's VF policy calls this)."""
+    """:func:`schedule_hosts` for one host, with the readable form's arguments and result
+    (tests/vfsched_oracle.py's ``schedule``): a host agent's VF policy and Alg. 1's
+    Operation Table call this."""
     if vf_count < 0:
         raise ValueError(f"vf_count must be >= 0, got {vf_count}")
     unique = list(candidates)  # one per VM, as a host's inventory lists them
