@@ -309,6 +309,19 @@ def drain_text(s: dict[str, Any]) -> str:
     )
 
 
+def preview_text(p: dict[str, Any]) -> str:
+    """A drain preview as a table: the moves in the order the rounds would make them."""
+    rows = [(m["vm"] or "-", m["target"] or "-", m["why"]) for m in p["moves"]]
+    w_vm = max([2, *(len(r[0]) for r in rows)])
+    w_dst = max([6, *(len(r[1]) for r in rows)])
+    head = f"{p['host']}: a drain would make {sum(1 for m in p['moves'] if m['target'])} move(s)"
+    if p["draining"]:
+        head += " (the host is draining already)"
+    lines = [head, f"{'VM':<{w_vm}}  {'TARGET':<{w_dst}}  WHY"]
+    lines += [f"{vm:<{w_vm}}  {dst:<{w_dst}}  {why}" for vm, dst, why in rows]
+    return "\n".join(lines)
+
+
 @host_app.command("drain")
 def host_drain(
     ctx: typer.Context,
@@ -327,6 +340,14 @@ def host_drain(
         float,
         typer.Option("--wait-timeout", min=1, max=7 * 86400, help="Give up after (s; exit 1)."),
     ] = 3600.0,
+    preview: Annotated[
+        bool,
+        typer.Option(
+            "--preview",
+            help="Only show the moves a drain would make (VM, target, why); nothing is "
+            "drained, proposed or recorded.",
+        ),
+    ] = False,
 ) -> None:
     """Drain HOST: no VM moves onto it, and the planner moves its VMs off, one a round, to
     the cold spots it picks (limits, anti-thrash, placement rules and the mode apply)."""
@@ -336,6 +357,12 @@ def host_drain(
         _fail("--status and --cancel: choose one", 2)
     if wait and cancel:
         _fail("--wait and --cancel: choose one", 2)
+    if preview and (status or cancel or wait):
+        _fail("--preview changes nothing: give it without --status, --cancel or --wait", 2)
+    if preview:
+        p = c.call("GET", path + "/preview")
+        _out(c, p, preview_text(p))
+        return
     if status:
         s = c.call("GET", path)
     elif cancel:

@@ -409,6 +409,46 @@ def reporting(manager: Manager) -> Iterator[None]:
         th.join(10)
 
 
+def test_drain_preview_shows_the_moves_as_a_table_and_json_and_changes_nothing(
+    manager: Manager,
+) -> None:
+    env = {
+        "SOVA_ADMIN_TOKEN": ADMIN,
+        "SOVA_CACERT": str(manager.cert),
+        "SOVA_MANAGER_URL": manager.url,
+    }
+
+    def drains() -> tuple[list[Any], list[Any]]:
+        h = {"authorization": f"Bearer {ADMIN}"}
+        audit = httpx.get(
+            f"{manager.url}/v1/audit?limit=1000", headers=h, verify=manager.verify, timeout=10
+        ).json()["entries"]
+        plans = httpx.get(
+            f"{manager.url}/v1/plans", headers=h, verify=manager.verify, timeout=10
+        ).json()["plans"]
+        return (
+            [e for e in audit if "drain" in e["action"] and e["subject"] == "a0"],
+            [p for p in plans if p["inputs"].get("drain")],
+        )
+
+    with reporting(manager):
+        before = drains()
+        # a0's one VM would go to a1, the only other host
+        code, out = sova("host", "drain", "a0", "--preview", env=env)
+        got = json.loads(sova("host", "drain", "a0", "--preview", "-o", "json", env=env)[1])
+        after = drains()
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0] == "a0: a drain would make 1 move(s)", out
+    assert lines[1].split() == ["VM", "TARGET", "WHY"], out
+    assert lines[2].split()[:2] == ["a0-vm", "a1"] and "drain: move a0-vm to a1" in lines[2]
+    assert got["host"] == "a0" and got["draining"] is False, got
+    assert [(m["vm"], m["target"]) for m in got["moves"]] == [("a0-vm", "a1")], got
+    assert after == before  # no drain fence, audit row or drain plan
+    code, out = sova("host", "drain", "a0", "--preview", "--cancel", env=env)
+    assert code == 2 and "--preview changes nothing" in out, out
+
+
 def test_plans_approve_takes_every_plan_off_a_host_in_one_command(manager: Manager) -> None:
     env = {
         "SOVA_ADMIN_TOKEN": ADMIN,

@@ -32,7 +32,7 @@ from sova.daemon.http_errors import (
     VMFilter,
 )
 from sova.daemon.manager_control import PlanConflict, PlanNotFound
-from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
+from sova.daemon.manager_fleet import DrainPreview, DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS
 from sova.daemon.manager_routes import (
     AUTH,
@@ -362,6 +362,21 @@ async def cancel_drain(
 )
 async def get_drain(service: Service, host: HostName) -> DrainView:
     return await service.fleet.status(host)
+
+
+@router.get(
+    "/v1/hosts/{host}/drain/preview",
+    operation_id="previewDrain",
+    response_model=DrainPreview,
+    dependencies=AUTH,
+    responses={**AUTH_RESPONSES, 404: {"description": "no such host"}},
+    summary="The moves a drain of the host would make (VM, target, why); nothing proposed",
+)
+async def preview_drain(service: Service, host: HostName) -> DrainPreview:
+    try:
+        return await service.fleet.preview(host)
+    except HostUnknown as exc:
+        raise fleet_errors(exc) from None
 
 
 @router.delete(
