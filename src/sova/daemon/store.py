@@ -171,6 +171,7 @@ fences = sa.Table(
     sa.Column("set_by", sa.String(128), nullable=False),
     sa.Column("since_s", sa.Float(), nullable=False),
     sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("until_s", sa.Float(), nullable=True),  # 0007: lifted by the round after it
 )
 
 modes = sa.Table(
@@ -490,6 +491,7 @@ class Store(StoreAdmin, OutboxStore):
                         set_by=f.set_by,
                         since_s=f.since_s,
                         reason=f.reason[:500],
+                        until_s=f.until_s,
                     )
                 )
             for scope in w.modes_cleared:
@@ -770,7 +772,7 @@ class Store(StoreAdmin, OutboxStore):
 
 def _fence_rows(conn: sa.Connection) -> list[FenceRow]:
     return [
-        FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
+        FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason, r.until_s)
         for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
     ]
 
