@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 A=.venv-ansible/bin
 export PATH="$PWD/$A:$PATH" ANSIBLE_CONFIG="$PWD/deploy/ansible/ansible.cfg" ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
 
-(cd deploy/ansible && "../../$A/ansible-lint" --offline -q site.yml roles/sova ../../tests/ansible/throwaway.yml)
+(cd deploy/ansible && "../../$A/ansible-lint" --offline -q site.yml upgrade.yml rollback.yml roles/sova \
+  ../../tests/ansible/throwaway.yml ../../tests/ansible/split-hosts.yml)
 echo "ansible-lint: clean"
 
 work="$(mktemp -d)"

@@ -9,6 +9,11 @@
 #              inhibition (amtool) in tests/test_deploy.py
 #   ansible    ansible-lint; the role applied to an agent-only and a manager-only throwaway
 #              root, twice each (scripts/ci-ansible.sh)
+#   upgrade    the role's upgrade.yml and rollback.yml on split throwaway hosts whose daemons
+#              run: the previous release (built from its commit) installed, upgraded to this
+#              checkout and rolled back (scripts/ci-ansible-upgrade.sh; 810 s measured on a
+#              2-core machine at load 20: wheels 199 s (34 s with pip's cache), install 333 s,
+#              upgrade 151 s, rollback 119 s, most of it pip installing on three hosts)
 #   wheelhouse every extra's pinned dependencies as wheels (from the package index, kept
 #              between runs), so the packaging tier installs offline
 #   packaging  wheel -> fresh venv per extra, offline from the wheelhouse; each extra's size
@@ -36,6 +41,7 @@ step units .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_deploy.p
 step daemons .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_systemd.py
 step prometheus .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_observability.py
 step ansible scripts/ci-ansible.sh
+step upgrade scripts/ci-ansible-upgrade.sh
 # The packaging tier's wheelhouse: what pip would fetch for each extra, fetched here (pip's
 # own client, pinned by constraints.txt) so the tier's tests run with --no-index.
 SOVA_WHEELHOUSE="${SOVA_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/sova-wheelhouse}"

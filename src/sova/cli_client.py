@@ -10,6 +10,8 @@ or clouds.yaml does::
     token_file = "~/.config/sova/token"  # the token, or the manager's env file
     operator = "alice"                   # --by
     timeout_s = 10
+    [groups]                             # named host lists: sova fence set maintenance @rack7
+    rack7 = ["hv012", "hv013", "hv014"]
 
 Relative paths are read from the file's directory. A command-line option wins over its
 environment variable, which wins over the file. Every mistake in the file is one line
@@ -19,6 +21,7 @@ naming the file, the field and the value, and exit code 2.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +36,8 @@ CONFIG_ENV = "SOVA_CLIENT_CONFIG"
 # Production managers serve TLS (docs/deployment.md): a URL without a scheme is https.
 DEFAULT_SCHEME = "https"
 DEFAULT_URL = "https://127.0.0.1:8700"
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MEMBER = re.compile(r"[^\x00-\x20\x7f/@]{1,64}")
 
 
 class ClientConfigError(ValueError):
@@ -74,6 +79,25 @@ class ClientConfig(BaseModel):
         default=None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$"
     )
     timeout_s: float = Field(default=10.0, ge=0.1, le=600)
+    # named lists of hosts (or VMs) that the fence commands take as @NAME
+    groups: dict[str, list[str]] = Field(default_factory=dict, max_length=1000)
+
+    @field_validator("groups")
+    @classmethod
+    def _groups(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, members in v.items():
+            if not GROUP_NAME.fullmatch(name):
+                raise ValueError(
+                    f"groups.{name} = {members!r}: a group's name is letters, digits, '.', '_', '-'"
+                )
+            if not members or len(members) > 10_000:
+                raise ValueError(f"groups.{name} = {members!r}: one to 10000 names")
+            bad = next((m for m in members if not MEMBER.fullmatch(m)), None)
+            if bad is not None:
+                raise ValueError(
+                    f"groups.{name}[{members.index(bad)}] = {bad!r}: not a host or VM name"
+                )
+        return v
 
     @field_validator("managers", mode="before")
     @classmethod
@@ -97,7 +121,7 @@ def _field_error(path: Path, exc: ValidationError) -> str:
     err = exc.errors()[0]
     field = ".".join(str(p) for p in err["loc"]) or "(file)"
     msg = str(err["msg"]).removeprefix("Value error, ")
-    if msg.startswith(f"{field}["):  # the validator named the item and its value itself
+    if msg.startswith((f"{field}[", f"{field}.")):  # the validator named the item and value
         return f"{path}: {msg}"
     if err["type"] == "extra_forbidden":
         return f"{path}: {field}: unknown field (fields: {', '.join(ClientConfig.model_fields)})"

@@ -191,7 +191,10 @@ fence_app.callback()(_connect)
 
 Kind = Annotated[str, typer.Argument(help="maintenance | pin | vf-freeze-host | vf-freeze-vm")]
 Name = Annotated[str, typer.Argument(help="The host or VM.")]
-Names = Annotated[list[str], typer.Argument(help="The hosts or VMs (one or more).")]
+Names = Annotated[
+    list[str],
+    typer.Argument(help="The hosts or VMs (one or more); @NAME: the client config's group NAME."),
+]
 HOST_FENCES = ("maintenance", "vf-freeze-host")
 
 
@@ -206,10 +209,65 @@ def fence_list(ctx: typer.Context) -> None:
 
 def fence_line(f: dict[str, Any]) -> str:
     """One fence; free text escaped (a stored separator must not forge a line)."""
+    until = f.get("until_s")
     return (
         f"{_printable(f['kind']):<15} {_printable(f['name']):<20} by {_printable(f['set_by'])} "
-        f"at t={f['since_s']:.0f}" + (f"  ({_printable(f['reason'])})" if f["reason"] else "")
+        f"at t={f['since_s']:.0f}"
+        + (f"  until {_iso(until)}" if until is not None else "")
+        + (f"  ({_printable(f['reason'])})" if f["reason"] else "")
     )
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_until(value: str) -> dict[str, float]:
+    """``--until``: a duration (``90m``, ``2h``, ``1d``; from now on the manager's clock) or
+    an ISO 8601 time (UTC unless it names an offset), as the fence API's ``for_s`` or
+    ``until_s``; exit 2 naming the value otherwise."""
+    v = value.strip()
+    if v[:-1].replace(".", "", 1).isdigit() and v[-1:] in _DURATION:
+        seconds = float(v[:-1]) * _DURATION[v[-1]]
+        if seconds > 0:
+            return {"for_s": seconds}
+    else:
+        try:
+            t = datetime.fromisoformat(v)
+        except ValueError:
+            pass
+        else:
+            return {"until_s": (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()}
+    return dict(
+        _fail(
+            f"--until = {value!r}: a duration (90m, 2h, 1d) or an ISO time "
+            "(2026-12-07T18:00, UTC unless it names an offset)",
+            2,
+        )
+    )
+
+
+def expand_groups(c: _Conn, names: list[str]) -> list[str]:
+    """The names with each ``@GROUP`` replaced by the client config's group of that name
+    (docs/operations.md#the-client-config), each name once, in order; exit 2 naming an
+    unknown group."""
+    out: list[str] = []
+    for name in names:
+        if name.startswith("@"):
+            members = c.groups.get(name[1:])
+            if members is None:
+                known = ", ".join(sorted(c.groups)) or "none defined"
+                _fail(
+                    f"name = {name!r}: no group {name[1:]!r} in the client config (groups: {known})",
+                    2,
+                )
+            out.extend(members or [])
+        else:
+            out.append(name)
+    return list(dict.fromkeys(out))
 
 
 def unreported(c: _Conn, kind: str, names: list[str]) -> list[str]:
@@ -234,10 +292,20 @@ def fence_set(
         bool,
         typer.Option("--force", help="Fence names no host has reported yet (a new host)."),
     ] = False,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            help="The fence expires then: a duration (90m, 2h, 1d) or an ISO time (UTC "
+            "unless it names an offset); the next planning round lifts it, audited.",
+        ),
+    ] = None,
 ) -> None:
     """Set a fence on each name (kept across manager restarts). A name no host has reported
     is refused unless --force."""
+    end = parse_until(until) if until is not None else {}
     c = _conn(ctx)
+    names = expand_groups(c, names)
     check_name("kind", kind)
     for name in names:
         check_name("name", name)
@@ -254,11 +322,16 @@ def fence_set(
     done = []
     for name in names:
         path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
-        done.append(c.call("PUT", path, json={"by": _who(c, by), "reason": check_reason(reason)}))
+        body = {"by": _who(c, by), "reason": check_reason(reason), **end}
+        done.append(c.call("PUT", path, json=body))
     _out(
         c,
         done if len(done) > 1 else done[0],
-        "\n".join(f"{f['kind']} set on {f['name']} by {f['set_by']}" for f in done),
+        "\n".join(
+            f"{f['kind']} set on {f['name']} by {f['set_by']}"
+            + (f" until {_iso(f['until_s'])}" if f.get("until_s") is not None else "")
+            for f in done
+        ),
     )
 
 
@@ -268,6 +341,7 @@ def fence_clear(
 ) -> None:
     """Lift the fence from each name."""
     c = _conn(ctx)
+    names = expand_groups(c, names)
     done = []
     for name in names:
         path = f"/v1/fences/{check_name('kind', kind)}/{check_name('name', name)}"
@@ -309,6 +383,19 @@ def drain_text(s: dict[str, Any]) -> str:
     )
 
 
+def preview_text(p: dict[str, Any]) -> str:
+    """A drain preview as a table: the moves in the order the rounds would make them."""
+    rows = [(m["vm"] or "-", m["target"] or "-", m["why"]) for m in p["moves"]]
+    w_vm = max([2, *(len(r[0]) for r in rows)])
+    w_dst = max([6, *(len(r[1]) for r in rows)])
+    head = f"{p['host']}: a drain would make {sum(1 for m in p['moves'] if m['target'])} move(s)"
+    if p["draining"]:
+        head += " (the host is draining already)"
+    lines = [head, f"{'VM':<{w_vm}}  {'TARGET':<{w_dst}}  WHY"]
+    lines += [f"{vm:<{w_vm}}  {dst:<{w_dst}}  {why}" for vm, dst, why in rows]
+    return "\n".join(lines)
+
+
 @host_app.command("drain")
 def host_drain(
     ctx: typer.Context,
@@ -327,6 +414,14 @@ def host_drain(
         float,
         typer.Option("--wait-timeout", min=1, max=7 * 86400, help="Give up after (s; exit 1)."),
     ] = 3600.0,
+    preview: Annotated[
+        bool,
+        typer.Option(
+            "--preview",
+            help="Only show the moves a drain would make (VM, target, why); nothing is "
+            "drained, proposed or recorded.",
+        ),
+    ] = False,
 ) -> None:
     """Drain HOST: no VM moves onto it, and the planner moves its VMs off, one a round, to
     the cold spots it picks (limits, anti-thrash, placement rules and the mode apply)."""
@@ -336,6 +431,12 @@ def host_drain(
         _fail("--status and --cancel: choose one", 2)
     if wait and cancel:
         _fail("--wait and --cancel: choose one", 2)
+    if preview and (status or cancel or wait):
+        _fail("--preview changes nothing: give it without --status, --cancel or --wait", 2)
+    if preview:
+        p = c.call("GET", path + "/preview")
+        _out(c, p, preview_text(p))
+        return
     if status:
         s = c.call("GET", path)
     elif cancel:

@@ -133,8 +133,10 @@ class _Conn:
         timeout_s: float,
         as_json: bool,
         verify: Any = True,
+        groups: dict[str, list[str]] | None = None,
     ):
         checked = [_check_url(u) for u in urls]
+        self.groups = groups or {}
         self.urls = [call for call, _ in checked]
         self.url, self.shown = checked[0]
         self.token = token
@@ -368,6 +370,7 @@ def connection(
         timeout if timeout is not None else cfg.timeout_s,
         as_json or output == "json",
         verify,
+        cfg.groups,
     )
 
 

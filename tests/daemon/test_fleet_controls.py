@@ -383,3 +383,58 @@ def test_cancelling_a_drain_closes_the_plans_it_proposed(api_factory: Any) -> No
     assert _proposed(api) == []
     closed = api.get(f"/v1/plans/{p['id']}", headers=ADMIN_H).json()
     assert (closed["state"], closed["detail"]) == ("expired", "obsolete: the drain of h1 ended")
+
+
+def _preview(api: Any, host: str = "h1") -> Any:
+    r = api.get(f"/v1/hosts/{host}/drain/preview", headers=ADMIN_H)
+    return r.status_code, r.json()
+
+
+def test_a_drain_preview_lists_the_moves_and_writes_nothing(api_factory: Any) -> None:
+    """Recommend mode, where a drain would propose a plan per move: the preview proposes
+    none, sets no fence and writes no audit row, and names the moves in the drain's order
+    (b first: the larger migration factor; both to h2, the coldest, as the drain test above
+    sends them)."""
+    api = make(
+        api_factory, mode="recommend", planner={"alpha": 0.75, "k": 3, "n": 5, "vm_cooldown": 0}
+    )
+    c = Cluster(api)
+    c.round()
+    api.drain()
+    before = [api.get(p, headers=ADMIN_H).json() for p in ("/v1/plans", "/v1/audit")]
+    code, p = _preview(api)
+    assert code == 200, p
+    assert (p["host"], p["draining"]) == ("h1", False)
+    assert [(m["vm"], m["target"], m["why"]) for m in p["moves"]] == [
+        ("b", "h2", "drain: move b to h2"),
+        ("a", "h2", "drain: move a to h2"),
+    ]
+    api.drain()
+    after = [api.get(q, headers=ADMIN_H).json() for q in ("/v1/plans", "/v1/audit")]
+    assert after == before
+    assert _status(api)["state"] == "not draining"
+    # the next round plans as if no preview had happened: h1 is not hot, nothing proposed
+    assert not c.round()["f"]
+    assert api.get("/v1/plans", headers=ADMIN_H).json()["plans"] == []
+    # while the drain is in force the preview says so, and still proposes nothing more
+    _start(api)
+    c.round()
+    proposed = api.get("/v1/plans", headers=ADMIN_H).json()["plans"]
+    code, p = _preview(api)
+    assert p["draining"] is True and p["moves"][0]["vm"] == "b", p
+    assert api.get("/v1/plans", headers=ADMIN_H).json()["plans"] == proposed
+
+
+def test_a_drain_preview_says_why_nothing_would_move(api_factory: Any) -> None:
+    api = make(api_factory)
+    c = Cluster(api)
+    c.round()
+    for h in ("h2", "h3"):
+        r = api.run(api.client.put(f"/v1/fences/maintenance/{h}", json={}, headers=ADMIN_H))
+        assert r.status_code == 200
+    code, p = _preview(api)
+    assert code == 200 and len(p["moves"]) == 1, p
+    m = p["moves"][0]
+    assert m["vm"] == "b" and m["target"] is None and "blocked: no cold spot" in m["why"], m
+    code, p = _preview(api, "h9")
+    assert code == 404, p

@@ -139,6 +139,7 @@ STABLE_OPERATION_IDS = {
     ("put", "/v1/hosts/{host}/drain"): "drainHost",
     ("delete", "/v1/hosts/{host}/drain"): "cancelDrain",
     ("get", "/v1/hosts/{host}/drain"): "getDrain",
+    ("get", "/v1/hosts/{host}/drain/preview"): "previewDrain",
     ("delete", "/v1/hosts/{host}"): "forgetHost",
     ("get", "/v1/audit"): "getAudit",
     ("get", "/healthz"): "getLiveness",

@@ -185,6 +185,8 @@ def test_a_client_config_file_holds_the_managers_the_ca_and_the_credential(
         ("timeout_s = 0", "timeout_s = 0: Input should be greater than or equal to 0.1"),
         ('manager = "https://m"', "manager: unknown field"),
         ("managers = [", "not TOML"),
+        ("[groups]\nrack = []", "groups.rack = []: one to 10000 names"),
+        ('[groups]\nrack = ["hv1", "a b"]', "groups.rack[1] = 'a b': not a host or VM name"),
     ],
 )
 def test_a_bad_client_config_is_one_line_naming_the_field_and_value(
@@ -264,6 +266,33 @@ def test_fences_refuse_a_name_no_host_reported_unless_forced_and_take_lists(
     code, out = sova("fence", "set", "maintenance", "a9", "--force", env=env)
     assert code == 0, out
     code, out = sova("fence", "clear", "maintenance", "a0", "a1", "a9", env=env)
+    assert code == 0, out
+    assert manager.get("/v1/fences") == []
+
+
+def test_fences_take_the_client_configs_groups_and_an_end(manager: Manager, tmp_path: Path) -> None:
+    cfg = tmp_path / "client.toml"
+    cfg.write_text(
+        f'managers = ["{manager.url}"]\ncacert = "{manager.cert}"\n'
+        '[groups]\nrack-7 = ["a0", "a1"]\nfront = ["a1"]\n'
+    )
+    env = {"SOVA_ADMIN_TOKEN": ADMIN, "SOVA_CLIENT_CONFIG": str(cfg)}
+    code, out = sova("fence", "set", "maintenance", "@rack-9", env=env)
+    assert code == 2, out
+    assert out.strip().splitlines() == [
+        "error: name = '@rack-9': no group 'rack-9' in the client config (groups: front, rack-7)"
+    ]
+    before = time.time()
+    # a1 is in both: fenced once
+    code, out = sova("fence", "set", "maintenance", "@rack-7", "@front", "--until", "2h", env=env)
+    assert code == 0, out
+    fences = {f["name"]: f for f in manager.get("/v1/fences")}
+    assert set(fences) == {"a0", "a1"}
+    # the manager's clock is the wall clock here: the end is two hours from the request
+    assert before + 7200 <= fences["a0"]["until_s"] <= time.time() + 7200
+    code, out = sova("fence", "list", env=env)
+    assert code == 0 and out.count("  until 20") == 2, out
+    code, out = sova("fence", "clear", "maintenance", "@rack-7", env=env)
     assert code == 0, out
     assert manager.get("/v1/fences") == []
 
@@ -407,6 +436,46 @@ def reporting(manager: Manager) -> Iterator[None]:
     finally:
         stop.set()
         th.join(10)
+
+
+def test_drain_preview_shows_the_moves_as_a_table_and_json_and_changes_nothing(
+    manager: Manager,
+) -> None:
+    env = {
+        "SOVA_ADMIN_TOKEN": ADMIN,
+        "SOVA_CACERT": str(manager.cert),
+        "SOVA_MANAGER_URL": manager.url,
+    }
+
+    def drains() -> tuple[list[Any], list[Any]]:
+        h = {"authorization": f"Bearer {ADMIN}"}
+        audit = httpx.get(
+            f"{manager.url}/v1/audit?limit=1000", headers=h, verify=manager.verify, timeout=10
+        ).json()["entries"]
+        plans = httpx.get(
+            f"{manager.url}/v1/plans", headers=h, verify=manager.verify, timeout=10
+        ).json()["plans"]
+        return (
+            [e for e in audit if "drain" in e["action"] and e["subject"] == "a0"],
+            [p for p in plans if p["inputs"].get("drain")],
+        )
+
+    with reporting(manager):
+        before = drains()
+        # a0's one VM would go to a1, the only other host
+        code, out = sova("host", "drain", "a0", "--preview", env=env)
+        got = json.loads(sova("host", "drain", "a0", "--preview", "-o", "json", env=env)[1])
+        after = drains()
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0] == "a0: a drain would make 1 move(s)", out
+    assert lines[1].split() == ["VM", "TARGET", "WHY"], out
+    assert lines[2].split()[:2] == ["a0-vm", "a1"] and "drain: move a0-vm to a1" in lines[2]
+    assert got["host"] == "a0" and got["draining"] is False, got
+    assert [(m["vm"], m["target"]) for m in got["moves"]] == [("a0-vm", "a1")], got
+    assert after == before  # no drain fence, audit row or drain plan
+    code, out = sova("host", "drain", "a0", "--preview", "--cancel", env=env)
+    assert code == 2 and "--preview changes nothing" in out, out
 
 
 def test_plans_approve_takes_every_plan_off_a_host_in_one_command(manager: Manager) -> None:

@@ -65,8 +65,10 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 def test_migrations_reach_head_and_are_idempotent(backend: Store) -> None:
-    assert backend.migrate() == "0006"
+    assert backend.migrate() == "0007"
     names = set(sa.inspect(backend.engine).get_table_names())
+    # 0007: a fence's end
+    assert "until_s" in {c["name"] for c in sa.inspect(backend.engine).get_columns("fences")}
     assert {
         "leader",
         "peer_config",

@@ -61,6 +61,21 @@ class DrainView(BaseModel):
     why: str = Field(default="", description="what the last round did for it, or why not")
 
 
+class PreviewMove(BaseModel):
+    vm: str | None = Field(description="the VM moved; null on a last line saying why no more")
+    target: str | None = Field(description="where the planner would send it; null: nowhere")
+    why: str
+
+
+class DrainPreview(BaseModel):
+    """The moves a drain would make (``sova host drain HOST --preview``); nothing proposed,
+    fenced or recorded."""
+
+    host: str
+    draining: bool = Field(description="a drain of this host is already in force")
+    moves: list[PreviewMove]
+
+
 class Fleet:
     def __init__(
         self,
@@ -133,6 +148,22 @@ class Fleet:
             moves_done=done,
             moves_failed=len(ended) - done,
             why=why,
+        )
+
+    async def preview(self, host: str) -> DrainPreview:
+        """The moves a drain of ``host`` would make now, in order, each as the round's drain
+        stage would pick it (:meth:`ManagerCore.preview_drain`): under the round lock, so
+        no round sees the drain fence it sets for the while; nothing is written."""
+        known = self.st.tokens.keys()
+        if host not in self.st.hosts and host not in known:
+            raise HostUnknown(f"no host {host}")
+        lock, _ = self.st.primitives()
+        async with lock:
+            moves = self.st.core.preview_drain(host, self.st.now())
+        return DrainPreview(
+            host=host,
+            draining=("drain", host) in self.desk.ops.fences,
+            moves=[PreviewMove(vm=vm, target=dst, why=why) for vm, dst, why in moves],
         )
 
     # ------------------------------------------------------------------ forget

@@ -26,6 +26,7 @@ from sova.daemon.manager_control import (
     PlanNotFound,
     expected_effect,
 )
+from sova.daemon.manager_fences import until_text
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_plan_run import plan_precondition, run_through_actuator
 from sova.daemon.manager_state import ManagerState, cap_reason
@@ -116,14 +117,16 @@ class OperatorDesk:
                 raise
             self.withdrawals.done(pending)
 
-    async def set_fence(self, kind: str, name: str, by: str, reason: str) -> FenceRow:
+    async def set_fence(
+        self, kind: str, name: str, by: str, reason: str, until_s: float | None = None
+    ) -> FenceRow:
         if kind not in FENCE_KINDS:
             raise ValueError(f"kind = {kind!r}: one of {', '.join(FENCE_KINDS)}")
         if kind == "vf-freeze-vm" and len(self.ops.names(kind)) >= MAX_VF_FROZEN_VMS:
             raise ValueError(f"vf-freeze-vm: at most {MAX_VF_FROZEN_VMS} VMs may be frozen")
         now = self.st.now()
-        row = FenceRow(kind, name, by, now, reason)
-        detail = reason or ""
+        row = FenceRow(kind, name, by, now, reason, until_s)
+        detail = (reason or "") + (f" (until {until_text(until_s)})" if until_s else "")
         await self._operator_write(
             RoundWrite(fences_set=[row], audit=[AuditRow(now, by, f"fence:{kind}", name, detail)]),
             _invalidated_by_fence(kind, name, by),
@@ -135,7 +138,7 @@ class OperatorDesk:
             by,
             kind,
             name,
-            f" ({reason})" if reason else "",
+            f" ({detail.strip()})" if detail else "",
             extra=fields(**{FENCE_KINDS[kind]: name}),
         )
         return row

@@ -26,6 +26,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 
+from sova.daemon.manager_fences import expire_fences
 from sova.daemon.manager_ledger import Ledger
 from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_state import ManagerState, cap_reason
@@ -179,6 +180,7 @@ class Rounds:
         w = RoundWrite()
         ledger.expire_directives(now, w)
         desk.expire_plans(now, w)
+        expire_fences(desk.ops.fences, now, w, desk.sync_fences)
         core.recommend = desk.ops.recommend_hosts(st.hosts)
         seqs = {h: hs.seq for h, hs in st.hosts.items()}
         st.planning = True

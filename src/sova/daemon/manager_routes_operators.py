@@ -32,7 +32,8 @@ from sova.daemon.http_errors import (
     VMFilter,
 )
 from sova.daemon.manager_control import PlanConflict, PlanNotFound
-from sova.daemon.manager_fleet import DrainView, HostBusy, HostUnknown
+from sova.daemon.manager_fences import fence_end
+from sova.daemon.manager_fleet import DrainPreview, DrainView, HostBusy, HostUnknown
 from sova.daemon.manager_guard import ANONYMOUS
 from sova.daemon.manager_routes import (
     AUTH,
@@ -55,6 +56,7 @@ from sova.daemon.schema import (
     AuditPage,
     ClusterView,
     DecisionPage,
+    FenceAction,
     FenceView,
     Health,
     ModeChange,
@@ -215,7 +217,7 @@ async def list_fences(service: Service) -> list[FenceView]:
     summary="Set a fence (maintenance | pin | vf-freeze-host | vf-freeze-vm); audit-logged",
 )
 async def set_fence(
-    service: Service, kind: FenceKind, name: HostName, body: OperatorAction, request: Request
+    service: Service, kind: FenceKind, name: HostName, body: FenceAction, request: Request
 ) -> FenceView:
     bound = service.settings.max_fences_per_kind
     held = service.desk.ops.names(kind)
@@ -225,7 +227,11 @@ async def set_fence(
             f"{kind}: at most max_fences_per_kind = {bound} fences of one kind; lift one first",
         )
     try:
-        return await stored(service.set_fence(kind, name, *body_who(request, body)))
+        until_s = fence_end(body.until_s, body.for_s, service.state.now())
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    try:
+        return await stored(service.set_fence(kind, name, *body_who(request, body), until_s))
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
 
@@ -362,6 +368,21 @@ async def cancel_drain(
 )
 async def get_drain(service: Service, host: HostName) -> DrainView:
     return await service.fleet.status(host)
+
+
+@router.get(
+    "/v1/hosts/{host}/drain/preview",
+    operation_id="previewDrain",
+    response_model=DrainPreview,
+    dependencies=AUTH,
+    responses={**AUTH_RESPONSES, 404: {"description": "no such host"}},
+    summary="The moves a drain of the host would make (VM, target, why); nothing proposed",
+)
+async def preview_drain(service: Service, host: HostName) -> DrainPreview:
+    try:
+        return await service.fleet.preview(host)
+    except HostUnknown as exc:
+        raise fleet_errors(exc) from None
 
 
 @router.delete(

@@ -362,8 +362,10 @@ class ManagerService:
 
     # ------------------------------------------------------------------ operators
 
-    async def set_fence(self, kind: str, name: str, by: str, reason: str) -> FenceView:
-        return fence_view(await self.desk.set_fence(kind, name, by, reason))
+    async def set_fence(
+        self, kind: str, name: str, by: str, reason: str, until_s: float | None = None
+    ) -> FenceView:
+        return fence_view(await self.desk.set_fence(kind, name, by, reason, until_s))
 
     async def clear_fence(self, kind: str, name: str, by: str, reason: str) -> bool:
         return await self.desk.clear_fence(kind, name, by, reason)

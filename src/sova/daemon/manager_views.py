@@ -35,7 +35,14 @@ from sova.daemon.store_rows import LogSlice
 
 
 def fence_view(f: FenceRow) -> FenceView:
-    return FenceView(kind=f.kind, name=f.name, set_by=f.set_by, since_s=f.since_s, reason=f.reason)
+    return FenceView(
+        kind=f.kind,
+        name=f.name,
+        set_by=f.set_by,
+        since_s=f.since_s,
+        reason=f.reason,
+        until_s=f.until_s,
+    )
 
 
 def plan_view(p: PlanRow) -> PlanView:

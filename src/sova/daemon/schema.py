@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sova.model import MIB
 from sova.policy.hotspot import (
@@ -441,6 +441,11 @@ class FenceView(_Wire):
     set_by: str
     since_s: float
     reason: str
+    until_s: float | None = Field(
+        default=None,
+        description="when it expires (the manager's clock, as since_s): the first planning "
+        "round at or after it lifts it; null: until lifted",
+    )
 
 
 class ModeView(_Wire):
@@ -474,6 +479,25 @@ class OperatorAction(_Strict):
         description="the operator's name for the audit log (the admin token is shared)",
     )
     reason: str = Field(default="", max_length=500)
+
+
+class FenceAction(OperatorAction):
+    """Who sets a fence, why, and for how long: ``until_s`` (the manager's clock, as the
+    fences' ``since_s``) or ``for_s`` (seconds from now, on the manager's clock), not both;
+    neither: until lifted."""
+
+    until_s: float | None = Field(
+        default=None, gt=0, le=1e11, description="when the fence expires (before the year 5000)"
+    )
+    for_s: float | None = Field(
+        default=None, gt=0, le=366 * 86400, description="the fence expires this long from now"
+    )
+
+    @model_validator(mode="after")
+    def _one_end(self) -> FenceAction:
+        if self.until_s is not None and self.for_s is not None:
+            raise ValueError("give until_s or for_s, not both")
+        return self
 
 
 class ModeChange(OperatorAction):

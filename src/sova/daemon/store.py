@@ -455,7 +455,7 @@ class Store(StoreAdmin, OutboxStore, StoreLogs):
 
 def _fence_rows(conn: sa.Connection) -> list[FenceRow]:
     return [
-        FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason)
+        FenceRow(r.kind, r.name, r.set_by, r.since_s, r.reason, r.until_s)
         for r in conn.execute(sa.select(fences).order_by(fences.c.kind, fences.c.name))
     ]
 

@@ -139,6 +139,7 @@ def _fences(conn: sa.Connection, w: RoundWrite) -> None:
                 set_by=f.set_by,
                 since_s=f.since_s,
                 reason=f.reason[:500],
+                until_s=f.until_s,
             )
         )
 

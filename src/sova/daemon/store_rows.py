@@ -92,6 +92,7 @@ class FenceRow:
     set_by: str
     since_s: float
     reason: str = ""
+    until_s: float | None = None  # lifted by the first round at or after it; None: until lifted
 
 
 @dataclass(frozen=True)

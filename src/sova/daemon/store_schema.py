@@ -107,6 +107,7 @@ fences = sa.Table(
     sa.Column("set_by", sa.String(128), nullable=False),
     sa.Column("since_s", sa.Float(), nullable=False),
     sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("until_s", sa.Float(), nullable=True),  # 0007: lifted by the round after it
 )
 
 modes = sa.Table(
