@@ -451,3 +451,18 @@ def log_params(
         check_name("--vm", vm)
         params["vm"] = vm
     return params
+
+
+Reason = Annotated[
+    str | None,
+    typer.Option("--reason", "-m", help="Why (kept in the audit log)."),
+]
+By = Annotated[
+    str | None,
+    typer.Option("--by", help="Your name in the audit log (over the group's --by)."),
+]
+
+
+def _who(c: _Conn, by: str | None) -> str:
+    """The audit log's annotation: ``--by``, else the client config's or the login name."""
+    return by or c.by

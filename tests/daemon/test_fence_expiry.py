@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import typer
 
-from sova.cli_operator import parse_until
+from sova.cli_fence import parse_until
 from sova.daemon.manager_fences import until_text
 
 from .conftest import Api, manager_settings

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import typer
 
-from sova.cli_operator import audit_line, check_reason, fence_line
+from sova.cli_fence import fence_line
+from sova.cli_operator import audit_line, check_reason
 
 from .conftest import ADMIN, Api
 

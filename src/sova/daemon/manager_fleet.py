@@ -29,6 +29,7 @@ from sova.daemon.manager_operator import OperatorDesk
 from sova.daemon.manager_rounds import Rounds
 from sova.daemon.manager_state import ManagerState
 from sova.daemon.store import AuditRow, RoundWrite
+from sova.manager.drain_preview import preview_drain
 from sova.manager.fleet import DRAIN
 
 log = logging.getLogger("sova.manager")
@@ -152,14 +153,14 @@ class Fleet:
 
     async def preview(self, host: str) -> DrainPreview:
         """The moves a drain of ``host`` would make now, in order, each as the round's drain
-        stage would pick it (:meth:`ManagerCore.preview_drain`): under the round lock, so
+        stage would pick it (:func:`sova.manager.drain_preview.preview_drain`): under the round lock, so
         no round sees the drain fence it sets for the while; nothing is written."""
         known = self.st.tokens.keys()
         if host not in self.st.hosts and host not in known:
             raise HostUnknown(f"no host {host}")
         lock, _ = self.st.primitives()
         async with lock:
-            moves = self.st.core.preview_drain(host, self.st.now())
+            moves = preview_drain(self.st.core, host, self.st.now())
         return DrainPreview(
             host=host,
             draining=("drain", host) in self.desk.ops.fences,

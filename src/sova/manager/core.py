@@ -441,42 +441,6 @@ class ManagerCore(ReportIntake):
             tuple(r.proposed),
         )
 
-    def preview_drain(self, host: str, now_s: float) -> list[tuple[str | None, str | None, str]]:
-        """The moves a drain of ``host`` would make, in order, decided now and nothing kept
-        (``sova host drain HOST --preview``): each (VM, target, why) as the round's drain
-        stage picks it, the VMs chosen before it left out, until the stage moves none (its
-        last entry then says why, with VM or target None). The targets' load is as last
-        reported: a later round re-plans each move with the load it then sees."""
-        saved_draining, saved_pinned = self.draining, self.pinned
-        moves: list[tuple[str | None, str | None, str]] = []
-        try:
-            self.draining = saved_draining | {host}
-            # A VM already previewed is left out of the next pick as a pinned one is.
-            self.pinned = set(saved_pinned)
-            stale = self.stale(now_s)
-            for _ in range(len(self.vms.get(host, {})) + 1):
-                r = self.begin_round(now_s, 1, stale)
-                self.pipeline.filter(r)
-                self.pipeline.score(r)
-                sig = r.signals.get(host)
-                if sig is None:
-                    moves.append((None, None, "no report from the host to plan with"))
-                    break
-                if not (sig.flag and sig.vm and sig.target):
-                    moves.append((sig.vm, None, sig.reason))
-                    break
-                moves.append((sig.vm, sig.target, sig.reason))
-                self.pinned.add(sig.vm)
-                left = [v for v in self.vms.get(host, {}) if v not in self.pinned]
-                if not left:
-                    held = sorted(v for v in self.vms.get(host, {}) if v in saved_pinned)
-                    if held:
-                        moves.append((None, None, f"pinned, not moved: {', '.join(held)}"))
-                    break
-        finally:
-            self.draining, self.pinned = saved_draining, saved_pinned
-        return moves
-
     def begin_round(self, now_s: float, first_id: int = 1, stale: set[str] | None = None) -> Round:
         """A round's context before any stage ran: the hosts it plans (reported, not
         stale) and their reports, built when a stage first asks."""
