@@ -22,7 +22,7 @@ import argparse
 import random
 import time
 
-from sova.manager.fastplan import fast_coordinate
+from sova.manager.decisions.fastplan import fast_coordinate
 from sova.policy.hotspot import HostReport, HotspotDetector, Utilisation, VMLoad
 
 

@@ -94,7 +94,7 @@ from pathlib import Path
 
 import httpx
 
-from sova.daemon.schema import build_report, encode
+from sova.manager.daemons.schema import build_report, encode
 from sova.policy.hotspot import Utilisation, VMLoad
 
 GIB = 2**30

@@ -15,8 +15,8 @@ import copy
 import random
 import time
 
-from sova.manager.core import ManagerCore
-from sova.manager.placement import Placement, PlacementSpec
+from sova.manager.decisions.core import ManagerCore
+from sova.manager.decisions.placement import Placement, PlacementSpec
 from sova.policy.hotspot import HotspotDetector, Utilisation, VMLoad
 
 GIB = 2**30

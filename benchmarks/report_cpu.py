@@ -43,9 +43,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from manager_load import make_bodies
 
-from sova.daemon.config import ManagerSettings
-from sova.daemon.manager_app import create_app
-from sova.daemon.store import Store
+from sova.manager.daemons.config import ManagerSettings
+from sova.manager.daemons.service.app import create_app
+from sova.manager.daemons.service.store import Store
 
 
 async def post(app: Any, host: str, token: str, body: bytes) -> int:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx
 
-from sova.daemon.schema import build_report, encode
+from sova.manager.daemons.schema import build_report, encode
 from sova.policy.hotspot import Utilisation, VMLoad
 
 

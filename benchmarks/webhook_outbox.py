@@ -22,8 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from sova.daemon.store import Store
-from sova.daemon.store_outbox import outbox, webhook_deliveries
+from sova.manager.daemons.service.store import Store
+from sova.manager.daemons.service.store_outbox import outbox, webhook_deliveries
 
 
 def main() -> None:

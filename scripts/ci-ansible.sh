@@ -78,7 +78,7 @@ grep -Eq '^libvirt:[^:]*:[0-9]+:(.*,)?sova-agent(,|$)' "$a/etc/group"
 "$a/opt/sova/venv/bin/python" - "$a" <<'PY'
 import sys
 from pathlib import Path
-from sova.daemon.config import load_agent_settings
+from sova.manager.daemons.config import load_agent_settings
 root = Path(sys.argv[1])
 a = load_agent_settings(root / "etc/sova/agent.toml", environ={})
 assert a.host == "hv-ci" and a.controller.vf_policy == "sova", a
@@ -88,7 +88,7 @@ PY
 "$m/opt/sova/venv/bin/python" - "$m" <<'PY'
 import sys
 from pathlib import Path
-from sova.daemon.config import load_manager_settings
+from sova.manager.daemons.config import load_manager_settings
 root = Path(sys.argv[1])
 env = dict(line.split("=", 1) for line in (root / "etc/sova/manager.env").read_text().split())
 m = load_manager_settings(root / "etc/sova/manager.toml", environ=env)

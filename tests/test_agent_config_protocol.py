@@ -13,7 +13,7 @@ from sova.agent.config import (
     ControllerConfig,
     settings_for_protocol,
 )
-from sova.daemon.schema import PROTOCOL
+from sova.manager.daemons.schema import PROTOCOL
 
 # The sections whose settings the table names.
 SECTIONS = ("scheduler", "sensing", "manager")

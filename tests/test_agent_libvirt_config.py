@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sova.daemon.config import ConfigError, LibvirtSettings, load_agent_settings
+from sova.manager.daemons.config import ConfigError, LibvirtSettings, load_agent_settings
 
 
 def _load(tmp_path: Path, body: str) -> None:

@@ -22,7 +22,7 @@ import jinja2
 import pytest
 import yaml
 
-from sova.daemon.config import load_agent_settings, load_manager_settings
+from sova.manager.daemons.config import load_agent_settings, load_manager_settings
 
 ROLE = Path(__file__).resolve().parents[1] / "deploy/ansible/roles/sova"
 PLACEMENT = tomllib.loads(

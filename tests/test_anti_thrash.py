@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sova.agent.config import ManagerSpec
-from sova.manager.core import ManagerCore
+from sova.manager.decisions.core import ManagerCore
 from sova.policy.hotspot import HotspotDetector, Utilisation, VMLoad
 from sova.scenario import load_scenario
 from sova.sim.runner import run_policy
@@ -38,7 +38,7 @@ def test_fig5_without_options_does_not_ping_pong() -> None:
 
 
 def test_defaults_are_on() -> None:
-    from sova.daemon.config import PlannerSettings
+    from sova.manager.daemons.config import PlannerSettings
 
     for restart, tabu in (
         (ManagerSpec().restart_window_after_migration, ManagerSpec().return_tabu),

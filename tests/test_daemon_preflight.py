@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sova.daemon.config import ManagerSettings
-from sova.daemon.preflight import check_manager
+from sova.manager.daemons.config import ManagerSettings
+from sova.manager.daemons.preflight import check_manager
 
 
 def sova(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -177,7 +177,7 @@ def test_timers_a_takeover_cannot_keep_are_refused(
 
 
 def test_timers_a_takeover_keeps_pass() -> None:
-    from sova.daemon.preflight import check_takeover_timers
+    from sova.manager.daemons.preflight import check_takeover_timers
 
     url = "postgresql+psycopg://sova@127.0.0.1:1/sova"
     # 3 x 2 s = 6 s > 2 s + 2 s: the measured scenario's settings (default lease and TTL)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests import loads_oracle
 
-from sova.manager.core import ManagerCore
+from sova.manager.decisions.core import ManagerCore
 from sova.policy.hotspot import HotspotDetector, Utilisation, VMLoad
 from sova.policy.kernels import LoadArrays, demand_load_arrays
 from sova.policy.sensing import LoadShares, VMFactors, demand_loads

@@ -16,8 +16,8 @@ import pytest
 from pydantic import ValidationError
 
 from sova.cli_client import ClientConfig
-from sova.daemon.config import AgentSettings, ManagerSettings, format_errors
-from sova.daemon.credentials import parse_operators
+from sova.manager.daemons.config import AgentSettings, ManagerSettings, format_errors
+from sova.manager.daemons.credentials import parse_operators
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```toml[^\n]*\n(.*?)^```", re.S | re.M)

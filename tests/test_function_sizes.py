@@ -21,17 +21,17 @@ MAX_FUNCTION_LINES = 80
 # schema mostly declarations (metrics, fields). Splitting either scatters one list that
 # is read as a whole.
 LONG_BY_NATURE: dict[tuple[str, str], tuple[int, str]] = {
-    ("daemon/metrics.py", "AgentMetrics.__init__"): (
+    ("manager/daemons/metrics.py", "AgentMetrics.__init__"): (
         100,
         "declarative schema: the agent's Prometheus metrics, one declaration each (name, help, "
         "labels, buckets) and nothing else",
     ),
-    ("daemon/metrics.py", "ManagerMetrics.__init__"): (
+    ("manager/daemons/metrics.py", "ManagerMetrics.__init__"): (
         124,
         "declarative schema: the manager's Prometheus metrics, one declaration each (name, "
         "help, labels, buckets) and nothing else",
     ),
-    ("daemon/standby_reads.py", "add_standby_reads"): (
+    ("manager/daemons/service/standby_reads.py", "add_standby_reads"): (
         91,
         "route table: the standby's read routes (fences, mode, plans, audit, decisions, "
         "whoami, credentials), each a few lines over the read-only store",

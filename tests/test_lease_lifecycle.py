@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sova.manager.core import EndReason, Lease, ManagerCore
+from sova.manager.decisions.core import EndReason, Lease, ManagerCore
 from sova.policy.hotspot import HotspotDetector, Utilisation, VMLoad
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sova"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sova.agent.config import ManagerSpec
-from sova.daemon.config import ConfigError, PlannerSettings, load_manager_settings
-from sova.manager.core import ManagerCore
+from sova.manager.daemons.config import ConfigError, PlannerSettings, load_manager_settings
+from sova.manager.decisions.core import ManagerCore
 from sova.policy.hotspot import MoveCost
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 and its batch intake (``ingest_arrays``) does exactly what per-host ``ingest`` does.
 
 ``ManagerCore`` keeps each host's detector window once, in
-:class:`sova.manager.fastplan.WindowArrays` (a host x window ring the round reads in one
+:class:`sova.manager.decisions.fastplan.WindowArrays` (a host x window ring the round reads in one
 pass); ``history`` holds views of it (or deques put in from outside, a restore's). Random heterogeneous clusters go through random report sequences
 (windows short, full and wrapped, hosts silent past ``stale_after_s``, migrations whose end
 restarts both windows and drops the next report, hosts forgotten, windows put in by a
@@ -19,8 +19,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sova.manager.core import Lease, ManagerCore
-from sova.manager.fastplan import Signals, WindowArrays, hotness_array, notable
+from sova.manager.decisions.core import Lease, ManagerCore
+from sova.manager.decisions.fastplan import Signals, WindowArrays, hotness_array, notable
 from sova.policy.hotspot import (
     HostCapacity,
     HostReport,
@@ -218,7 +218,7 @@ def test_quiet_signals_are_built_when_read() -> None:
     arrays = WindowArrays(5)
     for h, rep in reports.items():
         arrays.sync(h, rep.history)
-    from sova.manager.fastplan import coordinate_windows
+    from sova.manager.decisions.fastplan import coordinate_windows
 
     names = list(reports)
     sig = coordinate_windows(

@@ -73,10 +73,10 @@ MOVED = (
         "sova.policy.verdicts",
         ("verdict_arrays",),
         (
-            ("sova.manager.fastplan", "verdict_arrays"),  # the manager's round, every host
+            ("sova.manager.decisions.fastplan", "verdict_arrays"),  # the manager's round, every host
             ("sova.policy.hotspot", "verdict_arrays"),  # HotspotDetector.assess, one host
         ),
-        ("sova.manager.fastplan:_verdict_arrays",),
+        ("sova.manager.decisions.fastplan:_verdict_arrays",),
     ),
     Piece(
         "sensing windows and factors",

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sova.manager.core import Lease, ManagerCore
-from sova.manager.fastplan import FAST_MIN_HOSTS, fast_coordinate
-from sova.manager.placement import Bars, Placement, PlacementSpec, View
+from sova.manager.decisions.core import Lease, ManagerCore
+from sova.manager.decisions.fastplan import FAST_MIN_HOSTS, fast_coordinate
+from sova.manager.decisions.placement import Bars, Placement, PlacementSpec, View
 from sova.policy.hotspot import (
     HostReport,
     HotspotDetector,

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sova.manager.core import ManagerCore
-from sova.manager.oneshot import plan_reports
-from sova.manager.pipeline import (
+from sova.manager.decisions.core import ManagerCore
+from sova.manager.decisions.oneshot import plan_reports
+from sova.manager.decisions.pipeline import (
     BINDS,
     FILTERS,
     PERMITS,
@@ -27,8 +27,8 @@ from sova.manager.pipeline import (
     Status,
     build_pipeline,
 )
-from sova.manager.placement import Placement, PlacementSpec, RuleSpec
-from sova.manager.stages import DEFAULT_STAGES, default_pipeline
+from sova.manager.decisions.placement import Placement, PlacementSpec, RuleSpec
+from sova.manager.decisions.stages import DEFAULT_STAGES, default_pipeline
 from sova.plugins import RegistryError
 from sova.policy.hotspot import (
     HostReport,
@@ -390,7 +390,7 @@ def throwaway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     (tmp_path / "sova_throwaway_filter.py").write_text(
         textwrap.dedent(
             '''
-            from sova.manager.pipeline import Code, Stage, Status
+            from sova.manager.decisions.pipeline import Code, Stage, Status
 
 
             class NoColdA:

@@ -32,9 +32,9 @@ from sova.agent.registry import (
 )
 from sova.agent.vf_policies import Desired, VFContext, VFPolicy
 from sova.cli import app
-from sova.daemon.config import ConfigError, load_agent_settings
 from sova.demo import pick_policy
 from sova.driver.base import DriverRequest, MockDriver, OpState, OpStatus
+from sova.manager.daemons.config import ConfigError, load_agent_settings
 from sova.policy.bandwidth import Allocation, FlowDemand
 from sova.policy.vfsched import VFDecision
 from sova.scenario import ScenarioError, load_scenario, parse_scenario
@@ -318,8 +318,8 @@ def _first_caps(bandwidth_policy: str) -> dict[str, float | None]:
 
 
 def test_a_plugged_in_driver_is_accepted_by_the_settings_and_built_by_name() -> None:
-    from sova.daemon.drivers import DRIVERS
-    from sova.daemon.wiring import Wiring, build, mock_wiring
+    from sova.manager.daemons.agent.wiring import Wiring, build, mock_wiring
+    from sova.manager.daemons.drivers import DRIVERS
 
     built: list[str] = []
 

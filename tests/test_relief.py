@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from sova.manager.core import ManagerCore
+from sova.manager.decisions.core import ManagerCore
 from sova.model import MIB
 from sova.policy.cold_spots import choose_target
 from sova.policy.hotspot import (

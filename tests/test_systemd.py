@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sova.daemon import systemd
-from sova.daemon.logs import configure
+from sova.manager.daemons import systemd
+from sova.manager.daemons.logs import configure
 
 SOVA = [sys.executable, "-m", "sova.cli"]
 
@@ -171,9 +171,9 @@ def test_manager_watchdog_follows_planning_rounds_not_the_http_loop(
     import asyncio
     import threading
 
-    from sova.daemon.config import ManagerSettings
-    from sova.daemon.manager_app import create_app
-    from sova.daemon.store import Store
+    from sova.manager.daemons.config import ManagerSettings
+    from sova.manager.daemons.service.app import create_app
+    from sova.manager.daemons.service.store import Store
 
     sent: list[str] = []
     monkeypatch.setattr(systemd, "notify", lambda state: sent.append(state) or True)

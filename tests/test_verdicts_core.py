@@ -1,7 +1,7 @@
 """The compiled hotspot verdicts (``sova.policy.verdicts``) equal their readable forms.
 
 Both the per-host detector (``HotspotDetector.assess``, the AR(1) helpers) and the
-manager's round over every host (``manager/fastplan.py``) call the core; this holds it,
+manager's round over every host (``manager/decisions/fastplan.py``) call the core; this holds it,
 float for float, to the per-host Python form and to the numpy array form it replaced
 (tests/verdicts_oracle.py), on random windows: short and full, constant (variance 0 or
 rounding noise), at exactly alpha, past 1 by the slack a counter allows.

@@ -3,7 +3,7 @@
 ``ar1_coefficient``/``ar1_forecast``/``assess`` are the per-host detector as the manager
 ran it before the core (rust/sova-core/src/verdicts.rs, behind ``sova.policy.verdicts``)
 replaced it, one resource at a time with Python's ``sum``; ``verdict_arrays`` is the numpy
-form the manager's round (``manager/fastplan.py``) ran for every host at once, kept step
+form the manager's round (``manager/decisions/fastplan.py``) ran for every host at once, kept step
 for step. tests/test_verdicts_core.py asks the core for the same floats as both.
 """
 

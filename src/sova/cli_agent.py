@@ -28,7 +28,7 @@ class AgentExit(Exception):
 
 def error_line(msg: str) -> None:
     """One error line on stderr: an ``err`` journal entry under systemd, else plain text."""
-    from sova.daemon.logs import stderr_is_journal
+    from sova.manager.daemons.logs import stderr_is_journal
 
     prefix = "<3>error: " if stderr_is_journal() else "error: "
     print(prefix + msg, file=sys.stderr, flush=True)
@@ -94,8 +94,8 @@ def run_agent_command(
     :class:`AgentExit` with the one-line error (2 bad input, 1 the agent stopped)."""
     import os
 
-    from sova.daemon.config import ConfigError, load_agent_settings
-    from sova.daemon.logs import FORMATS
+    from sova.manager.daemons.config import ConfigError, load_agent_settings
+    from sova.manager.daemons.logs import FORMATS
 
     if log_format is not None:
         if log_format not in FORMATS:
@@ -117,8 +117,8 @@ def run_agent_command(
         raise AgentExit(2, str(exc)) from None
     if settings.driver == "libvirt" and settings.dry_run and not loop:
         return _libvirt_dry_run(settings)
-    from sova.daemon.agent_daemon import run_agent
-    from sova.daemon.preflight import check_agent
+    from sova.manager.daemons.agent.daemon import run_agent
+    from sova.manager.daemons.preflight import check_agent
 
     try:
         wiring = None
@@ -130,7 +130,7 @@ def run_agent_command(
 
             wiring = sim_agent_wiring(settings, speed=speed, policy=policy)
         check_agent(settings)
-        from sova.daemon.logs import dump_stacks_on_signal
+        from sova.manager.daemons.logs import dump_stacks_on_signal
 
         dump_stacks_on_signal()
         return run_agent(settings, speed=speed, policy=policy, wiring=wiring)
@@ -152,8 +152,8 @@ def _libvirt_dry_run(settings: Any) -> int:
 
     from sova.agent.executor import Outcome
     from sova.agent.loop import HostAgent
-    from sova.daemon.wiring import libvirt_options
     from sova.driver.inventory_report import dry_run
+    from sova.manager.daemons.agent.wiring import libvirt_options
     from sova.model import Action
 
     cfg = settings.controller

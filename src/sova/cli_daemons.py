@@ -35,7 +35,7 @@ LogFormatOpt = Annotated[
 
 
 def _fail(msg: str, code: int = 2) -> typer.Exit:
-    from sova.daemon.logs import stderr_is_journal
+    from sova.manager.daemons.logs import stderr_is_journal
 
     if stderr_is_journal():  # one journal entry at priority err, no colour codes
         print(f"<3>error: {msg}", file=sys.stderr, flush=True)
@@ -56,7 +56,7 @@ def _fatal(role: str, exc: BaseException) -> typer.Exit:
 def _log_format(value: str | None) -> None:
     import os
 
-    from sova.daemon.logs import FORMATS
+    from sova.manager.daemons.logs import FORMATS
 
     if value is None:
         return
@@ -169,7 +169,7 @@ def manager(
     log_format: LogFormatOpt = None,
 ) -> None:
     """Run the cluster manager: reports in, migration directives out, decision log, metrics."""
-    from sova.daemon.config import ConfigError, load_manager_settings
+    from sova.manager.daemons.config import ConfigError, load_manager_settings
 
     _log_format(log_format)
     try:
@@ -178,14 +178,14 @@ def manager(
         )
     except ConfigError as exc:
         raise _fail(str(exc)) from None
-    from sova.daemon.manager_app import create_app, openapi_document, run_manager
-    from sova.daemon.store import Store
+    from sova.manager.daemons.service.app import create_app, openapi_document, run_manager
+    from sova.manager.daemons.service.store import Store
 
     if openapi is not None:
         openapi.write_text(openapi_document(create_app(settings, Store("sqlite://"))))
         typer.echo(f"wrote {openapi}")
         return
-    from sova.daemon.preflight import check_manager
+    from sova.manager.daemons.preflight import check_manager
 
     try:
         check_manager(settings)

@@ -30,11 +30,11 @@ from sova.cli_client import (
     with_scheme,
 )
 
-# The manager's name pattern (sova.daemon.schema.NAME_PATTERN), without importing the
+# The manager's name pattern (sova.manager.daemons.schema.NAME_PATTERN), without importing the
 # daemon's schema into every CLI start.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
 
-# The characters the manager refuses in free text (sova.daemon.schema.FORGING_CHARS, the
+# The characters the manager refuses in free text (sova.manager.daemons.schema.FORGING_CHARS, the
 # same string; tests/daemon/test_free_text.py keeps them equal): refused in a reason here,
 # escaped in everything printed.
 FORGING_CHARS = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
@@ -116,7 +116,7 @@ def _printable(value: Any) -> str:
     return escaped(str(value))
 
 
-# A standby manager's 503 names the leader here (sova.daemon.manager_client.LEADER_HEADER;
+# A standby manager's 503 names the leader here (sova.manager.daemons.agent.client.LEADER_HEADER;
 # not imported: the daemon's modules stay out of every CLI start).
 LEADER_HEADER = "x-sova-leader"
 

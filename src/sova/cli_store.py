@@ -46,8 +46,8 @@ def _fail(msg: str) -> typer.Exit:
 
 
 def _open(config: Path | None, database_url: str | None):  # type: ignore[no-untyped-def]
-    from sova.daemon.config import ConfigError, load_manager_settings
-    from sova.daemon.store import Store
+    from sova.manager.daemons.config import ConfigError, load_manager_settings
+    from sova.manager.daemons.service.store import Store
 
     try:
         settings = load_manager_settings(config, overrides={"database_url": database_url})
@@ -63,7 +63,7 @@ def backup(
     database_url: UrlOpt = None,
 ) -> None:
     """A consistent copy of the store, taken while the manager runs."""
-    from sova.daemon.config import ConfigError
+    from sova.manager.daemons.config import ConfigError
 
     store = _open(config, database_url)
     try:
@@ -82,8 +82,8 @@ def restore(
     database_url: UrlOpt = None,
 ) -> None:
     """Replace the store with a backup (stop the manager first)."""
-    from sova.daemon.config import ConfigError
-    from sova.daemon.store import AuditRow, RoundWrite
+    from sova.manager.daemons.config import ConfigError
+    from sova.manager.daemons.service.store import AuditRow, RoundWrite
 
     store = _open(config, database_url)
     try:

@@ -56,9 +56,9 @@ def sim_agent_wiring(settings: Any, *, speed: float | None, policy: str | None) 
     Lives here, not in the agent daemon, because it composes two worlds: the production
     daemon never imports the simulator.
     """
-    from sova.daemon.config import ConfigError
-    from sova.daemon.tickers import LocalSimTicker
-    from sova.daemon.wiring import Wiring
+    from sova.manager.daemons.agent.tickers import LocalSimTicker
+    from sova.manager.daemons.agent.wiring import Wiring
+    from sova.manager.daemons.config import ConfigError
     from sova.sim.world import agent_config
     from sova.sim.world_server import make_world
 
@@ -91,9 +91,9 @@ def remote_wiring(settings: Any, **_: Any) -> Any:
     """
     from functools import partial
 
-    from sova.daemon.config import ConfigError
-    from sova.daemon.tickers import LockstepTicker
-    from sova.daemon.wiring import Wiring
+    from sova.manager.daemons.agent.tickers import LockstepTicker
+    from sova.manager.daemons.agent.wiring import Wiring
+    from sova.manager.daemons.config import ConfigError
     from sova.sim.world_server import WorldHost
 
     if not settings.connect or not settings.host:
@@ -109,8 +109,8 @@ def remote_wiring(settings: Any, **_: Any) -> Any:
 
 def _lockstep_daemon(*args: Any, world: Any, record: bool, **kw: Any) -> Any:
     from sova.agent.schedule import POLL
-    from sova.daemon.agent_daemon import AgentDaemon
-    from sova.daemon.manager_client import ManagerRejected, ManagerUnreachable
+    from sova.manager.daemons.agent.client import ManagerRejected, ManagerUnreachable
+    from sova.manager.daemons.agent.daemon import AgentDaemon
     from sova.sim.world_server import world_recorder
 
     recorder = world_recorder(world) if record else None

@@ -1,6 +1,6 @@
 """Plug-ins of one kind by name (the generic part of every plug-in point: the agent's VF
 policies, allocators and drivers in :mod:`sova.agent.registry`, the manager's planning stages
-in :mod:`sova.manager.pipeline`).
+in :mod:`sova.manager.decisions.pipeline`).
 
 As in the Kubernetes scheduler framework, each extension point is a small named registry: a
 plug-in is registered once under its name (a second registration of the name is an error

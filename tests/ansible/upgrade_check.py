@@ -124,7 +124,7 @@ def main() -> None:
     a = p.parse_args()
     db = a.work / "mgr-ci/root/var/lib/sova-manager/manager.db"
     old_head = _head(a.work / "old-src/src/sova/daemon/migrations/versions")
-    new_head = _head(REPO / "src/sova/daemon/migrations/versions")
+    new_head = _head(REPO / "src/sova/manager/daemons/service/migrations/versions")
     _versions_and_reports(a)
     mgr = f"https://127.0.0.1:{a.port}"
     fences = {

@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from sova.daemon.config import ManagerSettings
-from sova.daemon.manager_app import create_app
-from sova.daemon.schema import Report, build_report, encode
-from sova.daemon.store import Store
+from sova.manager.daemons.config import ManagerSettings
+from sova.manager.daemons.schema import Report, build_report, encode
+from sova.manager.daemons.service.app import create_app
+from sova.manager.daemons.service.store import Store
 from sova.policy.hotspot import Utilisation, VMLoad
 
 TOKENS = {"h1": "t1-" + "a" * 29, "h2": "t2-" + "b" * 29, "h3": "t3-" + "c" * 29}
@@ -181,7 +181,7 @@ def wait_for_process(
     proc: subprocess.Popen[bytes], pred: Callable[[], Any], timeout: float, what: str
 ) -> Any:
     """:func:`wait_until` for a daemon's state: on a timeout the daemon prints every
-    thread's stack into its log first (SIGUSR1, ``sova.daemon.logs.dump_stacks_on_signal``)
+    thread's stack into its log first (SIGUSR1, ``sova.manager.daemons.logs.dump_stacks_on_signal``)
     and the error says whether it still runs, so a hang in CI says where it hung."""
     try:
         return wait_until(pred, timeout, what)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sova.daemon.agent_daemon import POLL, STEP, AgentDaemon, ManagerClient
-from sova.daemon.config import AgentSettings
+from sova.manager.daemons.agent.daemon import POLL, STEP, AgentDaemon, ManagerClient
+from sova.manager.daemons.config import AgentSettings
 from sova.model import AttachVF, DetachVF, Migrate, NicKind
 
 from .fakes import FakeHost, FakeManager, FakeVM

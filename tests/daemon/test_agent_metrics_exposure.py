@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sova.daemon.config import AgentSettings, load_agent_settings
+from sova.manager.daemons.config import AgentSettings, load_agent_settings
 
 from .conftest import REPO, free_port
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from sova.agent.schedule import BANDWIDTH, POLL, STEP
-from sova.daemon.agent_daemon import AgentDaemon, ManagerClient
-from sova.daemon.config import AgentSettings
+from sova.manager.daemons.agent.daemon import AgentDaemon, ManagerClient
+from sova.manager.daemons.config import AgentSettings
 from sova.model import Action, HostSample, Inventory
 
 from .fakes import FakeHost, FakeManager, FakeVM

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sova.daemon.schema import build_report, encode
+from sova.manager.daemons.schema import build_report, encode
 from sova.policy.hotspot import HostCapacity, Utilisation, VMLoad
 
 from .conftest import ADMIN, auth

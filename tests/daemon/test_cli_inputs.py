@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sova.cli import app
-from sova.daemon.store import Store
+from sova.manager.daemons.service.store import Store
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sova.daemon.config import ConfigError, load_agent_settings, load_manager_settings
+from sova.manager.daemons.config import ConfigError, load_agent_settings, load_manager_settings
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sova.daemon.schema import PROTOCOL, Directive
+from sova.manager.daemons.schema import PROTOCOL, Directive
 
 from .conftest import Api, auth, manager_settings, report
 
@@ -315,7 +315,7 @@ def test_decision_ids_never_repeat_across_store_loss(tmp_path, api_factory) -> N
     """The store is deleted under a running cluster: the agent applied directive X; the
     new store's first directive must be newer than X (else the agent ignores it as
     applied) and an ack of X must not count as an ack of it."""
-    from sova.daemon.store import Store
+    from sova.manager.daemons.service.store import Store
 
     from .conftest import manager_settings
 
@@ -342,7 +342,7 @@ def test_decision_ids_never_repeat_across_store_loss(tmp_path, api_factory) -> N
 
 
 def test_the_agent_notices_a_new_store_epoch(caplog) -> None:  # type: ignore[no-untyped-def]
-    from sova.daemon.schema import EPOCH_SHIFT
+    from sova.manager.daemons.schema import EPOCH_SHIFT
 
     from .fakes import FakeManager
     from .test_agent_daemon import _daemon, _host
@@ -365,7 +365,7 @@ def test_the_agent_notices_a_new_store_epoch(caplog) -> None:  # type: ignore[no
 def test_readiness_fails_while_the_store_cannot_be_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import sqlite3
 
-    from sova.daemon.store import Store
+    from sova.manager.daemons.service.store import Store
 
     from .conftest import manager_settings
 

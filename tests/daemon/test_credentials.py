@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from sova.daemon.config import ConfigError, load_manager_settings
-from sova.daemon.manager_guard import required_role
-from sova.daemon.manager_security import TokenBook, exposure_check
+from sova.manager.daemons.config import ConfigError, load_manager_settings
+from sova.manager.daemons.security import TokenBook, exposure_check
+from sova.manager.daemons.service.guard import required_role
 
 from .conftest import ADMIN, TOKENS, Api, auth, manager_settings, report
 

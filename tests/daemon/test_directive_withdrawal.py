@@ -193,7 +193,7 @@ def agent_run(api: Api, fence: str, seconds: int = 120) -> tuple[Any, list[Any]]
     after the round that publishes the directive (``fence = "published"``), right after the
     response that carries it (``"delivered"``), or never. Returns the host and the
     responses h1's agent got."""
-    from sova.daemon.agent_daemon import POLL, STEP
+    from sova.manager.daemons.agent.daemon import POLL, STEP
 
     from .fakes import FakeHost, FakeVM
     from .test_freeze_versions import Bridge, agent

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sova.daemon.config import AGENT_REPORT_TIMEOUT_S
-from sova.daemon.manager_client import ManagerClient, ManagerUnreachable
-from sova.daemon.store_rows import ReportRow
+from sova.manager.daemons.agent.client import ManagerClient, ManagerUnreachable
+from sova.manager.daemons.config import AGENT_REPORT_TIMEOUT_S
+from sova.manager.daemons.service.store_rows import ReportRow
 
 from .conftest import Api, auth, report
 

@@ -67,8 +67,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from sova.daemon.store import Store
 from sova.demo import Cluster, manager_toml, pick_policy
+from sova.manager.daemons.service.store import Store
 from sova.scenario import load_scenario
 
 from .conftest import REPO, free_port, wait_until, world_view

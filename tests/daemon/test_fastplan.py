@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sova.manager.fastplan import FAST_MIN_HOSTS, fast_coordinate
+from sova.manager.decisions.fastplan import FAST_MIN_HOSTS, fast_coordinate
 from sova.policy.hotspot import (
     HostCapacity,
     HostReport,
@@ -87,8 +87,8 @@ def test_fast_round_equals_coordinate_with_the_relief_rule_and_kept_proposals(se
 def test_a_round_planned_in_a_child_process_changes_the_core_exactly_like_plan() -> None:
     import copy
 
-    from sova.daemon.manager_service import plan_in_child
-    from sova.manager.core import Lease, ManagerCore
+    from sova.manager.daemons.service.service import plan_in_child
+    from sova.manager.decisions.core import Lease, ManagerCore
 
     reports, _, _ = _cluster(3, 400)
     core = ManagerCore(

@@ -14,7 +14,7 @@ import pytest
 import typer
 
 from sova.cli_fence import parse_until
-from sova.daemon.manager_fences import until_text
+from sova.manager.daemons.service.fences import until_text
 
 from .conftest import Api, manager_settings
 from .test_operator_control import ADMIN, ADMIN_H, rounds

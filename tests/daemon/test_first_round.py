@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from sova.daemon.manager_app import create_app
+from sova.manager.daemons.service.app import create_app
 
 from .conftest import manager_settings
 

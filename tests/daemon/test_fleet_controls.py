@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sova.daemon.schema import build_report, encode
+from sova.manager.daemons.schema import build_report, encode
 from sova.policy.hotspot import Utilisation, VMLoad
 
 from .conftest import Api, auth

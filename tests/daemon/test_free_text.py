@@ -80,6 +80,6 @@ def test_stored_forging_text_is_printed_escaped(text: str) -> None:
 
 def test_the_command_line_refuses_what_the_manager_refuses() -> None:
     from sova import cli_operator
-    from sova.daemon import schema
+    from sova.manager.daemons import schema
 
     assert cli_operator.FORGING_CHARS == schema.FORGING_CHARS

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sova.daemon.agent_daemon import POLL, STEP, AgentDaemon, ManagerClient
-from sova.daemon.config import AgentSettings
-from sova.daemon.schema import PROTOCOL, Directive, for_agent
+from sova.manager.daemons.agent.daemon import POLL, STEP, AgentDaemon, ManagerClient
+from sova.manager.daemons.config import AgentSettings
+from sova.manager.daemons.schema import PROTOCOL, Directive, for_agent
 
 from .conftest import ADMIN, TOKENS, Api, auth, report
 from .fakes import FakeHost, FakeVM

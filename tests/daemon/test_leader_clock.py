@@ -12,9 +12,9 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from sova.daemon.leadership import Leadership, clock_offset, clock_refusal
-from sova.daemon.manager_standby import standby_app
-from sova.daemon.store import Store
+from sova.manager.daemons.service.leadership import Leadership, clock_offset, clock_refusal
+from sova.manager.daemons.service.standby import standby_app
+from sova.manager.daemons.service.store import Store
 
 from .conftest import wait_until
 from .test_leadership import needs_pg, pg_schema

@@ -27,12 +27,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from sova.daemon.config import AgentSettings, ConfigError, load_agent_settings
-from sova.daemon.leadership import EXIT_DEPOSED, Leadership, read_leader
-from sova.daemon.manager_client import LEADER_HEADER, ManagerClient, ManagerUnreachable
-from sova.daemon.schema import Directive
-from sova.daemon.store import Deposed, DirectiveRow, RoundWrite, Store
-from sova.daemon.store_admin import advisory_key
+from sova.manager.daemons.agent.client import LEADER_HEADER, ManagerClient, ManagerUnreachable
+from sova.manager.daemons.config import AgentSettings, ConfigError, load_agent_settings
+from sova.manager.daemons.schema import Directive
+from sova.manager.daemons.service.leadership import EXIT_DEPOSED, Leadership, read_leader
+from sova.manager.daemons.service.store import Deposed, DirectiveRow, RoundWrite, Store
+from sova.manager.daemons.service.store_admin import advisory_key
 
 from .conftest import REPO, Api, auth, free_port, manager_settings, report, wait_until
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sova.daemon.logs import JsonFormatter, fields
+from sova.manager.daemons.logs import JsonFormatter, fields
 
 from .test_fleet_controls import Cluster, _start
 from .test_operator_control import ADMIN_H, make
@@ -94,7 +94,7 @@ def test_a_daemon_prints_its_threads_stacks_on_sigusr1_and_keeps_running() -> No
             sys.executable,
             "-c",
             "import threading, time\n"
-            "from sova.daemon.logs import dump_stacks_on_signal\n"
+            "from sova.manager.daemons.logs import dump_stacks_on_signal\n"
             "assert dump_stacks_on_signal()\n"
             "def waiting_for_the_store():\n"
             "    time.sleep(3)\n"

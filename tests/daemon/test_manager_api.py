@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sova.daemon.schema import PROTOCOL
+from sova.manager.daemons.schema import PROTOCOL
 
 from .conftest import ADMIN, TOKENS, Api, auth, report
 

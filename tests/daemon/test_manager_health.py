@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sova.daemon.manager_app import create_app
-from sova.daemon.store import Store
+from sova.manager.daemons.service.app import create_app
+from sova.manager.daemons.service.store import Store
 
 from .conftest import Api, auth, free_port, manager_settings, report, uvicorn_thread
 

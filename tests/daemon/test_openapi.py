@@ -15,9 +15,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from sova.daemon.manager_app import create_app, openapi_document
-from sova.daemon.metrics import AgentMetrics, ManagerMetrics
-from sova.daemon.store import Store
+from sova.manager.daemons.metrics import AgentMetrics, ManagerMetrics
+from sova.manager.daemons.service.app import create_app, openapi_document
+from sova.manager.daemons.service.store import Store
 
 from .conftest import ADMIN, REPO, TOKENS, manager_settings
 
@@ -30,10 +30,10 @@ def _app(tmp: Path):  # type: ignore[no-untyped-def]
 
 def test_published_openapi_is_up_to_date(tmp_path: Path) -> None:
     doc = openapi_document(_app(tmp_path))
-    assert PUBLISHED.exists(), "run: python -m sova.daemon.manager_app --openapi docs/openapi.json"
+    assert PUBLISHED.exists(), "run: python -m sova.manager.daemons.service.app --openapi docs/openapi.json"
     assert json.loads(PUBLISHED.read_text()) == json.loads(doc), (
         "docs/openapi.json is stale; regenerate with "
-        "python -m sova.daemon.manager_app --openapi docs/openapi.json"
+        "python -m sova.manager.daemons.service.app --openapi docs/openapi.json"
     )
     spec = json.loads(doc)
     assert {

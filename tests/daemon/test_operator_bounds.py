@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sova.daemon.config import ConfigError, load_manager_settings
+from sova.manager.daemons.config import ConfigError, load_manager_settings
 
 from .conftest import ADMIN
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sova.manager.core import ManagerCore
+from sova.manager.decisions.core import ManagerCore
 from sova.policy.hotspot import HotspotDetector, Utilisation, VMLoad
 
 from .conftest import ADMIN, Api, auth, manager_settings, report
@@ -414,7 +414,7 @@ def test_openstack_mode_carries_out_an_approved_plan_through_the_actuator(
 
     import httpx
 
-    from sova.daemon.manager_app import create_app
+    from sova.manager.daemons.service.app import create_app
     from sova.model import Migrate
 
     nova = FakeNova(result)

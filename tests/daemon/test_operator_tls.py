@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from sova.cli import app
 from sova.cli_operator import hoist_group_options
-from sova.daemon.store import Store
+from sova.manager.daemons.service.store import Store
 
 from .conftest import REPO, free_port, report, wait_until
 from .test_tls_guard import _cert
@@ -201,7 +201,7 @@ def test_a_bad_client_config_is_one_line_naming_the_field_and_value(
 
 
 class _Standby(http.server.BaseHTTPRequestHandler):
-    """What a standby answers a write (sova.daemon.manager_standby): 503 naming the leader."""
+    """What a standby answers a write (sova.manager.daemons.service.standby): 503 naming the leader."""
 
     leader = ""
 
@@ -352,7 +352,7 @@ def test_status_is_not_ok_while_a_listed_manager_is_down(manager: Manager) -> No
 
 def test_a_log_slice_reads_newest_first_within_ids_and_times(tmp_path: Path) -> None:
     """The store's side: ids 1..6 at t = 10, 20, ... 60 s, subjects alternating h1/h2."""
-    from sova.daemon.store_rows import AuditRow, LogSlice, RoundWrite
+    from sova.manager.daemons.service.store_rows import AuditRow, LogSlice, RoundWrite
 
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
     try:
@@ -378,7 +378,7 @@ def test_a_log_slice_reads_newest_first_within_ids_and_times(tmp_path: Path) -> 
 
 
 def test_drain_wait_follows_the_drain_until_the_host_is_empty(manager: Manager) -> None:
-    from sova.daemon.schema import build_report, encode
+    from sova.manager.daemons.schema import build_report, encode
     from sova.policy.hotspot import Utilisation
 
     env = {

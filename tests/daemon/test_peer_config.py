@@ -23,14 +23,14 @@ from typing import Any
 import httpx
 import pytest
 
-from sova.daemon.config import ManagerSettings
-from sova.daemon.credentials import OperatorCredentials
-from sova.daemon.leadership import Leadership
-from sova.daemon.manager_app import create_app
-from sova.daemon.manager_security import TokenBook
-from sova.daemon.manager_standby import Standby, standby_app
-from sova.daemon.peers import book_from_json, book_json, differing, settings_digest
-from sova.daemon.store import Store
+from sova.manager.daemons.config import ManagerSettings
+from sova.manager.daemons.credentials import OperatorCredentials
+from sova.manager.daemons.security import TokenBook
+from sova.manager.daemons.service.app import create_app
+from sova.manager.daemons.service.leadership import Leadership
+from sova.manager.daemons.service.peers import book_from_json, book_json, differing, settings_digest
+from sova.manager.daemons.service.standby import Standby, standby_app
+from sova.manager.daemons.service.store import Store
 
 from .conftest import ADMIN, free_port, manager_settings, uvicorn_thread, wait_until
 from .test_leadership import needs_pg, pg_schema

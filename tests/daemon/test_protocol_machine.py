@@ -1,6 +1,6 @@
 """Issue 37 (High): the leader/agent protocol as a hypothesis state machine.
 
-The managers are real (:class:`~sova.daemon.manager_service.ManagerService` behind its
+The managers are real (:class:`~sova.manager.daemons.service.service.ManagerService` behind its
 routes, in-process, on one SQLite store, one injected clock); a takeover is a new manager
 restored from that store. The agents are models of the agent daemon's protocol: a report
 every period (acknowledging the last directive applied, leaving out the VM that is leaving
@@ -49,8 +49,8 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sova.daemon.schema import build_report, encode
-from sova.daemon.store import Store
+from sova.manager.daemons.schema import build_report, encode
+from sova.manager.daemons.service.store import Store
 from sova.policy.hotspot import Utilisation, VMLoad
 
 from .conftest import Api, auth, manager_settings

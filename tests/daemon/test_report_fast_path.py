@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sova.daemon.manager_routes_agents import ReportFastPath
-from sova.daemon.store import Store
+from sova.manager.daemons.service.routes_agents import ReportFastPath
+from sova.manager.daemons.service.store import Store
 
 from .conftest import TOKENS, Api, auth, manager_settings, report
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import sova.manager.fastplan as fastplan
-from sova.daemon.store import Store
+import sova.manager.decisions.fastplan as fastplan
+from sova.manager.daemons.service.store import Store
 
 from .conftest import Api, manager_settings, report
 

@@ -7,7 +7,13 @@ import string
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sova.daemon.schema import REPORT_BUDGET_BYTES, Report, build_report, encode, select_candidates
+from sova.manager.daemons.schema import (
+    REPORT_BUDGET_BYTES,
+    Report,
+    build_report,
+    encode,
+    select_candidates,
+)
 from sova.policy.hotspot import RESOURCES, Utilisation, VMLoad, choose_vm
 
 GIB = 2**30

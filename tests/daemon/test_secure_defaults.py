@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sova.daemon.config import AgentSettings
+from sova.manager.daemons.config import AgentSettings
 
 from .conftest import REPO, TOKENS, free_port, report, wait_until
 
@@ -127,8 +127,8 @@ def test_tokens_are_kept_as_hashes_and_reloaded_on_sighup(tmp_path: Path) -> Non
 
 
 def test_service_keeps_no_plaintext_token(tmp_path: Path) -> None:
-    from sova.daemon.manager_service import ManagerService
-    from sova.daemon.store import Store
+    from sova.manager.daemons.service.service import ManagerService
+    from sova.manager.daemons.service.store import Store
 
     from .conftest import manager_settings
 
@@ -143,7 +143,7 @@ def test_service_keeps_no_plaintext_token(tmp_path: Path) -> None:
 
 
 def test_agent_warns_on_plain_http_and_a_world_readable_token_file(tmp_path: Path) -> None:
-    from sova.daemon.manager_security import agent_warnings
+    from sova.manager.daemons.security import agent_warnings
 
     tok = tmp_path / "token"
     tok.write_text(TOKENS["h1"])
@@ -162,7 +162,7 @@ def test_agent_warns_on_plain_http_and_a_world_readable_token_file(tmp_path: Pat
 
 
 def test_a_world_readable_tokens_file_is_warned_about(tmp_path: Path) -> None:
-    from sova.daemon.manager_security import exposure_check
+    from sova.manager.daemons.security import exposure_check
 
     from .conftest import manager_settings
 

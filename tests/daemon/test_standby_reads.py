@@ -18,13 +18,13 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from sova.daemon.leadership import Leadership
-from sova.daemon.manager_client import LEADER_HEADER
-from sova.daemon.manager_standby import EPOCH_HEADER, ROLE_HEADER, SEEN_HEADER, standby_app
-from sova.daemon.standby_reads import STANDBY_READS, read_only_store
-from sova.daemon.store import AuditRow, RoundWrite, Store
-from sova.daemon.store_rows import LogSlice
-from sova.daemon.store_schema import metadata
+from sova.manager.daemons.agent.client import LEADER_HEADER
+from sova.manager.daemons.service.leadership import Leadership
+from sova.manager.daemons.service.standby import EPOCH_HEADER, ROLE_HEADER, SEEN_HEADER, standby_app
+from sova.manager.daemons.service.standby_reads import STANDBY_READS, read_only_store
+from sova.manager.daemons.service.store import AuditRow, RoundWrite, Store
+from sova.manager.daemons.service.store_rows import LogSlice
+from sova.manager.daemons.service.store_schema import metadata
 
 from .conftest import (
     ADMIN,

@@ -15,10 +15,10 @@ from typing import Any
 from typer.testing import CliRunner
 
 from sova.cli import app
-from sova.daemon.leadership import Leadership
-from sova.daemon.manager_app import create_app
-from sova.daemon.manager_standby import standby_app
-from sova.daemon.store import Store
+from sova.manager.daemons.service.app import create_app
+from sova.manager.daemons.service.leadership import Leadership
+from sova.manager.daemons.service.standby import standby_app
+from sova.manager.daemons.service.store import Store
 
 from .conftest import free_port, manager_settings, uvicorn_thread, wait_until
 from .test_leadership import needs_pg, pg_schema

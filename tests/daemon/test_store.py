@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sova.daemon.schema import PROTOCOL
-from sova.daemon.store import (
+from sova.manager.daemons.schema import PROTOCOL
+from sova.manager.daemons.service.store import (
     DecisionRow,
     DirectiveRow,
     LeaseRow,

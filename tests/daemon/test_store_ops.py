@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sova.daemon.store import Store
+from sova.manager.daemons.service.store import Store
 
 from .conftest import ADMIN, REPO, TOKENS, Api, free_port, manager_settings, wait_until
 from .test_operator_control import ADMIN_H, directive, plans, rounds
@@ -224,7 +224,7 @@ def test_postgresql_backup_wipe_restore(tmp_path: Path) -> None:
     database with other tests without touching their tables."""
     import sqlalchemy as sa
 
-    from sova.daemon.store import AuditRow, FenceRow, RoundWrite
+    from sova.manager.daemons.service.store import AuditRow, FenceRow, RoundWrite
 
     assert PG_URL is not None
     schema = f"sova_backup_{os.getpid()}"
@@ -271,7 +271,7 @@ def test_a_second_manager_on_one_postgresql_store_is_refused_naming_the_holder()
     refused while the first lives, and takes the store once its session is gone."""
     import sqlalchemy as sa
 
-    from sova.daemon.store import StoreBusy
+    from sova.manager.daemons.service.store import StoreBusy
 
     assert PG_URL is not None
     schema = f"sova_lock_{os.getpid()}"
@@ -304,7 +304,7 @@ def test_a_second_writer_through_another_name_of_the_sqlite_file_is_refused(
     """Issue 37 (Low): the writer lock was ``<path>.lock`` beside the path it was given, so
     a hard link (or a symbolic one) to the database, in another directory, had a lock of its
     own and a second manager wrote the same file. The file itself is locked now too."""
-    from sova.daemon.store import StoreBusy
+    from sova.manager.daemons.service.store import StoreBusy
 
     db = tmp_path / "m.db"
     other = tmp_path / "elsewhere"

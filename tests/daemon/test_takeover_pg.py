@@ -1,7 +1,7 @@
 """Issue 37 (High), the measured scenario with real managers: two ``sova manager`` processes
 on one PostgreSQL schema, ``plan_period_s = 2``, the default leader lease (10 s) and
 directive TTL (3 periods); three hosts report through the agents' own client
-(:class:`~sova.daemon.manager_client.ManagerClient`: both URLs, 2 s timeout, patience of
+(:class:`~sova.manager.daemons.agent.client.ManagerClient`: both URLs, 2 s timeout, patience of
 half a period), once a period, from threads of this test.
 
 h1 is hot. When a response first carries a flagged directive, h1 "applies" it: the VM is
@@ -34,8 +34,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sova.daemon.manager_client import ManagerClient, ManagerUnreachable
-from sova.daemon.schema import Directive, build_report, encode
+from sova.manager.daemons.agent.client import ManagerClient, ManagerUnreachable
+from sova.manager.daemons.schema import Directive, build_report, encode
 from sova.policy.hotspot import Utilisation, VMLoad
 
 from .conftest import TOKENS, free_port, wait_for_process, wait_until

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sova.daemon.schema import build_report, encode
+from sova.manager.daemons.schema import build_report, encode
 from sova.policy.hotspot import Utilisation, VMLoad
 
 from .conftest import Api, auth, manager_settings

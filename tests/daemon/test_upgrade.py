@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sova.daemon.schema import PROTOCOL
 from sova.demo import Cluster, pick_policy
+from sova.manager.daemons.schema import PROTOCOL
 from sova.scenario import load_scenario
 
 from .conftest import DATA, REPO

@@ -9,12 +9,12 @@ import time
 
 import sqlalchemy as sa
 
-from sova.daemon.config import ManagerSettings
-from sova.daemon.manager_service import ManagerService
-from sova.daemon.manager_standby import WarmWindows
-from sova.daemon.store import Store, report_values
-from sova.daemon.store_rows import ReportRow
-from sova.daemon.store_schema import host_reports
+from sova.manager.daemons.config import ManagerSettings
+from sova.manager.daemons.service.service import ManagerService
+from sova.manager.daemons.service.standby import WarmWindows
+from sova.manager.daemons.service.store import Store, report_values
+from sova.manager.daemons.service.store_rows import ReportRow
+from sova.manager.daemons.service.store_schema import host_reports
 
 from .test_leadership import needs_pg, pg_schema
 

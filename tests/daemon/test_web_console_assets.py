@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from sova.daemon.manager_console import ASSETS
+from sova.manager.daemons.service.web_console import ASSETS
 
 from .conftest import Api
 
@@ -29,7 +29,7 @@ def test_the_bare_path_redirects_and_unknown_names_are_404(api: Api) -> None:
     r = api.get("/console")
     assert r.status_code == 308 and r.headers["location"] == "/console/"
     assert api.get("/console/secrets.txt").status_code == 404
-    assert api.get("/console/..%2fmanager_app.py").status_code == 404
+    assert api.get("/console/..%2fapp.py").status_code == 404
 
 
 def test_the_console_is_not_in_the_api_document(api: Api) -> None:

@@ -23,12 +23,12 @@ import pytest
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from sova.daemon.config import ManagerSettings, format_errors
-from sova.daemon.event_kinds import AUDIT_KINDS, EVENT_KINDS, audit_kind
-from sova.daemon.manager_webhooks import SIGNATURE_HEADER, Webhooks, verify
-from sova.daemon.store import AuditRow, LeaseRow, MigrationEnd, RoundWrite, Store
-from sova.daemon.store_outbox import outbox
-from sova.daemon.webhook_settings import WebhookSettings
+from sova.manager.daemons.config import ManagerSettings, format_errors
+from sova.manager.daemons.event_kinds import AUDIT_KINDS, EVENT_KINDS, audit_kind
+from sova.manager.daemons.service.store import AuditRow, LeaseRow, MigrationEnd, RoundWrite, Store
+from sova.manager.daemons.service.store_outbox import outbox
+from sova.manager.daemons.service.webhooks import SIGNATURE_HEADER, Webhooks, verify
+from sova.manager.daemons.webhook_settings import WebhookSettings
 
 from .conftest import REPO, auth
 from .test_operator_control import ADMIN_H, make, plans, rounds
@@ -106,7 +106,7 @@ def test_every_audit_action_the_manager_writes_has_an_event_kind() -> None:
     """The actions written as literals in the manager's code (``AuditRow(now, who, "x"``
     or an f-string ``"fence:{kind}"``), and plan fates (``end.state``: executed | failed),
     all have a kind of their own, not the catch-all ``audit.<action>``."""
-    src = "\n".join(p.read_text() for p in (REPO / "src/sova/daemon").glob("manager_*.py"))
+    src = "\n".join(p.read_text() for p in (REPO / "src/sova/manager/daemons/service").glob("*.py"))
     found = set(re.findall(r'AuditRow\(\s*[^,]+,\s*[^,]+,\s*f?"([a-z ]+)', src))
     assert {"approve", "fence", "unfence", "propose", "forget"} <= found, found
     for action in found | {"executed", "failed"}:
@@ -402,8 +402,8 @@ def test_every_event_kind_reaches_the_receiver_once(db: Store) -> None:
     a decision, a lease opened, a lease ended with each result, a leader's election), all
     delivered in one go: each kind exactly once, and a second pass sends nothing. (The API
     test above drives nine of them through the manager; the failover test the election.)"""
-    from sova.daemon.event_kinds import MIGRATION_RESULTS
-    from sova.daemon.store import DecisionRow
+    from sova.manager.daemons.event_kinds import MIGRATION_RESULTS
+    from sova.manager.daemons.service.store import DecisionRow
 
     actions = {kind: action for action, kind in AUDIT_KINDS.items()}
     for kind in AUDIT_KINDS.values():

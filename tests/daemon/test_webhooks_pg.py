@@ -30,9 +30,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from sova.daemon.manager_webhooks import Webhooks
-from sova.daemon.store import AuditRow, Deposed, RoundWrite, Store
-from sova.daemon.webhook_settings import WebhookSettings
+from sova.manager.daemons.service.store import AuditRow, Deposed, RoundWrite, Store
+from sova.manager.daemons.service.webhooks import Webhooks
+from sova.manager.daemons.webhook_settings import WebhookSettings
 
 from .conftest import free_port, wait_until
 from .test_leadership import _manager, _manager_cfg, _role, needs_pg, pg_schema

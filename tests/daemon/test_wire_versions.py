@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sova.daemon.schema import PROTOCOL, PROTOCOL_WINDOW, Directive
+from sova.manager.daemons.schema import PROTOCOL, PROTOCOL_WINDOW, Directive
 
 from .conftest import REPO, Api, auth, report
 
@@ -90,7 +90,7 @@ def test_the_version_comes_from_git_and_every_build_says_it(tmp_path: Path) -> N
     from prometheus_client import generate_latest
 
     from sova import __version__
-    from sova.daemon.metrics import ManagerMetrics
+    from sova.manager.daemons.metrics import ManagerMetrics
 
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout")

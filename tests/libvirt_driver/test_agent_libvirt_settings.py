@@ -1,6 +1,6 @@
 """The agent's ``[libvirt]`` settings reach the driver the agent opens (docs/deployment.md §7).
 
-``sova agent`` opens its host through :func:`sova.daemon.wiring.build`; these tests run that
+``sova agent`` opens its host through :func:`sova.manager.daemons.agent.wiring.build`; these tests run that
 path against libvirt's test driver and read back the driver's configuration and what it
 reports (the VF pool), so a setting that is parsed but not passed on fails here.
 """
@@ -16,8 +16,8 @@ pytest.importorskip(
     "libvirt", reason="libvirt-python not installed (scripts/ci-setup-libvirt.sh installs it)"
 )
 
-from sova.daemon import wiring
-from sova.daemon.config import load_agent_settings
+from sova.manager.daemons.agent import wiring
+from sova.manager.daemons.config import load_agent_settings
 
 
 def _agent(tmp_path: Path, node_uri: str, body: str, environ: dict[str, str] | None = None) -> Any:

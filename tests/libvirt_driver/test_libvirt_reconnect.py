@@ -263,9 +263,9 @@ def test_agent_decides_nothing_while_libvirtd_is_down_and_reconciles_after(lv, l
     import logging
     import threading
 
-    from sova.daemon.agent_daemon import AgentDaemon
-    from sova.daemon.config import AgentSettings
-    from sova.daemon.tickers import WallTicker
+    from sova.manager.daemons.agent.daemon import AgentDaemon
+    from sova.manager.daemons.agent.tickers import WallTicker
+    from sova.manager.daemons.config import AgentSettings
 
     caplog.set_level(logging.INFO, logger="sova")
     settings = AgentSettings.model_validate(

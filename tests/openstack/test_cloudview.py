@@ -221,7 +221,7 @@ def test_settings_build_the_view_with_its_periods_or_none(tmp_path: Any, monkeyp
     import pytest
 
     import sova.orchestrator.openstack as osmod
-    from sova.daemon.config import ConfigError, load_agent_settings
+    from sova.manager.daemons.config import ConfigError, load_agent_settings
     from sova.orchestrator.settings import openstack_actuator
 
     monkeypatch.setattr(osmod, "connect", lambda name, timeout: FakeCloud())

@@ -13,8 +13,8 @@ from fakecloud import RP, FakeCloud, FakeCloudError, FakeCloudTimeout, Inv
 
 from sova.agent.config import ControllerConfig, SchedulerSpec
 from sova.agent.executor import Executor
-from sova.daemon.config import ConfigError, load_agent_settings, load_manager_settings
 from sova.driver.base import DriverError, DriverRequest, MockDriver, OpState, OpStatus
+from sova.manager.daemons.config import ConfigError, load_agent_settings, load_manager_settings
 from sova.model import (
     NIC,
     VM,
@@ -833,8 +833,8 @@ def test_agent_keeps_running_and_skips_the_period_while_the_cloud_is_unreachable
     import logging
     import threading
 
-    from sova.daemon.agent_daemon import STEP, AgentDaemon
-    from sova.daemon.config import AgentSettings
+    from sova.manager.daemons.agent.daemon import STEP, AgentDaemon
+    from sova.manager.daemons.config import AgentSettings
 
     cloud = FakeCloud(vfs_per_host={"cmp1": 1})
     loads = {"web": (0.05, 50e6)}
@@ -881,8 +881,8 @@ def test_agent_started_while_the_cloud_is_unreachable_keeps_running_and_reconcil
     import logging
     import threading
 
-    from sova.daemon.agent_daemon import STEP, AgentDaemon
-    from sova.daemon.config import AgentSettings
+    from sova.manager.daemons.agent.daemon import STEP, AgentDaemon
+    from sova.manager.daemons.config import AgentSettings
 
     cloud = FakeCloud(vfs_per_host={"cmp1": 1})
     cloud.add_server("web", "cmp1")

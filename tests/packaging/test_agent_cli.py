@@ -117,7 +117,7 @@ def test_the_agents_modules_import_without_the_full_cli() -> None:
     code = (
         "import sys\n"
         f"for n in {NOT_ON_AGENTS!r}: sys.modules[n] = None\n"
-        "import sova.cli_agent, sova.console, sova.daemon.agent_daemon, "
+        "import sova.cli_agent, sova.console, sova.manager.daemons.agent.daemon, "
         "sova.driver.inventory_report\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -203,7 +203,7 @@ def test_agent_extra_is_small_and_starts_without_the_simulator(tmp_path: Path, w
         [
             bin_ / "python",
             "-c",
-            "import sova.daemon.agent_daemon, sova.driver.libvirt_driver, "
+            "import sova.manager.daemons.agent.daemon, sova.driver.libvirt_driver, "
             "sova.driver.inventory_report",
         ],
         tmp_path,

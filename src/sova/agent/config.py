@@ -36,13 +36,13 @@ __all__ = [
     "settings_for_protocol",
 ]
 
-# The wire protocol (sova.daemon.schema.PROTOCOL) each setting newer than the unversioned
+# The wire protocol (sova.manager.daemons.schema.PROTOCOL) each setting newer than the unversioned
 # 0.1 agent arrived with. An agent's schema is strict, so a world that serves a controller
 # configuration to an agent of an older release leaves these out instead of having it refuse
 # the whole configuration (a rolling upgrade: agents are upgraded in batches). A new setting
 # goes here with the protocol of its release; tests/test_agent_config_protocol.py holds the
 # table against the schema.
-# This release's protocol, the same number as sova.daemon.schema.PROTOCOL (a daemon module
+# This release's protocol, the same number as sova.manager.daemons.schema.PROTOCOL (a daemon module
 # the agent layer does not import; the test holds the two equal).
 CONFIG_PROTOCOL = 3
 SETTINGS_SINCE: dict[tuple[str, str], int] = {
@@ -145,7 +145,7 @@ class ManagerSpec(_Strict):
     """Hotspot detection and planning (docs/design.md#hotspots; Sova's own: 3 of 5).
 
     The one manager schema: a scenario's ``controller.manager`` and, with the daemon-only
-    fields on top (:class:`sova.daemon.config.PlannerSettings`), the manager daemon's
+    fields on top (:class:`sova.manager.daemons.config.PlannerSettings`), the manager daemon's
     ``[planner]``; ``ManagerCore.from_spec`` builds the decision core from either. The agent
     reads ``metric`` (which VM to move), ``n`` (load reports kept) and
     ``migration_bandwidth``; the rest configures the manager.
@@ -163,7 +163,7 @@ class ManagerSpec(_Strict):
     # this passes (docs/design.md#leases); longer than controller.migration_timeout, which
     # bounds the migration itself.
     lease_timeout: Duration = Field(default=900.0, gt=0, validation_alias=_seconds("lease_timeout"))
-    # Anti-thrash, on by default (docs/design.md#anti-thrash; sova.manager.core.ManagerCore).
+    # Anti-thrash, on by default (docs/design.md#anti-thrash; sova.manager.decisions.core.ManagerCore).
     # After a migration, restart the source's and target's windows (drop the reports that
     # describe the old placement and the copy traffic). Off = judge the raw last n reports.
     restart_window_after_migration: bool = True

@@ -1,6 +1,6 @@
 """The plug-in points: VF policies and bandwidth allocators by name (drivers use the same
-:class:`~sova.plugins.Registry`, see :mod:`sova.daemon.drivers`; so do the manager's
-planning stages, :mod:`sova.manager.pipeline`).
+:class:`~sova.plugins.Registry`, see :mod:`sova.manager.daemons.drivers`; so do the manager's
+planning stages, :mod:`sova.manager.decisions.pipeline`).
 
 As in the Kubernetes scheduler framework, each extension point is a small named registry:
 

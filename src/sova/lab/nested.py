@@ -368,13 +368,13 @@ def agent_toml(
 AGENT_IMPORTS = (
     "sova.cli",
     "sova.cli_daemons",
-    "sova.daemon.agent_daemon",
-    "sova.daemon.wiring",
-    "sova.daemon.preflight",
-    "sova.daemon.config",
+    "sova.manager.daemons.agent.daemon",
+    "sova.manager.daemons.agent.wiring",
+    "sova.manager.daemons.preflight",
+    "sova.manager.daemons.config",
     "sova.driver.libvirt_driver",
     "sova.agent.loop",
-    "sova.daemon.manager_client",
+    "sova.manager.daemons.agent.client",
     "httpcore",  # httpx loads its transport's packages on first use
     "h11",
     "anyio",

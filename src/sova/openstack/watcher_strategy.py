@@ -4,7 +4,7 @@ Clouds that already run Watcher get Sova's decisions inside their audits and act
 this strategy reads Watcher's compute model and datasource, builds the same
 :class:`~sova.policy.hotspot.HostReport` per compute node that Sova's manager builds from its
 agents' reports, runs one round of the manager's planning pipeline over them
-(:func:`~sova.manager.oneshot.plan_reports`: k-of-n + AR(1) hotspot test, largest-MF VM, cold
+(:func:`~sova.manager.decisions.oneshot.plan_reports`: k-of-n + AR(1) hotspot test, largest-MF VM, cold
 spot that stays below the ceiling, with the nodes a VM does not fit as its barred hosts;
 docs/design.md#the-planning-pipeline) and emits one Watcher
 ``migrate`` action (``live``) per hot host that has a cold spot, none otherwise.
@@ -36,7 +36,7 @@ from typing import Any
 from watcher.decision_engine.model import element
 from watcher.decision_engine.strategy.strategies import base
 
-from sova.manager.oneshot import plan_reports
+from sova.manager.decisions.oneshot import plan_reports
 from sova.policy.hotspot import (
     HostReport,
     HotspotDetector,

@@ -4,7 +4,7 @@ forecast of the next observation (docs/design.md#hotspots, #ar1).
 One implementation, the compiled core's (rust/sova-core/src/verdicts.rs, docs/design.md
 "The compiled core"): :meth:`~sova.policy.hotspot.HotspotDetector.assess` and the AR(1)
 helpers call :func:`verdict_arrays` for one host's window, the manager's round
-(``manager/fastplan.py``) for every host with as many observations at once. Sums run left
+(``manager/decisions/fastplan.py``) for every host with as many observations at once. Sums run left
 to right, oldest first, as Python's ``sum`` does on the interpreter the project pins; the
 readable per-host form is kept in tests/verdicts_oracle.py as the oracle.
 """

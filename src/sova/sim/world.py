@@ -28,7 +28,7 @@ from sova.agent.loop import HostAgent, StepReport
 from sova.agent.registry import vf_policy
 from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.hotspot_events import HotspotStates
-from sova.manager.core import ManagerCore
+from sova.manager.decisions.core import ManagerCore
 from sova.model import Migrate, SetGuestRateLimit
 from sova.policy.hotspot import HostCapacity
 from sova.record import (

@@ -33,8 +33,8 @@ from nova.tests.fixtures import libvirt as fakelibvirt  # noqa: E402
 from nova.tests.functional.libvirt import test_pci_sriov_servers as sriov  # noqa: E402
 
 from openstack import connection  # noqa: E402
-from sova.daemon.store_rows import LogSlice  # noqa: E402
 from sova.driver.base import OpState, OpStatus  # noqa: E402
+from sova.manager.daemons.service.store_rows import LogSlice  # noqa: E402
 from sova.model import NIC, VM, AttachVF, DetachVF, Host, Inventory, Migrate, VMState  # noqa: E402
 from sova.orchestrator.openstack import OpenStackActuator  # noqa: E402
 from sova.policy.vfkernel import schedule_one  # noqa: E402
@@ -290,10 +290,10 @@ class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCa
         # PlatformCollector) read os.uname, which Nova's harness forbids to Nova's own code.
         self.useFixture(fixtures.MonkeyPatch("os.uname", REAL_UNAME))
 
-        from sova.daemon.config import ManagerSettings
-        from sova.daemon.manager_service import ManagerService
-        from sova.daemon.schema import build_report
-        from sova.daemon.store import Store
+        from sova.manager.daemons.config import ManagerSettings
+        from sova.manager.daemons.schema import build_report
+        from sova.manager.daemons.service.service import ManagerService
+        from sova.manager.daemons.service.store import Store
         from sova.orchestrator.settings import openstack_actuator
         from sova.policy.hotspot import Utilisation, VMLoad
 
