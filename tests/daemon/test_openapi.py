@@ -122,6 +122,7 @@ STABLE_OPERATION_IDS = {
     ("get", "/v1/hosts/{host}/directive"): "getDirective",
     ("post", "/v1/migrations/{vm}/done"): "postMigrationDone",
     ("get", "/v1/cluster"): "getCluster",
+    ("get", "/v1/cluster/history"): "getClusterHistory",
     ("get", "/v1/decisions"): "getDecisions",
     ("get", "/v1/plans"): "listPlans",
     ("get", "/v1/plans/{plan_id}"): "getPlan",

@@ -164,6 +164,7 @@ WRITES_AND_MEMORY = [
     ("POST", "/v1/credentials/reload", None),
     # memory-only facts: the leader's live view and a drain's progress
     ("GET", "/v1/cluster", None),
+    ("GET", "/v1/cluster/history", None),
     ("GET", "/v1/hosts/h1/drain", None),
     # agents: reports and directives go to the leader's memory
     ("POST", "/v1/hosts/h1/reports", "report"),

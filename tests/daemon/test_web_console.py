@@ -241,7 +241,7 @@ def test_an_operator_approves_a_plan_and_sets_and_clears_a_fence(
     log_in(browser, c.manager_url, OPERATOR, "alice (operator)")
     by_host = {r[0]: r for r in rows(browser, "hosts")}
     assert set(by_host) == {"H1", "H2"}
-    assert by_host["H1"][6].startswith("hot"), by_host["H1"]  # the host the plan relieves
+    assert by_host["H1"][7].startswith("hot"), by_host["H1"]  # the host the plan relieves
     summary = browser.find_element(By.ID, "cluster-summary").text
     assert "open plans: 1" in summary and "this manager: leader" in summary, summary
     browser.save_screenshot(str(shots / "4-operator-hosts-and-plans.png"))
@@ -301,12 +301,13 @@ def _spki_sha256(cert: Path) -> str:
     return base64.b64encode(hashlib.sha256(der).digest()).decode()
 
 
-@pytest.fixture(scope="module")
-def tls_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A ``sova manager`` process serving TLS (self-signed), with the operators file, and
-    two hosts that reported over TLS."""
-    tmp = tmp_path_factory.mktemp("console-tls")
-    cert, key = _cert(tmp)
+@contextlib.contextmanager
+def manager_process(
+    tmp: Path, database_url: str, cert: tuple[Path, Path] | None
+) -> Iterator[tuple[str, ssl.SSLContext | bool]]:
+    """A ``sova manager`` process with the operators file (alice, operator) and the two
+    hosts of TLS_TOKENS, serving TLS when given a certificate; yields its URL and what
+    verifies it."""
     ops = tmp / "operators.toml"
     ops.write_text(f'[alice]\nrole = "operator"\ntokens = ["{_digest(OPERATOR)}"]\n')
     ops.chmod(0o600)
@@ -314,12 +315,11 @@ def tls_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     lines = [
         'listen = "127.0.0.1"',
         f"port = {port}",
-        f'database_url = "sqlite:///{tmp / "m.db"}"',
+        f'database_url = "{database_url}"',
         "plan_period_s = 0",
         'log_level = "warning"',
         f'operators_file = "{ops}"',
-        f'tls_certfile = "{cert}"',
-        f'tls_keyfile = "{key}"',
+        *([f'tls_certfile = "{cert[0]}"', f'tls_keyfile = "{cert[1]}"'] if cert else []),
         *(f'[hosts."{h}"]\ntoken = "{t}"' for h, t in TLS_TOKENS.items()),
     ]
     cfg = tmp / "m.toml"
@@ -332,24 +332,17 @@ def tls_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
         cwd=REPO,
         env={k: v for k, v in os.environ.items() if not k.startswith("SOVA_")},
     )
-    url = f"https://127.0.0.1:{port}"
-    verify = ssl.create_default_context(cafile=str(cert))
+    url = f"{'https' if cert else 'http'}://127.0.0.1:{port}"
+    verify: ssl.SSLContext | bool = (
+        ssl.create_default_context(cafile=str(cert[0])) if cert else True
+    )
     try:
         wait_until(
             lambda: httpx.get(url + "/healthz", verify=verify, timeout=2).status_code == 200,
             60,
-            "the TLS manager",
+            "the manager",
         )
-        for host, tok in TLS_TOKENS.items():
-            r = httpx.post(
-                f"{url}/v1/hosts/{host}/reports",
-                content=report(1, time.time(), (0.2, 0.3, 0.4)),
-                headers={"authorization": f"Bearer {tok}", "content-type": "application/json"},
-                verify=verify,
-                timeout=10,
-            )
-            assert r.status_code == 200, r.text
-        yield url, cert
+        yield url, verify
     finally:
         p.terminate()
         try:
@@ -358,6 +351,39 @@ def tls_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
             p.kill()
             p.wait(10)
         print(log.read_text()[-3000:])
+
+
+def post_reports(url: str, verify: ssl.SSLContext | bool, host: str, seqs: range) -> list[float]:
+    """Reports of ``host`` through the agents' route, as its agent sends them; returns the
+    link use of each: 0.1 times its sequence number (seqs up to 10: a share of the link)."""
+    sent = []
+    for seq in seqs:
+        net = round(0.1 * seq, 2)
+        r = httpx.post(
+            f"{url}/v1/hosts/{host}/reports",
+            content=report(seq, time.time(), (0.2, 0.3, net)),
+            headers={
+                "authorization": f"Bearer {TLS_TOKENS[host]}",
+                "content-type": "application/json",
+            },
+            verify=verify,
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+        sent.append(net)
+    return sent
+
+
+@pytest.fixture(scope="module")
+def tls_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A ``sova manager`` process serving TLS (self-signed), with the operators file, and
+    two hosts that reported over TLS."""
+    tmp = tmp_path_factory.mktemp("console-tls")
+    cert = _cert(tmp)
+    with manager_process(tmp, f"sqlite:///{tmp / 'm.db'}", cert) as (url, verify):
+        for host in TLS_TOKENS:
+            post_reports(url, verify, host, range(1, 2))
+        yield url, cert[0]
 
 
 def test_the_console_is_served_over_the_managers_tls(
@@ -377,3 +403,81 @@ def test_the_console_is_served_over_the_managers_tls(
         b.find_element(By.ID, "clear-maintenance-a1").click()
         _wait(b, "the cleared fence", lambda d: "Fence cleared: maintenance on a1." in message(d))
         assert page_errors(b) == []
+
+
+def sparklines(driver: Any) -> dict[str, tuple[int, str]]:
+    """Host -> (points of its link-use polyline, the chart's title)."""
+    out = {}
+    for tr in driver.find_elements(By.CSS_SELECTOR, "#hosts tbody tr"):
+        svg = tr.find_element(By.CSS_SELECTOR, "svg.spark")
+        lines = svg.find_elements(By.TAG_NAME, "polyline")
+        points = len(lines[0].get_attribute("points").split()) if lines else 0
+        title = svg.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+        out[tr.get_attribute("data-host")] = (points, title)
+    return out
+
+
+def test_each_host_shows_its_link_use_over_the_reports_the_manager_holds(
+    tls_manager: tuple[str, Path], tmp_path: Path, shots: Path
+) -> None:
+    """a0 has reported 3 times, a1 8 times: the planner holds a0's 3 and a1's last 5
+    (n = 5), and each host's chart has one point per report held, its values in order."""
+    url, cert = tls_manager
+    verify = ssl.create_default_context(cafile=str(cert))
+    sent = {"a0": [0.1], "a1": [0.1]}  # the fixture's first report of each
+    sent["a0"] += post_reports(url, verify, "a0", range(2, 4))
+    sent["a1"] += post_reports(url, verify, "a1", range(2, 9))
+    r = httpx.get(url + "/v1/cluster/history", headers={"authorization": f"Bearer {OPERATOR}"},
+                  verify=verify, timeout=10)  # fmt: skip
+    held = {h["host"]: h["net"] for h in r.json()["hosts"]}
+    assert held == {"a0": sent["a0"], "a1": sent["a1"][-5:]}, held
+    with chromium(tmp_path, f"--ignore-certificate-errors-spki-list={_spki_sha256(cert)}") as b:
+        log_in(b, url, OPERATOR, "alice (operator)")
+        charts = sparklines(b)
+        assert {h: p for h, (p, _) in charts.items()} == {"a0": 3, "a1": 5}
+        # The chart's title lists the values it draws, oldest first: 40 %, 50 %, ... 80 %.
+        assert charts["a1"][1].endswith("oldest first: 40 %, 50 %, 60 %, 70 %, 80 %"), charts
+        assert "last 3 of 5 reports" in charts["a0"][1], charts
+        managers = b.find_element(By.ID, "managers").text
+        assert managers.startswith(f"leader: this manager, {url}, no epoch (SQLite"), managers
+        b.save_screenshot(str(shots / "9-hosts-link-use-sparklines.png"))
+        assert page_errors(b) == []
+
+
+PG_URL = os.environ.get("SOVA_TEST_PG_URL")
+
+
+@pytest.mark.skipif(
+    not PG_URL, reason="no PostgreSQL server: set SOVA_TEST_PG_URL (see scripts/ci-postgres.sh)"
+)
+def test_the_leader_line_shows_the_leaders_epoch(tmp_path: Path, shots: Path) -> None:
+    """A manager on PostgreSQL leads at the store's epoch (1 in a fresh schema); the page
+    names it as the leader with that epoch, as its /readyz says."""
+    from .test_leadership import pg_schema
+
+    with (
+        pg_schema("console") as (db, _schema, _admin),
+        manager_process(tmp_path, db, None) as (
+            url,
+            _,
+        ),
+    ):
+        ready = wait_until(
+            lambda: (
+                (b := httpx.get(url + "/readyz", timeout=2).json()).get("role") == "leader" and b
+            ),
+            60,
+            "the manager to lead",
+        )
+        post_reports(url, True, "a0", range(1, 3))
+        with chromium(tmp_path) as b:
+            log_in(b, url, OPERATOR, "alice (operator)")
+            managers = b.find_element(By.ID, "managers").text
+            assert managers.startswith(f"leader: this manager, {url}, epoch {ready['epoch']} "), (
+                managers
+            )
+            assert ready["epoch"] == 1
+            assert "standbys: not known to the leader" in managers
+            assert sparklines(b)["a0"][0] == 2
+            b.save_screenshot(str(shots / "10-leader-epoch.png"))
+            assert page_errors(b) == []

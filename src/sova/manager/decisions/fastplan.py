@@ -279,6 +279,22 @@ class WindowArrays:
         rows: list[list[float]] = self.values[r, (h + np.arange(c)) % self.n].tolist()
         return rows
 
+    def peek(self, host: str, window: Sized) -> list[list[float]]:
+        """:meth:`read` without writing the pending values into the arrays: for a reader
+        on the event loop while a round may be reading the arrays in a worker thread."""
+        r = self.row.get(host)
+        if r is None or self.owner.get(host) is not window:
+            return []
+        c, h = int(self.count[r]), int(self.head[r])
+        slots = ((h + np.arange(c)) % self.n).tolist()
+        rows: list[list[float]] = self.values[r, slots].tolist()
+        pending = dict(self.pending)  # one copy: a round's flush may clear it meanwhile
+        for i, slot in enumerate(slots):
+            u = pending.get((r, slot))
+            if u is not None:
+                rows[i] = [u.cpu, u.mem, u.net]
+        return rows
+
     def sync(self, host: str, window: Sequence[Utilisation]) -> None:
         """Copy ``window`` (oldest first) into ``host``'s row."""
         self._flush()  # an older pending value must not land on the copy

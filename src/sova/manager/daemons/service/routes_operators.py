@@ -66,6 +66,7 @@ from sova.manager.daemons.service.routes import (
     stored,
     who,
 )
+from sova.manager.daemons.service.views import ClusterHistory
 
 log = logging.getLogger("sova.manager")
 router = APIRouter(tags=["operators"])
@@ -85,6 +86,22 @@ async def get_cluster(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> ClusterView:
     return service.cluster_view(offset, limit)
+
+
+@router.get(
+    "/v1/cluster/history",
+    operation_id="getClusterHistory",
+    response_model=ClusterHistory,
+    dependencies=AUTH,
+    responses=AUTH_RESPONSES,
+    summary="Each host's last reports the planner holds (its hot-spot window), oldest first",
+)
+async def get_cluster_history(
+    service: Service,
+    offset: Annotated[int, Query(ge=0, le=10**6)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> ClusterHistory:
+    return service.cluster_history(offset, limit)
 
 
 @router.get(

@@ -81,7 +81,7 @@ from sova.manager.daemons.service.rounds import Rounds, plan_in_child
 from sova.manager.daemons.service.state import HostState, ManagerState, StoreWriter
 from sova.manager.daemons.service.store import Deposed, Store
 from sova.manager.daemons.service.store_rows import LogSlice
-from sova.manager.daemons.service.views import Views, fence_view, plan_view
+from sova.manager.daemons.service.views import ClusterHistory, Views, fence_view, plan_view
 from sova.manager.daemons.service.webhooks import Webhooks
 from sova.manager.decisions.core import ManagerCore
 from sova.manager.decisions.placement import Placement
@@ -406,6 +406,9 @@ class ManagerService:
 
     def cluster_view(self, offset: int = 0, limit: int = 1000) -> ClusterView:
         return self.views.cluster(offset, limit)
+
+    def cluster_history(self, offset: int = 0, limit: int = 1000) -> ClusterHistory:
+        return self.views.history(offset, limit)
 
     async def decision_page(self, sl: LogSlice) -> DecisionPage:
         return await self.views.decision_page(sl)

@@ -10,6 +10,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import TypedDict
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from sova.manager.daemons.schema import (
     AuditPage,
     AuditView,
@@ -32,6 +34,29 @@ from sova.manager.daemons.service.rounds import Rounds
 from sova.manager.daemons.service.state import RESOURCES, ManagerState
 from sova.manager.daemons.service.store import AuditRow, DecisionRow, FenceRow, PlanRow
 from sova.manager.daemons.service.store_rows import LogSlice
+from sova.manager.decisions.fastplan import ArrayWindow
+
+
+# The answer of GET /v1/cluster/history. Here rather than in the wire schema: only this
+# read builds it, and no agent or standby parses it.
+class HostWindow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    cpu: list[float] = Field(description="the host's CPU use in each report held, oldest first")
+    mem: list[float] = Field(description="its memory use, the same reports")
+    net: list[float] = Field(description="its link use, the same reports")
+
+
+class ClusterHistory(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    now_s: float
+    n: int = Field(description="the most reports held per host (the hot-spot test's window)")
+    hosts: list[HostWindow] = Field(
+        description="each host's reports the planner holds now, by host name; fewer than n "
+        "after a start, a restart of the host's agent or a migration (the window restarts)"
+    )
 
 
 def fence_view(f: FenceRow) -> FenceView:
@@ -151,6 +176,23 @@ class Views:
             fences=self.fences(),
             open_plans=len(ops.open_plans),
         )
+
+    def history(self, offset: int = 0, limit: int = 1000) -> ClusterHistory:
+        """The reports the hot-spot test judges each host by (its window, in memory)."""
+        core = self.st.core
+        hosts = []
+        for h in sorted(self.st.hosts)[offset : offset + limit]:
+            w = core.history.get(h)
+            if w is None:
+                rows: list[list[float]] = []
+            elif isinstance(w, ArrayWindow):
+                # no flush: a round may be reading the arrays in its worker thread
+                rows = w.arrays.peek(h, w)
+            else:  # a deque put in by a restore
+                rows = [list(u.as_tuple()) for u in w]
+            cpu, mem, net = ([r[i] for r in rows] for i in range(3))
+            hosts.append(HostWindow(host=h, cpu=cpu, mem=mem, net=net))
+        return ClusterHistory(now_s=self.st.now(), n=core.detector.n, hosts=hosts)
 
     def fences(self) -> list[FenceView]:
         return [fence_view(f) for _, f in sorted(self.desk.ops.fences.items())]

@@ -6,6 +6,8 @@
 "use strict";
 
 const KEY = "sova-console-token";
+// SVG's namespace name: an identifier, never fetched.
+const SVG_NS = "http://www.w3.org/2000/svg";
 const LIMIT = 50;
 let autoTimer = null;
 
@@ -116,7 +118,70 @@ function fill(tableId, rows, render) {
   }
 }
 
-function renderHosts(view, ready) {
+// A host's link use in the reports the planner holds for it (its hot-spot window, at
+// most n), oldest first: one point per report, the newest at the right edge, so hosts
+// whose windows restarted (a migration, an agent's restart) show fewer points. The
+// vertical scale is the share of the link, 0 to 100 %, the same for every host.
+const SPARK_W = 120;
+const SPARK_H = 34;
+
+function svgEl(name, attrs) {
+  const el = document.createElementNS(SVG_NS, name);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  return el;
+}
+
+function sparkline(values, n, label) {
+  const svg = svgEl("svg", {
+    class: "spark",
+    width: SPARK_W,
+    height: SPARK_H,
+    viewBox: `0 0 ${SPARK_W} ${SPARK_H}`,
+    role: "img",
+  });
+  const title = svgEl("title", {});
+  title.textContent =
+    `${label} in the last ${values.length} of ${n} reports, oldest first: ` +
+    (values.map(pct).join(", ") || "none yet");
+  svg.appendChild(title);
+  svg.setAttribute("aria-label", title.textContent);
+  const pad = 2;
+  const step = (SPARK_W - 2 * pad) / Math.max(n - 1, 1);
+  const y = (v) => (pad + (1 - Math.min(Math.max(v, 0), 1)) * (SPARK_H - 2 * pad)).toFixed(1);
+  const x = (i) => (SPARK_W - pad - (values.length - 1 - i) * step).toFixed(1);
+  svg.appendChild(svgEl("rect", { class: "spark-area", x: 0, y: y(1), width: SPARK_W, height: y(0) - y(1) }));
+  for (const v of [0.5, 1]) {
+    svg.appendChild(svgEl("line", { class: "spark-grid", x1: 0, x2: SPARK_W, y1: y(v), y2: y(v) }));
+  }
+  if (values.length > 0) {
+    const points = values.map((v, i) => `${x(i)},${y(v)}`).join(" ");
+    svg.appendChild(svgEl("polyline", { class: "spark-line", points }));
+    const last = values.length - 1;
+    svg.appendChild(svgEl("circle", { class: "spark-dot", cx: x(last), cy: y(values[last]), r: 2.5 }));
+  }
+  return svg;
+}
+
+// Who leads and who stands by, from this manager's own /readyz (a leader's epoch is the
+// store's leadership epoch; SQLite has none, being one manager's). The leader keeps no
+// list of its standbys: they only read the store, and each one's /readyz names the
+// leader it follows (x-sova-leader), which this page, held to its own origin, cannot ask.
+function renderManagers(ready) {
+  const here = window.location.origin;
+  let text;
+  if (ready.role === "leader") {
+    const epoch = ready.epoch === null || ready.epoch === undefined
+      ? "no epoch (SQLite store: one manager, no standby)"
+      : `epoch ${ready.epoch}`;
+    text = `leader: this manager, ${here}, ${epoch} · standbys: not known to the leader ` +
+      "(a standby only reads the store; its /readyz names this leader)";
+  } else {
+    text = `this manager (${here}) is ${ready.role || "unreachable"}: ${ready.status || "?"}`;
+  }
+  $("managers").textContent = text;
+}
+
+function renderHosts(view, ready, history) {
   const hot = view.hosts.filter((h) => h.hot).length;
   const epoch = ready.epoch === null || ready.epoch === undefined ? "" : `, epoch ${ready.epoch}`;
   $("cluster-summary").textContent =
@@ -124,6 +189,8 @@ function renderHosts(view, ready) {
     `fences: ${view.fences.length} · migrations in flight: ${view.leases.length} · ` +
     `mode: ${view.mode} · round ${view.rounds} · this manager: ${ready.role || "?"}${epoch}, ` +
     `${ready.status || "?"}`;
+  renderManagers(ready);
+  const windows = new Map(history.hosts.map((w) => [w.host, w]));
   fill("hosts", view.hosts, (tr, h) => {
     tr.dataset.host = h.host;
     if (h.hot) tr.className = "hot";
@@ -133,6 +200,14 @@ function renderHosts(view, ready) {
     cell(tr, pct(h.utilisation.cpu), "num");
     cell(tr, pct(h.utilisation.mem), "num");
     cell(tr, pct(h.utilisation.net), "num");
+    const w = windows.get(h.host);
+    const net = w ? w.net : [];
+    const td = cell(tr, "", "spark");
+    td.appendChild(sparkline(net, history.n, `${h.host}: link use`));
+    const range = document.createElement("span");
+    range.className = "spark-range";
+    range.textContent = net.length ? `${pct(Math.min(...net))}–${pct(Math.max(...net))}` : "";
+    td.appendChild(range);
     cell(tr, h.hot ? h.reason : "");
     cell(tr, Object.keys(h.vms).length, "num");
     cell(tr, h.mode);
@@ -213,15 +288,16 @@ async function readiness() {
 
 async function load() {
   const newest = `order=newest&limit=${LIMIT}`;
-  const [ready, cluster, plans, fences, decisions, audit] = await Promise.all([
+  const [ready, cluster, history, plans, fences, decisions, audit] = await Promise.all([
     readiness(),
     api("GET", "/v1/cluster"),
+    api("GET", "/v1/cluster/history"),
     api("GET", `/v1/plans?${newest}`),
     api("GET", "/v1/fences"),
     api("GET", `/v1/decisions?${newest}`),
     api("GET", `/v1/audit?${newest}`),
   ]);
-  renderHosts(cluster, ready);
+  renderHosts(cluster, ready, history);
   renderPlans(plans);
   renderFences(fences);
   renderDecisions(decisions);
