@@ -148,6 +148,20 @@ def _wait(driver: Any, what: str, pred: Any, timeout: float = 20) -> Any:
     return WebDriverWait(driver, timeout).until(pred, message=f"the page never showed {what}")
 
 
+def act(driver: Any, button: str, what: str, pred: Any) -> None:
+    """Click ``button``, wait for ``what`` and for the tables the page reloads after
+    every action (the message shows before they are redrawn: a row read in between
+    would be replaced under the reader)."""
+    before = driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded")
+    driver.find_element(By.ID, button).click()
+    _wait(driver, what, pred)
+    _wait(
+        driver,
+        f"the tables reloaded after {what}",
+        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") != before,
+    )
+
+
 def log_in(driver: Any, url: str, token: str, who: str) -> None:
     driver.get(url + "/console")  # redirected to /console/
     field = _wait(driver, "the login form", lambda d: d.find_element(By.ID, "token"))
@@ -214,8 +228,7 @@ def test_a_viewer_sees_hosts_and_plans_but_approve_and_fence_are_refused(
     assert shown.get(str(plan["id"])) == "proposed", shown
     browser.save_screenshot(str(shots / "1-viewer-hosts-and-plans.png"))
 
-    browser.find_element(By.ID, f"approve-{plan['id']}").click()
-    _wait(browser, "the 403", lambda d: "403" in message(d))
+    act(browser, f"approve-{plan['id']}", "the 403", lambda d: "403" in message(d))
     text = message(browser)
     assert "Refused (403 Forbidden)" in text and "role viewer" in text and "needs operator" in text
     browser.save_screenshot(str(shots / "2-viewer-approve-refused.png"))
@@ -223,9 +236,11 @@ def test_a_viewer_sees_hosts_and_plans_but_approve_and_fence_are_refused(
 
     Select(browser.find_element(By.ID, "fence-kind")).select_by_value("maintenance")
     browser.find_element(By.ID, "fence-name").send_keys("H2")
-    browser.find_element(By.ID, "fence-set").click()
-    _wait(
-        browser, "the 403", lambda d: "PUT /v1/fences/maintenance/H2 needs operator" in message(d)
+    act(
+        browser,
+        "fence-set",
+        "the 403",
+        lambda d: "PUT /v1/fences/maintenance/H2 needs operator" in message(d),
     )
     browser.save_screenshot(str(shots / "3-viewer-fence-refused.png"))
     assert _get(c, "/v1/fences") == []
@@ -246,8 +261,12 @@ def test_an_operator_approves_a_plan_and_sets_and_clears_a_fence(
     assert "open plans: 1" in summary and "this manager: leader" in summary, summary
     browser.save_screenshot(str(shots / "4-operator-hosts-and-plans.png"))
 
-    browser.find_element(By.ID, f"approve-{plan['id']}").click()
-    _wait(browser, "the approval", lambda d: f"Plan {plan['id']}: approved." in message(d))
+    act(
+        browser,
+        f"approve-{plan['id']}",
+        "the approval",
+        lambda d: f"Plan {plan['id']}: approved." in message(d),
+    )
     after = _get(c, f"/v1/plans/{plan['id']}")
     assert (after["state"], after["decided_by"]) == ("approved", "alice")
     row = next(r for r in rows(browser, "plans") if r[0] == str(plan["id"]))
@@ -264,8 +283,7 @@ def test_an_operator_approves_a_plan_and_sets_and_clears_a_fence(
     Select(browser.find_element(By.ID, "fence-kind")).select_by_value("pin")
     browser.find_element(By.ID, "fence-name").send_keys(vm)
     browser.find_element(By.ID, "fence-reason").send_keys("licence bound to this host")
-    browser.find_element(By.ID, "fence-set").click()
-    _wait(browser, "the fence", lambda d: f"Fence set: pin on {vm}." in message(d))
+    act(browser, "fence-set", "the fence", lambda d: f"Fence set: pin on {vm}." in message(d))
     (fence,) = _get(c, "/v1/fences")
     assert (fence["kind"], fence["name"], fence["set_by"]) == ("pin", vm, "alice")
     assert fence["reason"] == "licence bound to this host"
@@ -274,8 +292,12 @@ def test_an_operator_approves_a_plan_and_sets_and_clears_a_fence(
     assert "approve" in " ".join(audit) and "fence" in " ".join(audit), audit
     browser.save_screenshot(str(shots / "6-operator-fence-set.png"))
 
-    browser.find_element(By.ID, f"clear-pin-{vm}").click()
-    _wait(browser, "the cleared fence", lambda d: f"Fence cleared: pin on {vm}." in message(d))
+    act(
+        browser,
+        f"clear-pin-{vm}",
+        "the cleared fence",
+        lambda d: f"Fence cleared: pin on {vm}." in message(d),
+    )
     assert _get(c, "/v1/fences") == []
     assert rows(browser, "fences") == [["none"]]
     browser.save_screenshot(str(shots / "7-operator-fence-cleared.png"))
@@ -397,11 +419,14 @@ def test_the_console_is_served_over_the_managers_tls(
         assert {r[0] for r in rows(b, "hosts")} == {"a0", "a1"}
         Select(b.find_element(By.ID, "fence-kind")).select_by_value("maintenance")
         b.find_element(By.ID, "fence-name").send_keys("a1")
-        b.find_element(By.ID, "fence-set").click()
-        _wait(b, "the fence", lambda d: "Fence set: maintenance on a1." in message(d))
+        act(b, "fence-set", "the fence", lambda d: "Fence set: maintenance on a1." in message(d))
         b.save_screenshot(str(shots / "8-tls-operator-fence-set.png"))
-        b.find_element(By.ID, "clear-maintenance-a1").click()
-        _wait(b, "the cleared fence", lambda d: "Fence cleared: maintenance on a1." in message(d))
+        act(
+            b,
+            "clear-maintenance-a1",
+            "the cleared fence",
+            lambda d: "Fence cleared: maintenance on a1." in message(d),
+        )
         assert page_errors(b) == []
 
 
