@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import itertools
 import json
 import os
 import ssl
@@ -405,15 +406,19 @@ def test_drain_wait_follows_the_drain_until_the_host_is_empty(manager: Manager) 
     assert code == 0, out
 
 
+_SEQ = itertools.count(1001)
+
+
 @contextlib.contextmanager
 def reporting(manager: Manager) -> Iterator[None]:
     """a0 (hot) and a1 (cold) report every 0.2 s, as their agents would, until the end."""
     stop = threading.Event()
 
     def run() -> None:
-        seq = 1000
         while not stop.is_set():
-            seq += 1
+            # One sequence across every use in this module's manager: a number it already
+            # took is a replay (409) and leaves the host stale.
+            seq = next(_SEQ)
             for host, util in (("a0", (0.3, 0.3, 0.95)), ("a1", (0.1, 0.1, 0.05))):
                 vms = {f"{host}-vm": (0.1, 0.1, util[2] * 0.4)}
                 httpx.post(
