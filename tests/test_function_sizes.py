@@ -1,9 +1,8 @@
 """Issue 40's function limit: no function of src/sova over 80 lines (from its first
 decorator to its last line, docstring included), except route tables and declarative
 schemas, which are listed in :data:`LONG_BY_NATURE` with the reason and a cap at today's
-length so they cannot grow. :data:`NOT_SPLIT_YET` lists the functions still being split
-(each with its cap too); an entry that has come under the limit must leave the list, so it
-only shrinks."""
+length so they cannot grow; an entry that has come under the limit must leave the list, so
+it only shrinks."""
 
 from __future__ import annotations
 
@@ -42,10 +41,6 @@ LONG_BY_NATURE: dict[tuple[str, str], tuple[int, str]] = {
         "service, and the table that names their paths",
     ),
 }
-
-# Functions over the limit that are still to be split (issue 40), capped at their length
-# today. Nothing may be added here.
-NOT_SPLIT_YET: dict[tuple[str, str], int] = {}
 
 
 def function_spans(source: str) -> list[tuple[str, int]]:
@@ -115,15 +110,13 @@ def test_no_function_is_over_the_limit_unless_listed() -> None:
     over = [
         f"{path}: {name} {n} lines"
         for (path, name), n in sorted(spans.items())
-        if n > MAX_FUNCTION_LINES
-        and (path, name) not in LONG_BY_NATURE
-        and (path, name) not in NOT_SPLIT_YET
+        if n > MAX_FUNCTION_LINES and (path, name) not in LONG_BY_NATURE
     ]
     assert over == [], f"functions over {MAX_FUNCTION_LINES} lines (split them): {over}"
 
 
 def test_the_long_ones_do_not_grow() -> None:
-    caps = {key: cap for key, (cap, _) in LONG_BY_NATURE.items()} | NOT_SPLIT_YET
+    caps = {key: cap for key, (cap, _) in LONG_BY_NATURE.items()}
     spans = _spans()
     missing = [key for key in caps if key not in spans]
     assert missing == [], f"listed functions that no longer exist (drop them): {missing}"
@@ -135,7 +128,7 @@ def test_the_lists_hold_only_long_functions() -> None:
     spans = _spans()
     short = sorted(
         f"{key}: {spans[key]} lines"
-        for key in [*LONG_BY_NATURE, *NOT_SPLIT_YET]
+        for key in LONG_BY_NATURE
         if key in spans and spans[key] <= MAX_FUNCTION_LINES
     )
     assert short == [], f"now within {MAX_FUNCTION_LINES} lines: remove them from the list: {short}"
