@@ -353,6 +353,12 @@ class ManagerMetrics:
         self.round_failures.inc()
         self.round_failures_total.inc()
 
+    def new_host(self, host: str) -> None:
+        """A host first heard of (its first report, or restored): not hot until a round
+        finds it so."""
+        if self.host_metrics:
+            self.host_hot.labels(host).set(0.0)
+
     def set_utilisation(self, host: str, u: Mapping[str, float]) -> None:
         if self.host_metrics:
             for res, v in u.items():

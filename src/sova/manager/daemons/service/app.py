@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from sova import __version__
 from sova.manager.daemons.config import ManagerSettings
 from sova.manager.daemons.conn_guard import base_protocol, guarded
+from sova.manager.daemons.gc_pacing import PACE_S, thresholds, young_collections
 from sova.manager.daemons.schema import PROTOCOL
 from sova.manager.daemons.security import exposure_check
 from sova.manager.daemons.service.guard import GuardMiddleware
@@ -66,10 +67,13 @@ def create_app(
     monotonic: Callable[[], float] | None = None,
     epoch: int | None = None,
     warm: WarmWindows | None = None,
+    gc_pace_s: float = 0.0,
 ) -> FastAPI:
     """The manager's ASGI app: migrates the store, restores state, wires the routers.
     ``epoch``: the leadership epoch this manager leads (PostgreSQL; None on SQLite);
-    ``warm``: report windows a standby read ahead (the restore reads only what is new)."""
+    ``warm``: report windows a standby read ahead (the restore reads only what is new);
+    ``gc_pace_s``: young garbage collections this often while serving (0: CPython's own,
+    :mod:`sova.manager.daemons.gc_pacing`)."""
     if migrate:
         store.migrate()
     service = ManagerService(
@@ -100,6 +104,7 @@ def create_app(
     # What the routers' dependencies read (routes.Service, /readyz's epoch).
     app.state.service = service
     app.state.epoch = epoch
+    app.state.gc_pace_s = gc_pace_s
     # Added first, so it sits inside the guard (the last added is the outermost).
     app.add_middleware(ReportFastPath)
     app.add_middleware(GuardMiddleware, service=service)
@@ -116,15 +121,18 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app serves; SIGHUP re-reads the credentials."""
     service: ManagerService = app.state.service
     bg = asyncio.create_task(service.run_background())
+    pace: float = app.state.gc_pace_s
+    tasks = [bg, *([asyncio.create_task(young_collections(pace))] if pace > 0 else [])]
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         # Token rotation without a restart (only where signals reach this loop).
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, service.reload_tokens)
     try:
         yield
     finally:
-        bg.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await bg
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await service.close()
 
 
@@ -164,6 +172,7 @@ def run_manager(settings: ManagerSettings) -> None:
         actuator_for=_actuators(settings),
         epoch=lead.epoch if lead else None,
         warm=warm,
+        gc_pace_s=PACE_S,
     )
     if lead is not None:
         log.info(
@@ -178,14 +187,16 @@ def run_manager(settings: ManagerSettings) -> None:
         log.warning(warning)
     # The manager keeps ~100 objects per host alive (windows, VM loads) and every report
     # makes short-lived garbage; with CPython's default thresholds a full collection walks
-    # all of them every few seconds (tens of ms at 10,000 hosts). Collect young objects
-    # as usual, full passes rarely; restored state is frozen out of the collector.
+    # all of them every few seconds (tens of ms at 10,000 hosts). Young objects are
+    # collected on a pace (gc_pacing: CPython's own trigger let a period of reports pile
+    # up, 100-240 ms a pass), full passes rarely; restored state is frozen out of the
+    # collector.
     if warm is None:
         # A warm standby froze its rows before; a full pass now (~1 s at 10,000 hosts)
         # would delay its first answer for at most a restore's few cyclic leftovers.
         gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000, 50, 1000)
+    gc.set_threshold(*thresholds())
     config = uvicorn_config(app, settings)
     log.info(
         "sova manager %s on %s://%s:%d, store %s",

@@ -137,6 +137,7 @@ class ReportIntake:
             # A new host is fresh; the stale count is refreshed every round. Counting every
             # host here instead made 10,000 hosts' first period quadratic.
             st.metrics.hosts.labels("fresh").inc()
+            st.metrics.new_host(host)
         return True
 
     def _core_ingest(
@@ -301,6 +302,7 @@ class ReportIntake:
                 capacity=core.capacity.get(host),
             )
             self.st.latest_t = max(self.st.latest_t, last.agent_t)
+            self.st.metrics.new_host(host)
         for host, boots in state.past_boots.items():
             self._past_boots[host] = deque(boots[-MAX_PAST_BOOTS:], maxlen=MAX_PAST_BOOTS)
         return drop_next
