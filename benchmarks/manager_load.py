@@ -115,8 +115,10 @@ def start_manager(
     database_url: str = "",
     connections: int = 64,
     nice: int = 0,
+    probe: str = "",
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``database_url``: the store (default: SQLite in ``work``)."""
+    """``database_url``: the store (default: SQLite in ``work``); ``probe``: a file that
+    loop_probe.py, which the manager is then run through, writes its pauses to."""
     port = free_port()
     database_url = database_url or f"sqlite:///{work / 'manager.db'}"
     (work / "hosts.tokens").write_text("".join(f'"{h}" = "{tokens[h]}"\n' for h in hosts))
@@ -142,6 +144,7 @@ def start_manager(
         [
             *(["nice", f"-n{nice}"] if nice else []),
             sys.executable,
+            *([str(Path(__file__).with_name("loop_probe.py")), probe] if probe else []),
             "-m",
             "sova.cli_daemons",
             "manager",
@@ -424,6 +427,8 @@ def scrape(url: str) -> dict[str, float]:
         "sova_manager_plan_duration_seconds_count",
         "sova_manager_hotspots",
         "sova_manager_store_errors_total",
+        "sova_manager_store_write_duration_seconds_sum",
+        "sova_manager_store_write_duration_seconds_count",
     ):
         m = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
         if m:
@@ -510,7 +515,7 @@ def run_once(args: argparse.Namespace, n_hosts: int) -> dict[str, float]:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sova-load-"))
         db_url = stack.enter_context(pg_schema()) if args.store == "postgresql" else ""
         proc, url = start_manager(
-            Path(tmp), hosts, tokens, args.period, db_url, args.connections, args.nice
+            Path(tmp), hosts, tokens, args.period, db_url, args.connections, args.nice, args.probe
         )
         stack.enter_context(busy_cores(args.burn))
         try:
@@ -598,10 +603,17 @@ def run_once(args: argparse.Namespace, n_hosts: int) -> dict[str, float]:
     print(
         f"planning rounds       {rounds_run:.0f}, mean {plan_s / plan_n * 1e3 if plan_n else float('nan'):.0f} ms each over {after.get('sova_manager_hosts', 0):.0f} hosts, {after.get('sova_manager_hotspots', 0):.0f} hot"
     )
+    flushes = after.get("sova_manager_store_write_duration_seconds_count", 0) - before.get(
+        "sova_manager_store_write_duration_seconds_count", 0
+    )
+    flush_s = after.get("sova_manager_store_write_duration_seconds_sum", 0) - before.get(
+        "sova_manager_store_write_duration_seconds_sum", 0
+    )
     print(
         "store                 "
         + (f"{db_mb:.0f} MB SQLite" if args.store == "sqlite" else "PostgreSQL")
-        + f", {after.get('sova_manager_store_errors_total', 0):.0f} write errors"
+        + f", {after.get('sova_manager_store_errors_total', 0):.0f} write errors, "
+        + f"{flushes:.0f} writes of {flush_s / flushes * 1e3 if flushes else float('nan'):.1f} ms mean"
     )
     print(
         f"machine               {os.cpu_count()} cpus, {args.burn} spinning beside it, "
@@ -655,6 +667,12 @@ def main() -> None:
         help="the manager's and wrk's niceness (negative needs root). Where the kernel "
         "groups processes by session (sched_autogroup, the default on most), it ranks the "
         "manager above the burner only, not above other sessions' work",
+    )
+    ap.add_argument(
+        "--probe",
+        default="",
+        help="a file: the manager runs through loop_probe.py, which appends every pause "
+        "of its event loop over 20 ms to it, with what the process's threads did meanwhile",
     )
     args = ap.parse_args()
     if args.duration > 600 or args.hosts > 100_000:
