@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -52,6 +52,21 @@ def _root(
     """Sova command line."""
 
 
+# the timeline's resolution (docs/design.md#timeline-resolution)
+TimelinePeriod = Annotated[
+    str | None,
+    typer.Option(
+        help="Keep the timeline's rows every this long (60s, 10m; a multiple of "
+        "controller.period) [default: the scenario's output.timeline_period, else "
+        "every control period].",
+    ),
+]
+TimelineVMs = Annotated[
+    list[str] | None,
+    typer.Option(help="Keep only these VMs' timeline rows (repeatable) [default: all]."),
+]
+
+
 @app.command()
 def simulate(
     scenario: Annotated[
@@ -87,6 +102,8 @@ def simulate(
             "(tcp://host:8786) or 'local' for a local cluster of --workers processes.",
         ),
     ] = None,
+    timeline_period: TimelinePeriod = None,
+    timeline_vm: TimelineVMs = None,
 ) -> None:
     """Run a scenario in the built-in simulated cluster and write its report.
 
@@ -103,6 +120,7 @@ def simulate(
     from sova.sim.runner import Interrupted, run_points
 
     points, known = _sim_points(resolve_scenario(scenario), policy, seed)
+    points = _with_output(points, timeline_period, timeline_vm)
     out_dir = out or Path("out") / points[0].name
     if out_dir.exists() and not out_dir.is_dir():
         err.print(
@@ -155,6 +173,46 @@ def _sim_points(
             raise typer.Exit(2)
     updates: dict[str, object] = {} if seed is None else {"seed": seed}
     return [p.model_copy(update=updates) for p in points], known
+
+
+def _with_output(
+    points: list[Scenario], period: str | None, vms: list[str] | None
+) -> list[Scenario]:
+    """--timeline-period and --timeline-vm over the scenario's ``output:``, checked as the
+    scenario's own fields are (one line naming the option, exit 2)."""
+    if period is None and not vms:
+        return points
+    from pydantic import ValidationError
+
+    from sova.scenario import OutputSpec
+
+    out: list[Scenario] = []
+    for p in points:
+        update: dict[str, object] = {}
+        if period is not None:
+            update["timeline_period"] = period
+        if vms:
+            update["timeline_vms"] = vms
+        try:
+            spec = OutputSpec.model_validate({**p.output.model_dump(), **update})
+            q = p.model_copy(update={"output": spec})
+            q.check_output()
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            field = str(e["loc"][0]) if e["loc"] else ""
+            option = "--timeline-vm" if field == "timeline_vms" else "--timeline-period"
+            msg = str(e["msg"]).removeprefix("Value error, ")
+            _option_error(f"{option}: {msg} (got {e.get('input')!r})")
+        except ValueError as exc:
+            option = "--timeline-period" if "period" in str(exc) else "--timeline-vm"
+            _option_error(f"{option}: {exc}")
+        out.append(q)
+    return out
+
+
+def _option_error(line: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _write_interrupted(out_dir: Path, points: list[Scenario], stop: Interrupted) -> None:

@@ -83,6 +83,7 @@ TEXT_COLUMNS = frozenset({"policy", "host", "vm", "nic"})
 NONE_BITS = 0x7FF8_0000_5E0F_A0E0
 NONE = struct.unpack("<d", struct.pack("<Q", NONE_BITS))[0]
 Values = tuple[Any, ...]  # one row's values in TIMELINE_COLUMNS order
+VM_COLUMN = TIMELINE_COLUMNS.index("vm")
 _row_values = operator.attrgetter(*TIMELINE_COLUMNS)
 
 

@@ -37,6 +37,7 @@ from sova.scenario.schema import Fraction as Fraction
 from sova.scenario.schema import HostSpec as HostSpec
 from sova.scenario.schema import ManagerSpec as ManagerSpec
 from sova.scenario.schema import NICSpec as NICSpec
+from sova.scenario.schema import OutputSpec as OutputSpec
 from sova.scenario.schema import PaperSpec as PaperSpec
 from sova.scenario.schema import PaperValue as PaperValue
 from sova.scenario.schema import Phase as Phase

@@ -320,6 +320,17 @@ NUMERIC_METRICS: dict[str, tuple[float, float]] = {
 }
 
 
+class OutputSpec(_Strict):
+    """What the timeline keeps (docs/design.md#timeline-resolution): a week of a fleet
+    at every control period is billions of rows, more than anyone reads or a disk holds."""
+
+    # Record the timeline every this many seconds (a multiple of controller.period);
+    # None: every control period. The rows are the period's own values, not means.
+    timeline_period: Duration | None = Field(default=None, gt=0)
+    # Only these VMs' rows; empty: every VM.
+    timeline_vms: list[str] = Field(default_factory=list)
+
+
 class Scenario(_Strict):
     # One line, short: it titles every figure and names every output (a 100,000-character
     # name made a run take 63 s instead of 3.5 s; issue 37).
@@ -339,6 +350,7 @@ class Scenario(_Strict):
     profile: ProfileSpec = Field(default_factory=ProfileSpec)
     paper: PaperSpec = Field(default_factory=PaperSpec)
     metrics: dict[str, Any] = Field(default_factory=dict)
+    output: OutputSpec = Field(default_factory=OutputSpec)
 
     @field_validator("compare")
     @classmethod
@@ -460,6 +472,7 @@ class Scenario(_Strict):
                         raise ValueError(f"paper.classification.{group}[{j}]: unknown VM {name!r}")
         if not self.vms:
             raise ValueError("vms: a scenario needs at least one VM (vms or vm_groups)")
+        self.check_output()
         names = [p.name for p in self.policy_specs]
         if len(set(names)) != len(names):
             raise ValueError(f"compare: policy names must be unique, got {names}")
@@ -472,6 +485,21 @@ class Scenario(_Strict):
                     f"workload[{i}].at: {p.at} s is after the scenario's end ({self.duration} s)"
                 )
         return self
+
+    def check_output(self) -> None:
+        """output: against the rest of the scenario (also after --timeline-* changed it)."""
+        tp = self.output.timeline_period
+        if tp is not None:
+            ratio = tp / self.controller.period
+            if abs(ratio - round(ratio)) > 1e-9 or round(ratio) < 1:
+                raise ValueError(
+                    f"output.timeline_period: must be a multiple of controller.period "
+                    f"({self.controller.period:g} s) (got {tp:g})"
+                )
+        known = {v.name for v in self.vms}
+        for j, name in enumerate(self.output.timeline_vms):
+            if name not in known:
+                raise ValueError(f"output.timeline_vms[{j}]: unknown VM {name!r}")
 
     @property
     def policy_specs(self) -> list[PolicySpec]:

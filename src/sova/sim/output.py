@@ -182,12 +182,20 @@ def live_figures(run: PolicyRun, eng: Any, scn: Scenario | None) -> dict[str, An
 
 
 def build_summary(scn: Scenario, runs: Sequence[PolicyRun]) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "scenario": scn.name,
         "seed": scn.seed,
         "duration_s": scn.duration,
         "policies": {run.policy: summarize(scn, run) for run in runs},
     }
+    o = scn.output
+    if o.timeline_period is not None or o.timeline_vms:
+        # what the timeline's figures are over (docs/design.md#timeline-resolution)
+        out["timeline"] = {
+            "period_s": o.timeline_period or scn.controller.period,
+            "vms": o.timeline_vms or "all",
+        }
+    return out
 
 
 def build_sweep_summary(points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]) -> dict[str, Any]:

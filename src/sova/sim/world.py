@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -33,9 +33,11 @@ from sova.model import Migrate, SetGuestRateLimit
 from sova.policy.hotspot import HostCapacity
 from sova.record import (
     NONE,
+    VM_COLUMN,
     ColumnBlock,
     RunRecord,
     TimelineRow,
+    Values,
     column_block,
     complete_row,
     decision_record,
@@ -203,6 +205,14 @@ class World:
         ]
         self.tick_s = scn.tick
         self.k = 0
+        # the timeline's resolution (scenario output:): every how many ticks a period's
+        # rows are kept (0: every period), and which VMs' (None: all)
+        tp = scn.output.timeline_period
+        self._record_ticks = 0 if tp is None else max(1, int(round(tp / scn.tick)))
+        self._record_vms: np.ndarray | None = None
+        if scn.output.timeline_vms:
+            keep = set(scn.output.timeline_vms)
+            self._record_vms = np.array([v in keep for v in self.engine.vm_names])
         self._changes = sorted({p.at for p in scn.workload if p.at > 0})
         self.schedule = PhaseSchedule(
             scn.tick, scn.controller.period, scn.controller.bandwidth_period
@@ -438,6 +448,8 @@ class World:
     def _record(self, t: float, reports: Mapping[str, StepReport | None]) -> None:
         """The period's timeline rows; a host without a report (settled: ``None``) is one
         the world decided for, whose rows come from its arrays."""
+        if self._record_ticks and self.k % self._record_ticks:
+            return
         eng = self.engine
         # the engine's arrays read once per period, not once per row
         offered, resp_s, kind = eng.offered.tolist(), eng.resp_s.tolist(), eng.kind.tolist()
@@ -448,21 +460,33 @@ class World:
             return _world_columns(offered[i], resp_s[i], kind[i])
 
         timeline, policy = self.run.timeline, self.policy.name
+        keep = self._record_vms
+
+        def rows(values: Iterable[Values]) -> None:
+            if keep is not None:
+                values = (v for v in values if keep[index[v[VM_COLUMN]]])
+            timeline.extend_values(values)
+
         decided = self._decided_block()
         if decided is None:
             for host, report in reports.items():
                 assert report is not None
-                timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
+                rows(step_values(report, policy=policy, host=host, world=world))
             return
         at, cut, (_, numbers, texts) = decided
 
         def put(first: int, last: int) -> None:
             """The decided hosts first..last (consecutive in the block) into the timeline."""
             a, b = cut[first], cut[last + 1]
+            part: slice | np.ndarray = slice(a, b)
+            n = b - a
+            if keep is not None:
+                part = np.flatnonzero(keep[texts["vm"][1][a:b]]) + a
+                n = int(part.size)
             timeline.extend_columns(
-                b - a,
-                {k: v[a:b] for k, v in numbers.items()},
-                {k: (vocab, index[a:b]) for k, (vocab, index) in texts.items()},
+                n,
+                {k: v[part] for k, v in numbers.items()},
+                {k: (vocab, index[part]) for k, (vocab, index) in texts.items()},
             )
 
         run: list[int] = []  # the decided hosts met in a row: one block
@@ -478,7 +502,7 @@ class World:
                 run = [k, k]
             else:
                 assert report is not None  # (settled hosts are decided ones)
-                timeline.extend_values(step_values(report, policy=policy, host=host, world=world))
+                rows(step_values(report, policy=policy, host=host, world=world))
         if run:
             put(*run)
 
