@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 from tests.hotness_oracle import hotness
 
-from sova.policy.cold_spots import REFUSALS_LISTED, why_unfit
+from sova.policy.cold_spots import REFUSALS_LISTED
 from sova.policy.hotspot import (
     PAPERS_MOVE,
+    RESOURCES,
     HostCapacity,
     HostReport,
     HotnessMetric,
@@ -33,6 +34,51 @@ from sova.policy.hotspot import (
     VMLoad,
     rank_movers,
 )
+
+
+def _share_on(
+    vm: VMLoad,
+    src: str,
+    dst: str,
+    capacities: Mapping[str, HostCapacity] | None,
+) -> tuple[float, float, float]:
+    if capacities is None:
+        return vm.util.as_tuple()
+    for host in (src, dst):
+        if host not in capacities:
+            raise ValueError(f"capacities has no entry for host {host!r}")
+    src_cap, dst_cap = capacities[src].as_tuple(), capacities[dst].as_tuple()
+    share = vm.util.as_tuple()
+    return (
+        share[0] * src_cap[0] / dst_cap[0],
+        share[1] * src_cap[1] / dst_cap[1],
+        share[2] * src_cap[2] / dst_cap[2],
+    )
+
+
+
+def why_unfit(
+    host: Utilisation,
+    name: str,
+    src: str,
+    vm: VMLoad,
+    alpha: float,
+    limit: float,
+    capacities: Mapping[str, HostCapacity] | None,
+) -> str | None:
+    """Why ``name`` cannot take ``vm`` from ``src`` (busy now, or too full after), or None."""
+    now = host.as_tuple()
+    busy = [r for r, x in zip(RESOURCES, now, strict=True) if x >= alpha]
+    if busy:
+        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
+    after = [a + b for a, b in zip(now, _share_on(vm, src, name, capacities), strict=True)]
+    full = [
+        f"{r} {x:.3f}->{y:.3f}" for r, x, y in zip(RESOURCES, now, after, strict=True) if y >= limit
+    ]
+    if full:
+        return f"{name}: would reach {', '.join(full)} >= {limit:g}"
+    return None
+
 
 
 def _refusal(verdict: HotspotVerdict, why: str, vm: str | None = None) -> MigrationSignal:

@@ -56,7 +56,10 @@ pub struct Movers<'a> {
 /// What each query got: `target[q]` its cold spot (None: refused), `mover[q]` the mover
 /// sent there, `kept[q]` whether it was last time's proposal. For every mover tried,
 /// `tried[m]` how many open hosts ranked before its target (all of them when it found
-/// none) and `listed[m * LISTED..]` the first `LISTED` of them (`usize::MAX` pads).
+/// none) and `listed[m * LISTED..]` the first `LISTED` of them (`usize::MAX` pads); for
+/// each of those, why it was refused: `after[(m * LISTED + j) * R + r]` its load with the
+/// VM's share added, `why[m * LISTED + j]` bit `r` set if resource `r` is busy now (at or
+/// over α), bit `R + r` if it would reach the ceiling.
 #[derive(Debug, Default, PartialEq)]
 pub struct Screened {
     pub target: Vec<Option<usize>>,
@@ -64,6 +67,8 @@ pub struct Screened {
     pub kept: Vec<bool>,
     pub tried: Vec<usize>,
     pub listed: Vec<usize>,
+    pub after: Vec<f64>,
+    pub why: Vec<u8>,
 }
 
 const NONE: usize = usize::MAX;
@@ -169,12 +174,31 @@ impl<'a> Round<'a> {
         }
     }
 
+    /// Host `i`'s load of resource `r` with `share` of query `q`'s source added.
+    fn after(&self, i: usize, share: &[f64], q: usize, r: usize) -> f64 {
+        let cap = self.ranked.caps.map_or(1.0, |c| c[i * R + r]);
+        self.ranked.now[i * R + r] + self.add(share, q, r, cap)
+    }
+
     /// Whether host `i`, not busy, stays below the ceiling with `share` of `src` added.
     fn fits(&self, i: usize, share: &[f64], q: usize) -> bool {
-        (0..R).all(|r| {
-            let cap = self.ranked.caps.map_or(1.0, |c| c[i * R + r]);
-            self.ranked.now[i * R + r] + self.add(share, q, r, cap) < self.ranked.limit
-        })
+        (0..R).all(|r| self.after(i, share, q, r) < self.ranked.limit)
+    }
+
+    /// Why host `i` cannot take `share`: its loads after, and the busy and full bits.
+    fn why(&self, i: usize, share: &[f64], q: usize) -> ([f64; R], u8) {
+        let mut after = [0.0; R];
+        let mut bits = 0u8;
+        for (r, a) in after.iter_mut().enumerate() {
+            *a = self.after(i, share, q, r);
+            if self.ranked.now[i * R + r] >= self.ranked.alpha {
+                bits |= 1 << r;
+            }
+            if *a >= self.ranked.limit {
+                bits |= 1 << (R + r);
+            }
+        }
+        (after, bits)
     }
 
     /// Whether no eligible host under `node` can fit `share`: some resource's least load
@@ -379,6 +403,8 @@ pub fn screen_round(
         kept: vec![false; queries.len()],
         tried: vec![0; m],
         listed: vec![NONE; m * LISTED],
+        after: vec![0.0; m * LISTED * R],
+        why: vec![0; m * LISTED],
     };
     for (q, query) in queries.iter().enumerate() {
         let share = |k: usize| &movers.share[k * R..(k + 1) * R];
@@ -406,6 +432,12 @@ pub fn screen_round(
             let (hit, tried, listed) = round.screen(share(k), q, &shut);
             out.tried[k] = tried;
             out.listed[k * LISTED..k * LISTED + listed.len()].copy_from_slice(&listed);
+            for (j, &i) in listed.iter().enumerate() {
+                let (after, bits) = round.why(i, share(k), q);
+                let at = k * LISTED + j;
+                out.after[at * R..(at + 1) * R].copy_from_slice(&after);
+                out.why[at] = bits;
+            }
             if let Some(dst) = hit {
                 round.take(dst);
                 (out.target[q], out.mover[q]) = (Some(dst), Some(k));
@@ -504,6 +536,10 @@ mod tests {
         // mover 1: hosts 0 (0.1 + 0.7 = 0.8), 1, 2 (1.0) open
         assert_eq!(got.tried, [2, 3]);
         assert_eq!(&got.listed[..3], &[1, 2, NONE]);
+        // host 1 is busy on net (bit 2) and would reach 0.8 + 0.5 (bit R + 2); host 2 only
+        // would reach 0.3 + 0.5 = 0.8 on net
+        assert_eq!(&got.why[..2], &[0b100_100, 0b100_000]);
+        assert_eq!(&got.after[3..6], &[0.3, 0.3, 0.3 + 0.5]);
         assert_eq!(&got.listed[LISTED..LISTED + 4], &[0, 1, 2, NONE]);
     }
 

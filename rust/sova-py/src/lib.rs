@@ -286,8 +286,9 @@ fn optional(x: i64) -> Option<usize> {
 /// Cold-spot screening for every hot host of a round at once: query `q` (source position
 /// `src[q]`, -1 if not ranked) tries movers `first[q]..end[q]` after last time's proposal
 /// (`keep_mover[q]`, `keep_dst[q]`, -1 for none). Returns each query's target, mover (-1:
-/// none) and whether it was kept, and each mover's open hosts before its target and the
-/// first `LISTED` of them (-1 pads).
+/// none) and whether it was kept, and each mover's open hosts before its target, the
+/// first `LISTED` of them (-1 pads), their loads after the move and why each was refused
+/// (bits: busy per resource, then full per resource).
 #[pyfunction]
 #[pyo3(signature = (now, caps, src_caps, alpha, limit, taken, src, first, end, keep_mover, keep_dst, share, barred_start, barred))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature
@@ -313,6 +314,8 @@ fn screen_round<'py>(
     BoolArray<'py>,
     Bound<'py, PyArray1<i64>>,
     Bound<'py, PyArray1<i64>>,
+    F64Array<'py>,
+    Bound<'py, PyArray1<u8>>,
 )> {
     let (src, first, end) = (
         slice("src", &src)?,
@@ -382,6 +385,8 @@ fn screen_round<'py>(
         PyArray1::from_vec(py, out.kept),
         PyArray1::from_vec(py, out.tried.into_iter().map(|t| t as i64).collect()),
         PyArray1::from_vec(py, listed),
+        PyArray1::from_vec(py, out.after),
+        PyArray1::from_vec(py, out.why),
     ))
 }
 

@@ -94,6 +94,8 @@ def screen_round(
     npt.NDArray[np.bool_],
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.uint8],
 ]: ...
 def sova_allocate(
     capacity: npt.NDArray[np.float64],

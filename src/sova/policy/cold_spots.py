@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -26,27 +26,6 @@ from sova.policy.hotness import (
     VMLoad,
     hotness_rows,
 )
-
-
-def _share_on(
-    vm: VMLoad,
-    src: str,
-    dst: str,
-    capacities: Mapping[str, HostCapacity] | None,
-) -> tuple[float, float, float]:
-    if capacities is None:
-        return vm.util.as_tuple()
-    for host in (src, dst):
-        if host not in capacities:
-            raise ValueError(f"capacities has no entry for host {host!r}")
-    src_cap, dst_cap = capacities[src].as_tuple(), capacities[dst].as_tuple()
-    share = vm.util.as_tuple()
-    return (
-        share[0] * src_cap[0] / dst_cap[0],
-        share[1] * src_cap[1] / dst_cap[1],
-        share[2] * src_cap[2] / dst_cap[2],
-    )
-
 
 # A refusal lists the first few hosts it tried and counts the rest: on a fleet where a sixth of
 # the hosts stay hot with no target, listing every refused host made each decision as long as
@@ -166,7 +145,7 @@ def screen_round(
     def ints(x: list[int]) -> npt.NDArray[np.int64]:
         return np.array(x, dtype=np.int64)
 
-    target, mover, kept, tried, listed = _core.screen_round(
+    target, mover, kept, tried, listed, after, why = _core.screen_round(
         ranked.now.ravel(),
         None if ranked.caps is None else ranked.caps.ravel(),
         None if caps is None else np.array(src_caps, dtype=np.float64).ravel(),
@@ -182,39 +161,68 @@ def screen_round(
         ints(barred_start),
         ints(barred),
     )
-    names = ranked.names
     ranked.taken[target[target >= 0]] = True
+    return _screened(ranked, queries, first, end, limit, target, mover, kept, tried, listed, after, why)
+
+
+def _screened(
+    ranked: RankedHosts,
+    queries: Sequence[ScreenQuery],
+    first: list[int],
+    end: list[int],
+    limit: float,
+    *core: npt.NDArray[Any],
+) -> list[Screened]:
+    """What :func:`screen_round`'s queries got, from the core's arrays."""
+    target, mover, kept, tried, listed, after, why = core
+    names, alpha = ranked.names, ranked.alpha
     listed = listed.reshape(-1, REFUSALS_LISTED)
+    after = after.reshape(-1, REFUSALS_LISTED, 3)
+    why = why.reshape(-1, REFUSALS_LISTED)
     out = []
+    # The coldest hosts head every refusal of a round, most often for alike VMs: each
+    # reason is formatted once (a fleet with no fit formats 8, not 8 per hot host).
+    said: dict[tuple[int, int, tuple[float, ...]], str] = {}
     for qi, q in enumerate(queries):
         t, m = int(target[qi]), int(mover[qi])
         if m >= 0:
             out.append(Screened(q.vms[m - first[qi]][0], names[t], bool(kept[qi]), {}))
             continue
-        rows = range(first[qi], end[qi])
-        refused = {
-            vm: _refusals(ranked, q.src, load, limit, int(tried[row]), listed[row].tolist())
-            for (vm, load, _), row in zip(q.vms, rows, strict=True)
-        }
+        refused = {}
+        for (vm, _, _), row in zip(q.vms, range(first[qi], end[qi]), strict=True):
+            reasons = []
+            rows = zip(listed[row].tolist(), after[row].tolist(), why[row].tolist(), strict=True)
+            for i, a, w in rows:
+                if i < 0:
+                    break
+                key = (i, w, tuple(a))
+                text = said.get(key)
+                if text is None:
+                    now = ranked.now[i].tolist()
+                    text = said[key] = _unfit(names[i], now, a, w, alpha, limit)
+                reasons.append(text)
+            if tried[row] > REFUSALS_LISTED:
+                reasons.append(f"{int(tried[row]) - REFUSALS_LISTED} more host(s) refused")
+            refused[vm] = reasons
         out.append(Screened(None, None, False, refused))
     return out
 
 
-def _refusals(
-    ranked: RankedHosts, src: str, vm: VMLoad, limit: float, tried: int, listed: list[int]
-) -> list[str]:
-    """Why ``vm`` could go to none of the ``tried`` hosts, the ``listed`` first of them
-    named (their positions in the ranking, -1 past the last)."""
-    names, alpha, caps = ranked.names, ranked.alpha, ranked.capacities
-    why = [
-        why_unfit(ranked.utilisation(names[i]), names[i], src, vm, alpha, limit, caps)
-        or f"{names[i]}: refused"
-        for i in listed
-        if i >= 0
+def _unfit(
+    name: str, now: list[float], after: list[float], why: int, alpha: float, limit: float
+) -> str:
+    """Why ``name`` could not take a VM, as the core found it: ``why``'s bit ``r`` says
+    resource ``r`` is at or over ``alpha`` now, bit ``3 + r`` that it would reach
+    ``limit`` (``after`` its loads with the VM)."""
+    busy = [r for i, r in enumerate(RESOURCES) if why & (1 << i)]
+    if busy:
+        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
+    full = [
+        f"{r} {now[i]:.3f}->{after[i]:.3f}"
+        for i, r in enumerate(RESOURCES)
+        if why & (1 << (len(RESOURCES) + i))
     ]
-    if tried > REFUSALS_LISTED:
-        why.append(f"{tried - REFUSALS_LISTED} more host(s) refused")
-    return why
+    return f"{name}: would reach {', '.join(full)} >= {limit:g}"
 
 
 def screen_targets(
@@ -232,7 +240,7 @@ def screen_targets(
     first :data:`REFUSALS_LISTED`, then a count).
 
     The candidates are ``hosts`` by (hotness, name) without ``src``, ``taken`` and
-    ``barred``; the first that passes :func:`why_unfit` is chosen: :func:`screen_round`
+    ``barred``; the first not busy and not full after the move is chosen: :func:`screen_round`
     with one query of one VM.
     """
     if capacities is not None:
@@ -243,29 +251,6 @@ def screen_targets(
     ranked.take(taken)
     (got,) = screen_round(ranked, [ScreenQuery(src, [("vm", vm, barred)])], ceiling)
     return got.target, got.refused.get("vm", [])
-
-
-def why_unfit(
-    host: Utilisation,
-    name: str,
-    src: str,
-    vm: VMLoad,
-    alpha: float,
-    limit: float,
-    capacities: Mapping[str, HostCapacity] | None,
-) -> str | None:
-    """Why ``name`` cannot take ``vm`` from ``src`` (busy now, or too full after), or None."""
-    now = host.as_tuple()
-    busy = [r for r, x in zip(RESOURCES, now, strict=True) if x >= alpha]
-    if busy:
-        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
-    after = [a + b for a, b in zip(now, _share_on(vm, src, name, capacities), strict=True)]
-    full = [
-        f"{r} {x:.3f}->{y:.3f}" for r, x, y in zip(RESOURCES, now, after, strict=True) if y >= limit
-    ]
-    if full:
-        return f"{name}: would reach {', '.join(full)} >= {limit:g}"
-    return None
 
 
 def choose_target(

@@ -10,10 +10,11 @@ included):
 1. every host's verdict is computed at once by the compiled core
    (:func:`sova.policy.verdicts.verdict_arrays`), the same function ``coordinate``'s
    detector calls for one host, so forecasts are bit-equal;
-2. the few hot hosts are handed to ``coordinate`` itself, together with the ``spare``
-   least-hot hosts — the only ones its cold-spot search can reach first;
-3. if a hot host found no cold spot among them, the whole round is re-run through
-   ``coordinate`` with every host (rare; exact by construction).
+2. the hot hosts' verdicts are built from those arrays, every observed host is ranked
+   once from its latest row, and :func:`sova.policy.hotspot.plan_hot` (what
+   ``coordinate`` runs after its verdicts) chooses the movers and screens every hot host
+   for a cold spot in one call of the core (``sova.policy.cold_spots.screen_round``): a
+   round costs about hosts, however many are hot and however few find a target.
 
 The manager keeps its windows in :class:`WindowArrays` (a host x window ring of floats; the
 core's windows are views of it, :class:`ArrayWindow`, whose ``Utilisation`` objects are built
@@ -449,9 +450,10 @@ def fast_coordinate(
             prefer=prefer,
         )
     names = list(reports)
+    n = detector.n
     by_len: dict[int, list[int]] = {}
     for j, rep in enumerate(reports.values()):
-        by_len.setdefault(len(rep.history[-detector.n :]), []).append(j)
+        by_len.setdefault(min(len(rep.history), n), []).append(j)
     groups = []
     last = np.zeros((len(names), 3), dtype=np.float64)
     for n_obs, at in by_len.items():
@@ -459,10 +461,14 @@ def fast_coordinate(
         if n_obs == 0:
             groups.append((0, sel, np.zeros((len(at), 0, 3))))
             continue
-        windows = np.array(
-            [[u.as_tuple() for u in reports[names[j]].history[-detector.n :]] for j in at],
-            dtype=np.float64,
-        )
+        # one flat list of floats: a nested list per host and observation costs twice
+        flat = [
+            x
+            for j in at
+            for u in reports[names[j]].history[-n:]
+            for x in (u.cpu, u.mem, u.net)
+        ]
+        windows = np.array(flat, dtype=np.float64).reshape(len(at), n_obs, 3)
         last[sel] = windows[:, -1]
         groups.append((n_obs, sel, windows))
     return coordinate_windows(
