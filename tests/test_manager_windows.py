@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sova.manager.decisions.core import Lease, ManagerCore
-from sova.manager.decisions.fastplan import Signals, WindowArrays, hotness_array, notable
+from sova.manager.decisions.fastplan import Signals, WindowArrays, notable
 from sova.policy.hotspot import (
     HostCapacity,
     HostReport,
@@ -28,7 +28,6 @@ from sova.policy.hotspot import (
     Utilisation,
     VMLoad,
     coordinate,
-    hotness,
 )
 
 GENERATIONS = (HostCapacity(16, 64, 10), HostCapacity(32, 256, 25), HostCapacity(64, 512, 40))
@@ -192,20 +191,6 @@ def test_round_from_window_arrays_equals_coordinate_large(
 ) -> None:
     # past fastplan's 64 spare hosts: the exact search runs on a subset (or falls back)
     _run(seed, hosts, 5, 3, metric, ceiling)
-
-
-@given(
-    st.lists(
-        st.tuples(*[st.floats(0.0, 1.05, allow_nan=False) for _ in range(3)]),
-        min_size=1,
-        max_size=30,
-    ),
-    st.sampled_from(("volume", "skewness")),
-)
-def test_hotness_array_is_bit_equal_to_hotness(rows: list[tuple[float, ...]], metric: str) -> None:
-    rows = [*rows, (0.0, 0.0, 0.0), (1.05, 0.999, 0.0)]
-    got = hotness_array(np.array(rows, dtype=np.float64), metric).tolist()
-    assert got == [hotness(Utilisation(*r), metric) for r in rows]
 
 
 def test_quiet_signals_are_built_when_read() -> None:

@@ -115,6 +115,27 @@ MOVED = (
          "sova.policy.vfsched:io_filter", "sova.policy.vfsched:_pay_for_moves",
          "sova.policy.vfkernel:_pay_for_moves", "sova.policy.vfkernel:_segments"),
     ),  # fmt: skip
+    Piece(
+        "hotness (volume, skewness)",
+        "sova.policy.hotness",
+        ("hotness", "hotness_rows", "skewness", "volume"),
+        (
+            ("sova.policy.hotspot", "hotness"),  # the mover choice (MF), Watcher's plug-in
+            ("sova.policy.cold_spots", "hotness_rows"),  # every round's ranking of cold spots
+        ),
+        ("sova.manager.decisions.fastplan:hotness_array",),
+    ),
+    Piece(
+        "cold-spot screening",
+        "sova.policy.cold_spots",
+        ("screen_round", "screen_targets", "choose_target"),
+        (
+            ("sova.policy.hotspot", "screen_round"),  # coordinate and the manager's round
+            ("sova.manager.decisions.fleet", "choose_target"),  # one VM: fleet controls
+            ("sova.manager.daemons.service.plan_run", "choose_target"),  # an operator's move
+        ),
+        ("sova.policy.hotspot:_Round",),
+    ),
 )
 
 # Per-host forms outside the facades that must only hand their input to a facade.
@@ -126,6 +147,11 @@ DELEGATES = (
     ("sova.policy.sensing", "HostSensor.observe", "observe"),
     ("sova.policy.sensing", "HostSensor.factors", "factors"),
     ("sova.policy.bandwidth", "SovaAllocator.allocate", "sova_allocate"),
+    # the hotness facade's own functions: checks and the call, the arithmetic in the core
+    ("sova.policy.hotness", "hotness", "hotness_one"),
+    ("sova.policy.hotness", "volume", "hotness_one"),
+    ("sova.policy.hotness", "skewness", "hotness_one"),
+    ("sova.policy.hotness", "hotness_rows", "hotness_rows"),
 )
 
 ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult)
@@ -252,7 +278,12 @@ def _twins_table() -> list[tuple[str, str, str]]:
 
 def test_the_documented_twins_are_the_ones_in_the_code() -> None:
     table = _twins_table()
-    assert table, "docs/design.md has no table of remaining twins after its twins anchor"
+    block = DESIGN.split('<a id="twins"></a>', 1)[1].split("<a id=", 1)[0]
+    if not table:
+        # hotness was the last pair (issue 36): the text after the anchor must say so
+        assert block.lstrip().startswith("No piece of the policy is left in two"), (
+            "docs/design.md has neither a table of remaining twins nor says there is none"
+        )
     moved = {p.name for p in MOVED}
     for piece, *forms in table:
         assert piece not in moved, f"{piece} is documented as two forms but has moved"
@@ -262,3 +293,27 @@ def test_the_documented_twins_are_the_ones_in_the_code() -> None:
                 f"docs/design.md lists {form} for {piece}, but the code has no such form: "
                 "move the row out of the table if the piece now has one implementation"
             )
+
+
+def test_hotness_arithmetic_is_nowhere_else() -> None:
+    # Volume clamps each load to VOLUME_CLAMP and skewness divides by the mean: a second
+    # form of either (as the manager's round had, issue 36) reads the clamp, or takes a
+    # square root, or both. The facade hands the clamp to the core; no other module reads
+    # it but to re-export it, and none outside the facades and the report takes a root.
+    for module in _modules():
+        if module == "sova.policy.hotness":
+            continue
+        tree = _tree(module)
+        reads = [
+            n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "VOLUME_CLAMP"
+        ]
+        assert not reads, f"{module} computes with VOLUME_CLAMP (lines {reads}): hotness again?"
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and "hot" in fn.name.lower():
+                roots = [
+                    ast.unparse(n)
+                    for n in ast.walk(fn)
+                    if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("sqrt")
+                ]
+                assert not roots, f"{module}.{fn.name} takes {roots}: hotness again?"
+

@@ -5,6 +5,8 @@
 //! period for every host (docs/design.md, "The compiled core").
 
 pub mod allocate;
+pub mod coldspots;
+pub mod hotness;
 pub mod loads;
 pub mod metering;
 pub mod sensing;

@@ -10,6 +10,8 @@ use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sova_core::allocate;
+use sova_core::coldspots::{self, Movers, Query, Ranked};
+use sova_core::hotness::{self, Metric};
 use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
 use sova_core::sensing::{self, Params};
@@ -262,6 +264,164 @@ fn demand_loads<'py>(
     py.detach(|| loads::demand_loads(h, c, est, last, ok, cap, &mut hn, &mut vn))
         .map_err(value_error)?;
     Ok((PyArray1::from_vec(py, hn), PyArray1::from_vec(py, vn)))
+}
+
+fn index(name: &str, i: usize, x: i64) -> PyResult<usize> {
+    usize::try_from(x)
+        .map_err(|_| PyValueError::new_err(format!("{name}[{i}] must be >= 0, got {x}")))
+}
+
+fn indices(name: &str, a: &[i64]) -> PyResult<Vec<usize>> {
+    a.iter()
+        .enumerate()
+        .map(|(i, &x)| index(name, i, x))
+        .collect()
+}
+
+/// A position or -1 for none.
+fn optional(x: i64) -> Option<usize> {
+    usize::try_from(x).ok()
+}
+
+/// Cold-spot screening for every hot host of a round at once: query `q` (source position
+/// `src[q]`, -1 if not ranked) tries movers `first[q]..end[q]` after last time's proposal
+/// (`keep_mover[q]`, `keep_dst[q]`, -1 for none). Returns each query's target, mover (-1:
+/// none) and whether it was kept, and each mover's open hosts before its target, the
+/// first `LISTED` of them (-1 pads), their loads after the move and why each was refused
+/// (bits: busy per resource, then full per resource).
+#[pyfunction]
+#[pyo3(signature = (now, caps, src_caps, alpha, limit, taken, src, first, end, keep_mover, keep_dst, share, barred_start, barred))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature
+fn screen_round<'py>(
+    py: Python<'py>,
+    now: PyReadonlyArray1<'py, f64>,
+    caps: Option<PyReadonlyArray1<'py, f64>>,
+    src_caps: Option<PyReadonlyArray1<'py, f64>>,
+    alpha: f64,
+    limit: f64,
+    taken: PyReadonlyArray1<'py, bool>,
+    src: PyReadonlyArray1<'py, i64>,
+    first: PyReadonlyArray1<'py, i64>,
+    end: PyReadonlyArray1<'py, i64>,
+    keep_mover: PyReadonlyArray1<'py, i64>,
+    keep_dst: PyReadonlyArray1<'py, i64>,
+    share: PyReadonlyArray1<'py, f64>,
+    barred_start: PyReadonlyArray1<'py, i64>,
+    barred: PyReadonlyArray1<'py, i64>,
+) -> PyResult<(
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    BoolArray<'py>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    F64Array<'py>,
+    Bound<'py, PyArray1<u8>>,
+)> {
+    let (src, first, end) = (
+        slice("src", &src)?,
+        slice("first", &first)?,
+        slice("end", &end)?,
+    );
+    let (km, kd) = (
+        slice("keep_mover", &keep_mover)?,
+        slice("keep_dst", &keep_dst)?,
+    );
+    let q = src.len();
+    if [first.len(), end.len(), km.len(), kd.len()]
+        .iter()
+        .any(|&l| l != q)
+    {
+        return Err(PyValueError::new_err(format!(
+            "queries: src, first, end, keep_mover, keep_dst differ in length ({q}, {}, {}, {}, {})",
+            first.len(),
+            end.len(),
+            km.len(),
+            kd.len()
+        )));
+    }
+    let mut queries = Vec::with_capacity(q);
+    for i in 0..q {
+        queries.push(Query {
+            src: optional(src[i]),
+            first: index("first", i, first[i])?,
+            end: index("end", i, end[i])?,
+            keep: optional(km[i]).zip(optional(kd[i])),
+        });
+    }
+    let barred_start = indices("barred_start", slice("barred_start", &barred_start)?)?;
+    let barred = indices("barred", slice("barred", &barred)?)?;
+    let caps = caps.as_ref().map(|c| slice("caps", c)).transpose()?;
+    let src_caps = src_caps
+        .as_ref()
+        .map(|c| slice("src_caps", c))
+        .transpose()?;
+    let ranked = Ranked {
+        now: slice("now", &now)?,
+        caps,
+        src_caps,
+        alpha,
+        limit,
+    };
+    let movers = Movers {
+        share: slice("share", &share)?,
+        barred_start: &barred_start,
+        barred: &barred,
+    };
+    let taken = slice("taken", &taken)?;
+    let out = py
+        .detach(|| coldspots::screen_round(&ranked, taken, &queries, &movers))
+        .map_err(value_error)?;
+    let signed = |v: Vec<Option<usize>>| -> Vec<i64> {
+        v.into_iter().map(|x| x.map_or(-1, |i| i as i64)).collect()
+    };
+    let listed = out
+        .listed
+        .into_iter()
+        .map(|i| if i == usize::MAX { -1 } else { i as i64 })
+        .collect();
+    Ok((
+        PyArray1::from_vec(py, signed(out.target)),
+        PyArray1::from_vec(py, signed(out.mover)),
+        PyArray1::from_vec(py, out.kept),
+        PyArray1::from_vec(py, out.tried.into_iter().map(|t| t as i64).collect()),
+        PyArray1::from_vec(py, listed),
+        PyArray1::from_vec(py, out.after),
+        PyArray1::from_vec(py, out.why),
+    ))
+}
+
+fn metric(skewness: bool) -> Metric {
+    if skewness {
+        Metric::Skewness
+    } else {
+        Metric::Volume
+    }
+}
+
+/// The hotness of every row of `values` (C-ordered rows of `width` resources): volume
+/// with each value clamped to `clamp`, or skewness.
+#[pyfunction]
+fn hotness_rows<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f64>,
+    width: usize,
+    skewness: bool,
+    clamp: f64,
+) -> PyResult<F64Array<'py>> {
+    let v = slice("values", &values)?;
+    let out = py
+        .detach(|| hotness::hotness(v, width, metric(skewness), clamp))
+        .map_err(value_error)?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// The hotness of one load vector (a host's or a VM's), without an array: what a per-host
+/// caller ranking a few hosts or VMs asks, at the cost of a function call.
+#[pyfunction]
+fn hotness_one(values: Vec<f64>, skewness: bool, clamp: f64) -> PyResult<f64> {
+    let out =
+        hotness::hotness(&values, values.len(), metric(skewness), clamp).map_err(value_error)?;
+    Ok(out[0])
 }
 
 /// Hotspot verdicts of C-ordered (hosts, n_obs, width) windows: (over, φ, forecast, hot),
@@ -586,6 +746,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(demand_loads, m)?)?;
     m.add_function(wrap_pyfunction!(hotspot_verdicts, m)?)?;
+    m.add_function(wrap_pyfunction!(hotness_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(hotness_one, m)?)?;
+    m.add_function(wrap_pyfunction!(screen_round, m)?)?;
     m.add_function(wrap_pyfunction!(sova_allocate, m)?)?;
     m.add_function(wrap_pyfunction!(clamped_fill, m)?)?;
     m.add_function(wrap_pyfunction!(vf_schedule, m)?)?;

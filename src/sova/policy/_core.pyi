@@ -69,6 +69,34 @@ def hotspot_verdicts(
     npt.NDArray[np.float64],
     npt.NDArray[np.bool_],
 ]: ...
+def hotness_rows(
+    values: npt.NDArray[np.float64], width: int, skewness: bool, clamp: float
+) -> npt.NDArray[np.float64]: ...
+def hotness_one(values: list[float], skewness: bool, clamp: float) -> float: ...
+def screen_round(
+    now: npt.NDArray[np.float64],
+    caps: npt.NDArray[np.float64] | None,
+    src_caps: npt.NDArray[np.float64] | None,
+    alpha: float,
+    limit: float,
+    taken: npt.NDArray[np.bool_],
+    src: npt.NDArray[np.int64],
+    first: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    keep_mover: npt.NDArray[np.int64],
+    keep_dst: npt.NDArray[np.int64],
+    share: npt.NDArray[np.float64],
+    barred_start: npt.NDArray[np.int64],
+    barred: npt.NDArray[np.int64],
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.uint8],
+]: ...
 def sova_allocate(
     capacity: npt.NDArray[np.float64],
     order: npt.NDArray[np.int64],

@@ -10,39 +10,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
+from sova.policy import _core
 from sova.policy.hotness import (
     RESOURCES,
+    FloatArray,
     HostCapacity,
     HotnessMetric,
     Utilisation,
     VMLoad,
-    hotness,
+    hotness_rows,
 )
-
-
-def _share_on(
-    vm: VMLoad,
-    src: str,
-    dst: str,
-    capacities: Mapping[str, HostCapacity] | None,
-) -> tuple[float, float, float]:
-    if capacities is None:
-        return vm.util.as_tuple()
-    for host in (src, dst):
-        if host not in capacities:
-            raise ValueError(f"capacities has no entry for host {host!r}")
-    src_cap, dst_cap = capacities[src].as_tuple(), capacities[dst].as_tuple()
-    share = vm.util.as_tuple()
-    return (
-        share[0] * src_cap[0] / dst_cap[0],
-        share[1] * src_cap[1] / dst_cap[1],
-        share[2] * src_cap[2] / dst_cap[2],
-    )
-
 
 # A refusal lists the first few hosts it tried and counts the rest: on a fleet where a sixth of
 # the hosts stay hot with no target, listing every refused host made each decision as long as
@@ -52,35 +35,194 @@ REFUSALS_LISTED: Final = 8
 
 class RankedHosts:
     """Every observed host by (hotness, name), once a round, as arrays: what the cold-spot
-    screening walks for each hot host (issue 36: that walk in Python made a round cost hot
-    hosts x hosts; over arrays each hot host costs one pass in numpy)."""
+    screening walks for every hot host at once (:func:`screen_round`). ``taken`` marks the
+    hosts that may not receive this round (hot, leased, fenced, already a target)."""
 
     def __init__(
         self,
-        ranked: Sequence[tuple[float, str]],
-        hosts: Mapping[str, Utilisation],
+        names: Sequence[str],
+        rows: FloatArray,
+        metric: HotnessMetric | str,
         alpha: float,
         capacities: Mapping[str, HostCapacity] | None,
     ) -> None:
-        self.names = [name for _, name in ranked]
+        rows = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+        heat = hotness_rows(rows, metric).tolist()
+        order = sorted(range(len(names)), key=lambda i: (heat[i], names[i]))
+        self.names = [names[i] for i in order]
+        self.heat = {names[i]: heat[i] for i in order}  # for the order of the hot hosts
         self.pos = {name: i for i, name in enumerate(self.names)}
-        self.now = np.array([hosts[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
-            -1, 3
-        )
-        now = self.now
-        self.busy = (now[:, 0] >= alpha) | (now[:, 1] >= alpha) | (now[:, 2] >= alpha)
+        self.now = np.ascontiguousarray(rows[order])
+        self.alpha = alpha
+        self.capacities = capacities
         self.caps = (
             None
             if capacities is None
-            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
-                -1, 3
-            )
+            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64)
+            .reshape(-1, 3)
         )
-        self.blocked = np.zeros(len(self.names), dtype=bool)  # hosts taken this round
+        self.taken = np.zeros(len(self.names), dtype=bool)
 
-    def block(self, names: Collection[str]) -> None:
+    @classmethod
+    def of(
+        cls,
+        hosts: Mapping[str, Utilisation],
+        metric: HotnessMetric | str,
+        alpha: float,
+        capacities: Mapping[str, HostCapacity] | None,
+    ) -> RankedHosts:
+        rows = np.array([u.as_tuple() for u in hosts.values()], dtype=np.float64)
+        return cls(list(hosts), rows, metric, alpha, capacities)
+
+    def take(self, names: Collection[str]) -> None:
         at = [self.pos[n] for n in names if n in self.pos]
-        self.blocked[at] = True
+        self.taken[at] = True
+
+    def utilisation(self, name: str) -> Utilisation:
+        return Utilisation(*self.now[self.pos[name]].tolist())
+
+
+@dataclass(frozen=True)
+class ScreenQuery:
+    """One source's request: its VMs to try in turn (each with the hosts it may not go
+    to), and last round's proposal (a VM among them and its target) to keep if it fits."""
+
+    src: str
+    vms: Sequence[tuple[str, VMLoad, Collection[str]]]
+    keep: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Screened:
+    """What a query got: the VM moved and its target (both None: refused), whether it was
+    last round's proposal, and when refused, for each VM why each host was refused."""
+
+    vm: str | None
+    target: str | None
+    kept: bool
+    refused: dict[str, list[str]]
+
+
+def screen_round(
+    ranked: RankedHosts, queries: Sequence[ScreenQuery], ceiling: float | None
+) -> list[Screened]:
+    """Every query in turn, each target taken for the ones after it (and marked in
+    ``ranked``). One call of the compiled core (rust/sova-core/src/coldspots.rs) for the
+    round, so a round costs about hosts, not hot hosts x hosts (issue 36)."""
+    alpha = ranked.alpha
+    if not (math.isfinite(alpha) and 0.0 < alpha <= 1.0):
+        raise ValueError(f"alpha must be a utilisation in (0, 1], got {alpha!r}")
+    limit = alpha if ceiling is None else ceiling
+    if not (math.isfinite(limit) and limit > 0.0):
+        raise ValueError(f"ceiling must be finite and > 0, got {ceiling!r}")
+    pos, caps = ranked.pos, ranked.capacities
+    src: list[int] = []
+    first: list[int] = []
+    end: list[int] = []
+    keep_mover: list[int] = []
+    keep_dst: list[int] = []
+    shares: list[tuple[float, float, float]] = []
+    barred_start, barred = [0], []
+    src_caps: list[tuple[float, float, float]] = []
+    for q in queries:
+        src.append(pos.get(q.src, -1))
+        first.append(len(shares))
+        kept_vm, kept_dst = q.keep or (None, None)
+        k = next((i for i, (vm, _, _) in enumerate(q.vms) if vm == kept_vm), None)
+        ok = k is not None and kept_dst in pos
+        keep_mover.append(len(shares) + k if ok and k is not None else -1)
+        keep_dst.append(pos[kept_dst] if ok and kept_dst is not None else -1)
+        for _, load, bar in q.vms:
+            shares.append(load.util.as_tuple())
+            barred.extend(sorted({pos[h] for h in bar if h in pos}))
+            barred_start.append(len(barred))
+        end.append(len(shares))
+        if caps is not None:
+            if q.src not in caps:
+                raise ValueError(f"capacities has no entry for host {q.src!r}")
+            src_caps.append(caps[q.src].as_tuple())
+
+    def ints(x: list[int]) -> npt.NDArray[np.int64]:
+        return np.array(x, dtype=np.int64)
+
+    target, mover, kept, tried, listed, after, why = _core.screen_round(
+        ranked.now.ravel(),
+        None if ranked.caps is None else ranked.caps.ravel(),
+        None if caps is None else np.array(src_caps, dtype=np.float64).ravel(),
+        alpha,
+        limit,
+        ranked.taken,
+        ints(src),
+        ints(first),
+        ints(end),
+        ints(keep_mover),
+        ints(keep_dst),
+        np.array(shares, dtype=np.float64).reshape(-1),
+        ints(barred_start),
+        ints(barred),
+    )
+    ranked.taken[target[target >= 0]] = True
+    return _screened(ranked, queries, first, end, limit, target, mover, kept, tried, listed, after, why)
+
+
+def _screened(
+    ranked: RankedHosts,
+    queries: Sequence[ScreenQuery],
+    first: list[int],
+    end: list[int],
+    limit: float,
+    *core: npt.NDArray[Any],
+) -> list[Screened]:
+    """What :func:`screen_round`'s queries got, from the core's arrays."""
+    target, mover, kept, tried, listed, after, why = core
+    names, alpha = ranked.names, ranked.alpha
+    listed = listed.reshape(-1, REFUSALS_LISTED)
+    after = after.reshape(-1, REFUSALS_LISTED, 3)
+    why = why.reshape(-1, REFUSALS_LISTED)
+    out = []
+    # The coldest hosts head every refusal of a round, most often for alike VMs: each
+    # reason is formatted once (a fleet with no fit formats 8, not 8 per hot host).
+    said: dict[tuple[int, int, tuple[float, ...]], str] = {}
+    for qi, q in enumerate(queries):
+        t, m = int(target[qi]), int(mover[qi])
+        if m >= 0:
+            out.append(Screened(q.vms[m - first[qi]][0], names[t], bool(kept[qi]), {}))
+            continue
+        refused = {}
+        for (vm, _, _), row in zip(q.vms, range(first[qi], end[qi]), strict=True):
+            reasons = []
+            rows = zip(listed[row].tolist(), after[row].tolist(), why[row].tolist(), strict=True)
+            for i, a, w in rows:
+                if i < 0:
+                    break
+                key = (i, w, tuple(a))
+                text = said.get(key)
+                if text is None:
+                    now = ranked.now[i].tolist()
+                    text = said[key] = _unfit(names[i], now, a, w, alpha, limit)
+                reasons.append(text)
+            if tried[row] > REFUSALS_LISTED:
+                reasons.append(f"{int(tried[row]) - REFUSALS_LISTED} more host(s) refused")
+            refused[vm] = reasons
+        out.append(Screened(None, None, False, refused))
+    return out
+
+
+def _unfit(
+    name: str, now: list[float], after: list[float], why: int, alpha: float, limit: float
+) -> str:
+    """Why ``name`` could not take a VM, as the core found it: ``why``'s bit ``r`` says
+    resource ``r`` is at or over ``alpha`` now, bit ``3 + r`` that it would reach
+    ``limit`` (``after`` its loads with the VM)."""
+    busy = [r for i, r in enumerate(RESOURCES) if why & (1 << i)]
+    if busy:
+        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
+    full = [
+        f"{r} {now[i]:.3f}->{after[i]:.3f}"
+        for i, r in enumerate(RESOURCES)
+        if why & (1 << (len(RESOURCES) + i))
+    ]
+    return f"{name}: would reach {', '.join(full)} >= {limit:g}"
 
 
 def screen_targets(
@@ -92,79 +234,23 @@ def screen_targets(
     metric: HotnessMetric | str,
     ceiling: float | None,
     capacities: Mapping[str, HostCapacity] | None,
-    ranked: RankedHosts | None = None,
     barred: Collection[str] = (),
 ) -> tuple[str | None, list[str]]:
-    """The chosen cold spot and, for logging, why the less-hot candidates before it were
-    refused (the first :data:`REFUSALS_LISTED`, then a count).
+    """The chosen cold spot or, when there is none, why the candidates were refused (the
+    first :data:`REFUSALS_LISTED`, then a count).
 
     The candidates are ``hosts`` by (hotness, name) without ``src``, ``taken`` and
-    ``barred``; the first that passes :func:`why_unfit` is chosen. ``ranked`` is that ranking
-    as arrays when the caller already has it, with ``taken`` already blocked in it:
-    :func:`coordinate` ranks once per round instead of once per hot host.
+    ``barred``; the first not busy and not full after the move is chosen: :func:`screen_round`
+    with one query of one VM.
     """
-    if not (math.isfinite(alpha) and 0.0 < alpha <= 1.0):
-        raise ValueError(f"alpha must be a utilisation in (0, 1], got {alpha!r}")
-    limit = alpha if ceiling is None else ceiling
-    if not (math.isfinite(limit) and limit > 0.0):
-        raise ValueError(f"ceiling must be finite and > 0, got {ceiling!r}")
-    if ranked is None:
-        if capacities is not None:
-            for host in (src, *hosts):
-                if host not in capacities:
-                    raise ValueError(f"capacities has no entry for host {host!r}")
-        order = sorted((hotness(u, metric), name) for name, u in hosts.items())
-        ranked = RankedHosts(order, hosts, alpha, capacities)
-        ranked.block(taken)
-    open_ = ~ranked.blocked
-    for name in (src, *barred):
-        i = ranked.pos.get(name)
-        if i is not None:
-            open_[i] = False
-    share = np.array(vm.util.as_tuple(), dtype=np.float64)
-    if ranked.caps is not None and capacities is not None:
-        # _share_on's arithmetic, per target: share * cap_src / cap_dst
-        add = share * np.array(capacities[src].as_tuple()) / ranked.caps
-    else:
-        add = np.broadcast_to(share, ranked.now.shape)
-    after = ranked.now + add
-    # three column tests, not .any(axis=1): a reduction over a length-3 axis is ~10x slower
-    full = (after[:, 0] >= limit) | (after[:, 1] >= limit) | (after[:, 2] >= limit)
-    fits = open_ & ~ranked.busy & ~full
-    hit = np.flatnonzero(fits)
-    stop = int(hit[0]) if len(hit) else len(ranked.names)
-    tried = np.flatnonzero(open_[:stop])
-    refused: list[str] = []
-    for i in tried[:REFUSALS_LISTED].tolist():
-        name = ranked.names[i]
-        why = why_unfit(hosts[name], name, src, vm, alpha, limit, capacities)
-        refused.append(why or f"{name}: refused")
-    if len(tried) > REFUSALS_LISTED:
-        refused.append(f"{len(tried) - REFUSALS_LISTED} more host(s) refused")
-    return (ranked.names[stop] if len(hit) else None), refused
-
-
-def why_unfit(
-    host: Utilisation,
-    name: str,
-    src: str,
-    vm: VMLoad,
-    alpha: float,
-    limit: float,
-    capacities: Mapping[str, HostCapacity] | None,
-) -> str | None:
-    """Why ``name`` cannot take ``vm`` from ``src`` (busy now, or too full after), or None."""
-    now = host.as_tuple()
-    busy = [r for r, x in zip(RESOURCES, now, strict=True) if x >= alpha]
-    if busy:
-        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
-    after = [a + b for a, b in zip(now, _share_on(vm, src, name, capacities), strict=True)]
-    full = [
-        f"{r} {x:.3f}->{y:.3f}" for r, x, y in zip(RESOURCES, now, after, strict=True) if y >= limit
-    ]
-    if full:
-        return f"{name}: would reach {', '.join(full)} >= {limit:g}"
-    return None
+    if capacities is not None:
+        for host in (src, *hosts):
+            if host not in capacities:
+                raise ValueError(f"capacities has no entry for host {host!r}")
+    ranked = RankedHosts.of(hosts, metric, alpha, capacities)
+    ranked.take(taken)
+    (got,) = screen_round(ranked, [ScreenQuery(src, [("vm", vm, barred)])], ceiling)
+    return got.target, got.refused.get("vm", [])
 
 
 def choose_target(

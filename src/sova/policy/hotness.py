@@ -14,6 +14,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
+from sova.policy import _core
+
+FloatArray = npt.NDArray[np.float64]
+
 RESOURCES: Final = ("cpu", "mem", "net")
 
 # Counters and the sampling clock are read at slightly different instants, so a fully busy
@@ -82,6 +89,15 @@ class VMLoad:
 
 
 # --------------------------------------------------------------------------- hotness
+# One implementation, the compiled core's (rust/sova-core/src/hotness.rs, docs/design.md
+# "The compiled core"): a host's or a VM's hotness for the per-host callers (coordinate,
+# the mover choice, Watcher's plug-in) and every host's at once for the manager's round.
+# The readable form is kept in tests/hotness_oracle.py as the oracle.
+
+
+class HotnessMetric(StrEnum):
+    VOLUME = "volume"
+    SKEWNESS = "skewness"
 
 
 def skewness(r: Sequence[float]) -> float:
@@ -96,29 +112,27 @@ def skewness(r: Sequence[float]) -> float:
     for i, value in enumerate(r):
         if not math.isfinite(value) or value < 0.0:
             raise ValueError(f"r[{i}] must be finite and >= 0, got {value!r}")
-    mean = sum(r) / len(r)
-    if mean == 0.0:
-        return 0.0
-    # d * d rather than d ** 2: C pow() may differ from a plain product in the last bit, and
-    # the batch controller must reproduce this value exactly.
-    return math.sqrt(sum((d := value / mean - 1.0) * d for value in r))
+    return _core.hotness_one([float(x) for x in r], True, VOLUME_CLAMP)
 
 
 def volume(cpu: float, mem: float, net: float) -> float:
     """Sandpiper's volume ``1 / ((1-cpu)(1-mem)(1-net))``: 1 when idle, large when saturated."""
-    product = 1.0
     for name, value in (("cpu", cpu), ("mem", mem), ("net", net)):
-        product *= 1.0 - min(_check_utilisation(name, value), VOLUME_CLAMP)
-    return 1.0 / product
-
-
-class HotnessMetric(StrEnum):
-    VOLUME = "volume"
-    SKEWNESS = "skewness"
+        _check_utilisation(name, value)
+    return _core.hotness_one([float(cpu), float(mem), float(net)], False, VOLUME_CLAMP)
 
 
 def hotness(u: Utilisation, metric: HotnessMetric | str = HotnessMetric.VOLUME) -> float:
     """Hotness of a host or VM under the chosen metric. An unknown name raises ValueError."""
-    if HotnessMetric(metric) is HotnessMetric.SKEWNESS:
-        return skewness(u.as_tuple())
-    return volume(u.cpu, u.mem, u.net)
+    skew = HotnessMetric(metric) is HotnessMetric.SKEWNESS
+    return _core.hotness_one([u.cpu, u.mem, u.net], skew, VOLUME_CLAMP)
+
+
+def hotness_rows(rows: npt.ArrayLike, metric: HotnessMetric | str) -> FloatArray:
+    """:func:`hotness` of every row (cpu, mem, net) of ``rows`` (hosts, 3) at once, float
+    for float; each value finite and >= 0 (the round's loads were checked at intake)."""
+    skew = HotnessMetric(metric) is HotnessMetric.SKEWNESS
+    a = np.ascontiguousarray(rows, dtype=np.float64)
+    if a.ndim != 2:
+        raise ValueError(f"rows must be (hosts, resources), got shape {a.shape}")
+    return _core.hotness_rows(a.ravel(), a.shape[1], skew, VOLUME_CLAMP)

@@ -52,13 +52,13 @@ round that joins them (:func:`coordinate`), in Alg. 2's reading order.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
 
-from sova.policy.cold_spots import RankedHosts, screen_targets, why_unfit
+from sova.policy.cold_spots import RankedHosts, Screened, ScreenQuery, screen_round
 from sova.policy.hotness import (
     RESOURCES,
     UTILISATION_SLACK,
@@ -192,27 +192,29 @@ class HotspotDetector:
         host cannot be hot before ``k`` observations exist.
         """
         window = history[-self.n :]
-        verdicts: list[ResourceVerdict] = []
-        if window:
-            rows = [u.as_tuple() for u in window]
-            v = verdict_arrays(np.array(rows, dtype=np.float64)[None], self.alpha, self.k)
-            verdicts = [
-                ResourceVerdict(name, over, len(rows), forecast, hot)
-                for name, over, forecast, hot in zip(
-                    RESOURCES,
-                    v.over[0].tolist(),
-                    v.forecast[0].tolist(),
-                    v.hot[0].tolist(),
-                    strict=True,
+        if not window:
+            return HotspotVerdict(hot=False, alpha=self.alpha, k=self.k, n=self.n, resources=())
+        rows = [u.as_tuple() for u in window]
+        v = verdict_arrays(np.array(rows, dtype=np.float64)[None], self.alpha, self.k)
+        return self.verdicts(v, [0], len(rows))[0]
+
+    def verdicts(self, v: VerdictArrays, at: Sequence[int], n_obs: int) -> list[HotspotVerdict]:
+        """The verdicts of rows ``at`` of ``v`` (windows of ``n_obs`` observations)."""
+        out = []
+        for over, forecast, hot in zip(
+            v.over[at].tolist(), v.forecast[at].tolist(), v.hot[at].tolist(), strict=True
+        ):
+            windows = [n_obs for _ in RESOURCES]
+            resources = tuple(
+                ResourceVerdict(*r)
+                for r in zip(RESOURCES, over, windows, forecast, hot, strict=True)
+            )
+            out.append(
+                HotspotVerdict(
+                    hot=any(hot), alpha=self.alpha, k=self.k, n=self.n, resources=resources
                 )
-            ]
-        return HotspotVerdict(
-            hot=any(v.hot for v in verdicts),
-            alpha=self.alpha,
-            k=self.k,
-            n=self.n,
-            resources=tuple(verdicts),
-        )
+            )
+        return out
 
 
 # --------------------------------------------------------------------------- VM choice
@@ -426,33 +428,61 @@ def coordinate(
     target still fits, so near-equal targets do not make a plan flip between rounds
     (docs/design.md#plan-stability).
     """
-    fenced = fenced or {}
     verdicts = {name: detector.assess(rep.history) for name, rep in reports.items()}
-    hot = {name for name, v in verdicts.items() if v.hot}
-    signals: dict[str, MigrationSignal] = {}
-    for name in sorted(reports):
-        if name not in hot:
-            signals[name] = MigrationSignal(False, None, verdicts[name].reason)
+    signals = {
+        name: MigrationSignal(False, None, v.reason) for name, v in verdicts.items() if not v.hot
+    }
     current = {name: rep.history[-1] for name, rep in reports.items() if rep.history}
-    rnd = _Round(
-        current,
-        taken=set(hot) | set(leased) | set(fenced),
-        alpha=detector.alpha,
-        ceiling=ceiling,
-        metric=metric,
-        capacities=_capacities(reports),
-        barred=barred or {},
-    )
-    for name in sorted(hot, key=lambda h: (-hotness(current[h], metric), h)):
-        verdict = verdicts[name]
+    capacities = _capacities(reports)
+    hot = {name: v for name, v in verdicts.items() if v.hot}
+    if hot:
+        signals |= plan_hot(
+            hot,
+            RankedHosts.of(current, metric, detector.alpha, capacities),
+            lambda h: reports[h].vms,
+            metric=metric,
+            ceiling=ceiling,
+            leased=leased,
+            barred=barred,
+            fenced=fenced,
+            cost=cost,
+            prefer=prefer,
+        )
+    return dict(sorted(signals.items()))
+
+
+def plan_hot(
+    hot: Mapping[str, HotspotVerdict],
+    ranked: RankedHosts,
+    vms_of: Callable[[str], Mapping[str, VMLoad]],
+    *,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+    ceiling: float | None = None,
+    leased: Collection[str] = frozenset(),
+    barred: Mapping[str, Collection[str]] | None = None,
+    fenced: Mapping[str, str] | None = None,
+    cost: MoveCost = PAPERS_MOVE,
+    prefer: Mapping[str, tuple[str, str]] | None = None,
+) -> dict[str, MigrationSignal]:
+    """The signals of the hot hosts of a :func:`coordinate` round, given their verdicts,
+    every observed host ranked (marked taken here: the hot, leased and fenced) and each hot
+    host's VMs: the movers chosen here, the screening for all of them in one call of the
+    core (:func:`screen_round`). The manager's round over arrays calls it too."""
+    fenced, barred, prefer = fenced or {}, barred or {}, prefer or {}
+    ranked.take((*hot, *leased, *fenced))
+    signals: dict[str, MigrationSignal] = {}
+    queries: list[ScreenQuery] = []
+    plans: list[tuple[str, HotspotVerdict, list[Mover]]] = []
+    for name in sorted(hot, key=lambda h: (-ranked.heat[h], h)):
+        verdict = hot[name]
         if name in fenced:
             signals[name] = _refusal(verdict, f"skipped: {fenced[name]}")
             continue
         if name in leased:
             signals[name] = _refusal(verdict, "skipped: a migration of this host is in progress")
             continue
-        vms = reports[name].vms
-        movers, unhelpful = rank_movers(vms, verdict, current[name], cost, metric)
+        vms = vms_of(name)
+        movers, unhelpful = rank_movers(vms, verdict, ranked.utilisation(name), cost, metric)
         if not movers:
             why = "no VM to move (none reported with load on a hot resource)"
             if unhelpful and cost != PAPERS_MOVE:
@@ -460,12 +490,37 @@ def coordinate(
             signals[name] = _refusal(verdict, why)
             continue
         tries = movers[: cost.tries]
-        was = (prefer or {}).get(name)
-        kept = None if was is None else rnd.keep(name, verdict, tries, vms, was)
-        if kept is None:
-            kept = rnd.place(name, verdict, tries, vms, cost.horizon_s)
-        signals[name] = kept
-    return dict(sorted(signals.items()))
+        moves = [(m.vm, vms[m.vm], barred.get(m.vm, ())) for m in tries]
+        queries.append(ScreenQuery(name, moves, prefer.get(name)))
+        plans.append((name, verdict, tries))
+    screened = screen_round(ranked, queries, ceiling)
+    for (name, verdict, tries), got in zip(plans, screened, strict=True):
+        signals[name] = _screened_signal(verdict, tries, got, cost.horizon_s)
+    return signals
+
+
+def _screened_signal(
+    verdict: HotspotVerdict, tries: Sequence[Mover], got: Screened, horizon_s: float
+) -> MigrationSignal:
+    """A hot host's signal from its screening: last round's move kept, a move, or why none."""
+    if got.target is not None and got.vm is not None:
+        if got.kept:
+            why = f"move {got.vm} to {got.target} (as proposed before)"
+        else:
+            mover = next(m for m in tries if m.vm == got.vm)
+            relief = "" if horizon_s <= 0.0 else f" (removes {mover.relief:.0%} of the overload)"
+            if mover.crosses_hot_link:
+                relief += "; it carries none of the net heat, but no VM that does can go"
+            why = f"move {got.vm} to {got.target}{relief}"
+        return MigrationSignal(
+            True, got.target, f"{verdict.reason}; {why}", got.vm, verdict.hot_resources
+        )
+    tried = []
+    for mover in tries:
+        refused = got.refused.get(mover.vm, [])
+        detail = "; ".join(refused) if refused else "no other host available"
+        tried.append(f"{mover.vm} ({detail})")
+    return _refusal(verdict, "no cold spot for " + "; for ".join(tried), tries[0].vm)
 
 
 def _capacities(reports: Mapping[str, HostReport]) -> dict[str, HostCapacity] | None:
@@ -477,112 +532,3 @@ def _capacities(reports: Mapping[str, HostReport]) -> dict[str, HostCapacity] | 
     return capacities or None
 
 
-@dataclass
-class _Round:
-    """What one :func:`coordinate` round knows while it serves the hot hosts in turn: the
-    hosts' current loads, the hosts taken (hot, leased, fenced, or already a target), and
-    the screening's settings."""
-
-    current: Mapping[str, Utilisation]
-    taken: set[str]
-    alpha: float
-    ceiling: float | None
-    metric: HotnessMetric | str
-    capacities: Mapping[str, HostCapacity] | None
-    barred: Mapping[str, Collection[str]]
-    # All hosts by (hotness, name) as arrays, built at the first screening of the round.
-    ranked: RankedHosts | None = None
-
-    def _take(self, target: str) -> None:
-        self.taken.add(target)
-        if self.ranked is not None:
-            self.ranked.block((target,))
-
-    def keep(
-        self,
-        name: str,
-        verdict: HotspotVerdict,
-        tries: Sequence[Mover],
-        vms: Mapping[str, VMLoad],
-        was: tuple[str, str],
-    ) -> MigrationSignal | None:
-        """The move proposed for ``name`` last time, if its VM still relieves the host and
-        its target still fits (docs/design.md#plan-stability); else None."""
-        kept_vm, kept_dst = was
-        limit = self.alpha if self.ceiling is None else self.ceiling
-        if not (
-            any(m.vm == kept_vm for m in tries)
-            and kept_dst in self.current
-            and kept_dst != name
-            and kept_dst not in self.taken
-            and kept_dst not in self.barred.get(kept_vm, ())
-            and why_unfit(
-                self.current[kept_dst],
-                kept_dst,
-                name,
-                vms[kept_vm],
-                self.alpha,
-                limit,
-                self.capacities,
-            )
-            is None
-        ):
-            return None
-        self._take(kept_dst)
-        return MigrationSignal(
-            True,
-            kept_dst,
-            f"{verdict.reason}; move {kept_vm} to {kept_dst} (as proposed before)",
-            kept_vm,
-            verdict.hot_resources,
-        )
-
-    def place(
-        self,
-        name: str,
-        verdict: HotspotVerdict,
-        tries: Sequence[Mover],
-        vms: Mapping[str, VMLoad],
-        horizon_s: float,
-    ) -> MigrationSignal:
-        """The first of ``tries`` with a cold spot, moved there; or a refusal naming why
-        each found none."""
-        if self.ranked is None:
-            self.ranked = RankedHosts(
-                sorted((hotness(u, self.metric), h) for h, u in self.current.items()),
-                self.current,
-                self.alpha,
-                self.capacities,
-            )
-            self.ranked.block(self.taken)
-        tried: list[str] = []
-        for mover in tries:
-            target, refused = screen_targets(
-                self.current,
-                name,
-                vms[mover.vm],
-                self.alpha,
-                self.taken,
-                self.metric,
-                self.ceiling,
-                self.capacities,
-                self.ranked,
-                self.barred.get(mover.vm, ()),
-            )
-            if target is not None:
-                self._take(target)
-                relief = (
-                    "" if horizon_s <= 0.0 else f" (removes {mover.relief:.0%} of the overload)"
-                )
-                if mover.crosses_hot_link:
-                    relief += "; it carries none of the net heat, but no VM that does can go"
-                return MigrationSignal(
-                    True,
-                    target,
-                    f"{verdict.reason}; move {mover.vm} to {target}{relief}",
-                    mover.vm,
-                    verdict.hot_resources,
-                )
-            detail = "; ".join(refused) if refused else "no other host available"
-            tried.append(f"{mover.vm} ({detail})")
-        return _refusal(verdict, "no cold spot for " + "; for ".join(tried), tries[0].vm)

@@ -10,10 +10,11 @@ included):
 1. every host's verdict is computed at once by the compiled core
    (:func:`sova.policy.verdicts.verdict_arrays`), the same function ``coordinate``'s
    detector calls for one host, so forecasts are bit-equal;
-2. the few hot hosts are handed to ``coordinate`` itself, together with the ``spare``
-   least-hot hosts — the only ones its cold-spot search can reach first;
-3. if a hot host found no cold spot among them, the whole round is re-run through
-   ``coordinate`` with every host (rare; exact by construction).
+2. the hot hosts' verdicts are built from those arrays, every observed host is ranked
+   once from its latest row, and :func:`sova.policy.hotspot.plan_hot` (what
+   ``coordinate`` runs after its verdicts) chooses the movers and screens every hot host
+   for a cold spot in one call of the core (``sova.policy.cold_spots.screen_round``): a
+   round costs about hosts, however many are hot and however few find a target.
 
 The manager keeps its windows in :class:`WindowArrays` (a host x window ring of floats; the
 core's windows are views of it, :class:`ArrayWindow`, whose ``Utilisation`` objects are built
@@ -24,7 +25,6 @@ signal (:class:`Signals`): a simulated round reads a handful of the thousands.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import (
     Callable,
     Collection,
@@ -39,17 +39,20 @@ from typing import Any
 
 import numpy as np
 
+from sova.policy.cold_spots import RankedHosts
 from sova.policy.hotspot import (
     PAPERS_MOVE,
     RESOURCES,
-    VOLUME_CLAMP,
+    HostCapacity,
     HostReport,
     HotnessMetric,
     HotspotDetector,
+    HotspotVerdict,
     MigrationSignal,
     MoveCost,
     Utilisation,
     coordinate,
+    plan_hot,
 )
 from sova.policy.verdicts import verdict_arrays
 
@@ -67,24 +70,6 @@ def _reason(over: np.ndarray, n_obs: int, forecast: np.ndarray, alpha: float) ->
         for i, r in enumerate(RESOURCES)
     ]
     return "not hot: " + "; ".join(parts)
-
-
-def hotness_array(last: np.ndarray, metric: HotnessMetric | str) -> np.ndarray:
-    """:func:`sova.policy.hotspot.hotness` of each row (cpu, mem, net) of ``last``, bit-equal:
-    the same operations in the same order (``volume``'s running product from 1.0,
-    ``skewness``'s sums left to right)."""
-    c, m, n = last[:, 0], last[:, 1], last[:, 2]
-    if HotnessMetric(metric) is HotnessMetric.SKEWNESS:
-        mean = (c + m + n) / 3
-        safe = np.where(mean == 0.0, 1.0, mean)
-        d0, d1, d2 = c / safe - 1.0, m / safe - 1.0, n / safe - 1.0
-        out: np.ndarray = np.where(mean == 0.0, 0.0, np.sqrt(d0 * d0 + d1 * d1 + d2 * d2))
-        return out
-    product = 1.0 - np.minimum(c, VOLUME_CLAMP)
-    product = product * (1.0 - np.minimum(m, VOLUME_CLAMP))
-    product = product * (1.0 - np.minimum(n, VOLUME_CLAMP))
-    vol: np.ndarray = 1.0 / product
-    return vol
 
 
 class Signals(MutableMapping[str, MigrationSignal]):
@@ -381,65 +366,62 @@ def coordinate_windows(
     leased: Collection[str] = frozenset(),
     barred: Mapping[str, Collection[str]] | None = None,
     fenced: Mapping[str, str] | None = None,
-    spare: int = 64,
     cost: MoveCost = PAPERS_MOVE,
     prefer: Mapping[str, tuple[str, str]] | None = None,
+    capacity: Callable[[str], HostCapacity | None] | None = None,
 ) -> Signals:
     """Exactly ``coordinate({h: report(h) for h in names}, detector, ...)``, from the hosts'
     windows as arrays (``groups``: ``(observations, positions in names, windows (m,
     observations, 3))``, every host in one; ``last``: each host's latest utilisation).
-    ``report`` is called only for the hosts the exact search needs."""
+    ``report`` is called for the hot hosts only (their VMs), ``capacity`` (default: the
+    report's) for every host."""
     explicit: dict[str, MigrationSignal] = {}
     quiet: list[_Quiet] = []
-    hot: list[str] = []
-    candidate = np.zeros(len(names), dtype=bool)  # observed and not hot: possible targets
+    hot: dict[str, HotspotVerdict] = {}
+    observed = np.zeros(len(names), dtype=bool)
     for n_obs, sel, windows in groups:
         if n_obs == 0:
             for j in sel.tolist():
                 explicit[names[j]] = MigrationSignal(False, None, "no observations")
             continue
+        observed[sel] = True
         v = verdict_arrays(windows, detector.alpha, detector.k)
         over, forecast, hot_res = v.over, v.forecast, v.hot
         is_hot = np.asarray(hot_res.any(axis=1), dtype=bool)
-        hot.extend(names[j] for j in sel[is_hot].tolist())
+        rows = np.flatnonzero(is_hot).tolist()
+        judged = detector.verdicts(v, rows, n_obs)
+        hot.update(zip([names[j] for j in sel[rows].tolist()], judged, strict=True))
         calm = ~is_hot
-        candidate[sel[calm]] = True
         quiet.append(([names[j] for j in sel[calm].tolist()], over[calm], forecast[calm], n_obs))
+    caps = _capacities(names, capacity or (lambda h: report(h).capacity))
     if not hot:
         return Signals(explicit, quiet, detector.alpha)
-    # With capacities the search below stays exact: the subset is a prefix of the hosts
-    # ranked by hotness, the screening walks that ranking and takes the first host that
-    # passes, so a pass inside the prefix is the first pass overall (and none falls back).
-    at = np.flatnonzero(candidate)
-    coldest = heapq.nsmallest(
-        len(hot) + len(leased) + len(fenced or ()) + spare,
-        zip(hotness_array(last[at], metric).tolist(), [names[j] for j in at.tolist()], strict=True),
+    at = np.flatnonzero(observed)
+    ranked = RankedHosts([names[j] for j in at.tolist()], last[at], metric, detector.alpha, caps)
+    explicit |= plan_hot(
+        hot,
+        ranked,
+        lambda h: report(h).vms,
+        metric=metric,
+        ceiling=ceiling,
+        leased=leased,
+        barred=barred,
+        fenced=fenced,
+        cost=cost,
+        prefer=prefer,
     )
-    # A proposal's target is kept while it fits: it must be in the subset, wherever it ranks.
-    kept = [dst for src, (_, dst) in (prefer or {}).items() if src in hot]
-    known = set(names)
-    subset = {
-        name: report(name)
-        for name in (*hot, *(name for _, name in coldest), *(d for d in kept if d in known))
-    }
-    kw = {
-        "metric": metric,
-        "ceiling": ceiling,
-        "leased": leased,
-        "barred": barred,
-        "fenced": fenced,
-        "cost": cost,
-        "prefer": prefer,
-    }
-    part = coordinate(subset, detector, **kw)  # type: ignore[arg-type]
-    if any(not part[h].flag and part[h].vm is not None for h in hot):
-        # A hot host found no cold spot among the coldest few: only the full search is
-        # exact (a host further down may take this VM), and its refusals list them all.
-        full = coordinate({name: report(name) for name in names}, detector, **kw)  # type: ignore[arg-type]
-        return Signals(full, [], detector.alpha)
-    for h in hot:
-        explicit[h] = part[h]
     return Signals(explicit, quiet, detector.alpha)
+
+
+def _capacities(
+    names: Sequence[str], capacity: Callable[[str], HostCapacity | None]
+) -> dict[str, HostCapacity] | None:
+    """As ``coordinate`` reads them: every host's, or None when no host has one."""
+    given = {h: c for h in names if (c := capacity(h)) is not None}
+    if given and len(given) != len(names):
+        missing = sorted(set(names) - set(given))
+        raise ValueError(f"capacity given for some hosts but not for {missing}")
+    return given or None
 
 
 def fast_coordinate(
@@ -451,7 +433,6 @@ def fast_coordinate(
     leased: Collection[str] = frozenset(),
     barred: Mapping[str, Collection[str]] | None = None,
     fenced: Mapping[str, str] | None = None,
-    spare: int = 64,
     cost: MoveCost = PAPERS_MOVE,
     prefer: Mapping[str, tuple[str, str]] | None = None,
 ) -> Mapping[str, MigrationSignal]:
@@ -469,9 +450,10 @@ def fast_coordinate(
             prefer=prefer,
         )
     names = list(reports)
+    n = detector.n
     by_len: dict[int, list[int]] = {}
     for j, rep in enumerate(reports.values()):
-        by_len.setdefault(len(rep.history[-detector.n :]), []).append(j)
+        by_len.setdefault(min(len(rep.history), n), []).append(j)
     groups = []
     last = np.zeros((len(names), 3), dtype=np.float64)
     for n_obs, at in by_len.items():
@@ -479,10 +461,14 @@ def fast_coordinate(
         if n_obs == 0:
             groups.append((0, sel, np.zeros((len(at), 0, 3))))
             continue
-        windows = np.array(
-            [[u.as_tuple() for u in reports[names[j]].history[-detector.n :]] for j in at],
-            dtype=np.float64,
-        )
+        # one flat list of floats: a nested list per host and observation costs twice
+        flat = [
+            x
+            for j in at
+            for u in reports[names[j]].history[-n:]
+            for x in (u.cpu, u.mem, u.net)
+        ]
+        windows = np.array(flat, dtype=np.float64).reshape(len(at), n_obs, 3)
         last[sel] = windows[:, -1]
         groups.append((n_obs, sel, windows))
     return coordinate_windows(
@@ -496,7 +482,6 @@ def fast_coordinate(
         leased=leased,
         barred=barred,
         fenced=fenced,
-        spare=spare,
         cost=cost,
         prefer=prefer,
     )

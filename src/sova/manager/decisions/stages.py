@@ -139,6 +139,8 @@ class Hotspot:
             fenced=r.fenced,
             cost=state.move_cost,
             prefer=state.proposals,
+            # what each report carries, without building the report of every host
+            capacity=r.capacities.get,
         )
 
 
