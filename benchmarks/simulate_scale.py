@@ -698,6 +698,76 @@ finished after 31 min of CPU (stopped), where the whole ``sova simulate`` takes 
 runs; ``--sim-only`` 2.87 CPU-s, 2.09 M VM-steps per CPU-s, unchanged by this session). That
 is no fair comparison: the bench's hosts have 32 PEs and 20 of its VMs need 40, so the
 CloudSim Plus model is over its hosts' capacity there; it is not quoted as a ratio.
+
+Issue 36, branch tick36 (2026-12-07, the 2-core machine shared with four other sessions
+and a fuzz run: load average 10-17 throughout, so CPU seconds are the figure; walls are
+not comparable). Where the simulation's time went before (cProfile of ``run_policy``,
+main 55ddf42; shares of the profiled total, which cProfile inflates for Python calls):
+
+    piece (1,000 x 20 x 300 s; 3.96 s profiled)                       share
+    the world's construction (arrays, every VM's workload)              21 %
+      every VM's first duty cycles, four generator calls a VM            7 %
+      the VM models (scenario -> model.VM, pydantic)                     7 %
+    the engine's tick                                                   23 %
+      the random draws (jitter, Poisson arrivals; the seed's order)      6 %
+      the duty cycles' on-time (the first pass, then renewals)           3 %
+      CPU, paths and the PF's egress (two water-fills in the core)       7 %
+      counters and the tick's figures (~40 numpy calls)                  3 %
+      request latency                                                    2 %
+    the bandwidth loop (fleet_bandwidth.step)                           12 %
+      exact per-host sums (Groups.fsum: padded matrix + TwoSum)          4 %
+    the VF scheduling pass (FleetControl.decide)                         8 %
+    the agents' steps (HostAgent.step, candidates)                       9 %
+    timeline rows, manager's round, sensing                         6, 4, 4 %
+    the collector's final pass                                           4 %
+
+    piece (1,000 x 3 x 3600 s; 26.9 s profiled)                       share
+    the engine's tick (draws 4 %, on-time 4 %, counters 2 %,            21 %
+      latency 2 %, CPU/paths/PF 7 %)
+    the VF scheduling pass (inventories 5 %)                            17 %
+    the manager's round (taking the loads 10 %: loads_at per host)      17 %
+    the bandwidth loop (exact per-host sums 4 %)                        13 %
+    timeline rows 5 %, sensing 3 %, per-tick statistics 3 %
+
+Moved into the compiled core (rust/sova-core, through the facades ``sova.policy.kernels``
+and ``sova.policy.tick``), each the numpy form's expressions in its order, so golden
+outputs are unchanged (17 runs, 0 differences): the exact per-host sums
+(``Groups.fsum``: ``math.fsum``'s algorithm, one crossing a round), the counters and the
+tick's figures (``count``: one pass over every VM and host), the duty cycles' first
+on-time pass (``on_time``; the renewals and their draws stay in Python). And in Python,
+the cycles of a batch of VMs (the world's construction, a workload change) are drawn with
+one ``random()`` call (``workload.reset_each``: ``uniform(lo, hi)`` is ``lo + (hi - lo) *
+random()``, so the same values and stream state; tested). ``--sim-only --reps 3`` (one
+run at 10,000 hosts), before = 55ddf42 through ``--sova-src``:
+
+    size (hosts x VMs x 300 s)   before: CPU s (runs)        after: CPU s (runs)      VM-steps per CPU-s
+    100 x 20                     0.71 (0.66-0.92)            0.51 (0.48-0.56)         0.84 M -> 1.17 M
+    1,000 x 20                   3.58 (3.42-3.63)            3.07 (3.04-3.29)         1.68 M -> 1.96 M
+    10,000 x 20                  32.92 (1 run, 1,222 MiB)    29.28 (1 run, 1,223 MiB)  1.82 M -> 2.05 M
+
+The whole ``sova simulate`` of 1,000 x 3 for one hour (outputs and report included), before
+and after alternating, 3 pairs, load average 10.7-16.5:
+
+    code                  wall s (runs)               CPU s (runs)          peak RSS
+    before (55ddf42)      132.3 (105.5-143.9)         16.0 (14.9-16.4)      248 MiB
+    after                 112.7 (71.9-113.0)          15.1 (14.8-18.1)      248 MiB
+
+(the walls are the load's, 5-9x the CPU; the moved pieces are a smaller share at 3 VMs a
+host, and the CPU spread, 14.8-18.1 s, is wider than the change). The 248 MiB peak is the
+same for both trees here; the ninth session measured 140 MiB for this command on an idle
+machine (not investigated in this session).
+
+So 1.12-1.4x less CPU at 20 VMs a host (the world's construction weighs most at 100
+hosts), and the issue's 10 M VM-steps per CPU-second is still
+~5x away. What stands in the way is no longer one large piece: the largest left are the
+world's construction at 300 s (the VM models ~7 %), the random draws (~6 %, whose order
+the seed's contract fixes: a generator in the core needs golden hashes re-recorded once),
+the control period's per-host Python (the agents' steps, inventories and the manager's
+intake of loads, together ~30 % of the hour) and the tick's remaining ~100 numpy calls
+(CPU, paths, the PF, latency: each a few per cent). Moving the whole tick into one core
+call with its own seeded generator (issue 36, build point 4) is the step that removes
+the per-tick numpy calls together; it changes the draws, hence the golden outputs.
+CloudSim Plus was not run: the machine was never quiet (load >= 10).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from tests.test_bandwidth_props import flows
 from sova.agent import bandwidth as bw
 from sova.model import MBIT, SLA, VM, HostCounters, HostSample, ResourceTuple, VMCounters
 from sova.policy.bandwidth import FlowDemand, SovaAllocator
-from sova.policy.kernels import Groups, load_shares, row_fsum
+from sova.policy.kernels import Groups, load_shares
 from sova.policy.metering import RateMeter, measure
 from sova.policy.sensing import (
     HostSensor,
@@ -41,6 +41,51 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- exact sums
 
+_U = 2.0**-53  # unit roundoff of float64
+_MANTISSA = (1 << 52) - 1  # a float64's fraction bits: all 0 on a power of two
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def numpy_row_fsum(m: np.ndarray) -> np.ndarray:
+    """``math.fsum`` of every row of a finite matrix, as numpy computed it before the
+    compiled core's ``links_fsum`` (the oracle beside ``math.fsum``): TwoSum's error terms
+    summed in float, the result accepted where a bound proves it correctly rounded, and
+    ``math.fsum`` for the rows it cannot."""
+    rows, width = m.shape
+    if width == 0:
+        return np.zeros(rows)
+    s = m[:, 0].copy()
+    c = np.zeros(rows)
+    c_abs = np.zeros(rows)
+    for j in range(1, width):
+        s, e = _two_sum(s, m[:, j])
+        c += e
+        c_abs += np.abs(e)
+    r, t = _two_sum(s, c)
+    delta = 2.0 * width * _U * c_abs
+    # half an ulp of r each side, a quarter below a power of two
+    a = np.abs(r)
+    pow2 = (a.view(np.int64) & _MANTISSA) == 0
+    limit = np.spacing(a) * np.where(pow2, 0.25, 0.5)
+    ok = (np.abs(t) + delta < limit) | ((delta == 0) & (t == 0))
+    for i in np.flatnonzero(~ok).tolist():
+        r[i] = math.fsum(m[i].tolist())
+    return r
+
+
+def row_fsum(m: np.ndarray) -> np.ndarray:
+    """Each row's sum through the compiled core, as the bandwidth step asks for it: a
+    host per row, its flows laid out in a scrambled order."""
+    rows, width = m.shape
+    host = np.repeat(np.arange(rows, dtype=np.int64), width)
+    perm = np.random.default_rng(rows * 7 + width).permutation(host.size)
+    return Groups.of(host[perm], rows).fsum(m.ravel()[perm])
+
 finite = st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False)
 # values that cancel: sums near rounding ties are where a compensated sum goes wrong
 tricky = st.one_of(
@@ -57,8 +102,9 @@ tricky = st.one_of(
 def test_row_fsum_is_math_fsum(rows: list[list[float]], width: int) -> None:
     m = np.array([r[:width] for r in rows], dtype=np.float64).reshape(len(rows), width)
     got = row_fsum(m)
-    want = [math.fsum(r[:width]) for r in rows]
-    assert got.tolist() == want
+    want = np.array([math.fsum(r[:width]) for r in rows])
+    assert got.tobytes() == want.tobytes()
+    assert got.tobytes() == numpy_row_fsum(m).tobytes()
 
 
 def test_row_fsum_on_a_tie_that_a_compensated_sum_rounds_wrongly() -> None:
@@ -111,7 +157,8 @@ def test_row_fsum_near_powers_of_two_and_ties(
     for i, (k, offs, signs) in enumerate(rows):
         vals = [2.0**k] + [math.ldexp(1.0, max(-1074, min(1023, k + o - 52))) for o in offs]
         m[i, : len(vals)] = [sg * v for sg, v in zip(signs, vals, strict=False)]
-    assert row_fsum(m).tolist() == [math.fsum(r) for r in m.tolist()]
+    want = np.array([math.fsum(r) for r in m.tolist()])
+    assert row_fsum(m).tobytes() == want.tobytes() == numpy_row_fsum(m).tobytes()
 
 
 # --------------------------------------------------------------------------- allocator

@@ -46,6 +46,27 @@ MOVED = (
         (),
     ),
     Piece(
+        "exact per-host sums",
+        "sova.policy.kernels",
+        ("Groups",),
+        (
+            ("sova.agent.bandwidth", "Groups"),  # the agents' and the simulator's step
+            ("sova.sim.fleet_bandwidth", "Groups"),
+            ("sova.policy.bandwidth", "Groups"),  # the per-host allocators
+        ),
+        ("sova.policy.kernels:row_fsum", "sova.policy.kernels:_two_sum"),
+    ),
+    Piece(
+        "the world's tick",
+        "sova.policy.tick",
+        ("count", "on_time"),
+        (
+            ("sova.sim.engine", "count"),  # the simulator's tick, every VM
+            ("sova.sim.workload", "on_time"),
+        ),
+        (),
+    ),
+    Piece(
         "rate metering",
         "sova.policy.metering",
         ("measure", "RateMeter"),

@@ -363,3 +363,25 @@ def test_load_static_follows_set_workload() -> None:
     after = workload.load_static(eng)
     assert after is not before
     assert after.req_idx.tolist() == [1] and after.asks.tolist() == [1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(clusters(), st.lists(st.integers(0, 40), max_size=12), st.floats(0.0, 1e4))
+def test_reset_each_draws_what_resetting_vm_by_vm_drew(
+    case: Any, picks: list[int], t: float
+) -> None:
+    """New cycles for several VMs at once (a VM may come twice) leave the cycles and the
+    random stream as one reset per VM in turn, drawing each uniform on its own, did."""
+    data, nic = case
+    fast, spec = engine(data, nic), engine(data, nic)
+    idx = [k % fast.N for k in picks]
+    workload.reset_each(fast, idx, t)
+    p = spec.profile
+    for i in idx:  # the readable form: four draws per VM, the net process's first
+        for start, length in ((spec.net_start, spec.net_len), (spec.cpu_start, spec.cpu_len)):
+            ln = spec.wrng.uniform(p.cycle_min, p.cycle_max, 1)
+            length[[i]] = ln
+            start[[i]] = t - spec.wrng.uniform(0.0, 1.0, 1) * ln
+    for name in ("net_start", "net_len", "cpu_start", "cpu_len"):
+        assert getattr(fast, name).tobytes() == getattr(spec, name).tobytes(), name
+    assert fast.wrng.bit_generator.state == spec.wrng.bit_generator.state

@@ -11,6 +11,7 @@ pub mod loads;
 pub mod metering;
 pub mod sensing;
 pub mod sum;
+pub mod tick;
 pub mod verdicts;
 pub mod vfsched;
 pub mod waterfill;

@@ -3,7 +3,11 @@
 //! The kernels moved here from numpy keep numpy's summation orders so that every result,
 //! and so the simulator's pinned outputs (scripts/golden-hashes.json), stay bit for bit
 //! the same: a running sum where numpy used `cumsum` or `bincount`, and numpy's pairwise
-//! sum where it used `add.reduceat`.
+//! sum where it used `add.reduceat`. Where the specification sums with Python's
+//! `math.fsum` (the bandwidth step's per-host sums), [`fsum`] is that correctly rounded
+//! sum, so any order of the same values gives the same float.
+
+use crate::waterfill::{InputError, Layout};
 
 /// Elements per pairwise block, as numpy's `PW_BLOCKSIZE`.
 const BLOCK: usize = 128;
@@ -49,9 +53,142 @@ pub fn numpy_reduceat_segment(a: &[f64]) -> f64 {
     }
 }
 
+/// Python's `math.fsum` (CPython's algorithm: Shewchuk's exact partials, then the sum of
+/// the partials rounded once, half-way cases to even): the correctly rounded sum of
+/// `values`, `+0.0` for none. Infinities and NaNs add as IEEE floats do; where `math.fsum`
+/// raises (an intermediate overflow, `inf + -inf`) this refuses with the same reason.
+pub fn fsum(values: impl IntoIterator<Item = f64>) -> Result<f64, InputError> {
+    let mut p: Vec<f64> = Vec::new();
+    let (mut special, mut inf_sum) = (0.0f64, 0.0f64);
+    for given in values {
+        let mut x = given;
+        let mut i = 0;
+        for j in 0..p.len() {
+            let mut y = p[j];
+            if x.abs() < y.abs() {
+                std::mem::swap(&mut x, &mut y);
+            }
+            let hi = x + y;
+            let lo = y - (hi - x);
+            if lo != 0.0 {
+                p[i] = lo;
+                i += 1;
+            }
+            x = hi;
+        }
+        p.truncate(i);
+        if x != 0.0 {
+            if !x.is_finite() {
+                if given.is_finite() {
+                    return Err(InputError("intermediate overflow in fsum".into()));
+                }
+                if given.is_infinite() {
+                    inf_sum += given;
+                }
+                special += given;
+                p.clear();
+            } else {
+                p.push(x);
+            }
+        }
+    }
+    if special != 0.0 {
+        return if inf_sum.is_nan() {
+            Err(InputError("-inf + inf in fsum".into()))
+        } else {
+            Ok(special)
+        };
+    }
+    let Some(mut hi) = p.pop() else {
+        return Ok(0.0);
+    };
+    let mut lo = 0.0;
+    // the partials are non-overlapping and rise in magnitude: add from the top until the
+    // sum is inexact, then round half-way cases by the sign of what is left below
+    while let Some(y) = p.pop() {
+        let x = hi;
+        hi = x + y;
+        lo = y - (hi - x);
+        if lo != 0.0 {
+            break;
+        }
+    }
+    if let Some(&below) = p.last()
+        && ((lo < 0.0 && below < 0.0) || (lo > 0.0 && below > 0.0))
+    {
+        let y = lo * 2.0;
+        let x = hi + y;
+        if y == x - hi {
+            hi = x;
+        }
+    }
+    Ok(hi)
+}
+
+/// [`fsum`] of each link's flows (`0.0` for a link without flows) into `out`.
+pub fn links_fsum(layout: &Layout<'_>, values: &[f64], out: &mut [f64]) -> Result<(), InputError> {
+    if out.len() != layout.links() {
+        return Err(InputError(format!(
+            "out: {} values for {} links",
+            out.len(),
+            layout.links()
+        )));
+    }
+    for (h, o) in out.iter_mut().enumerate() {
+        *o = fsum(layout.row(h).map(|f| values[f]))
+            .map_err(|e| InputError(format!("link {h}: {e}")))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fsum_rounds_once() {
+        // 0.1 ten times: a running sum gives 0.9999999999999999, the exact sum rounds to 1
+        assert_eq!(fsum(std::iter::repeat_n(0.1, 10)), Ok(1.0));
+        // 1 + 2^-53 + 2^-106 lies just above the tie between 1 and 1 + 2^-52: rounds up
+        assert_eq!(
+            fsum([1.0, 2f64.powi(-53), 2f64.powi(-106)]),
+            Ok(1.0 + 2f64.powi(-52))
+        );
+        // 1e16 + 1 - 1e16 cancels exactly
+        assert_eq!(fsum([1e16, 1.0, -1e16]), Ok(1.0));
+        assert_eq!(fsum([]), Ok(0.0));
+        // -0.0 alone is no partial: +0.0, as math.fsum([-0.0]) is
+        assert!(fsum([-0.0]).unwrap().is_sign_positive());
+    }
+
+    #[test]
+    fn fsum_specials_and_overflow() {
+        assert_eq!(fsum([1.0, f64::INFINITY]), Ok(f64::INFINITY));
+        assert!(fsum([f64::NAN, 1.0]).unwrap().is_nan());
+        assert_eq!(
+            fsum([f64::INFINITY, f64::NEG_INFINITY]).unwrap_err().0,
+            "-inf + inf in fsum"
+        );
+        assert_eq!(
+            fsum([f64::MAX, f64::MAX]).unwrap_err().0,
+            "intermediate overflow in fsum"
+        );
+    }
+
+    #[test]
+    fn links_fsum_sums_each_link() {
+        // link 0: flows 0, 2, 3; link 1: none; link 2: flow 1
+        let (order, start) = ([0i64, 2, 3, 1], [0i64, 3, 3, 4]);
+        let layout = Layout::new(&order, &start, 4).unwrap();
+        let mut out = [9.0; 3];
+        // 1e16 + 1 + 1: a running sum loses both 1s, the exact sum keeps them
+        links_fsum(&layout, &[1e16, 5.0, 1.0, 1.0], &mut out).unwrap();
+        assert_eq!(1e16 + 1.0 + 1.0, 1e16);
+        assert_eq!(out, [1e16 + 2.0, 0.0, 5.0]);
+        let mut short = [0.0; 2];
+        let e = links_fsum(&layout, &[1.0; 4], &mut short).unwrap_err();
+        assert_eq!(e.0, "out: 2 values for 3 links");
+    }
 
     #[test]
     fn short_runs_are_sequential() {

@@ -6,7 +6,7 @@
 //! (dtype, contiguity) so errors here are programming errors, reported as ValueError with
 //! the field and the value.
 
-use numpy::{PyArray1, PyReadonlyArray1};
+use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sova_core::allocate;
@@ -15,6 +15,8 @@ use sova_core::hotness::{self, Metric};
 use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
 use sova_core::sensing::{self, Params};
+use sova_core::sum;
+use sova_core::tick::{self, CountParams, Counters, HostTick, VmTick};
 use sova_core::verdicts::{self, Windows};
 use sova_core::vfsched;
 use sova_core::waterfill::{self, Flows, InputError, Layout};
@@ -65,6 +67,156 @@ fn links_waterfill<'py>(
         })
         .map_err(value_error)?;
     Ok(PyArray1::from_vec(py, out))
+}
+
+/// `math.fsum` of each link's flows: link `h`'s are `values[order[start[h]:start[h + 1]]]`.
+#[pyfunction]
+fn links_fsum<'py>(
+    py: Python<'py>,
+    order: PyReadonlyArray1<'py, i64>,
+    start: PyReadonlyArray1<'py, i64>,
+    values: PyReadonlyArray1<'py, f64>,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let order = slice("order", &order)?;
+    let start = slice("start", &start)?;
+    let v = slice("values", &values)?;
+    let out = py
+        .detach(|| {
+            let layout = Layout::new(order, start, v.len())?;
+            let mut out = vec![0.0; layout.links()];
+            sum::links_fsum(&layout, v, &mut out)?;
+            Ok(out)
+        })
+        .map_err(value_error)?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+fn slice_mut<'a>(name: &str, a: &'a mut PyReadwriteArray1<'_, f64>) -> PyResult<&'a mut [f64]> {
+    a.as_slice_mut()
+        .map_err(|_| PyValueError::new_err(format!("{name}: not a C-contiguous array")))
+}
+
+/// One tick's counters, advanced in place (`cpu_ns` .. `h_rx_b`), and its figures: (each
+/// VM's CPU use, each host's CPU and link utilisation). `paused`: None when no VM is.
+#[pyfunction]
+#[pyo3(signature = (
+    host, tx, rx, pkts_per_bit, ns_pkt, ns_per_byte, cpu_busy, arrival_cost, host_scale_vm,
+    vcpus, need, virt, pkt_bits, paused,
+    backend_vm_frac, tx_host, rx_host, host_need, cores, capacity,
+    cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk, h_cpu_ns, h_tx_b, h_rx_b,
+    dt, virtio_host_ns_per_packet, ack_bits, steal,
+))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
+fn tick_count<'py>(
+    py: Python<'py>,
+    host: PyReadonlyArray1<'py, i64>,
+    tx: PyReadonlyArray1<'py, f64>,
+    rx: PyReadonlyArray1<'py, f64>,
+    pkts_per_bit: PyReadonlyArray1<'py, f64>,
+    ns_pkt: PyReadonlyArray1<'py, f64>,
+    ns_per_byte: PyReadonlyArray1<'py, f64>,
+    cpu_busy: PyReadonlyArray1<'py, f64>,
+    arrival_cost: PyReadonlyArray1<'py, f64>,
+    host_scale_vm: PyReadonlyArray1<'py, f64>,
+    vcpus: PyReadonlyArray1<'py, f64>,
+    need: PyReadonlyArray1<'py, f64>,
+    virt: PyReadonlyArray1<'py, bool>,
+    pkt_bits: PyReadonlyArray1<'py, f64>,
+    paused: Option<PyReadonlyArray1<'py, bool>>,
+    backend_vm_frac: PyReadonlyArray1<'py, f64>,
+    tx_host: PyReadonlyArray1<'py, f64>,
+    rx_host: PyReadonlyArray1<'py, f64>,
+    host_need: PyReadonlyArray1<'py, f64>,
+    cores: PyReadonlyArray1<'py, f64>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    mut cpu_ns: PyReadwriteArray1<'py, f64>,
+    mut steal_ns: PyReadwriteArray1<'py, f64>,
+    mut tx_b: PyReadwriteArray1<'py, f64>,
+    mut rx_b: PyReadwriteArray1<'py, f64>,
+    mut tx_pk: PyReadwriteArray1<'py, f64>,
+    mut rx_pk: PyReadwriteArray1<'py, f64>,
+    mut h_cpu_ns: PyReadwriteArray1<'py, f64>,
+    mut h_tx_b: PyReadwriteArray1<'py, f64>,
+    mut h_rx_b: PyReadwriteArray1<'py, f64>,
+    dt: f64,
+    virtio_host_ns_per_packet: f64,
+    ack_bits: f64,
+    steal: bool,
+) -> PyResult<(F64Array<'py>, F64Array<'py>, F64Array<'py>)> {
+    let vm = VmTick {
+        host: slice("host", &host)?,
+        tx: slice("tx", &tx)?,
+        rx: slice("rx", &rx)?,
+        pkts_per_bit: slice("pkts_per_bit", &pkts_per_bit)?,
+        ns_pkt: slice("ns_pkt", &ns_pkt)?,
+        ns_per_byte: slice("ns_per_byte", &ns_per_byte)?,
+        cpu_busy: slice("cpu_busy", &cpu_busy)?,
+        arrival_cost: slice("arrival_cost", &arrival_cost)?,
+        host_scale_vm: slice("host_scale_vm", &host_scale_vm)?,
+        vcpus: slice("vcpus", &vcpus)?,
+        need: slice("need", &need)?,
+        virt: slice("virt", &virt)?,
+        pkt_bits: slice("pkt_bits", &pkt_bits)?,
+        paused: paused.as_ref().map(|m| slice("paused", m)).transpose()?,
+    };
+    let hosts = HostTick {
+        backend_vm_frac: slice("backend_vm_frac", &backend_vm_frac)?,
+        tx_host: slice("tx_host", &tx_host)?,
+        rx_host: slice("rx_host", &rx_host)?,
+        host_need: slice("host_need", &host_need)?,
+        cores: slice("cores", &cores)?,
+        capacity: slice("capacity", &capacity)?,
+    };
+    let mut c = Counters {
+        cpu_ns: slice_mut("cpu_ns", &mut cpu_ns)?,
+        steal_ns: slice_mut("steal_ns", &mut steal_ns)?,
+        tx_b: slice_mut("tx_b", &mut tx_b)?,
+        rx_b: slice_mut("rx_b", &mut rx_b)?,
+        tx_pk: slice_mut("tx_pk", &mut tx_pk)?,
+        rx_pk: slice_mut("rx_pk", &mut rx_pk)?,
+        h_cpu_ns: slice_mut("h_cpu_ns", &mut h_cpu_ns)?,
+        h_tx_b: slice_mut("h_tx_b", &mut h_tx_b)?,
+        h_rx_b: slice_mut("h_rx_b", &mut h_rx_b)?,
+    };
+    let p = CountParams {
+        dt,
+        virtio_host_ns_per_packet,
+        ack_bits,
+        steal,
+    };
+    let f = py
+        .detach(|| tick::count(&vm, &hosts, &mut c, p))
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, f.cpu_use),
+        PyArray1::from_vec(py, f.host_cpu_util),
+        PyArray1::from_vec(py, f.host_net_util),
+    ))
+}
+
+/// The duty cycles' first on-time pass: (on-time of each live process's current cycle in
+/// the tick, the positions in `live` of those renewed by `t1`, where their next starts).
+#[pyfunction]
+#[allow(clippy::type_complexity)] // three arrays, as Python unpacks them
+fn tick_on_time<'py>(
+    py: Python<'py>,
+    start: PyReadonlyArray1<'py, f64>,
+    length: PyReadonlyArray1<'py, f64>,
+    live: PyReadonlyArray1<'py, i64>,
+    duty: PyReadonlyArray1<'py, f64>,
+    t0: f64,
+    t1: f64,
+) -> PyResult<(F64Array<'py>, Bound<'py, PyArray1<i64>>, F64Array<'py>)> {
+    let (s, ln) = (slice("start", &start)?, slice("length", &length)?);
+    let (lv, d) = (slice("live", &live)?, slice("duty", &duty)?);
+    let got = py
+        .detach(|| tick::on_time(s, ln, lv, d, t0, t1))
+        .map_err(value_error)?;
+    Ok((
+        PyArray1::from_vec(py, got.on),
+        PyArray1::from_vec(py, got.renew),
+        PyArray1::from_vec(py, got.end),
+    ))
 }
 
 /// Water-fill where flow `i` gets at least `floors[i]` (up to its demand); `group[i]` is
@@ -741,6 +893,9 @@ impl Sensor {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
+    m.add_function(wrap_pyfunction!(links_fsum, m)?)?;
+    m.add_function(wrap_pyfunction!(tick_count, m)?)?;
+    m.add_function(wrap_pyfunction!(tick_on_time, m)?)?;
     m.add_function(wrap_pyfunction!(measure, m)?)?;
     m.add_function(wrap_pyfunction!(load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;

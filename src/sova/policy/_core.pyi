@@ -179,3 +179,50 @@ class Sensor:
     def count(self) -> npt.NDArray[np.int64]: ...
     @property
     def resets(self) -> int: ...
+
+def links_fsum(
+    order: npt.NDArray[np.int64], start: npt.NDArray[np.int64], values: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]: ...
+def tick_count(
+    host: npt.NDArray[np.int64],
+    tx: npt.NDArray[np.float64],
+    rx: npt.NDArray[np.float64],
+    pkts_per_bit: npt.NDArray[np.float64],
+    ns_pkt: npt.NDArray[np.float64],
+    ns_per_byte: npt.NDArray[np.float64],
+    cpu_busy: npt.NDArray[np.float64],
+    arrival_cost: npt.NDArray[np.float64],
+    host_scale_vm: npt.NDArray[np.float64],
+    vcpus: npt.NDArray[np.float64],
+    need: npt.NDArray[np.float64],
+    virt: npt.NDArray[np.bool_],
+    pkt_bits: npt.NDArray[np.float64],
+    paused: npt.NDArray[np.bool_] | None,
+    backend_vm_frac: npt.NDArray[np.float64],
+    tx_host: npt.NDArray[np.float64],
+    rx_host: npt.NDArray[np.float64],
+    host_need: npt.NDArray[np.float64],
+    cores: npt.NDArray[np.float64],
+    capacity: npt.NDArray[np.float64],
+    cpu_ns: npt.NDArray[np.float64],
+    steal_ns: npt.NDArray[np.float64],
+    tx_b: npt.NDArray[np.float64],
+    rx_b: npt.NDArray[np.float64],
+    tx_pk: npt.NDArray[np.float64],
+    rx_pk: npt.NDArray[np.float64],
+    h_cpu_ns: npt.NDArray[np.float64],
+    h_tx_b: npt.NDArray[np.float64],
+    h_rx_b: npt.NDArray[np.float64],
+    dt: float,
+    virtio_host_ns_per_packet: float,
+    ack_bits: float,
+    steal: bool,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+def tick_on_time(
+    start: npt.NDArray[np.float64],
+    length: npt.NDArray[np.float64],
+    live: npt.NDArray[np.int64],
+    duty: npt.NDArray[np.float64],
+    t0: float,
+    t1: float,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...

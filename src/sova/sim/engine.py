@@ -38,11 +38,13 @@ in :mod:`sova.sim.network` (3-5), pre-copy in :mod:`sova.sim.migration`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 import numpy as np
 
 from sova import model
+from sova.policy.tick import Counters, HostTick, VmTick, count
 from sova.scenario import Scenario, Workload
 from sova.sim import migration, network, workload
 from sova.sim.state import INF, EngineState, FileDone, Op
@@ -55,19 +57,23 @@ CALL_DELAY_S = 0.05
 class Engine(EngineState):
     def __init__(self, scn: Scenario) -> None:
         super().__init__(scn)
-        N = self.N
-        for phase in sorted(scn.workload, key=lambda ph: ph.at):
-            if phase.at <= 0:
-                for name, w in phase.vms.items():
-                    self.set_workload(self.vm_index[name], w, 0.0)
-        for i in range(N):
-            if self.kind[i] == 0 and self.net_duty[i] == 0 and self.cpu_duty[i] == 0:
-                workload.reset_cycles(self, np.array([i]), 0.0)
+        first = [
+            (self.vm_index[name], w)
+            for phase in sorted(scn.workload, key=lambda ph: ph.at)
+            if phase.at <= 0
+            for name, w in phase.vms.items()
+        ]
+        workload.set_workloads(self, first, 0.0)
+        idle = (self.kind == 0) & (self.net_duty == 0) & (self.cpu_duty == 0)
+        workload.reset_each(self, np.flatnonzero(idle).tolist(), 0.0)
 
     # ------------------------------------------------------------------ workloads
 
     def set_workload(self, i: int, w: Workload, t: float) -> None:
         workload.set_workload(self, i, w, t)
+
+    def set_workloads(self, items: Iterable[tuple[int, Workload]], t: float) -> None:
+        workload.set_workloads(self, items, t)
 
     # ------------------------------------------------------------------ physics
 
@@ -93,52 +99,48 @@ class Engine(EngineState):
             migration.advance(self, m, s.mig_rate[k], o.dt, t1)
 
     def _count(self, o: workload.Offer, s: network.Shares) -> None:
-        """Cumulative counters (all a driver reads) and the last tick's figures."""
-        p, h, H, dt = self.profile, self.host, self.H, o.dt
-        tx, rx, tx_host, rx_host = s.tx, s.rx, s.tx_host, s.rx_host
-        host_scale_vm = self._host_scale_vm  # host_scale[h], from network.share
-        # (the expressions of the readable form, evaluated in its order: the same floats)
-        tx_ppb = tx * s.pkts_per_bit
-        cpu_used = tx_ppb * s.ns_pkt
-        b = tx / 8.0
-        b *= self.ns_per_byte
-        cpu_used += b
-        cpu_used /= 1e9
-        cpu_used += s.cpu_busy
-        cpu_used += s.arrival_cost
-        cpu_used *= host_scale_vm
-        np.minimum(cpu_used, self.vcpus, out=cpu_used)
-        if o.any_paused:
-            cpu_used[o.paused] = 0.0
-        if s.host_scale.min() < 1:
-            wanted_cpu = np.minimum(s.need, self.vcpus)
-            wanted_cpu -= cpu_used
-            np.maximum(0.0, wanted_cpu, out=wanted_cpu)
-            wanted_cpu *= dt
-            wanted_cpu *= 1e9
-            wanted_cpu *= host_scale_vm < 1
-            self.steal_ns += wanted_cpu
-        # else every factor (host_scale < 1) is 0: each term is 0.0, the sums unchanged
-        self.cpu_ns += cpu_used * dt * 1e9
-        self.tx_b += tx * dt / 8.0
-        self.rx_b += rx * dt / 8.0
-        self.tx_pk += tx / s.pkt_bits * dt
-        self.rx_pk += rx / (8.0 * ACK_BYTES) * dt
-        tx_ppb *= p.virtio_host_ns_per_packet
-        tx_ppb *= s.virt
-        backend_used = np.bincount(h, tx_ppb, minlength=H)
-        backend_used = np.add(backend_used, s.backend_vm_frac * 1e9)
-        host_cpu = np.bincount(h, cpu_used, minlength=H) * 1e9
-        host_cpu += backend_used
-        host_cpu *= dt
-        self.h_cpu_ns += host_cpu
-        self.h_tx_b += tx_host * dt / 8.0
-        self.h_rx_b += rx_host * dt / 8.0
-        self.host_cpu_util = np.minimum(1.0, s.host_need / self.cores)
-        self.host_net_util = np.maximum(tx_host, rx_host) / self.capacity
-        self.offered, self.tx, self.rx = o.offered, tx, rx
-        cpu_used /= self.vcpus
-        self.cpu_use = cpu_used
+        """Cumulative counters (all a driver reads) and the last tick's figures, in the
+        compiled core (the readable form: tests/test_tick_forms.py ``ref_count``)."""
+        got = count(
+            VmTick(
+                self.host,
+                s.tx,
+                s.rx,
+                s.pkts_per_bit,
+                s.ns_pkt,
+                self.ns_per_byte,
+                s.cpu_busy,
+                s.arrival_cost,
+                self._host_scale_vm,  # host_scale[h], from network.share
+                self.vcpus,
+                s.need,
+                s.virt,
+                s.pkt_bits,
+                o.paused if o.any_paused else None,
+            ),
+            HostTick(
+                s.backend_vm_frac, s.tx_host, s.rx_host, s.host_need, self.cores, self.capacity
+            ),
+            Counters(
+                self.cpu_ns,
+                self.steal_ns,
+                self.tx_b,
+                self.rx_b,
+                self.tx_pk,
+                self.rx_pk,
+                self.h_cpu_ns,
+                self.h_tx_b,
+                self.h_rx_b,
+            ),
+            o.dt,
+            self.profile.virtio_host_ns_per_packet,
+            8.0 * ACK_BYTES,
+            # else every factor (host_scale < 1) is 0: each steal term is 0.0
+            bool(s.host_scale.min() < 1),
+        )
+        self.host_cpu_util, self.host_net_util = got.host_cpu_util, got.host_net_util
+        self.offered, self.tx, self.rx = o.offered, s.tx, s.rx
+        self.cpu_use = got.cpu_use
 
     def _files(self, o: workload.Offer, s: network.Shares, t1: float) -> None:
         h, dt, is_file, tx = self.host, o.dt, o.is_file, s.tx

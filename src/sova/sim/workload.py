@@ -17,12 +17,14 @@ order of random draws is part of the seed's contract and must not change.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sova.policy.tick import on_time
 from sova.scenario import Workload
 from sova.sim.state import LoadStatic
 
@@ -100,15 +102,49 @@ def _derive(eng: EngineState) -> LoadStatic:
     )
 
 
-def reset_cycles(eng: EngineState, idx: np.ndarray, t: float) -> None:
+def reset_each(eng: EngineState, idx: Sequence[int], t: float) -> None:
+    """New on/off cycles from ``t`` for each VM of ``idx`` in turn (a VM listed twice is
+    reset twice): per VM the net process's length in ``[cycle_min, cycle_max]`` and its
+    phase, then the CPU process's, four uniform draws. ``Generator.uniform(lo, hi)`` is
+    ``lo + (hi - lo) * u`` of one ``random()`` double ``u``, so all of them drawn at once
+    are the values and the stream state that drawing them VM by VM gave."""
+    n = len(idx)
+    if n == 0:
+        return
     p = eng.profile
-    for start, length in ((eng.net_start, eng.net_len), (eng.cpu_start, eng.cpu_len)):
-        ln = eng.wrng.uniform(p.cycle_min, p.cycle_max, idx.size)
-        length[idx] = ln
-        start[idx] = t - eng.wrng.uniform(0.0, 1.0, idx.size) * ln
+    u = eng.wrng.random(4 * n).reshape(n, 4)
+    span = p.cycle_max - p.cycle_min
+    at = np.asarray(idx, dtype=np.int64)
+    if len(set(idx)) < n:
+        # a later reset of the same VM overwrites an earlier one: keep each VM's last
+        last = {i: k for k, i in enumerate(idx)}
+        rows = np.fromiter(last.values(), dtype=np.int64, count=len(last))
+        at, u = at[rows], u[rows]
+    for col, (start, length) in enumerate(
+        ((eng.net_start, eng.net_len), (eng.cpu_start, eng.cpu_len))
+    ):
+        ln = span * u[:, 2 * col]
+        ln += p.cycle_min
+        length[at] = ln
+        start[at] = t - u[:, 2 * col + 1] * ln
+
+
+def set_workloads(eng: EngineState, items: Iterable[tuple[int, Workload]], t: float) -> None:
+    """:func:`set_workload` of each ``(VM, workload)`` in turn: the same state and the
+    same draws, the cycles' drawn in one call."""
+    idx = []
+    for i, w in items:
+        _set_parameters(eng, i, w, t)
+        idx.append(i)
+    reset_each(eng, idx, t)
 
 
 def set_workload(eng: EngineState, i: int, w: Workload, t: float) -> None:
+    _set_parameters(eng, i, w, t)
+    reset_each(eng, [i], t)
+
+
+def _set_parameters(eng: EngineState, i: int, w: Workload, t: float) -> None:
     eng._load_static = None  # the only writer of the workload parameters
     eng.kind[i] = KIND[w.kind]
     eng.net_duty[i] = w.net_duty
@@ -137,7 +173,6 @@ def set_workload(eng: EngineState, i: int, w: Workload, t: float) -> None:
             eng.trace_cpu[i] = np.clip(cols[w.cpu_column], 0.0, 1.0)
         else:
             eng.trace_cpu[i] = None
-    reset_cycles(eng, np.array([i]), t)
 
 
 def load_trace(eng: EngineState, path: str) -> dict[str, np.ndarray]:
@@ -167,23 +202,17 @@ def _on_fraction(
     if live.size == 0:
         return frac
     # Only the processes whose cycle ended inside the tick take another pass; the others
-    # are done (their terms would add 0.0). Draws stay in index order, pass by pass.
-    s, ln = start[live], length[live]
-    end = s + ln
-    on = np.minimum(t1, end)
-    x = d * ln
-    x += s
-    np.minimum(on, x, out=on)
-    on -= t0
-    np.maximum(on, 0.0, out=on)
-    k = np.flatnonzero(end <= t1)
-    cur = end[k]  # where each renewed cycle starts
+    # are done (their terms would add 0.0). Draws stay in index order, pass by pass. The
+    # first pass, over every live process, is the compiled core's.
+    first = on_time(start, length, live, d, t0, t1)
+    on, k, cur = first.on, first.renew, first.end  # cur: where each renewed cycle starts
     for i in range(64):  # cycles are >= cycle_min long: a few passes cover a tick
         if k.size == 0:
             break
-        s[k] = cur
+        vm = live[k]
+        start[vm] = cur
         ln_k = eng.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
-        ln[k] = ln_k
+        length[vm] = ln_k
         if i == 63:
             break  # the last pass draws its cycles but covers no more of the tick
         end_k = cur + ln_k
@@ -197,7 +226,6 @@ def _on_fraction(
         on[k] += x
         more = end_k <= t1
         k, cur = k[more], end_k[more]
-    start[live], length[live] = s, ln
     on /= t1 - t0
     frac[live] = on
     return frac

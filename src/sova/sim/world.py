@@ -286,10 +286,15 @@ class World:
         eng = self.engine
         while self._changes and self._changes[0] <= t0 + 1e-9:
             at = self._changes.pop(0)
-            for phase in self.scn.workload:
-                if phase.at == at:
-                    for name, w in phase.vms.items():
-                        eng.set_workload(eng.vm_index[name], w, t0)
+            eng.set_workloads(
+                (
+                    (eng.vm_index[name], w)
+                    for phase in self.scn.workload
+                    if phase.at == at
+                    for name, w in phase.vms.items()
+                ),
+                t0,
+            )
         eng.tick(t0, t1)
         eng.env.run(until=t1)
         self._accumulate(t1)

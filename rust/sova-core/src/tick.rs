@@ -1,0 +1,439 @@
+//! The simulated world's tick: the parts that are pure arithmetic over every VM of every
+//! host at once (the random draws stay in the simulator, whose seed contract fixes them).
+//!
+//! Each function evaluates the expressions of the numpy form it replaced in that form's
+//! order, one VM (or host) at a time, so every value is the same float: numpy's
+//! elementwise operations are single IEEE operations (no fused multiply-add), and its
+//! `bincount` is a running sum in index order. The readable numpy form is the oracle
+//! (tests/test_tick_forms.py compares the engine's state byte for byte after every tick).
+
+use crate::waterfill::InputError;
+
+/// `np.minimum`: NaN if either is NaN (the NaN operand itself), else the smaller; on a
+/// tie the first.
+fn np_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || (!b.is_nan() && a <= b) {
+        a
+    } else {
+        b
+    }
+}
+
+/// `np.maximum`, likewise.
+fn np_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || (!b.is_nan() && a >= b) {
+        a
+    } else {
+        b
+    }
+}
+
+/// What each VM sent and what it cost this tick (one value per VM).
+pub struct VmTick<'a> {
+    pub host: &'a [i64],
+    pub tx: &'a [f64],
+    pub rx: &'a [f64],
+    pub pkts_per_bit: &'a [f64],
+    pub ns_pkt: &'a [f64],
+    pub ns_per_byte: &'a [f64],
+    pub cpu_busy: &'a [f64],
+    pub arrival_cost: &'a [f64],
+    pub host_scale_vm: &'a [f64],
+    pub vcpus: &'a [f64],
+    pub need: &'a [f64],
+    pub virt: &'a [bool],
+    pub pkt_bits: &'a [f64],
+    /// VMs stopped for a migration's downtime; None when none is
+    pub paused: Option<&'a [bool]>,
+}
+
+/// Each host's figures of the tick (one value per host).
+pub struct HostTick<'a> {
+    pub backend_vm_frac: &'a [f64],
+    pub tx_host: &'a [f64],
+    pub rx_host: &'a [f64],
+    pub host_need: &'a [f64],
+    pub cores: &'a [f64],
+    pub capacity: &'a [f64],
+}
+
+/// The cumulative counters a driver reads, advanced in place.
+pub struct Counters<'a> {
+    pub cpu_ns: &'a mut [f64],
+    pub steal_ns: &'a mut [f64],
+    pub tx_b: &'a mut [f64],
+    pub rx_b: &'a mut [f64],
+    pub tx_pk: &'a mut [f64],
+    pub rx_pk: &'a mut [f64],
+    pub h_cpu_ns: &'a mut [f64],
+    pub h_tx_b: &'a mut [f64],
+    pub h_rx_b: &'a mut [f64],
+}
+
+/// The tick's constants.
+#[derive(Debug, Clone, Copy)]
+pub struct CountParams {
+    pub dt: f64,
+    /// host CPU ns per virtio packet (the backend's work)
+    pub virtio_host_ns_per_packet: f64,
+    /// bits per received ACK packet
+    pub ack_bits: f64,
+    /// some host's CPU is oversubscribed (`host_scale.min() < 1`): steal is counted
+    pub steal: bool,
+}
+
+/// The last tick's figures: each VM's CPU use (share of its vCPUs), each host's CPU and
+/// link utilisation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figures {
+    pub cpu_use: Vec<f64>,
+    pub host_cpu_util: Vec<f64>,
+    pub host_net_util: Vec<f64>,
+}
+
+fn check(vm: &VmTick<'_>, hosts: &HostTick<'_>, c: &Counters<'_>) -> Result<(), InputError> {
+    let n = vm.tx.len();
+    let h = hosts.tx_host.len();
+    let per_vm = [
+        ("host", vm.host.len()),
+        ("rx", vm.rx.len()),
+        ("pkts_per_bit", vm.pkts_per_bit.len()),
+        ("ns_pkt", vm.ns_pkt.len()),
+        ("ns_per_byte", vm.ns_per_byte.len()),
+        ("cpu_busy", vm.cpu_busy.len()),
+        ("arrival_cost", vm.arrival_cost.len()),
+        ("host_scale_vm", vm.host_scale_vm.len()),
+        ("vcpus", vm.vcpus.len()),
+        ("need", vm.need.len()),
+        ("virt", vm.virt.len()),
+        ("pkt_bits", vm.pkt_bits.len()),
+        ("paused", vm.paused.map_or(n, <[bool]>::len)),
+        ("cpu_ns", c.cpu_ns.len()),
+        ("steal_ns", c.steal_ns.len()),
+        ("tx_b", c.tx_b.len()),
+        ("rx_b", c.rx_b.len()),
+        ("tx_pk", c.tx_pk.len()),
+        ("rx_pk", c.rx_pk.len()),
+    ];
+    for (name, len) in per_vm {
+        if len != n {
+            return Err(InputError(format!("{name}: {len} values for {n} VMs")));
+        }
+    }
+    let per_host = [
+        ("backend_vm_frac", hosts.backend_vm_frac.len()),
+        ("rx_host", hosts.rx_host.len()),
+        ("host_need", hosts.host_need.len()),
+        ("cores", hosts.cores.len()),
+        ("capacity", hosts.capacity.len()),
+        ("h_cpu_ns", c.h_cpu_ns.len()),
+        ("h_tx_b", c.h_tx_b.len()),
+        ("h_rx_b", c.h_rx_b.len()),
+    ];
+    for (name, len) in per_host {
+        if len != h {
+            return Err(InputError(format!("{name}: {len} values for {h} hosts")));
+        }
+    }
+    if let Some((i, &g)) = vm
+        .host
+        .iter()
+        .enumerate()
+        .find(|(_, g)| usize::try_from(**g).map_or(true, |g| g >= h))
+    {
+        return Err(InputError(format!("host[{i}]: {g} outside 0..{h}")));
+    }
+    Ok(())
+}
+
+/// One tick's counters (all a driver reads) and figures: each VM's CPU time (guest work
+/// per packet and per byte, its benchmark, its requests, slowed by its host's share of
+/// the cores and capped by its vCPUs), the steal it waited, bytes and packets each way;
+/// each host's CPU (the vCPUs' and the virtio backend's) and bytes.
+pub fn count(
+    vm: &VmTick<'_>,
+    hosts: &HostTick<'_>,
+    c: &mut Counters<'_>,
+    p: CountParams,
+) -> Result<Figures, InputError> {
+    check(vm, hosts, c)?;
+    let n_hosts = hosts.tx_host.len();
+    let dt = p.dt;
+    let mut backend_used = vec![0.0; n_hosts];
+    let mut host_cpu = vec![0.0; n_hosts];
+    let mut cpu_use = vec![0.0; vm.tx.len()];
+    for i in 0..vm.tx.len() {
+        let tx = vm.tx[i];
+        let tx_ppb = tx * vm.pkts_per_bit[i];
+        let mut cpu_used = tx_ppb * vm.ns_pkt[i];
+        cpu_used += tx / 8.0 * vm.ns_per_byte[i];
+        cpu_used /= 1e9;
+        cpu_used += vm.cpu_busy[i];
+        cpu_used += vm.arrival_cost[i];
+        cpu_used *= vm.host_scale_vm[i];
+        cpu_used = np_min(cpu_used, vm.vcpus[i]);
+        if vm.paused.is_some_and(|paused| paused[i]) {
+            cpu_used = 0.0;
+        }
+        if p.steal {
+            let mut wanted = np_min(vm.need[i], vm.vcpus[i]);
+            wanted -= cpu_used;
+            wanted = np_max(0.0, wanted);
+            wanted *= dt;
+            wanted *= 1e9;
+            wanted *= if vm.host_scale_vm[i] < 1.0 { 1.0 } else { 0.0 };
+            c.steal_ns[i] += wanted;
+        }
+        c.cpu_ns[i] += cpu_used * dt * 1e9;
+        c.tx_b[i] += tx * dt / 8.0;
+        c.rx_b[i] += vm.rx[i] * dt / 8.0;
+        c.tx_pk[i] += tx / vm.pkt_bits[i] * dt;
+        c.rx_pk[i] += vm.rx[i] / p.ack_bits * dt;
+        let virt = if vm.virt[i] { 1.0 } else { 0.0 };
+        // (in range: checked above)
+        let h = vm.host[i] as usize;
+        backend_used[h] += tx_ppb * p.virtio_host_ns_per_packet * virt;
+        host_cpu[h] += cpu_used;
+        cpu_use[i] = cpu_used / vm.vcpus[i];
+    }
+    let mut host_cpu_util = vec![0.0; n_hosts];
+    let mut host_net_util = vec![0.0; n_hosts];
+    for h in 0..n_hosts {
+        let backend = backend_used[h] + hosts.backend_vm_frac[h] * 1e9;
+        let mut cpu = host_cpu[h] * 1e9;
+        cpu += backend;
+        cpu *= dt;
+        c.h_cpu_ns[h] += cpu;
+        c.h_tx_b[h] += hosts.tx_host[h] * dt / 8.0;
+        c.h_rx_b[h] += hosts.rx_host[h] * dt / 8.0;
+        host_cpu_util[h] = np_min(1.0, hosts.host_need[h] / hosts.cores[h]);
+        host_net_util[h] = np_max(hosts.tx_host[h], hosts.rx_host[h]) / hosts.capacity[h];
+    }
+    Ok(Figures {
+        cpu_use,
+        host_cpu_util,
+        host_net_util,
+    })
+}
+
+/// The first pass of the duty cycles' exact on-time in `(t0, t1]`: for each live on/off
+/// process `j` (VM `live[j]`, duty `duty[j]`, its cycle from `start` for `length`), the
+/// on-time of its current cycle inside the tick, `max(min(t1, end, start + duty·length)
+/// − t0, 0)`, and the processes whose cycle ends by `t1` (`renew`, positions in `live`)
+/// with where their next cycle starts (`end`). Their next cycles need random lengths, which
+/// the simulator draws.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnTime {
+    pub on: Vec<f64>,
+    pub renew: Vec<i64>,
+    pub end: Vec<f64>,
+}
+
+pub fn on_time(
+    start: &[f64],
+    length: &[f64],
+    live: &[i64],
+    duty: &[f64],
+    t0: f64,
+    t1: f64,
+) -> Result<OnTime, InputError> {
+    if duty.len() != live.len() {
+        return Err(InputError(format!(
+            "duty: {} values for {} live processes",
+            duty.len(),
+            live.len()
+        )));
+    }
+    if length.len() != start.len() {
+        return Err(InputError(format!(
+            "length: {} values for {} VMs",
+            length.len(),
+            start.len()
+        )));
+    }
+    if let Some((j, &i)) = live
+        .iter()
+        .enumerate()
+        .find(|(_, i)| usize::try_from(**i).map_or(true, |i| i >= start.len()))
+    {
+        return Err(InputError(format!(
+            "live[{j}]: VM {i} outside 0..{}",
+            start.len()
+        )));
+    }
+    let mut on = Vec::with_capacity(live.len());
+    let (mut renew, mut end_of) = (Vec::new(), Vec::new());
+    for (j, (&i, &d)) in live.iter().zip(duty).enumerate() {
+        // (in range: checked above)
+        let (s, ln) = (start[i as usize], length[i as usize]);
+        let end = s + ln;
+        let mut x = d * ln;
+        x += s;
+        let o = np_max(np_min(np_min(t1, end), x) - t0, 0.0);
+        on.push(o);
+        if end <= t1 {
+            renew.push(j as i64);
+            end_of.push(end);
+        }
+    }
+    Ok(OnTime {
+        on,
+        renew,
+        end: end_of,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_host_two_vms() {
+        // vm0: 8 Gbit/s on a VF at 1e-5 packets per bit (80 kpps), 1,000 ns a packet and
+        // 0.5 ns a byte: (80,000·1,000 + 1e9·0.5) / 1e9 = 0.58 cores, plus 0.2 busy;
+        // vm1: virtio, 1 Gbit/s at 1e-4 packets per bit (100 kpps), 2,000 ns a packet:
+        // 0.2 cores, plus 0.1 of requests; capped by its one vCPU only when over.
+        let host = [0i64, 0];
+        let (tx, rx) = ([8e9, 1e9], [1e8, 0.0]);
+        let vm = VmTick {
+            host: &host,
+            tx: &tx,
+            rx: &rx,
+            pkts_per_bit: &[1e-5, 1e-4],
+            ns_pkt: &[1000.0, 2000.0],
+            ns_per_byte: &[0.5, 0.0],
+            cpu_busy: &[0.2, 0.0],
+            arrival_cost: &[0.0, 0.1],
+            host_scale_vm: &[1.0, 1.0],
+            vcpus: &[2.0, 1.0],
+            need: &[0.78, 0.3],
+            virt: &[false, true],
+            pkt_bits: &[12000.0, 12000.0],
+            paused: None,
+        };
+        let hosts = HostTick {
+            backend_vm_frac: &[0.0],
+            tx_host: &[9e9],
+            rx_host: &[1e8],
+            host_need: &[2.0],
+            cores: &[4.0],
+            capacity: &[1e10],
+        };
+        let mut cols = [[0.0; 2]; 6];
+        let mut hcols = [[0.0; 1]; 3];
+        let [cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk] = &mut cols;
+        let [h_cpu_ns, h_tx_b, h_rx_b] = &mut hcols;
+        let mut c = Counters {
+            cpu_ns,
+            steal_ns,
+            tx_b,
+            rx_b,
+            tx_pk,
+            rx_pk,
+            h_cpu_ns,
+            h_tx_b,
+            h_rx_b,
+        };
+        let p = CountParams {
+            dt: 0.5,
+            virtio_host_ns_per_packet: 3000.0,
+            ack_bits: 528.0,
+            steal: false,
+        };
+        let f = count(&vm, &hosts, &mut c, p).unwrap();
+        let vm0 = (8e9 * 1e-5 * 1000.0 + 8e9 / 8.0 * 0.5) / 1e9 + 0.2;
+        let vm1 = (1e9 * 1e-4 * 2000.0) / 1e9 + 0.1;
+        assert_eq!(f.cpu_use, [vm0 / 2.0, vm1]);
+        assert_eq!(f.host_cpu_util, [0.5]);
+        assert_eq!(f.host_net_util, [0.9]);
+        assert_eq!(cols[0], [vm0 * 0.5 * 1e9, vm1 * 0.5 * 1e9]);
+        assert_eq!(cols[1], [0.0, 0.0]);
+        assert_eq!(cols[2], [5e8, 6.25e7]); // 8e9 · 0.5 / 8 bytes
+        // the backend: vm1's 100 kpps at 3,000 ns (vm0's VF costs it nothing)
+        let backend = 1e9 * 1e-4 * 3000.0;
+        assert_eq!(hcols[0], [((vm0 + vm1) * 1e9 + backend) * 0.5]);
+    }
+
+    #[test]
+    fn steal_where_the_host_is_short_and_paused_vms_use_nothing() {
+        // vm0 wants 2 cores, its host runs it at half speed: 1 core used, 1 waited
+        // (1e9 ns a second of steal); vm1 is paused: no CPU, but its wait counts
+        let host = [0i64, 0];
+        let z = [0.0, 0.0];
+        let paused = [false, true];
+        let vm = VmTick {
+            host: &host,
+            tx: &z,
+            rx: &z,
+            pkts_per_bit: &z,
+            ns_pkt: &z,
+            ns_per_byte: &z,
+            cpu_busy: &[2.0, 1.0],
+            arrival_cost: &z,
+            host_scale_vm: &[0.5, 0.5],
+            vcpus: &[2.0, 1.0],
+            need: &[2.0, 1.0],
+            virt: &[false, false],
+            pkt_bits: &[12000.0, 12000.0],
+            paused: Some(&paused),
+        };
+        let hosts = HostTick {
+            backend_vm_frac: &[0.0],
+            tx_host: &[0.0],
+            rx_host: &[0.0],
+            host_need: &[3.0],
+            cores: &[1.5],
+            capacity: &[1e10],
+        };
+        let mut cols = [[0.0; 2]; 6];
+        let mut hcols = [[0.0; 1]; 3];
+        let [cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk] = &mut cols;
+        let [h_cpu_ns, h_tx_b, h_rx_b] = &mut hcols;
+        let mut c = Counters {
+            cpu_ns,
+            steal_ns,
+            tx_b,
+            rx_b,
+            tx_pk,
+            rx_pk,
+            h_cpu_ns,
+            h_tx_b,
+            h_rx_b,
+        };
+        let p = CountParams {
+            dt: 1.0,
+            virtio_host_ns_per_packet: 0.0,
+            ack_bits: 528.0,
+            steal: true,
+        };
+        let f = count(&vm, &hosts, &mut c, p).unwrap();
+        assert_eq!(f.cpu_use, [0.5, 0.0]);
+        assert_eq!(f.host_cpu_util, [1.0]);
+        assert_eq!(cols[0], [1e9, 0.0]);
+        assert_eq!(cols[1], [1e9, 1e9]);
+    }
+
+    #[test]
+    fn on_time_of_the_current_cycles() {
+        // VM 0: a 4 s cycle from t = -1 at duty 0.5, on until 1: in (0, 1] on all of it;
+        // VM 2: a 10 s cycle from -9.5 at duty 0.5, on until -4.5: off, and it ends at
+        // 0.5, inside the tick (renewed from 0.5); VM 1 is not live
+        let start = [-1.0, 0.0, -9.5];
+        let length = [4.0, 1.0, 10.0];
+        let got = on_time(&start, &length, &[0, 2], &[0.5, 0.5], 0.0, 1.0).unwrap();
+        assert_eq!(got.on, [1.0, 0.0]);
+        assert_eq!(got.renew, [1]);
+        assert_eq!(got.end, [0.5]);
+        let e = on_time(&start, &length, &[3], &[0.5], 0.0, 1.0).unwrap_err();
+        assert_eq!(e.0, "live[0]: VM 3 outside 0..3");
+    }
+
+    #[test]
+    fn nan_propagates_as_numpy_does() {
+        assert!(np_min(f64::NAN, 1.0).is_nan());
+        assert!(np_min(1.0, f64::NAN).is_nan());
+        assert!(np_max(0.0, f64::NAN).is_nan());
+        assert_eq!(np_max(0.0, -0.0).to_bits(), 0.0f64.to_bits());
+        assert_eq!(np_min(2.0, 1.0), 1.0);
+    }
+}
