@@ -161,6 +161,17 @@ def agent_config(scn: Scenario, policy: PolicySpec) -> ControllerConfig:
     return cfg.model_copy(update={"scheduler": scheduler})
 
 
+def _recording(scn: Scenario, vm_names: list[str]) -> tuple[int, np.ndarray | None]:
+    """The timeline's resolution (scenario ``output:``): every how many ticks a period's
+    rows are kept (0: every period), and which VMs' (None: all)."""
+    tp = scn.output.timeline_period
+    ticks = 0 if tp is None else max(1, int(round(tp / scn.tick)))
+    if not scn.output.timeline_vms:
+        return ticks, None
+    keep = set(scn.output.timeline_vms)
+    return ticks, np.array([v in keep for v in vm_names])
+
+
 class World:
     def __init__(self, scn: Scenario, policy: PolicySpec, with_agents: bool = True) -> None:
         self.scn = scn
@@ -205,14 +216,7 @@ class World:
         ]
         self.tick_s = scn.tick
         self.k = 0
-        # the timeline's resolution (scenario output:): every how many ticks a period's
-        # rows are kept (0: every period), and which VMs' (None: all)
-        tp = scn.output.timeline_period
-        self._record_ticks = 0 if tp is None else max(1, int(round(tp / scn.tick)))
-        self._record_vms: np.ndarray | None = None
-        if scn.output.timeline_vms:
-            keep = set(scn.output.timeline_vms)
-            self._record_vms = np.array([v in keep for v in self.engine.vm_names])
+        self._record_ticks, self._record_vms = _recording(scn, self.engine.vm_names)
         self._changes = sorted({p.at for p in scn.workload if p.at > 0})
         self.schedule = PhaseSchedule(
             scn.tick, scn.controller.period, scn.controller.bandwidth_period
