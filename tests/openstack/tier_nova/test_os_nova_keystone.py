@@ -121,6 +121,7 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
 
         from keystonemiddleware import auth_token
         from nova.api import wsgi
+        from oslo_config import cfg
 
         class Quiet(WSGIRequestHandler):
             def log_message(self, *args: Any) -> None:
@@ -148,6 +149,9 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
         app = auth_token.AuthProtocol(
             record,
             {
+                # Its own options object: on the process-wide one the password plugin's
+                # required options would outlive the test and fail every later Nova setUp.
+                "oslo_config_config": cfg.ConfigOpts(),
                 "auth_type": "password",
                 "auth_url": ks["url"],
                 "www_authenticate_uri": ks["url"],
