@@ -112,6 +112,11 @@ class Migration:
     dest: str
     steps: list[str]
     status: str = "accepted"
+    migration_type: str = "live-migration"
+
+    @property
+    def source_compute(self) -> str:
+        return self.source
 
 
 @dataclass
@@ -264,6 +269,12 @@ class FakeCloud:
                 s.task_state = None
                 s.status = "SHELVED_OFFLOADED" if op == "unshelve" else "ACTIVE"
                 raise FakeCloudError(f"No valid host was found: no free VF on {dest}")
+            if op == "evacuate":
+                # Nova's record stays "done" until the source's compute service is back
+                # (:meth:`restart_compute`); until then the source keeps its VF claim.
+                self.migrations.append(
+                    Migration(next(self._ids), sid, s.compute_host, dest, [], "done", "evacuation")
+                )
             s.compute_host = dest
         host = "" if what.offloads else s.compute_host
         for p in ports:
@@ -273,6 +284,13 @@ class FakeCloud:
         if what.respawns:
             s.launched_at = f"{s.launched_at}+{op}"
         s.task_state, s.status = None, what.ends
+
+    def restart_compute(self, host: str) -> None:
+        """``host``'s compute service starts again: it destroys the guests evacuated from it
+        and completes their evacuation records (Nova's _destroy_evacuated_instances)."""
+        for m in self.migrations:
+            if m.migration_type == "evacuation" and m.source == host and m.status == "done":
+                m.status = "completed"
 
     def bound_vfs(self, host: str) -> int:
         return sum(
@@ -362,7 +380,12 @@ class _Compute:
                 s.status = "ACTIVE"
             elif m.status in _ENDED:
                 s.task_state, s.status = None, "ACTIVE"  # Nova rolls back: on the source
-        return [m for m in self.c.migrations if server_id is None or m.server_id == server_id]
+        return [
+            m
+            for m in self.c.migrations
+            if (server_id is None or m.server_id == server_id)
+            and (migration_type is None or m.migration_type == migration_type)
+        ]
 
     def abort_server_migration(self, mid: int, server: str) -> None:
         self.c.calls.append(("abort_server_migration", {"id": mid}))

@@ -9,11 +9,11 @@ What serves: Neutron's WSGI API (versions document at ``/``, v2.0 under ``/v2.0`
 ML2 plugin with the ``openvswitch`` (the VMs' virtio ports) and ``sriovnicswitch`` (Sova's
 VF ports) mechanism drivers, the port-security extension, VLAN ranges on ``physnet2``
 (200-300), Neutron's L3 plugin (Nova reads floating IPs) and SQLite, set up by Neutron's own
-ML2 test base. ``HOST`` gets an OVS agent record (``physnet2`` bridged) and an SR-IOV NIC
-agent record (``physnet2`` on ``ens1f0``), as a compute running both agents reports them.
+ML2 test base. Each ``HOST`` gets an OVS agent record (``physnet2`` bridged) and an SR-IOV
+NIC agent record (``physnet2`` on ``ens1f0``), as a compute running both agents reports them.
 Keystone is the one stand-in (:func:`identity`).
 
-    python tests/openstack/neutron_server.py HOST
+    python tests/openstack/neutron_server.py HOST [HOST ...]
 
 prints the base URL on stdout once listening and serves until stdin is closed.
 """
@@ -60,7 +60,7 @@ class _Quiet(WSGIRequestHandler):
 
 class NeutronServer(plugin_tests.Ml2PluginV2TestCase):
     _mechanism_drivers = ["openvswitch", "sriovnicswitch"]
-    host = "compute0"
+    hosts: tuple[str, ...] = ("compute0",)
 
     def get_additional_service_plugins(self) -> dict[str, str]:
         # Neutron loads its tag plugin by default; its unit-test base does not (Sova's ports
@@ -77,10 +77,11 @@ class NeutronServer(plugin_tests.Ml2PluginV2TestCase):
         cfg.CONF.set_override("notify_nova_on_port_status_changes", False)
         cfg.CONF.set_override("notify_nova_on_port_data_changes", False)
         cfg.CONF.set_override("agent_down_time", 86400)
-        helpers.register_ovs_agent(host=self.host, bridge_mappings={"physnet2": "br-phys"})
-        helpers.register_sriovnicswitch_agent(
-            host=self.host, device_mappings={"physnet2": ["ens1f0"]}
-        )
+        for host in self.hosts:
+            helpers.register_ovs_agent(host=host, bridge_mappings={"physnet2": "br-phys"})
+            helpers.register_sriovnicswitch_agent(
+                host=host, device_mappings={"physnet2": ["ens1f0"]}
+            )
 
     def serve(self) -> None:
         from neutron.auth import NeutronKeystoneContext
@@ -108,7 +109,7 @@ class NeutronServer(plugin_tests.Ml2PluginV2TestCase):
 
 
 def main() -> int:
-    NeutronServer.host = sys.argv[1] if len(sys.argv) > 1 else "compute0"
+    NeutronServer.hosts = tuple(sys.argv[1:]) or ("compute0",)
     result = unittest.TestResult()
     NeutronServer("serve").run(result)
     for _, trace in result.errors + result.failures:

@@ -1102,8 +1102,17 @@ def test_nova_operation_on_a_vf_holder_leaves_no_sova_port_and_no_bond_on_a_dead
     assert server.compute_host == lands and server.status == "ACTIVE"
     assert not [c for c, _ in cloud.calls if c == "live_migrate_server"]  # never Sova's
     assert cloud.ports[port].binding_host_id == lands  # Nova carried the port along
-    mark = len(cloud.calls)
     act = acts[lands]
+    if any(op == "evacuate" for op, _ in steps):
+        # Until cmp1's service is back, Nova keeps cmp1's VF claimed under the port's PCI
+        # request too, and a detach would release that one: the port stays, Sova stands back.
+        for _ in range(2):
+            inv = act.reconcile(sensed(lands, "vm1", vf=("vm1",), pool=1))
+            assert "vm1" not in inv.vms and inv.host.nic.vf_pool == 0
+            assert any("(status done) from cmp1" in d for d in act.discrepancies), act.discrepancies
+        assert not [c for c, _ in cloud.calls if c in ("to_backup", "delete_server_interface")]
+        cloud.restart_compute("cmp1")
+    mark = len(cloud.calls)
     inv = act.reconcile(sensed(lands, "vm1", vf=("vm1",), pool=1))
     assert "vm1" not in inv.vms  # still Sova's give-back running this period
     inv = act.reconcile(sensed(lands, "vm1", pool=1))
@@ -1116,6 +1125,36 @@ def test_nova_operation_on_a_vf_holder_leaves_no_sova_port_and_no_bond_on_a_dead
     # Back on its fast path when it earns it: the agent's next grant goes through.
     assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
     assert len([p for p in cloud.ports.values() if SOVA_TAG in p.tags]) == 1
+
+
+def test_carried_port_is_kept_while_novas_evacuation_records_cannot_be_read() -> None:
+    """The evacuation check before a give-back, unanswered: no detach that period (it might
+    free the source's VF instead of this host's), the VM withheld; answered next period
+    with no unsettled evacuation, the port is given back."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    cloud.add_server("vm1", "cmp1")
+    acts = {h: actuator(cloud, h, fallback=BondHost(cloud)) for h in ("cmp1", "cmp2")}
+    assert run(acts["cmp1"], AttachVF("vm1")).state is OpState.SUCCEEDED
+    cloud.begin("uuid-vm1", "live_migrate")
+    cloud.end("uuid-vm1", "live_migrate", "cmp2")
+    real = cloud.compute.migrations
+
+    def unanswered(**query: Any) -> Any:
+        raise FakeCloudTimeout("Request to /os-migrations timed out")
+
+    cloud.compute.migrations = unanswered  # type: ignore[method-assign]
+    inv = acts["cmp2"].reconcile(sensed("cmp2", "vm1", vf=("vm1",), pool=1))
+    assert "vm1" not in inv.vms and inv.host.nic.vf_pool == 0
+    assert any(
+        "evacuation records unreadable" in d and "kept, Sova stands back" in d
+        for d in acts["cmp2"].discrepancies
+    ), acts["cmp2"].discrepancies
+    assert not [c for c, _ in cloud.calls if c in ("to_backup", "delete_server_interface")]
+    cloud.compute.migrations = real  # type: ignore[method-assign]
+    acts["cmp2"].reconcile(sensed("cmp2", "vm1", vf=("vm1",), pool=1))  # the give-back runs
+    acts["cmp2"].reconcile(sensed("cmp2", "vm1", pool=1))  # ... and is reported
+    assert any(d.startswith("vm1: given back") for d in acts["cmp2"].discrepancies)
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]
 
 
 def test_rebuild_sova_did_not_see_is_known_by_novas_launch_time() -> None:

@@ -64,6 +64,7 @@ from sova.model import (
 )
 from sova.orchestrator.base import CloudConfigError
 from sova.orchestrator.openstack_cloud import (
+    EVACUATION_UNSETTLED,
     SOVA_TAG,
     VF_VNIC_TYPES,
     Op,
@@ -329,6 +330,9 @@ class OpenStackActuator(NovaOperations):
         why = self._carried(server, held)
         if why is None:
             return None
+        waiting = self._evacuation_unsettled(server)
+        if waiting is not None:
+            return f"{name}: {waiting}: its Sova VF port is kept, Sova stands back"
         op = Op(f"os:retire:{name}:{next(self._seq)}", DetachVF(name))
         with self._lock:
             self._retiring[name] = op
@@ -353,6 +357,30 @@ class OpenStackActuator(NovaOperations):
         seen = self._launched.setdefault(sid, launched)
         if seen != launched:
             return f"outlived Nova re-spawning the server (launched {seen} then {launched})"
+        return None
+
+    def _evacuation_unsettled(self, server: Any) -> str | None:
+        """Why a carried port of ``server`` cannot be given back yet, or None: an evacuation
+        of it that the source host has not cleaned up. Until its compute service is back,
+        Nova keeps the source's VF claimed under the same PCI request as the target's, and
+        an interface detach releases the source's, leaving this host's VF taken for good
+        (docs/openstack.md#novas-own-operations). Read only for a port about to be given
+        back, so it costs nothing in a period with none."""
+        try:
+            records = list(
+                self.conn.compute.migrations(server_id=server.id, migration_type="evacuation")
+            )
+        except self._errors as exc:
+            return f"Nova's evacuation records unreadable ({exc})"
+        for m in records:
+            status = str(getattr(m, "status", "") or "").lower()
+            if status in EVACUATION_UNSETTLED:
+                src = getattr(m, "source_compute", None)
+                return (
+                    f"evacuated by Nova migration {m.id} (status {status}) from {src}, whose "
+                    "compute service has not cleaned up: a detach now would free that host's VF, "
+                    "not this one's"
+                )
         return None
 
     def _retired(self) -> list[str]:

@@ -26,6 +26,9 @@ VF_VNIC_TYPES = frozenset({"direct", "macvtap", "virtio-forwarder", "remote-mana
 PORT_DESCRIPTION = "Sova fast path (SR-IOV VF); created and deleted by sova"
 MIGRATION_DONE = frozenset({"completed", "done"})
 MIGRATION_FAILED = frozenset({"failed", "error", "cancelled", "aborted"})
+# An evacuation the source host has not cleaned up yet (Nova's own filter for the evacuated
+# guests its compute service destroys at start-up): "done" waits for the source to come back.
+EVACUATION_UNSETTLED = frozenset({"accepted", "pre-migrating", "done"})
 # Nova's messages when the VF pool of the host is exhausted (InterfaceAttachPciClaimFailed,
 # PciDeviceRequestFailed): a normal outcome of the VF scheduler racing Nova's tracker.
 PCI_EXHAUSTED = ("claim pci device", "pci device request", "pcidevicerequestfailed")

@@ -1031,7 +1031,7 @@ class NeutronProcess:
     and Python environment (tests/openstack/neutron_server.py, the neutron env's interpreter),
     reached over HTTP on a loopback port."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, *hosts: str) -> None:
         import os
         import pathlib
         import subprocess
@@ -1044,7 +1044,7 @@ class NeutronProcess:
             )
         script = pathlib.Path(__file__).resolve().parents[1] / "neutron_server.py"
         self.proc = subprocess.Popen(
-            [python, str(script), host],
+            [python, str(script), *hosts],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -1,0 +1,129 @@
+"""Keystone as a server process for the OpenStack tier's Nova runs (run by the keystone env).
+
+Keystone 30 and Nova 34 pin different oslo versions, so Keystone cannot run in the nova
+environment; ``tier_nova`` runs this file with the keystone environment's interpreter, as it
+runs Neutron's (neutron_server.py). Keystone's own WSGI app on SQLite, set up with
+``keystone-manage`` (db_sync, fernet_setup, credential_setup, bootstrap) in ``DIR``; then what
+docs/openstack.md#credentials-roles-and-policies has an operator do: the catalog's compute
+and network services, a ``sova`` role, a ``sova`` user in ``service`` holding ``admin`` and
+``sova``, and (as that user) an application credential with both roles and the shipped access
+rules.
+
+    python tests/openstack/keystone_server.py DIR
+
+prints one JSON line once listening (``url``, ``admin_password``, the credential's ``id`` and
+``secret``) and serves until stdin is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ADMIN_PASSWORD = "tier-admin-secret"
+SOVA_PASSWORD = "tier-sova-secret"
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _setup(d: pathlib.Path, url: str) -> None:
+    conf = d / "keystone.conf"
+    conf.write_text(
+        f"[database]\nconnection = sqlite:///{d}/keystone.db\n"
+        f"[fernet_tokens]\nkey_repository = {d}/fernet-keys\n"
+        f"[fernet_receipts]\nkey_repository = {d}/fernet-keys\n"
+        f"[credential]\nkey_repository = {d}/credential-keys\n"
+    )
+    for keys in ("fernet-keys", "credential-keys"):  # keystone-manage fills, never makes, them
+        (d / keys).mkdir(mode=0o700, exist_ok=True)
+    script = pathlib.Path(sys.executable).parent / "keystone-manage"
+    manage = [sys.executable, str(script), "--config-file", str(conf)]
+    ids = str(os.getuid()), str(os.getgid())
+    for args in (
+        ["db_sync"],
+        ["fernet_setup", "--keystone-user", ids[0], "--keystone-group", ids[1]],
+        ["credential_setup", "--keystone-user", ids[0], "--keystone-group", ids[1]],
+        ["bootstrap", "--bootstrap-password", ADMIN_PASSWORD, "--bootstrap-public-url", url]
+        + ["--bootstrap-region-id", "RegionOne"],
+    ):
+        done = subprocess.run(manage + args, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise SystemExit(f"keystone-manage {args[0]}: {done.stderr[-3000:]}")
+    os.environ["OS_KEYSTONE_CONFIG_FILES"] = str(conf)
+    os.environ["OS_KEYSTONE_CONFIG_DIR"] = str(d)
+
+
+def _credential(url: str) -> Any:
+    import openstack
+
+    def connect(user: str, password: str, project: str) -> Any:
+        return openstack.connect(
+            auth_url=url,
+            username=user,
+            password=password,
+            project_name=project,
+            user_domain_name="Default",
+            project_domain_name="Default",
+            api_timeout=30,
+        )
+
+    admin = connect("admin", ADMIN_PASSWORD, "admin")
+    # keystonemiddleware checks its service_type against the catalog before the access rules.
+    for kind, name in (("compute", "nova"), ("network", "neutron")):
+        svc = admin.identity.create_service(type=kind, name=name)
+        admin.identity.create_endpoint(
+            service_id=svc.id, interface="public", url=f"http://{kind}", region_id="RegionOne"
+        )
+    project = admin.identity.create_project(name="service", domain_id="default")
+    user = admin.identity.create_user(
+        name="sova", password=SOVA_PASSWORD, domain_id="default", default_project_id=project.id
+    )
+    for name in ("admin", "sova"):
+        role = admin.identity.find_role(name) or admin.identity.create_role(name=name)
+        admin.identity.assign_project_role_to_user(project, user, role)
+    rules = json.loads((ROOT / "deploy/openstack/sova-access-rules.json").read_text())
+    return connect("sova", SOVA_PASSWORD, "service").identity.create_application_credential(
+        user=user.id,
+        name="sova-agent",
+        roles=[{"name": "admin"}, {"name": "sova"}],
+        access_rules=rules,
+    )
+
+
+def main() -> int:
+    d = pathlib.Path(sys.argv[1])
+    holder: dict[str, Any] = {}
+    httpd = make_server(
+        "127.0.0.1", 0, lambda env, start: holder["app"](env, start), handler_class=_Quiet
+    )
+    url = f"http://127.0.0.1:{httpd.server_port}/v3"
+    _setup(d, url)
+    from keystone.server import wsgi
+
+    argv, sys.argv = sys.argv, sys.argv[:1]  # Keystone's config parses the command line
+    try:
+        holder["app"] = wsgi.initialize_public_application()
+    finally:
+        sys.argv = argv
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    cred = _credential(url)
+    out = {"url": url, "admin_password": ADMIN_PASSWORD, "id": cred.id, "secret": cred.secret}
+    print(json.dumps(out), flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+    httpd.shutdown()
+    httpd.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Sova's agent through a real Keystone and keystonemiddleware in front of Nova (the OpenStack
+tier, nova env).
+
+Keystone runs in its own process and environment (tests/openstack/keystone_server.py, the
+keystone env's interpreter), set up as docs/openstack.md#credentials-roles-and-policies says:
+the ``sova`` user holding ``admin`` and ``sova`` in ``service``, an application credential
+with both roles and the shipped access rules. Nova's compute API (the harness's) is served on
+a loopback socket behind keystonemiddleware's ``auth_token`` validating against that Keystone
+(``service_type = compute``), and Nova builds its request context from what ``auth_token``
+validated (Nova's own ``NovaKeystoneContext``, not the harness's header stand-in). Sova's
+``connect`` reads the credential from a clouds.yaml entry. Neutron is Nova's NeutronFixture
+here (Neutron behind keystonemiddleware is not run).
+
+Run with ``scripts/openstack-envs.sh test nova``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import threading
+import types
+from typing import Any
+
+import fixtures
+import pytest
+
+helpers = pytest.importorskip(
+    "nova.tests.functional.integrated_helpers",
+    reason="needs the pinned nova environment: scripts/openstack-envs.sh test nova",
+)
+
+from nova.api import auth as nova_auth  # noqa: E402
+from test_os_nova import FixtureNetwork, _UnderPytest, wait  # noqa: E402
+
+from sova.driver.base import OpState  # noqa: E402
+from sova.model import NIC, VM, Host, Inventory, Migrate, VMState  # noqa: E402
+from sova.orchestrator.openstack import OpenStackActuator, connect  # noqa: E402
+
+pytestmark = pytest.mark.openstack
+
+# Nova's own context from keystonemiddleware's headers, kept before the harness stubs it.
+REAL_CREATE_CONTEXT = nova_auth.NovaKeystoneContext._create_context
+
+
+class KeystoneProcess:
+    """Keystone on a loopback port in the keystone environment, with Sova's credential."""
+
+    def __init__(self) -> None:
+        python = os.environ.get("SOVA_KEYSTONE_PYTHON")
+        if not python or not pathlib.Path(python).exists():
+            pytest.skip(
+                "needs the keystone environment's interpreter in SOVA_KEYSTONE_PYTHON "
+                "(scripts/openstack-envs.sh test nova sets it)"
+            )
+        self.dir = tempfile.TemporaryDirectory()
+        script = pathlib.Path(__file__).resolve().parents[1] / "keystone_server.py"
+        self.proc = subprocess.Popen(
+            [python, str(script), self.dir.name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # Keystone logs there too; ours is the JSON line
+            if line.startswith("{"):
+                self.info: dict[str, str] = json.loads(line)
+                return
+        self.proc.wait(timeout=30)
+        raise AssertionError(f"Keystone's server did not start (exit {self.proc.returncode})")
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.dir.cleanup()
+
+
+class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
+    """Three fake computes, vm1 on host1 in a tenant's project; Sova's agent for host1 with
+    the application credential."""
+
+    compute_driver = "fake.MediumFakeDriver"
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.keystone = KeystoneProcess()
+        self.addCleanup(self.keystone.stop)
+        for h in ("host1", "host2", "host3"):
+            self._start_compute(h)
+        self.server = self._create_server(name="vm1", host="host1", networks="none")
+        self.seen: list[tuple[str, str, str]] = []  # (method, path, roles) Nova acted on
+        url = self.serve_behind_keystonemiddleware()
+        clouds = pathlib.Path(self.keystone.dir.name) / "clouds.yaml"
+        ks = self.keystone.info
+        clouds.write_text(
+            "clouds:\n"
+            "  sova:\n"
+            "    auth_type: v3applicationcredential\n"
+            "    auth:\n"
+            f"      auth_url: {ks['url']}\n"
+            f"      application_credential_id: {ks['id']}\n"
+            f"      application_credential_secret: {ks['secret']}\n"
+            "    region_name: RegionOne\n"
+            f"    compute_endpoint_override: {url}\n"
+        )
+        self.useFixture(fixtures.EnvironmentVariable("OS_CLIENT_CONFIG_FILE", str(clouds)))
+        self.sdk = connect("sova", api_timeout_s=30)
+
+    def serve_behind_keystonemiddleware(self) -> str:
+        """Nova's compute API on a loopback socket behind auth_token; its base URL."""
+        from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+        from keystonemiddleware import auth_token
+        from nova.api import wsgi
+        from oslo_config import cfg
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        harness_ctx = nova_auth.NovaKeystoneContext._create_context
+
+        def create_context(env: dict[str, Any], **kwargs: Any) -> Any:
+            # A request auth_token validated gets Nova's real context (its roles, is_admin
+            # from Nova's policy); the harness's own clients keep the stand-in.
+            if env.get("HTTP_X_IDENTITY_STATUS") == "Confirmed":
+                return REAL_CREATE_CONTEXT(env, **kwargs)
+            return harness_ctx(env, **kwargs)
+
+        self.stub_out("nova.api.auth.NovaKeystoneContext._create_context", create_context)
+        nova = wsgi.Loader().load_app("osapi_compute")
+
+        def record(environ: dict[str, Any], start_response: Any) -> Any:
+            self.seen.append(
+                (environ["REQUEST_METHOD"], environ["PATH_INFO"], environ.get("HTTP_X_ROLES", ""))
+            )
+            return nova(environ, start_response)
+
+        ks = self.keystone.info
+        app = auth_token.AuthProtocol(
+            record,
+            {
+                # Its own options object: on the process-wide one the password plugin's
+                # required options would outlive the test and fail every later Nova setUp.
+                "oslo_config_config": cfg.ConfigOpts(),
+                "auth_type": "password",
+                "auth_url": ks["url"],
+                "www_authenticate_uri": ks["url"],
+                "username": "admin",
+                "password": ks["admin_password"],
+                "project_name": "admin",
+                "user_domain_name": "Default",
+                "project_domain_name": "Default",
+                "service_type": "compute",
+                "interface": "public",  # the only endpoint the bootstrap made
+                "delay_auth_decision": False,
+            },
+        )
+        httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        self.addCleanup(httpd.server_close)
+        self.addCleanup(httpd.shutdown)
+        return f"http://127.0.0.1:{httpd.server_port}/v2.1"
+
+    def test_agent_lists_and_migrates_with_keystones_token_and_nothing_else(self) -> None:
+        """The agent's inventory and a live migration go through on the credential's token
+        (Nova saw the roles Keystone gave it); a call outside the access rules is refused
+        by keystonemiddleware (401) before Nova sees it, whatever the roles."""
+        from openstack import exceptions as sdk_exc
+
+        conn = types.SimpleNamespace(compute=self.sdk.compute, network=FixtureNetwork(self.neutron))
+        act = OpenStackActuator(conn, "host1", poll_s=0.2, migration_timeout_s=60)
+        host = Host("host1", 8, 16 << 30, NIC("pf0", 10e9, vf_pool=0))
+        inv = act.reconcile(Inventory(host, {"vm1": VMState(VM("vm1", 1, 512 << 20))}))
+        assert inv.vms["vm1"].running, act.discrepancies
+        st = wait(act, act.submit(Migrate("vm1", "host3")))
+        assert st.state is OpState.SUCCEEDED, st.detail
+        assert self.api.get_server(self.server["id"])["OS-EXT-SRV-ATTR:host"] == "host3"
+        acted = {(m, p) for m, p, _ in self.seen}
+        assert ("GET", "/v2.1/servers/detail") in acted
+        assert ("POST", f"/v2.1/servers/{self.server['id']}/action") in acted
+        # Keystone's token: the credential's roles and those admin implies (Keystone's
+        # bootstrap: admin > manager > member > reader), nothing else.
+        implied = {"admin", "sova", "manager", "member", "reader"}
+        for _, _, roles in self.seen:
+            assert {"admin", "sova"} <= set(roles.split(",")) <= implied, roles
+
+        before = len(self.seen)
+        for call in (
+            lambda: self.sdk.compute.delete_server(self.server["id"]),
+            lambda: list(self.sdk.compute.hypervisors()),
+        ):
+            with pytest.raises(sdk_exc.HttpException) as err:
+                call()
+            assert err.value.status_code == 401
+        assert len(self.seen) == before  # Nova never saw them
+        assert self.api.get_server(self.server["id"])["status"] == "ACTIVE"
