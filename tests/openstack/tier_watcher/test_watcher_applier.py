@@ -13,7 +13,7 @@ the server fields Watcher's ``Server``/``Hypervisor`` wrappers read; each look a
 one step of Nova's time.
 
 The lock both honour is Nova's own: the task state and status Nova sets on the server for
-the whole migration (docs/openstack.md, "Watcher and Sova"). Watcher's applier skips a
+the whole migration (docs/openstack.md#novas-own-operations). Watcher's applier skips a
 migrate action whose instance is no longer on its source node and fails one whose instance
 is not ``ACTIVE``; Sova's actuator refuses to act on a server Nova is operating on, and a
 migration of a server Nova places on another host. Each test counts the live migrations the
