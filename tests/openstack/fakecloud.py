@@ -439,7 +439,8 @@ class _Network:
     def delete_port(self, port: Port | str, ignore_missing: bool = True) -> None:
         pid = port if isinstance(port, str) else port.id
         self.c.calls.append(("delete_port", {"id": pid}))
-        self.c.ports.pop(pid, None)
+        if self.c.ports.pop(pid, None) is None and not ignore_missing:
+            raise FakeCloudError(f"No Port found for {pid}")  # the SDK's ResourceNotFound
 
     def add_tag(self, port: Port, tag: str) -> Port:
         self.c.calls.append(("add_tag", {"id": port.id, "tag": tag}))

@@ -10,11 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from fakecloud import FakeCloud, FakeCloudError, FakeCloudTimeout
 from test_seam import BondHost, Clock, actuator, run, sensed
 
 from sova.driver.base import OpState
-from sova.model import AttachVF, Migrate, NicKind
+from sova.model import AttachVF, Inventory, Migrate, NicKind
 from sova.orchestrator.openstack import OpenStackActuator, connect
 from sova.orchestrator.openstack_cloud import SOVA_TAG
 from sova.orchestrator.settings import OpenStackOptions
@@ -103,3 +104,108 @@ def test_default_spawn_runs_the_op_in_its_own_daemon_thread_and_submit_returns_a
     while (st := act.poll(op)).state is OpState.PENDING and time.monotonic() < deadline:
         time.sleep(0.01)  # a finished op is reported once, then forgotten
     assert st.state is OpState.SUCCEEDED, st.detail
+
+
+def test_a_known_server_of_another_project_is_found_by_id_without_listing_the_host() -> None:
+    # An admin's agent serves every project's servers; once a period has named vm1's server,
+    # an operation finds it by id (all projects) rather than listing the whole host again.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1").project_id = "other"
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "vm1"))
+    cloud.calls.clear()
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    assert [c for c, _ in cloud.calls if c == "servers"] == []
+
+
+def test_an_operation_on_a_server_nova_deleted_since_the_last_period_says_so() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "vm1"))
+    cloud.delete_server("uuid-vm1")
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.state is OpState.FAILED
+    assert st.detail == "Nova knows no server 'vm1' on cmp1"
+
+
+def test_a_tenants_vf_on_another_host_leaves_this_hosts_pool_whole() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_tenant_vf(cloud.add_server("ten", "cmp2"))
+    act = actuator(cloud)
+    inv = act.reconcile(sensed("cmp1", "vm1", pool=1))
+    assert inv.host.nic.vf_pool == 1, act.discrepancies
+
+
+def test_tenants_holding_every_vf_is_noted_with_sovas_pool_of_none() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_tenant_vf(cloud.add_server("ten", "cmp1"))
+    act = actuator(cloud)
+    act.reconcile(sensed("cmp1", "vm1", "ten", pool=1))
+    assert "tenants' own ports hold 1 of 1 VFs on cmp1: Sova's pool is 0" in act.discrepancies
+
+
+def test_the_sweep_carries_on_past_a_leaked_port_someone_else_deleted_meanwhile() -> None:
+    # Two sweeps (an agent restarted over a lingering one, an operator's cleanup) may list
+    # the same leaked port: the second delete finds it gone, which is what it wanted.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, fallback=BondHost(cloud), sweep_every=1)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    cloud.delete_server("uuid-vm1")
+    listed = cloud.network.ports
+
+    def racing(**filters: Any) -> Any:
+        ports = listed(**filters)
+        if "tags" in filters:
+            for p in ports:
+                cloud.ports.pop(p.id, None)  # the other sweep's delete
+        return ports
+
+    cloud.network.ports = racing  # type: ignore[method-assign]
+    act.reconcile(sensed("cmp1", pool=1))
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]
+    assert (
+        [d for d in act.discrepancies if "leaked" in d]
+        == [d for d in act.discrepancies if d.startswith("leaked Sova port ") and "deleted" in d]
+        != []
+    ), act.discrepancies
+
+
+@pytest.mark.parametrize("tenants_vf", [False, True])
+def test_a_vm_sova_is_migrating_is_reported_migrating_before_the_host_senses_it(
+    tenants_vf: bool,
+) -> None:
+    # The agent must not grant a VF to a VM leaving the host: Sova's own migration holds
+    # Nova's task state, which the inventory reports as migrating; a VM holding its owner's
+    # VF port (reported on virtio, not Sova's) too.
+    cloud = FakeCloud(migration_steps=3, vfs_per_host={"cmp1": 1, "cmp3": 1})
+    vm1 = cloud.add_server("vm1", "cmp1")
+    if tenants_vf:
+        cloud.add_tenant_vf(vm1)
+    act = actuator(cloud)
+    seen: list[Inventory] = []
+    wait = act.sleep
+
+    def look_then_wait(s: float) -> None:
+        if not seen:
+            seen.append(act.reconcile(sensed("cmp1", "vm1")))
+        wait(s)
+
+    act.sleep = look_then_wait
+    assert run(act, Migrate("vm1", "cmp3")).state is OpState.SUCCEEDED
+    assert seen[0].vms["vm1"].migrating is True
+
+
+def test_one_give_back_try_when_retire_tries_is_one() -> None:
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud, fallback=BondHost(cloud), retire_tries=1)
+    assert run(act, AttachVF("vm1")).state is OpState.SUCCEEDED
+    cloud.begin("uuid-vm1", "rebuild")
+    cloud.end("uuid-vm1", "rebuild")
+    act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]
