@@ -209,3 +209,25 @@ def test_one_give_back_try_when_retire_tries_is_one() -> None:
     cloud.end("uuid-vm1", "rebuild")
     act.reconcile(sensed("cmp1", "vm1", vf=("vm1",), pool=1))
     assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags]
+
+
+def test_a_server_nova_left_waiting_for_a_resize_confirmation_is_not_touched() -> None:
+    # Nova's resize ends in VERIFY_RESIZE with no task state: the status alone says Nova
+    # is not done with the server (a confirm or revert moves it again).
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    cloud.begin("uuid-vm1", "resize")
+    cloud.end("uuid-vm1", "resize", "cmp1")
+    st = run(actuator(cloud), Migrate("vm1", "cmp3"))
+    assert st.state is OpState.FAILED
+    assert st.detail == "Nova is operating on vm1 (status VERIFY_RESIZE): Sova stands back"
+    assert not [c for c, _ in cloud.calls if c == "live_migrate_server"]
+
+
+def test_an_op_not_yet_started_is_pending_and_queued() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    act = actuator(cloud)
+    act.spawn = lambda fn: None  # its thread has not run yet
+    st = act.poll(act.submit(Migrate("vm1", "cmp3")))
+    assert (st.state, st.detail) == (OpState.PENDING, "queued")
