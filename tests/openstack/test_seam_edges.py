@@ -231,3 +231,23 @@ def test_an_op_not_yet_started_is_pending_and_queued() -> None:
     act.spawn = lambda fn: None  # its thread has not run yet
     st = act.poll(act.submit(Migrate("vm1", "cmp3")))
     assert (st.state, st.detail) == (OpState.PENDING, "queued")
+
+
+def test_sova_follows_its_own_servers_migration_record_not_a_newer_one_of_another() -> None:
+    # While Sova's migration of vm1 runs, an operator's migration of vm2 (a newer record,
+    # to a target that refuses) ends in error: vm1's outcome is vm1's record's.
+    cloud = FakeCloud(migration_steps=3, refusing={"cmp9"})
+    cloud.add_server("vm1", "cmp1")
+    vm2 = cloud.add_server("vm2", "cmp1")
+    act = actuator(cloud)
+    wait = act.sleep
+
+    def operator_then_wait(s: float) -> None:
+        if not [m for m in cloud.migrations if m.server_id == vm2.id]:
+            cloud.compute.live_migrate_server(vm2, host="cmp9")
+        wait(s)
+
+    act.sleep = operator_then_wait
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.state is OpState.SUCCEEDED, st.detail
+    assert cloud.servers["uuid-vm1"].compute_host == "cmp3"
