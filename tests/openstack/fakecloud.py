@@ -335,6 +335,8 @@ class _Compute:
         block_migration: Any = None,
     ) -> None:
         self.c.calls.append(("live_migrate_server", {"host": host, "force": force}))
+        if block_migration not in (None, True, False, "auto"):  # os-migrateLive's schema
+            raise FakeCloudError(f"Invalid input for field block_migration: {block_migration!r}")
         s = self.c.servers[server.id]
         if s.task_state is not None:
             raise FakeCloudError(f"Conflict: server {s.id} is in task_state {s.task_state}")

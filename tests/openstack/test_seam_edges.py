@@ -251,3 +251,13 @@ def test_sova_follows_its_own_servers_migration_record_not_a_newer_one_of_anothe
     st = run(act, Migrate("vm1", "cmp3"))
     assert st.state is OpState.SUCCEEDED, st.detail
     assert cloud.servers["uuid-vm1"].compute_host == "cmp3"
+
+
+def test_without_a_configured_network_the_vf_goes_beside_this_vms_own_virtio_port() -> None:
+    # Another server's port on another network, listed first, is not this VM's backup.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("other", "cmp1", net="net-other")
+    cloud.add_server("vm1", "cmp1", net="net-data")
+    assert run(actuator(cloud), AttachVF("vm1")).state is OpState.SUCCEEDED
+    [attrs] = [a for c, a in cloud.calls if c == "create_port"]
+    assert attrs["network_id"] == "net-data"
