@@ -261,3 +261,29 @@ def test_without_a_configured_network_the_vf_goes_beside_this_vms_own_virtio_por
     assert run(actuator(cloud), AttachVF("vm1")).state is OpState.SUCCEEDED
     [attrs] = [a for c, a in cloud.calls if c == "create_port"]
     assert attrs["network_id"] == "net-data"
+
+
+def test_a_view_built_without_the_settings_uses_the_documented_periods() -> None:
+    from sova.orchestrator.openstack_view import CloudView
+
+    view, docs = CloudView(FakeCloud(), "cmp1"), OpenStackOptions()
+    assert (view.refresh_s, view.resync_s) == (docs.refresh_s, docs.resync_s)
+
+
+def test_novas_updated_stamp_without_a_zone_is_utc() -> None:
+    # Nova's `updated` is UTC; a stamp written without its zone must still order against the
+    # aware ones (a naive and an aware datetime cannot be compared).
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from sova.orchestrator.openstack_view import _stamp
+
+    naive = _stamp(SimpleNamespace(updated_at="2026-12-01T10:00:00"))
+    assert naive == datetime(2026, 12, 1, 10, tzinfo=UTC)
+    assert naive is not None and naive.tzinfo is not None
+
+
+def test_a_view_that_has_not_looked_yet_has_no_server() -> None:
+    from sova.orchestrator.openstack_view import CloudView
+
+    assert CloudView(FakeCloud(), "cmp1").has_server("uuid-vm1") is False
