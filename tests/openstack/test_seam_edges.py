@@ -287,3 +287,54 @@ def test_a_view_that_has_not_looked_yet_has_no_server() -> None:
     from sova.orchestrator.openstack_view import CloudView
 
     assert CloudView(FakeCloud(), "cmp1").has_server("uuid-vm1") is False
+
+
+# --------------------------------------------------------------------------- the change-based view
+
+
+def _view(cloud: FakeCloud) -> Any:
+    from sova.orchestrator.openstack_view import CloudView
+
+    return CloudView(cloud, "cmp1", refresh_s=120, resync_s=600, busy_s=10)
+
+
+def test_the_views_listing_is_this_hosts_servers_of_every_project() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1").project_id = "other"
+    cloud.add_server("vm2", "cmp2")
+    servers, _ = _view(cloud).look(sensed("cmp1", "vm1"), 0.0)
+    assert [s.id for s in servers] == ["uuid-vm1"]
+
+
+def test_a_server_that_arrived_has_its_ports_listed_at_the_changes_look() -> None:
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    vm2 = cloud.add_server("vm2", "cmp2")
+    view = _view(cloud)
+    inv = sensed("cmp1", "vm1")
+    _, ports = view.look(inv, 0.0)
+    assert {p.device_id for p in ports} == {"uuid-vm1"}
+    cloud.begin(vm2.id, "live_migrate")
+    cloud.end(vm2.id, "live_migrate", "cmp1")
+    _, ports = view.look(inv, 120.0)
+    assert view.last_look == "changes"
+    assert {p.device_id for p in ports} == {"uuid-vm1", "uuid-vm2"}
+
+
+def test_the_views_periods_count_from_its_last_look_not_from_the_clocks_origin() -> None:
+    # An agent that has run 1000 s: a look 10 s after a full one is cached; with a server
+    # Nova is operating on, a look within busy_s (10 s) of the last is cached too.
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+    view = _view(cloud)
+    inv = sensed("cmp1", "vm1")
+    view.look(inv, 1000.0)
+    view.look(inv, 1005.0)
+    assert view.last_look == "cached"
+    cloud.begin("uuid-vm1", "reboot")
+    view.look(inv, 1130.0)  # the refresh: sees the reboot
+    assert view.last_look == "changes"
+    view.look(inv, 1135.0)
+    assert view.last_look == "cached"
+    view.look(inv, 1140.0)
+    assert view.last_look == "changes"
