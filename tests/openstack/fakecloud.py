@@ -353,6 +353,8 @@ class _Compute:
         block_migration: Any = None,
     ) -> None:
         self.c.calls.append(("live_migrate_server", {"host": host, "force": force}))
+        if block_migration not in (None, True, False, "auto"):  # os-migrateLive's schema
+            raise FakeCloudError(f"Invalid input for field block_migration: {block_migration!r}")
         s = self.c.servers[server.id]
         if s.task_state is not None:
             raise FakeCloudError(f"Conflict: server {s.id} is in task_state {s.task_state}")
@@ -366,6 +368,10 @@ class _Compute:
             raise FakeCloudTimeout("Request to /servers/action timed out")
 
     def migrations(self, server_id: str | None = None, migration_type: str | None = None):
+        # Every record here is a live migration's: Nova's other types (migration, resize,
+        # evacuation) list none of them.
+        if migration_type not in (None, "live-migration"):
+            return []
         running = any(m.status not in _ENDED for m in self.c.migrations)
         if running and self.c.unanswered_polls > 0:
             self.c.unanswered_polls -= 1
@@ -462,7 +468,8 @@ class _Network:
     def delete_port(self, port: Port | str, ignore_missing: bool = True) -> None:
         pid = port if isinstance(port, str) else port.id
         self.c.calls.append(("delete_port", {"id": pid}))
-        self.c.ports.pop(pid, None)
+        if self.c.ports.pop(pid, None) is None and not ignore_missing:
+            raise FakeCloudError(f"No Port found for {pid}")  # the SDK's ResourceNotFound
 
     def add_tag(self, port: Port, tag: str) -> Port:
         self.c.calls.append(("add_tag", {"id": port.id, "tag": tag}))
