@@ -25,7 +25,6 @@ import threading
 import types
 from typing import Any
 
-import fixtures
 import pytest
 
 helpers = pytest.importorskip(
@@ -33,6 +32,7 @@ helpers = pytest.importorskip(
     reason="needs the pinned nova environment: scripts/openstack-envs.sh test nova",
 )
 
+import fixtures  # noqa: E402  (the nova environment's; after the skip)
 from nova.api import auth as nova_auth  # noqa: E402
 from test_os_nova import FixtureNetwork, _UnderPytest, wait  # noqa: E402
 
