@@ -34,6 +34,8 @@ from test_os_watcher import HOT, INSTANCE_0, MeansDatasource, SeriesDatasource
 
 pytestmark = pytest.mark.openstack
 
+INSTANCE_1 = "d010ef1f-dc19-4982-9383-087498bfde03"
+
 
 class TestStrategyEdges(TestBaseStrategy):
     def setUp(self) -> None:
@@ -110,7 +112,7 @@ class TestStrategyEdges(TestBaseStrategy):
             def get_instance_cpu_usage(self, *a: Any, **kw: Any) -> Any:
                 return None
 
-        self.model.get_instance_by_uuid("d010ef1f-dc19-4982-9383-087498bfde03").watcher_exclude = True
+        self.model.get_instance_by_uuid(INSTANCE_1).watcher_exclude = True
         assert self.run_with(SeriesDatasource(self.model, HOT)).migrations == 1
         s = self.run_with(NoVmUsage(self.model, HOT))
         assert s.migrations == 0
@@ -180,7 +182,7 @@ class TestStrategyEdges(TestBaseStrategy):
         self,
     ) -> None:
         self.model.get_instance_by_uuid(INSTANCE_0).metadata = {"optimize": "false"}
-        for check, moved in ((True, "d010ef1f-dc19-4982-9383-087498bfde03"), (False, INSTANCE_0)):
+        for check, moved in ((True, INSTANCE_1), (False, INSTANCE_0)):
             config = types.SimpleNamespace(datasources=None, check_optimize_metadata=check)
             s = self.run_with(SeriesDatasource(self.model, HOT), config=config)
             assert [vm for vm, _, _ in self.moves(s)] == [moved], check
