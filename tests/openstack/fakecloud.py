@@ -368,10 +368,6 @@ class _Compute:
             raise FakeCloudTimeout("Request to /servers/action timed out")
 
     def migrations(self, server_id: str | None = None, migration_type: str | None = None):
-        # Every record here is a live migration's: Nova's other types (migration, resize,
-        # evacuation) list none of them.
-        if migration_type not in (None, "live-migration"):
-            return []
         running = any(m.status not in _ENDED for m in self.c.migrations)
         if running and self.c.unanswered_polls > 0:
             self.c.unanswered_polls -= 1
