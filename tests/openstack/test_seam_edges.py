@@ -341,9 +341,10 @@ def test_the_views_periods_count_from_its_last_look_not_from_the_clocks_origin()
 
 
 def test_an_unanswered_server_get_in_the_no_record_check_is_asked_again_next_poll() -> None:
-    # Nova accepted the request and made no record; past 30 polls of 2 s (60 s) Sova asks
-    # the server's task state. That GET times out at 62 s: no answer is no verdict, so the
-    # check is made again at 64 s, where Nova answers (no task: it started none).
+    # Nova accepted the request (at 1000 s of a monotonic clock) and made no record; past
+    # 30 polls of 2 s (60 s) Sova asks the server's task state. That GET times out at
+    # 1062 s: no answer is no verdict, so the check is made again at 1064 s, where Nova
+    # answers (no task: it started none).
     cloud = FakeCloud()
     cloud.add_server("vm1", "cmp1")
 
@@ -352,6 +353,7 @@ def test_an_unanswered_server_get_in_the_no_record_check_is_asked_again_next_pol
 
     cloud.compute.live_migrate_server = accepted_only  # type: ignore[method-assign]
     act = actuator(cloud, poll_s=2.0)
+    act.clock.t = 1000.0  # type: ignore[attr-defined]
     get, asked = cloud.compute.get_server, []
 
     def first_unanswered(sid: str) -> Any:
@@ -363,4 +365,4 @@ def test_an_unanswered_server_get_in_the_no_record_check_is_asked_again_next_pol
     cloud.compute.get_server = first_unanswered  # type: ignore[method-assign]
     st = run(act, Migrate("vm1", "cmp3"))
     assert st.detail.startswith("Nova accepted the live migration of vm1 and started none")
-    assert asked == [62.0, 64.0] and act.clock() == 64.0
+    assert asked == [1062.0, 1064.0] and act.clock() == 1064.0
