@@ -366,3 +366,21 @@ def test_an_unanswered_server_get_in_the_no_record_check_is_asked_again_next_pol
     st = run(act, Migrate("vm1", "cmp3"))
     assert st.detail.startswith("Nova accepted the live migration of vm1 and started none")
     assert asked == [1062.0, 1064.0] and act.clock() == 1064.0
+
+
+def test_another_servers_unsettled_evacuation_does_not_hold_this_ones_give_back() -> None:
+    # vm2 was evacuated off cmp1 (its record "done" until cmp1's service is back); vm1's
+    # port came to cmp2 by a cold migration. Only vm1's own records count for vm1.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    vm1, vm2 = cloud.add_server("vm1", "cmp1"), cloud.add_server("vm2", "cmp1")
+    cmp2 = actuator(cloud, "cmp2", fallback=BondHost(cloud))
+    assert run(actuator(cloud, "cmp1"), AttachVF("vm1")).state is OpState.SUCCEEDED
+    for op, dest in (("migrate", "cmp2"), ("confirm_resize", None)):
+        cloud.begin(vm1.id, op)
+        cloud.end(vm1.id, op, dest)
+    cloud.begin(vm2.id, "evacuate")
+    cloud.end(vm2.id, "evacuate", "cmp2")
+    cmp2.reconcile(sensed("cmp2", "vm1", "vm2", vf=("vm1",), pool=1))
+    cmp2.reconcile(sensed("cmp2", "vm1", "vm2", pool=1))
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags], cmp2.discrepancies
+    assert any(d.startswith("vm1: given back") for d in cmp2.discrepancies), cmp2.discrepancies
