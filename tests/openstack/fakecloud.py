@@ -368,15 +368,6 @@ class _Compute:
             raise FakeCloudTimeout("Request to /servers/action timed out")
 
     def migrations(self, server_id: str | None = None, migration_type: str | None = None):
-        # The records here are live migrations' and evacuations' (Nova's other types,
-        # migration and resize, list none); reading another type moves no live migration on.
-        if migration_type not in (None, "live-migration"):
-            return [
-                m
-                for m in self.c.migrations
-                if m.migration_type == migration_type
-                and (server_id is None or m.server_id == server_id)
-            ]
         running = any(m.status not in _ENDED for m in self.c.migrations)
         if running and self.c.unanswered_polls > 0:
             self.c.unanswered_polls -= 1

@@ -241,3 +241,105 @@ def test_settings_build_the_view_with_its_periods_or_none(tmp_path: Any, monkeyp
     cfg.write_text(f"{head}resync_s = 0\n")
     with pytest.raises(ConfigError, match="resync_s"):
         load_agent_settings(cfg, environ={})
+
+
+class _Listings:
+    """A connection whose compute and network answer from ``listed``, recording each query."""
+
+    def __init__(self, listed: list[Any]) -> None:
+        self.listed = listed
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+        self.compute = self.network = self
+
+    def __getattr__(self, name: str) -> Any:  # conn.compute.servers / conn.network.ports
+        def listing(**query: Any) -> list[Any]:
+            self.asked.append((name, query))
+            return list(self.listed) if name == "servers" else []
+
+        return listing
+
+    def take(self) -> list[tuple[str, Any]]:
+        out = [(n, q.get("changes_since")) for n, q in self.asked]
+        self.asked.clear()
+        return out
+
+
+def _server(sid: str, **attrs: Any) -> Any:
+    from types import SimpleNamespace
+
+    fields = {"status": "ACTIVE", "task_state": None, "compute_host": "cmp1", **attrs}
+    return SimpleNamespace(id=sid, **fields)
+
+
+def _inventory() -> Inventory:
+    return Inventory(Host("cmp1", 8, 16 << 30, NIC("pf0", 10e9, 2)), {})
+
+
+def test_by_default_a_busy_host_is_asked_every_10_s_from_a_minute_before_novas_newest() -> None:
+    # The agent's settings pass neither busy_s nor overlap_s: the defaults are what runs.
+    # A server in a task, Nova's newest stamp 08:00:00: 10 s later the view asks for the
+    # changes since 07:59:00 (the overlap covers compute nodes' clock skew); at 9 s, nothing.
+    conn = _Listings([_server("s1", task_state="migrating", updated_at="2026-12-07T08:00:00Z")])
+    view = CloudView(conn, "cmp1")
+    assert view.last_look == "none"
+    view.look(_inventory(), 0.0)
+    assert conn.take() == [("servers", None), ("ports", None)] and view.last_look == "full"
+    view.look(_inventory(), 9.0)
+    assert (conn.take(), view.last_look) == ([], "cached")
+    view.look(_inventory(), 10.0)
+    assert conn.take() == [("servers", "2026-12-07T07:59:00+00:00")]
+
+
+def test_servers_without_novas_stamp_are_listed_in_full_at_each_changes_look() -> None:
+    # No `updated` to ask changes-since from: each changes look lists the host's servers
+    # (one request); the ports are listed again only when the answer differs.
+    conn = _Listings([_server("s1"), _server("s2")])
+    view = CloudView(conn, "cmp1", refresh_s=60, resync_s=600)
+    view.look(_inventory(), 0.0)
+    conn.take()
+    servers, _ = view.look(_inventory(), 60.0)
+    assert conn.take() == [("servers", None)] and view.last_look == "changes"
+    assert sorted(s.id for s in servers) == ["s1", "s2"]
+    conn.listed = [_server("s1")]  # s2 went away (deleted and purged, or moved off)
+    servers, _ = view.look(_inventory(), 120.0)
+    assert conn.take() == [("servers", None), ("ports", None)]
+    assert [s.id for s in servers] == ["s1"]
+    conn.listed = [_server("s1", status="DELETED")]  # Nova lists a deleted one as such
+    servers, _ = view.look(_inventory(), 180.0)
+    assert conn.take() == [("servers", None), ("ports", None)]
+    assert servers == [] and not view.has_server("s1")
+
+
+def test_each_field_nova_reports_of_a_server_is_a_change_that_lists_the_ports_again() -> None:
+    # Without a stamp the fields themselves say whether a server changed; with one, a newer
+    # `updated` alone does (a save Nova made for a reason the other fields do not show).
+    for field, before, after in (
+        ("status", "ACTIVE", "SHUTOFF"),
+        ("task_state", None, "rebooting"),
+        ("launched_at", "2026-12-07T07:00:00", "2026-12-07T08:00:00"),
+        ("updated_at", "2026-12-07T08:00:00Z", "2026-12-07T08:00:05Z"),
+    ):
+        conn = _Listings([_server("s1", **{field: before})])
+        view = CloudView(conn, "cmp1", refresh_s=60, resync_s=600)
+        view.look(_inventory(), 0.0)
+        conn.take()
+        view.look(_inventory(), 60.0)
+        assert [n for n, _ in conn.take()] == ["servers"], field  # unchanged: no ports
+        conn.listed = [_server("s1", **{field: after})]
+        [server], _ = view.look(_inventory(), 120.0)
+        assert [n for n, _ in conn.take()] == ["servers", "ports"], field
+        assert getattr(server, field) == after
+
+
+def test_an_invalidated_view_lists_everything_at_the_next_look() -> None:
+    # An operation of the actuator ended: even with the host's domains as they were, the
+    # next look is a full one, not the cache.
+    conn = _Listings([_server("s1", updated_at="2026-12-07T08:00:00Z")])
+    view = CloudView(conn, "cmp1", refresh_s=60, resync_s=600)
+    view.look(_inventory(), 0.0)
+    conn.take()
+    view.look(_inventory(), 1.0)
+    assert conn.take() == [] and view.last_look == "cached"
+    view.invalidate()
+    view.look(_inventory(), 2.0)
+    assert conn.take() == [("servers", None), ("ports", None)] and view.last_look == "full"

@@ -338,3 +338,49 @@ def test_the_views_periods_count_from_its_last_look_not_from_the_clocks_origin()
     assert view.last_look == "cached"
     view.look(inv, 1140.0)
     assert view.last_look == "changes"
+
+
+def test_an_unanswered_server_get_in_the_no_record_check_is_asked_again_next_poll() -> None:
+    # Nova accepted the request (at 1000 s of a monotonic clock) and made no record; past
+    # 30 polls of 2 s (60 s) Sova asks the server's task state. That GET times out at
+    # 1062 s: no answer is no verdict, so the check is made again at 1064 s, where Nova
+    # answers (no task: it started none).
+    cloud = FakeCloud()
+    cloud.add_server("vm1", "cmp1")
+
+    def accepted_only(*_: Any, **__: Any) -> None:
+        pass
+
+    cloud.compute.live_migrate_server = accepted_only  # type: ignore[method-assign]
+    act = actuator(cloud, poll_s=2.0)
+    act.clock.t = 1000.0  # type: ignore[attr-defined]
+    get, asked = cloud.compute.get_server, []
+
+    def first_unanswered(sid: str) -> Any:
+        asked.append(act.clock())
+        if len(asked) == 1:
+            raise FakeCloudTimeout("Request to /servers/uuid-vm1 timed out")
+        return get(sid)
+
+    cloud.compute.get_server = first_unanswered  # type: ignore[method-assign]
+    st = run(act, Migrate("vm1", "cmp3"))
+    assert st.detail.startswith("Nova accepted the live migration of vm1 and started none")
+    assert asked == [1062.0, 1064.0] and act.clock() == 1064.0
+
+
+def test_another_servers_unsettled_evacuation_does_not_hold_this_ones_give_back() -> None:
+    # vm2 was evacuated off cmp1 (its record "done" until cmp1's service is back); vm1's
+    # port came to cmp2 by a cold migration. Only vm1's own records count for vm1.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1, "cmp2": 1})
+    vm1, vm2 = cloud.add_server("vm1", "cmp1"), cloud.add_server("vm2", "cmp1")
+    cmp2 = actuator(cloud, "cmp2", fallback=BondHost(cloud))
+    assert run(actuator(cloud, "cmp1"), AttachVF("vm1")).state is OpState.SUCCEEDED
+    for op, dest in (("migrate", "cmp2"), ("confirm_resize", None)):
+        cloud.begin(vm1.id, op)
+        cloud.end(vm1.id, op, dest)
+    cloud.begin(vm2.id, "evacuate")
+    cloud.end(vm2.id, "evacuate", "cmp2")
+    cmp2.reconcile(sensed("cmp2", "vm1", "vm2", vf=("vm1",), pool=1))
+    cmp2.reconcile(sensed("cmp2", "vm1", "vm2", pool=1))
+    assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags], cmp2.discrepancies
+    assert any(d.startswith("vm1: given back") for d in cmp2.discrepancies), cmp2.discrepancies
