@@ -517,6 +517,19 @@ def test_clamped_fill_examples() -> None:
         clamped_fill(1, [0, 0], [1, 2], [1, 0])
 
 
+def test_a_sum_math_fsum_refuses_is_refused() -> None:
+    # Two ceilings of 1e308 sum past the largest float: math.fsum raises (the readable form
+    # in tests/bandwidth_oracle.py with it), and the core says so as links_fsum does, rather
+    # than filling from a wrong sum (it gave 1.0 each for a target of 1.0).
+    with pytest.raises(ValueError, match=r"^hi: intermediate overflow in fsum$"):
+        clamped_fill(1.0, [0.0, 0.0], [1e308, 1e308], [1.0, 1.0])
+    with pytest.raises(ValueError, match=r"^hi: -inf \+ inf in fsum$"):
+        clamped_fill(1.0, [0.0, -math.inf], [math.inf, -math.inf], [1.0, 1.0])
+    huge = [flow("a", 1e302), flow("b", 1e302)]  # 1e308 bit/s each
+    with pytest.raises(ValueError, match=r"^link 0: hi: intermediate overflow in fsum$"):
+        SovaAllocator().allocate(GBIT, huge)
+
+
 # --------------------------------------------------------------------------- registry
 
 

@@ -7,73 +7,11 @@
 //! `lo = min(SLA min, hi)`. A host whose floors sum above its capacity scales them down
 //! (`lo · (capacity / Σlo)`); otherwise its rates are [`clamped_fill`] of the capacity.
 //! Sums are [`fsum`] (correctly rounded, as Python's `math.fsum`), so every rate is the
-//! float the readable per-host form (`tests/bandwidth_oracle.py`) computes.
+//! float the readable per-host form (`tests/bandwidth_oracle.py`) computes, and a sum
+//! `math.fsum` refuses (an intermediate overflow, `inf + -inf`) is refused here too.
 
+use crate::sum::fsum;
 use crate::waterfill::{InputError, Layout};
-
-/// `math.fsum`: the correctly rounded sum of finite values (Shewchuk's exact partials,
-/// as CPython sums them, then the round-half-even fix-up across partials). A non-finite
-/// value makes the plain sum of the non-finite values, as `math.fsum` gives it.
-pub fn fsum(values: impl IntoIterator<Item = f64>) -> f64 {
-    let mut p: Vec<f64> = Vec::with_capacity(8);
-    let mut special = 0.0;
-    let mut any_special = false;
-    for v in values {
-        let mut x = v;
-        let mut i = 0;
-        for j in 0..p.len() {
-            let mut y = p[j];
-            if x.abs() < y.abs() {
-                std::mem::swap(&mut x, &mut y);
-            }
-            let hi = x + y;
-            let lo = y - (hi - x);
-            if lo != 0.0 {
-                p[i] = lo;
-                i += 1;
-            }
-            x = hi;
-        }
-        p.truncate(i);
-        if x != 0.0 {
-            if !x.is_finite() {
-                // a NaN or an infinity among the values (the callers check theirs finite)
-                special += v;
-                any_special = true;
-                p.clear();
-            } else {
-                p.push(x);
-            }
-        }
-    }
-    if any_special {
-        return special;
-    }
-    let Some(mut hi) = p.pop() else {
-        return 0.0;
-    };
-    // add the partials from the top while the sum stays exact
-    let mut lo = 0.0;
-    while let Some(y) = p.pop() {
-        let x = hi;
-        hi = x + y;
-        lo = y - (hi - x);
-        if lo != 0.0 {
-            break;
-        }
-    }
-    // half-way cases: round to even across the partials left below
-    if let Some(&next) = p.last()
-        && ((lo < 0.0 && next < 0.0) || (lo > 0.0 && next > 0.0))
-    {
-        let y = lo * 2.0;
-        let x = hi + y;
-        if y == x - hi {
-            hi = x;
-        }
-    }
-    hi
-}
 
 /// Python's `min(a, b)`: `b` only when it is smaller (ties and NaN keep `a`).
 fn py_min(a: f64, b: f64) -> f64 {
@@ -89,22 +27,32 @@ fn py_max(a: f64, b: f64) -> f64 {
 /// clamped into `[Σlo, Σhi]`), floors counting toward the fair share. λ is found exactly,
 /// by linear interpolation between the breakpoints of the piecewise-linear fill curve
 /// (where some flow reaches its floor or its ceiling, `lo_i / w_i` and `hi_i / w_i`), not by
-/// bisection, so the answer does not depend on a tolerance. Weights must be > 0.
-pub fn clamped_fill(target: f64, lo: &[f64], hi: &[f64], w: &[f64], out: &mut [f64]) {
+/// bisection, so the answer does not depend on a tolerance. Weights must be > 0. A sum
+/// that [`fsum`] refuses is an error naming what was summed.
+pub fn clamped_fill(
+    target: f64,
+    lo: &[f64],
+    hi: &[f64],
+    w: &[f64],
+    out: &mut [f64],
+) -> Result<(), InputError> {
     let n = lo.len();
     if n == 0 {
-        return;
+        return Ok(());
     }
-    if target >= fsum(hi.iter().copied()) {
+    let named = |what: &str, e: InputError| InputError(format!("{what}: {}", e.0));
+    if target >= fsum(hi.iter().copied()).map_err(|e| named("hi", e))? {
         out.copy_from_slice(hi);
-        return;
+        return Ok(());
     }
-    if target <= fsum(lo.iter().copied()) {
+    if target <= fsum(lo.iter().copied()).map_err(|e| named("lo", e))? {
         out.copy_from_slice(lo);
-        return;
+        return Ok(());
     }
     let at = |lam: f64, i: usize| py_min(hi[i], py_max(lo[i], lam * w[i]));
-    let filled = |lam: f64| fsum((0..n).map(|i| at(lam, i)));
+    let filled = |lam: f64| {
+        fsum((0..n).map(|i| at(lam, i))).map_err(|e| named(&format!("the fill at λ = {lam}"), e))
+    };
     // the breakpoints, each value once (the first of equal ones, as a Python set keeps it)
     let mut points: Vec<f64> = Vec::with_capacity(2 * n);
     for x in (0..n)
@@ -116,10 +64,10 @@ pub fn clamped_fill(target: f64, lo: &[f64], hi: &[f64], w: &[f64], out: &mut [f
         }
     }
     points.sort_by(|a, b| a.total_cmp(b));
-    let (mut prev_lam, mut prev_f) = (0.0, filled(0.0));
+    let (mut prev_lam, mut prev_f) = (0.0, filled(0.0)?);
     let mut lam_star = points[points.len() - 1];
     for &lam in &points {
-        let f = filled(lam);
+        let f = filled(lam)?;
         if f >= target {
             // ((target − f₀)·(λ − λ₀)) / (f − f₀) + λ₀, in the readable form's order
             lam_star = if f == prev_f {
@@ -134,6 +82,7 @@ pub fn clamped_fill(target: f64, lo: &[f64], hi: &[f64], w: &[f64], out: &mut [f
     for (i, o) in out.iter_mut().enumerate() {
         *o = at(lam_star, i);
     }
+    Ok(())
 }
 
 /// Each flow's SLA and what was measured of it, one value per flow.
@@ -149,7 +98,8 @@ pub struct Flows<'a> {
 }
 
 /// The Sova allocator for every link of `layout` (link `h`'s flows in the order the
-/// per-host form sees them); `out[i]` is flow `i`'s rate in bit/s.
+/// per-host form sees them); `out[i]` is flow `i`'s rate in bit/s. A link whose sums
+/// [`fsum`] refuses is an error naming the link.
 pub fn sova_allocate(
     capacity: &[f64],
     layout: &Layout<'_>,
@@ -197,7 +147,8 @@ pub fn sova_allocate(
         }
         rates.clear();
         rates.resize(flows.len(), 0.0);
-        let floor_total = fsum(lo.iter().copied());
+        let at_link = |e: InputError| InputError(format!("link {h}: {}", e.0));
+        let floor_total = fsum(lo.iter().copied()).map_err(at_link)?;
         if floor_total > cap {
             // guarantees over-committed: every one loses the same fraction
             let scale = cap / floor_total;
@@ -205,7 +156,7 @@ pub fn sova_allocate(
                 *r = x * scale;
             }
         } else {
-            clamped_fill(cap, &lo, &hi, &w, &mut rates);
+            clamped_fill(cap, &lo, &hi, &w, &mut rates).map_err(at_link)?;
         }
         for (&k, &r) in flows.iter().zip(&rates) {
             out[k] = r;
@@ -217,26 +168,6 @@ pub fn sova_allocate(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fsum_is_correctly_rounded() {
-        // (values, math.fsum of them): cancellation, ties to even across partials, the
-        // values a plain left-to-right sum gets wrong
-        let u = f64::EPSILON; // 2^-52
-        let table: [(&[f64], f64); 7] = [
-            (&[], 0.0),
-            (&[0.1, 0.2, 0.3], 0.6),             // plain: 0.6000000000000001
-            (&[1e16, 1.0, -1e16], 1.0),          // plain: 0.0
-            (&[1.0, 1e100, 1.0, -1e100], 2.0),   // plain: 0.0
-            (&[1.0, u / 2.0, u / 4.0], 1.0 + u), // above the tie: rounds up
-            (&[1.0, u / 2.0, -u / 4.0], 1.0),    // below it: down
-            (&[1.0, u / 2.0, u * u], 1.0 + u),   // a tie broken by a tiny partial
-        ];
-        for (values, want) in table {
-            assert_eq!(fsum(values.iter().copied()), want, "{values:?}");
-        }
-        assert_eq!(fsum([1.0, f64::INFINITY]), f64::INFINITY);
-    }
 
     #[test]
     fn clamped_fill_table() {
@@ -256,9 +187,27 @@ mod tests {
         ];
         for (target, lo, hi, w, want) in table {
             let mut out = vec![0.0; lo.len()];
-            clamped_fill(target, lo, hi, w, &mut out);
+            clamped_fill(target, lo, hi, w, &mut out).unwrap();
             assert_eq!(out, want, "target {target} lo {lo:?} hi {hi:?} w {w:?}");
         }
+    }
+
+    #[test]
+    fn clamped_fill_refuses_what_math_fsum_refuses() {
+        // two ceilings of 1e308 sum past f64::MAX: math.fsum raises, and so does the fill
+        // (it used to go on with a wrong Σhi and give 1.0 each for a target of 1.0)
+        let mut out = [0.0; 2];
+        let e = clamped_fill(1.0, &[0.0, 0.0], &[1e308, 1e308], &[1.0, 1.0], &mut out);
+        assert_eq!(e.unwrap_err().0, "hi: intermediate overflow in fsum");
+        let e = clamped_fill(1.0, &[1e308, 1e308], &[2.0, 2.0], &[1.0, 1.0], &mut out);
+        assert_eq!(e.unwrap_err().0, "lo: intermediate overflow in fsum");
+        let inf = f64::INFINITY;
+        let e = clamped_fill(1.0, &[0.0, -inf], &[inf, -inf], &[1.0, 1.0], &mut out);
+        assert_eq!(e.unwrap_err().0, "hi: -inf + inf in fsum");
+        // an infinite sum that math.fsum gives stands: Σhi = inf, and the fill at λ = 2 is
+        // 2 + 2 = 4 >= 1, so λ = 0 + (1 − 0)·(2 − 0)/(4 − 0) = 0.5
+        clamped_fill(1.0, &[0.0, 0.0], &[inf, 2.0], &[1.0, 1.0], &mut out).unwrap();
+        assert_eq!(out, [0.5, 0.5]);
     }
 
     #[test]
@@ -288,5 +237,12 @@ mod tests {
         );
         let e = sova_allocate(&[g], &layout, &flows, &mut out).unwrap_err();
         assert_eq!(e.0, "capacity: 1 values for 3 links");
+        // link 0's two flows of 1e308 bit/s: their ceilings overflow the fill's Σhi
+        let huge = Flows {
+            demand: &[1e308, 1e308, g, g, g],
+            ..flows
+        };
+        let e = sova_allocate(&[g, g, 10.0 * g], &layout, &huge, &mut out).unwrap_err();
+        assert_eq!(e.0, "link 0: hi: intermediate overflow in fsum");
     }
 }

@@ -146,6 +146,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fsum_is_correctly_rounded() {
+        // (values, math.fsum of them): cancellation, ties to even across partials, the
+        // values a plain left-to-right sum gets wrong
+        let u = f64::EPSILON; // 2^-52
+        let table: [(&[f64], f64); 7] = [
+            (&[], 0.0),
+            (&[0.1, 0.2, 0.3], 0.6),             // plain: 0.6000000000000001
+            (&[1e16, 1.0, -1e16], 1.0),          // plain: 0.0
+            (&[1.0, 1e100, 1.0, -1e100], 2.0),   // plain: 0.0
+            (&[1.0, u / 2.0, u / 4.0], 1.0 + u), // above the tie: rounds up
+            (&[1.0, u / 2.0, -u / 4.0], 1.0),    // below it: down
+            (&[1.0, u / 2.0, u * u], 1.0 + u),   // a tie broken by a tiny partial
+        ];
+        for (values, want) in table {
+            assert_eq!(fsum(values.iter().copied()), Ok(want), "{values:?}");
+        }
+    }
+
+    #[test]
     fn fsum_rounds_once() {
         // 0.1 ten times: a running sum gives 0.9999999999999999, the exact sum rounds to 1
         assert_eq!(fsum(std::iter::repeat_n(0.1, 10)), Ok(1.0));

@@ -649,7 +649,8 @@ fn sova_allocate<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
-/// One link's weighted max-min fill of `target` between floors `lo` and ceilings `hi`.
+/// One link's weighted max-min fill of `target` between floors `lo` and ceilings `hi`; a
+/// sum `math.fsum` refuses is a ValueError, as `links_fsum` raises it.
 #[pyfunction]
 fn clamped_fill<'py>(
     py: Python<'py>,
@@ -672,7 +673,7 @@ fn clamped_fill<'py>(
         )));
     }
     let mut out = vec![0.0; l.len()];
-    allocate::clamped_fill(target, l, h, w, &mut out);
+    allocate::clamped_fill(target, l, h, w, &mut out).map_err(value_error)?;
     Ok(PyArray1::from_vec(py, out))
 }
 

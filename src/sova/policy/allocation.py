@@ -35,7 +35,9 @@ def clamped_fill(
     floor and takes nothing more), which is the "guarantee or max-min share, whichever is
     larger" rule. ``target`` is clamped into ``[sum(lo), sum(hi)]``. Exact: ``lam`` is
     found by linear interpolation between the breakpoints of the piecewise-linear fill
-    curve, not by bisection, so the answer does not depend on a tolerance.
+    curve, not by bisection, so the answer does not depend on a tolerance. A sum that
+    ``math.fsum`` refuses (an intermediate overflow, ``inf + -inf``) is a ValueError
+    naming it, as ``Groups.fsum`` raises one.
     """
     n = len(lo)
     if not (len(hi) == n and len(weights) == n):
