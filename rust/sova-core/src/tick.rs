@@ -287,6 +287,33 @@ pub fn on_time(
 mod tests {
     use super::*;
 
+    /// One tick of [`count`] from zeroed counters of `V` VMs and `H` hosts: its figures,
+    /// the VM counters (cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk) and the host ones
+    /// (h_cpu_ns, h_tx_b, h_rx_b), one array each.
+    fn count_from_zero<const V: usize, const H: usize>(
+        vm: &VmTick<'_>,
+        hosts: &HostTick<'_>,
+        p: CountParams,
+    ) -> (Figures, [[f64; V]; 6], [[f64; H]; 3]) {
+        let mut cols = [[0.0; V]; 6];
+        let mut hcols = [[0.0; H]; 3];
+        let [cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk] = &mut cols;
+        let [h_cpu_ns, h_tx_b, h_rx_b] = &mut hcols;
+        let mut c = Counters {
+            cpu_ns,
+            steal_ns,
+            tx_b,
+            rx_b,
+            tx_pk,
+            rx_pk,
+            h_cpu_ns,
+            h_tx_b,
+            h_rx_b,
+        };
+        let f = count(vm, hosts, &mut c, p).unwrap();
+        (f, cols, hcols)
+    }
+
     #[test]
     fn one_host_two_vms() {
         // vm0: 8 Gbit/s on a VF at 1e-5 packets per bit (80 kpps), 1,000 ns a packet and
@@ -319,28 +346,13 @@ mod tests {
             cores: &[4.0],
             capacity: &[1e10],
         };
-        let mut cols = [[0.0; 2]; 6];
-        let mut hcols = [[0.0; 1]; 3];
-        let [cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk] = &mut cols;
-        let [h_cpu_ns, h_tx_b, h_rx_b] = &mut hcols;
-        let mut c = Counters {
-            cpu_ns,
-            steal_ns,
-            tx_b,
-            rx_b,
-            tx_pk,
-            rx_pk,
-            h_cpu_ns,
-            h_tx_b,
-            h_rx_b,
-        };
         let p = CountParams {
             dt: 0.5,
             virtio_host_ns_per_packet: 3000.0,
             ack_bits: 528.0,
             steal: false,
         };
-        let f = count(&vm, &hosts, &mut c, p).unwrap();
+        let (f, cols, hcols) = count_from_zero::<2, 1>(&vm, &hosts, p);
         let vm0 = (8e9 * 1e-5 * 1000.0 + 8e9 / 8.0 * 0.5) / 1e9 + 0.2;
         let vm1 = (1e9 * 1e-4 * 2000.0) / 1e9 + 0.1;
         assert_eq!(f.cpu_use, [vm0 / 2.0, vm1]);
@@ -385,28 +397,13 @@ mod tests {
             cores: &[1.5],
             capacity: &[1e10],
         };
-        let mut cols = [[0.0; 2]; 6];
-        let mut hcols = [[0.0; 1]; 3];
-        let [cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk] = &mut cols;
-        let [h_cpu_ns, h_tx_b, h_rx_b] = &mut hcols;
-        let mut c = Counters {
-            cpu_ns,
-            steal_ns,
-            tx_b,
-            rx_b,
-            tx_pk,
-            rx_pk,
-            h_cpu_ns,
-            h_tx_b,
-            h_rx_b,
-        };
         let p = CountParams {
             dt: 1.0,
             virtio_host_ns_per_packet: 0.0,
             ack_bits: 528.0,
             steal: true,
         };
-        let f = count(&vm, &hosts, &mut c, p).unwrap();
+        let (f, cols, _) = count_from_zero::<2, 1>(&vm, &hosts, p);
         assert_eq!(f.cpu_use, [0.5, 0.0]);
         assert_eq!(f.host_cpu_util, [1.0]);
         assert_eq!(cols[0], [1e9, 0.0]);
