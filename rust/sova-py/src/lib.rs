@@ -30,6 +30,67 @@ fn slice<'a, T: numpy::Element>(name: &str, a: &'a PyReadonlyArray1<'_, T>) -> P
         .map_err(|_| PyValueError::new_err(format!("{name}: not a C-contiguous array")))
 }
 
+fn slice_mut<'a>(name: &str, a: &'a mut PyReadwriteArray1<'_, f64>) -> PyResult<&'a mut [f64]> {
+    a.as_slice_mut()
+        .map_err(|_| PyValueError::new_err(format!("{name}: not a C-contiguous array")))
+}
+
+/// Each named array argument borrowed as a slice under its own name, refused by that name
+/// when it is not C-contiguous: a kernel's binding lists its arrays once.
+macro_rules! slices {
+    ($($name:ident),+ $(,)?) => {
+        $(let $name = slice(stringify!($name), &$name)?;)+
+    };
+}
+
+/// [`slices!`] for optional arrays (None stays None).
+macro_rules! optional_slices {
+    ($($name:ident),+ $(,)?) => {
+        $(let $name = $name.as_ref().map(|a| slice(stringify!($name), a)).transpose()?;)+
+    };
+}
+
+/// [`slices!`] for the arrays a kernel advances in place.
+macro_rules! slices_mut {
+    ($($name:ident),+ $(,)?) => {
+        $(let $name = slice_mut(stringify!($name), &mut $name)?;)+
+    };
+}
+
+/// Each vector handed to numpy as a new array that takes over its buffer, in a tuple as
+/// Python unpacks it.
+macro_rules! arrays {
+    ($py:expr; $($v:expr),+ $(,)?) => {
+        ($(PyArray1::from_vec($py, $v),)+)
+    };
+}
+
+/// A kernel run with the GIL released; what it refuses is a ValueError.
+fn detached<T: Send>(
+    py: Python<'_>,
+    kernel: impl Send + FnOnce() -> Result<T, InputError>,
+) -> PyResult<T> {
+    py.detach(kernel).map_err(value_error)
+}
+
+/// A per-flow kernel over the links of `order`/`start` (`n` flows), detached: what it
+/// writes into a zeroed value per flow, as a new array.
+fn per_flow<'py>(
+    py: Python<'py>,
+    order: &[i64],
+    start: &[i64],
+    n: usize,
+    kernel: impl Send + FnOnce(&Layout<'_>, &mut [f64]) -> Result<(), InputError>,
+) -> PyResult<F64Array<'py>> {
+    let out = detached(py, || {
+        let layout = Layout::new(order, start, n)?;
+        let mut out = vec![0.0; n];
+        kernel(&layout, &mut out)?;
+        Ok(out)
+    })?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
 /// Water-fill every link at once: link `h`'s flows are `order[start[h]:start[h + 1]]`.
 /// `whole`: whether every weight is a whole number (checked here when None). Flows outside
 /// the layout or not in `member` get 0.
@@ -46,27 +107,17 @@ fn links_waterfill<'py>(
     member: Option<PyReadonlyArray1<'py, bool>>,
     whole: Option<bool>,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    let cap = slice("capacity", &capacity)?;
-    let order = slice("order", &order)?;
-    let start = slice("start", &start)?;
-    let d = slice("demands", &demands)?;
-    let w = weights.as_ref().map(|w| slice("weights", w)).transpose()?;
-    let m = member.as_ref().map(|m| slice("member", m)).transpose()?;
-    let out = py
-        .detach(|| {
-            let layout = Layout::new(order, start, d.len())?;
-            let whole = whole.unwrap_or_else(|| waterfill::whole_weights(w));
-            let mut out = vec![0.0; d.len()];
-            let flows = Flows {
-                demands: d,
-                weights: w,
-                member: m,
-            };
-            waterfill::links_waterfill(cap, &layout, flows, whole, d.len(), &mut out)?;
-            Ok(out)
-        })
-        .map_err(value_error)?;
-    Ok(PyArray1::from_vec(py, out))
+    slices! { capacity, order, start, demands }
+    optional_slices! { weights, member }
+    let flows = Flows {
+        demands,
+        weights,
+        member,
+    };
+    per_flow(py, order, start, demands.len(), |layout, out| {
+        let whole = whole.unwrap_or_else(|| waterfill::whole_weights(weights));
+        waterfill::links_waterfill(capacity, layout, flows, whole, out.len(), out)
+    })
 }
 
 /// `math.fsum` of each link's flows: link `h`'s are `values[order[start[h]:start[h + 1]]]`.
@@ -77,23 +128,14 @@ fn links_fsum<'py>(
     start: PyReadonlyArray1<'py, i64>,
     values: PyReadonlyArray1<'py, f64>,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    let order = slice("order", &order)?;
-    let start = slice("start", &start)?;
-    let v = slice("values", &values)?;
-    let out = py
-        .detach(|| {
-            let layout = Layout::new(order, start, v.len())?;
-            let mut out = vec![0.0; layout.links()];
-            sum::links_fsum(&layout, v, &mut out)?;
-            Ok(out)
-        })
-        .map_err(value_error)?;
+    slices! { order, start, values }
+    let out = detached(py, || {
+        let layout = Layout::new(order, start, values.len())?;
+        let mut out = vec![0.0; layout.links()];
+        sum::links_fsum(&layout, values, &mut out)?;
+        Ok(out)
+    })?;
     Ok(PyArray1::from_vec(py, out))
-}
-
-fn slice_mut<'a>(name: &str, a: &'a mut PyReadwriteArray1<'_, f64>) -> PyResult<&'a mut [f64]> {
-    a.as_slice_mut()
-        .map_err(|_| PyValueError::new_err(format!("{name}: not a C-contiguous array")))
 }
 
 /// One tick's counters, advanced in place (`cpu_ns` .. `h_rx_b`), and its figures: (each
@@ -143,40 +185,47 @@ fn tick_count<'py>(
     ack_bits: f64,
     steal: bool,
 ) -> PyResult<(F64Array<'py>, F64Array<'py>, F64Array<'py>)> {
+    slices! {
+        host, tx, rx, pkts_per_bit, ns_pkt, ns_per_byte, cpu_busy, arrival_cost, host_scale_vm,
+        vcpus, need, virt, pkt_bits,
+    }
+    optional_slices! { paused }
+    slices! { backend_vm_frac, tx_host, rx_host, host_need, cores, capacity }
+    slices_mut! { cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk, h_cpu_ns, h_tx_b, h_rx_b }
     let vm = VmTick {
-        host: slice("host", &host)?,
-        tx: slice("tx", &tx)?,
-        rx: slice("rx", &rx)?,
-        pkts_per_bit: slice("pkts_per_bit", &pkts_per_bit)?,
-        ns_pkt: slice("ns_pkt", &ns_pkt)?,
-        ns_per_byte: slice("ns_per_byte", &ns_per_byte)?,
-        cpu_busy: slice("cpu_busy", &cpu_busy)?,
-        arrival_cost: slice("arrival_cost", &arrival_cost)?,
-        host_scale_vm: slice("host_scale_vm", &host_scale_vm)?,
-        vcpus: slice("vcpus", &vcpus)?,
-        need: slice("need", &need)?,
-        virt: slice("virt", &virt)?,
-        pkt_bits: slice("pkt_bits", &pkt_bits)?,
-        paused: paused.as_ref().map(|m| slice("paused", m)).transpose()?,
+        host,
+        tx,
+        rx,
+        pkts_per_bit,
+        ns_pkt,
+        ns_per_byte,
+        cpu_busy,
+        arrival_cost,
+        host_scale_vm,
+        vcpus,
+        need,
+        virt,
+        pkt_bits,
+        paused,
     };
     let hosts = HostTick {
-        backend_vm_frac: slice("backend_vm_frac", &backend_vm_frac)?,
-        tx_host: slice("tx_host", &tx_host)?,
-        rx_host: slice("rx_host", &rx_host)?,
-        host_need: slice("host_need", &host_need)?,
-        cores: slice("cores", &cores)?,
-        capacity: slice("capacity", &capacity)?,
+        backend_vm_frac,
+        tx_host,
+        rx_host,
+        host_need,
+        cores,
+        capacity,
     };
     let mut c = Counters {
-        cpu_ns: slice_mut("cpu_ns", &mut cpu_ns)?,
-        steal_ns: slice_mut("steal_ns", &mut steal_ns)?,
-        tx_b: slice_mut("tx_b", &mut tx_b)?,
-        rx_b: slice_mut("rx_b", &mut rx_b)?,
-        tx_pk: slice_mut("tx_pk", &mut tx_pk)?,
-        rx_pk: slice_mut("rx_pk", &mut rx_pk)?,
-        h_cpu_ns: slice_mut("h_cpu_ns", &mut h_cpu_ns)?,
-        h_tx_b: slice_mut("h_tx_b", &mut h_tx_b)?,
-        h_rx_b: slice_mut("h_rx_b", &mut h_rx_b)?,
+        cpu_ns,
+        steal_ns,
+        tx_b,
+        rx_b,
+        tx_pk,
+        rx_pk,
+        h_cpu_ns,
+        h_tx_b,
+        h_rx_b,
     };
     let p = CountParams {
         dt,
@@ -184,14 +233,8 @@ fn tick_count<'py>(
         ack_bits,
         steal,
     };
-    let f = py
-        .detach(|| tick::count(&vm, &hosts, &mut c, p))
-        .map_err(value_error)?;
-    Ok((
-        PyArray1::from_vec(py, f.cpu_use),
-        PyArray1::from_vec(py, f.host_cpu_util),
-        PyArray1::from_vec(py, f.host_net_util),
-    ))
+    let f = detached(py, || tick::count(&vm, &hosts, &mut c, p))?;
+    Ok(arrays!(py; f.cpu_use, f.host_cpu_util, f.host_net_util))
 }
 
 /// The duty cycles' first on-time pass: (on-time of each live process's current cycle in
@@ -207,16 +250,9 @@ fn tick_on_time<'py>(
     t0: f64,
     t1: f64,
 ) -> PyResult<(F64Array<'py>, Bound<'py, PyArray1<i64>>, F64Array<'py>)> {
-    let (s, ln) = (slice("start", &start)?, slice("length", &length)?);
-    let (lv, d) = (slice("live", &live)?, slice("duty", &duty)?);
-    let got = py
-        .detach(|| tick::on_time(s, ln, lv, d, t0, t1))
-        .map_err(value_error)?;
-    Ok((
-        PyArray1::from_vec(py, got.on),
-        PyArray1::from_vec(py, got.renew),
-        PyArray1::from_vec(py, got.end),
-    ))
+    slices! { start, length, live, duty }
+    let got = detached(py, || tick::on_time(start, length, live, duty, t0, t1))?;
+    Ok(arrays!(py; got.on, got.renew, got.end))
 }
 
 /// Water-fill where flow `i` gets at least `floors[i]` (up to its demand); `group[i]` is
@@ -230,18 +266,12 @@ fn floored_waterfill<'py>(
     weights: PyReadonlyArray1<'py, f64>,
     floors: PyReadonlyArray1<'py, f64>,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    let cap = slice("capacity", &capacity)?;
-    let g = slice("group", &group)?;
-    let d = slice("demands", &demands)?;
-    let w = slice("weights", &weights)?;
-    let lo = slice("floors", &floors)?;
-    let out = py
-        .detach(|| {
-            let mut out = vec![0.0; d.len()];
-            waterfill::floored_waterfill(cap, g, d, w, lo, &mut out)?;
-            Ok(out)
-        })
-        .map_err(value_error)?;
+    slices! { capacity, group, demands, weights, floors }
+    let out = detached(py, || {
+        let mut out = vec![0.0; demands.len()];
+        waterfill::floored_waterfill(capacity, group, demands, weights, floors, &mut out)?;
+        Ok(out)
+    })?;
     Ok(PyArray1::from_vec(py, out))
 }
 
@@ -260,21 +290,14 @@ fn measure<'py>(
     Bound<'py, PyArray1<f64>>,
     Bound<'py, PyArray1<f64>>,
 )> {
-    let (a, b) = (slice("prev_tx", &prev_tx)?, slice("prev_pk", &prev_pk)?);
-    let (c, d) = (slice("tx", &tx)?, slice("pk", &pk)?);
-    let (valid, bps, pkt) = py
-        .detach(|| {
-            let n = c.len();
-            let (mut valid, mut bps, mut pkt) = (vec![false; n], vec![0.0; n], vec![0.0; n]);
-            metering::measure(a, b, c, d, dt, &mut valid, &mut bps, &mut pkt)?;
-            Ok((valid, bps, pkt))
-        })
-        .map_err(value_error)?;
-    Ok((
-        PyArray1::from_vec(py, valid),
-        PyArray1::from_vec(py, bps),
-        PyArray1::from_vec(py, pkt),
-    ))
+    slices! { prev_tx, prev_pk, tx, pk }
+    let (valid, bps, pkt) = detached(py, || {
+        let n = tx.len();
+        let (mut valid, mut bps, mut pkt) = (vec![false; n], vec![0.0; n], vec![0.0; n]);
+        metering::measure(prev_tx, prev_pk, tx, pk, dt, &mut valid, &mut bps, &mut pkt)?;
+        Ok((valid, bps, pkt))
+    })?;
+    Ok(arrays!(py; valid, bps, pkt))
 }
 
 type F64Array<'py> = Bound<'py, PyArray1<f64>>;
@@ -307,35 +330,26 @@ fn load_shares<'py>(
     F64Array<'py>,
     BoolArray<'py>,
 )> {
+    slices! { d_totals, d_counters, moved, host, vm_memory, cores, memory, capacity }
+    optional_slices! { host_memory }
     let period = Period {
         dt,
-        d_totals: slice("d_totals", &d_totals)?,
-        d_counters: slice("d_counters", &d_counters)?,
-        moved: slice("moved", &moved)?,
-        host: slice("host", &host)?,
-        vm_memory: slice("vm_memory", &vm_memory)?,
-        host_memory: host_memory
-            .as_ref()
-            .map(|m| slice("host_memory", m))
-            .transpose()?,
+        d_totals,
+        d_counters,
+        moved,
+        host,
+        vm_memory,
+        host_memory,
     };
     let hosts = Hosts {
-        cores: slice("cores", &cores)?,
-        memory: slice("memory", &memory)?,
-        capacity: slice("capacity", &capacity)?,
+        cores,
+        memory,
+        capacity,
     };
-    let s = py
-        .detach(|| loads::load_shares(&period, &hosts))
-        .map_err(value_error)?;
-    Ok((
-        PyArray1::from_vec(py, s.host_cpu),
-        PyArray1::from_vec(py, s.host_mem),
-        PyArray1::from_vec(py, s.host_net),
-        PyArray1::from_vec(py, s.host_ok),
-        PyArray1::from_vec(py, s.vm_cpu),
-        PyArray1::from_vec(py, s.vm_mem),
-        PyArray1::from_vec(py, s.vm_net),
-        PyArray1::from_vec(py, s.vm_ok),
+    let s = detached(py, || loads::load_shares(&period, &hosts))?;
+    Ok(arrays!(py;
+        s.host_cpu, s.host_mem, s.host_net, s.host_ok,
+        s.vm_cpu, s.vm_mem, s.vm_net, s.vm_ok,
     ))
 }
 
@@ -405,17 +419,13 @@ fn demand_loads<'py>(
     host_net: PyReadonlyArray1<'py, f64>,
     vm_net: PyReadonlyArray1<'py, f64>,
 ) -> PyResult<(F64Array<'py>, F64Array<'py>)> {
-    let h = slice("host", &host)?;
-    let c = slice("censored", &censored)?;
-    let est = slice("demand_est_bps", &demand_est_bps)?;
-    let last = slice("last_rate_bps", &last_rate_bps)?;
-    let ok = slice("vm_ok", &vm_ok)?;
-    let cap = slice("capacity", &capacity)?;
-    let mut hn = slice("host_net", &host_net)?.to_vec();
-    let mut vn = slice("vm_net", &vm_net)?.to_vec();
-    py.detach(|| loads::demand_loads(h, c, est, last, ok, cap, &mut hn, &mut vn))
-        .map_err(value_error)?;
-    Ok((PyArray1::from_vec(py, hn), PyArray1::from_vec(py, vn)))
+    slices! { host, censored, demand_est_bps, last_rate_bps, vm_ok, capacity, host_net, vm_net }
+    let (mut hn, mut vn) = (host_net.to_vec(), vm_net.to_vec());
+    detached(py, || {
+        let (est, last) = (demand_est_bps, last_rate_bps);
+        loads::demand_loads(host, censored, est, last, vm_ok, capacity, &mut hn, &mut vn)
+    })?;
+    Ok(arrays!(py; hn, vn))
 }
 
 fn index(name: &str, i: usize, x: i64) -> PyResult<usize> {
@@ -469,15 +479,9 @@ fn screen_round<'py>(
     F64Array<'py>,
     Bound<'py, PyArray1<u8>>,
 )> {
-    let (src, first, end) = (
-        slice("src", &src)?,
-        slice("first", &first)?,
-        slice("end", &end)?,
-    );
-    let (km, kd) = (
-        slice("keep_mover", &keep_mover)?,
-        slice("keep_dst", &keep_dst)?,
-    );
+    slices! { now, taken, src, first, end, keep_mover, keep_dst, share, barred_start, barred }
+    optional_slices! { caps, src_caps }
+    let (km, kd) = (keep_mover, keep_dst);
     let q = src.len();
     if [first.len(), end.len(), km.len(), kd.len()]
         .iter()
@@ -500,29 +504,23 @@ fn screen_round<'py>(
             keep: optional(km[i]).zip(optional(kd[i])),
         });
     }
-    let barred_start = indices("barred_start", slice("barred_start", &barred_start)?)?;
-    let barred = indices("barred", slice("barred", &barred)?)?;
-    let caps = caps.as_ref().map(|c| slice("caps", c)).transpose()?;
-    let src_caps = src_caps
-        .as_ref()
-        .map(|c| slice("src_caps", c))
-        .transpose()?;
+    let barred_start = indices("barred_start", barred_start)?;
+    let barred = indices("barred", barred)?;
     let ranked = Ranked {
-        now: slice("now", &now)?,
+        now,
         caps,
         src_caps,
         alpha,
         limit,
     };
     let movers = Movers {
-        share: slice("share", &share)?,
+        share,
         barred_start: &barred_start,
         barred: &barred,
     };
-    let taken = slice("taken", &taken)?;
-    let out = py
-        .detach(|| coldspots::screen_round(&ranked, taken, &queries, &movers))
-        .map_err(value_error)?;
+    let out = detached(py, || {
+        coldspots::screen_round(&ranked, taken, &queries, &movers)
+    })?;
     let signed = |v: Vec<Option<usize>>| -> Vec<i64> {
         v.into_iter().map(|x| x.map_or(-1, |i| i as i64)).collect()
     };
@@ -531,14 +529,9 @@ fn screen_round<'py>(
         .into_iter()
         .map(|i| if i == usize::MAX { -1 } else { i as i64 })
         .collect();
-    Ok((
-        PyArray1::from_vec(py, signed(out.target)),
-        PyArray1::from_vec(py, signed(out.mover)),
-        PyArray1::from_vec(py, out.kept),
-        PyArray1::from_vec(py, out.tried.into_iter().map(|t| t as i64).collect()),
-        PyArray1::from_vec(py, listed),
-        PyArray1::from_vec(py, out.after),
-        PyArray1::from_vec(py, out.why),
+    let tried = out.tried.into_iter().map(|t| t as i64).collect();
+    Ok(arrays!(py;
+        signed(out.target), signed(out.mover), out.kept, tried, listed, out.after, out.why,
     ))
 }
 
@@ -560,10 +553,10 @@ fn hotness_rows<'py>(
     skewness: bool,
     clamp: f64,
 ) -> PyResult<F64Array<'py>> {
-    let v = slice("values", &values)?;
-    let out = py
-        .detach(|| hotness::hotness(v, width, metric(skewness), clamp))
-        .map_err(value_error)?;
+    slices! { values }
+    let out = detached(py, || {
+        hotness::hotness(values, width, metric(skewness), clamp)
+    })?;
     Ok(PyArray1::from_vec(py, out))
 }
 
@@ -593,20 +586,14 @@ fn hotspot_verdicts<'py>(
     F64Array<'py>,
     BoolArray<'py>,
 )> {
+    slices! { windows }
     let w = Windows {
-        values: slice("windows", &windows)?,
+        values: windows,
         n_obs,
         width,
     };
-    let v = py
-        .detach(|| verdicts::verdicts(&w, alpha, k))
-        .map_err(value_error)?;
-    Ok((
-        PyArray1::from_vec(py, v.over),
-        PyArray1::from_vec(py, v.phi),
-        PyArray1::from_vec(py, v.forecast),
-        PyArray1::from_vec(py, v.hot),
-    ))
+    let v = detached(py, || verdicts::verdicts(&w, alpha, k))?;
+    Ok(arrays!(py; v.over, v.phi, v.forecast, v.hot))
 }
 
 /// The Sova allocator for every link at once: link `h`'s flows are
@@ -626,27 +613,18 @@ fn sova_allocate<'py>(
     packet_bytes: PyReadonlyArray1<'py, f64>,
     weight: PyReadonlyArray1<'py, f64>,
 ) -> PyResult<F64Array<'py>> {
-    let cap = slice("capacity", &capacity)?;
-    let order = slice("order", &order)?;
-    let start = slice("start", &start)?;
+    slices! { capacity, order, start, demand, minimum, maximum, max_pps, packet_bytes, weight }
     let flows = allocate::Flows {
-        demand: slice("demand", &demand)?,
-        minimum: slice("minimum", &minimum)?,
-        maximum: slice("maximum", &maximum)?,
-        max_pps: slice("max_pps", &max_pps)?,
-        packet_bytes: slice("packet_bytes", &packet_bytes)?,
-        weight: slice("weight", &weight)?,
+        demand,
+        minimum,
+        maximum,
+        max_pps,
+        packet_bytes,
+        weight,
     };
-    let out = py
-        .detach(|| {
-            let n = flows.demand.len();
-            let layout = Layout::new(order, start, n)?;
-            let mut out = vec![0.0; n];
-            allocate::sova_allocate(cap, &layout, &flows, &mut out)?;
-            Ok(out)
-        })
-        .map_err(value_error)?;
-    Ok(PyArray1::from_vec(py, out))
+    per_flow(py, order, start, demand.len(), |layout, out| {
+        allocate::sova_allocate(capacity, layout, &flows, out)
+    })
 }
 
 /// One link's weighted max-min fill of `target` between floors `lo` and ceilings `hi`; a
@@ -659,21 +637,17 @@ fn clamped_fill<'py>(
     hi: PyReadonlyArray1<'py, f64>,
     weights: PyReadonlyArray1<'py, f64>,
 ) -> PyResult<F64Array<'py>> {
-    let (l, h, w) = (
-        slice("lo", &lo)?,
-        slice("hi", &hi)?,
-        slice("weights", &weights)?,
-    );
-    if h.len() != l.len() || w.len() != l.len() {
+    slices! { lo, hi, weights }
+    if hi.len() != lo.len() || weights.len() != lo.len() {
         return Err(PyValueError::new_err(format!(
             "lo, hi and weights must have the same length, got {}, {} and {}",
-            l.len(),
-            h.len(),
-            w.len()
+            lo.len(),
+            hi.len(),
+            weights.len()
         )));
     }
-    let mut out = vec![0.0; l.len()];
-    allocate::clamped_fill(target, l, h, w, &mut out).map_err(value_error)?;
+    let mut out = vec![0.0; lo.len()];
+    allocate::clamped_fill(target, lo, hi, weights, &mut out).map_err(value_error)?;
     Ok(PyArray1::from_vec(py, out))
 }
 
@@ -724,18 +698,21 @@ fn vf_schedule<'py>(
     now_s: f64,
     config: VfConfig,
 ) -> PyResult<VfResult<'py>> {
+    slices! {
+        host, name_rank, io_score, net_score, has_traffic, eligible, holder, since, demand,
+        vf_count,
+    }
     let rows = vfsched::Rows {
-        host: slice("host", &host)?,
-        name_rank: slice("name_rank", &name_rank)?,
-        io_score: slice("io_score", &io_score)?,
-        net_score: slice("net_score", &net_score)?,
-        has_traffic: slice("has_traffic", &has_traffic)?,
-        eligible: slice("eligible", &eligible)?,
-        holder: slice("holder", &holder)?,
-        since: slice("since", &since)?,
-        demand: slice("demand", &demand)?,
+        host,
+        name_rank,
+        io_score,
+        net_score,
+        has_traffic,
+        eligible,
+        holder,
+        since,
+        demand,
     };
-    let vfc = slice("vf_count", &vf_count)?;
     let (f, thr, q, tol, hyst, dwell, senders, cb, lossless, blip, horizon, margin) = config;
     let c = vfsched::Config {
         io_threshold_filter: f,
@@ -751,17 +728,9 @@ fn vf_schedule<'py>(
         horizon,
         benefit_margin: margin,
     };
-    let s = py
-        .detach(|| vfsched::schedule(&rows, vfc, now_s, &c))
-        .map_err(value_error)?;
-    Ok((
-        PyArray1::from_vec(py, s.passed),
-        PyArray1::from_vec(py, s.rank),
-        PyArray1::from_vec(py, s.pq),
-        PyArray1::from_vec(py, s.dwell),
-        PyArray1::from_vec(py, s.ranked),
-        PyArray1::from_vec(py, s.served),
-        PyArray1::from_vec(py, s.held_back),
+    let s = detached(py, || vfsched::schedule(&rows, vf_count, now_s, &c))?;
+    Ok(arrays!(py;
+        s.passed, s.rank, s.pq, s.dwell, s.ranked, s.served, s.held_back,
     ))
 }
 
@@ -824,14 +793,10 @@ impl Sensor {
         ceiling: Option<PyReadonlyArray1<'_, f64>>,
         virtio: Option<PyReadonlyArray1<'_, bool>>,
     ) -> PyResult<bool> {
-        let c = slice("counters", &counters)?;
-        let v = slice("vcpus", &vcpus)?;
-        let h = slice("host", &host)?;
-        let cap = ceiling.as_ref().map(|a| slice("ceiling", a)).transpose()?;
-        let virt = virtio.as_ref().map(|a| slice("virtio", a)).transpose()?;
+        slices! { counters, vcpus, host }
+        optional_slices! { ceiling, virtio }
         let s = &mut self.0;
-        py.detach(|| s.observe(t, c, v, h, cap, virt))
-            .map_err(value_error)
+        detached(py, || s.observe(t, counters, vcpus, host, ceiling, virtio))
     }
 
     /// Every VM's factors: (cpu_usage, io_degree, io_factor, net_degree, net_factor,
@@ -842,29 +807,19 @@ impl Sensor {
         host: PyReadonlyArray1<'py, i64>,
         n_hosts: usize,
     ) -> PyResult<FactorArrays<'py>> {
-        let h = slice("host", &host)?;
+        slices! { host }
         let s = &self.0;
-        let f = py.detach(|| s.factors(h, n_hosts)).map_err(value_error)?;
-        Ok((
-            PyArray1::from_vec(py, f.cpu_usage),
-            PyArray1::from_vec(py, f.io_degree),
-            PyArray1::from_vec(py, f.io_factor),
-            PyArray1::from_vec(py, f.net_degree),
-            PyArray1::from_vec(py, f.net_factor),
-            PyArray1::from_vec(py, f.has_traffic),
-            PyArray1::from_vec(py, f.demand_bps),
-            PyArray1::from_vec(py, f.last_rate_bps),
-            PyArray1::from_vec(py, f.tx_bps),
-            PyArray1::from_vec(py, f.rx_bps),
-            PyArray1::from_vec(py, f.censored),
-            PyArray1::from_vec(py, f.demand_est_bps),
+        let f = detached(py, || s.factors(host, n_hosts))?;
+        Ok(arrays!(py;
+            f.cpu_usage, f.io_degree, f.io_factor, f.net_degree, f.net_factor, f.has_traffic,
+            f.demand_bps, f.last_rate_bps, f.tx_bps, f.rx_bps, f.censored, f.demand_est_bps,
         ))
     }
 
     /// The same windows over another list of VMs: row i is old row keep[i], new where < 0.
     fn remap(&self, keep: PyReadonlyArray1<'_, i64>) -> PyResult<Sensor> {
-        let k = slice("keep", &keep)?;
-        Ok(Sensor(self.0.remap(k).map_err(value_error)?))
+        slices! { keep }
+        Ok(Sensor(self.0.remap(keep).map_err(value_error)?))
     }
 
     /// Whether a reading at `t` would be taken (not a repeated or out-of-order one).
