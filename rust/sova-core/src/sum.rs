@@ -4,8 +4,9 @@
 //! and so the simulator's pinned outputs (scripts/golden-hashes.json), stay bit for bit
 //! the same: a running sum where numpy used `cumsum` or `bincount`, and numpy's pairwise
 //! sum where it used `add.reduceat`. Where the specification sums with Python's
-//! `math.fsum` (the bandwidth step's per-host sums), [`fsum`] is that correctly rounded
-//! sum, so any order of the same values gives the same float.
+//! `math.fsum` (the bandwidth step's per-host sums, the Sova allocator's), [`fsum`] is that
+//! correctly rounded sum, so any order of the same values gives the same float; it is the
+//! core's only one.
 
 use crate::waterfill::{InputError, Layout};
 
