@@ -475,15 +475,18 @@ mod tests {
         0.9, 0.9, 0.9, // 4: the hot source
     ];
 
+    /// [`NOW`] without capacities, busy at 0.75 and full above 0.75.
+    const PLAIN: Ranked<'static> = Ranked {
+        now: &NOW,
+        caps: None,
+        src_caps: None,
+        alpha: 0.75,
+        limit: 0.75,
+    };
+
     #[test]
     fn hot_hosts_take_the_coldest_fit_in_turn() {
-        let ranked = Ranked {
-            now: &NOW,
-            caps: None,
-            src_caps: None,
-            alpha: 0.75,
-            limit: 0.75,
-        };
+        let ranked = PLAIN;
         let taken = [false, false, false, false, true];
         // two queries from host 4, each one mover of share (0.3, 0.3, 0.3):
         // host 0 -> 0.4 < 0.75 fits and is taken; then host 1 is busy, host 2 -> 0.6 fits
@@ -510,13 +513,7 @@ mod tests {
     fn a_refusal_counts_and_lists_every_open_host() {
         // share net 0.5: 0.1 + 0.5 = 0.6 fits hosts 0 and 3 unless barred; bar host 0 for
         // the first mover and give the second a share nothing takes (cpu 0.7: 0.1 + 0.7)
-        let ranked = Ranked {
-            now: &NOW,
-            caps: None,
-            src_caps: None,
-            alpha: 0.75,
-            limit: 0.75,
-        };
+        let ranked = PLAIN;
         let taken = [false, false, false, true, true];
         let share = [0.0, 0.0, 0.5, 0.7, 0.0, 0.0];
         let movers = Movers {
@@ -551,11 +548,9 @@ mod tests {
             1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0,
         ];
         let ranked = Ranked {
-            now: &NOW,
             caps: Some(&caps),
             src_caps: Some(&caps[4 * R..5 * R]),
-            alpha: 0.75,
-            limit: 0.75,
+            ..PLAIN
         };
         let taken = [false, false, false, true, true];
         let share = [0.0, 0.0, 0.4];
@@ -577,13 +572,7 @@ mod tests {
 
     #[test]
     fn the_proposal_is_kept_while_it_fits() {
-        let ranked = Ranked {
-            now: &NOW,
-            caps: None,
-            src_caps: None,
-            alpha: 0.75,
-            limit: 0.75,
-        };
+        let ranked = PLAIN;
         let taken = [false, false, false, false, true];
         let share = [0.1; 3];
         let movers = Movers {
@@ -641,13 +630,7 @@ mod tests {
 
     #[test]
     fn bad_input_is_refused() {
-        let ranked = Ranked {
-            now: &NOW,
-            caps: None,
-            src_caps: None,
-            alpha: 0.75,
-            limit: 0.75,
-        };
+        let ranked = PLAIN;
         let movers = Movers {
             share: &[0.1, f64::NAN, 0.1],
             barred_start: &[0, 0],
