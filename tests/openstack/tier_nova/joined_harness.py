@@ -87,16 +87,8 @@ def hold_nova_xml_per_host(
         return real_detach(dom, xml, flags)
 
     def undefine(dom: Any) -> Any:
-        hv, name = hv_of(dom), dom.name()
-        if hv.xml.pop(name, None) is not None:
-            try:
-                gone = hv.conn.lookupByName(name)
-                if gone.isActive():
-                    gone.destroy()
-                gone.undefine()
-            except hv.lv.libvirtError:
-                pass
-        guests[dom._connection.getHostname()].active.pop(name, None)
+        host = dom._connection.getHostname()
+        forget(hvs[host], guests[host], dom.name())
         return real_undefine(dom)
 
     def xml_desc(dom: Any, flags: int) -> str:
@@ -112,6 +104,19 @@ def hold_nova_xml_per_host(
     test.stub_out("nova.tests.fixtures.libvirt.Domain.detachDeviceFlags", detach)
     test.stub_out("nova.tests.fixtures.libvirt.Domain.undefine", undefine)
     return unplugs
+
+
+def forget(hv: Hypervisor, guest: BondGuest, name: str) -> None:
+    """The domain ``name`` gone from ``hv`` (undefined, or migrated away), its guest too."""
+    if hv.xml.pop(name, None) is not None:
+        try:
+            gone = hv.conn.lookupByName(name)
+            if gone.isActive():
+                gone.destroy()
+            gone.undefine()
+        except hv.lv.libvirtError:
+            pass
+    guest.active.pop(name, None)
 
 
 class BondedVFHolderHarness(_UnderPytest, sriov._PCIServersTestBase):

@@ -11,6 +11,7 @@ Run with ``scripts/openstack-envs.sh test nova``.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -130,5 +131,110 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         # defined; compute0's agent never counts it as its server again.
         left = self.drv["compute0"].inventory().vms.get(self.domain)
         assert left is None or not left.running, left
+        again = self.grant("compute1")
+        assert again.id != vf.id
+
+    def carry_live_migrations(self) -> None:
+        """Nova's fake libvirt cannot migrate: the running guest is created on the target's
+        hypervisor from Nova's destination XML, its memory (the bond's state) with it, and
+        is gone from the source's."""
+        from urllib.parse import urlparse
+
+        def migrate(dom: Any, dconnuri: str, params: dict[str, Any], flags: int) -> None:
+            src, dst, name = dom._connection.getHostname(), urlparse(dconnuri).netloc, dom.name()
+            self.computes[dst].driver._host.get_connection().createXML(params["destination_xml"], 0)
+            self.hv[dst].define(params["destination_xml"])
+            if name in self.guest[src].active:
+                self.guest[dst].active[name] = self.guest[src].active[name]
+            # libvirt undefines the source once the guest runs on the target (Nova asks
+            # for VIR_MIGRATE_UNDEFINE_SOURCE).
+            jh.forget(self.hv[src], self.guest[src], name)
+            dom.complete_job()
+
+        held_xml = jh.fakelibvirt.Domain.XMLDesc
+
+        def migratable_xml(dom: Any, flags: int) -> str:
+            # libvirt's live XML gives each interface its guest PCI address, which Nova keeps
+            # when it rewrites the interfaces for the target (Nova's XML has none).
+            xml = held_xml(dom, flags)
+            if not flags & jh.fakelibvirt.VIR_DOMAIN_XML_MIGRATABLE:
+                return str(xml)
+            root = jh.ET.fromstring(xml)
+            for slot, iface in enumerate(root.iter("interface"), start=3):
+                if iface.find("address") is None:
+                    jh.ET.SubElement(
+                        iface,
+                        "address",
+                        type="pci",
+                        domain="0x0000",
+                        bus="0x00",
+                        slot=f"0x{slot:02x}",
+                        function="0x0",
+                    )
+            return jh.ET.tostring(root, encoding="unicode")
+
+        self.stub_out("nova.tests.fixtures.libvirt.Domain.migrateToURI3", migrate)
+        self.stub_out("nova.tests.fixtures.libvirt.Domain.XMLDesc", migratable_xml)
+
+    def wait_for_live_migration(self, timeout_s: float = 90.0) -> None:
+        """Nova's live migration record of the VM ``completed`` (Nova's own wait gives up
+        after 5 s; here each hot-unplug alone waits out the libvirt event fake libvirt never
+        sends, and the machine is shared)."""
+        deadline = time.monotonic() + timeout_s
+        status = None
+        while time.monotonic() < deadline:
+            for m in self.api.api_get("/os-migrations").body["migrations"]:
+                if m["instance_uuid"] == self.server["id"]:
+                    status = m["status"]
+            if status in ("completed", "failed", "error"):
+                break
+            time.sleep(0.5)
+        assert status == "completed", status
+
+    def test_operators_live_migration_never_unplugs_the_vf_under_the_bond(self) -> None:
+        """An operator live-migrates the VM to compute1 through Nova's API. Nova hot-unplugs
+        the VF from the running guest before the copy and plugs compute1's after it, with
+        the same port. One period of compute0's agent runs while Nova prepares the target
+        (pre-checks passed, nothing unplugged yet): it sees Nova's ``migrating`` task and
+        moves the bond to virtio, so Nova's unplug never cuts the guest's traffic. On
+        compute1 the carried port is given back (it was granted from compute0's pool) and
+        compute1's VF granted."""
+        from nova.compute import manager
+
+        self.carry_live_migrations()
+        vf = self.grant("compute0")
+        real_pre = manager.ComputeManager.pre_live_migration
+        periods: list[list[str]] = []
+
+        def pre_live_migration(mgr: Any, *args: Any, **kwargs: Any) -> Any:
+            self.drv["compute0"].inventory()
+            periods.append(self.drv["compute0"].actuator.discrepancies)
+            return real_pre(mgr, *args, **kwargs)
+
+        self.stub_out("nova.compute.manager.ComputeManager.pre_live_migration", pre_live_migration)
+        self.api.post_server_action(
+            self.server["id"], {"os-migrateLive": {"host": "compute1", "block_migration": "auto"}}
+        )
+        self.wait_for_live_migration()
+        server = self._wait_for_state_change(self.server, "ACTIVE")
+        assert server["OS-EXT-SRV-ATTR:host"] == "compute1"
+        [notes] = periods
+        assert any("task_state migrating" in n for n in notes), notes
+        # Nova unplugs it from the persistent then the live definition: two records.
+        assert {u[:3] for u in self.unplugs} == {("compute0", self.domain, vf.mac_address)}
+        self.assert_no_unplug_under_the_bond()
+        assert self.guest["compute0"].calls == [
+            (self.domain, "to_fast"),
+            (self.domain, "to_backup"),
+        ]
+        port = self.port_kept(vf)
+        assert (port.binding_host_id, port.binding_vif_type) == ("compute1", "hw_veb")
+        assert self.hostdevs("compute1") == [vf.mac_address]
+        assert self.hv["compute0"].xml.get(self.domain) is None
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        self.assertPCIDeviceCounts("compute1", total=2, free=0)
+        notes = self.given_back("compute1")
+        assert any("made for compute0, brought here by Nova" in n for n in notes), notes
+        self.assert_given_back_bond_first("compute1", [])
         again = self.grant("compute1")
         assert again.id != vf.id
