@@ -384,3 +384,36 @@ def test_another_servers_unsettled_evacuation_does_not_hold_this_ones_give_back(
     cmp2.reconcile(sensed("cmp2", "vm1", "vm2", pool=1))
     assert not [p for p in cloud.ports.values() if SOVA_TAG in p.tags], cmp2.discrepancies
     assert any(d.startswith("vm1: given back") for d in cmp2.discrepancies), cmp2.discrepancies
+
+
+def test_someone_elses_live_migration_moves_the_bond_off_the_vf_nova_will_unplug() -> None:
+    """Nova hot-unplugs a live-migrated guest's VF before the copy (issue 39: the joined
+    tier's operator live migration). A period that sees someone else's live migration of a
+    Sova VF holder moves its bond to virtio: asked again the next period while the bond does
+    not confirm, then not again for that migration. Nova's other operations (they power the
+    guest off before re-plugging anything) leave the bond to the give-back after them."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 2})
+    cloud.add_server("vm1", "cmp1")
+    cloud.add_server("vm2", "cmp1")
+    bond = BondHost(cloud)
+    act = actuator(cloud, fallback=bond)
+    for vm in ("vm1", "vm2"):
+        assert run(act, AttachVF(vm)).state is OpState.SUCCEEDED
+
+    def to_backups() -> list[str]:
+        return [a["vm"] for c, a in cloud.calls if c == "to_backup"]
+
+    cloud.begin("uuid-vm1", "live_migrate")
+    cloud.begin("uuid-vm2", "reboot")
+    bond.confirm = False
+    act.reconcile(sensed("cmp1", "vm1", "vm2", vf=("vm1", "vm2"), pool=2))
+    [note] = [n for n in act.discrepancies if n.startswith("vm1:")]
+    assert note == (
+        "vm1: Nova is operating on it (task_state migrating): Sova stands back; the bond "
+        "not moved off the VF Nova will unplug (vm1: active slave not confirmed): tried again"
+    )
+    bond.confirm = True
+    for _ in range(3):
+        inv = act.reconcile(sensed("cmp1", "vm1", "vm2", vf=("vm1", "vm2"), pool=2))
+        assert inv.vms == {}
+    assert to_backups() == ["vm1", "vm1"]  # the refused one, then one confirmed

@@ -164,6 +164,7 @@ class OpenStackActuator(NovaOperations):
     # the guest's bond may no longer hold the VF, so the port is given back.
     _disturbed: set[str] = field(default_factory=set)
     _launched: dict[str, str | None] = field(default_factory=dict)
+    _sheltered: set[str] = field(default_factory=set)  # see NovaOperations._shelter
     # Give-backs of such ports, one at a time per VM, and the failures of each VM's.
     _retiring: dict[str, Op] = field(default_factory=dict)
     _retire_failures: dict[str, int] = field(default_factory=dict)
@@ -258,6 +259,8 @@ class OpenStackActuator(NovaOperations):
                 nic=NicKind.VF if has_port or state.nic is NicKind.VF else NicKind.VIRTIO,
                 migrating=migrating,
             )
+        # A migration that ended (elsewhere, or back here) shelters its server anew next time.
+        self._sheltered.intersection_update(str(s.id) for s in servers if nova_busy(s))
         host = self._pool_left(sensed.host, pool, withheld, theirs, notes)
         if self._sweep_due():
             try:
@@ -316,10 +319,12 @@ class OpenStackActuator(NovaOperations):
         if name in self._retiring:
             return f"{name}: its Sova VF port is being given back: Sova stands back"
         if busy is not None and name not in self._acting:
+            moved = ""
             if held:
                 self._disturbed.add(str(server.id))
                 self._retire_failures.pop(name, None)  # a new operation: a new give-back
-            return f"{name}: Nova is operating on it ({busy}): Sova stands back"
+                moved = self._shelter(name, server)
+            return f"{name}: Nova is operating on it ({busy}): Sova stands back{moved}"
         if not held:
             self._disturbed.discard(str(server.id))
             self._launched.pop(str(server.id), None)

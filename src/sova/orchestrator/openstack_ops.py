@@ -4,7 +4,9 @@ made the guest's fast path, or detached and deleted once the bond is on its back
 
 A mixin of :class:`sova.orchestrator.openstack.OpenStackActuator`, apart from what the
 actuator reads of the cloud each period (its inventory, Nova's own operations, leaked
-ports): these run on the operation's own thread, one per submitted action.
+ports): these run on the operation's own thread, one per submitted action. The exception
+is :meth:`NovaOperations._shelter`, which a period calls: the first step of a detach (the
+bond moved to virtio), done ahead of a hot-unplug of Nova's own.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class NovaOperations:
     _creating: set[str]
     _disturbed: set[str]
     _launched: dict[str, str | None]
+    _sheltered: set[str]  # servers someone else live-migrates, their bond moved to virtio
 
     if TYPE_CHECKING:  # the actuator's
 
@@ -181,6 +184,23 @@ class NovaOperations:
 
     def _hooks(self) -> FailoverHooks | None:
         return self.fallback if isinstance(self.fallback, FailoverHooks) else None
+
+    def _shelter(self, name: str, server: Any) -> str:
+        """The guest's bond moved to virtio, confirmed, when someone else live-migrates
+        ``name`` with a Sova port: Nova hot-unplugs the VF from the running guest before the
+        copy, with no regard for the bond (every other operation of Nova's that re-plugs a VF
+        powers the guest off first). Once per migration; a failure is tried again the next
+        period. Returns what it did, as the end of the stand-back note ("" when nothing)."""
+        sid = str(server.id)
+        hooks = self._hooks()
+        if task_state(server) != "migrating" or sid in self._sheltered or hooks is None:
+            return ""
+        try:
+            moved = hooks.to_backup(name)
+        except DriverError as exc:
+            return f"; the bond not moved off the VF Nova will unplug ({exc}): tried again"
+        self._sheltered.add(sid)
+        return f"; the bond moved to virtio before Nova unplugs the VF ({moved})"
 
     def _attach(self, a: AttachVF) -> str:
         server = self._settled(a.vm)
