@@ -15,9 +15,11 @@ OUT, seconds since start first:
 * ``round+`` / ``round-`` and ``metrics``: a round's start and end, and its metrics;
 * ``store``: every report write (``Store.add_reports``, any length), its rows and its parts
   in ms, each as wall/CPU of the store's thread: ``queue`` from the loop's call to the
-  thread starting it, ``checkout`` (the pool, its pre-ping), each statement (``fence``,
-  ``insert``, ``other``) and ``commit``, then ``back``: from its end until the loop ran
-  the code awaiting it. Wall minus CPU is waiting: for the server, the network, the GIL.
+  thread starting it, ``pool`` (the pool's checkout, its pre-ping), ``checkout`` (up to
+  the first statement), each statement (``fence``, ``insert``, ``other``: from sending it
+  to sending the next) and ``commit``, then ``back``: from its end until the loop ran the
+  code awaiting it; a write in one round trip (PostgreSQL since issue 37) is one part,
+  ``write``. Wall minus CPU is waiting: for the server, the network, a core, the GIL.
 
 It patches the running interpreter only (the gc callback, ``os.fork``, ``pickle.loads``,
 :class:`~sova.manager.daemons.service.rounds.Rounds`): no change to the manager's code.
@@ -158,7 +160,10 @@ def install_store(probe: Probe) -> None:
             add(self, rows)
         finally:
             mark("end")
-            text, (_, w0, c0), name = [], parts[0], "pool"
+            # Before the first statement: the pool's checkout (and pre-ping) where there is
+            # one; a write that sends nothing through SQLAlchemy is one part, the whole.
+            first = "pool" if any(n == "checkout" for n, _, _ in parts) else "write"
+            text, (_, w0, c0), name = [], parts[0], first
             for nxt, w, c in parts[1:]:
                 if nxt.startswith("pre-"):  # the time up to a statement is its client's
                     text.append(f"{name}={(w - w0) * 1e3:.2f}/{(c - c0) * 1e3:.2f}")

@@ -233,6 +233,43 @@ def test_a_report_write_is_one_round_trip_to_the_server(tmp_path: Path) -> None:
 
 
 @needs_pg
+def test_a_report_write_takes_the_leader_rows_lock_before_its_ids() -> None:
+    """Store.report_mark (a warm standby's exact mark) locks the leader row exclusively
+    and then reads max(id): a report write must wait for that lock before it draws any
+    id, or a row with a smaller id could commit after the mark passed it. Held here by
+    another session: the write waits, the id sequence has not moved, and once the lock
+    goes the rows land."""
+    with pg_schema("repmark") as (url, _schema, admin):
+        store = Store(url)
+        try:
+            store.migrate()
+            with store.engine.connect() as conn:
+                store.fence = conn.execute(sa.text("SELECT epoch FROM leader")).scalar_one()
+            store.add_reports(report_rows(1))
+            with store.engine.connect() as conn:
+                seq_name = conn.execute(
+                    sa.text("SELECT pg_get_serial_sequence('host_reports', 'id')")
+                ).scalar_one()
+                seq = f"SELECT last_value FROM {seq_name}"
+                drawn = conn.execute(sa.text(seq)).scalar_one()
+            holder = store.engine.connect()
+            holder.execute(sa.text("SELECT 1 FROM leader WHERE id = 1 FOR UPDATE"))
+            writer = threading.Thread(target=store.add_reports, args=(report_rows(2),))
+            writer.start()
+            time.sleep(0.5)
+            assert writer.is_alive()  # waiting for the lock
+            with store.engine.connect() as conn:
+                assert conn.execute(sa.text(seq)).scalar_one() == drawn  # no id drawn
+            holder.rollback()
+            holder.close()
+            writer.join(10)
+            assert not writer.is_alive()
+            assert store.count("host_reports") == 10
+        finally:
+            store.close()
+
+
+@needs_pg
 def test_a_report_write_outlives_its_connections_death() -> None:
     """The reports' connection is kept, not pinged at each write: one the server ended (a
     restart, an idle timeout) is replaced and the rows written, not refused."""

@@ -14,7 +14,9 @@ The fence moves into each row's ``INSERT`` (the row is inserted only where the l
 still carries this manager's epoch, taking the same share lock the separate ``SELECT``
 took, so a takeover's epoch update still waits for the write), and the count of rows
 inserted says whether it held: a deposed leader's transaction commits nothing and the
-write raises :class:`Deposed` as before. Durability is unchanged: the answer still waits
+write raises :class:`Deposed` as before. The share lock is still taken before any row's
+id is drawn (the ``EXISTS`` is evaluated once, before the ``SELECT`` yields its row, and
+the id's default after), which :meth:`Store.report_mark` relies on. Durability is unchanged: the answer still waits
 for ``COMMIT``'s, with ``synchronous_commit`` as the server has it.
 """
 
