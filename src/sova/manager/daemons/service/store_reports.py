@@ -67,7 +67,7 @@ def pipelined_insert(dbapi_conn: Any, rows: Sequence[ReportRow], fence: int | No
     else:
         sql, params = FENCED_INSERT, [(*report_params(r), fence) for r in rows]
     # Spelled out: psycopg's own BEGIN would wait for its answer before the rows are sent.
-    dbapi_conn.autocommit = True
+    dbapi_conn.set_autocommit(True)
     try:
         with dbapi_conn.pipeline():
             ctl, ins = dbapi_conn.cursor(), dbapi_conn.cursor()
