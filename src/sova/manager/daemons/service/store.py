@@ -200,8 +200,13 @@ class Store(StoreAdmin, OutboxStore, StoreLogs):
         return rev or ""
 
     def close(self) -> None:
-        with self._lock:
-            self._drop_report_conn()  # not back to the pool: it is in autocommit mode
+        # Not back to the pool: it is in autocommit mode. A write still on it (a shutdown
+        # that did not wait for the store's thread) keeps it: closing must not wait.
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop_report_conn()
+            finally:
+                self._lock.release()
         self.unlock_writer()
         self.engine.dispose()
         if self._file_lock is not None:  # after the engine: see lock_writer
