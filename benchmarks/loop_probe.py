@@ -12,7 +12,14 @@ OUT, seconds since start first:
 * ``gcN ms``: a garbage collection of generation N over 5 ms, in which thread, with the
   generations' counts and sizes before it (a size over 90,000 also lists its types);
 * ``fork``, ``unpickle``: the planning round's fork and result read (> 5 ms);
-* ``round+`` / ``round-`` and ``metrics``: a round's start and end, and its metrics.
+* ``round+`` / ``round-`` and ``metrics``: a round's start and end, and its metrics;
+* ``store``: every report write (``Store.add_reports``, any length), its rows and its parts
+  in ms, each as wall/CPU of the store's thread: ``queue`` from the loop's call to the
+  thread starting it, ``pool`` (the pool's checkout, its pre-ping), ``checkout`` (up to
+  the first statement), each statement (``fence``, ``insert``, ``other``: from sending it
+  to sending the next) and ``commit``, then ``back``: from its end until the loop ran the
+  code awaiting it; a write in one round trip (PostgreSQL since issue 37) is one part,
+  ``write``. Wall minus CPU is waiting: for the server, the network, a core, the GIL.
 
 It patches the running interpreter only (the gc callback, ``os.fork``, ``pickle.loads``,
 :class:`~sova.manager.daemons.service.rounds.Rounds`): no change to the manager's code.
@@ -119,10 +126,75 @@ class Probe:
             self.log("LAG", late, " ".join(parts))
 
 
+def install_store(probe: Probe) -> None:
+    """Time every report write's parts (see the module's docstring, ``store``)."""
+    import sqlalchemy as sa
+
+    from sova.manager.daemons.service import reports, store
+
+    add, flush = store.Store.add_reports, reports.ReportIntake.flush
+    parts: list[tuple[str, float, float]] = []  # (name, wall, thread CPU) marks, one write
+    hooked: set[int] = set()
+    last: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        parts.append((name, time.perf_counter(), time.thread_time()))
+
+    def before(_c: Any, _cur: Any, statement: str, *_a: Any) -> None:
+        kind = "fence" if "leader" in statement else "insert" if "INSERT" in statement else "other"
+        mark(f"pre-{kind}")
+
+    def after(_c: Any, _cur: Any, statement: str, *_a: Any) -> None:
+        mark("sql")
+
+    def timed_add(self: store.Store, rows: Any) -> None:
+        if id(self.engine) not in hooked:
+            hooked.add(id(self.engine))
+            sa.event.listen(self.engine, "before_cursor_execute", before)
+            sa.event.listen(self.engine, "after_cursor_execute", after)
+            sa.event.listen(self.engine, "commit", lambda _c: mark("pre-commit"))
+            sa.event.listen(self.engine.pool, "checkout", lambda *_a: mark("checkout"))
+        parts.clear()
+        mark("start")
+        try:
+            add(self, rows)
+        finally:
+            mark("end")
+            # Before the first statement: the pool's checkout (and pre-ping) where there is
+            # one; a write that sends nothing through SQLAlchemy is one part, the whole.
+            first = "pool" if any(n == "checkout" for n, _, _ in parts) else "write"
+            text, (_, w0, c0), name = [], parts[0], first
+            for nxt, w, c in parts[1:]:
+                if nxt.startswith("pre-"):  # the time up to a statement is its client's
+                    text.append(f"{name}={(w - w0) * 1e3:.2f}/{(c - c0) * 1e3:.2f}")
+                    name, w0, c0 = nxt[4:], w, c
+                elif nxt in ("checkout", "end"):
+                    text.append(f"{name}={(w - w0) * 1e3:.2f}/{(c - c0) * 1e3:.2f}")
+                    name, w0, c0 = nxt, w, c
+            last["start"], last["end"] = parts[0][1], parts[-1][1]
+            probe.log("store", parts[-1][1] - parts[0][1], f"rows={len(rows)} " + " ".join(text))
+
+    async def timed_flush(self: reports.ReportIntake) -> int:
+        called = time.perf_counter()
+        last.clear()
+        n = await flush(self)
+        if "start" in last:
+            probe.log(
+                "storeq",
+                last["start"] - called,
+                f"back={(time.perf_counter() - last['end']) * 1e3:.2f}",
+            )
+        return n
+
+    store.Store.add_reports = timed_add  # type: ignore[method-assign]
+    reports.ReportIntake.flush = timed_flush  # type: ignore[method-assign]
+
+
 def install(out: TextIO) -> None:
     from sova.manager.daemons.service import rounds
 
     probe = Probe(out)
+    install_store(probe)
     gc.callbacks.append(probe.on_gc)
     os.fork = probe.timed_fork(os.fork)
     pickle.loads = probe.timed("unpickle", pickle.loads)

@@ -31,7 +31,7 @@ from sova.manager.daemons.agent.client import LEADER_HEADER, ManagerClient, Mana
 from sova.manager.daemons.config import AgentSettings, ConfigError, load_agent_settings
 from sova.manager.daemons.schema import Directive
 from sova.manager.daemons.service.leadership import EXIT_DEPOSED, Leadership, read_leader
-from sova.manager.daemons.service.store import Deposed, DirectiveRow, RoundWrite, Store
+from sova.manager.daemons.service.store import Deposed, DirectiveRow, ReportRow, RoundWrite, Store
 from sova.manager.daemons.service.store_admin import advisory_key
 
 from .conftest import REPO, Api, auth, free_port, manager_settings, report, wait_until
@@ -134,6 +134,158 @@ def test_a_deposed_leader_cannot_write_a_directive_after_the_new_leader_started(
                 lead.close()
             old_store.close()
             new_store.close()
+
+
+def report_rows(seq: int, n: int = 5) -> list[ReportRow]:
+    return [
+        ReportRow(
+            f"h{i}",
+            seq,
+            10.0 * seq,
+            10.0 * seq,
+            (0.1, 0.2, 0.3),
+            {"vm": [0.1, 0.2, 0.3, 512, False]},
+        )
+        for i in range(n)
+    ]
+
+
+@needs_pg
+def test_a_deposed_leaders_report_rows_are_refused() -> None:
+    """The reports' write carries the fence in its rows' INSERT (one round trip): after a
+    takeover the old leader's rows are refused whole, it steps down, and the report is not
+    acknowledged (Deposed reaches the intake, which answers 503)."""
+    with pg_schema("repfence") as (url, schema, admin):
+        old_store, new_store = Store(url), Store(url)
+        lost: list[str] = []
+        old = Leadership(old_store, "http://old:1", on_lost=lost.append)
+        new = Leadership(new_store, "http://new:2")
+        try:
+            assert old.try_lock()
+            old_store.migrate()
+            assert old.take_over() == 1
+            old_store.add_reports(report_rows(1))  # leading: written
+            assert new_store.count("host_reports") == 5
+            holder = lock_holder_pid(admin, schema)
+            assert holder is not None
+            terminate(admin, holder)
+            wait_until(new.try_lock, 10, "the standby to get the lock")
+            assert new.take_over() == 2
+            with pytest.raises(Deposed, match="epoch 1 is no longer the leader's .*epoch 2"):
+                old_store.add_reports(report_rows(2))
+            assert lost and "epoch 1" in lost[0], lost
+            assert new_store.count("host_reports") == 5  # none of the 5 landed
+            new_store.add_reports(report_rows(3))  # the new leader's rows are written
+            assert new_store.count("host_reports") == 10
+        finally:
+            for lead in (old, new):
+                lead.close()
+            old_store.close()
+            new_store.close()
+
+
+@needs_pg
+def test_a_report_write_is_one_round_trip_to_the_server(tmp_path: Path) -> None:
+    """Each message after which the client waits for the server (a Sync of the extended
+    protocol, a simple Query) is a round trip; libpq's trace of every connection of the
+    store counts them. A report write is one: BEGIN, the rows and COMMIT in one batch.
+    Before: five (the pool's pre-ping, BEGIN, the fence's SELECT, the rows, COMMIT), each
+    a wait for a core and the GIL on a loaded manager (benchmarks/manager_load.py)."""
+    from psycopg import pq
+
+    with pg_schema("roundtrip") as (url, _schema, _admin):
+        store = Store(url)
+        trace = (tmp_path / "libpq.trace").open("wb")
+        conns: list[Any] = []
+
+        def on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.pgconn.trace(trace.fileno())
+            dbapi_conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            conns.append(dbapi_conn)
+
+        sa.event.listen(store.engine, "connect", on_connect)
+        try:
+            store.migrate()
+            with store.engine.connect() as conn:  # fenced at the epoch, as a leader's writes
+                store.fence = conn.execute(sa.text("SELECT epoch FROM leader")).scalar_one()
+            store.add_reports(report_rows(1))  # the first: the connection is made
+            for c in conns:
+                c.pgconn.untrace()  # flushes what libpq traced so far
+                c.pgconn.trace(trace.fileno())
+                c.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            start = (tmp_path / "libpq.trace").stat().st_size
+            for seq in (2, 3, 4):
+                store.add_reports(report_rows(seq))
+            for c in conns:
+                if not c.closed:
+                    c.pgconn.untrace()
+            sent = (tmp_path / "libpq.trace").read_bytes()[start:].decode().splitlines()
+            waits = [
+                m
+                for m in sent
+                if m.split("\t")[:1] == ["F"] and m.split("\t")[2] in ("Sync", "Query")
+            ]
+            assert len(waits) == 3, sent
+            assert store.count("host_reports") == 20
+        finally:
+            store.close()
+            trace.close()
+
+
+@needs_pg
+def test_a_report_write_takes_the_leader_rows_lock_before_its_ids() -> None:
+    """Store.report_mark (a warm standby's exact mark) locks the leader row exclusively
+    and then reads max(id): a report write must wait for that lock before it draws any
+    id, or a row with a smaller id could commit after the mark passed it. Held here by
+    another session: the write waits, the id sequence has not moved, and once the lock
+    goes the rows land."""
+    with pg_schema("repmark") as (url, _schema, admin):
+        store = Store(url)
+        try:
+            store.migrate()
+            with store.engine.connect() as conn:
+                store.fence = conn.execute(sa.text("SELECT epoch FROM leader")).scalar_one()
+            store.add_reports(report_rows(1))
+            with store.engine.connect() as conn:
+                seq_name = conn.execute(
+                    sa.text("SELECT pg_get_serial_sequence('host_reports', 'id')")
+                ).scalar_one()
+                seq = f"SELECT last_value FROM {seq_name}"
+                drawn = conn.execute(sa.text(seq)).scalar_one()
+            holder = store.engine.connect()
+            holder.execute(sa.text("SELECT 1 FROM leader WHERE id = 1 FOR UPDATE"))
+            writer = threading.Thread(target=store.add_reports, args=(report_rows(2),))
+            writer.start()
+            time.sleep(0.5)
+            assert writer.is_alive()  # waiting for the lock
+            with store.engine.connect() as conn:
+                assert conn.execute(sa.text(seq)).scalar_one() == drawn  # no id drawn
+            holder.rollback()
+            holder.close()
+            writer.join(10)
+            assert not writer.is_alive()
+            assert store.count("host_reports") == 10
+        finally:
+            store.close()
+
+
+@needs_pg
+def test_a_report_write_outlives_its_connections_death() -> None:
+    """The reports' connection is kept, not pinged at each write: one the server ended (a
+    restart, an idle timeout) is replaced and the rows written, not refused."""
+    with pg_schema("repconn") as (url, _schema, admin):
+        store = Store(url)
+        pids: list[int] = []
+        sa.event.listen(store.engine, "connect", lambda c, _r: pids.append(c.info.backend_pid))
+        try:
+            store.migrate()
+            store.add_reports(report_rows(1))
+            for pid in pids:
+                terminate(admin, pid)
+            store.add_reports(report_rows(2))
+            assert store.count("host_reports") == 10
+        finally:
+            store.close()
 
 
 # --------------------------------------------------------------------------- processes

@@ -30,6 +30,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from sova.manager.daemons.service.store_admin import (
     Deposed,
@@ -41,6 +42,7 @@ from sova.manager.daemons.service.store_admin import (
 )
 from sova.manager.daemons.service.store_logs import StoreLogs, plan_row
 from sova.manager.daemons.service.store_outbox import OutboxStore
+from sova.manager.daemons.service.store_reports import pipelined_insert, store_epoch
 from sova.manager.daemons.service.store_round import write_round_rows
 from sova.manager.daemons.service.store_rows import (
     AuditRow,
@@ -154,6 +156,7 @@ class Store(StoreAdmin, OutboxStore, StoreLogs):
         self._writer_lock: int | None = None  # descriptor of the held lock file
         self._file_lock: int | None = None  # descriptor of the database file, flocked
         self._pg_lock: sa.Connection | None = None  # the session holding the advisory lock
+        self._report_conn: PoolProxiedConnection | None = None  # see _pg_add_reports
         # The leader's epoch (active/standby on PostgreSQL, manager/daemons/service/leadership.py): when
         # set, every write_round checks it against the leader row in its own transaction.
         self.fence: int | None = None
@@ -197,6 +200,13 @@ class Store(StoreAdmin, OutboxStore, StoreLogs):
         return rev or ""
 
     def close(self) -> None:
+        # Not back to the pool: it is in autocommit mode. A write still on it (a shutdown
+        # that did not wait for the store's thread) keeps it: closing must not wait.
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop_report_conn()
+            finally:
+                self._lock.release()
         self.unlock_writer()
         self.engine.dispose()
         if self._file_lock is not None:  # after the engine: see lock_writer
@@ -237,6 +247,9 @@ class Store(StoreAdmin, OutboxStore, StoreLogs):
     def add_reports(self, rows: Sequence[ReportRow]) -> None:
         if not rows:
             return
+        if self.dialect == "postgresql" and self.engine.dialect.driver == "psycopg":
+            self._pg_add_reports(rows)
+            return
         values = [report_values(r) for r in rows]
         sqlite = self.dialect == "sqlite"
         with self._lock, self.engine.connect() as conn:
@@ -260,6 +273,35 @@ class Store(StoreAdmin, OutboxStore, StoreLogs):
                 if sqlite:
                     conn.exec_driver_sql("PRAGMA busy_timeout=5000")
                     conn.commit()
+
+    def _pg_add_reports(self, rows: Sequence[ReportRow]) -> None:
+        """One round trip (store_reports.py) on a connection kept for the reports, so
+        not pinged at each write: one found dead (the server restarted) is replaced and
+        the write tried once more on a fresh one, which the pool pings."""
+        with self._lock:
+            for attempt in (1, 2):
+                reused = self._report_conn is not None
+                if self._report_conn is None:
+                    self._report_conn = self.engine.raw_connection()
+                dbapi_conn = self._report_conn.dbapi_connection
+                try:
+                    written = pipelined_insert(dbapi_conn, rows, self.fence)
+                except Exception:
+                    if not getattr(dbapi_conn, "broken", True):
+                        raise
+                    self._drop_report_conn()
+                    if reused and attempt == 1:
+                        continue
+                    raise
+                if self.fence is not None and written != len(rows):
+                    self.deposed(self.fence, store_epoch(dbapi_conn))
+                return
+
+    def _drop_report_conn(self) -> None:
+        if self._report_conn is not None:
+            self._report_conn.invalidate()
+            self._report_conn.close()
+            self._report_conn = None
 
     def write_round(self, w: RoundWrite) -> None:
         if w.empty():

@@ -219,10 +219,15 @@ class StoreAdmin:
         leader started (which then reads it) or is refused (fencing at the write)."""
         row = conn.execute(sa.text("SELECT epoch FROM leader WHERE id = 1 FOR SHARE")).scalar()
         if row is None or int(row) != epoch:
-            why = f"epoch {epoch} is no longer the leader's (the store is at epoch {row})"
-            if self.on_deposed is not None:
-                self.on_deposed(why)
-            raise Deposed(why)
+            self.deposed(epoch, row)
+
+    def deposed(self, epoch: int, row: object) -> None:
+        """Step down and raise :class:`Deposed`: the store's leader row (``row``: its epoch,
+        None if there is none) no longer carries ``epoch``."""
+        why = f"epoch {epoch} is no longer the leader's (the store is at epoch {row})"
+        if self.on_deposed is not None:
+            self.on_deposed(why)
+        raise Deposed(why)
 
     def unlock_writer(self) -> None:
         if self._writer_lock is not None:
