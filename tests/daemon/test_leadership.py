@@ -288,6 +288,40 @@ def test_a_report_write_outlives_its_connections_death() -> None:
             store.close()
 
 
+@needs_pg
+def test_a_retried_report_write_never_stores_a_row_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry on a fresh connection cannot know whether the dead one's COMMIT landed
+    (the server may end the session after committing, before its answer leaves). Here it
+    did: the rows are committed, then the session is ended and the write fails as if the
+    answer was lost. The retry adds only the rows not stored, so a warm standby never
+    replays one report twice (two copies of a sample in its window). Before: 15 rows."""
+    import sova.manager.daemons.service.store as store_module
+
+    real = store_module.pipelined_insert
+    with pg_schema("repdup") as (url, _schema, admin):
+        store = Store(url)
+        try:
+            store.migrate()
+            with store.engine.connect() as conn:
+                store.fence = conn.execute(sa.text("SELECT epoch FROM leader")).scalar_one()
+            store.add_reports(report_rows(1))  # the kept connection exists: a retry is due
+
+            def commit_then_lose_the_answer(dbapi_conn: Any, rows: Any, fence: Any) -> int:
+                monkeypatch.setattr(store_module, "pipelined_insert", real)
+                real(dbapi_conn, rows, fence)
+                terminate(admin, dbapi_conn.info.backend_pid)
+                dbapi_conn.execute("SELECT 1")  # the death is seen: broken
+                raise AssertionError("unreachable: the session was ended")
+
+            monkeypatch.setattr(store_module, "pipelined_insert", commit_then_lose_the_answer)
+            store.add_reports(report_rows(2))
+            assert store.count("host_reports") == 10
+            store.add_reports(report_rows(3))  # and the next write is an ordinary one
+            assert store.count("host_reports") == 15
+        finally:
+            store.close()
+
+
 # --------------------------------------------------------------------------- processes
 
 

@@ -42,7 +42,11 @@ from sova.manager.daemons.service.store_admin import (
 )
 from sova.manager.daemons.service.store_logs import StoreLogs, plan_row
 from sova.manager.daemons.service.store_outbox import OutboxStore
-from sova.manager.daemons.service.store_reports import pipelined_insert, store_epoch
+from sova.manager.daemons.service.store_reports import (
+    not_stored,
+    pipelined_insert,
+    store_epoch,
+)
 from sova.manager.daemons.service.store_round import write_round_rows
 from sova.manager.daemons.service.store_rows import (
     AuditRow,
@@ -277,7 +281,8 @@ class Store(StoreAdmin, OutboxStore, StoreLogs):
     def _pg_add_reports(self, rows: Sequence[ReportRow]) -> None:
         """One round trip (store_reports.py) on a connection kept for the reports, so
         not pinged at each write: one found dead (the server restarted) is replaced and
-        the write tried once more on a fresh one, which the pool pings."""
+        the write tried once more on a fresh one, which the pool pings, with only the rows
+        the dead one did not commit."""
         with self._lock:
             for attempt in (1, 2):
                 reused = self._report_conn is not None
@@ -285,6 +290,10 @@ class Store(StoreAdmin, OutboxStore, StoreLogs):
                     self._report_conn = self.engine.raw_connection()
                 dbapi_conn = self._report_conn.dbapi_connection
                 try:
+                    if attempt == 2:
+                        rows = not_stored(dbapi_conn, rows)
+                        if not rows:
+                            return
                     written = pipelined_insert(dbapi_conn, rows, self.fence)
                 except Exception:
                     if not getattr(dbapi_conn, "broken", True):

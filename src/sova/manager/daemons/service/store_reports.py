@@ -85,6 +85,19 @@ def pipelined_insert(dbapi_conn: Any, rows: Sequence[ReportRow], fence: int | No
     return int(ins.rowcount)
 
 
+def not_stored(dbapi_conn: Any, rows: Sequence[ReportRow]) -> list[ReportRow]:
+    """The rows of ``rows`` the table does not hold, for a write retried on a fresh
+    connection: the dead one's COMMIT may have landed with its answer lost. Host, boot and
+    seq name a report (within one agent boot the intake takes only a growing seq)."""
+    dbapi_conn.set_autocommit(True)  # as pipelined_insert leaves it: no transaction open
+    found = dbapi_conn.execute(
+        "SELECT host, boot, seq FROM host_reports WHERE host = ANY(%s) AND seq = ANY(%s)",
+        (sorted({r.host for r in rows}), sorted({r.seq for r in rows})),
+    ).fetchall()
+    stored = {(h, b, int(s)) for h, b, s in found}
+    return [r for r in rows if (r.host, r.boot, r.seq) not in stored]
+
+
 def store_epoch(dbapi_conn: Any) -> int | None:
     """The leader row's epoch now (for a deposed writer's message)."""
     row = dbapi_conn.execute("SELECT epoch FROM leader WHERE id = 1").fetchone()
