@@ -143,3 +143,49 @@ def test_a_huge_or_multiline_scenario_name_is_refused_at_once(
         assert result.exit_code == 2, result.output[:500]
         line = _one_error_line(result.output)
         assert "  name: " in line and len(line) < 400, line[:500]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        # The full fuzz tier's finding (issue 37's run): 6.6e301 ns of guest CPU per byte
+        # validated, then the CPU cost overflowed to inf and every 60-s run of
+        # native-vs-driver-domain ended in NaN throughput and response times.
+        ("ns_per_byte", 6.6e301),
+        ("ns_per_byte", 1.1e6),
+    ],
+)
+def test_a_cpu_cost_per_byte_beyond_any_cipher_is_refused_at_validate(
+    folder: Path, field: str, value: float
+) -> None:
+    data = yaml.safe_load((ROOT / "scenarios" / "native-vs-driver-domain.yaml").read_text())
+    data["workload"][0]["vms"]["VM1"] = {**data["workload"][0]["vms"]["VM1"], field: value}
+    path = folder / "odd-cost.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert field in _one_error_line(result.output)
+
+
+def test_the_dearest_cpu_cost_per_byte_allowed_simulates_without_nan(folder: Path) -> None:
+    """At the bound (1 ms of CPU per byte, 15,000 times the paper's 66 ns) the costs stay
+    finite: the run records numbers, not NaN (what 6.6e301 gave)."""
+    import math
+
+    from sova.scenario import load_sweep
+    from sova.sim.runner import run_policy
+
+    data = yaml.safe_load((ROOT / "scenarios" / "native-vs-driver-domain.yaml").read_text())
+    data["workload"][0]["vms"] = {
+        vm: {**spec, "ns_per_byte": 1e6} for vm, spec in data["workload"][0]["vms"].items()
+    }
+    path = folder / "dear.yaml"
+    path.write_text(yaml.safe_dump(data))
+    scn = load_sweep(path)[0]
+    scn = scn.model_copy(update={"duration": 60.0})
+    for policy in scn.policies:
+        rows = run_policy(scn, policy).timeline[-10:]
+        assert rows
+        for row in rows:
+            for value in vars(row).values():
+                assert not (isinstance(value, float) and math.isnan(value)), (policy, row)
