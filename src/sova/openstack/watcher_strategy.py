@@ -296,20 +296,18 @@ def _vm_net(
 ) -> tuple[dict[str, float], set[str]]:
     """Each instance's share of its node's link and the instances pinned, by UUID, from
     Sova's view of the node. Sova names a VM as its host does (the libvirt domain name, or
-    the UUID or name where the agent's driver says so): a name that is no instance's UUID
-    or name is looked up in Nova's servers of the node (one listing, only then)."""
+    the UUID): a name that is no instance's UUID is looked up in Nova's servers of the node
+    (one listing, only then) as Sova's agent matches them, libvirt's name first. Never by
+    display name here: a tenant may name a server ``instance-00000003``."""
     if seen is None:
         return {}, set()
-    by_key: dict[str, str] = {}
-    for inst in instances:
-        by_key.setdefault(str(inst.name), inst.uuid)
-        by_key[inst.uuid] = inst.uuid
+    uuids = {str(inst.uuid) for inst in instances}
     servers: list[Any] | None = None
 
     def uuid_of(vm: str) -> str | None:
         nonlocal servers
-        if vm in by_key:
-            return by_key[vm]
+        if vm in uuids:
+            return vm
         if servers is None:
             servers = list(
                 cloud.compute.servers(details=True, all_projects=True, compute_host=host)

@@ -257,6 +257,15 @@ class TestNetworkSide(TestBaseStrategy, NetworkCase):
         listed = [kw for call, kw in self.cloud.calls if call == "servers"]
         assert listed == [{"compute_host": "hostname_0", "since": None}]
 
+    def test_a_display_name_that_looks_like_a_libvirt_name_takes_no_vms_load(self) -> None:
+        # INSTANCE_0's owner renames it "instance-00000001", INSTANCE_1's libvirt name: the
+        # 0.6 of the link is still INSTANCE_1's (Nova's instance_name decides), so it moves.
+        self.set_up_network(self, self.tmp)
+        self.model.get_instance_by_uuid(INSTANCE_0).name = "instance-00000001"
+        self.cloud.servers[INSTANCE_0].name = "instance-00000001"
+        self.sova.vm_net = {"hostname_0": {"instance-00000000": 0.05, "instance-00000001": 0.6}}
+        assert self.moves(self.run_with(COOL_CPU)) == [("INSTANCE_1", "hostname_0", "hostname_4")]
+
     def test_a_vm_operators_pinned_in_sova_is_not_moved(self) -> None:
         self.set_up_network(self, self.tmp)
         self.sova.pinned = {"hostname_0": [INSTANCE_1]}
