@@ -23,13 +23,13 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from oslo_config import cfg
 
 pytest.importorskip(
     "watcher.tests.unit",
     reason="needs the pinned watcher environment: scripts/openstack-envs.sh test watcher",
 )
 
+from oslo_config import cfg
 from watcher import objects
 from watcher.common import clients, utils
 from watcher.decision_engine.audit import oneshot
