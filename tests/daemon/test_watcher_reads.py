@@ -7,7 +7,13 @@ scheduler and Watcher")."""
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
+import shutil
+import ssl
+import subprocess
+import threading
+import time
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -157,30 +163,104 @@ def test_every_page_is_read() -> None:
     ]
 
 
-def test_the_standard_librarys_get_sends_the_token_and_decodes(tmp_path: Path) -> None:
-    import http.server
-    import threading
+class _Server:
+    """A loopback server answering ``{"hosts": []}`` (over TLS with ``cert``), or never
+    (``hang``: it accepts and says nothing), recording each request's token."""
 
-    seen: list[str | None] = []
+    def __init__(self, cert: tuple[Path, Path] | None = None, hang: bool = False) -> None:
+        self.seen: list[str | None] = []
+        self.release = threading.Event()
+        outer = self
 
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            seen.append(self.headers.get("Authorization"))
-            data = json.dumps({"hosts": []}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.seen.append(self.headers.get("Authorization"))
+                if hang:
+                    outer.release.wait(30)
+                    return
+                data = json.dumps({"hosts": []}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
-        def log_message(self, *a: Any) -> None:
-            pass
+            def log_message(self, *a: Any) -> None:
+                pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        scheme = "http"
+        if cert is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _cert(tmp: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_https_is_verified_against_the_configured_ca(tmp_path: Path) -> None:
+    # The manager's private CA (docs/operations.md): trusted through sova_ca_file only.
+    cert = _cert(tmp_path)
+    server = _Server(cert)
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        assert sova_loads.read(url, VIEWER, timeout_s=5.0).hosts == {}
+        assert server.url.startswith("https://")
+        assert sova_loads.read(server.url, VIEWER, timeout_s=10.0, ca_file=str(cert[0])).hosts == {}
+        with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):
+            sova_loads.read(server.url, VIEWER, timeout_s=10.0)
     finally:
-        server.shutdown()
-        server.server_close()
-    assert seen == [f"Bearer {VIEWER}"] * 2
+        server.close()
+    assert server.seen == [f"Bearer {VIEWER}"] * 2  # the refused handshake sent no token
+
+
+def test_a_manager_that_never_answers_times_out() -> None:
+    server = _Server(hang=True)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(OSError, match="timed out"):
+            sova_loads.read(server.url, VIEWER, timeout_s=0.5)
+        assert time.monotonic() - t0 < 10.0
+    finally:
+        server.close()
+
+
+def test_shares_at_the_bounds_are_taken() -> None:
+    cluster, history = _views(vms={"vm-a": {"net": 0}, "vm-b": {"net": sova_loads.MAX_SHARE}})
+    history["hosts"][0]["net"] = [0.0, sova_loads.MAX_SHARE]
+    h1 = sova_loads.parse(cluster, history).hosts["h1"]
+    assert h1.series == (0.0, sova_loads.MAX_SHARE)
+    assert h1.vms == {"vm-a": 0.0, "vm-b": sova_loads.MAX_SHARE}
+
+
+def test_a_read_names_the_answer_out_of_its_schema() -> None:
+    def get(url: str, headers: Mapping[str, str], timeout_s: float, ca: str | None) -> Any:
+        return {"hosts": []} if "/history" in url else {"detail": "not a view"}
+
+    with pytest.raises(ValueError, match=r"^cluster\.hosts: not a list of hosts: None"):
+        sova_loads.read("http://m", VIEWER, timeout_s=1.0, get=get)
+
+
+def test_the_standard_librarys_get_sends_the_token_and_decodes() -> None:
+    server = _Server()
+    try:
+        assert sova_loads.read(server.url, VIEWER, timeout_s=5.0).hosts == {}
+    finally:
+        server.close()
+    assert server.seen == [f"Bearer {VIEWER}"] * 2

@@ -120,7 +120,7 @@ def read(
     rather than decide without the network side; ValueError on an answer out of its schema."""
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"sova_url: not an http(s) URL: {url!r}")
-    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    headers = {"Authorization": f"Bearer {token}"}
 
     def pages(path: str) -> dict[str, Any]:
         rows: list[Any] = []
