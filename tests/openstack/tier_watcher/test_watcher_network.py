@@ -41,6 +41,7 @@ from watcher.tests.unit.decision_engine.strategy.strategies.test_base import (
 )
 from watcher.tests.unit.objects import utils as obj_utils
 
+from sova.openstack import sova_loads
 from sova.openstack.watcher_strategy import SovaHotspot
 from sova.orchestrator.openstack_cloud import SOVA_TAG
 
@@ -128,8 +129,9 @@ class NetworkCase:
         self.sova.vm_net = {"hostname_0": dict(VM_NET)}
         self.cloud = FakeCloud()
         for i, uuid in ((0, INSTANCE_0), (1, INSTANCE_1)):
+            # A tenant's servers: Nova lists them to Watcher's admin with all_projects only.
             self.cloud.servers[uuid] = Server(
-                uuid, f"INSTANCE_{i}", "hostname_0", instance_name=f"instance-0000000{i}"
+                uuid, f"INSTANCE_{i}", "hostname_0", "tenant", f"instance-0000000{i}"
             )
         p = mock.patch.object(clients, "get_sdk_connection", return_value=self.cloud, autospec=True)
         p.start()
@@ -311,6 +313,20 @@ class TestNetworkSide(TestBaseStrategy, NetworkCase):
         strategy.input_parameters = utils.Struct({"n": 5})
         with pytest.raises(ValueError, match="^sova_token_file: required with sova_url"):
             strategy.execute()
+
+    def test_the_ca_file_and_the_clients_auth_group_are_the_configured_ones(self) -> None:
+        # An https sova_url is verified against watcher.conf's sova_ca_file; Neutron and Nova
+        # are asked through Watcher's [watcher_clients_auth] credentials.
+        self.set_up_network(self, self.tmp)
+        self.m_ds.return_value = SeriesDatasource(self.model, COOL_CPU, vm_cpu=20.0)
+        strategy = SovaHotspot(config=self.sova_config(sova_ca_file="/etc/watcher/sova-ca.pem"))
+        strategy.input_parameters = utils.Struct({"n": 5, "k": 3, "alpha": 0.75})
+        with mock.patch.object(sova_loads, "read", wraps=sova_loads.read) as read:
+            strategy.execute()
+        [call] = read.call_args_list
+        assert call.args == (self.sova.url, TOKEN)
+        assert call.kwargs == {"timeout_s": 5.0, "ca_file": "/etc/watcher/sova-ca.pem"}
+        clients.get_sdk_connection.assert_called_once_with("watcher_clients_auth")
 
     def test_watcher_registers_the_sova_options(self) -> None:
         names = {o.name: o for o in SovaHotspot.get_config_opts()}
