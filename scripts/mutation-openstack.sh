@@ -5,7 +5,8 @@
 #
 #   scripts/mutation-openstack.sh [OUTDIR]       (default out/mutation; one log per module)
 #   JOBS=2 TIMEOUT=90 NICE=5 MESSAGES=1 scripts/mutation-openstack.sh
-#   MODULES="openstack_view" scripts/mutation-openstack.sh      (a subset; "watcher" for the strategy)
+#   MODULES="openstack_view" scripts/mutation-openstack.sh      (a subset; "watcher" for the strategy,
+#                                                               "sova_loads" for its reads of Sova's manager)
 #
 # The configuration lives here and in scripts/mutation.py (mutmut's operators, one forked child
 # per mutant; docs/openstack.md says why not mutmut itself): which modules, which tests, the
@@ -23,7 +24,7 @@ nice_level="${NICE:-5}"
 # prose; scripts/mutation.py marks those mutants).
 extra=()
 [ "${MESSAGES:-0}" = 1 ] || extra=(--skip-messages)
-modules="${MODULES:-openstack openstack_cloud openstack_ops openstack_view watcher}"
+modules="${MODULES:-openstack openstack_cloud openstack_ops openstack_view watcher sova_loads}"
 mkdir -p "$out"
 # No setuptools-entry-point pytest plugins in the children (hypothesis, schemathesis; none of
 # these tests uses them): loading and assertion-rewriting them cost each mutant three times
@@ -44,6 +45,13 @@ for m in $modules; do
       scripts/mutation.py sova.openstack.watcher_strategy --preload watcher.tests.unit \
       --jobs "$jobs" --timeout "$timeout" "${extra[@]}" \
       -- -m openstack --confcutdir=tests/openstack tests/openstack/tier_watcher \
+      >"$log" 2>&1 || status=1
+  elif [ "$m" = sova_loads ]; then
+    # The strategy's reads of Sova's manager: parsed from the real manager's answers (main venv).
+    nice -n "$nice_level" .venv/bin/python scripts/mutation.py sova.openstack.sova_loads \
+      --preload sova.manager.daemons.service.app \
+      --jobs "$jobs" --timeout "$timeout" "${extra[@]}" \
+      -- tests/daemon/test_watcher_reads.py \
       >"$log" 2>&1 || status=1
   else
     # What the tests import besides the module, imported once in the parent (none of these

@@ -18,10 +18,24 @@ memory. Only ``active`` instances not tagged ``watcher_exclude`` (nor excluded b
 ``optimize`` metadata rule) may be moved, and only to a node whose free vCPUs, RAM and disk
 (Watcher's model: capacity after allocation ratios, minus what its instances use) hold it.
 The solution carries the ``workload_balancing`` goal's efficacy indicators: migrations, the
-instances audited, and the spread (standard deviation) of node CPU use before and after. Watcher's
-datasources have no host network meter, so network load counts as 0 here: network hotspots
-are what Sova's own agents sense (orchestrator = "openstack"), this strategy covers the
-CPU/memory side inside Watcher.
+instances audited, and the spread (standard deviation) of node CPU use before and after.
+
+Network: Watcher's datasources have no host or instance network meter, so with
+``sova_url`` set (the ``[watcher_strategies.sova_hotspot]`` section of watcher.conf, with a
+``viewer`` token of Sova's manager in ``sova_token_file``) each node's link use per report
+and each VM's share of it come from Sova's manager (:mod:`sova.openstack.sova_loads`), and
+the hotness (:mod:`sova.policy.hotness`) that judges a node hot and ranks its movers is over
+CPU, memory and network, as in Sova's manager. A node the manager has no fresh view of is
+then neither source nor target; an unreadable manager fails the audit. Without ``sova_url``
+network load counts as 0 (CPU and memory only). VMs operators pinned in Sova never move.
+
+VF holders: a server with a VF port bound on its node (Sova's fast path or a tenant's own
+``direct``/``macvtap``/... port, read from Neutron as Sova's agent reads them:
+:func:`~sova.orchestrator.openstack_cloud.split_vf_ports`) is never moved by this strategy.
+Watcher's applier asks Nova for a plain live migration, which carries the VF port along:
+Nova unplugs the VF before the guest's bond has moved its traffic to the virtio slave (Sova
+moves it first), and needs a free VF on the target, which no one outside the target knows
+(Nova reports no Neutron VFs in Placement; Sova's reports carry no pool): docs/openstack.md.
 
 Installed through the ``watcher_strategies`` entry point ``sova_hotspot``; imports Watcher,
 so it is only importable where Watcher is installed.
@@ -31,12 +45,19 @@ from __future__ import annotations
 
 import datetime
 import math
+import pathlib
+from collections.abc import Iterable
 from typing import Any
 
+from oslo_config import cfg
+from watcher.common import clients
 from watcher.decision_engine.model import element
 from watcher.decision_engine.strategy.strategies import base
 
 from sova.manager.decisions.oneshot import plan_reports
+from sova.openstack import sova_loads
+from sova.openstack.sova_loads import HostNet, NetLoads
+from sova.orchestrator.openstack_cloud import match_server, split_vf_ports
 from sova.policy.hotspot import (
     HostReport,
     HotspotDetector,
@@ -77,6 +98,16 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
     @classmethod
     def get_translatable_display_name(cls) -> str:
         return "Sova hotspot migration"
+
+    @classmethod
+    def get_config_opts(cls) -> list[Any]:
+        return [
+            *super().get_config_opts(),
+            cfg.StrOpt("sova_url", help="Sova's manager (network loads); unset: network is 0"),
+            cfg.StrOpt("sova_token_file", help="a file holding a viewer token of the manager"),
+            cfg.StrOpt("sova_ca_file", help="CA bundle for an https sova_url"),
+            cfg.FloatOpt("sova_timeout", default=5.0, min=0.1, help="seconds per request"),
+        ]
 
     @classmethod
     def get_schema(cls) -> dict[str, Any]:
@@ -120,10 +151,12 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
             if n.status == element.ServiceState.ENABLED.value
             and n.state == element.ServiceState.ONLINE.value
         }
+        net = self._net_loads()
+        cloud = clients.get_sdk_connection("watcher_clients_auth")
         reports: dict[str, HostReport] = {}
         movable: dict[str, Any] = {}
         for name, node in nodes.items():
-            report = self._report(model, node, detector.n, movable)
+            report = self._report(model, node, detector.n, movable, net, cloud)
             if report is not None:
                 reports[name] = report
         # A VM may only go where Watcher's model says it fits (vCPU, RAM, disk).
@@ -190,28 +223,60 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
         values = [(i + 1) * m - (i * means[i - 1] if i else 0.0) for i, m in enumerate(means)]
         return [max(0.0, v) for v in reversed(values)]
 
-    def _report(self, model: Any, node: Any, n: int, movable: dict[str, Any]) -> HostReport | None:
+    def _net_loads(self) -> NetLoads | None:
+        """Sova's manager's view of the network, or None where none is configured."""
+        url = getattr(self.config, "sova_url", None)
+        if not isinstance(url, str) or not url:
+            return None
+        token_file = getattr(self.config, "sova_token_file", None)
+        if not isinstance(token_file, str) or not token_file:
+            raise ValueError("sova_token_file: required with sova_url (a viewer token)")
+        token = pathlib.Path(token_file).read_text(encoding="utf-8").strip()
+        ca = getattr(self.config, "sova_ca_file", None)
+        return sova_loads.read(
+            url,
+            token,
+            timeout_s=float(getattr(self.config, "sova_timeout", 5.0)),
+            ca_file=ca if isinstance(ca, str) and ca else None,
+        )
+
+    def _report(
+        self,
+        model: Any,
+        node: Any,
+        n: int,
+        movable: dict[str, Any],
+        net: NetLoads | None,
+        cloud: Any,
+    ) -> HostReport | None:
         cpu = self._series(node, "host_cpu_usage", n)
         ram_kib = self._series(node, "host_ram_usage", n)
-        if not cpu or not ram_kib or not node.memory or not node.vcpus:
+        seen = None if net is None else net.of(node.hostname)
+        link = [0.0] * n if net is None else list(seen.series if seen else ())
+        if not cpu or not ram_kib or not link or not node.memory or not node.vcpus:
             return None  # no observations: neither source nor target (as in Sova's manager)
-        m = min(len(cpu), len(ram_kib))
+        m = min(len(cpu), len(ram_kib), len(link))
         history = tuple(
-            Utilisation(_unit(c / 100.0), _unit(r / (node.memory * 1024.0)), 0.0)
-            for c, r in zip(cpu[-m:], ram_kib[-m:], strict=True)
+            Utilisation(_unit(c / 100.0), _unit(r / (node.memory * 1024.0)), _unit(x))
+            for c, r, x in zip(cpu[-m:], ram_kib[-m:], link[-m:], strict=True)
         )
         gran = int(self._param("granularity"))
-        vms: dict[str, VMLoad] = {}
         instances = model.get_node_instances(node)
         if getattr(self.config, "check_optimize_metadata", False):
             instances = self.filter_instances_by_audit_tag(instances)
+        ours, theirs = split_vf_ports(cloud.network.ports(**{"binding:host_id": node.hostname}))
         candidates = [
             inst
             for inst in instances
-            if inst.state == element.InstanceState.ACTIVE.value and not inst.watcher_exclude
+            if inst.state == element.InstanceState.ACTIVE.value
+            and not inst.watcher_exclude
+            and inst.uuid not in ours
+            and inst.uuid not in theirs
         ]
+        vm_net, pinned = _vm_net(seen, instances, cloud, node.hostname)
+        vms: dict[str, VMLoad] = {}
         for inst in candidates:
-            if not inst.memory:
+            if not inst.memory or inst.uuid in pinned:
                 continue
             movable[inst.uuid] = inst
             usage = self.datasource_backend.get_instance_cpu_usage(inst, gran, "mean", gran)
@@ -219,11 +284,44 @@ class SovaHotspot(base.WorkloadStabilizationBaseStrategy):  # type: ignore[misc]
                 Utilisation(
                     _unit((usage or 0.0) / 100.0 * inst.vcpus / node.vcpus),
                     _unit(inst.memory / node.memory),
-                    0.0,
+                    _unit(vm_net.get(inst.uuid, 0.0)),
                 ),
                 int(inst.memory) * 1024 * 1024,
             )
         return HostReport(history, vms)
+
+
+def _vm_net(
+    seen: HostNet | None, instances: Iterable[Any], cloud: Any, host: str
+) -> tuple[dict[str, float], set[str]]:
+    """Each instance's share of its node's link and the instances pinned, by UUID, from
+    Sova's view of the node. Sova names a VM as its host does (the libvirt domain name, or
+    the UUID): a name that is no instance's UUID is looked up in Nova's servers of the node
+    (one listing, only then) as Sova's agent matches them, libvirt's name first. Never by
+    display name here: a tenant may name a server ``instance-00000003``."""
+    if seen is None:
+        return {}, set()
+    uuids = {str(inst.uuid) for inst in instances}
+    servers: list[Any] | None = None
+
+    def uuid_of(vm: str) -> str | None:
+        nonlocal servers
+        if vm in uuids:
+            return vm
+        if servers is None:
+            servers = list(
+                cloud.compute.servers(details=True, all_projects=True, compute_host=host)
+            )
+        server = match_server(servers, vm)
+        return None if server is None else str(server.id)
+
+    shares: dict[str, float] = {}
+    for vm, share in seen.vms.items():
+        uuid = uuid_of(vm)
+        if uuid is not None:
+            shares[uuid] = share
+    pinned = {u for u in map(uuid_of, seen.pinned) if u is not None}
+    return shares, pinned
 
 
 def _fits(model: Any, instance: Any, node: Any) -> bool:

@@ -24,7 +24,7 @@ pytest.importorskip(
 )
 
 from watcher import objects
-from watcher.common import utils
+from watcher.common import clients, utils
 from watcher.decision_engine.audit import oneshot
 from watcher.decision_engine.datasources import prometheus_base
 from watcher.decision_engine.loading import default as loading
@@ -41,6 +41,16 @@ from watcher.tests.unit.objects import utils as obj_utils
 from sova.openstack.watcher_strategy import SovaHotspot
 
 pytestmark = pytest.mark.openstack
+
+
+def no_vf_ports(case: Any) -> None:
+    """The strategy reads each node's VF ports from Neutron through Watcher's openstacksdk
+    connection: a cloud whose ports hold no VF (test_watcher_network.py has VF holders)."""
+    conn = mock.Mock()
+    conn.network.ports.return_value = []
+    p = mock.patch.object(clients, "get_sdk_connection", return_value=conn, autospec=True)
+    p.start()
+    case.addCleanup(p.stop)
 
 
 class SeriesDatasource:
@@ -120,6 +130,7 @@ class TestSovaHotspotStrategy(TestBaseStrategy):
         p = mock.patch.object(SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock)
         self.m_ds = p.start()
         self.addCleanup(p.stop)
+        no_vf_ports(self)
         self.strategy = SovaHotspot(
             config=mock.Mock(datasources=None, check_optimize_metadata=False)
         )
@@ -354,6 +365,7 @@ class TestAuditThroughWatchersDecisionEngine(db_base.DbTestCase):
             parameters={"n": 5, "k": 3, "alpha": 0.75},
         )
         self.model = faker_cluster_state.FakerModelCollector().generate_scenario_1()
+        no_vf_ports(self)
 
     def test_audit_yields_an_action_plan_with_the_expected_migrate(self) -> None:
         ds = SeriesDatasource(self.model, HOT)

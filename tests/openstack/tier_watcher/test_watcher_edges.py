@@ -30,7 +30,7 @@ from watcher.tests.unit.decision_engine.strategy.strategies.test_base import (
 from sova.openstack.watcher_strategy import SovaHotspot
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_os_watcher import HOT, INSTANCE_0, MeansDatasource, SeriesDatasource
+from test_os_watcher import HOT, INSTANCE_0, MeansDatasource, SeriesDatasource, no_vf_ports
 
 pytestmark = pytest.mark.openstack
 
@@ -45,6 +45,7 @@ class TestStrategyEdges(TestBaseStrategy):
         p = mock.patch.object(SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock)
         self.m_ds = p.start()
         self.addCleanup(p.stop)
+        no_vf_ports(self)
 
     def run_with(self, ds: Any, config: Any = None, **params: Any) -> SovaHotspot:
         self.m_ds.return_value = ds
