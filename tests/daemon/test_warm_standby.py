@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from sova.manager.daemons.config import ManagerSettings
 from sova.manager.daemons.service.service import ManagerService
 from sova.manager.daemons.service.standby import WarmWindows
-from sova.manager.daemons.service.store import Store, report_values
+from sova.manager.daemons.service.store import Store
+from sova.manager.daemons.service.store_reports import report_values
 from sova.manager.daemons.service.store_rows import ReportRow
 from sova.manager.daemons.service.store_schema import host_reports
 

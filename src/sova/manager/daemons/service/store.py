@@ -45,6 +45,7 @@ from sova.manager.daemons.service.store_outbox import OutboxStore
 from sova.manager.daemons.service.store_reports import (
     not_stored,
     pipelined_insert,
+    report_values,
     store_epoch,
 )
 from sova.manager.daemons.service.store_round import write_round_rows
@@ -516,22 +517,6 @@ def _mode_rows(conn: sa.Connection) -> list[ModeRow]:
         ModeRow(r.scope, r.mode, r.set_by, r.since_s)
         for r in conn.execute(sa.select(modes).order_by(modes.c.scope))
     ]
-
-
-def report_values(r: ReportRow) -> dict[str, Any]:
-    """A report row as ``host_reports`` stores it."""
-    return {
-        "host": r.host,
-        "seq": r.seq,
-        "agent_t": r.agent_t,
-        "received_s": r.received_s,
-        "cpu": r.util[0],
-        "mem": r.util[1],
-        "net": r.util[2],
-        "vms": dict(r.vms),
-        "capacity": list(r.capacity) if r.capacity is not None else None,
-        "boot": r.boot,
-    }
 
 
 def _report_row(r: Any) -> ReportRow:  # a RowMapping

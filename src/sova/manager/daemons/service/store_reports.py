@@ -28,8 +28,10 @@ from typing import Any
 
 from sova.manager.daemons.service.store_rows import ReportRow
 
-_COLUMNS = "host, seq, agent_t, received_s, cpu, mem, net, vms, capacity, boot"
-_VALUES = "%s, %s, %s, %s, %s, %s, %s, %s::json, %s::json, %s"
+_NAMES = ("host", "seq", "agent_t", "received_s", "cpu", "mem", "net", "vms", "capacity", "boot")
+_JSON = ("vms", "capacity")
+_COLUMNS = ", ".join(_NAMES)
+_VALUES = ", ".join("%s::json" if c in _JSON else "%s" for c in _NAMES)
 PLAIN_INSERT = f"INSERT INTO host_reports ({_COLUMNS}) VALUES ({_VALUES})"
 FENCED_INSERT = (
     f"INSERT INTO host_reports ({_COLUMNS}) SELECT {_VALUES} "
@@ -37,22 +39,27 @@ FENCED_INSERT = (
 )
 
 
+def report_values(r: ReportRow) -> dict[str, Any]:
+    """A report row as ``host_reports`` stores it."""
+    return {
+        "host": r.host,
+        "seq": r.seq,
+        "agent_t": r.agent_t,
+        "received_s": r.received_s,
+        "cpu": r.util[0],
+        "mem": r.util[1],
+        "net": r.util[2],
+        "vms": dict(r.vms),
+        "capacity": list(r.capacity) if r.capacity is not None else None,
+        "boot": r.boot,
+    }
+
+
 def report_params(r: ReportRow) -> tuple[Any, ...]:
-    """A row's parameters, its JSON columns as SQLAlchemy's JSON type writes them (a
-    missing capacity is JSON ``null``, as before)."""
-    capacity = list(r.capacity) if r.capacity is not None else None
-    return (
-        r.host,
-        r.seq,
-        r.agent_t,
-        r.received_s,
-        r.util[0],
-        r.util[1],
-        r.util[2],
-        json.dumps(dict(r.vms)),
-        json.dumps(capacity),
-        r.boot,
-    )
+    """:func:`report_values` in column order, its JSON columns as SQLAlchemy's JSON type
+    writes them (a missing capacity is JSON ``null``, as before)."""
+    v = report_values(r)
+    return tuple(json.dumps(v[c]) if c in _JSON else v[c] for c in _NAMES)
 
 
 def pipelined_insert(dbapi_conn: Any, rows: Sequence[ReportRow], fence: int | None) -> int:
