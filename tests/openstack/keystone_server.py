@@ -1,21 +1,23 @@
-"""Keystone as a server process for the OpenStack tier's Nova runs (run by the keystone env).
+"""Keystone as a server process for the OpenStack tier (run by the keystone env).
 
-Keystone 30 and Nova 34 pin different oslo versions, so Keystone cannot run in the nova
-environment; ``tier_nova`` runs this file with the keystone environment's interpreter, as it
-runs Neutron's (neutron_server.py). Keystone's own WSGI app on SQLite, set up with
-``keystone-manage`` (db_sync, fernet_setup, credential_setup, bootstrap) in ``DIR``; then what
+Keystone 30 and Nova 34 (or Neutron 29) pin different oslo versions, so Keystone cannot run
+in their environments; ``tier_nova`` and ``tier_neutron`` run this file with the keystone
+environment's interpreter (:class:`KeystoneProcess`), as tier_nova runs Neutron's
+(neutron_server.py). Keystone's own WSGI app on SQLite, set up with ``keystone-manage``
+(db_sync, fernet_setup, credential_setup, bootstrap) in ``DIR``; then what
 docs/openstack.md#credentials-roles-and-policies has an operator do: the catalog's compute
 and network services, a ``sova`` role, a ``sova`` user in ``service`` holding ``admin`` and
-``sova``, and (as that user) an application credential with both roles and the shipped access
-rules; and a second credential of that user holding ``sova`` alone and no access rules, whose
-tokens keystonemiddleware lets through to the services' own policies (what a policy fragment
-grants and refuses, on a real token).
+``sova`` and, as that user, an application credential with both roles and the shipped
+access rules. Besides: a second credential of that user holding ``sova`` alone and no access
+rules, whose tokens keystonemiddleware passes to the services' own policies (what a policy
+fragment grants and refuses, on a real token), and Nova's own service user ``nova`` in
+``service`` holding ``admin`` and ``service``.
 
     python tests/openstack/keystone_server.py DIR
 
-prints one JSON line once listening (``url``, ``admin_password``, the ``service`` project's
-``project_id``, the first credential's ``id`` and ``secret``, the second's ``only_id`` and
-``only_secret``) and serves until stdin is closed. :class:`KeystoneProcess` runs it for a test.
+prints one JSON line once listening (``url``, ``admin_password``, ``nova_password``, the
+``service`` project's ``project_id``, the first credential's ``id`` and ``secret``, the
+second's ``only_id`` and ``only_secret``) and serves until stdin is closed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ADMIN_PASSWORD = "tier-admin-secret"
 SOVA_PASSWORD = "tier-sova-secret"
+NOVA_PASSWORD = "tier-nova-secret"
 
 
 class _Quiet(WSGIRequestHandler):
@@ -95,6 +98,14 @@ def _credential(url: str) -> Any:
     for name in ("admin", "sova"):
         role = admin.identity.find_role(name) or admin.identity.create_role(name=name)
         admin.identity.assign_project_role_to_user(project, user, role)
+    # Nova's own service user, for its [neutron] client: Neutron's policy wants `service`
+    # for binding a port to a host and PCI slot (admin alone is refused).
+    nova = admin.identity.create_user(
+        name="nova", password=NOVA_PASSWORD, domain_id="default", default_project_id=project.id
+    )
+    for name in ("admin", "service"):
+        role = admin.identity.find_role(name) or admin.identity.create_role(name=name)
+        admin.identity.assign_project_role_to_user(project, nova, role)
     rules = json.loads((ROOT / "deploy/openstack/sova-access-rules.json").read_text())
     identity = connect("sova", SOVA_PASSWORD, "service").identity
     cred = identity.create_application_credential(
@@ -169,6 +180,7 @@ def main() -> int:
     out = {
         "url": url,
         "admin_password": ADMIN_PASSWORD,
+        "nova_password": NOVA_PASSWORD,
         "project_id": project_id,
         "id": cred.id,
         "secret": cred.secret,

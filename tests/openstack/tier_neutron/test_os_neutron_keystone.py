@@ -12,7 +12,7 @@ port as its api-paste.ini composes it: ``/`` the versions document without authe
 against that Keystone, then Neutron's own keystone context middleware, with the shipped
 deploy/openstack/neutron-policy-sova.yaml as Neutron's policy file. Sova's ``connect`` reads
 both credentials from a clouds.yaml entry; Nova's side of an attach (tier_neutron's
-``NovaPortSide``) uses the admin's password.
+``NovaPortSide``) is Keystone's ``nova`` user (``admin`` and ``service``).
 
 Run with ``scripts/openstack-envs.sh test neutron``.
 """
@@ -111,16 +111,21 @@ class TestSovaThroughKeystoneInFrontOfNeutron(plugin_tests.Ml2PluginV2TestCase):
 
         self.sova = connect("sova", api_timeout_s=30).network
         self.sova_only = connect("sova-only", api_timeout_s=30).network
-        self.admin = openstack.connect(
-            auth_url=ks["url"],
-            username="admin",
-            password=ks["admin_password"],
-            project_name="admin",
-            user_domain_name="Default",
-            project_domain_name="Default",
-            network_endpoint_override=url,
-            api_timeout=30,
-        ).network
+
+        def user(name: str, project: str) -> Any:
+            return openstack.connect(
+                auth_url=ks["url"],
+                username=name,
+                password=ks[f"{name}_password"],
+                project_name=project,
+                user_domain_name="Default",
+                project_domain_name="Default",
+                network_endpoint_override=url,
+                api_timeout=30,
+            ).network
+
+        self.admin = user("admin", "admin")  # the cloud admin: networks, ports of tenants
+        self.nova = user("nova", "service")  # Nova's [neutron] client: binds ports
 
     def serve_behind_keystonemiddleware(self) -> str:
         """Neutron's API on a loopback socket, /v2.0 behind auth_token; its base URL."""
@@ -211,7 +216,7 @@ class TestSovaThroughKeystoneInFrontOfNeutron(plugin_tests.Ml2PluginV2TestCase):
         virtio = self.admin.create_port(
             network_id=net.id, device_id=sid, project_id=self._project_id
         )
-        nova = NovaPortSide(self.admin, "cmp1", {"vm1": sid}, self._project_id)
+        nova = NovaPortSide(self.nova, "cmp1", {"vm1": sid}, self._project_id)
         act = OpenStackActuator(
             SimpleNamespace(network=self.sova, compute=nova),
             "cmp1",
@@ -249,7 +254,7 @@ class TestSovaThroughKeystoneInFrontOfNeutron(plugin_tests.Ml2PluginV2TestCase):
         assert any(p.startswith("/v2.0/networks") for m, p in sovas if m == "GET"), sovas
         outside = [(m, p) for m, p in sovas if not matches_rule(m, p, network_rules)]
         assert outside == [], outside
-        for _, _, roles in self.seen:  # the credential's roles, or the admin's (Nova's side)
+        for _, _, roles in self.seen:  # the credential's roles, or the admin's or Nova's
             assert "admin" in roles.split(","), roles
 
         before = len(self.seen)
