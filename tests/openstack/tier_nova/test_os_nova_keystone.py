@@ -4,12 +4,13 @@ tier, nova env).
 Keystone runs in its own process and environment (tests/openstack/keystone_server.py, the
 keystone env's interpreter), set up as docs/openstack.md#credentials-roles-and-policies says:
 the ``sova`` user holding ``admin`` and ``sova`` in ``service``, an application credential
-with both roles and the shipped access rules. Nova's compute API (the harness's) is served on
+with both roles and the shipped access rules, and a second with ``sova`` alone and no rules
+(judged by Nova's policy with the shipped fragment). Nova's compute API (the harness's) is served on
 a loopback socket behind keystonemiddleware's ``auth_token`` validating against that Keystone
 (``service_type = compute``), and Nova builds its request context from what ``auth_token``
 validated (Nova's own ``NovaKeystoneContext``, not the harness's header stand-in). Sova's
-``connect`` reads the credential from a clouds.yaml entry. Neutron is Nova's NeutronFixture
-here (Neutron behind keystonemiddleware is not run).
+``connect`` reads the credentials from clouds.yaml entries. Neutron is Nova's NeutronFixture
+here; Neutron behind keystonemiddleware is tier_neutron's test_os_neutron_keystone.py.
 
 Run with ``scripts/openstack-envs.sh test nova``.
 """
@@ -51,11 +52,20 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
     the application credential."""
 
     compute_driver = "fake.MediumFakeDriver"
+    keystone: KeystoneProcess  # one for the class: its set-up is a third of a test's time
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.keystone = KeystoneProcess()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.keystone.stop()
+        super().tearDownClass()
 
     def setUp(self) -> None:
         super().setUp()
-        self.keystone = KeystoneProcess()
-        self.addCleanup(self.keystone.stop)
         for h in ("host1", "host2", "host3"):
             self._start_compute(h)
         self.server = self._create_server(name="vm1", host="host1", networks="none")
