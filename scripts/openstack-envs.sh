@@ -116,9 +116,12 @@ case "$cmd" in
       # different oslo/SQLAlchemy versions), as a second process talking HTTP.
       neutron_py=""
       if [ "$s" = nova ] && build neutron; then neutron_py="$(env_dir neutron)/bin/python"; fi
-      # ... and Keystone's, in the keystone environment, for the agent behind keystonemiddleware.
+      # ... and Keystone's, in the keystone environment, for Nova's and Neutron's APIs behind
+      # keystonemiddleware.
       keystone_py=""
-      if [ "$s" = nova ] && build keystone; then keystone_py="$(env_dir keystone)/bin/python"; fi
+      if { [ "$s" = nova ] || [ "$s" = neutron ]; } && build keystone; then
+        keystone_py="$(env_dir keystone)/bin/python"
+      fi
       # --confcutdir keeps the main suite's conftest (and its dependencies) out of these venvs.
       (cd "$root" && SOVA_OPENSTACK_STACK="$s" SOVA_CHECKOUT="$root" SOVA_NEUTRON_PYTHON="$neutron_py" \
         SOVA_KEYSTONE_PYTHON="$keystone_py" \

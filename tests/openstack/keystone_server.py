@@ -1,18 +1,23 @@
-"""Keystone as a server process for the OpenStack tier's Nova runs (run by the keystone env).
+"""Keystone as a server process for the OpenStack tier (run by the keystone env).
 
-Keystone 30 and Nova 34 pin different oslo versions, so Keystone cannot run in the nova
-environment; ``tier_nova`` runs this file with the keystone environment's interpreter, as it
-runs Neutron's (neutron_server.py). Keystone's own WSGI app on SQLite, set up with
-``keystone-manage`` (db_sync, fernet_setup, credential_setup, bootstrap) in ``DIR``; then what
+Keystone 30 and Nova 34 (or Neutron 29) pin different oslo versions, so Keystone cannot run
+in their environments; ``tier_nova`` and ``tier_neutron`` run this file with the keystone
+environment's interpreter (:class:`KeystoneProcess`), as tier_nova runs Neutron's
+(neutron_server.py). Keystone's own WSGI app on SQLite, set up with ``keystone-manage``
+(db_sync, fernet_setup, credential_setup, bootstrap) in ``DIR``; then what
 docs/openstack.md#credentials-roles-and-policies has an operator do: the catalog's compute
 and network services, a ``sova`` role, a ``sova`` user in ``service`` holding ``admin`` and
-``sova``, and (as that user) an application credential with both roles and the shipped access
-rules.
+``sova`` and, as that user, an application credential with both roles and the shipped
+access rules. Besides: a second credential of that user holding ``sova`` alone and no access
+rules, whose tokens keystonemiddleware passes to the services' own policies (what a policy
+fragment grants and refuses, on a real token), and Nova's own service user ``nova`` in
+``service`` holding ``admin`` and ``service``.
 
     python tests/openstack/keystone_server.py DIR
 
-prints one JSON line once listening (``url``, ``admin_password``, the credential's ``id`` and
-``secret``) and serves until stdin is closed.
+prints one JSON line once listening (``url``, ``admin_password``, ``nova_password``, the
+``service`` project's ``project_id``, the first credential's ``id`` and ``secret``, the
+second's ``only_id`` and ``only_secret``) and serves until stdin is closed.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -29,6 +35,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ADMIN_PASSWORD = "tier-admin-secret"
 SOVA_PASSWORD = "tier-sova-secret"
+NOVA_PASSWORD = "tier-nova-secret"
 
 
 class _Quiet(WSGIRequestHandler):
@@ -91,13 +98,66 @@ def _credential(url: str) -> Any:
     for name in ("admin", "sova"):
         role = admin.identity.find_role(name) or admin.identity.create_role(name=name)
         admin.identity.assign_project_role_to_user(project, user, role)
+    # Nova's own service user, for its [neutron] client: Neutron's policy wants `service`
+    # for binding a port to a host and PCI slot (admin alone is refused).
+    nova = admin.identity.create_user(
+        name="nova", password=NOVA_PASSWORD, domain_id="default", default_project_id=project.id
+    )
+    for name in ("admin", "service"):
+        role = admin.identity.find_role(name) or admin.identity.create_role(name=name)
+        admin.identity.assign_project_role_to_user(project, nova, role)
     rules = json.loads((ROOT / "deploy/openstack/sova-access-rules.json").read_text())
-    return connect("sova", SOVA_PASSWORD, "service").identity.create_application_credential(
+    identity = connect("sova", SOVA_PASSWORD, "service").identity
+    cred = identity.create_application_credential(
         user=user.id,
         name="sova-agent",
         roles=[{"name": "admin"}, {"name": "sova"}],
         access_rules=rules,
     )
+    only = identity.create_application_credential(
+        user=user.id, name="sova-role-only", roles=[{"name": "sova"}]
+    )
+    return project.id, cred, only
+
+
+class KeystoneProcess:
+    """This file run as Keystone's server in the keystone environment, for a test in another
+    environment (the tier's nova or neutron one): ``info`` is its JSON line."""
+
+    def __init__(self) -> None:
+        import pytest
+
+        python = os.environ.get("SOVA_KEYSTONE_PYTHON")
+        if not python or not pathlib.Path(python).exists():
+            pytest.skip(
+                "needs the keystone environment's interpreter in SOVA_KEYSTONE_PYTHON "
+                "(scripts/openstack-envs.sh test nova or neutron sets it)"
+            )
+        self.dir = tempfile.TemporaryDirectory()
+        self.proc = subprocess.Popen(
+            [python, __file__, self.dir.name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # Keystone logs there too; ours is the JSON line
+            if line.startswith("{"):
+                self.info: dict[str, str] = json.loads(line)
+                return
+        self.proc.wait(timeout=30)
+        raise AssertionError(f"Keystone's server did not start (exit {self.proc.returncode})")
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.dir.cleanup()
 
 
 def main() -> int:
@@ -116,8 +176,17 @@ def main() -> int:
     finally:
         sys.argv = argv
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    cred = _credential(url)
-    out = {"url": url, "admin_password": ADMIN_PASSWORD, "id": cred.id, "secret": cred.secret}
+    project_id, cred, only = _credential(url)
+    out = {
+        "url": url,
+        "admin_password": ADMIN_PASSWORD,
+        "nova_password": NOVA_PASSWORD,
+        "project_id": project_id,
+        "id": cred.id,
+        "secret": cred.secret,
+        "only_id": only.id,
+        "only_secret": only.secret,
+    }
     print(json.dumps(out), flush=True)
     sys.stdin.read()  # until the test closes our stdin
     httpd.shutdown()

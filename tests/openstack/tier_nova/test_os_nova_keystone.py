@@ -4,23 +4,21 @@ tier, nova env).
 Keystone runs in its own process and environment (tests/openstack/keystone_server.py, the
 keystone env's interpreter), set up as docs/openstack.md#credentials-roles-and-policies says:
 the ``sova`` user holding ``admin`` and ``sova`` in ``service``, an application credential
-with both roles and the shipped access rules. Nova's compute API (the harness's) is served on
+with both roles and the shipped access rules, and a second with ``sova`` alone and no rules
+(judged by Nova's policy with the shipped fragment). Nova's compute API (the harness's) is served on
 a loopback socket behind keystonemiddleware's ``auth_token`` validating against that Keystone
 (``service_type = compute``), and Nova builds its request context from what ``auth_token``
 validated (Nova's own ``NovaKeystoneContext``, not the harness's header stand-in). Sova's
-``connect`` reads the credential from a clouds.yaml entry. Neutron is Nova's NeutronFixture
-here (Neutron behind keystonemiddleware is not run).
+``connect`` reads the credentials from clouds.yaml entries. Neutron is Nova's NeutronFixture
+here; Neutron behind keystonemiddleware is tier_neutron's test_os_neutron_keystone.py.
 
 Run with ``scripts/openstack-envs.sh test nova``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
-import tempfile
+import sys
 import threading
 import types
 from typing import Any
@@ -40,48 +38,13 @@ from sova.driver.base import OpState  # noqa: E402
 from sova.model import NIC, VM, Host, Inventory, Migrate, VMState  # noqa: E402
 from sova.orchestrator.openstack import OpenStackActuator, connect  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from keystone_server import KeystoneProcess  # noqa: E402  (shared with tier_neutron)
+
 pytestmark = pytest.mark.openstack
 
 # Nova's own context from keystonemiddleware's headers, kept before the harness stubs it.
 REAL_CREATE_CONTEXT = nova_auth.NovaKeystoneContext._create_context
-
-
-class KeystoneProcess:
-    """Keystone on a loopback port in the keystone environment, with Sova's credential."""
-
-    def __init__(self) -> None:
-        python = os.environ.get("SOVA_KEYSTONE_PYTHON")
-        if not python or not pathlib.Path(python).exists():
-            pytest.skip(
-                "needs the keystone environment's interpreter in SOVA_KEYSTONE_PYTHON "
-                "(scripts/openstack-envs.sh test nova sets it)"
-            )
-        self.dir = tempfile.TemporaryDirectory()
-        script = pathlib.Path(__file__).resolve().parents[1] / "keystone_server.py"
-        self.proc = subprocess.Popen(
-            [python, str(script), self.dir.name],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:  # Keystone logs there too; ours is the JSON line
-            if line.startswith("{"):
-                self.info: dict[str, str] = json.loads(line)
-                return
-        self.proc.wait(timeout=30)
-        raise AssertionError(f"Keystone's server did not start (exit {self.proc.returncode})")
-
-    def stop(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.dir.cleanup()
 
 
 class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
@@ -89,11 +52,20 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
     the application credential."""
 
     compute_driver = "fake.MediumFakeDriver"
+    keystone: KeystoneProcess  # one for the class: its set-up is a third of a test's time
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.keystone = KeystoneProcess()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.keystone.stop()
+        super().tearDownClass()
 
     def setUp(self) -> None:
         super().setUp()
-        self.keystone = KeystoneProcess()
-        self.addCleanup(self.keystone.stop)
         for h in ("host1", "host2", "host3"):
             self._start_compute(h)
         self.server = self._create_server(name="vm1", host="host1", networks="none")
@@ -109,6 +81,14 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
             f"      auth_url: {ks['url']}\n"
             f"      application_credential_id: {ks['id']}\n"
             f"      application_credential_secret: {ks['secret']}\n"
+            "    region_name: RegionOne\n"
+            f"    compute_endpoint_override: {url}\n"
+            "  sova-only:\n"  # the role alone, no access rules: Nova's policy judges
+            "    auth_type: v3applicationcredential\n"
+            "    auth:\n"
+            f"      auth_url: {ks['url']}\n"
+            f"      application_credential_id: {ks['only_id']}\n"
+            f"      application_credential_secret: {ks['only_secret']}\n"
             "    region_name: RegionOne\n"
             f"    compute_endpoint_override: {url}\n"
         )
@@ -204,3 +184,46 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
             assert err.value.status_code == 401
         assert len(self.seen) == before  # Nova never saw them
         assert self.api.get_server(self.server["id"])["status"] == "ACTIVE"
+
+    def test_sova_role_alone_is_judged_by_novas_policy_on_keystones_token(self) -> None:
+        """A credential holding ``sova`` alone and no access rules (keystone_server.py's
+        second): auth_token passes every call to Nova, whose own policy, with the shipped
+        deploy/openstack/nova-policy-sova.yaml merged, judges the token's roles. The agent's
+        listing of its host across projects (host and libvirt name) passes; admin's calls
+        are 403 from Nova's policy (Nova saw them and names its rule); and Nova's
+        ``project_only`` reads give this ``service``-project token 404 for the tenant's
+        server by id, for a read and a delete alike
+        (docs/openstack.md#credentials-roles-and-policies)."""
+        import yaml
+
+        from openstack import exceptions as sdk_exc
+
+        conn = connect("sova-only", api_timeout_s=30)
+        sid = self.server["id"]
+        with pytest.raises(sdk_exc.ForbiddenException):  # Nova's defaults: not a reader here
+            list(conn.compute.servers(details=True, all_projects=True, compute_host="host1"))
+        shipped = pathlib.Path(__file__).resolve().parents[3] / "deploy/openstack"
+        rules = yaml.safe_load((shipped / "nova-policy-sova.yaml").read_text())
+        self.policy.set_rules(rules, overwrite=False)
+        listed = list(conn.compute.servers(details=True, all_projects=True, compute_host="host1"))
+        assert [(s.id, s.compute_host) for s in listed] == [(sid, "host1")]
+        assert listed[0].instance_name  # os-extended-server-attributes
+        for call, rule, path in (
+            (conn.compute.hypervisors, "os-hypervisors:list", "/v2.1/os-hypervisors"),
+            (conn.compute.services, "os-services:list", "/v2.1/os-services"),
+        ):
+            with pytest.raises(sdk_exc.ForbiddenException) as err:
+                list(call())
+            # Nova's policy refusal names its rule; auth_token's would be a 401 Nova never saw.
+            assert f"Policy doesn't allow os_compute_api:{rule} to be performed" in str(
+                err.value
+            ), err.value
+            assert ("GET", path, "sova") in self.seen
+        with pytest.raises(sdk_exc.NotFoundException):
+            conn.compute.get_server(sid)
+        with pytest.raises(sdk_exc.NotFoundException):
+            conn.compute.delete_server(sid, ignore_missing=False)
+        assert ("DELETE", f"/v2.1/servers/{sid}", "sova") in self.seen
+        assert {roles for _, _, roles in self.seen} == {"sova"}  # Keystone's token: the role
+        server = self.api.get_server(sid)
+        assert (server["status"], server["OS-EXT-SRV-ATTR:host"]) == ("ACTIVE", "host1")
