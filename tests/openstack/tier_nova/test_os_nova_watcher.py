@@ -219,6 +219,9 @@ class _Harness(_UnderPytest, helpers.ProviderUsageBaseTestCase):
         self.stub_out("nova.virt.fake.FakeLiveMigrateDriver.live_migration", live_migration)
         for h in ("host1", "host2", "host3"):
             self._start_compute(h)
+        # A test that fails with the gate shut would leave a migration in the driver for
+        # its 120 s: open it before the computes stop.
+        self.addCleanup(self.gate.open)
         self.conn = types.SimpleNamespace(
             compute=sdk(self.api_fixture.base_url, self.api.project_id).compute,
             network=FixtureNetwork(self.neutron),
