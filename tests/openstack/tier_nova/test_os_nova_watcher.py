@@ -333,6 +333,24 @@ class TestWatchersApplierAgainstNova(_Harness):
         assert self.migrations(sid) == [("live-migration", "completed", "host2")]
         assert self.actions_asked() == []
 
+    def test_an_operators_migration_running_fails_watchers_action_and_sova_stands_back(
+        self,
+    ) -> None:
+        sid = self.server["id"]
+        # An operator's live migration through Nova's API (the harness's admin client).
+        self.conn.compute.live_migrate_server(sid, host="host2", block_migration="auto")
+        self.until_entered()
+        assert self.watcher(**self.plan(sid, "host1", "host3")).result() == [
+            [[sid, "host1", "host3", "FAILED"]]
+        ]
+        act = self.sova()
+        st = wait(act, act.submit(Migrate("vm1", "host3")))
+        assert st.state is OpState.FAILED and "Sova stands back" in st.detail, st.detail
+        self.gate.open()
+        assert self.migrations(sid) == [("live-migration", "completed", "host2")]
+        assert self.host_of(sid) == "host2"
+        assert self.actions_asked() == []
+
 
 class SovaManager:
     """tests/openstack/sova_manager_standin.py (stdlib only: this interpreter runs it), its
