@@ -122,9 +122,13 @@ case "$cmd" in
       if { [ "$s" = nova ] || [ "$s" = neutron ]; } && build keystone; then
         keystone_py="$(env_dir keystone)/bin/python"
       fi
+      # ... and Watcher's applier and decision engine, in the watcher environment, against
+      # Nova's API served on a loopback socket.
+      watcher_py=""
+      if [ "$s" = nova ] && build watcher; then watcher_py="$(env_dir watcher)/bin/python"; fi
       # --confcutdir keeps the main suite's conftest (and its dependencies) out of these venvs.
       (cd "$root" && SOVA_OPENSTACK_STACK="$s" SOVA_CHECKOUT="$root" SOVA_NEUTRON_PYTHON="$neutron_py" \
-        SOVA_KEYSTONE_PYTHON="$keystone_py" \
+        SOVA_KEYSTONE_PYTHON="$keystone_py" SOVA_WATCHER_PYTHON="$watcher_py" \
         PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}" "$dir/bin/python" -m pytest -q -p no:cacheprovider \
         --confcutdir=tests/openstack -m openstack "tests/openstack/tier_$s") || rc=1
       echo "openstack tier, $s: $((SECONDS - t0)) s" >&2
