@@ -102,6 +102,8 @@ class Port:
     description: str = ""
     fixed_ips: list[dict[str, str]] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
+    # ML2 records the mechanism driver that bound the port, per binding level.
+    binding_vif_details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -180,7 +182,12 @@ class FakeCloud:
         self.placement = _Placement(self)
 
     def add_server(
-        self, name: str, host: str, net: str = "net-data", net_type: str = "vlan"
+        self,
+        name: str,
+        host: str,
+        net: str = "net-data",
+        net_type: str = "vlan",
+        bound_by: str = "openvswitch",
     ) -> Server:
         s = Server(id=f"uuid-{name}", name=name, compute_host=host)
         self.servers[s.id] = s
@@ -196,6 +203,7 @@ class FakeCloud:
             "normal",
             host,
             fixed_ips=[{"ip_address": ip}],
+            binding_vif_details={"bound_drivers": {"0": bound_by}},
         )
         return s
 

@@ -1058,6 +1058,24 @@ def test_vf_is_refused_on_an_overlay_network_sriovnicswitch_cannot_bind() -> Non
     assert not any(c == "create_port" for c, _ in cloud.calls)
 
 
+def test_vf_is_refused_where_ml2_ovn_bound_the_virtio_port() -> None:
+    """OVN answers ARP for the guest's address with the virtio port's MAC (its logical
+    switch's responder, its routers' resolution: tier_neutron/test_os_neutron_ovn.py shows
+    both in ovn-northd's flows), so traffic to the guest would not follow the bond to a VF:
+    refused before any port is made, naming the port and the reason."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1", bound_by="ovn")
+    st = run(actuator(cloud), AttachVF("vm1"))
+    assert st.state is OpState.FAILED
+    assert "bound by ML2/OVN" in st.detail and "virtio port's MAC" in st.detail, st.detail
+    assert "\n" not in st.detail
+    assert not any(c == "create_port" for c, _ in cloud.calls)
+    # The same VM on a port the openvswitch driver bound gets its VF.
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1", bound_by="openvswitch")
+    assert run(actuator(cloud), AttachVF("vm1")).state is OpState.SUCCEEDED
+
+
 # --------------------------------------------------------------------------- Nova's own operations
 
 # Each of Nova's operations someone else runs on a VM holding Sova's VF (steps: the operation

@@ -93,6 +93,14 @@ def is_sova_port(port: Any) -> bool:
     return SOVA_TAG in (getattr(port, "tags", None) or ()) and port.binding_vnic_type == "direct"
 
 
+def bound_by(port: Any) -> frozenset[str]:
+    """The ML2 mechanism drivers that bound ``port``: Neutron's ``binding:vif_details``
+    ``bound_drivers``, one per binding level (empty where the reply has none)."""
+    details = getattr(port, "binding_vif_details", None)
+    drivers = details.get("bound_drivers") if isinstance(details, dict) else None
+    return frozenset(str(d) for d in drivers.values()) if isinstance(drivers, dict) else frozenset()
+
+
 def split_vf_ports(
     bound: Iterable[Any],
 ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:

@@ -23,6 +23,7 @@ from sova.orchestrator.openstack_cloud import (
     SOVA_TAG,
     Op,
     OpFailed,
+    bound_by,
     host_of,
     is_vf_exhausted,
     launched_at,
@@ -264,7 +265,8 @@ class NovaOperations:
 
         The VF must land where the VM's backup interface is, or the guest's bond would fail
         over between two networks; and it must be a VLAN or flat network, the only types
-        Neutron's sriovnicswitch binds.
+        Neutron's sriovnicswitch binds; and not bound by ML2/OVN, whose ARP answers pin the
+        guest's address to the virtio port's MAC.
         """
         ports = [
             p
@@ -278,6 +280,12 @@ class NovaOperations:
             raise OpFailed(
                 f"{server.name} has no port on {where} to back the VF up (the guest's bond "
                 "needs its virtio port on the VF's network)"
+            )
+        if "ovn" in bound_by(backup):
+            raise OpFailed(
+                f"{server.name}'s virtio port {backup.id} is bound by ML2/OVN, which answers "
+                "ARP for the guest's address with the virtio port's MAC: traffic would not "
+                "follow the bond to a VF (docs/openstack.md#ml2ovn)"
             )
         network_id = str(backup.network_id)
         net = net if net is not None else self.conn.network.get_network(network_id)

@@ -201,6 +201,53 @@ class NovaPortSide:
         return [SimpleNamespace(port_id=p.id) for p in self.neutron.ports(device_id=sid)]
 
 
+def serve_neutron_api(case: Any) -> str:
+    """Serve ``case.api`` (the test case's Neutron API on its ML2 plugin) over HTTP on a
+    loopback port until the test ends, and return its URL."""
+    import threading
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from neutron.auth import NeutronKeystoneContext
+    from neutron.pecan_wsgi.app import versions_factory
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    # The keystone pipeline's context middleware: the request's identity comes from the
+    # X-* headers keystonemiddleware would set (here each client sets its own: Keystone is
+    # the one stand-in), so Neutron's policy rules judge Sova's and Nova's calls apart.
+    api, versions = NeutronKeystoneContext(case.api), versions_factory({})
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        # Neutron's api-paste.ini composite: "/" its versions document (openstacksdk's
+        # version discovery), "/v2.0" the API (here the test case's, on the ML2 plugin).
+        path = environ.get("PATH_INFO", "")
+        if path.startswith("/v2.0"):
+            environ["SCRIPT_NAME"] = "/v2.0"
+            environ["PATH_INFO"] = path[len("/v2.0") :] or "/"
+            return api(environ, start_response)
+        return versions(environ, start_response)
+
+    httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    case.addCleanup(httpd.server_close)
+    case.addCleanup(httpd.shutdown)
+    return f"http://127.0.0.1:{httpd.server_port}/"
+
+
+def sdk_client(url: str, user: str, roles: str, project: str = "service") -> Any:
+    """An openstacksdk network proxy on ``url`` acting as ``user`` with ``roles``."""
+    from keystoneauth1 import noauth, session
+
+    from openstack import connection
+
+    headers = {"X-User-Id": user, "X-Project-Id": project, "X-Roles": roles}
+    sess = session.Session(auth=noauth.NoAuth(), additional_headers=headers)
+    return connection.Connection(session=sess, network_endpoint_override=url).network
+
+
 class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
     """Neutron's API (its WSGI application with the real ML2 plugin, sriovnicswitch, port
     security, SQLite) served over HTTP on a loopback port; Sova's actuator reaches it with a
@@ -215,56 +262,15 @@ class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
         return {"tag": "tag"}
 
     def setUp(self) -> None:
-        import threading
-        from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-        from keystoneauth1 import noauth, session
         from oslo_config import cfg
-
-        from openstack import connection
 
         cfg.CONF.set_override("extension_drivers", ["port_security"], group="ml2")
         super().setUp()
         helpers.register_sriovnicswitch_agent(host="cmp1", device_mappings={"physnet1": ["ens1f0"]})
-
-        class Quiet(WSGIRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        from neutron.auth import NeutronKeystoneContext
-        from neutron.pecan_wsgi.app import versions_factory
-
-        # The keystone pipeline's context middleware: the request's identity comes from the
-        # X-* headers keystonemiddleware would set (here each client sets its own: Keystone is
-        # the one stand-in), so Neutron's policy rules judge Sova's and Nova's calls apart.
-        api, versions = NeutronKeystoneContext(self.api), versions_factory({})
-
-        def app(environ: dict[str, Any], start_response: Any) -> Any:
-            # Neutron's api-paste.ini composite: "/" its versions document (openstacksdk's
-            # version discovery), "/v2.0" the API (here the test case's, on the ML2 plugin).
-            path = environ.get("PATH_INFO", "")
-            if path.startswith("/v2.0"):
-                environ["SCRIPT_NAME"] = "/v2.0"
-                environ["PATH_INFO"] = path[len("/v2.0") :] or "/"
-                return api(environ, start_response)
-            return versions(environ, start_response)
-
-        self.httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
-        thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        thread.start()
-        self.addCleanup(self.httpd.server_close)
-        self.addCleanup(self.httpd.shutdown)
-        url = f"http://127.0.0.1:{self.httpd.server_port}/"
-
-        def client(user: str, roles: str) -> Any:
-            headers = {"X-User-Id": user, "X-Project-Id": "service", "X-Roles": roles}
-            sess = session.Session(auth=noauth.NoAuth(), additional_headers=headers)
-            return connection.Connection(session=sess, network_endpoint_override=url).network
-
-        self.sdk = client("sova", "admin,member,reader")
-        self.nova_sdk = client("nova", "admin,service")  # Nova's Neutron client
-        self.tenant_sdk = tenant_client = client("tenant", "member,reader")
-        tenant_client.session.additional_headers["X-Project-Id"] = self._project_id
+        url = serve_neutron_api(self)
+        self.sdk = sdk_client(url, "sova", "admin,member,reader")
+        self.nova_sdk = sdk_client(url, "nova", "admin,service")  # Nova's Neutron client
+        self.tenant_sdk = sdk_client(url, "tenant", "member,reader", self._project_id)
 
     def test_vf_port_created_bound_found_and_deleted_through_neutrons_http_api(self) -> None:
         from sova.driver.base import OpState
