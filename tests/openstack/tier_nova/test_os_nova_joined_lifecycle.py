@@ -56,11 +56,9 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         self._start_server(self.server)
         assert self.hostdevs("compute0") == [vf.mac_address]
         assert self.domain not in self.guest["compute0"].active  # a new guest
-        notes = self.given_back("compute0")
-        assert any("outlived an operation of Nova's" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute0", [(self.domain, "to_fast")])
-        again = self.grant("compute0")
-        assert again.id != vf.id
+        self.given_back_then_granted_again(
+            "compute0", "outlived an operation of Nova's", [(self.domain, "to_fast")], vf
+        )
         self.assertPCIDeviceCounts("compute0", total=2, free=0)
         self.assertPCIDeviceCounts("compute1", total=2, free=2)
 
@@ -72,11 +70,9 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         self._rebuild_server(self.server, self.image)
         assert self.hostdevs("compute0") == [vf.mac_address]
         self.assertPCIDeviceCounts("compute0", total=2, free=0)
-        notes = self.given_back("compute0")
-        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute0", [(self.domain, "to_fast")])
-        again = self.grant("compute0")
-        assert again.id != vf.id
+        self.given_back_then_granted_again(
+            "compute0", "outlived Nova re-spawning the server", [(self.domain, "to_fast")], vf
+        )
 
     def test_shelved_vf_holder_keeps_its_port_and_is_given_back_where_unshelved(self) -> None:
         """Shelved (offloaded: no host, the domain undefined, its VF freed in Nova's PCI
@@ -86,11 +82,9 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         agent gives it back, bond first, and grants its own VF."""
         vf = self.shelve_then_unshelve_on("compute1")
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
-        notes = self.given_back("compute1")
-        assert any("made for compute0, brought here by Nova" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute1", [])
-        again = self.grant("compute1")
-        assert again.id != vf.id
+        self.given_back_then_granted_again(
+            "compute1", "made for compute0, brought here by Nova", [], vf
+        )
 
     def shelve_then_unshelve_on(self, host: str) -> Any:
         """The VF holder (granted compute0's VF) shelved, offloaded, then unshelved on
@@ -125,55 +119,48 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         launch time tells compute0's agent, which gives the port back, bond first, and
         grants compute0's VF again. compute1 is never involved."""
         vf = self.shelve_then_unshelve_on("compute0")
-        notes = self.given_back("compute0")
-        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute0", [(self.domain, "to_fast")])
+        self.given_back_then_granted_again(
+            "compute0", "outlived Nova re-spawning the server", [(self.domain, "to_fast")], vf
+        )
         assert {u[0] for u in self.unplugs} == {"compute0"}
-        again = self.grant("compute0")
-        assert again.id != vf.id
         self.assertPCIDeviceCounts("compute1", total=2, free=2)
 
-    def test_cold_migrated_vf_holder_is_given_back_on_the_target(self) -> None:
-        """An operator cold-migrates the VM to compute1 and confirms: in VERIFY_RESIZE
-        both agents stand back (compute0's domain is no server of its host any more); once
-        confirmed, compute1's agent gives the carried port back, bond first, compute0's VF
-        is free, and compute1's VF is granted."""
-        vf = self.grant("compute0")
-        self.api.post_server_action(self.server["id"], {"migrate": {"host": "compute1"}})
-        server = self._wait_for_state_change(self.server, "VERIFY_RESIZE")
-        assert server["OS-EXT-SRV-ATTR:host"] == "compute1"
-        self.assert_withheld("compute1", "status VERIFY_RESIZE")
-        inv0 = self.drv["compute0"].inventory()
-        assert not inv0.vms[self.domain].running
-        port = self.port_kept(vf)
-        assert port.binding_host_id == "compute1"
-        assert self.hostdevs("compute1") == [vf.mac_address]
-        self._confirm_resize(server)
-        self.assertPCIDeviceCounts("compute0", total=2, free=2)
-        self.assertPCIDeviceCounts("compute1", total=2, free=0)
-        notes = self.given_back("compute1")
-        assert any("outlived an operation of Nova's" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute1", [])
-        # Nova's source cleanup here (its disk copy stubbed) leaves compute0's domain
-        # defined; compute0's agent never counts it as its server again.
-        left = self.drv["compute0"].inventory().vms.get(self.domain)
-        assert left is None or not left.running, left
-        again = self.grant("compute1")
-        assert again.id != vf.id
-
-    def test_cold_migration_reverted_ends_on_the_sources_vf_never_on_a_dead_one(self) -> None:
-        """An operator cold-migrates the VM to compute1 (a resize to its own flavour), then
-        reverts: Nova spawns it anew on compute0 with Sova's port re-plugged (compute0's VF
-        claimed again, compute1's freed). Nova's new launch time tells compute0's agent,
-        which gives the port back, bond first, and grants compute0's VF again."""
+    def cold_migrate(self) -> tuple[Any, dict[str, Any]]:
+        """The VF holder (granted compute0's VF) cold-migrated by an operator to compute1
+        (a resize to its own flavour): in VERIFY_RESIZE both agents stand back (compute0's
+        domain is no server of its host any more), Sova's port re-plugged on compute1 with
+        compute1's VF claimed. Returns the port and the server."""
         vf = self.grant("compute0")
         self.api.post_server_action(self.server["id"], {"migrate": {"host": "compute1"}})
         server = self._wait_for_state_change(self.server, "VERIFY_RESIZE")
         assert server["OS-EXT-SRV-ATTR:host"] == "compute1"
         self.assert_withheld("compute1", "status VERIFY_RESIZE")
         assert not self.drv["compute0"].inventory().vms[self.domain].running
+        port = self.port_kept(vf)
+        assert port.binding_host_id == "compute1"
         assert self.hostdevs("compute1") == [vf.mac_address]
         self.assertPCIDeviceCounts("compute1", total=2, free=0)
+        return vf, server
+
+    def test_cold_migrated_vf_holder_is_given_back_on_the_target(self) -> None:
+        """Confirmed, compute1's agent gives the carried port back, bond first, compute0's
+        VF is free, and compute1's VF is granted."""
+        vf, server = self.cold_migrate()
+        self._confirm_resize(server)
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        self.assertPCIDeviceCounts("compute1", total=2, free=0)
+        self.given_back_then_granted_again("compute1", "outlived an operation of Nova's", [], vf)
+        # Nova's source cleanup here (its disk copy stubbed) leaves compute0's domain
+        # defined; compute0's agent never counts it as its server again.
+        left = self.drv["compute0"].inventory().vms.get(self.domain)
+        assert left is None or not left.running, left
+
+    def test_cold_migration_reverted_ends_on_the_sources_vf_never_on_a_dead_one(self) -> None:
+        """Reverted, Nova spawns the VM anew on compute0 with Sova's port re-plugged
+        (compute0's VF claimed again, compute1's freed, its domain gone). Nova's new launch
+        time tells compute0's agent, which gives the port back, bond first, and grants
+        compute0's VF again."""
+        vf, server = self.cold_migrate()
         server = self._revert_resize(server)
         assert server["OS-EXT-SRV-ATTR:host"] == "compute0"
         port = self.port_kept(vf)
@@ -183,12 +170,10 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         assert self.hv["compute1"].xml.get(self.domain) is None
         self.assertPCIDeviceCounts("compute1", total=2, free=2)
         self.assertPCIDeviceCounts("compute0", total=2, free=0)
-        notes = self.given_back("compute0")
-        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute0", [(self.domain, "to_fast")])
+        self.given_back_then_granted_again(
+            "compute0", "outlived Nova re-spawning the server", [(self.domain, "to_fast")], vf
+        )
         assert self.domain not in self.drv["compute1"].inventory().vms
-        again = self.grant("compute0")
-        assert again.id != vf.id
 
     def carry_live_migrations(self) -> None:
         """Nova's fake libvirt cannot migrate: the running guest is created on the target's
@@ -289,8 +274,6 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         assert self.hv["compute0"].xml.get(self.domain) is None
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
         self.assertPCIDeviceCounts("compute1", total=2, free=0)
-        notes = self.given_back("compute1")
-        assert any("made for compute0, brought here by Nova" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute1", [])
-        again = self.grant("compute1")
-        assert again.id != vf.id
+        self.given_back_then_granted_again(
+            "compute1", "made for compute0, brought here by Nova", [], vf
+        )
