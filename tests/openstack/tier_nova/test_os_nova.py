@@ -7,7 +7,8 @@ must be able to fire (:func:`serve_nova_api`), so the code under test is exactly
 against a cloud. Neutron is, in the joined test (:class:`TestNovaMadeVMsGetAVFThroughARealNeutron`),
 Neutron's own API server on the real ML2 plugin in a second process (tests/openstack/
 neutron_server.py, the neutron env), which Nova's Neutron client and Sova's openstacksdk
-connection both reach over HTTP; elsewhere it is Nova's NeutronFixture, reached through
+connection both reach over HTTP (the set-up is joined_harness.py's, shared with the
+two-compute joined modules); elsewhere it is Nova's NeutronFixture, reached through
 :class:`FixtureNetwork`, which plays the part of openstacksdk's network proxy.
 
 Run with ``scripts/openstack-envs.sh test nova``.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import copy
 import time
 import types
-import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
@@ -28,12 +28,15 @@ helpers = pytest.importorskip(
     reason="needs the pinned nova environment: scripts/openstack-envs.sh test nova",
 )
 
+import joined_harness as jh  # noqa: E402
+from joined_harness import NeutronProcess  # noqa: E402
 from keystoneauth1 import noauth, session  # noqa: E402
 from nova.tests.fixtures import libvirt as fakelibvirt  # noqa: E402
 from nova.tests.functional.libvirt import test_pci_sriov_servers as sriov  # noqa: E402
+from nova_harness import _UnderPytest, sdk, wait  # noqa: E402
 
 from openstack import connection  # noqa: E402
-from sova.driver.base import OpState, OpStatus  # noqa: E402
+from sova.driver.base import OpState  # noqa: E402
 from sova.manager.daemons.service.store_rows import LogSlice  # noqa: E402
 from sova.model import NIC, VM, AttachVF, DetachVF, Host, Inventory, Migrate, VMState  # noqa: E402
 from sova.orchestrator.openstack import OpenStackActuator  # noqa: E402
@@ -41,23 +44,6 @@ from sova.policy.vfkernel import schedule_one  # noqa: E402
 from sova.policy.vfsched import Candidate, VFSchedulerConfig  # noqa: E402
 
 pytestmark = pytest.mark.openstack
-
-
-def sdk(base_url: str, project_id: str, network: str | None = None) -> Any:
-    """An openstacksdk Connection to the harness's API as an admin (Keystone is stubbed),
-    and to a Neutron server at ``network`` if given."""
-    sess = session.Session(
-        auth=noauth.NoAuth(),
-        additional_headers={
-            "X-Auth-User": "admin",
-            "X-User-Id": "admin",
-            "X-Auth-Project-Id": project_id,
-            "X-Project-Id": project_id,
-            "X-Roles": "reader,member,admin",
-        },
-    )
-    extra = {} if network is None else {"network_endpoint_override": network}
-    return connection.Connection(session=sess, compute_endpoint_override=base_url, **extra)
 
 
 class FixtureNetwork:
@@ -155,16 +141,6 @@ def virtio_ports(neutron: Any, names: tuple[str, ...]) -> dict[str, str]:
     return ports
 
 
-def wait(act: OpenStackActuator, op_id: str, timeout_s: float = 60.0) -> OpStatus:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        st = act.poll(op_id)
-        if st.state is not OpState.PENDING:
-            return st
-        time.sleep(0.1)
-    raise AssertionError(f"operation {op_id} still pending after {timeout_s} s")
-
-
 def serve_nova_api(test: Any) -> str:
     """Nova's compute API (the same paste app the harness loads) on a real loopback socket,
     so that a client's timeout can fire (the harness's in-process interception has none).
@@ -201,14 +177,6 @@ def serve_nova_api(test: Any) -> str:
 
 
 REAL_UNAME = __import__("os").uname  # before Nova's GenericPoisonFixture replaces it
-
-
-class _UnderPytest:
-    """Nova's TestCase deletes every public attribute at cleanup, including the bound test
-    method pytest's unittest runner removes itself afterwards; keep them (three tests)."""
-
-    def _clear_attrs(self) -> None:
-        pass
 
 
 class TestLiveMigrationThroughNova(_UnderPytest, helpers.ProviderUsageBaseTestCase):
@@ -857,299 +825,31 @@ def test_sova_is_imported_from_this_checkout() -> None:
     assert imported.is_relative_to(here), f"sova imported from {imported}, not from {here}"
 
 
-# --------------------------------------------------------------------------- Nova-made VMs
-
-NODE_XML = """<node>
-  <cpu><nodes>1</nodes><sockets>1</sockets><cores>8</cores><threads>1</threads>
-    <active>8</active><mhz>2400</mhz><model>x86_64</model></cpu>
-  <memory>16777216</memory>
-  <device><name>pci_0000_81_00_0</name><parent>computer</parent>
-    <capability type='pci'><domain>0</domain><bus>129</bus><slot>0</slot><function>0</function>
-      <product id='0x1528'/><vendor id='0x8086'/>
-      <capability type='virt_functions' maxCount='1'>
-        <address domain='0x0000' bus='0x81' slot='0x00' function='0x1'/>
-      </capability></capability></device>
-  <device><name>net_ens1f0</name><parent>pci_0000_81_00_0</parent>
-    <capability type='net'><interface>ens1f0</interface><address>52:54:00:aa:00:01</address>
-      <link speed='10000' state='up'/></capability></device>
-</node>
-"""
-# The one PF and VF of Nova's fake host (fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1)),
-# as a libvirt node file: the pool the host offers Sova.
-
-
-class Hypervisor:
-    """libvirt's own test driver (``test://<node file>``) holding the domains Nova's libvirt
-    driver generated for compute0: Nova's domain XML as Nova passed it to ``defineXML`` and
-    Nova's device XML as Nova passed it to ``attachDeviceFlags``/``detachDeviceFlags``
-    (Nova's fake libvirt keeps only a digest of them). The one change: the domain type,
-    ``kvm``, becomes ``test``, the only type the test driver runs."""
-
-    def __init__(self, node_file: str) -> None:
-        import libvirt
-
-        self.lv = libvirt
-        self.conn = libvirt.open(f"test://{node_file}")
-        self.xml: dict[str, Any] = {}  # domain name -> Nova's XML (ElementTree)
-        self.events: list[tuple[str, str, str]] = []  # (what, domain, detail)
-
-    def define(self, xml: str) -> None:
-        import xml.etree.ElementTree as ET
-
-        root = ET.fromstring(xml)
-        self.xml[root.findtext("name", "")] = root
-        self._redefine(root.findtext("name", ""))
-
-    def attach(self, name: str, device_xml: str) -> None:
-        import xml.etree.ElementTree as ET
-
-        self.xml[name].find("devices").append(ET.fromstring(device_xml))
-        self.events.append(("attach", name, device_xml))
-        self._redefine(name)
-
-    def detach(self, name: str, device_xml: str) -> None:
-        import xml.etree.ElementTree as ET
-
-        dev = ET.fromstring(device_xml)
-        mac = dev.find("mac")
-        devices = self.xml[name].find("devices")
-        for el in list(devices):
-            m = el.find("mac")
-            same = m is not None and mac is not None and m.get("address") == mac.get("address")
-            if el.tag == dev.tag and same:
-                devices.remove(el)
-                self.events.append(("detach", name, device_xml))
-        self._redefine(name)
-
-    def _redefine(self, name: str) -> None:
-        # The aliases libvirt's QEMU driver gives devices in the live XML (netN for an
-        # interface, hostdevN for a hostdev one), which Nova detaches by.
-        counters = {"net": 0, "hostdev": 0}
-        for iface in self.xml[name].iter("interface"):
-            kind = "hostdev" if iface.get("type") == "hostdev" else "net"
-            if iface.find("alias") is None:
-                ET.SubElement(iface, "alias", name=f"{kind}{counters[kind]}")
-            counters[kind] += 1
-
-        root = copy.deepcopy(self.xml[name])
-        root.set("type", "test")
-        try:
-            old = self.conn.lookupByName(name)
-            if old.isActive():
-                old.destroy()
-            old.undefine()
-        except self.lv.libvirtError:
-            pass
-        self.conn.defineXML(ET.tostring(root, encoding="unicode")).create()
-
-
-class BondGuest:
-    """The guest agent of a guest whose bond enslaves its virtio NIC (backup) and, once
-    plugged, its VF: answers Sova's guest-bond scripts as the guest would, from what the
-    hypervisor holds (a NIC that is not plugged cannot become the active slave)."""
-
-    def __init__(self, hv: Hypervisor) -> None:
-        self.hv = hv
-        self.active: dict[str, str] = {}  # domain -> MAC of the active slave
-        self.calls: list[tuple[str, str]] = []
-        self._out: dict[int, str] = {}
-
-    def __call__(self, dom: Any, cmd: str, timeout_s: int) -> str:
-        import base64
-        import json
-
-        from sova.driver.libvirt_driver.failover import TO_BACKUP, TO_FAST
-
-        req = json.loads(cmd)
-        if req["execute"] == "guest-exec":
-            _, script, _, fast, backup = req["arguments"]["arg"]
-            name = dom.name()
-            macs = {m.get("address") for m in self.hv.xml[name].iter("mac")}
-            if script == TO_FAST:
-                if fast not in macs:
-                    return json.dumps({"error": {"desc": f"no netdev with MAC {fast}"}})
-                self.active[name] = fast
-            elif script == TO_BACKUP:
-                self.active[name] = backup
-            self.calls.append((name, "to_fast" if script == TO_FAST else "to_backup"))
-            pid = len(self._out) + 1
-            self._out[pid] = f"bond0: active slave {self.active[name]}"
-            return json.dumps({"return": {"pid": pid}})
-        if req["execute"] == "guest-exec-status":
-            out = self._out[req["arguments"]["pid"]]
-            data = base64.b64encode(out.encode()).decode()
-            return json.dumps({"return": {"exited": True, "exitcode": 0, "out-data": data}})
-        return json.dumps({"error": {"desc": f"unexpected {req['execute']}"}})
-
-
-def _hold_nova_xml(test: Any, hv: Hypervisor) -> None:
-    """Nova's fake libvirt keeps the XML Nova defines, attaches and detaches in ``hv``
-    (libvirt's test driver) and reads it back from there."""
-
-    real_define = fakelibvirt.Connection.defineXML
-    real_attach = fakelibvirt.Domain.attachDeviceFlags
-    real_detach = fakelibvirt.Domain.detachDeviceFlags
-
-    def define(conn: Any, xml: str) -> Any:
-        hv.define(xml)
-        return real_define(conn, xml)
-
-    def attach(dom: Any, xml: str, flags: int) -> Any:
-        out = real_attach(dom, xml, flags)
-        hv.attach(dom.name(), xml)
-        return out
-
-    def detach(dom: Any, xml: str, flags: int) -> Any:
-        hv.detach(dom.name(), xml)
-        return real_detach(dom, xml, flags)
-
-    # Fake libvirt sends no DEVICE_REMOVED event: Nova then confirms a live detach by
-    # reading the domain XML again, after this timeout (default 20 s).
-    test.flags(device_detach_timeout=1, group="libvirt")
-
-    real_xml = fakelibvirt.Domain.XMLDesc
-
-    def xml_desc(dom: Any, flags: int) -> str:
-        # Nova reads back what it wrote (finding an interface to detach by its config),
-        # not fake libvirt's digest of it: one hypervisor, seen alike by Nova and Sova.
-        root = hv.xml.get(dom.name())
-        if root is None:
-            return str(real_xml(dom, flags))
-        return ET.tostring(root, encoding="unicode")
-
-    test.stub_out("nova.tests.fixtures.libvirt.Domain.XMLDesc", xml_desc)
-    test.stub_out("nova.tests.fixtures.libvirt.Connection.defineXML", define)
-    test.stub_out("nova.tests.fixtures.libvirt.Domain.attachDeviceFlags", attach)
-    test.stub_out("nova.tests.fixtures.libvirt.Domain.detachDeviceFlags", detach)
-
-
-# --------------------------------------------------------------------------- joined: Nova + Neutron
-
-
-class NeutronProcess:
-    """Neutron's API on the real ML2 plugin (openvswitch + sriovnicswitch), in its own process
-    and Python environment (tests/openstack/neutron_server.py, the neutron env's interpreter),
-    reached over HTTP on a loopback port."""
-
-    def __init__(self, *hosts: str) -> None:
-        import os
-        import pathlib
-        import subprocess
-
-        python = os.environ.get("SOVA_NEUTRON_PYTHON")
-        if not python or not pathlib.Path(python).exists():
-            pytest.skip(
-                "needs the neutron environment's interpreter in SOVA_NEUTRON_PYTHON "
-                "(scripts/openstack-envs.sh test nova sets it)"
-            )
-        script = pathlib.Path(__file__).resolve().parents[1] / "neutron_server.py"
-        self.proc = subprocess.Popen(
-            [python, str(script), *hosts],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()  # printed once it listens
-        if not self.url.startswith("http://"):
-            _, err = self.proc.communicate(timeout=30)
-            raise AssertionError(f"Neutron's server did not start: {err[-3000:]}")
-
-    def stop(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except Exception:
-            self.proc.kill()
-            self.proc.wait()
-
-
-# Nova's own Neutron client, kept before NeutronFixture replaces it in every test's setUp.
-from nova.network import neutron as _nova_neutron  # noqa: E402
-
-REAL_NEUTRON_CLIENT = _nova_neutron.get_client
-
-
-class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTestBase):
-    """One joined run: Nova's harness and Neutron's API server (real ML2 with openvswitch and
-    sriovnicswitch, another process) talk HTTP, Nova through its own Neutron client. Two
-    servers booted through Nova's API on the VLAN provider network (physnet2, VLAN 242) with
-    virtio ports Neutron bound ``ovs``: ``bonded`` from an image with
-    ``hw_qemu_guest_agent=yes``, ``plain`` from one without. Sova's LibvirtDriver reads the
-    XML Nova generated (libvirt's test driver); its HostAgent (static-sriov, creation order,
-    pool 1) grants the VF through Nova and the real Neutron, with one openstacksdk connection
-    to both."""
-
-    PCI_ALIAS: list[str] = []
-    ADMIN_API = True
-    microversion = "latest"
-    PCI_DEVICE_SPEC = sriov.SRIOVAttachDetachTest.PCI_DEVICE_SPEC
+class TestNovaMadeVMsGetAVFThroughARealNeutron(jh.JoinedRun):
+    """One joined run on one compute (joined_harness.py): Nova's harness and Neutron's API
+    server (real ML2 with openvswitch and sriovnicswitch, another process) talk HTTP, Nova
+    through its own Neutron client. Two servers booted through Nova's API on the VLAN
+    provider network (physnet2, VLAN 242) with virtio ports Neutron bound ``ovs``:
+    ``bonded`` from an image with ``hw_qemu_guest_agent=yes``, ``plain`` from one without.
+    Sova's LibvirtDriver reads the XML Nova generated (libvirt's test driver); its
+    HostAgent (static-sriov, creation order, pool 1) grants the VF through Nova and the real
+    Neutron, with one openstacksdk connection to both."""
 
     def setUp(self) -> None:
-        import tempfile
-
         super().setUp()
-        pytest.importorskip("libvirt", reason="needs libvirt-python in the nova environment")
-        neutron = NeutronProcess("compute0")
-        self.addCleanup(neutron.stop)
-        # Nova's Neutron client, not NeutronFixture's: [neutron] points at the server, with a
-        # service credential (Keystone is the stand-in: no token, see neutron_server.identity).
-        self.stub_out("nova.network.neutron.get_client", REAL_NEUTRON_CLIENT)
-        self.flags(auth_type="none", endpoint_override=neutron.url, group="neutron")
-        self.flags(vif_plugging_timeout=0)  # no notifications from Neutron to Nova here
-
-        with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as node:
-            node.write(NODE_XML)
-        self.addCleanup(__import__("os").unlink, node.name)
-        self.hv = Hypervisor(node.name)
-        _hold_nova_xml(self, self.hv)
-        host_info = fakelibvirt.HostInfo(cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2)
-        pci_info = fakelibvirt.HostPCIDevicesInfo(num_pfs=1, num_vfs=1)
-        self.start_compute("compute0", host_info=host_info, pci_info=pci_info)
-
-        # One openstacksdk connection, Nova's API and the real Neutron, as Sova's agent has.
-        self.conn = sdk(self.api_fixture.base_url, self.api.project_id, network=neutron.url)
-        project = self.api.project_id
-        net = self.conn.network.create_network(
-            name="provider-vlan",
-            provider_network_type="vlan",
-            provider_physical_network="physnet2",
-            provider_segmentation_id=242,
-            project_id=project,
-        )
-        self.conn.network.create_subnet(
-            network_id=net.id, cidr="192.168.13.0/24", ip_version=4, project_id=project
-        )
-        self.net_id = net.id
-        base = self.glance.show(None, self.glance.auto_disk_config_enabled_image["id"])
-        images = {}
-        for name, props in (("plain", {}), ("bonded", {"hw_qemu_guest_agent": "yes"})):
-            img = {k: v for k, v in base.items() if k not in ("id", "properties")}
-            img["name"], img["properties"] = f"img-{name}", dict(props)
-            images[name] = self.glance.create(None, img)["id"]
-        self.virtio = {
-            name: self.conn.network.create_port(
-                network_id=net.id, name=f"{name}-virtio", project_id=project
-            )
-            for name in ("plain", "bonded")
+        images = {
+            "plain": self.make_image("plain", {}),
+            "bonded": self.make_image("bonded", {"hw_qemu_guest_agent": "yes"}),
         }
         # plain first: in creation order it would get the host's one VF, were it eligible.
-        self.servers = {
-            name: self._create_server(
-                name=name, image_uuid=images[name], networks=[{"port": self.virtio[name].id}]
-            )
-            for name in ("plain", "bonded")
-        }
+        booted = {name: self.boot(name, images[name]) for name in ("plain", "bonded")}
+        self.virtio = {name: port for name, (port, _) in booted.items()}
+        self.servers = {name: server for name, (_, server) in booted.items()}
         self.domain = {n: s["OS-EXT-SRV-ATTR:instance_name"] for n, s in self.servers.items()}
 
     def test_agent_grants_the_vf_through_nova_and_neutron_and_takes_it_back(self) -> None:
         from sova.agent.config import ControllerConfig
         from sova.agent.loop import HostAgent
-        from sova.driver.guest_agent import GuestAgent
-        from sova.driver.libvirt_driver import LibvirtDriver, LibvirtDriverConfig
-        from sova.orchestrator.base import OrchestratedDriver
 
         neutron = self.conn.network
         bonded_id = self.servers["bonded"]["id"]
@@ -1158,22 +858,9 @@ class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTe
         assert (vport.device_id, vport.binding_host_id) == (bonded_id, "compute0")
         assert vport.binding_vif_type == "ovs"
 
-        guest = BondGuest(self.hv)
-        host = LibvirtDriver(
-            LibvirtDriverConfig(
-                uri="test:///",
-                host_name="compute0",
-                failover="guest-bond",
-                sysfs_root="/nonexistent",
-            ),
-            conn=self.hv.conn,
-            agent=GuestAgent(guest, exec_timeout_s=5.0),
-        )
-        self.addCleanup(host.close)
-        act = OpenStackActuator(
-            self.conn, "compute0", network="provider-vlan", poll_s=0.2, fallback=host
-        )
-        drv = OrchestratedDriver(host, act)
+        hv, guest = self.hv["compute0"], self.guest["compute0"]
+        drv = self.orchestrated("compute0")
+        act = drv.actuator
 
         # Eligibility comes from Nova's XML only (agent channel + virtio NIC).
         inv = drv.inventory()
@@ -1181,7 +868,7 @@ class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTe
         assert set(inv.vms) == {plain, bonded}
         assert inv.vms[bonded].failover_ready
         assert not inv.vms[plain].failover_ready  # a hand-set default would say True
-        vm_mac = next(m.get("address") for m in self.hv.xml[bonded].iter("mac"))
+        vm_mac = next(m.get("address") for m in hv.xml[bonded].iter("mac"))
         assert vm_mac == vport.mac_address  # Nova's XML carries Neutron's MAC
 
         agent = HostAgent(drv, ControllerConfig(vf_policy="static-sriov"))
@@ -1197,12 +884,12 @@ class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTe
         # on compute0 when Nova attached it (Nova's PCI claim, its binding profile).
         [vf] = [p for p in neutron.ports(device_id=bonded_id) if p.id != vport.id]
         assert vf.name == "sova-vf-" + bonded and vf.binding_vnic_type == "direct"
-        assert vf.network_id == self.net_id
+        assert vf.network_id == self.provider_net.id
         assert (vf.binding_host_id, vf.binding_vif_type) == ("compute0", "hw_veb")
         assert str(vf.binding_vif_details["vlan"]) == "242"
         assert vf.binding_profile["physical_network"] == "physnet2"
         self.assertPCIDeviceCounts("compute0", total=2, free=0)
-        [(what, dom, dev_xml)] = self.hv.events
+        [(what, dom, dev_xml)] = hv.events
         assert (what, dom) == ("attach", bonded) and "hostdev" in dev_xml
         assert vf.mac_address in dev_xml  # Nova plugged Neutron's port
         # Connectivity as the harness models it: the bond's active slave is the VF, whose
@@ -1218,7 +905,7 @@ class TestNovaMadeVMsGetAVFThroughARealNeutron(_UnderPytest, sriov._PCIServersTe
         st = wait(act, drv.submit(DetachVF(bonded)))
         assert st.state is OpState.SUCCEEDED, st.detail
         assert guest.calls == [(bonded, "to_fast"), (bonded, "to_backup")]
-        assert [e[0] for e in self.hv.events] == ["attach", "detach"]
+        assert [e[0] for e in hv.events] == ["attach", "detach"]
         assert guest.active[bonded] == vport.mac_address
         assert [p.id for p in neutron.ports(device_id=bonded_id)] == [vport.id]
         assert neutron.find_port(vf.id, ignore_missing=True) is None

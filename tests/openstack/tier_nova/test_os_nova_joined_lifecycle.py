@@ -1,8 +1,8 @@
 """Nova's lifecycle operations on the bonded VF holder in the joined run (the OpenStack tier,
 nova env; the harness is joined_harness.py): an operator stops and starts it, rebuilds it,
-shelves it (offloaded) and unshelves it on the other compute, cold-migrates it, each through
-Nova's API while Sova's agent side (its libvirt driver with the guest bond, and the
-OpenStack actuator) holds the VF for it. After each: no Sova port left unbound or on a host
+shelves it (offloaded) and unshelves it on the other compute or the same one, cold-migrates
+it (confirmed, reverted), each through Nova's API while Sova's agent side (its libvirt driver
+with the guest bond, and the OpenStack actuator) holds the VF for it. After each: no Sova port left unbound or on a host
 the VM is not on, Nova never unplugged a VF the guest's bond was on, Nova's PCI tracker
 frees and claims the VFs on both hosts, and the VM gets the VF of the host it ends on again.
 
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.openstack
 
 
 class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHarness):
-    """Stop/start, rebuild, shelve/unshelve, cold migration of the VF holder."""
+    """Stop/start, rebuild, shelve/unshelve (either compute), cold migration (confirmed,
+    reverted) of the VF holder."""
 
     def assert_withheld(self, host: str, why: str) -> None:
         """``host``'s agent keeps the VM out of its inventory, its VF not free to grant."""
@@ -55,11 +56,9 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         self._start_server(self.server)
         assert self.hostdevs("compute0") == [vf.mac_address]
         assert self.domain not in self.guest["compute0"].active  # a new guest
-        notes = self.given_back("compute0")
-        assert any("outlived an operation of Nova's" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute0", [(self.domain, "to_fast")])
-        again = self.grant("compute0")
-        assert again.id != vf.id
+        self.given_back_then_granted_again(
+            "compute0", "outlived an operation of Nova's", [(self.domain, "to_fast")], vf
+        )
         self.assertPCIDeviceCounts("compute0", total=2, free=0)
         self.assertPCIDeviceCounts("compute1", total=2, free=2)
 
@@ -71,11 +70,9 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         self._rebuild_server(self.server, self.image)
         assert self.hostdevs("compute0") == [vf.mac_address]
         self.assertPCIDeviceCounts("compute0", total=2, free=0)
-        notes = self.given_back("compute0")
-        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute0", [(self.domain, "to_fast")])
-        again = self.grant("compute0")
-        assert again.id != vf.id
+        self.given_back_then_granted_again(
+            "compute0", "outlived Nova re-spawning the server", [(self.domain, "to_fast")], vf
+        )
 
     def test_shelved_vf_holder_keeps_its_port_and_is_given_back_where_unshelved(self) -> None:
         """Shelved (offloaded: no host, the domain undefined, its VF freed in Nova's PCI
@@ -83,6 +80,17 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         the server's (not swept as a leak: Nova re-plugs it at unshelve). Unshelved on
         compute1, Nova claims compute1's VF for the port made for compute0; compute1's
         agent gives it back, bond first, and grants its own VF."""
+        vf = self.shelve_then_unshelve_on("compute1")
+        self.assertPCIDeviceCounts("compute0", total=2, free=2)
+        self.given_back_then_granted_again(
+            "compute1", "made for compute0, brought here by Nova", [], vf
+        )
+
+    def shelve_then_unshelve_on(self, host: str) -> Any:
+        """The VF holder (granted compute0's VF) shelved, offloaded, then unshelved on
+        ``host`` with Sova's port re-plugged there in a guest booted anew; returns the
+        port. Shelved, neither agent sees the VM nor sweeps its port, which stays the
+        server's, unbound, while compute0's VF is free in Nova's PCI tracker."""
         vf = self.grant("compute0")
         self._shelve_server(self.server)
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
@@ -93,46 +101,79 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
             assert self.domain not in self.drv[h].inventory().vms
             assert self.drv[h].actuator.sweep_leaked_ports() == []
         self.port_kept(vf)
-        self.api.post_server_action(self.server["id"], {"unshelve": {"host": "compute1"}})
+        self.api.post_server_action(self.server["id"], {"unshelve": {"host": host}})
         server = self._wait_for_state_change(self.server, "ACTIVE")
-        assert server["OS-EXT-SRV-ATTR:host"] == "compute1"
+        assert server["OS-EXT-SRV-ATTR:host"] == host
         port = self.port_kept(vf)
-        assert (port.binding_host_id, port.binding_vif_type) == ("compute1", "hw_veb")
-        assert self.hostdevs("compute1") == [vf.mac_address]
-        self.assertPCIDeviceCounts("compute1", total=2, free=0)
-        notes = self.given_back("compute1")
-        assert any("made for compute0, brought here by Nova" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute1", [])
-        again = self.grant("compute1")
-        assert again.id != vf.id
+        assert (port.binding_host_id, port.binding_vif_type) == (host, "hw_veb")
+        assert self.hostdevs(host) == [vf.mac_address]
+        assert self.domain not in self.guest[host].active  # a new guest
+        self.assertPCIDeviceCounts(host, total=2, free=0)
+        return vf
 
-    def test_cold_migrated_vf_holder_is_given_back_on_the_target(self) -> None:
-        """An operator cold-migrates the VM to compute1 and confirms: in VERIFY_RESIZE
-        both agents stand back (compute0's domain is no server of its host any more); once
-        confirmed, compute1's agent gives the carried port back, bond first, compute0's VF
-        is free, and compute1's VF is granted."""
+    def test_shelved_vf_holder_unshelved_on_the_same_host_is_given_back_then_granted_again(
+        self,
+    ) -> None:
+        """Unshelved where it was shelved from, the VM holds the port made for this very
+        host, re-plugged by Nova in a guest whose bond Sova never set up: only Nova's new
+        launch time tells compute0's agent, which gives the port back, bond first, and
+        grants compute0's VF again. compute1 is never involved."""
+        vf = self.shelve_then_unshelve_on("compute0")
+        self.given_back_then_granted_again(
+            "compute0", "outlived Nova re-spawning the server", [(self.domain, "to_fast")], vf
+        )
+        assert {u[0] for u in self.unplugs} == {"compute0"}
+        self.assertPCIDeviceCounts("compute1", total=2, free=2)
+
+    def cold_migrate(self) -> tuple[Any, dict[str, Any]]:
+        """The VF holder (granted compute0's VF) cold-migrated by an operator to compute1
+        (a resize to its own flavour): in VERIFY_RESIZE both agents stand back (compute0's
+        domain is no server of its host any more), Sova's port re-plugged on compute1 with
+        compute1's VF claimed. Returns the port and the server."""
         vf = self.grant("compute0")
         self.api.post_server_action(self.server["id"], {"migrate": {"host": "compute1"}})
         server = self._wait_for_state_change(self.server, "VERIFY_RESIZE")
         assert server["OS-EXT-SRV-ATTR:host"] == "compute1"
         self.assert_withheld("compute1", "status VERIFY_RESIZE")
-        inv0 = self.drv["compute0"].inventory()
-        assert not inv0.vms[self.domain].running
+        assert not self.drv["compute0"].inventory().vms[self.domain].running
         port = self.port_kept(vf)
         assert port.binding_host_id == "compute1"
         assert self.hostdevs("compute1") == [vf.mac_address]
+        self.assertPCIDeviceCounts("compute1", total=2, free=0)
+        return vf, server
+
+    def test_cold_migrated_vf_holder_is_given_back_on_the_target(self) -> None:
+        """Confirmed, compute1's agent gives the carried port back, bond first, compute0's
+        VF is free, and compute1's VF is granted."""
+        vf, server = self.cold_migrate()
         self._confirm_resize(server)
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
         self.assertPCIDeviceCounts("compute1", total=2, free=0)
-        notes = self.given_back("compute1")
-        assert any("outlived an operation of Nova's" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute1", [])
+        self.given_back_then_granted_again("compute1", "outlived an operation of Nova's", [], vf)
         # Nova's source cleanup here (its disk copy stubbed) leaves compute0's domain
         # defined; compute0's agent never counts it as its server again.
         left = self.drv["compute0"].inventory().vms.get(self.domain)
         assert left is None or not left.running, left
-        again = self.grant("compute1")
-        assert again.id != vf.id
+
+    def test_cold_migration_reverted_ends_on_the_sources_vf_never_on_a_dead_one(self) -> None:
+        """Reverted, Nova spawns the VM anew on compute0 with Sova's port re-plugged
+        (compute0's VF claimed again, compute1's freed, its domain gone). Nova's new launch
+        time tells compute0's agent, which gives the port back, bond first, and grants
+        compute0's VF again."""
+        vf, server = self.cold_migrate()
+        server = self._revert_resize(server)
+        assert server["OS-EXT-SRV-ATTR:host"] == "compute0"
+        port = self.port_kept(vf)
+        assert (port.binding_host_id, port.binding_vif_type) == ("compute0", "hw_veb")
+        assert self.hostdevs("compute0") == [vf.mac_address]
+        assert self.domain not in self.guest["compute0"].active  # a new guest
+        assert self.hv["compute1"].xml.get(self.domain) is None
+        self.assertPCIDeviceCounts("compute1", total=2, free=2)
+        self.assertPCIDeviceCounts("compute0", total=2, free=0)
+        self.given_back_then_granted_again(
+            "compute0", "outlived Nova re-spawning the server", [(self.domain, "to_fast")], vf
+        )
+        assert self.domain not in self.drv["compute1"].inventory().vms
 
     def carry_live_migrations(self) -> None:
         """Nova's fake libvirt cannot migrate: the running guest is created on the target's
@@ -233,8 +274,6 @@ class TestNovaLifecycleOfABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHar
         assert self.hv["compute0"].xml.get(self.domain) is None
         self.assertPCIDeviceCounts("compute0", total=2, free=2)
         self.assertPCIDeviceCounts("compute1", total=2, free=0)
-        notes = self.given_back("compute1")
-        assert any("made for compute0, brought here by Nova" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute1", [])
-        again = self.grant("compute1")
-        assert again.id != vf.id
+        self.given_back_then_granted_again(
+            "compute1", "made for compute0, brought here by Nova", [], vf
+        )

@@ -92,21 +92,15 @@ class TestNovaMovesABondedVFHolderThroughARealNeutron(jh.BondedVFHolderHarness):
     def test_resize_confirmed_ends_on_the_targets_vf_never_on_a_dead_one(self) -> None:
         vf0, server = self.resize()
         self._confirm_resize(server)
-        notes = self.given_back("compute1")
-        assert any("outlived an operation of Nova's" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute1", [])
-        vf1 = self.grant("compute1")
-        assert vf1.id != vf0.id
+        self.given_back_then_granted_again("compute1", "outlived an operation of Nova's", [], vf0)
 
     def test_resize_reverted_ends_on_the_sources_vf_never_on_a_dead_one(self) -> None:
         """Reverted, the guest is booted anew on compute0 with Sova's port re-plugged and
         no bond state; compute0's agent knows it by Nova's new launch time."""
         vf0, server = self._revert(*self.resize())
-        notes = self.given_back("compute0")
-        assert any("outlived Nova re-spawning the server" in n for n in notes), notes
-        self.assert_given_back_bond_first("compute0", [(self.domain, "to_fast")])
-        vf = self.grant("compute0")
-        assert vf.id != vf0.id
+        self.given_back_then_granted_again(
+            "compute0", "outlived Nova re-spawning the server", [(self.domain, "to_fast")], vf0
+        )
 
     def _revert(self, vf0: Any, server: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         server = self._revert_resize(server)
