@@ -149,6 +149,55 @@ class KeystoneProcess:
         self.proc.wait(timeout=30)
         raise AssertionError(f"Keystone's server did not start (exit {self.proc.returncode})")
 
+    def clouds_yaml(self, service: str, url: str) -> pathlib.Path:
+        """A clouds.yaml for Sova's ``connect``: ``sova``, the credential with the shipped
+        access rules, and ``sova-only``, the ``sova`` role alone and no rules (the service's
+        own policy judges it), each reaching ``service`` (``compute``, ``network``) at ``url``."""
+        ks = self.info
+        path = pathlib.Path(self.dir.name) / "clouds.yaml"
+        path.write_text(
+            "clouds:\n"
+            + "".join(
+                f"  {name}:\n"
+                "    auth_type: v3applicationcredential\n"
+                "    auth:\n"
+                f"      auth_url: {ks['url']}\n"
+                f"      application_credential_id: {ks[key + 'id']}\n"
+                f"      application_credential_secret: {ks[key + 'secret']}\n"
+                "    region_name: RegionOne\n"
+                f"    {service}_endpoint_override: {url}\n"
+                for name, key in (("sova", ""), ("sova-only", "only_"))
+            )
+        )
+        return path
+
+    def auth_token(self, app: Any, service_type: str) -> Any:
+        """``app`` behind keystonemiddleware's ``auth_token`` (the caller's environment's)
+        validating tokens against this Keystone as the ``service_type`` service does."""
+        from keystonemiddleware import auth_token
+        from oslo_config import cfg
+
+        ks = self.info
+        return auth_token.AuthProtocol(
+            app,
+            {
+                # Its own options object: on the process-wide one the password plugin's
+                # required options would outlive the test and fail every later setUp.
+                "oslo_config_config": cfg.ConfigOpts(),
+                "auth_type": "password",
+                "auth_url": ks["url"],
+                "www_authenticate_uri": ks["url"],
+                "username": "admin",
+                "password": ks["admin_password"],
+                "project_name": "admin",
+                "user_domain_name": "Default",
+                "project_domain_name": "Default",
+                "service_type": service_type,
+                "interface": "public",  # the only endpoint the bootstrap made
+                "delay_auth_decision": False,
+            },
+        )
+
     def stop(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
@@ -158,6 +207,23 @@ class KeystoneProcess:
             self.proc.kill()
             self.proc.wait()
         self.dir.cleanup()
+
+
+class OneKeystone:
+    """A test-case mixin (before the ``TestCase`` base): one :class:`KeystoneProcess` for the
+    class as ``keystone``; its set-up is a third or more of a test's time."""
+
+    keystone: KeystoneProcess
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()  # type: ignore[misc]
+        cls.keystone = KeystoneProcess()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.keystone.stop()
+        super().tearDownClass()  # type: ignore[misc]
 
 
 def main() -> int:

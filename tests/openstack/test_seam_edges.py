@@ -8,6 +8,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from test_seam import BondHost, Clock, actuator, run, sensed
 from sova.driver.base import OpState
 from sova.model import AttachVF, Inventory, Migrate, NicKind
 from sova.orchestrator.openstack import OpenStackActuator, connect
-from sova.orchestrator.openstack_cloud import SOVA_TAG
+from sova.orchestrator.openstack_cloud import SOVA_TAG, bound_by
 from sova.orchestrator.settings import OpenStackOptions
 
 
@@ -412,8 +413,51 @@ def test_someone_elses_live_migration_moves_the_bond_off_the_vf_nova_will_unplug
         "vm1: Nova is operating on it (task_state migrating): Sova stands back; the bond "
         "not moved off the VF Nova will unplug (vm1: active slave not confirmed): tried again"
     )
+    # vm2's reboot moves nothing, and its note says only that Sova stands back.
+    [note] = [n for n in act.discrepancies if n.startswith("vm2:")]
+    assert note == "vm2: Nova is operating on it (task_state reboot_started_hard): Sova stands back"
     bond.confirm = True
-    for _ in range(3):
+    act.reconcile(sensed("cmp1", "vm1", "vm2", vf=("vm1", "vm2"), pool=2))
+    [note] = [n for n in act.discrepancies if n.startswith("vm1:")]
+    assert note == (
+        "vm1: Nova is operating on it (task_state migrating): Sova stands back; the bond "
+        "moved to virtio before Nova unplugs the VF (bond: active slave to_backup)"
+    )
+    for _ in range(2):
         inv = act.reconcile(sensed("cmp1", "vm1", "vm2", vf=("vm1", "vm2"), pool=2))
         assert inv.vms == {}
     assert to_backups() == ["vm1", "vm1"]  # the refused one, then one confirmed
+    [note] = [n for n in act.discrepancies if n.startswith("vm1:")]  # moved: nothing to add
+    assert note == "vm1: Nova is operating on it (task_state migrating): Sova stands back"
+
+
+# Neutron's ``binding:vif_details`` as openstacksdk hands it over, and the drivers read from it.
+BOUND_BY = [
+    ({"bound_drivers": {"0": "ovn"}}, {"ovn"}),
+    # Hierarchical binding: one driver per level; OVN at any level is OVN's ARP responder.
+    ({"bound_drivers": {"0": "openvswitch", "1": "ovn"}}, {"openvswitch", "ovn"}),
+    ({"port_filter": True, "ovs_hybrid_plug": False}, set()),  # before Neutron reported drivers
+    ({"bound_drivers": None}, set()),
+    ({}, set()),  # an unbound port
+    (None, set()),  # a reply without the attribute's value
+]
+
+
+@pytest.mark.parametrize(("details", "drivers"), BOUND_BY)
+def test_bound_by_reads_each_binding_levels_driver_and_nothing_else(
+    details: Any, drivers: set[str]
+) -> None:
+    assert bound_by(SimpleNamespace(binding_vif_details=details)) == drivers
+    assert bound_by(SimpleNamespace()) == frozenset()  # an object the SDK made without it
+
+
+def test_vf_refused_where_ovn_bound_the_virtio_port_at_a_lower_level_only() -> None:
+    """Hierarchical port binding (a top-level driver handing a level down): OVN bound the
+    virtio port's lower level, so OVN's ARP answers still pin the guest's address."""
+    cloud = FakeCloud(vfs_per_host={"cmp1": 1})
+    cloud.add_server("vm1", "cmp1")
+    [virtio] = cloud.ports.values()
+    virtio.binding_vif_details = {"bound_drivers": {"0": "openvswitch", "1": "ovn"}}
+    st = run(actuator(cloud), AttachVF("vm1"))
+    assert st.state is OpState.FAILED and "bound by ML2/OVN" in st.detail, st.detail
+    assert not any(c == "create_port" for c, _ in cloud.calls)

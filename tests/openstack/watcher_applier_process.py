@@ -38,8 +38,6 @@ from keystoneauth1 import session, token_endpoint
 from watcher import objects
 from watcher.applier import default as applier_default
 from watcher.common import clients
-from watcher.decision_engine.audit import oneshot
-from watcher.decision_engine.model.collector import manager as collector_manager
 from watcher.decision_engine.model.collector import nova as nova_collector
 from watcher.tests.unit.db import base as db_base
 from watcher.tests.unit.objects import utils as obj_utils
@@ -47,7 +45,7 @@ from watcher.tests.unit.objects import utils as obj_utils
 from openstack import connection
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "tier_watcher"))
-from test_os_watcher import SeriesDatasource
+from test_os_watcher import SeriesDatasource, run_sova_audit, sova_audit
 
 JOB: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 OUT: dict[str, Any] = {"plans": []}
@@ -68,33 +66,15 @@ def nova_connection(*_: Any, **__: Any) -> Any:
 
 class Run(db_base.DbTestCase):
     def runTest(self) -> None:
-        for name in ("audit", "action_plan", "action"):
-            p = mock.patch(f"watcher.notifications.{name}", autospec=True)
-            p.start()
-            self.addCleanup(p.stop)
         # Watcher looks at the server every 0.1 s (its least), for up to 120 s.
         self.flags(migration_interval=0.1, migration_max_retries=1200, group="nova")
         p = mock.patch.object(clients, "get_sdk_connection", side_effect=nova_connection)
         p.start()
         self.addCleanup(p.stop)
-        goal = obj_utils.create_test_goal(self.context, id=1, name="workload_balancing")
-        strategy = obj_utils.create_test_strategy(
-            self.context, name="sova_hotspot", goal_id=goal.id
-        )
-        template = obj_utils.create_test_audit_template(
-            self.context, goal_id=goal.id, strategy_id=strategy.id
-        )
-        self.audit = obj_utils.create_test_audit(
-            self.context,
-            goal_id=goal.id,
-            strategy_id=strategy.id,
-            audit_template_id=template.id,
-            goal=goal,
-            parameters={"n": 5, "k": 3, "alpha": 0.75},
-        )
+        self.audit = sova_audit(self, ("audit", "action_plan", "action"))
         if "plan" in JOB:
             plan = obj_utils.create_test_action_plan(
-                self.context, audit_id=self.audit.id, strategy_id=strategy.id
+                self.context, audit_id=self.audit.id, strategy_id=self.audit.strategy_id
             )
             job = JOB["plan"]
             obj_utils.create_test_action(
@@ -124,17 +104,8 @@ class Run(db_base.DbTestCase):
             cfg.CONF.register_opts(SovaHotspot.get_config_opts(), group=group)
         self.flags(sova_url=JOB["sova_url"], sova_token_file=JOB["token_file"], group=group)
         model = nova_collector.NovaModelBuilder().execute({})
-        with (
-            mock.patch.object(collector_manager.CollectorManager, "get_cluster_model_collector"),
-            mock.patch.object(SovaHotspot, "compute_model", new_callable=mock.PropertyMock) as m,
-            mock.patch.object(
-                SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock
-            ) as ds,
-        ):
-            m.return_value = model
-            # Each node's CPU at the job's level, memory at 30 %, each VM at 20 % of its vCPUs.
-            ds.return_value = SeriesDatasource(model, JOB["cpu"], vm_cpu=20.0)
-            oneshot.OneShotAuditHandler().execute(self.audit, self.context)
+        # Each node's CPU at the job's level, memory at 30 %, each VM at 20 % of its vCPUs.
+        run_sova_audit(self, model, SeriesDatasource(model, JOB["cpu"], vm_cpu=20.0))
         plans = [p for p in objects.ActionPlan.list(self.context) if p.id not in self.seen()]
         [plan] = plans
         self.apply(plan)

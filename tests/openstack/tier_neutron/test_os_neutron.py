@@ -12,6 +12,7 @@ Run with ``scripts/openstack-envs.sh test neutron``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -201,9 +202,11 @@ class NovaPortSide:
         return [SimpleNamespace(port_id=p.id) for p in self.neutron.ports(device_id=sid)]
 
 
-def serve_neutron_api(case: Any) -> str:
+def serve_neutron_api(case: Any, pipeline: Callable[[Any], Any] | None = None) -> str:
     """Serve ``case.api`` (the test case's Neutron API on its ML2 plugin) over HTTP on a
-    loopback port until the test ends, and return its URL."""
+    loopback port until the test ends, and return its URL. ``pipeline`` wraps the
+    authenticated part (``/v2.0``, from Neutron's keystone context middleware on) as
+    api-paste.ini's would: keystonemiddleware's ``auth_token`` where a real Keystone runs."""
     import threading
     from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -215,13 +218,16 @@ def serve_neutron_api(case: Any) -> str:
             pass
 
     # The keystone pipeline's context middleware: the request's identity comes from the
-    # X-* headers keystonemiddleware would set (here each client sets its own: Keystone is
-    # the one stand-in), so Neutron's policy rules judge Sova's and Nova's calls apart.
+    # X-* headers keystonemiddleware sets (without ``pipeline`` each client sets its own:
+    # Keystone is the one stand-in), so Neutron's policy rules judge Sova's and Nova's calls apart.
     api, versions = NeutronKeystoneContext(case.api), versions_factory({})
+    if pipeline is not None:
+        api = pipeline(api)
 
     def app(environ: dict[str, Any], start_response: Any) -> Any:
         # Neutron's api-paste.ini composite: "/" its versions document (openstacksdk's
-        # version discovery), "/v2.0" the API (here the test case's, on the ML2 plugin).
+        # version discovery), "/v2.0" the API (here the test case's, on the ML2 plugin), which
+        # sees its mount point as SCRIPT_NAME (auth_token matches access rules on the whole path).
         path = environ.get("PATH_INFO", "")
         if path.startswith("/v2.0"):
             environ["SCRIPT_NAME"] = "/v2.0"
@@ -235,6 +241,23 @@ def serve_neutron_api(case: Any) -> str:
     case.addCleanup(httpd.server_close)
     case.addCleanup(httpd.shutdown)
     return f"http://127.0.0.1:{httpd.server_port}/"
+
+
+def vlan_network(
+    sdk: Any, project_id: str, name: str = "sriov-data", vlan: int = 42, cidr: str | None = None
+) -> Any:
+    """A VLAN provider network on ``physnet1`` (what sriovnicswitch binds) in ``project_id``,
+    made through ``sdk`` (an admin's), with an IPv4 subnet on ``cidr`` where given."""
+    net = sdk.create_network(
+        name=name,
+        provider_network_type="vlan",
+        provider_physical_network="physnet1",
+        provider_segmentation_id=vlan,
+        project_id=project_id,
+    )
+    if cidr is not None:
+        sdk.create_subnet(network_id=net.id, cidr=cidr, ip_version=4, project_id=project_id)
+    return net
 
 
 def sdk_client(url: str, user: str, roles: str, project: str = "service") -> Any:
@@ -277,16 +300,7 @@ class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
         from sova.model import NIC, VM, AttachVF, DetachVF, Host, Inventory, VMState
         from sova.orchestrator.openstack import OpenStackActuator
 
-        net = self.sdk.create_network(
-            name="sriov-data",
-            provider_network_type="vlan",
-            provider_physical_network="physnet1",
-            provider_segmentation_id=42,
-            project_id=self._project_id,
-        )
-        self.sdk.create_subnet(
-            network_id=net.id, cidr="192.0.2.0/24", ip_version=4, project_id=self._project_id
-        )
+        net = vlan_network(self.sdk, self._project_id, cidr="192.0.2.0/24")
         sid = "9a1c5c8e-0000-4000-8000-000000000001"
         virtio = self.sdk.create_port(network_id=net.id, device_id=sid, project_id=self._project_id)
         nova = NovaPortSide(self.nova_sdk, "cmp1", {"vm1": sid}, self._project_id)
@@ -329,13 +343,7 @@ class TestSovaNetworkCallsOverHTTP(plugin_tests.Ml2PluginV2TestCase):
         from sova.model import NIC, VM, DetachVF, Host, Inventory, NicKind, VMState
         from sova.orchestrator.openstack import OpenStackActuator
 
-        net = self.sdk.create_network(
-            name="sriov-data",
-            provider_network_type="vlan",
-            provider_physical_network="physnet1",
-            provider_segmentation_id=42,
-            project_id=self._project_id,
-        )
+        net = vlan_network(self.sdk, self._project_id)
         sid = "9a1c5c8e-0000-4000-8000-000000000003"
         self.sdk.create_port(network_id=net.id, device_id=sid, project_id=self._project_id)
         theirs = self.tenant_sdk.create_port(

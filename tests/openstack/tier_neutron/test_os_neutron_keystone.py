@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import pathlib
 import sys
-import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,12 +33,12 @@ plugin_tests = pytest.importorskip(
 
 import fixtures  # noqa: E402  (the neutron environment's; after the skip)
 from neutron.tests.common import helpers  # noqa: E402
-from test_os_neutron import NovaPortSide  # noqa: E402
+from test_os_neutron import NovaPortSide, serve_neutron_api, vlan_network  # noqa: E402
 
 from sova.orchestrator.openstack_cloud import SOVA_TAG, vf_port_attrs  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from keystone_server import KeystoneProcess  # noqa: E402  (shared with tier_nova)
+from keystone_server import OneKeystone  # noqa: E402  (shared with tier_nova)
 
 pytestmark = pytest.mark.openstack
 
@@ -57,22 +56,11 @@ def matches_rule(method: str, path: str, rules: list[dict[str, str]]) -> bool:
     return False
 
 
-class TestSovaThroughKeystoneInFrontOfNeutron(plugin_tests.Ml2PluginV2TestCase):
+class TestSovaThroughKeystoneInFrontOfNeutron(OneKeystone, plugin_tests.Ml2PluginV2TestCase):
     """One Keystone for the class (its set-up is most of the time); Neutron, its database and
     policy anew for each test."""
 
     _mechanism_drivers = ["logger", "sriovnicswitch"]
-    keystone: KeystoneProcess
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.keystone = KeystoneProcess()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.keystone.stop()
-        super().tearDownClass()
 
     def get_additional_service_plugins(self) -> dict[str, str]:
         return {"tag": "tag"}  # Sova's ports carry the tag "sova-vf"
@@ -88,23 +76,9 @@ class TestSovaThroughKeystoneInFrontOfNeutron(plugin_tests.Ml2PluginV2TestCase):
         # Neutron's default, as when an operator merges it into /etc/neutron/policy.yaml.
         policy.refresh(policy_file=str(SHIPPED / "neutron-policy-sova.yaml"))
         self.seen: list[tuple[str, str, str]] = []  # (method, path, roles) Neutron acted on
-        url = self.serve_behind_keystonemiddleware()
+        url = serve_neutron_api(self, self.behind_keystonemiddleware)
         ks = self.keystone.info
-        clouds = pathlib.Path(self.keystone.dir.name) / "clouds.yaml"
-        clouds.write_text(
-            "clouds:\n"
-            + "".join(
-                f"  {name}:\n"
-                "    auth_type: v3applicationcredential\n"
-                "    auth:\n"
-                f"      auth_url: {ks['url']}\n"
-                f"      application_credential_id: {ks[key + 'id']}\n"
-                f"      application_credential_secret: {ks[key + 'secret']}\n"
-                "    region_name: RegionOne\n"
-                f"    network_endpoint_override: {url}\n"
-                for name, key in (("sova", ""), ("sova-only", "only_"))
-            )
-        )
+        clouds = self.keystone.clouds_yaml("network", url)
         self.useFixture(fixtures.EnvironmentVariable("OS_CLIENT_CONFIG_FILE", str(clouds)))
         import openstack
         from sova.orchestrator.openstack import connect
@@ -127,72 +101,16 @@ class TestSovaThroughKeystoneInFrontOfNeutron(plugin_tests.Ml2PluginV2TestCase):
         self.admin = user("admin", "admin")  # the cloud admin: networks, ports of tenants
         self.nova = user("nova", "service")  # Nova's [neutron] client: binds ports
 
-    def serve_behind_keystonemiddleware(self) -> str:
-        """Neutron's API on a loopback socket, /v2.0 behind auth_token; its base URL."""
-        from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-        from keystonemiddleware import auth_token
-        from neutron.auth import NeutronKeystoneContext
-        from neutron.pecan_wsgi.app import versions_factory
-        from oslo_config import cfg
-
-        class Quiet(WSGIRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        neutron = NeutronKeystoneContext(self.api)
+    def behind_keystonemiddleware(self, neutron: Any) -> Any:
+        """Neutron's /v2.0 pipeline behind auth_token (``service_type = network``), each
+        request it passes recorded in ``seen``."""
 
         def record(environ: dict[str, Any], start_response: Any) -> Any:
             path = environ["SCRIPT_NAME"] + environ["PATH_INFO"]
             self.seen.append((environ["REQUEST_METHOD"], path, environ.get("HTTP_X_ROLES", "")))
             return neutron(environ, start_response)
 
-        ks = self.keystone.info
-        authed = auth_token.AuthProtocol(
-            record,
-            {
-                # Its own options object: the password plugin's options on the process-wide
-                # one would outlive the test.
-                "oslo_config_config": cfg.ConfigOpts(),
-                "auth_type": "password",
-                "auth_url": ks["url"],
-                "www_authenticate_uri": ks["url"],
-                "username": "admin",
-                "password": ks["admin_password"],
-                "project_name": "admin",
-                "user_domain_name": "Default",
-                "project_domain_name": "Default",
-                "service_type": "network",
-                "interface": "public",  # the only endpoint the bootstrap made
-                "delay_auth_decision": False,
-            },
-        )
-        versions = versions_factory({})
-
-        def app(environ: dict[str, Any], start_response: Any) -> Any:
-            # api-paste.ini's urlmap: "/v2.0" is the authenticated pipeline, which sees its
-            # mount point as SCRIPT_NAME (auth_token matches access rules on the whole path).
-            path = environ.get("PATH_INFO", "")
-            if path.startswith("/v2.0"):
-                environ["SCRIPT_NAME"] = "/v2.0"
-                environ["PATH_INFO"] = path[len("/v2.0") :] or "/"
-                return authed(environ, start_response)
-            return versions(environ, start_response)
-
-        httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        self.addCleanup(httpd.server_close)
-        self.addCleanup(httpd.shutdown)
-        return f"http://127.0.0.1:{httpd.server_port}/"
-
-    def vlan_network(self, name: str, project_id: str, vlan: int = 42) -> Any:
-        return self.admin.create_network(
-            name=name,
-            provider_network_type="vlan",
-            provider_physical_network="physnet1",
-            provider_segmentation_id=vlan,
-            project_id=project_id,
-        )
+        return self.keystone.auth_token(record, "network")
 
     def test_sovas_neutron_calls_pass_on_the_access_ruled_credential_and_nothing_else(
         self,
@@ -208,10 +126,7 @@ class TestSovaThroughKeystoneInFrontOfNeutron(plugin_tests.Ml2PluginV2TestCase):
         from sova.model import NIC, VM, AttachVF, DetachVF, Host, Inventory, VMState
         from sova.orchestrator.openstack import OpenStackActuator
 
-        net = self.vlan_network("sriov-data", self._project_id)
-        self.admin.create_subnet(
-            network_id=net.id, cidr="192.0.2.0/24", ip_version=4, project_id=self._project_id
-        )
+        net = vlan_network(self.admin, self._project_id, cidr="192.0.2.0/24")
         sid = "9a1c5c8e-0000-4000-8000-000000000011"
         virtio = self.admin.create_port(
             network_id=net.id, device_id=sid, project_id=self._project_id
@@ -283,8 +198,8 @@ class TestSovaThroughKeystoneInFrontOfNeutron(plugin_tests.Ml2PluginV2TestCase):
         from openstack import exceptions as sdk_exc
 
         service = self.keystone.info["project_id"]
-        own = self.vlan_network("sova-own", service)
-        theirs = self.vlan_network("tenant-data", self._project_id, vlan=43)
+        own = vlan_network(self.admin, service, "sova-own")
+        theirs = vlan_network(self.admin, self._project_id, "tenant-data", vlan=43)
         tenant_port = self.admin.create_port(network_id=theirs.id, project_id=self._project_id)
 
         policy.refresh()  # Neutron's defaults alone: the role is no reader of its network

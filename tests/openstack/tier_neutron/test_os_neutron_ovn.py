@@ -46,7 +46,12 @@ if _missing:
 
 from neutron.tests.common import helpers  # noqa: E402
 from neutron.tests.functional import base as functional  # noqa: E402
-from test_os_neutron import NovaPortSide, sdk_client, serve_neutron_api  # noqa: E402
+from test_os_neutron import (  # noqa: E402
+    NovaPortSide,
+    sdk_client,
+    serve_neutron_api,
+    vlan_network,
+)
 
 from sova.orchestrator.openstack_cloud import PORT_PREFIX, SOVA_TAG, vf_port_attrs  # noqa: E402
 
@@ -182,16 +187,7 @@ class TestSovaPortsOnOvn(plugin_tests.Ml2PluginV2TestCase):
     def vlan_network_with_server(self, sid: str) -> tuple[Any, Any]:
         """A VLAN provider network with a subnet, and a server's virtio port on it, bound by
         Nova's side on ``cmp1`` (the OVN driver binds it: cmp1 is a chassis)."""
-        net = self.sdk.create_network(
-            name="sriov-data",
-            provider_network_type="vlan",
-            provider_physical_network="physnet1",
-            provider_segmentation_id=42,
-            project_id=self._project_id,
-        )
-        self.sdk.create_subnet(
-            network_id=net.id, cidr="192.0.2.0/24", ip_version=4, project_id=self._project_id
-        )
+        net = vlan_network(self.sdk, self._project_id, cidr="192.0.2.0/24")
         virtio = self.sdk.create_port(network_id=net.id, project_id=self._project_id)
         virtio = self.nova_sdk.update_port(
             virtio.id,

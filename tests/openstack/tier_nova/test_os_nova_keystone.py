@@ -39,7 +39,7 @@ from sova.model import NIC, VM, Host, Inventory, Migrate, VMState  # noqa: E402
 from sova.orchestrator.openstack import OpenStackActuator, connect  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from keystone_server import KeystoneProcess  # noqa: E402  (shared with tier_neutron)
+from keystone_server import OneKeystone  # noqa: E402  (shared with tier_neutron)
 
 pytestmark = pytest.mark.openstack
 
@@ -47,22 +47,11 @@ pytestmark = pytest.mark.openstack
 REAL_CREATE_CONTEXT = nova_auth.NovaKeystoneContext._create_context
 
 
-class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
+class TestAgentThroughKeystone(_UnderPytest, OneKeystone, helpers.ProviderUsageBaseTestCase):
     """Three fake computes, vm1 on host1 in a tenant's project; Sova's agent for host1 with
     the application credential."""
 
     compute_driver = "fake.MediumFakeDriver"
-    keystone: KeystoneProcess  # one for the class: its set-up is a third of a test's time
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.keystone = KeystoneProcess()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.keystone.stop()
-        super().tearDownClass()
 
     def setUp(self) -> None:
         super().setUp()
@@ -71,27 +60,7 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
         self.server = self._create_server(name="vm1", host="host1", networks="none")
         self.seen: list[tuple[str, str, str]] = []  # (method, path, roles) Nova acted on
         url = self.serve_behind_keystonemiddleware()
-        clouds = pathlib.Path(self.keystone.dir.name) / "clouds.yaml"
-        ks = self.keystone.info
-        clouds.write_text(
-            "clouds:\n"
-            "  sova:\n"
-            "    auth_type: v3applicationcredential\n"
-            "    auth:\n"
-            f"      auth_url: {ks['url']}\n"
-            f"      application_credential_id: {ks['id']}\n"
-            f"      application_credential_secret: {ks['secret']}\n"
-            "    region_name: RegionOne\n"
-            f"    compute_endpoint_override: {url}\n"
-            "  sova-only:\n"  # the role alone, no access rules: Nova's policy judges
-            "    auth_type: v3applicationcredential\n"
-            "    auth:\n"
-            f"      auth_url: {ks['url']}\n"
-            f"      application_credential_id: {ks['only_id']}\n"
-            f"      application_credential_secret: {ks['only_secret']}\n"
-            "    region_name: RegionOne\n"
-            f"    compute_endpoint_override: {url}\n"
-        )
+        clouds = self.keystone.clouds_yaml("compute", url)
         self.useFixture(fixtures.EnvironmentVariable("OS_CLIENT_CONFIG_FILE", str(clouds)))
         self.sdk = connect("sova", api_timeout_s=30)
 
@@ -99,9 +68,7 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
         """Nova's compute API on a loopback socket behind auth_token; its base URL."""
         from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-        from keystonemiddleware import auth_token
         from nova.api import wsgi
-        from oslo_config import cfg
 
         class Quiet(WSGIRequestHandler):
             def log_message(self, *args: Any) -> None:
@@ -125,26 +92,7 @@ class TestAgentThroughKeystone(_UnderPytest, helpers.ProviderUsageBaseTestCase):
             )
             return nova(environ, start_response)
 
-        ks = self.keystone.info
-        app = auth_token.AuthProtocol(
-            record,
-            {
-                # Its own options object: on the process-wide one the password plugin's
-                # required options would outlive the test and fail every later Nova setUp.
-                "oslo_config_config": cfg.ConfigOpts(),
-                "auth_type": "password",
-                "auth_url": ks["url"],
-                "www_authenticate_uri": ks["url"],
-                "username": "admin",
-                "password": ks["admin_password"],
-                "project_name": "admin",
-                "user_domain_name": "Default",
-                "project_domain_name": "Default",
-                "service_type": "compute",
-                "interface": "public",  # the only endpoint the bootstrap made
-                "delay_auth_decision": False,
-            },
-        )
+        app = self.keystone.auth_token(record, "compute")
         httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         self.addCleanup(httpd.server_close)

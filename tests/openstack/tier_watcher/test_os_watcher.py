@@ -53,6 +53,43 @@ def no_vf_ports(case: Any) -> None:
     case.addCleanup(p.stop)
 
 
+def sova_audit(case: Any, notifications: tuple[str, ...] = ("audit", "action_plan")) -> Any:
+    """In ``case``'s Watcher database (a ``DbTestCase``), a one-shot audit of the goal
+    ``workload_balancing`` with Sova's strategy (n=5, k=3, alpha=0.75), its template and
+    strategy rows; Watcher's ``notifications`` (its RPC bus) patched out until the test ends."""
+    for name in notifications:
+        p = mock.patch(f"watcher.notifications.{name}", autospec=True)
+        p.start()
+        case.addCleanup(p.stop)
+    goal = obj_utils.create_test_goal(case.context, id=1, name="workload_balancing")
+    strategy = obj_utils.create_test_strategy(case.context, name="sova_hotspot", goal_id=goal.id)
+    template = obj_utils.create_test_audit_template(
+        case.context, goal_id=goal.id, strategy_id=strategy.id
+    )
+    return obj_utils.create_test_audit(
+        case.context,
+        goal_id=goal.id,
+        strategy_id=strategy.id,
+        audit_template_id=template.id,
+        goal=goal,
+        parameters={"n": 5, "k": 3, "alpha": 0.75},
+    )
+
+
+def run_sova_audit(case: Any, model: Any, datasource: Any) -> None:
+    """Watcher's one-shot audit handler on ``case.audit`` (:func:`sova_audit`): Sova's
+    strategy sees ``model`` as the cluster and ``datasource`` as its metrics backend (in place
+    of Watcher's collectors and Prometheus); the plan lands in Watcher's database."""
+    with (
+        mock.patch.object(collector_manager.CollectorManager, "get_cluster_model_collector"),
+        mock.patch.object(SovaHotspot, "compute_model", new_callable=mock.PropertyMock) as m,
+        mock.patch.object(SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock) as d,
+    ):
+        m.return_value = model
+        d.return_value = datasource
+        oneshot.OneShotAuditHandler().execute(case.audit, case.context)
+
+
 class SeriesDatasource:
     """A Watcher datasource backend answering from per-node CPU series, one value per
     granularity period, oldest first (a single level stands for a constant series), the newest
@@ -343,44 +380,13 @@ class TestAuditThroughWatchersDecisionEngine(db_base.DbTestCase):
 
     def setUp(self) -> None:
         super().setUp()
-        p = mock.patch("watcher.notifications.audit", autospec=True)
-        p.start()
-        self.addCleanup(p.stop)
-        p = mock.patch("watcher.notifications.action_plan", autospec=True)
-        p.start()
-        self.addCleanup(p.stop)
-        goal = obj_utils.create_test_goal(self.context, id=1, name="workload_balancing")
-        strategy = obj_utils.create_test_strategy(
-            self.context, name="sova_hotspot", goal_id=goal.id
-        )
-        template = obj_utils.create_test_audit_template(
-            self.context, goal_id=goal.id, strategy_id=strategy.id
-        )
-        self.audit = obj_utils.create_test_audit(
-            self.context,
-            goal_id=goal.id,
-            strategy_id=strategy.id,
-            audit_template_id=template.id,
-            goal=goal,
-            parameters={"n": 5, "k": 3, "alpha": 0.75},
-        )
+        self.audit = sova_audit(self)
         self.model = faker_cluster_state.FakerModelCollector().generate_scenario_1()
         no_vf_ports(self)
 
     def test_audit_yields_an_action_plan_with_the_expected_migrate(self) -> None:
         ds = SeriesDatasource(self.model, HOT)
-        with (
-            mock.patch.object(collector_manager.CollectorManager, "get_cluster_model_collector"),
-            mock.patch.object(
-                SovaHotspot, "compute_model", new_callable=mock.PropertyMock
-            ) as m_model,
-            mock.patch.object(
-                SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock
-            ) as m_ds,
-        ):
-            m_model.return_value = self.model
-            m_ds.return_value = ds
-            oneshot.OneShotAuditHandler().execute(self.audit, self.context)
+        run_sova_audit(self, self.model, ds)
         [plan] = objects.ActionPlan.list(self.context)
         actions = objects.Action.list(self.context, filters={"action_plan_id": plan.id})
         assert [(a.action_type, a.input_parameters) for a in actions] == [

@@ -41,20 +41,16 @@ pytest.importorskip(
 from watcher import objects
 from watcher.applier import default as applier_default
 from watcher.common import base_helper
-from watcher.decision_engine.audit import oneshot
-from watcher.decision_engine.model.collector import manager as collector_manager
 from watcher.tests.unit.db import base as db_base
 from watcher.tests.unit.decision_engine.model import faker_cluster_state
-from watcher.tests.unit.objects import utils as obj_utils
 
 from sova.driver.base import OpState, OpStatus
 from sova.model import Migrate
-from sova.openstack.watcher_strategy import SovaHotspot
 from sova.orchestrator.openstack import OpenStackActuator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/openstack
 from fakecloud import FakeCloud, FakeCloudError, FakeCloudTimeout, Server
-from test_os_watcher import INSTANCE_0, SeriesDatasource
+from test_os_watcher import INSTANCE_0, SeriesDatasource, run_sova_audit, sova_audit
 
 pytestmark = pytest.mark.openstack
 
@@ -166,26 +162,8 @@ class Clock:
 class TestWatchersApplierAndSovaMigrateEachVMOnce(db_base.DbTestCase):
     def setUp(self) -> None:
         super().setUp()
-        for name in ("audit", "action_plan", "action"):
-            p = mock.patch(f"watcher.notifications.{name}", autospec=True)
-            p.start()
-            self.addCleanup(p.stop)
         self.flags(migration_interval=0.1, group="nova")  # its least: Watcher polls quickly
-        goal = obj_utils.create_test_goal(self.context, id=1, name="workload_balancing")
-        strategy = obj_utils.create_test_strategy(
-            self.context, name="sova_hotspot", goal_id=goal.id
-        )
-        template = obj_utils.create_test_audit_template(
-            self.context, goal_id=goal.id, strategy_id=strategy.id
-        )
-        self.audit = obj_utils.create_test_audit(
-            self.context,
-            goal_id=goal.id,
-            strategy_id=strategy.id,
-            audit_template_id=template.id,
-            goal=goal,
-            parameters={"n": 5, "k": 3, "alpha": 0.75},
-        )
+        self.audit = sova_audit(self, ("audit", "action_plan", "action"))
         self.model = faker_cluster_state.FakerModelCollector().generate_scenario_1()
         self.cloud = FakeCloud()
         self.cloud.servers[INSTANCE_0] = Server(INSTANCE_0, "INSTANCE_0", "hostname_0")
@@ -211,16 +189,7 @@ class TestWatchersApplierAndSovaMigrateEachVMOnce(db_base.DbTestCase):
 
     def audit_plan(self, cpu: dict[str, list[float]]) -> list[Any]:
         """Watcher's one-shot audit with Sova's strategy: the actions of the plan it wrote."""
-        with (
-            mock.patch.object(collector_manager.CollectorManager, "get_cluster_model_collector"),
-            mock.patch.object(SovaHotspot, "compute_model", new_callable=mock.PropertyMock) as m,
-            mock.patch.object(
-                SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock
-            ) as ds,
-        ):
-            m.return_value = self.model
-            ds.return_value = SeriesDatasource(self.model, dict(cpu))
-            oneshot.OneShotAuditHandler().execute(self.audit, self.context)
+        run_sova_audit(self, self.model, SeriesDatasource(self.model, dict(cpu)))
         [plan] = objects.ActionPlan.list(self.context)
         self.plan = plan
         return list(objects.Action.list(self.context, filters={"action_plan_id": plan.id}))

@@ -32,14 +32,11 @@ pytest.importorskip(
 from oslo_config import cfg
 from watcher import objects
 from watcher.common import clients, utils
-from watcher.decision_engine.audit import oneshot
-from watcher.decision_engine.model.collector import manager as collector_manager
 from watcher.tests.unit.db import base as db_base
 from watcher.tests.unit.decision_engine.model import faker_cluster_state
 from watcher.tests.unit.decision_engine.strategy.strategies.test_base import (
     TestBaseStrategy,
 )
-from watcher.tests.unit.objects import utils as obj_utils
 
 from sova.openstack import sova_loads
 from sova.openstack.watcher_strategy import SovaHotspot
@@ -48,7 +45,7 @@ from sova.orchestrator.openstack_cloud import SOVA_TAG
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/openstack
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from fakecloud import FakeCloud, Port, Server
-from test_os_watcher import HOT, INSTANCE_0, SeriesDatasource
+from test_os_watcher import HOT, INSTANCE_0, SeriesDatasource, run_sova_audit, sova_audit
 
 pytestmark = pytest.mark.openstack
 
@@ -344,25 +341,7 @@ class TestNetworkAuditThroughWatchersDecisionEngine(db_base.DbTestCase, NetworkC
 
     def setUp(self) -> None:
         super().setUp()
-        for name in ("audit", "action_plan"):
-            p = mock.patch(f"watcher.notifications.{name}", autospec=True)
-            p.start()
-            self.addCleanup(p.stop)
-        goal = obj_utils.create_test_goal(self.context, id=1, name="workload_balancing")
-        strategy = obj_utils.create_test_strategy(
-            self.context, name="sova_hotspot", goal_id=goal.id
-        )
-        template = obj_utils.create_test_audit_template(
-            self.context, goal_id=goal.id, strategy_id=strategy.id
-        )
-        self.audit = obj_utils.create_test_audit(
-            self.context,
-            goal_id=goal.id,
-            strategy_id=strategy.id,
-            audit_template_id=template.id,
-            goal=goal,
-            parameters={"n": 5, "k": 3, "alpha": 0.75},
-        )
+        self.audit = sova_audit(self)
         self.model = faker_cluster_state.FakerModelCollector().generate_scenario_1()
 
     def audit_plan(self) -> list[tuple[str, str, str]]:
@@ -370,16 +349,7 @@ class TestNetworkAuditThroughWatchersDecisionEngine(db_base.DbTestCase, NetworkC
             action.destroy()
         for plan in objects.ActionPlan.list(self.context):
             plan.destroy()
-        with (
-            mock.patch.object(collector_manager.CollectorManager, "get_cluster_model_collector"),
-            mock.patch.object(SovaHotspot, "compute_model", new_callable=mock.PropertyMock) as m,
-            mock.patch.object(
-                SovaHotspot, "datasource_backend", new_callable=mock.PropertyMock
-            ) as ds,
-        ):
-            m.return_value = self.model
-            ds.return_value = SeriesDatasource(self.model, COOL_CPU, vm_cpu=20.0)
-            oneshot.OneShotAuditHandler().execute(self.audit, self.context)
+        run_sova_audit(self, self.model, SeriesDatasource(self.model, COOL_CPU, vm_cpu=20.0))
         [plan] = objects.ActionPlan.list(self.context)
         actions = objects.Action.list(self.context, filters={"action_plan_id": plan.id})
         return [
