@@ -59,12 +59,14 @@ MOVED = (
     Piece(
         "the world's tick",
         "sova.policy.tick",
-        ("count", "on_time"),
+        ("count", "on_fraction", "draws", "uniforms"),
         (
             ("sova.sim.engine", "count"),  # the simulator's tick, every VM
-            ("sova.sim.workload", "on_time"),
+            ("sova.sim.workload", "on_fraction"),  # the duty cycles and their renewals
+            ("sova.sim.workload", "draws"),  # the tick's random draws
+            ("sova.sim.workload", "uniforms"),  # a workload change's new cycles
         ),
-        (),
+        ("sova.policy.tick:on_time", "sova.policy.tick:OnTime"),
     ),
     Piece(
         "rate metering",

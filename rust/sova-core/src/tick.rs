@@ -7,6 +7,7 @@
 //! `bincount` is a running sum in index order. The readable numpy form is the oracle
 //! (tests/test_tick_forms.py compares the engine's state byte for byte after every tick).
 
+use crate::rng::{Draws, vm_indices};
 use crate::waterfill::InputError;
 
 /// `np.minimum`: NaN if either is NaN (the NaN operand itself), else the smaller; on a
@@ -216,27 +217,39 @@ pub fn count(
     })
 }
 
-/// The first pass of the duty cycles' exact on-time in `(t0, t1]`: for each live on/off
-/// process `j` (VM `live[j]`, duty `duty[j]`, its cycle from `start` for `length`), the
-/// on-time of its current cycle inside the tick, `max(min(t1, end, start + duty·length)
-/// − t0, 0)`, and the processes whose cycle ends by `t1` (`renew`, positions in `live`)
-/// with where their next cycle starts (`end`). Their next cycles need random lengths, which
-/// the simulator draws.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OnTime {
-    pub on: Vec<f64>,
-    pub renew: Vec<i64>,
-    pub end: Vec<f64>,
+/// Where the renewed cycles' lengths come from: uniform on `[cycle_min, cycle_max]`, draw
+/// `pass` of stream `stream` for the VM at tick `tick` (crate::rng).
+#[derive(Debug, Clone, Copy)]
+pub struct Renewals {
+    pub seed: u64,
+    pub stream: u64,
+    pub tick: u64,
+    pub cycle_min: f64,
+    pub cycle_max: f64,
 }
 
-pub fn on_time(
-    start: &[f64],
-    length: &[f64],
+/// A duty cycle renewed at most this many times in one tick (cycles are >= `cycle_min`
+/// long, so a few passes cover a tick); the last renewal is drawn but covers no more of it.
+const PASSES: u64 = 64;
+
+/// The duty cycles' exact on-time share of `(t0, t1]`: for each live on/off process `j`
+/// (VM `live[j]`, on for the first `duty[j]` of its cycle of `length` from `start`), the
+/// on-time of its current cycle inside the tick, `max(min(t1, end, start + duty·length)
+/// − t0, 0)`, then of each next cycle that starts inside it (its length drawn, `start` and
+/// `length` advanced in place), divided by the tick's length into `frac[live[j]]`. Each
+/// process draws from its own key, so the processes are independent of each other's order.
+#[allow(clippy::too_many_arguments)] // the state arrays and the tick, one argument each
+pub fn on_fraction(
+    start: &mut [f64],
+    length: &mut [f64],
     live: &[i64],
     duty: &[f64],
+    frac: &mut [f64],
     t0: f64,
     t1: f64,
-) -> Result<OnTime, InputError> {
+    r: Renewals,
+) -> Result<(), InputError> {
+    let n = start.len();
     if duty.len() != live.len() {
         return Err(InputError(format!(
             "duty: {} values for {} live processes",
@@ -244,43 +257,45 @@ pub fn on_time(
             live.len()
         )));
     }
-    if length.len() != start.len() {
-        return Err(InputError(format!(
-            "length: {} values for {} VMs",
-            length.len(),
-            start.len()
-        )));
+    for (name, len) in [("length", length.len()), ("frac", frac.len())] {
+        if len != n {
+            return Err(InputError(format!("{name}: {len} values for {n} VMs")));
+        }
     }
-    if let Some((j, &i)) = live
-        .iter()
-        .enumerate()
-        .find(|(_, i)| usize::try_from(**i).map_or(true, |i| i >= start.len()))
-    {
-        return Err(InputError(format!(
-            "live[{j}]: VM {i} outside 0..{}",
-            start.len()
-        )));
-    }
-    let mut on = Vec::with_capacity(live.len());
-    let (mut renew, mut end_of) = (Vec::new(), Vec::new());
-    for (j, (&i, &d)) in live.iter().zip(duty).enumerate() {
-        // (in range: checked above)
-        let (s, ln) = (start[i as usize], length[i as usize]);
+    let live = vm_indices("live", live, n)?;
+    let span = r.cycle_max - r.cycle_min;
+    let dt = t1 - t0;
+    for (&i, &d) in live.iter().zip(duty) {
+        let (s, ln) = (start[i], length[i]);
         let end = s + ln;
         let mut x = d * ln;
         x += s;
-        let o = np_max(np_min(np_min(t1, end), x) - t0, 0.0);
-        on.push(o);
+        let mut on = np_max(np_min(np_min(t1, end), x) - t0, 0.0);
         if end <= t1 {
-            renew.push(j as i64);
-            end_of.push(end);
+            let mut cur = end; // where the next cycle starts
+            for pass in 0..PASSES {
+                start[i] = cur;
+                let u = Draws::new(r.seed, r.stream, i as u64, r.tick, pass).uniform();
+                let ln_k = r.cycle_min + span * u;
+                length[i] = ln_k;
+                if pass == PASSES - 1 {
+                    break;
+                }
+                let end_k = cur + ln_k;
+                let mut x = d * ln_k;
+                x += cur;
+                x = np_min(np_min(t1, end_k), x);
+                x -= cur;
+                on += np_max(x, 0.0);
+                if end_k > t1 {
+                    break;
+                }
+                cur = end_k;
+            }
         }
+        frac[i] = on / dt;
     }
-    Ok(OnTime {
-        on,
-        renew,
-        end: end_of,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -411,18 +426,78 @@ mod tests {
     }
 
     #[test]
-    fn on_time_of_the_current_cycles() {
+    fn on_time_of_the_current_and_renewed_cycles() {
         // VM 0: a 4 s cycle from t = -1 at duty 0.5, on until 1: in (0, 1] on all of it;
         // VM 2: a 10 s cycle from -9.5 at duty 0.5, on until -4.5: off, and it ends at
-        // 0.5, inside the tick (renewed from 0.5); VM 1 is not live
-        let start = [-1.0, 0.0, -9.5];
-        let length = [4.0, 1.0, 10.0];
-        let got = on_time(&start, &length, &[0, 2], &[0.5, 0.5], 0.0, 1.0).unwrap();
-        assert_eq!(got.on, [1.0, 0.0]);
-        assert_eq!(got.renew, [1]);
-        assert_eq!(got.end, [0.5]);
-        let e = on_time(&start, &length, &[3], &[0.5], 0.0, 1.0).unwrap_err();
-        assert_eq!(e.0, "live[0]: VM 3 outside 0..3");
+        // 0.5, inside the tick: renewed from 0.5 with a length in [4, 8] (>= 0.5 s left,
+        // on for the first half of >= 2 s: on for all of (0.5, 1]); VM 1 is not live
+        let mut start = [-1.0, 0.0, -9.5];
+        let mut length = [4.0, 1.0, 10.0];
+        let mut frac = [0.0, 7.0, 0.0];
+        let r = Renewals {
+            seed: 3,
+            stream: 4,
+            tick: 0,
+            cycle_min: 4.0,
+            cycle_max: 8.0,
+        };
+        on_fraction(
+            &mut start,
+            &mut length,
+            &[0, 2],
+            &[0.5, 0.5],
+            &mut frac,
+            0.0,
+            1.0,
+            r,
+        )
+        .unwrap();
+        assert_eq!(frac, [1.0, 7.0, 0.5]);
+        assert_eq!(start, [-1.0, 0.0, 0.5]);
+        let u = Draws::new(3, 4, 2, 0, 0).uniform();
+        assert_eq!(length[..2], [4.0, 1.0]);
+        assert_eq!(length[2], 4.0 + 4.0 * u);
+        let e = on_fraction(
+            &mut start,
+            &mut length,
+            &[3],
+            &[0.5],
+            &mut frac,
+            0.0,
+            1.0,
+            r,
+        );
+        assert_eq!(e.unwrap_err().0, "live[0]: 3 outside 0..3");
+    }
+
+    #[test]
+    fn short_cycles_renew_many_times_and_stop_at_the_last_pass() {
+        // cycles of exactly 0.01 s at duty 0.25 over (0, 1]: the current one ends at 0,
+        // then 100 cycles would fit but only 63 are covered (the 64th is drawn, not
+        // covered): on-time 63 · 0.0025 s, and the VM's cycle is the 64th, from 0.63
+        let mut start = [-0.01];
+        let mut length = [0.01];
+        let mut frac = [0.0];
+        let r = Renewals {
+            seed: 1,
+            stream: 5,
+            tick: 9,
+            cycle_min: 0.01,
+            cycle_max: 0.01,
+        };
+        on_fraction(
+            &mut start,
+            &mut length,
+            &[0],
+            &[0.25],
+            &mut frac,
+            0.0,
+            1.0,
+            r,
+        )
+        .unwrap();
+        assert!((frac[0] - 63.0 * 0.0025).abs() < 1e-12, "{}", frac[0]);
+        assert!((start[0] - 0.63).abs() < 1e-12, "{}", start[0]);
     }
 
     #[test]

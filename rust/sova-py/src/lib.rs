@@ -14,6 +14,7 @@ use sova_core::coldspots::{self, Movers, Query, Ranked};
 use sova_core::hotness::{self, Metric};
 use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
+use sova_core::rng;
 use sova_core::sensing::{self, Params};
 use sova_core::sum;
 use sova_core::tick::{self, CountParams, Counters, HostTick, VmTick};
@@ -237,22 +238,72 @@ fn tick_count<'py>(
     Ok(arrays!(py; f.cpu_use, f.host_cpu_util, f.host_net_util))
 }
 
-/// The duty cycles' first on-time pass: (on-time of each live process's current cycle in
-/// the tick, the positions in `live` of those renewed by `t1`, where their next starts).
+/// The duty cycles' on-time share of `(t0, t1]` into `frac[live]`, the cycles that end
+/// inside it renewed in place with lengths drawn from `stream` at `tick`.
 #[pyfunction]
-#[allow(clippy::type_complexity)] // three arrays, as Python unpacks them
-fn tick_on_time<'py>(
-    py: Python<'py>,
-    start: PyReadonlyArray1<'py, f64>,
-    length: PyReadonlyArray1<'py, f64>,
-    live: PyReadonlyArray1<'py, i64>,
-    duty: PyReadonlyArray1<'py, f64>,
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+fn tick_on_fraction(
+    py: Python<'_>,
+    mut start: PyReadwriteArray1<'_, f64>,
+    mut length: PyReadwriteArray1<'_, f64>,
+    live: PyReadonlyArray1<'_, i64>,
+    duty: PyReadonlyArray1<'_, f64>,
+    mut frac: PyReadwriteArray1<'_, f64>,
     t0: f64,
     t1: f64,
-) -> PyResult<(F64Array<'py>, Bound<'py, PyArray1<i64>>, F64Array<'py>)> {
-    slices! { start, length, live, duty }
-    let got = detached(py, || tick::on_time(start, length, live, duty, t0, t1))?;
-    Ok(arrays!(py; got.on, got.renew, got.end))
+    seed: u64,
+    stream: u64,
+    tick: u64,
+    cycle_min: f64,
+    cycle_max: f64,
+) -> PyResult<()> {
+    slices! { live, duty }
+    slices_mut! { start, length, frac }
+    let r = tick::Renewals {
+        seed,
+        stream,
+        tick,
+        cycle_min,
+        cycle_max,
+    };
+    detached(py, || {
+        tick::on_fraction(start, length, live, duty, frac, t0, t1, r)
+    })
+}
+
+/// One tick's per-VM draws: rate jitter, CPU jitter, Poisson arrivals of VMs `asks`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python signature
+fn tick_draws<'py>(
+    py: Python<'py>,
+    seed: u64,
+    tick: u64,
+    n: usize,
+    rate_jitter: f64,
+    cpu_jitter: f64,
+    asks: PyReadonlyArray1<'py, i64>,
+    means: PyReadonlyArray1<'py, f64>,
+) -> PyResult<(F64Array<'py>, F64Array<'py>, F64Array<'py>)> {
+    slices! { asks, means }
+    let got = detached(py, || {
+        rng::tick_draws(seed, tick, n, rate_jitter, cpu_jitter, asks, means)
+    })?;
+    Ok(arrays!(py; got.jit, got.cj, got.arrivals))
+}
+
+/// Uniform draw `draw` of `stream` for each VM `vms[j]` at its `counters[j]`.
+#[pyfunction]
+fn uniforms<'py>(
+    py: Python<'py>,
+    seed: u64,
+    stream: u64,
+    vms: PyReadonlyArray1<'py, i64>,
+    counters: PyReadonlyArray1<'py, i64>,
+    draw: u64,
+) -> PyResult<F64Array<'py>> {
+    slices! { vms, counters }
+    let out = detached(py, || rng::uniforms(seed, stream, vms, counters, draw))?;
+    Ok(PyArray1::from_vec(py, out))
 }
 
 /// Water-fill where flow `i` gets at least `floors[i]` (up to its demand); `group[i]` is
@@ -851,7 +902,19 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(links_fsum, m)?)?;
     m.add_function(wrap_pyfunction!(tick_count, m)?)?;
-    m.add_function(wrap_pyfunction!(tick_on_time, m)?)?;
+    m.add_function(wrap_pyfunction!(tick_on_fraction, m)?)?;
+    m.add_function(wrap_pyfunction!(tick_draws, m)?)?;
+    m.add_function(wrap_pyfunction!(uniforms, m)?)?;
+    for (name, value) in [
+        ("STREAM_RATE_JITTER", rng::stream::RATE_JITTER),
+        ("STREAM_CPU_JITTER", rng::stream::CPU_JITTER),
+        ("STREAM_ARRIVALS", rng::stream::ARRIVALS),
+        ("STREAM_NET_CYCLE", rng::stream::NET_CYCLE),
+        ("STREAM_CPU_CYCLE", rng::stream::CPU_CYCLE),
+        ("STREAM_RESET", rng::stream::RESET),
+    ] {
+        m.add(name, value)?;
+    }
     m.add_function(wrap_pyfunction!(measure, m)?)?;
     m.add_function(wrap_pyfunction!(load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;

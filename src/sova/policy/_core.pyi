@@ -218,11 +218,40 @@ def tick_count(
     ack_bits: float,
     steal: bool,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
-def tick_on_time(
+def tick_on_fraction(
     start: npt.NDArray[np.float64],
     length: npt.NDArray[np.float64],
     live: npt.NDArray[np.int64],
     duty: npt.NDArray[np.float64],
+    frac: npt.NDArray[np.float64],
     t0: float,
     t1: float,
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
+    seed: int,
+    stream: int,
+    tick: int,
+    cycle_min: float,
+    cycle_max: float,
+) -> None: ...
+def tick_draws(
+    seed: int,
+    tick: int,
+    n: int,
+    rate_jitter: float,
+    cpu_jitter: float,
+    asks: npt.NDArray[np.int64],
+    means: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+def uniforms(
+    seed: int,
+    stream: int,
+    vms: npt.NDArray[np.int64],
+    counters: npt.NDArray[np.int64],
+    draw: int,
+) -> npt.NDArray[np.float64]: ...
+
+STREAM_RATE_JITTER: int
+STREAM_CPU_JITTER: int
+STREAM_ARRIVALS: int
+STREAM_NET_CYCLE: int
+STREAM_CPU_CYCLE: int
+STREAM_RESET: int

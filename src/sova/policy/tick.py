@@ -4,7 +4,8 @@ The simulator (:mod:`sova.sim.engine`) calls these once per tick for every VM of
 host; the core evaluates the numpy form's expressions in its order, one VM at a time, so
 every value is the same float (rust/sova-core/src/tick.rs; tests/test_tick_forms.py holds
 the engine's state to the readable numpy form byte for byte after every tick). The random
-draws stay in the simulator: the seed's contract fixes their order.
+draws are the core's too (rust/sova-core/src/rng.rs): counter-based, each a function of the
+seed and its key, so the same seed gives the same world whatever order or threads draw.
 """
 
 from __future__ import annotations
@@ -30,30 +31,104 @@ class Counted:
     host_net_util: FloatArray
 
 
+# The random streams of the simulated world (rust/sova-core/src/rng.rs): a draw is a
+# function of (seed, stream, VM, counter, draw), never of the order VMs draw in.
+STREAMS = {
+    "rate_jitter": _core.STREAM_RATE_JITTER,
+    "cpu_jitter": _core.STREAM_CPU_JITTER,
+    "arrivals": _core.STREAM_ARRIVALS,
+    "net_cycle": _core.STREAM_NET_CYCLE,
+    "cpu_cycle": _core.STREAM_CPU_CYCLE,
+    "reset": _core.STREAM_RESET,
+}
+
+
 @dataclass(frozen=True)
-class OnTime:
-    """The duty cycles' first pass over a tick (see :func:`on_time`)."""
+class Renewals:
+    """Where renewed duty cycles' lengths come from: uniform on ``[cycle_min, cycle_max]``,
+    from ``stream`` ("net_cycle" or "cpu_cycle") of ``seed`` at tick number ``tick``."""
 
-    on: FloatArray  # on-time (s) of each live process's current cycle inside the tick
-    renew: IntArray  # positions in ``live`` of the processes whose cycle ends by t1
-    end: FloatArray  # where each renewed process's next cycle starts
+    seed: int
+    stream: str
+    tick: int
+    cycle_min: float
+    cycle_max: float
 
 
-def on_time(
-    start: FloatArray, length: FloatArray, live: IntArray, duty: FloatArray, t0: float, t1: float
-) -> OnTime:
-    """Each live on/off process's on-time in ``(t0, t1]`` within its current cycle (VM
-    ``live[j]`` on for the first ``duty[j]`` of its cycle of ``length`` from ``start``),
-    and the processes whose cycle ends inside the tick: their next cycles need draws."""
-    on, renew, end = _core.tick_on_time(
-        np.ascontiguousarray(start, dtype=np.float64),
-        np.ascontiguousarray(length, dtype=np.float64),
+def on_fraction(
+    start: FloatArray,
+    length: FloatArray,
+    live: IntArray,
+    duty: FloatArray,
+    frac: FloatArray,
+    t0: float,
+    t1: float,
+    renew: Renewals,
+) -> FloatArray:
+    """Each live on/off process's exact on-time share of ``(t0, t1]`` into ``frac[live]``
+    (VM ``live[j]`` on for the first ``duty[j]`` of its cycle of ``length`` from
+    ``start``); a cycle ending inside the tick is followed by one of a drawn length, and
+    ``start``/``length`` (float64, C-contiguous: advanced in place) hold each VM's current
+    cycle afterwards. Returns ``frac``."""
+    _core.tick_on_fraction(
+        start,
+        length,
         np.ascontiguousarray(live, dtype=np.int64),
         np.ascontiguousarray(duty, dtype=np.float64),
+        frac,
         float(t0),
         float(t1),
+        int(renew.seed),
+        STREAMS[renew.stream],
+        int(renew.tick),
+        float(renew.cycle_min),
+        float(renew.cycle_max),
     )
-    return OnTime(on, renew, end)
+    return frac
+
+
+@dataclass(frozen=True)
+class Draws:
+    """One tick's random draws, one value per VM."""
+
+    jit: FloatArray  # rate jitter factor, lognormal(0, rate_jitter)
+    cj: FloatArray  # CPU jitter factor, 1 + normal(0, cpu_jitter)
+    arrivals: FloatArray  # requests arriving, Poisson (0 for VMs that do not ask)
+
+
+def draws(
+    seed: int,
+    tick: int,
+    n: int,
+    rate_jitter: float,
+    cpu_jitter: float,
+    asks: IntArray,
+    means: FloatArray,
+) -> Draws:
+    """The draws of tick number ``tick`` for ``n`` VMs: each VM's rate and CPU jitter
+    (factors of 1 where the jitter is 0) and the arrivals of VMs ``asks`` at ``means``."""
+    jit, cj, arrivals = _core.tick_draws(
+        int(seed),
+        int(tick),
+        int(n),
+        float(rate_jitter),
+        float(cpu_jitter),
+        np.ascontiguousarray(asks, dtype=np.int64),
+        np.ascontiguousarray(means, dtype=np.float64),
+    )
+    return Draws(jit, cj, arrivals)
+
+
+def uniforms(seed: int, stream: str, vms: IntArray, counters: IntArray, draw: int) -> FloatArray:
+    """Uniform draw number ``draw`` on [0, 1) of ``stream`` for each VM ``vms[j]`` at its
+    own ``counters[j]`` (its reset number, or the tick number)."""
+    return _core.uniforms(
+        int(seed),
+        STREAMS[stream],
+        np.ascontiguousarray(vms, dtype=np.int64),
+        np.ascontiguousarray(counters, dtype=np.int64),
+        int(draw),
+    )
 
 
 @dataclass(frozen=True)
