@@ -73,13 +73,42 @@ impl Draws {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
-    /// Standard normal by Box–Muller (one of the pair; the other is dropped so that a
-    /// draw stays a function of its key alone): `sqrt(-2 ln u1) cos(2π u2)` with
-    /// `u1 = 1 - uniform()` in (0, 1], so the logarithm is finite.
+    /// Standard normal by the ziggurat method with 128 layers, in Doornik's form
+    /// ("An improved ziggurat method to generate normal random samples", 2005: the layer
+    /// index from bits the uniform does not use, so the two are independent; the tail
+    /// beyond R by Marsaglia's exponential method). About 98.8 % of draws are one word
+    /// and one multiplication; Box–Muller's logarithm, root and cosine cost ~4× more.
     pub fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.uniform();
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        let z = ziggurat();
+        loop {
+            let w = self.next_u64();
+            let u = 2.0 * ((w >> 11) as f64 * (1.0 / (1u64 << 53) as f64)) - 1.0;
+            let i = (w & 0x7F) as usize; // the low 7 bits: unused by u's 53
+            if u.abs() < z.ratio[i] {
+                return u * z.x[i]; // inside layer i's rectangle
+            }
+            if i == 0 {
+                return self.normal_tail(u < 0.0);
+            }
+            let x = u * z.x[i];
+            let f0 = (-0.5 * (z.x[i] * z.x[i] - x * x)).exp();
+            let f1 = (-0.5 * (z.x[i + 1] * z.x[i + 1] - x * x)).exp();
+            if f1 + self.uniform() * (f0 - f1) < 1.0 {
+                return x; // under the density in layer i's wedge
+            }
+        }
+    }
+
+    /// A normal beyond `ZIG_R` (Marsaglia 1964): x = ln(u1)/R, y = ln(u2), accepted when
+    /// -2y >= x².
+    fn normal_tail(&mut self, negative: bool) -> f64 {
+        loop {
+            let x = (1.0 - self.uniform()).ln() / ZIG_R;
+            let y = (1.0 - self.uniform()).ln();
+            if -2.0 * y >= x * x {
+                return if negative { x - ZIG_R } else { ZIG_R - x };
+            }
+        }
     }
 
     /// `exp(mu + sigma·Z)`, Z standard normal.
@@ -143,6 +172,40 @@ impl Draws {
             }
         }
     }
+}
+
+/// The ziggurat's rightmost layer edge and the area of each of its 128 layers (Marsaglia
+/// and Tsang, "The Ziggurat Method for Generating Random Variables", JSS 2000).
+const ZIG_R: f64 = 3.442_619_855_899;
+const ZIG_V: f64 = 9.912_563_035_262_17e-3;
+
+/// Layer edges `x[0..=128]` (x[0] = V/f(R), the base's width as a rectangle; x[1] = R;
+/// x[128] = 0) and `ratio[i] = x[i+1]/x[i]`, the share of layer i that is inside the
+/// density for sure.
+struct Ziggurat {
+    x: [f64; 129],
+    ratio: [f64; 128],
+}
+
+fn ziggurat() -> &'static Ziggurat {
+    static TABLES: std::sync::OnceLock<Ziggurat> = std::sync::OnceLock::new();
+    TABLES.get_or_init(|| {
+        // every layer has area V, x[i-1]·(f(x[i]) - f(x[i-1])) = V with f(x) = exp(-x²/2)
+        // (unnormalised), solved upward from R: x[i] = sqrt(-2 ln(V / x[i-1] + f(x[i-1])))
+        let mut x = [0.0; 129];
+        let mut f = (-0.5 * ZIG_R * ZIG_R).exp();
+        x[0] = ZIG_V / f;
+        x[1] = ZIG_R;
+        for i in 2..128 {
+            x[i] = (-2.0 * (ZIG_V / x[i - 1] + f).ln()).sqrt();
+            f = (-0.5 * x[i] * x[i]).exp();
+        }
+        let mut ratio = [0.0; 128];
+        for (i, r) in ratio.iter_mut().enumerate() {
+            *r = x[i + 1] / x[i];
+        }
+        Ziggurat { x, ratio }
+    })
 }
 
 /// `ln Γ(x)` for x >= 1 by Stirling's series with ten Bernoulli terms, shifted up to
@@ -358,6 +421,36 @@ mod tests {
             .count() as f64
             / N as f64;
         assert!((over - 0.025).abs() < 5.0 * 3.5e-4, "{over}");
+        // the CDF at points inside the layers, at the wedges and past R (the tail):
+        // Φ(-3.6) = 1.591e-4, Φ(-2.5) = 6.210e-3, Φ(-1) = 0.158655, Φ(0.3) = 0.617911,
+        // Φ(3) = 0.998650; 5 SE each, sqrt(p(1-p)/n) with n = 1e6
+        let n = 1_000_000u64;
+        let zs: Vec<f64> = (0..n).map(|i| Draws::new(8, 9, i, 0, 0).normal()).collect();
+        for (at, p) in [
+            (-3.6, 1.591e-4),
+            (-2.5, 6.210e-3),
+            (-1.0, 0.158_655),
+            (0.3, 0.617_911),
+            (3.0, 0.998_650),
+        ] {
+            let f = zs.iter().filter(|&&z| z <= at).count() as f64 / n as f64;
+            let se = (p * (1.0 - p) / n as f64).sqrt();
+            assert!((f - p).abs() < 5.0 * se, "Φ({at}): {f} vs {p}");
+        }
+    }
+
+    #[test]
+    fn ziggurat_layers_have_equal_areas() {
+        // layer i (1..127) is the rectangle x[i] wide between f(x[i]) and f(x[i+1]):
+        // its area x[i]·(f(x[i+1]) - f(x[i])) is V for every layer, and the top edge is 0
+        let z = ziggurat();
+        let f = |x: f64| (-0.5 * x * x).exp();
+        for i in 1..127 {
+            let area = z.x[i] * (f(z.x[i + 1]) - f(z.x[i]));
+            assert!((area - ZIG_V).abs() < 1e-9, "layer {i}: {area}");
+        }
+        assert!(z.x[127] > 0.0 && z.x[127] < 0.3, "{}", z.x[127]);
+        assert_eq!(z.x[128], 0.0);
     }
 
     #[test]
