@@ -501,6 +501,55 @@ mod tests {
     }
 
     #[test]
+    fn processes_split_across_calls_in_any_order_give_the_same_bits() {
+        // what two threads would do: each half of the live processes on its own, the
+        // second half first; every start, length and share is the same bits as one call
+        let n = 200;
+        let start0: Vec<f64> = (0..n).map(|i| -(i as f64) * 0.37 % 5.0).collect();
+        let length0: Vec<f64> = (0..n).map(|i| 0.5 + (i as f64 * 0.61) % 1.5).collect();
+        let live: Vec<i64> = (0..n as i64).filter(|i| i % 7 != 3).collect();
+        let duty: Vec<f64> = live.iter().map(|&i| (i as f64 * 0.13) % 1.0).collect();
+        let r = Renewals {
+            seed: 42,
+            stream: 4,
+            tick: 17,
+            cycle_min: 0.5,
+            cycle_max: 2.0,
+        };
+        let (mut s1, mut l1, mut f1) = (start0.clone(), length0.clone(), vec![0.0; n]);
+        on_fraction(&mut s1, &mut l1, &live, &duty, &mut f1, 3.0, 4.0, r).unwrap();
+        let (mut s2, mut l2, mut f2) = (start0, length0, vec![0.0; n]);
+        let k = live.len() / 2;
+        on_fraction(
+            &mut s2,
+            &mut l2,
+            &live[k..],
+            &duty[k..],
+            &mut f2,
+            3.0,
+            4.0,
+            r,
+        )
+        .unwrap();
+        on_fraction(
+            &mut s2,
+            &mut l2,
+            &live[..k],
+            &duty[..k],
+            &mut f2,
+            3.0,
+            4.0,
+            r,
+        )
+        .unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&s1), bits(&s2));
+        assert_eq!(bits(&l1), bits(&l2));
+        assert_eq!(bits(&f1), bits(&f2));
+        assert!(f1.iter().any(|&f| f > 0.0) && s1.iter().any(|&s| s > 3.0)); // renewals ran
+    }
+
+    #[test]
     fn nan_propagates_as_numpy_does() {
         assert!(np_min(f64::NAN, 1.0).is_nan());
         assert!(np_min(1.0, f64::NAN).is_nan());
