@@ -7,7 +7,7 @@
 //! `bincount` is a running sum in index order. The readable numpy form is the oracle
 //! (tests/test_tick_forms.py compares the engine's state byte for byte after every tick).
 
-use crate::rng::{Draws, vm_indices};
+use crate::rng::{self, Draws, vm_indices};
 use crate::waterfill::InputError;
 
 /// `np.minimum`: NaN if either is NaN (the NaN operand itself), else the smaller; on a
@@ -298,6 +298,164 @@ pub fn on_fraction(
     Ok(())
 }
 
+/// One on/off process kind's state for [`offer`]: see [`on_fraction`].
+pub struct Cycles<'a> {
+    pub start: &'a mut [f64],
+    pub length: &'a mut [f64],
+    pub live: &'a [i64],
+    pub duty: &'a [f64],
+    /// the share of the non-live processes on entry (1 or 0), every VM's share on exit
+    pub frac: &'a mut [f64],
+}
+
+/// Each VM's workload parameters as [`offer`] reads them (the simulator's `LoadStatic`).
+pub struct Load<'a> {
+    pub rate: &'a [f64],
+    pub streams: &'a [f64],
+    /// duty cycles and bulk streams: they offer `frac · rate · streams · jitter`
+    pub streamy: &'a [bool],
+    pub resp_bytes: &'a [f64],
+    pub backlog_bits: &'a [f64],
+    pub is_req: &'a [bool],
+    /// file transfers with bytes left (offer their full rate); None when there are none
+    pub is_file: Option<&'a [bool]>,
+    /// each VM's ingress limit (bit/s) and 8·max(request bytes, 1); None when no VM has one
+    pub ingress: Option<(&'a [f64], &'a [f64])>,
+    /// the VMs with a request rate and their mean arrivals this tick
+    pub asks: &'a [i64],
+    pub ask_means: &'a [f64],
+}
+
+/// The tick's constants for [`offer`].
+#[derive(Debug, Clone, Copy)]
+pub struct OfferParams {
+    pub seed: u64,
+    pub tick: u64,
+    pub t0: f64,
+    pub t1: f64,
+    pub cycle_min: f64,
+    pub cycle_max: f64,
+    pub rate_jitter: f64,
+    pub cpu_jitter: f64,
+    /// some VM serves requests (else their terms, all 0.0, are skipped as numpy's form does)
+    pub any_req: bool,
+    /// guest CPU ns per arriving request
+    pub guest_ns_per_request: f64,
+}
+
+/// What each VM offers this tick, before the host and the network have their say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offered {
+    pub offered: Vec<f64>,
+    pub jit: Vec<f64>,
+    pub cj: Vec<f64>,
+    pub arrivals: Vec<f64>,
+    pub req_bits: Vec<f64>,
+    pub arrival_cost: Vec<f64>,
+}
+
+/// [`on_fraction`] of one process kind, when it has live processes.
+fn cycles(c: &mut Cycles<'_>, t0: f64, t1: f64, r: Renewals) -> Result<(), InputError> {
+    if c.live.is_empty() {
+        return Ok(());
+    }
+    on_fraction(c.start, c.length, c.live, c.duty, c.frac, t0, t1, r)
+}
+
+/// One tick's offered load in one pass: the duty cycles' on-time (net and CPU, renewed
+/// where they end, [`on_fraction`]), the tick's draws ([`crate::rng::tick_draws`]),
+/// requests above a VM's ingress limit dropped, then each VM's offer: its streams'
+/// `frac · rate · streams · jitter`, plus its responses and backlog over the tick for a
+/// request VM, or its full rate for a file with bytes left; and each VM's guest CPU for
+/// its arrivals. The numpy form's expressions in its order, one VM at a time.
+pub fn offer(
+    mut net: Cycles<'_>,
+    mut cpu: Cycles<'_>,
+    load: &Load<'_>,
+    p: OfferParams,
+) -> Result<Offered, InputError> {
+    let n = load.rate.len();
+    let per_vm = [
+        ("streams", load.streams.len()),
+        ("streamy", load.streamy.len()),
+        ("resp_bytes", load.resp_bytes.len()),
+        ("backlog_bits", load.backlog_bits.len()),
+        ("is_req", load.is_req.len()),
+        ("is_file", load.is_file.map_or(n, <[bool]>::len)),
+        ("ingress_limit", load.ingress.map_or(n, |(l, _)| l.len())),
+        ("ingress_div", load.ingress.map_or(n, |(_, d)| d.len())),
+        ("net_frac", net.frac.len()),
+        ("cpu_frac", cpu.frac.len()),
+    ];
+    for (name, len) in per_vm {
+        if len != n {
+            return Err(InputError(format!("{name}: {len} values for {n} VMs")));
+        }
+    }
+    let renew = |stream| Renewals {
+        seed: p.seed,
+        stream,
+        tick: p.tick,
+        cycle_min: p.cycle_min,
+        cycle_max: p.cycle_max,
+    };
+    let (t0, t1) = (p.t0, p.t1);
+    cycles(&mut net, t0, t1, renew(rng::stream::NET_CYCLE))?;
+    cycles(&mut cpu, t0, t1, renew(rng::stream::CPU_CYCLE))?;
+    let got = rng::tick_draws(
+        p.seed,
+        p.tick,
+        n,
+        p.rate_jitter,
+        p.cpu_jitter,
+        load.asks,
+        load.ask_means,
+    )?;
+    let dt = t1 - t0;
+    let mut arrivals = got.arrivals;
+    if let Some((limit, div)) = load.ingress {
+        for i in 0..n {
+            arrivals[i] = np_min(arrivals[i], limit[i] * dt / div[i]);
+        }
+    }
+    let mut offered = vec![0.0; n];
+    let mut req_bits = vec![0.0; n];
+    let mut arrival_cost = vec![0.0; n];
+    for i in 0..n {
+        let mut f = net.frac[i] * load.rate[i];
+        f *= load.streams[i];
+        f *= got.jit[i];
+        let mut o = if load.streamy[i] { f } else { 0.0 };
+        let mut rb = arrivals[i] * load.resp_bytes[i];
+        rb *= 8.0;
+        req_bits[i] = rb;
+        if p.any_req {
+            let mut r = rb + load.backlog_bits[i];
+            r /= dt;
+            r *= if load.is_req[i] { 1.0 } else { 0.0 };
+            o += r;
+        }
+        if load.is_file.is_some_and(|file| file[i]) {
+            o = load.rate[i];
+        }
+        offered[i] = o;
+        if p.guest_ns_per_request != 0.0 {
+            let mut a = arrivals[i] / dt;
+            a *= p.guest_ns_per_request;
+            a /= 1e9;
+            arrival_cost[i] = a;
+        }
+    }
+    Ok(Offered {
+        offered,
+        jit: got.jit,
+        cj: got.cj,
+        arrivals,
+        req_bits,
+        arrival_cost,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,6 +705,68 @@ mod tests {
         assert_eq!(bits(&l1), bits(&l2));
         assert_eq!(bits(&f1), bits(&f2));
         assert!(f1.iter().any(|&f| f > 0.0) && s1.iter().any(|&s| s > 3.0)); // renewals ran
+    }
+
+    #[test]
+    fn offer_of_each_kind() {
+        // VM 0, a bulk stream (duty 1, no live process): 1 Gbit/s · 2 streams, no jitter;
+        // VM 1, requests behind an ingress limit of 0: none admitted, its 8,000 backlog
+        // bits over the 0.5 s tick, 16 kbit/s; VM 2, a file with bytes left: its full
+        // 3 Gbit/s; VM 3, requests at a mean of 100 of 1,000 bytes: its draw's
+        // arrivals · 8,000 bits / 0.5 s, and 5e4 ns of guest CPU each
+        let empty: [i64; 0] = [];
+        let (mut s, mut l) = ([0.0; 4], [1.0; 4]);
+        let (mut s2, mut l2) = ([0.0; 4], [1.0; 4]);
+        let mut net_frac = [1.0, 0.0, 0.0, 0.0];
+        let mut cpu_frac = [0.0; 4];
+        let net = Cycles {
+            start: &mut s,
+            length: &mut l,
+            live: &empty,
+            duty: &[],
+            frac: &mut net_frac,
+        };
+        let cpu = Cycles {
+            start: &mut s2,
+            length: &mut l2,
+            live: &empty,
+            duty: &[],
+            frac: &mut cpu_frac,
+        };
+        let inf = f64::INFINITY;
+        let load = Load {
+            rate: &[1e9, 0.0, 3e9, 0.0],
+            streams: &[2.0, 1.0, 1.0, 1.0],
+            streamy: &[true, false, false, false],
+            resp_bytes: &[0.0, 1000.0, 0.0, 1000.0],
+            backlog_bits: &[0.0, 8000.0, 0.0, 0.0],
+            is_req: &[false, true, false, true],
+            is_file: Some(&[false, false, true, false]),
+            ingress: Some((&[inf, 0.0, inf, inf], &[8.0, 8.0, 8.0, 8.0])),
+            asks: &[1, 3],
+            ask_means: &[100.0, 100.0],
+        };
+        let p = OfferParams {
+            seed: 5,
+            tick: 2,
+            t0: 1.0,
+            t1: 1.5,
+            cycle_min: 1.0,
+            cycle_max: 2.0,
+            rate_jitter: 0.0,
+            cpu_jitter: 0.0,
+            any_req: true,
+            guest_ns_per_request: 5e4,
+        };
+        let got = offer(net, cpu, &load, p).unwrap();
+        let k = Draws::new(5, rng::stream::ARRIVALS, 3, 2, 0).poisson(100.0);
+        assert!(k > 50.0 && k < 150.0);
+        assert_eq!(got.arrivals, [0.0, 0.0, 0.0, k]);
+        assert_eq!(got.offered, [2e9, 16_000.0, 3e9, k * 8000.0 / 0.5]);
+        assert_eq!(got.req_bits, [0.0, 0.0, 0.0, k * 8000.0]);
+        assert_eq!(got.arrival_cost, [0.0, 0.0, 0.0, k / 0.5 * 5e4 / 1e9]);
+        assert_eq!((got.jit, got.cj), (vec![1.0; 4], vec![1.0; 4]));
+        assert_eq!(cpu_frac, [0.0; 4]);
     }
 
     #[test]

@@ -238,37 +238,96 @@ fn tick_count<'py>(
     Ok(arrays!(py; f.cpu_use, f.host_cpu_util, f.host_net_util))
 }
 
-/// The duty cycles' on-time share of `(t0, t1]` into `frac[live]`, the cycles that end
-/// inside it renewed in place with lengths drawn from `stream` at `tick`.
+/// One tick's offered load: the duty cycles (renewed in place), the draws, each VM's
+/// offer; see sova_core::tick::offer.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
-fn tick_on_fraction(
-    py: Python<'_>,
-    mut start: PyReadwriteArray1<'_, f64>,
-    mut length: PyReadwriteArray1<'_, f64>,
-    live: PyReadonlyArray1<'_, i64>,
-    duty: PyReadonlyArray1<'_, f64>,
-    mut frac: PyReadwriteArray1<'_, f64>,
+#[allow(clippy::type_complexity)] // six arrays, as Python unpacks them
+fn tick_offer<'py>(
+    py: Python<'py>,
+    mut net_start: PyReadwriteArray1<'py, f64>,
+    mut net_len: PyReadwriteArray1<'py, f64>,
+    net_live: PyReadonlyArray1<'py, i64>,
+    net_duty: PyReadonlyArray1<'py, f64>,
+    mut net_frac: PyReadwriteArray1<'py, f64>,
+    mut cpu_start: PyReadwriteArray1<'py, f64>,
+    mut cpu_len: PyReadwriteArray1<'py, f64>,
+    cpu_live: PyReadonlyArray1<'py, i64>,
+    cpu_duty: PyReadonlyArray1<'py, f64>,
+    mut cpu_frac: PyReadwriteArray1<'py, f64>,
+    rate: PyReadonlyArray1<'py, f64>,
+    streams: PyReadonlyArray1<'py, f64>,
+    streamy: PyReadonlyArray1<'py, bool>,
+    resp_bytes: PyReadonlyArray1<'py, f64>,
+    backlog_bits: PyReadonlyArray1<'py, f64>,
+    is_req: PyReadonlyArray1<'py, bool>,
+    is_file: Option<PyReadonlyArray1<'py, bool>>,
+    ingress_limit: Option<PyReadonlyArray1<'py, f64>>,
+    ingress_div: Option<PyReadonlyArray1<'py, f64>>,
+    asks: PyReadonlyArray1<'py, i64>,
+    ask_means: PyReadonlyArray1<'py, f64>,
+    seed: u64,
+    tick: u64,
     t0: f64,
     t1: f64,
-    seed: u64,
-    stream: u64,
-    tick: u64,
     cycle_min: f64,
     cycle_max: f64,
-) -> PyResult<()> {
-    slices! { live, duty }
-    slices_mut! { start, length, frac }
-    let r = tick::Renewals {
+    rate_jitter: f64,
+    cpu_jitter: f64,
+    any_req: bool,
+    guest_ns_per_request: f64,
+) -> PyResult<(
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+)> {
+    slices! { net_live, net_duty, cpu_live, cpu_duty }
+    slices! { rate, streams, streamy, resp_bytes, backlog_bits, is_req, asks, ask_means }
+    optional_slices! { is_file, ingress_limit, ingress_div }
+    slices_mut! { net_start, net_len, net_frac, cpu_start, cpu_len, cpu_frac }
+    let net = tick::Cycles {
+        start: net_start,
+        length: net_len,
+        live: net_live,
+        duty: net_duty,
+        frac: net_frac,
+    };
+    let cpu = tick::Cycles {
+        start: cpu_start,
+        length: cpu_len,
+        live: cpu_live,
+        duty: cpu_duty,
+        frac: cpu_frac,
+    };
+    let load = tick::Load {
+        rate,
+        streams,
+        streamy,
+        resp_bytes,
+        backlog_bits,
+        is_req,
+        is_file,
+        ingress: ingress_limit.zip(ingress_div),
+        asks,
+        ask_means,
+    };
+    let p = tick::OfferParams {
         seed,
-        stream,
         tick,
+        t0,
+        t1,
         cycle_min,
         cycle_max,
+        rate_jitter,
+        cpu_jitter,
+        any_req,
+        guest_ns_per_request,
     };
-    detached(py, || {
-        tick::on_fraction(start, length, live, duty, frac, t0, t1, r)
-    })
+    let got = detached(py, || tick::offer(net, cpu, &load, p))?;
+    Ok(arrays!(py; got.offered, got.jit, got.cj, got.arrivals, got.req_bits, got.arrival_cost))
 }
 
 /// One tick's per-VM draws: rate jitter, CPU jitter, Poisson arrivals of VMs `asks`.
@@ -902,8 +961,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(links_fsum, m)?)?;
     m.add_function(wrap_pyfunction!(tick_count, m)?)?;
-    m.add_function(wrap_pyfunction!(tick_on_fraction, m)?)?;
     m.add_function(wrap_pyfunction!(tick_draws, m)?)?;
+    m.add_function(wrap_pyfunction!(tick_offer, m)?)?;
     m.add_function(wrap_pyfunction!(uniforms, m)?)?;
     for (name, value) in [
         ("STREAM_RATE_JITTER", rng::stream::RATE_JITTER),

@@ -44,47 +44,91 @@ STREAMS = {
 
 
 @dataclass(frozen=True)
-class Renewals:
-    """Where renewed duty cycles' lengths come from: uniform on ``[cycle_min, cycle_max]``,
-    from ``stream`` ("net_cycle" or "cpu_cycle") of ``seed`` at tick number ``tick``."""
+class Cycles:
+    """One kind of on/off process (network or CPU) of every VM: VM ``live[j]`` is on for
+    the first ``duty[j]`` of its cycle of ``length`` from ``start`` (float64 arrays, C-
+    contiguous: advanced in place when a cycle ends inside the tick); ``frac`` holds the
+    other VMs' share (1 or 0) and receives every VM's on-time share of the tick."""
 
+    start: FloatArray
+    length: FloatArray
+    live: IntArray
+    duty: FloatArray
+    frac: FloatArray
+
+
+@dataclass(frozen=True)
+class Load:
+    """Each VM's workload parameters as the tick reads them."""
+
+    rate: FloatArray
+    streams: FloatArray
+    streamy: BoolArray  # duty cycles and bulk streams
+    resp_bytes: FloatArray
+    backlog_bits: FloatArray
+    is_req: BoolArray
+    is_file: BoolArray | None  # file transfers with bytes left; None: there are none
+    ingress: tuple[FloatArray, FloatArray] | None  # (limit bit/s, 8·max(request bytes, 1))
+    asks: IntArray  # VMs with a request rate
+    ask_means: FloatArray  # their mean arrivals this tick
+
+
+@dataclass(frozen=True)
+class OfferParams:
     seed: int
-    stream: str
-    tick: int
+    tick: int  # the tick's number, from 0
+    t0: float
+    t1: float
     cycle_min: float
     cycle_max: float
+    rate_jitter: float
+    cpu_jitter: float
+    any_req: bool  # some VM serves requests
+    guest_ns_per_request: float
 
 
-def on_fraction(
-    start: FloatArray,
-    length: FloatArray,
-    live: IntArray,
-    duty: FloatArray,
-    frac: FloatArray,
-    t0: float,
-    t1: float,
-    renew: Renewals,
-) -> FloatArray:
-    """Each live on/off process's exact on-time share of ``(t0, t1]`` into ``frac[live]``
-    (VM ``live[j]`` on for the first ``duty[j]`` of its cycle of ``length`` from
-    ``start``); a cycle ending inside the tick is followed by one of a drawn length, and
-    ``start``/``length`` (float64, C-contiguous: advanced in place) hold each VM's current
-    cycle afterwards. Returns ``frac``."""
-    _core.tick_on_fraction(
-        start,
-        length,
-        np.ascontiguousarray(live, dtype=np.int64),
-        np.ascontiguousarray(duty, dtype=np.float64),
-        frac,
-        float(t0),
-        float(t1),
-        int(renew.seed),
-        STREAMS[renew.stream],
-        int(renew.tick),
-        float(renew.cycle_min),
-        float(renew.cycle_max),
-    )
-    return frac
+@dataclass(frozen=True)
+class Offered:
+    """What each VM offers this tick, before the host and the network have their say."""
+
+    offered: FloatArray  # bit/s
+    jit: FloatArray  # rate jitter factor
+    cj: FloatArray  # CPU jitter factor
+    arrivals: FloatArray  # requests arrived and admitted
+    req_bits: FloatArray  # response bits of this tick's requests
+    arrival_cost: FloatArray  # guest CPU of the arrivals (cores)
+
+
+def offer_load(net: Cycles, cpu: Cycles, load: Load, p: OfferParams) -> Offered:
+    """One tick's offered load in one core call: both on/off processes' on-time shares
+    (their cycles renewed where they end, lengths from their own streams), the tick's
+    draws (:func:`draws`), requests above an ingress limit dropped, and each VM's offer:
+    ``frac · rate · streams · jitter`` for streams, responses and backlog over the tick
+    for request VMs, the full rate for a file with bytes left."""
+
+    def f(a: FloatArray) -> FloatArray:
+        return np.ascontiguousarray(a, dtype=np.float64)
+
+    def b(a: BoolArray) -> BoolArray:
+        return np.ascontiguousarray(a, dtype=np.bool_)
+
+    def i(a: IntArray) -> IntArray:
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    ing = load.ingress
+    got = _core.tick_offer(
+        net.start, net.length, i(net.live), f(net.duty), net.frac,
+        cpu.start, cpu.length, i(cpu.live), f(cpu.duty), cpu.frac,
+        f(load.rate), f(load.streams), b(load.streamy), f(load.resp_bytes),
+        f(load.backlog_bits), b(load.is_req),
+        None if load.is_file is None else b(load.is_file),
+        None if ing is None else f(ing[0]), None if ing is None else f(ing[1]),
+        i(load.asks), f(load.ask_means),
+        int(p.seed), int(p.tick), float(p.t0), float(p.t1), float(p.cycle_min),
+        float(p.cycle_max), float(p.rate_jitter), float(p.cpu_jitter), bool(p.any_req),
+        float(p.guest_ns_per_request),
+    )  # fmt: skip
+    return Offered(*got)
 
 
 @dataclass(frozen=True)

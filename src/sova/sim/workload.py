@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sova.policy.tick import Renewals, draws, on_fraction, uniforms
+from sova.policy.tick import Cycles, Load, OfferParams, offer_load, uniforms
 from sova.scenario import Workload
 from sova.sim.state import LoadStatic
 
@@ -181,60 +181,41 @@ def load_trace(eng: EngineState, path: str) -> dict[str, np.ndarray]:
     return eng._trace_cache[path]
 
 
-def _on_fraction(eng: EngineState, st: LoadStatic, net: bool, t0: float, t1: float) -> np.ndarray:
-    """Exact on-time share of [t0, t1) of every VM's network (``net``) or CPU on/off
-    process: 1 or 0 for duties of 1 or 0, the live processes' (duty strictly between) in
-    the compiled core, which renews the cycles that end inside the tick (advancing the
-    engine's start and length arrays) with lengths from the process's own stream."""
-    if net:
-        start, length, frac, live, d = (
-            eng.net_start, eng.net_len, st.net_full.copy(), st.net_live, st.net_live_duty
-        )
-    else:
-        start, length, frac, live, d = (
-            eng.cpu_start, eng.cpu_len, st.cpu_full.copy(), st.cpu_live, st.cpu_live_duty
-        )
-    if live.size == 0:
-        return frac
-    p = eng.profile
-    stream = "net_cycle" if net else "cpu_cycle"
-    renew = Renewals(eng.seed, stream, eng.ticks, p.cycle_min, p.cycle_max)
-    return on_fraction(start, length, live, d, frac, t0, t1, renew)
-
-
 def offer(eng: EngineState, t0: float, t1: float) -> Offer:
+    """One tick's offered load: the core's one call (the duty cycles and their renewals,
+    the draws, each VM's offer), then the traces' samples, the VMs paused for a
+    migration's downtime and the guests' own limits."""
     p = eng.profile
-    dt = t1 - t0
-    N = eng.N
     st = load_static(eng)
-    net_frac = _on_fraction(eng, st, True, t0, t1)
-    cpu_frac = _on_fraction(eng, st, False, t0, t1)
-    jit, cj, arrivals = _draws(eng, st, dt)
-
-    net_frac *= eng.rate
-    net_frac *= eng.streams
-    net_frac *= jit
-    offered = np.where(st.streamy, net_frac, 0.0)
-    # requests: new responses plus the backlog not yet sent
-    req_bits = arrivals * eng.resp_bytes
-    req_bits *= 8.0
-    if st.any_req:
-        # (without request VMs the term is 0.0 everywhere and offered is never -0.0)
-        r = req_bits + eng.backlog_bits
-        r /= dt
-        r *= st.is_req
-        offered += r
     if st.any_file_kind:
         is_file = st.file_kind & (eng.file_left > 0)
         any_file = bool(is_file.any())
     else:
         is_file, any_file = st.file_kind, False
-    # scp offers its full rate while bytes are left; the last tick is clipped below
-    # (offering only the remainder would shrink it geometrically and never finish)
-    if any_file:
-        offered = np.where(is_file, eng.rate, offered)
+    net_frac, cpu_frac = st.net_full.copy(), st.cpu_full.copy()  # written by the core
+    got = offer_load(
+        Cycles(eng.net_start, eng.net_len, st.net_live, st.net_live_duty, net_frac),
+        Cycles(eng.cpu_start, eng.cpu_len, st.cpu_live, st.cpu_live_duty, cpu_frac),
+        Load(
+            eng.rate,
+            eng.streams,
+            st.streamy,
+            eng.resp_bytes,
+            eng.backlog_bits,
+            st.is_req,
+            is_file if any_file else None,
+            (eng.ingress_limit, st.ingress_div) if eng._ingress_limited else None,
+            st.asks,
+            st.ask_rate * (t1 - t0),
+        ),
+        OfferParams(
+            eng.seed, eng.ticks, t0, t1, p.cycle_min, p.cycle_max, p.rate_jitter,
+            p.cpu_jitter, st.any_req, p.guest_ns_per_request,
+        ),  # fmt: skip
+    )
+    offered = got.offered
     if st.traces.size:
-        _replay_traces(eng, st, t0, jit, offered, cpu_frac)
+        _replay_traces(eng, st, t0, got.jit, offered, cpu_frac)
     any_paused = t0 < eng.paused_through
     if any_paused:
         paused = eng.paused_until > t0
@@ -245,42 +226,20 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
     cap *= 8
     np.minimum(eng.guest_limit, cap, out=cap)
     want = np.minimum(offered, cap)
-    if p.guest_ns_per_request:
-        arrival_cost = arrivals / dt
-        arrival_cost *= p.guest_ns_per_request
-        arrival_cost /= 1e9
-    else:
-        arrival_cost = np.zeros(N)  # (arrivals are finite and >= 0: each term is +0.0)
     return Offer(
-        dt,
+        t1 - t0,
         cpu_frac,
-        cj,
-        arrivals,
+        got.cj,
+        got.arrivals,
         offered,
-        req_bits,
+        got.req_bits,
         is_file,
         paused,
         want,
         any_paused,
         any_file,
-        arrival_cost,
+        got.arrival_cost,
     )
-
-
-def _draws(
-    eng: EngineState, st: LoadStatic, dt: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This tick's random draws: the rate jitter, the CPU jitter, the requests arriving
-    (those above a VM's ingress limit dropped)."""
-    p = eng.profile
-    got = draws(eng.seed, eng.ticks, eng.N, p.rate_jitter, p.cpu_jitter, st.asks, st.ask_rate * dt)
-    arrivals = got.arrivals
-    if eng._ingress_limited:
-        # The NIC discards requests above the VM's ingress limit: they never reach the
-        # guest (or a driver domain), so they cost no CPU and are never answered.
-        allowed = eng.ingress_limit * dt / st.ingress_div
-        arrivals = np.minimum(arrivals, allowed)
-    return got.jit, got.cj, arrivals
 
 
 def _replay_traces(
