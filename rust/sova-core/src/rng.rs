@@ -44,6 +44,11 @@ pub mod stream {
     pub const RESET: u64 = 6;
 }
 
+/// A key's `(seed, stream)` part folded through the finalizer, as [`Draws::new`] starts.
+pub fn prefix(seed: u64, stream: u64) -> u64 {
+    mix(mix(seed.wrapping_add(GAMMA)) ^ stream.wrapping_add(GAMMA))
+}
+
 /// One draw's own sequence of uniform 64-bit words.
 #[derive(Debug, Clone)]
 pub struct Draws {
@@ -56,8 +61,14 @@ impl Draws {
     /// keys that differ in one part start apart; keys differing in several collide with
     /// probability about 2^-64.
     pub fn new(seed: u64, stream: u64, vm: u64, counter: u64, draw: u64) -> Self {
-        let mut h = mix(seed.wrapping_add(GAMMA));
-        for part in [stream, vm, counter, draw] {
+        Self::after(prefix(seed, stream), vm, counter, draw)
+    }
+
+    /// [`Draws::new`] from the key's `(seed, stream)` part folded once ([`prefix`]): the
+    /// same sequence, two finalizer rounds fewer per VM in a batch.
+    pub fn after(prefix: u64, vm: u64, counter: u64, draw: u64) -> Self {
+        let mut h = prefix;
+        for part in [vm, counter, draw] {
             h = mix(h ^ part.wrapping_add(GAMMA));
         }
         Draws { state: h }
@@ -281,8 +292,9 @@ pub fn tick_draws(
         )));
     }
     let per_vm = |s: u64, f: &dyn Fn(&mut Draws) -> f64| -> Vec<f64> {
+        let pre = prefix(seed, s);
         (0..n as u64)
-            .map(|i| f(&mut Draws::new(seed, s, i, tick, 0)))
+            .map(|i| f(&mut Draws::after(pre, i, tick, 0)))
             .collect()
     };
     let jit = if rate_jitter != 0.0 {
@@ -296,8 +308,9 @@ pub fn tick_draws(
         vec![1.0; n]
     };
     let mut arrivals = vec![0.0; n];
+    let pre = prefix(seed, stream::ARRIVALS);
     for (&i, &m) in asks.iter().zip(means) {
-        arrivals[i] = Draws::new(seed, stream::ARRIVALS, i as u64, tick, 0).poisson(m);
+        arrivals[i] = Draws::after(pre, i as u64, tick, 0).poisson(m);
     }
     Ok(TickDraws { jit, cj, arrivals })
 }

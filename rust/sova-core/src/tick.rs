@@ -265,6 +265,7 @@ pub fn on_fraction(
     let live = vm_indices("live", live, n)?;
     let span = r.cycle_max - r.cycle_min;
     let dt = t1 - t0;
+    let pre = rng::prefix(r.seed, r.stream);
     for (&i, &d) in live.iter().zip(duty) {
         let (s, ln) = (start[i], length[i]);
         let end = s + ln;
@@ -275,7 +276,7 @@ pub fn on_fraction(
             let mut cur = end; // where the next cycle starts
             for pass in 0..PASSES {
                 start[i] = cur;
-                let u = Draws::new(r.seed, r.stream, i as u64, r.tick, pass).uniform();
+                let u = Draws::after(pre, i as u64, r.tick, pass).uniform();
                 let ln_k = r.cycle_min + span * u;
                 length[i] = ln_k;
                 if pass == PASSES - 1 {
