@@ -502,7 +502,11 @@ mod tests {
                 let k = Draws::new(6, 9, i, 0, 0).poisson(lam) as usize;
                 freq[k.min(79)] += 1;
             }
-            let near_mode = freq.iter().enumerate().skip(lam as usize - 6).take(12);
+            let near_mode = freq
+                .iter()
+                .enumerate()
+                .skip((lam as usize).saturating_sub(6))
+                .take(12);
             for (k, &count) in near_mode {
                 let p = (-lam + k as f64 * lam.ln() - ln_gamma(k as f64 + 1.0)).exp();
                 let f = count as f64 / N as f64;
