@@ -768,6 +768,40 @@ intake of loads, together ~30 % of the hour) and the tick's remaining ~100 numpy
 call with its own seeded generator (issue 36, build point 4) is the step that removes
 the per-tick numpy calls together; it changes the draws, hence the golden outputs.
 CloudSim Plus was not run: the machine was never quiet (load >= 10).
+
+Issue 36, branch rtick36 (2026-12-07; the 2-core machine shared with four other sessions,
+load average 0.4-2.5 during these runs, bursts of other sessions' tests between them, so
+repeated medians of the same code moved by up to 0.3 CPU-s at 1,000 x 20). The world's
+random draws moved from numpy's Generator into the core (rust/sova-core/src/rng.rs:
+counter-based, each draw a function of (seed, stream, VM, tick or the VM's reset count,
+draw), so no value depends on which VMs drew before it or on threads; normals by the
+ziggurat, Poisson by inversion below a mean of 10 and PTRS above), and the tick's offered
+load is one core call (both duty-cycle processes with their renewals, the draws, each VM's
+offer: ``tick::offer``; three core calls and ~15 numpy operations before). The streams
+changed, so the golden hashes were re-pinned once, after every experiment test passed on
+them. Simulation only, CPU seconds, before = main 32eaa26 through ``--sova-src`` (two
+sessions of runs each; medians of 3 at 1,000 hosts, one run elsewhere):
+
+    size (hosts x VMs x 300 s)   --sim-only before / after          --physics-only before / after
+    100 x 20                     0.49 / 0.36, 0.42                  0.28 / 0.23, 0.16
+    1,000 x 20                   3.32 (3.01-3.51) / 3.05 (2.95-3.28),  1.47 (1.22-1.49), 1.59 (1.53-2.10)
+                                   3.44 (2.99-3.98)                    / 1.23 (1.21-1.29), 1.44 (1.33-1.52)
+    10,000 x 20                  31.53 / 31.23, 32.86                16.25, 14.99 / 17.92, 16.05, 15.08
+    (the last two 10,000 x 20 physics runs after folding each key's (seed, stream) once)
+
+So at 1,000 x 20 the world alone is 3.7-4.1 M VM-steps per CPU-s before and 4.2-4.9 M after,
+and the whole simulation 1.8-2.0 M both ways: the move is about even in CPU (the draws cost
+what numpy's did once each key's common part is folded once: 6.5 ms a tick at 200,000 VMs
+against numpy's 6.7 ms for the two jitters; the core's Poisson is ~1.7x numpy's), and what
+it bought is the contract (draws independent of order and thread count) and one call for
+the offer. The issue's 10 M VM-steps per CPU-second is still ~5x away for the whole
+simulation. In the tick (cProfile of the world alone, 1,000 x 20, 120 s) the core's offer
+call is 36 % (1.9 ms a tick: mostly the draws, ~90 ns a VM with the Poisson arrivals), the
+rest of the offer 8 %, CPU, paths and the PF around the two water-fills 31 %, the counters
+10 %, request latency 8 % and files 7 %: those numpy parts, and the control period's
+per-host Python, are what stand in the way. Hosts stepped by rayon were not added: the
+acceptance figure is CPU seconds, which threads do not lower, and on this shared 2-core
+machine a second thread competes with the sessions already running.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ l2_guest_xml  # unused function (src/sova/lab/nested.py): the nested lab's tests
 stop_agent  # unused function (src/sova/lab/nested.py): the nested lab's tests (and their reset)
 l1_exec  # unused function (src/sova/lab/nested.py): the nested lab's fault tests
 MAX_LEGEND  # unused variable (src/sova/sim/fleet.py): tests/test_fleet_report.py
+draws  # unused function (src/sova/policy/tick.py): the tick's draws alone, which the readable
+# tick in tests/test_tick_forms.py (the oracle) takes; the simulator draws inside offer_load
 
 # Kept for another branch of issue 19: `sova host forget` calls it
 _.forget  # unused method (src/sova/manager/decisions/core.py:178)

@@ -59,12 +59,14 @@ MOVED = (
     Piece(
         "the world's tick",
         "sova.policy.tick",
-        ("count", "on_time"),
+        ("count", "offer_load", "draws", "uniforms"),
         (
             ("sova.sim.engine", "count"),  # the simulator's tick, every VM
-            ("sova.sim.workload", "on_time"),
+            ("sova.sim.workload", "offer_load"),  # duty cycles, draws, each VM's offer
+            ("sova.sim.workload", "uniforms"),  # a workload change's new cycles
         ),
-        (),
+        ("sova.policy.tick:on_time", "sova.policy.tick:OnTime", "sova.sim.workload:_draws",
+         "sova.sim.workload:_on_fraction"),  # fmt: skip
     ),
     Piece(
         "rate metering",

@@ -6,7 +6,10 @@ masks that are all false; these functions are the tick as it was written before,
 expression per quantity. On random heterogeneous clusters (duty, bulk, request and file
 VMs; VFs with caps and floors, guest limits, paused VMs, driver domains, ingress limits,
 the profile's optional mechanisms) both forms run from the same seed and every state
-array must be the same bytes after every tick.
+array must be the same bytes after every tick. The readable form takes its random draws
+from the core's streams through the facade (sova.policy.tick ``draws``, ``uniforms``), key
+by key, so the forms see the same values; the streams themselves are tested in
+rust/sova-core/src/rng.rs and against numpy's distributions in tests/test_draw_streams.py.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sova.policy.tick import draws, uniforms
 from sova.policy.waterfill import floored_waterfill, links_waterfill
 from sova.scenario import Workload, parse_scenario
 from sova.sim import workload
@@ -29,7 +33,13 @@ from sova.sim.workload import ACK_BYTES
 
 
 def ref_on_fraction(
-    eng: Engine, start: np.ndarray, length: np.ndarray, duty: np.ndarray, t0: float, t1: float
+    eng: Engine,
+    start: np.ndarray,
+    length: np.ndarray,
+    duty: np.ndarray,
+    t0: float,
+    t1: float,
+    stream: str,
 ) -> np.ndarray:
     p = eng.profile
     frac = np.where(duty >= 1.0, 1.0, 0.0)
@@ -45,7 +55,10 @@ def ref_on_fraction(
             break
         cur = end[k]
         s[k] = cur
-        ln[k] = eng.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
+        # renewal pass i of this tick: draw i of each VM's key at the tick's number
+        ticks = np.full(k.size, eng.ticks)
+        u = uniforms(eng.seed, stream, live[k], ticks, i)
+        ln[k] = p.cycle_min + (p.cycle_max - p.cycle_min) * u
         if i == 63:
             break
         end_k = cur + ln[k]
@@ -61,14 +74,11 @@ def ref_offer(eng: Engine, t0: float, t1: float) -> SimpleNamespace:
     p = eng.profile
     dt = t1 - t0
     N = eng.N
-    net_frac = ref_on_fraction(eng, eng.net_start, eng.net_len, eng.net_duty, t0, t1)
-    cpu_frac = ref_on_fraction(eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1)
-    jit = eng.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
-    cj = 1.0 + (eng.wrng.normal(0.0, p.cpu_jitter, N) if p.cpu_jitter else np.zeros(N))
-    arrivals = np.zeros(N)
+    net_frac = ref_on_fraction(eng, eng.net_start, eng.net_len, eng.net_duty, t0, t1, "net_cycle")
+    cpu_frac = ref_on_fraction(eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1, "cpu_cycle")
     asks = np.flatnonzero(eng.req_rate)
-    if asks.size:
-        arrivals[asks] = eng.wrng.poisson(eng.req_rate[asks] * dt)
+    d = draws(eng.seed, eng.ticks, N, p.rate_jitter, p.cpu_jitter, asks, eng.req_rate[asks] * dt)
+    jit, cj, arrivals = d.jit, d.cj, d.arrivals
     if eng._ingress_limited:
         allowed = eng.ingress_limit * dt / (8.0 * np.maximum(eng.req_bytes, 1.0))
         arrivals = np.minimum(arrivals, allowed)
@@ -217,6 +227,7 @@ def ref_tick(eng: Engine, t0: float, t1: float) -> None:
     ref_count(eng, o, s)
     if o.is_file.any():
         eng._files(o, s, t1)  # type: ignore[arg-type]
+    eng.ticks += 1
 
 
 # ---------------------------------------------------------------- random clusters
@@ -344,7 +355,7 @@ def test_tick_matches_its_readable_form(case: Any, change: int) -> None:
             a, b = getattr(fast, name), getattr(spec, name)
             assert a.tobytes() == b.tobytes(), (name, k, a, b)
         assert fast.files_done == spec.files_done
-        assert fast.wrng.bit_generator.state == spec.wrng.bit_generator.state
+        assert fast.ticks == spec.ticks == k + 1
 
 
 def test_load_static_follows_set_workload() -> None:
@@ -371,17 +382,21 @@ def test_reset_each_draws_what_resetting_vm_by_vm_drew(
     case: Any, picks: list[int], t: float
 ) -> None:
     """New cycles for several VMs at once (a VM may come twice) leave the cycles and the
-    random stream as one reset per VM in turn, drawing each uniform on its own, did."""
+    reset counts that resetting one VM at a time, two draws per process, left."""
     data, nic = case
     fast, spec = engine(data, nic), engine(data, nic)
     idx = [k % fast.N for k in picks]
     workload.reset_each(fast, idx, t)
     p = spec.profile
     for i in idx:  # the readable form: four draws per VM, the net process's first
-        for start, length in ((spec.net_start, spec.net_len), (spec.cpu_start, spec.cpu_len)):
-            ln = spec.wrng.uniform(p.cycle_min, p.cycle_max, 1)
+        spec.resets[i] += 1
+        nth = spec.resets[[i]] - 1
+        for col, (start, length) in enumerate(
+            ((spec.net_start, spec.net_len), (spec.cpu_start, spec.cpu_len))
+        ):
+            u = uniforms(spec.seed, "reset", np.array([i]), nth, 2 * col)
+            ln = p.cycle_min + (p.cycle_max - p.cycle_min) * u
             length[[i]] = ln
-            start[[i]] = t - spec.wrng.uniform(0.0, 1.0, 1) * ln
-    for name in ("net_start", "net_len", "cpu_start", "cpu_len"):
+            start[[i]] = t - uniforms(spec.seed, "reset", np.array([i]), nth, 2 * col + 1) * ln
+    for name in ("net_start", "net_len", "cpu_start", "cpu_len", "resets"):
         assert getattr(fast, name).tobytes() == getattr(spec, name).tobytes(), name
-    assert fast.wrng.bit_generator.state == spec.wrng.bit_generator.state

@@ -7,6 +7,7 @@
 //! `bincount` is a running sum in index order. The readable numpy form is the oracle
 //! (tests/test_tick_forms.py compares the engine's state byte for byte after every tick).
 
+use crate::rng::{self, Draws, vm_indices};
 use crate::waterfill::InputError;
 
 /// `np.minimum`: NaN if either is NaN (the NaN operand itself), else the smaller; on a
@@ -216,27 +217,39 @@ pub fn count(
     })
 }
 
-/// The first pass of the duty cycles' exact on-time in `(t0, t1]`: for each live on/off
-/// process `j` (VM `live[j]`, duty `duty[j]`, its cycle from `start` for `length`), the
-/// on-time of its current cycle inside the tick, `max(min(t1, end, start + duty·length)
-/// − t0, 0)`, and the processes whose cycle ends by `t1` (`renew`, positions in `live`)
-/// with where their next cycle starts (`end`). Their next cycles need random lengths, which
-/// the simulator draws.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OnTime {
-    pub on: Vec<f64>,
-    pub renew: Vec<i64>,
-    pub end: Vec<f64>,
+/// Where the renewed cycles' lengths come from: uniform on `[cycle_min, cycle_max]`, draw
+/// `pass` of stream `stream` for the VM at tick `tick` (crate::rng).
+#[derive(Debug, Clone, Copy)]
+pub struct Renewals {
+    pub seed: u64,
+    pub stream: u64,
+    pub tick: u64,
+    pub cycle_min: f64,
+    pub cycle_max: f64,
 }
 
-pub fn on_time(
-    start: &[f64],
-    length: &[f64],
+/// A duty cycle renewed at most this many times in one tick (cycles are >= `cycle_min`
+/// long, so a few passes cover a tick); the last renewal is drawn but covers no more of it.
+const PASSES: u64 = 64;
+
+/// The duty cycles' exact on-time share of `(t0, t1]`: for each live on/off process `j`
+/// (VM `live[j]`, on for the first `duty[j]` of its cycle of `length` from `start`), the
+/// on-time of its current cycle inside the tick, `max(min(t1, end, start + duty·length)
+/// − t0, 0)`, then of each next cycle that starts inside it (its length drawn, `start` and
+/// `length` advanced in place), divided by the tick's length into `frac[live[j]]`. Each
+/// process draws from its own key, so the processes are independent of each other's order.
+#[allow(clippy::too_many_arguments)] // the state arrays and the tick, one argument each
+pub fn on_fraction(
+    start: &mut [f64],
+    length: &mut [f64],
     live: &[i64],
     duty: &[f64],
+    frac: &mut [f64],
     t0: f64,
     t1: f64,
-) -> Result<OnTime, InputError> {
+    r: Renewals,
+) -> Result<(), InputError> {
+    let n = start.len();
     if duty.len() != live.len() {
         return Err(InputError(format!(
             "duty: {} values for {} live processes",
@@ -244,42 +257,203 @@ pub fn on_time(
             live.len()
         )));
     }
-    if length.len() != start.len() {
-        return Err(InputError(format!(
-            "length: {} values for {} VMs",
-            length.len(),
-            start.len()
-        )));
+    for (name, len) in [("length", length.len()), ("frac", frac.len())] {
+        if len != n {
+            return Err(InputError(format!("{name}: {len} values for {n} VMs")));
+        }
     }
-    if let Some((j, &i)) = live
-        .iter()
-        .enumerate()
-        .find(|(_, i)| usize::try_from(**i).map_or(true, |i| i >= start.len()))
-    {
-        return Err(InputError(format!(
-            "live[{j}]: VM {i} outside 0..{}",
-            start.len()
-        )));
-    }
-    let mut on = Vec::with_capacity(live.len());
-    let (mut renew, mut end_of) = (Vec::new(), Vec::new());
-    for (j, (&i, &d)) in live.iter().zip(duty).enumerate() {
-        // (in range: checked above)
-        let (s, ln) = (start[i as usize], length[i as usize]);
+    let live = vm_indices("live", live, n)?;
+    let span = r.cycle_max - r.cycle_min;
+    let dt = t1 - t0;
+    let pre = rng::prefix(r.seed, r.stream);
+    for (&i, &d) in live.iter().zip(duty) {
+        let (s, ln) = (start[i], length[i]);
         let end = s + ln;
         let mut x = d * ln;
         x += s;
-        let o = np_max(np_min(np_min(t1, end), x) - t0, 0.0);
-        on.push(o);
+        let mut on = np_max(np_min(np_min(t1, end), x) - t0, 0.0);
         if end <= t1 {
-            renew.push(j as i64);
-            end_of.push(end);
+            let mut cur = end; // where the next cycle starts
+            for pass in 0..PASSES {
+                start[i] = cur;
+                let u = Draws::after(pre, i as u64, r.tick, pass).uniform();
+                let ln_k = r.cycle_min + span * u;
+                length[i] = ln_k;
+                if pass == PASSES - 1 {
+                    break;
+                }
+                let end_k = cur + ln_k;
+                let mut x = d * ln_k;
+                x += cur;
+                x = np_min(np_min(t1, end_k), x);
+                x -= cur;
+                on += np_max(x, 0.0);
+                if end_k > t1 {
+                    break;
+                }
+                cur = end_k;
+            }
+        }
+        frac[i] = on / dt;
+    }
+    Ok(())
+}
+
+/// One on/off process kind's state for [`offer`]: see [`on_fraction`].
+pub struct Cycles<'a> {
+    pub start: &'a mut [f64],
+    pub length: &'a mut [f64],
+    pub live: &'a [i64],
+    pub duty: &'a [f64],
+    /// the share of the non-live processes on entry (1 or 0), every VM's share on exit
+    pub frac: &'a mut [f64],
+}
+
+/// Each VM's workload parameters as [`offer`] reads them (the simulator's `LoadStatic`).
+pub struct Load<'a> {
+    pub rate: &'a [f64],
+    pub streams: &'a [f64],
+    /// duty cycles and bulk streams: they offer `frac · rate · streams · jitter`
+    pub streamy: &'a [bool],
+    pub resp_bytes: &'a [f64],
+    pub backlog_bits: &'a [f64],
+    pub is_req: &'a [bool],
+    /// file transfers with bytes left (offer their full rate); None when there are none
+    pub is_file: Option<&'a [bool]>,
+    /// each VM's ingress limit (bit/s) and 8·max(request bytes, 1); None when no VM has one
+    pub ingress: Option<(&'a [f64], &'a [f64])>,
+    /// the VMs with a request rate and their mean arrivals this tick
+    pub asks: &'a [i64],
+    pub ask_means: &'a [f64],
+}
+
+/// The tick's constants for [`offer`].
+#[derive(Debug, Clone, Copy)]
+pub struct OfferParams {
+    pub seed: u64,
+    pub tick: u64,
+    pub t0: f64,
+    pub t1: f64,
+    pub cycle_min: f64,
+    pub cycle_max: f64,
+    pub rate_jitter: f64,
+    pub cpu_jitter: f64,
+    /// some VM serves requests (else their terms, all 0.0, are skipped as numpy's form does)
+    pub any_req: bool,
+    /// guest CPU ns per arriving request
+    pub guest_ns_per_request: f64,
+}
+
+/// What each VM offers this tick, before the host and the network have their say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offered {
+    pub offered: Vec<f64>,
+    pub jit: Vec<f64>,
+    pub cj: Vec<f64>,
+    pub arrivals: Vec<f64>,
+    pub req_bits: Vec<f64>,
+    pub arrival_cost: Vec<f64>,
+}
+
+/// [`on_fraction`] of one process kind, when it has live processes.
+fn cycles(c: &mut Cycles<'_>, t0: f64, t1: f64, r: Renewals) -> Result<(), InputError> {
+    if c.live.is_empty() {
+        return Ok(());
+    }
+    on_fraction(c.start, c.length, c.live, c.duty, c.frac, t0, t1, r)
+}
+
+/// One tick's offered load in one pass: the duty cycles' on-time (net and CPU, renewed
+/// where they end, [`on_fraction`]), the tick's draws ([`crate::rng::tick_draws`]),
+/// requests above a VM's ingress limit dropped, then each VM's offer: its streams'
+/// `frac · rate · streams · jitter`, plus its responses and backlog over the tick for a
+/// request VM, or its full rate for a file with bytes left; and each VM's guest CPU for
+/// its arrivals. The numpy form's expressions in its order, one VM at a time.
+pub fn offer(
+    mut net: Cycles<'_>,
+    mut cpu: Cycles<'_>,
+    load: &Load<'_>,
+    p: OfferParams,
+) -> Result<Offered, InputError> {
+    let n = load.rate.len();
+    let per_vm = [
+        ("streams", load.streams.len()),
+        ("streamy", load.streamy.len()),
+        ("resp_bytes", load.resp_bytes.len()),
+        ("backlog_bits", load.backlog_bits.len()),
+        ("is_req", load.is_req.len()),
+        ("is_file", load.is_file.map_or(n, <[bool]>::len)),
+        ("ingress_limit", load.ingress.map_or(n, |(l, _)| l.len())),
+        ("ingress_div", load.ingress.map_or(n, |(_, d)| d.len())),
+        ("net_frac", net.frac.len()),
+        ("cpu_frac", cpu.frac.len()),
+    ];
+    for (name, len) in per_vm {
+        if len != n {
+            return Err(InputError(format!("{name}: {len} values for {n} VMs")));
         }
     }
-    Ok(OnTime {
-        on,
-        renew,
-        end: end_of,
+    let renew = |stream| Renewals {
+        seed: p.seed,
+        stream,
+        tick: p.tick,
+        cycle_min: p.cycle_min,
+        cycle_max: p.cycle_max,
+    };
+    let (t0, t1) = (p.t0, p.t1);
+    cycles(&mut net, t0, t1, renew(rng::stream::NET_CYCLE))?;
+    cycles(&mut cpu, t0, t1, renew(rng::stream::CPU_CYCLE))?;
+    let got = rng::tick_draws(
+        p.seed,
+        p.tick,
+        n,
+        p.rate_jitter,
+        p.cpu_jitter,
+        load.asks,
+        load.ask_means,
+    )?;
+    let dt = t1 - t0;
+    let mut arrivals = got.arrivals;
+    if let Some((limit, div)) = load.ingress {
+        for i in 0..n {
+            arrivals[i] = np_min(arrivals[i], limit[i] * dt / div[i]);
+        }
+    }
+    let mut offered = vec![0.0; n];
+    let mut req_bits = vec![0.0; n];
+    let mut arrival_cost = vec![0.0; n];
+    for i in 0..n {
+        let mut f = net.frac[i] * load.rate[i];
+        f *= load.streams[i];
+        f *= got.jit[i];
+        let mut o = if load.streamy[i] { f } else { 0.0 };
+        let mut rb = arrivals[i] * load.resp_bytes[i];
+        rb *= 8.0;
+        req_bits[i] = rb;
+        if p.any_req {
+            let mut r = rb + load.backlog_bits[i];
+            r /= dt;
+            r *= if load.is_req[i] { 1.0 } else { 0.0 };
+            o += r;
+        }
+        if load.is_file.is_some_and(|file| file[i]) {
+            o = load.rate[i];
+        }
+        offered[i] = o;
+        if p.guest_ns_per_request != 0.0 {
+            let mut a = arrivals[i] / dt;
+            a *= p.guest_ns_per_request;
+            a /= 1e9;
+            arrival_cost[i] = a;
+        }
+    }
+    Ok(Offered {
+        offered,
+        jit: got.jit,
+        cj: got.cj,
+        arrivals,
+        req_bits,
+        arrival_cost,
     })
 }
 
@@ -411,18 +585,189 @@ mod tests {
     }
 
     #[test]
-    fn on_time_of_the_current_cycles() {
+    fn on_time_of_the_current_and_renewed_cycles() {
         // VM 0: a 4 s cycle from t = -1 at duty 0.5, on until 1: in (0, 1] on all of it;
         // VM 2: a 10 s cycle from -9.5 at duty 0.5, on until -4.5: off, and it ends at
-        // 0.5, inside the tick (renewed from 0.5); VM 1 is not live
-        let start = [-1.0, 0.0, -9.5];
-        let length = [4.0, 1.0, 10.0];
-        let got = on_time(&start, &length, &[0, 2], &[0.5, 0.5], 0.0, 1.0).unwrap();
-        assert_eq!(got.on, [1.0, 0.0]);
-        assert_eq!(got.renew, [1]);
-        assert_eq!(got.end, [0.5]);
-        let e = on_time(&start, &length, &[3], &[0.5], 0.0, 1.0).unwrap_err();
-        assert_eq!(e.0, "live[0]: VM 3 outside 0..3");
+        // 0.5, inside the tick: renewed from 0.5 with a length in [4, 8] (>= 0.5 s left,
+        // on for the first half of >= 2 s: on for all of (0.5, 1]); VM 1 is not live
+        let mut start = [-1.0, 0.0, -9.5];
+        let mut length = [4.0, 1.0, 10.0];
+        let mut frac = [0.0, 7.0, 0.0];
+        let r = Renewals {
+            seed: 3,
+            stream: 4,
+            tick: 0,
+            cycle_min: 4.0,
+            cycle_max: 8.0,
+        };
+        on_fraction(
+            &mut start,
+            &mut length,
+            &[0, 2],
+            &[0.5, 0.5],
+            &mut frac,
+            0.0,
+            1.0,
+            r,
+        )
+        .unwrap();
+        assert_eq!(frac, [1.0, 7.0, 0.5]);
+        assert_eq!(start, [-1.0, 0.0, 0.5]);
+        let u = Draws::new(3, 4, 2, 0, 0).uniform();
+        assert_eq!(length[..2], [4.0, 1.0]);
+        assert_eq!(length[2], 4.0 + 4.0 * u);
+        let e = on_fraction(
+            &mut start,
+            &mut length,
+            &[3],
+            &[0.5],
+            &mut frac,
+            0.0,
+            1.0,
+            r,
+        );
+        assert_eq!(e.unwrap_err().0, "live[0]: 3 outside 0..3");
+    }
+
+    #[test]
+    fn short_cycles_renew_many_times_and_stop_at_the_last_pass() {
+        // cycles of exactly 0.01 s at duty 0.25 over (0, 1]: the current one ends at 0,
+        // then 100 cycles would fit but only 63 are covered (the 64th is drawn, not
+        // covered): on-time 63 · 0.0025 s, and the VM's cycle is the 64th, from 0.63
+        let mut start = [-0.01];
+        let mut length = [0.01];
+        let mut frac = [0.0];
+        let r = Renewals {
+            seed: 1,
+            stream: 5,
+            tick: 9,
+            cycle_min: 0.01,
+            cycle_max: 0.01,
+        };
+        on_fraction(
+            &mut start,
+            &mut length,
+            &[0],
+            &[0.25],
+            &mut frac,
+            0.0,
+            1.0,
+            r,
+        )
+        .unwrap();
+        assert!((frac[0] - 63.0 * 0.0025).abs() < 1e-12, "{}", frac[0]);
+        assert!((start[0] - 0.63).abs() < 1e-12, "{}", start[0]);
+    }
+
+    #[test]
+    fn processes_split_across_calls_in_any_order_give_the_same_bits() {
+        // what two threads would do: each half of the live processes on its own, the
+        // second half first; every start, length and share is the same bits as one call
+        let n = 200;
+        let start0: Vec<f64> = (0..n).map(|i| -(i as f64) * 0.37 % 5.0).collect();
+        let length0: Vec<f64> = (0..n).map(|i| 0.5 + (i as f64 * 0.61) % 1.5).collect();
+        let live: Vec<i64> = (0..n as i64).filter(|i| i % 7 != 3).collect();
+        let duty: Vec<f64> = live.iter().map(|&i| (i as f64 * 0.13) % 1.0).collect();
+        let r = Renewals {
+            seed: 42,
+            stream: 4,
+            tick: 17,
+            cycle_min: 0.5,
+            cycle_max: 2.0,
+        };
+        let (mut s1, mut l1, mut f1) = (start0.clone(), length0.clone(), vec![0.0; n]);
+        on_fraction(&mut s1, &mut l1, &live, &duty, &mut f1, 3.0, 4.0, r).unwrap();
+        let (mut s2, mut l2, mut f2) = (start0, length0, vec![0.0; n]);
+        let k = live.len() / 2;
+        on_fraction(
+            &mut s2,
+            &mut l2,
+            &live[k..],
+            &duty[k..],
+            &mut f2,
+            3.0,
+            4.0,
+            r,
+        )
+        .unwrap();
+        on_fraction(
+            &mut s2,
+            &mut l2,
+            &live[..k],
+            &duty[..k],
+            &mut f2,
+            3.0,
+            4.0,
+            r,
+        )
+        .unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&s1), bits(&s2));
+        assert_eq!(bits(&l1), bits(&l2));
+        assert_eq!(bits(&f1), bits(&f2));
+        assert!(f1.iter().any(|&f| f > 0.0) && s1.iter().any(|&s| s > 3.0)); // renewals ran
+    }
+
+    #[test]
+    fn offer_of_each_kind() {
+        // VM 0, a bulk stream (duty 1, no live process): 1 Gbit/s · 2 streams, no jitter;
+        // VM 1, requests behind an ingress limit of 0: none admitted, its 8,000 backlog
+        // bits over the 0.5 s tick, 16 kbit/s; VM 2, a file with bytes left: its full
+        // 3 Gbit/s; VM 3, requests at a mean of 100 of 1,000 bytes: its draw's
+        // arrivals · 8,000 bits / 0.5 s, and 5e4 ns of guest CPU each
+        let empty: [i64; 0] = [];
+        let (mut s, mut l) = ([0.0; 4], [1.0; 4]);
+        let (mut s2, mut l2) = ([0.0; 4], [1.0; 4]);
+        let mut net_frac = [1.0, 0.0, 0.0, 0.0];
+        let mut cpu_frac = [0.0; 4];
+        let net = Cycles {
+            start: &mut s,
+            length: &mut l,
+            live: &empty,
+            duty: &[],
+            frac: &mut net_frac,
+        };
+        let cpu = Cycles {
+            start: &mut s2,
+            length: &mut l2,
+            live: &empty,
+            duty: &[],
+            frac: &mut cpu_frac,
+        };
+        let inf = f64::INFINITY;
+        let load = Load {
+            rate: &[1e9, 0.0, 3e9, 0.0],
+            streams: &[2.0, 1.0, 1.0, 1.0],
+            streamy: &[true, false, false, false],
+            resp_bytes: &[0.0, 1000.0, 0.0, 1000.0],
+            backlog_bits: &[0.0, 8000.0, 0.0, 0.0],
+            is_req: &[false, true, false, true],
+            is_file: Some(&[false, false, true, false]),
+            ingress: Some((&[inf, 0.0, inf, inf], &[8.0, 8.0, 8.0, 8.0])),
+            asks: &[1, 3],
+            ask_means: &[100.0, 100.0],
+        };
+        let p = OfferParams {
+            seed: 5,
+            tick: 2,
+            t0: 1.0,
+            t1: 1.5,
+            cycle_min: 1.0,
+            cycle_max: 2.0,
+            rate_jitter: 0.0,
+            cpu_jitter: 0.0,
+            any_req: true,
+            guest_ns_per_request: 5e4,
+        };
+        let got = offer(net, cpu, &load, p).unwrap();
+        let k = Draws::new(5, rng::stream::ARRIVALS, 3, 2, 0).poisson(100.0);
+        assert!(k > 50.0 && k < 150.0);
+        assert_eq!(got.arrivals, [0.0, 0.0, 0.0, k]);
+        assert_eq!(got.offered, [2e9, 16_000.0, 3e9, k * 8000.0 / 0.5]);
+        assert_eq!(got.req_bits, [0.0, 0.0, 0.0, k * 8000.0]);
+        assert_eq!(got.arrival_cost, [0.0, 0.0, 0.0, k / 0.5 * 5e4 / 1e9]);
+        assert_eq!((got.jit, got.cj), (vec![1.0; 4], vec![1.0; 4]));
+        assert_eq!(cpu_frac, [0.0; 4]);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use sova_core::coldspots::{self, Movers, Query, Ranked};
 use sova_core::hotness::{self, Metric};
 use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
+use sova_core::rng;
 use sova_core::sensing::{self, Params};
 use sova_core::sum;
 use sova_core::tick::{self, CountParams, Counters, HostTick, VmTick};
@@ -237,22 +238,131 @@ fn tick_count<'py>(
     Ok(arrays!(py; f.cpu_use, f.host_cpu_util, f.host_net_util))
 }
 
-/// The duty cycles' first on-time pass: (on-time of each live process's current cycle in
-/// the tick, the positions in `live` of those renewed by `t1`, where their next starts).
+/// One tick's offered load: the duty cycles (renewed in place), the draws, each VM's
+/// offer; see sova_core::tick::offer.
 #[pyfunction]
-#[allow(clippy::type_complexity)] // three arrays, as Python unpacks them
-fn tick_on_time<'py>(
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+#[allow(clippy::type_complexity)] // six arrays, as Python unpacks them
+fn tick_offer<'py>(
     py: Python<'py>,
-    start: PyReadonlyArray1<'py, f64>,
-    length: PyReadonlyArray1<'py, f64>,
-    live: PyReadonlyArray1<'py, i64>,
-    duty: PyReadonlyArray1<'py, f64>,
+    mut net_start: PyReadwriteArray1<'py, f64>,
+    mut net_len: PyReadwriteArray1<'py, f64>,
+    net_live: PyReadonlyArray1<'py, i64>,
+    net_duty: PyReadonlyArray1<'py, f64>,
+    mut net_frac: PyReadwriteArray1<'py, f64>,
+    mut cpu_start: PyReadwriteArray1<'py, f64>,
+    mut cpu_len: PyReadwriteArray1<'py, f64>,
+    cpu_live: PyReadonlyArray1<'py, i64>,
+    cpu_duty: PyReadonlyArray1<'py, f64>,
+    mut cpu_frac: PyReadwriteArray1<'py, f64>,
+    rate: PyReadonlyArray1<'py, f64>,
+    streams: PyReadonlyArray1<'py, f64>,
+    streamy: PyReadonlyArray1<'py, bool>,
+    resp_bytes: PyReadonlyArray1<'py, f64>,
+    backlog_bits: PyReadonlyArray1<'py, f64>,
+    is_req: PyReadonlyArray1<'py, bool>,
+    is_file: Option<PyReadonlyArray1<'py, bool>>,
+    ingress_limit: Option<PyReadonlyArray1<'py, f64>>,
+    ingress_div: Option<PyReadonlyArray1<'py, f64>>,
+    asks: PyReadonlyArray1<'py, i64>,
+    ask_means: PyReadonlyArray1<'py, f64>,
+    seed: u64,
+    tick: u64,
     t0: f64,
     t1: f64,
-) -> PyResult<(F64Array<'py>, Bound<'py, PyArray1<i64>>, F64Array<'py>)> {
-    slices! { start, length, live, duty }
-    let got = detached(py, || tick::on_time(start, length, live, duty, t0, t1))?;
-    Ok(arrays!(py; got.on, got.renew, got.end))
+    cycle_min: f64,
+    cycle_max: f64,
+    rate_jitter: f64,
+    cpu_jitter: f64,
+    any_req: bool,
+    guest_ns_per_request: f64,
+) -> PyResult<(
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+    F64Array<'py>,
+)> {
+    slices! { net_live, net_duty, cpu_live, cpu_duty }
+    slices! { rate, streams, streamy, resp_bytes, backlog_bits, is_req, asks, ask_means }
+    optional_slices! { is_file, ingress_limit, ingress_div }
+    slices_mut! { net_start, net_len, net_frac, cpu_start, cpu_len, cpu_frac }
+    let net = tick::Cycles {
+        start: net_start,
+        length: net_len,
+        live: net_live,
+        duty: net_duty,
+        frac: net_frac,
+    };
+    let cpu = tick::Cycles {
+        start: cpu_start,
+        length: cpu_len,
+        live: cpu_live,
+        duty: cpu_duty,
+        frac: cpu_frac,
+    };
+    let load = tick::Load {
+        rate,
+        streams,
+        streamy,
+        resp_bytes,
+        backlog_bits,
+        is_req,
+        is_file,
+        ingress: ingress_limit.zip(ingress_div),
+        asks,
+        ask_means,
+    };
+    let p = tick::OfferParams {
+        seed,
+        tick,
+        t0,
+        t1,
+        cycle_min,
+        cycle_max,
+        rate_jitter,
+        cpu_jitter,
+        any_req,
+        guest_ns_per_request,
+    };
+    let got = detached(py, || tick::offer(net, cpu, &load, p))?;
+    Ok(arrays!(py; got.offered, got.jit, got.cj, got.arrivals, got.req_bits, got.arrival_cost))
+}
+
+/// One tick's per-VM draws: rate jitter, CPU jitter, Poisson arrivals of VMs `asks`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python signature
+fn tick_draws<'py>(
+    py: Python<'py>,
+    seed: u64,
+    tick: u64,
+    n: usize,
+    rate_jitter: f64,
+    cpu_jitter: f64,
+    asks: PyReadonlyArray1<'py, i64>,
+    means: PyReadonlyArray1<'py, f64>,
+) -> PyResult<(F64Array<'py>, F64Array<'py>, F64Array<'py>)> {
+    slices! { asks, means }
+    let got = detached(py, || {
+        rng::tick_draws(seed, tick, n, rate_jitter, cpu_jitter, asks, means)
+    })?;
+    Ok(arrays!(py; got.jit, got.cj, got.arrivals))
+}
+
+/// Uniform draw `draw` of `stream` for each VM `vms[j]` at its `counters[j]`.
+#[pyfunction]
+fn uniforms<'py>(
+    py: Python<'py>,
+    seed: u64,
+    stream: u64,
+    vms: PyReadonlyArray1<'py, i64>,
+    counters: PyReadonlyArray1<'py, i64>,
+    draw: u64,
+) -> PyResult<F64Array<'py>> {
+    slices! { vms, counters }
+    let out = detached(py, || rng::uniforms(seed, stream, vms, counters, draw))?;
+    Ok(PyArray1::from_vec(py, out))
 }
 
 /// Water-fill where flow `i` gets at least `floors[i]` (up to its demand); `group[i]` is
@@ -851,7 +961,19 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(floored_waterfill, m)?)?;
     m.add_function(wrap_pyfunction!(links_fsum, m)?)?;
     m.add_function(wrap_pyfunction!(tick_count, m)?)?;
-    m.add_function(wrap_pyfunction!(tick_on_time, m)?)?;
+    m.add_function(wrap_pyfunction!(tick_draws, m)?)?;
+    m.add_function(wrap_pyfunction!(tick_offer, m)?)?;
+    m.add_function(wrap_pyfunction!(uniforms, m)?)?;
+    for (name, value) in [
+        ("STREAM_RATE_JITTER", rng::stream::RATE_JITTER),
+        ("STREAM_CPU_JITTER", rng::stream::CPU_JITTER),
+        ("STREAM_ARRIVALS", rng::stream::ARRIVALS),
+        ("STREAM_NET_CYCLE", rng::stream::NET_CYCLE),
+        ("STREAM_CPU_CYCLE", rng::stream::CPU_CYCLE),
+        ("STREAM_RESET", rng::stream::RESET),
+    ] {
+        m.add(name, value)?;
+    }
     m.add_function(wrap_pyfunction!(measure, m)?)?;
     m.add_function(wrap_pyfunction!(load_shares, m)?)?;
     m.add_function(wrap_pyfunction!(host_load_shares, m)?)?;

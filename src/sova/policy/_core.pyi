@@ -218,11 +218,66 @@ def tick_count(
     ack_bits: float,
     steal: bool,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
-def tick_on_time(
-    start: npt.NDArray[np.float64],
-    length: npt.NDArray[np.float64],
-    live: npt.NDArray[np.int64],
-    duty: npt.NDArray[np.float64],
+def tick_offer(
+    net_start: npt.NDArray[np.float64],
+    net_len: npt.NDArray[np.float64],
+    net_live: npt.NDArray[np.int64],
+    net_duty: npt.NDArray[np.float64],
+    net_frac: npt.NDArray[np.float64],
+    cpu_start: npt.NDArray[np.float64],
+    cpu_len: npt.NDArray[np.float64],
+    cpu_live: npt.NDArray[np.int64],
+    cpu_duty: npt.NDArray[np.float64],
+    cpu_frac: npt.NDArray[np.float64],
+    rate: npt.NDArray[np.float64],
+    streams: npt.NDArray[np.float64],
+    streamy: npt.NDArray[np.bool_],
+    resp_bytes: npt.NDArray[np.float64],
+    backlog_bits: npt.NDArray[np.float64],
+    is_req: npt.NDArray[np.bool_],
+    is_file: npt.NDArray[np.bool_] | None,
+    ingress_limit: npt.NDArray[np.float64] | None,
+    ingress_div: npt.NDArray[np.float64] | None,
+    asks: npt.NDArray[np.int64],
+    ask_means: npt.NDArray[np.float64],
+    seed: int,
+    tick: int,
     t0: float,
     t1: float,
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
+    cycle_min: float,
+    cycle_max: float,
+    rate_jitter: float,
+    cpu_jitter: float,
+    any_req: bool,
+    guest_ns_per_request: float,
+) -> tuple[
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+]: ...
+def tick_draws(
+    seed: int,
+    tick: int,
+    n: int,
+    rate_jitter: float,
+    cpu_jitter: float,
+    asks: npt.NDArray[np.int64],
+    means: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+def uniforms(
+    seed: int,
+    stream: int,
+    vms: npt.NDArray[np.int64],
+    counters: npt.NDArray[np.int64],
+    draw: int,
+) -> npt.NDArray[np.float64]: ...
+
+STREAM_RATE_JITTER: int
+STREAM_CPU_JITTER: int
+STREAM_ARRIVALS: int
+STREAM_NET_CYCLE: int
+STREAM_CPU_CYCLE: int
+STREAM_RESET: int

@@ -4,7 +4,8 @@ The simulator (:mod:`sova.sim.engine`) calls these once per tick for every VM of
 host; the core evaluates the numpy form's expressions in its order, one VM at a time, so
 every value is the same float (rust/sova-core/src/tick.rs; tests/test_tick_forms.py holds
 the engine's state to the readable numpy form byte for byte after every tick). The random
-draws stay in the simulator: the seed's contract fixes their order.
+draws are the core's too (rust/sova-core/src/rng.rs): counter-based, each a function of the
+seed and its key, so the same seed gives the same world whatever order or threads draw.
 """
 
 from __future__ import annotations
@@ -30,30 +31,148 @@ class Counted:
     host_net_util: FloatArray
 
 
+# The random streams of the simulated world (rust/sova-core/src/rng.rs): a draw is a
+# function of (seed, stream, VM, counter, draw), never of the order VMs draw in.
+STREAMS = {
+    "rate_jitter": _core.STREAM_RATE_JITTER,
+    "cpu_jitter": _core.STREAM_CPU_JITTER,
+    "arrivals": _core.STREAM_ARRIVALS,
+    "net_cycle": _core.STREAM_NET_CYCLE,
+    "cpu_cycle": _core.STREAM_CPU_CYCLE,
+    "reset": _core.STREAM_RESET,
+}
+
+
 @dataclass(frozen=True)
-class OnTime:
-    """The duty cycles' first pass over a tick (see :func:`on_time`)."""
+class Cycles:
+    """One kind of on/off process (network or CPU) of every VM: VM ``live[j]`` is on for
+    the first ``duty[j]`` of its cycle of ``length`` from ``start`` (float64 arrays, C-
+    contiguous: advanced in place when a cycle ends inside the tick); ``frac`` holds the
+    other VMs' share (1 or 0) and receives every VM's on-time share of the tick."""
 
-    on: FloatArray  # on-time (s) of each live process's current cycle inside the tick
-    renew: IntArray  # positions in ``live`` of the processes whose cycle ends by t1
-    end: FloatArray  # where each renewed process's next cycle starts
+    start: FloatArray
+    length: FloatArray
+    live: IntArray
+    duty: FloatArray
+    frac: FloatArray
 
 
-def on_time(
-    start: FloatArray, length: FloatArray, live: IntArray, duty: FloatArray, t0: float, t1: float
-) -> OnTime:
-    """Each live on/off process's on-time in ``(t0, t1]`` within its current cycle (VM
-    ``live[j]`` on for the first ``duty[j]`` of its cycle of ``length`` from ``start``),
-    and the processes whose cycle ends inside the tick: their next cycles need draws."""
-    on, renew, end = _core.tick_on_time(
-        np.ascontiguousarray(start, dtype=np.float64),
-        np.ascontiguousarray(length, dtype=np.float64),
-        np.ascontiguousarray(live, dtype=np.int64),
-        np.ascontiguousarray(duty, dtype=np.float64),
-        float(t0),
-        float(t1),
+@dataclass(frozen=True)
+class Load:
+    """Each VM's workload parameters as the tick reads them."""
+
+    rate: FloatArray
+    streams: FloatArray
+    streamy: BoolArray  # duty cycles and bulk streams
+    resp_bytes: FloatArray
+    backlog_bits: FloatArray
+    is_req: BoolArray
+    is_file: BoolArray | None  # file transfers with bytes left; None: there are none
+    ingress: tuple[FloatArray, FloatArray] | None  # (limit bit/s, 8·max(request bytes, 1))
+    asks: IntArray  # VMs with a request rate
+    ask_means: FloatArray  # their mean arrivals this tick
+
+
+@dataclass(frozen=True)
+class OfferParams:
+    seed: int
+    tick: int  # the tick's number, from 0
+    t0: float
+    t1: float
+    cycle_min: float
+    cycle_max: float
+    rate_jitter: float
+    cpu_jitter: float
+    any_req: bool  # some VM serves requests
+    guest_ns_per_request: float
+
+
+@dataclass(frozen=True)
+class Offered:
+    """What each VM offers this tick, before the host and the network have their say."""
+
+    offered: FloatArray  # bit/s
+    jit: FloatArray  # rate jitter factor
+    cj: FloatArray  # CPU jitter factor
+    arrivals: FloatArray  # requests arrived and admitted
+    req_bits: FloatArray  # response bits of this tick's requests
+    arrival_cost: FloatArray  # guest CPU of the arrivals (cores)
+
+
+def offer_load(net: Cycles, cpu: Cycles, load: Load, p: OfferParams) -> Offered:
+    """One tick's offered load in one core call: both on/off processes' on-time shares
+    (their cycles renewed where they end, lengths from their own streams), the tick's
+    draws (:func:`draws`), requests above an ingress limit dropped, and each VM's offer:
+    ``frac · rate · streams · jitter`` for streams, responses and backlog over the tick
+    for request VMs, the full rate for a file with bytes left."""
+
+    def f(a: FloatArray) -> FloatArray:
+        return np.ascontiguousarray(a, dtype=np.float64)
+
+    def b(a: BoolArray) -> BoolArray:
+        return np.ascontiguousarray(a, dtype=np.bool_)
+
+    def i(a: IntArray) -> IntArray:
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    ing = load.ingress
+    got = _core.tick_offer(
+        net.start, net.length, i(net.live), f(net.duty), net.frac,
+        cpu.start, cpu.length, i(cpu.live), f(cpu.duty), cpu.frac,
+        f(load.rate), f(load.streams), b(load.streamy), f(load.resp_bytes),
+        f(load.backlog_bits), b(load.is_req),
+        None if load.is_file is None else b(load.is_file),
+        None if ing is None else f(ing[0]), None if ing is None else f(ing[1]),
+        i(load.asks), f(load.ask_means),
+        int(p.seed), int(p.tick), float(p.t0), float(p.t1), float(p.cycle_min),
+        float(p.cycle_max), float(p.rate_jitter), float(p.cpu_jitter), bool(p.any_req),
+        float(p.guest_ns_per_request),
+    )  # fmt: skip
+    return Offered(*got)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """One tick's random draws, one value per VM."""
+
+    jit: FloatArray  # rate jitter factor, lognormal(0, rate_jitter)
+    cj: FloatArray  # CPU jitter factor, 1 + normal(0, cpu_jitter)
+    arrivals: FloatArray  # requests arriving, Poisson (0 for VMs that do not ask)
+
+
+def draws(
+    seed: int,
+    tick: int,
+    n: int,
+    rate_jitter: float,
+    cpu_jitter: float,
+    asks: IntArray,
+    means: FloatArray,
+) -> Draws:
+    """The draws of tick number ``tick`` for ``n`` VMs: each VM's rate and CPU jitter
+    (factors of 1 where the jitter is 0) and the arrivals of VMs ``asks`` at ``means``."""
+    jit, cj, arrivals = _core.tick_draws(
+        int(seed),
+        int(tick),
+        int(n),
+        float(rate_jitter),
+        float(cpu_jitter),
+        np.ascontiguousarray(asks, dtype=np.int64),
+        np.ascontiguousarray(means, dtype=np.float64),
     )
-    return OnTime(on, renew, end)
+    return Draws(jit, cj, arrivals)
+
+
+def uniforms(seed: int, stream: str, vms: IntArray, counters: IntArray, draw: int) -> FloatArray:
+    """Uniform draw number ``draw`` on [0, 1) of ``stream`` for each VM ``vms[j]`` at its
+    own ``counters[j]`` (its reset number, or the tick number)."""
+    return _core.uniforms(
+        int(seed),
+        STREAMS[stream],
+        np.ascontiguousarray(vms, dtype=np.int64),
+        np.ascontiguousarray(counters, dtype=np.int64),
+        int(draw),
+    )
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ class Engine(EngineState):
             self._files(o, s, t1)
         for k, m in enumerate(s.mig_active):
             migration.advance(self, m, s.mig_rate[k], o.dt, t1)
+        self.ticks += 1
 
     def _count(self, o: workload.Offer, s: network.Shares) -> None:
         """Cumulative counters (all a driver reads) and the last tick's figures, in the

@@ -131,7 +131,11 @@ class EngineState:
         # the last tick's tx summed by host, without migration streams (the world's
         # statistics read it); None after a VM moved
         self.tx_by_host: np.ndarray | None = None
-        self.wrng = np.random.default_rng([scn.seed, 1])  # workloads: policy-independent
+        # The workloads' draws are the core's counter-based streams (sova.policy.tick), keyed
+        # by the seed, the tick's number and each VM's number of resets: policy-independent.
+        self.seed = scn.seed
+        self.ticks = 0  # ticks run so far: the next tick's number
+        self.resets = np.zeros(N, dtype=np.int64)
         self.orng = np.random.default_rng([scn.seed, 2])  # operations
         self.ops: dict[str, Op] = {}
         self._ids = itertools.count()

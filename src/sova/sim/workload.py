@@ -10,8 +10,10 @@ request VMs get Poisson arrivals plus whatever they could not send before (a bac
 scp-like file transfers send until their file is done; traces replay a CSV. Guest-side
 rate limits (DAQS's HTB) cap the offer.
 
-Functions of the :class:`~sova.sim.engine.Engine`'s arrays, split from it by concern; the
-order of random draws is part of the seed's contract and must not change.
+Functions of the :class:`~sova.sim.engine.Engine`'s arrays, split from it by concern. The
+random draws are the compiled core's counter-based streams (:mod:`sova.policy.tick`): each
+is a function of the scenario's seed, the quantity, the VM and the tick (or the VM's reset
+number), so no draw depends on another VM's or on the order they are made in.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sova.policy.tick import on_time
+from sova.policy.tick import Cycles, Load, OfferParams, offer_load, uniforms
 from sova.scenario import Workload
 from sova.sim.state import LoadStatic
 
@@ -103,30 +105,24 @@ def _derive(eng: EngineState) -> LoadStatic:
 
 
 def reset_each(eng: EngineState, idx: Sequence[int], t: float) -> None:
-    """New on/off cycles from ``t`` for each VM of ``idx`` in turn (a VM listed twice is
-    reset twice): per VM the net process's length in ``[cycle_min, cycle_max]`` and its
-    phase, then the CPU process's, four uniform draws. ``Generator.uniform(lo, hi)`` is
-    ``lo + (hi - lo) * u`` of one ``random()`` double ``u``, so all of them drawn at once
-    are the values and the stream state that drawing them VM by VM gave."""
-    n = len(idx)
-    if n == 0:
+    """New on/off cycles from ``t`` for each VM of ``idx`` (a VM listed twice is reset
+    twice and keeps the last reset's cycles): per VM the net process's length in
+    ``[cycle_min, cycle_max]`` and its phase, then the CPU process's, four uniform draws
+    keyed by the VM's own reset number (``eng.resets``: how many times it was reset)."""
+    if len(idx) == 0:
         return
     p = eng.profile
-    u = eng.wrng.random(4 * n).reshape(n, 4)
+    at, times = np.unique(np.asarray(idx, dtype=np.int64), return_counts=True)
+    eng.resets[at] += times
+    nth = eng.resets[at] - 1  # the last of this call's resets of each VM
     span = p.cycle_max - p.cycle_min
-    at = np.asarray(idx, dtype=np.int64)
-    if len(set(idx)) < n:
-        # a later reset of the same VM overwrites an earlier one: keep each VM's last
-        last = {i: k for k, i in enumerate(idx)}
-        rows = np.fromiter(last.values(), dtype=np.int64, count=len(last))
-        at, u = at[rows], u[rows]
     for col, (start, length) in enumerate(
         ((eng.net_start, eng.net_len), (eng.cpu_start, eng.cpu_len))
     ):
-        ln = span * u[:, 2 * col]
+        ln = span * uniforms(eng.seed, "reset", at, nth, 2 * col)
         ln += p.cycle_min
         length[at] = ln
-        start[at] = t - u[:, 2 * col + 1] * ln
+        start[at] = t - uniforms(eng.seed, "reset", at, nth, 2 * col + 1) * ln
 
 
 def set_workloads(eng: EngineState, items: Iterable[tuple[int, Workload]], t: float) -> None:
@@ -185,89 +181,41 @@ def load_trace(eng: EngineState, path: str) -> dict[str, np.ndarray]:
     return eng._trace_cache[path]
 
 
-def _on_fraction(
-    eng: EngineState,
-    start: np.ndarray,
-    length: np.ndarray,
-    frac: np.ndarray,
-    live: np.ndarray,
-    d: np.ndarray,
-    t0: float,
-    t1: float,
-) -> np.ndarray:
-    """Exact on-time share of [t0, t1) for every VM's on/off process (vectorised), given
-    the live processes (duty strictly between 0 and 1), their duties and the share of the
-    others (``frac``, written in place)."""
-    p = eng.profile
-    if live.size == 0:
-        return frac
-    # Only the processes whose cycle ended inside the tick take another pass; the others
-    # are done (their terms would add 0.0). Draws stay in index order, pass by pass. The
-    # first pass, over every live process, is the compiled core's.
-    first = on_time(start, length, live, d, t0, t1)
-    on, k, cur = first.on, first.renew, first.end  # cur: where each renewed cycle starts
-    for i in range(64):  # cycles are >= cycle_min long: a few passes cover a tick
-        if k.size == 0:
-            break
-        vm = live[k]
-        start[vm] = cur
-        ln_k = eng.wrng.uniform(p.cycle_min, p.cycle_max, k.size)
-        length[vm] = ln_k
-        if i == 63:
-            break  # the last pass draws its cycles but covers no more of the tick
-        end_k = cur + ln_k
-        # max(min(t1, end_k, cur + d * ln) - cur, 0): the new cycle's on-time in the tick
-        x = d[k]
-        x *= ln_k
-        x += cur
-        np.minimum(np.minimum(t1, end_k), x, out=x)
-        x -= cur
-        np.maximum(x, 0.0, out=x)
-        on[k] += x
-        more = end_k <= t1
-        k, cur = k[more], end_k[more]
-    on /= t1 - t0
-    frac[live] = on
-    return frac
-
-
 def offer(eng: EngineState, t0: float, t1: float) -> Offer:
+    """One tick's offered load: the core's one call (the duty cycles and their renewals,
+    the draws, each VM's offer), then the traces' samples, the VMs paused for a
+    migration's downtime and the guests' own limits."""
     p = eng.profile
-    dt = t1 - t0
-    N = eng.N
     st = load_static(eng)
-    net_frac = _on_fraction(
-        eng, eng.net_start, eng.net_len, st.net_full.copy(), st.net_live, st.net_live_duty, t0, t1
-    )
-    cpu_frac = _on_fraction(
-        eng, eng.cpu_start, eng.cpu_len, st.cpu_full.copy(), st.cpu_live, st.cpu_live_duty, t0, t1
-    )
-    jit, cj, arrivals = _draws(eng, st, dt)
-
-    net_frac *= eng.rate
-    net_frac *= eng.streams
-    net_frac *= jit
-    offered = np.where(st.streamy, net_frac, 0.0)
-    # requests: new responses plus the backlog not yet sent
-    req_bits = arrivals * eng.resp_bytes
-    req_bits *= 8.0
-    if st.any_req:
-        # (without request VMs the term is 0.0 everywhere and offered is never -0.0)
-        r = req_bits + eng.backlog_bits
-        r /= dt
-        r *= st.is_req
-        offered += r
     if st.any_file_kind:
         is_file = st.file_kind & (eng.file_left > 0)
         any_file = bool(is_file.any())
     else:
         is_file, any_file = st.file_kind, False
-    # scp offers its full rate while bytes are left; the last tick is clipped below
-    # (offering only the remainder would shrink it geometrically and never finish)
-    if any_file:
-        offered = np.where(is_file, eng.rate, offered)
+    net_frac, cpu_frac = st.net_full.copy(), st.cpu_full.copy()  # written by the core
+    got = offer_load(
+        Cycles(eng.net_start, eng.net_len, st.net_live, st.net_live_duty, net_frac),
+        Cycles(eng.cpu_start, eng.cpu_len, st.cpu_live, st.cpu_live_duty, cpu_frac),
+        Load(
+            eng.rate,
+            eng.streams,
+            st.streamy,
+            eng.resp_bytes,
+            eng.backlog_bits,
+            st.is_req,
+            is_file if any_file else None,
+            (eng.ingress_limit, st.ingress_div) if eng._ingress_limited else None,
+            st.asks,
+            st.ask_rate * (t1 - t0),
+        ),
+        OfferParams(
+            eng.seed, eng.ticks, t0, t1, p.cycle_min, p.cycle_max, p.rate_jitter,
+            p.cpu_jitter, st.any_req, p.guest_ns_per_request,
+        ),  # fmt: skip
+    )
+    offered = got.offered
     if st.traces.size:
-        _replay_traces(eng, st, t0, jit, offered, cpu_frac)
+        _replay_traces(eng, st, t0, got.jit, offered, cpu_frac)
     any_paused = t0 < eng.paused_through
     if any_paused:
         paused = eng.paused_until > t0
@@ -278,52 +226,20 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
     cap *= 8
     np.minimum(eng.guest_limit, cap, out=cap)
     want = np.minimum(offered, cap)
-    if p.guest_ns_per_request:
-        arrival_cost = arrivals / dt
-        arrival_cost *= p.guest_ns_per_request
-        arrival_cost /= 1e9
-    else:
-        arrival_cost = np.zeros(N)  # (arrivals are finite and >= 0: each term is +0.0)
     return Offer(
-        dt,
+        t1 - t0,
         cpu_frac,
-        cj,
-        arrivals,
+        got.cj,
+        got.arrivals,
         offered,
-        req_bits,
+        got.req_bits,
         is_file,
         paused,
         want,
         any_paused,
         any_file,
-        arrival_cost,
+        got.arrival_cost,
     )
-
-
-def _draws(
-    eng: EngineState, st: LoadStatic, dt: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This tick's random draws, in the stream's order: the rate jitter, the CPU jitter,
-    the requests arriving (those above a VM's ingress limit dropped)."""
-    p, N = eng.profile, eng.N
-    jit = eng.wrng.lognormal(0.0, p.rate_jitter, N) if p.rate_jitter else np.ones(N)
-    if p.cpu_jitter:
-        cj = eng.wrng.normal(0.0, p.cpu_jitter, N)
-        cj += 1.0
-    else:
-        cj = np.ones(N)
-    arrivals = np.zeros(N)
-    asks = st.asks
-    if asks.size:
-        # a Poisson draw of mean 0 takes nothing from the stream: drawing only the others
-        # leaves every value the same
-        arrivals[asks] = eng.wrng.poisson(st.ask_rate * dt)
-    if eng._ingress_limited:
-        # The NIC discards requests above the VM's ingress limit: they never reach the
-        # guest (or a driver domain), so they cost no CPU and are never answered.
-        allowed = eng.ingress_limit * dt / st.ingress_div
-        arrivals = np.minimum(arrivals, allowed)
-    return jit, cj, arrivals
 
 
 def _replay_traces(
