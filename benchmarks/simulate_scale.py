@@ -802,6 +802,16 @@ rest of the offer 8 %, CPU, paths and the PF around the two water-fills 31 %, th
 per-host Python, are what stand in the way. Hosts stepped by rayon were not added: the
 acceptance figure is CPU seconds, which threads do not lower, and on this shared 2-core
 machine a second thread competes with the sessions already running.
+
+The whole command beside CloudSim Plus 8.5.7 after that change (``--cloudsim``, 1,000 x 3, one
+hour, S = 1 s, interleaved, median of 3, load average 1-2; main 4085db9):
+
+    Sova wall / CPU / peak     CS+ wall / CPU / peak      CS+/Sova: speed  memory
+    12.2 s / 12.2 s / 248 MiB   29.7 s / 33.5 s / 544 MiB          2.43x   2.20x
+
+(Sova's walls 12.1-13.0 s. CloudSim Plus's 29.7 s is twice the 11.6-14.0 s earlier sessions
+measured for the same run on this machine kind, so the 2.43x owes part of itself to its run,
+not to Sova; against those figures the ratio is 0.95-1.15x. Either way, 10x is far off.)
 """
 
 from __future__ import annotations
