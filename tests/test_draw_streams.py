@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 import yaml
 from scipy.stats import ks_2samp
+from tests.test_tick_forms import ref_on_fraction
 
 from sova.scenario import parse_scenario
 from sova.sim import workload
@@ -91,44 +92,18 @@ def _old_reset(eng: Engine, rng: np.random.Generator) -> None:
         start[:] = 0.0 - u[:, 2 * col + 1] * length
 
 
-def _old_on_fraction(
-    eng: Engine, rng: np.random.Generator, start: np.ndarray, length: np.ndarray,
-    duty: np.ndarray, t0: float, t1: float,
-) -> np.ndarray:  # fmt: skip
-    p = eng.profile
-    frac = np.where(duty >= 1.0, 1.0, 0.0)
-    live = np.flatnonzero((duty > 0.0) & (duty < 1.0))
-    if live.size == 0:
-        return frac
-    s, ln, d = start[live], length[live], duty[live]
-    end = s + ln
-    on = np.clip(np.minimum(np.minimum(t1, end), s + d * ln) - t0, 0.0, None)
-    k = np.flatnonzero(end <= t1)
-    for i in range(64):
-        if k.size == 0:
-            break
-        cur = end[k]
-        s[k] = cur
-        ln[k] = rng.uniform(p.cycle_min, p.cycle_max, k.size)
-        if i == 63:
-            break
-        end_k = cur + ln[k]
-        end[k] = end_k
-        on[k] += np.clip(np.minimum(np.minimum(t1, end_k), cur + d[k] * ln[k]) - cur, 0.0, None)
-        k = k[end_k <= t1]
-    start[live], length[live] = s, ln
-    frac[live] = on / (t1 - t0)
-    return frac
-
-
 def _old_offer(
     eng: Engine, rng: np.random.Generator, t0: float, t1: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """The old tick's offered bit/s and CPU busy share (``cpu_frac · cj``), drawing from
     ``rng`` in the old order: renewals (net, then CPU), jitter, CPU jitter, arrivals."""
     p, n, dt = eng.profile, eng.N, t1 - t0
-    net = _old_on_fraction(eng, rng, eng.net_start, eng.net_len, eng.net_duty, t0, t1)
-    cpu = _old_on_fraction(eng, rng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1)
+
+    def lengths(idx: np.ndarray, i: int) -> np.ndarray:
+        return rng.uniform(p.cycle_min, p.cycle_max, idx.size)
+
+    net = ref_on_fraction(eng, eng.net_start, eng.net_len, eng.net_duty, t0, t1, lengths)
+    cpu = ref_on_fraction(eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1, lengths)
     jit = rng.lognormal(0.0, p.rate_jitter, n) if p.rate_jitter else np.ones(n)
     cj = 1.0 + (rng.normal(0.0, p.cpu_jitter, n) if p.cpu_jitter else np.zeros(n))
     arrivals = np.zeros(n)

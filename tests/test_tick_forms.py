@@ -14,6 +14,7 @@ rust/sova-core/src/rng.rs and against numpy's distributions in tests/test_draw_s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,6 +33,18 @@ from sova.sim.workload import ACK_BYTES
 # ---------------------------------------------------------------- the readable form
 
 
+def core_lengths(eng: Engine, stream: str) -> Callable[[np.ndarray, int], np.ndarray]:
+    """New cycle lengths of the VMs ``idx`` at renewal pass ``i`` of this tick, from the
+    core's stream ``stream``: draw ``i`` of each VM's key at the tick's number."""
+    p = eng.profile
+
+    def lengths(idx: np.ndarray, i: int) -> np.ndarray:
+        u = uniforms(eng.seed, stream, idx, np.full(idx.size, eng.ticks), i)
+        return p.cycle_min + (p.cycle_max - p.cycle_min) * u
+
+    return lengths
+
+
 def ref_on_fraction(
     eng: Engine,
     start: np.ndarray,
@@ -39,9 +52,11 @@ def ref_on_fraction(
     duty: np.ndarray,
     t0: float,
     t1: float,
-    stream: str,
+    lengths: Callable[[np.ndarray, int], np.ndarray],
 ) -> np.ndarray:
-    p = eng.profile
+    """Each VM's on-time share of ``(t0, t1]``, renewing the cycles that end inside it
+    with ``lengths(vms, pass)`` (the core's streams here; numpy's old one in
+    tests/test_draw_streams.py)."""
     frac = np.where(duty >= 1.0, 1.0, 0.0)
     live = np.flatnonzero((duty > 0.0) & (duty < 1.0))
     if live.size == 0:
@@ -55,10 +70,7 @@ def ref_on_fraction(
             break
         cur = end[k]
         s[k] = cur
-        # renewal pass i of this tick: draw i of each VM's key at the tick's number
-        ticks = np.full(k.size, eng.ticks)
-        u = uniforms(eng.seed, stream, live[k], ticks, i)
-        ln[k] = p.cycle_min + (p.cycle_max - p.cycle_min) * u
+        ln[k] = lengths(live[k], i)
         if i == 63:
             break
         end_k = cur + ln[k]
@@ -74,8 +86,12 @@ def ref_offer(eng: Engine, t0: float, t1: float) -> SimpleNamespace:
     p = eng.profile
     dt = t1 - t0
     N = eng.N
-    net_frac = ref_on_fraction(eng, eng.net_start, eng.net_len, eng.net_duty, t0, t1, "net_cycle")
-    cpu_frac = ref_on_fraction(eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1, "cpu_cycle")
+    net_frac = ref_on_fraction(
+        eng, eng.net_start, eng.net_len, eng.net_duty, t0, t1, core_lengths(eng, "net_cycle")
+    )
+    cpu_frac = ref_on_fraction(
+        eng, eng.cpu_start, eng.cpu_len, eng.cpu_duty, t0, t1, core_lengths(eng, "cpu_cycle")
+    )
     asks = np.flatnonzero(eng.req_rate)
     d = draws(eng.seed, eng.ticks, N, p.rate_jitter, p.cpu_jitter, asks, eng.req_rate[asks] * dt)
     jit, cj, arrivals = d.jit, d.cj, d.arrivals
