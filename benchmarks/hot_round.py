@@ -88,6 +88,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rounds", type=int, default=7, help="daemon rounds timed per size")
     a = p.parse_args()
+    if a.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {a.rounds}")
     det = HotspotDetector(3, 5, 0.75)
     print(
         "| hosts | hot | CPU s | from window arrays | daemon's round, median (range) "
