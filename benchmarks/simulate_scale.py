@@ -939,12 +939,39 @@ def changes(
     return dict(sorted(due.items()))
 
 
-def scenario_data(hosts: int, per_host: int, duration: float, seed: int) -> dict[str, Any]:
-    """The sim_scale workload as a scenario mapping (what a user's YAML file would hold)."""
+def hot_fleet(hosts: int, per_host: int, hot: float, rng: np.random.Generator) -> list[Workload]:
+    """A fleet where a ``hot`` fraction of the hosts stays hot and has no feasible target:
+    on a hot host three bulk VMs send 3 Gbit/s each (0.9 of the 10 Gbit/s link), on every
+    other host three send 5.0-6.3 Gbit/s between them (0.50-0.63, under the manager's alpha
+    of 0.75, with room for the rates' jitter), so any hot VM (0.3) would lift any other host
+    to 0.8 or more: every hot host
+    is screened against the whole ranking and refused, every period, for the whole run. The
+    other VMs of a host (``per_host`` above 3) idle on a light duty cycle."""
+    hot_hosts = set(rng.choice(hosts, size=max(1, int(hosts * hot)), replace=False).tolist())
+    out = []
+    for h in range(hosts):
+        host_rate = 9e9 if h in hot_hosts else float(rng.uniform(5.0e9, 6.3e9))
+        for j in range(per_host):
+            if j < 3:
+                out.append(Workload(kind="bulk", rate=host_rate / 3))
+            else:
+                out.append(Workload(net=0.05, rate=1e6))
+    return out
+
+
+def scenario_data(
+    hosts: int, per_host: int, duration: float, seed: int, hot: float = 0.0
+) -> dict[str, Any]:
+    """The sim_scale workload as a scenario mapping (what a user's YAML file would hold);
+    ``hot`` above 0 gives :func:`hot_fleet` instead, with no changes over time."""
     scn = build(hosts, per_host, duration, seed)
     rng = np.random.default_rng([seed, 11])
-    mix = initial_mix(hosts * per_host, rng)
-    due = changes(scn, list(mix), rng)
+    if hot > 0:
+        mix = hot_fleet(hosts, per_host, hot, rng)
+        due: dict[float, list[tuple[int, Workload]]] = {}
+    else:
+        mix = initial_mix(hosts * per_host, rng)
+        due = changes(scn, list(mix), rng)
     names = [v.name for v in scn.vms]
     data: dict[str, Any] = scn.model_dump(mode="json", exclude_defaults=True)
     # the product's defaults for what the harness leaves out: bandwidth control every second
@@ -993,7 +1020,9 @@ def run_cloudsim(
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def profile(hosts: int, per_host: int, duration: float, seed: int, work: Path) -> None:
+def profile(
+    hosts: int, per_host: int, duration: float, seed: int, work: Path, hot: float = 0.0
+) -> None:
     """cProfile of the product path in this process: run_policy, then the outputs."""
     import cProfile
     import pstats
@@ -1003,7 +1032,7 @@ def profile(hosts: int, per_host: int, duration: float, seed: int, work: Path) -
     from sova.sim.runner import run_policy
 
     path = work / "scenario.yaml"
-    path.write_text(yaml.safe_dump(scenario_data(hosts, per_host, duration, seed)))
+    path.write_text(yaml.safe_dump(scenario_data(hosts, per_host, duration, seed, hot)))
     scn = load_sweep(path)[0]
     prof = cProfile.Profile()
     t = time.perf_counter()
@@ -1021,7 +1050,7 @@ def profile(hosts: int, per_host: int, duration: float, seed: int, work: Path) -
 
 
 def simulate_only(
-    hosts: int, per_host: int, duration: float, seed: int, work: Path, physics: bool
+    hosts: int, per_host: int, duration: float, seed: int, work: Path, physics: bool, hot: float
 ) -> float:
     """CPU seconds of the simulation alone in this process: ``run_policy`` (``physics``
     False) or the world without agents, i.e. the engine's ticks and the world's per-tick
@@ -1031,7 +1060,7 @@ def simulate_only(
     from sova.sim.world import World
 
     path = work / f"scenario-{hosts}x{per_host}.yaml"
-    path.write_text(yaml.safe_dump(scenario_data(hosts, per_host, duration, seed)))
+    path.write_text(yaml.safe_dump(scenario_data(hosts, per_host, duration, seed, hot)))
     scn = load_sweep(path)[0]
     spec = scn.policy_specs[0]
     t = time.process_time()
@@ -1050,6 +1079,7 @@ def run_simulate_only(
     cmd = [str(ROOT / ".venv/bin/python"), __file__, "--child", f"{size[0]}x{size[1]}"]
     cmd += ["--duration", str(args.duration), "--seed", str(args.seed)]
     cmd += ["--physics-only"] if physics else []
+    cmd += ["--hot", str(args.hot)]
     env = dict(os.environ)
     if args.sova_src is not None:
         env["PYTHONPATH"] = str(args.sova_src)
@@ -1076,6 +1106,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="CPU s of the world without agents (engine ticks and per-tick statistics)",
     )
+    ap.add_argument(
+        "--hot",
+        type=float,
+        default=0.0,
+        help="the hot fleet instead: this fraction of hosts hot all run, none with a target",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -1083,7 +1119,9 @@ def main(argv: list[str] | None = None) -> int:
 
         h, v = (int(x) for x in args.child.split("x"))
         with tempfile.TemporaryDirectory() as tmp:
-            cpu = simulate_only(h, v, args.duration, args.seed, Path(tmp), args.physics_only)
+            cpu = simulate_only(
+                h, v, args.duration, args.seed, Path(tmp), args.physics_only, args.hot
+            )
         print(cpu, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         return 0
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
@@ -1092,7 +1130,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.profile:
             h, v = sizes[0]
-            profile(h, v, args.duration, args.seed, work)
+            profile(h, v, args.duration, args.seed, work, args.hot)
             return 0
         if args.sim_only or args.physics_only:
             what = "world without agents" if args.physics_only else "run_policy"
@@ -1117,7 +1155,8 @@ def main(argv: list[str] | None = None) -> int:
         print(head + "   (speed x, mem x: CloudSim Plus / Sova, wall and peak RSS)", flush=True)
         for h, v in sizes:
             scn_path = work / f"sim-scale-{h}x{v}.yaml"
-            scn_path.write_text(yaml.safe_dump(scenario_data(h, v, args.duration, args.seed)))
+            data = scenario_data(h, v, args.duration, args.seed, args.hot)
+            scn_path.write_text(yaml.safe_dump(data))
             ours: list[tuple[float, float, float]] = []
             theirs: list[tuple[float, float, float]] = []
             for _ in range(args.reps):  # interleaved: both see the same load

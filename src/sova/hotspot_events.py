@@ -23,22 +23,34 @@ def _stuck_kind(reason: str) -> str:
 
 
 @dataclasses.dataclass
+class _Stuck:
+    vm: str  # the VM the state started with (its ``hotspot`` event names it)
+    kind: str
+    since: float
+    rounds: int = 1
+    others: list[str] = dataclasses.field(default_factory=list)  # refused for too
+
+
+@dataclasses.dataclass
 class HotspotStates:
     """A hot host left as it is, round after round, as one state with a start and an end
     in the events (issue 36: a sixth of a fleet hot with no target wrote an event per host
     and period, 195 MB for an hour). A round's decision that moves nothing starts a state
-    (its ``hotspot`` event, as before) unless the host is already in one for the same VM
-    and cause; the state ends with a ``hotspot_end`` event when the host is no longer
-    hot, moves a VM, or is refused for another cause, and at the end of the run."""
+    (its ``hotspot`` event, as before) unless the host is already in one for the same
+    cause; the state ends with a ``hotspot_end`` event when the host is no longer hot,
+    moves a VM, or is refused for another cause, and at the end of the run. Which VM was
+    offered does not split the state: a host whose VMs carry about equal loads offers a
+    different one as the jitter falls, and each refusal is the same condition of the host
+    (the end names the others)."""
 
     policy: str
-    # host -> ((vm, cause), since, rounds)
-    open: dict[str, tuple[tuple[str, str], float, int]] = dataclasses.field(default_factory=dict)
+    open: dict[str, _Stuck] = dataclasses.field(default_factory=dict)
 
     def _end(self, host: str, time_s: float, why: str) -> EventRow:
-        (vm, kind), since, rounds = self.open.pop(host)
-        detail = f"{kind} from {since:g} s to {time_s:g} s ({rounds} rounds); {why}"
-        return EventRow(self.policy, round(time_s, 3), "hotspot_end", vm, host, "", detail)
+        st = self.open.pop(host)
+        also = f"; also refused for {', '.join(st.others)}" if st.others else ""
+        detail = f"{st.kind} from {st.since:g} s to {time_s:g} s ({st.rounds} rounds{also}); {why}"
+        return EventRow(self.policy, round(time_s, 3), "hotspot_end", st.vm, host, "", detail)
 
     def round(
         self, time_s: float, decided: Sequence[tuple[str, bool, str | None, str | None, str]]
@@ -51,15 +63,17 @@ class HotspotStates:
         for i, (host, flag, vm, target, reason) in enumerate(decided):
             seen.add(host)
             stuck = not flag and target is None
-            key = (vm or "", _stuck_kind(reason))
+            kind = _stuck_kind(reason)
             prior = self.open.get(host)
-            if stuck and prior is not None and prior[0] == key:
-                self.open[host] = (key, prior[1], prior[2] + 1)
+            if stuck and prior is not None and prior.kind == kind:
+                prior.rounds += 1
+                if vm and vm != prior.vm and vm not in prior.others:
+                    prior.others.append(vm)
                 continue
             if prior is not None:
                 ended.append(self._end(host, time_s, "then: " + reason.rsplit("; ", 1)[-1]))
             if stuck:
-                self.open[host] = (key, time_s, 1)
+                self.open[host] = _Stuck(vm or "", kind, time_s)
             keep.append(i)
         for host in sorted(set(self.open) - seen):
             ended.append(self._end(host, time_s, "then: not hot"))
