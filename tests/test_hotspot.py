@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from sova.model import MIB
 from sova.policy.cold_spots import choose_target
+from sova.policy.hotness import UTILISATION_SLACK
 from sova.policy.hotspot import (
     HostCapacity,
     HostReport,
@@ -472,3 +473,21 @@ def test_capacities_must_be_all_or_nothing() -> None:
     }
     with pytest.raises(ValueError, match="'b'"):
         coordinate(reports, DETECTOR)
+
+
+@pytest.mark.parametrize("field", ["cpu", "mem", "net"])
+@pytest.mark.parametrize(
+    "value", [math.nan, math.inf, -math.inf, -0.001, 1.0 + UTILISATION_SLACK + 1e-9]
+)
+def test_utilisation_refuses_each_bad_value_in_each_field(field: str, value: float) -> None:
+    # the in-range fast path must not let NaN (which fails every comparison) or an
+    # infinity through: each is named with its field
+    vals = {"cpu": 0.5, "mem": 0.5, "net": 0.5, field: value}
+    with pytest.raises(ValueError, match=f"^{field} utilisation must be in \\[0, 1\\], got"):
+        Utilisation(**vals)
+
+
+def test_utilisation_takes_the_slack_at_the_top() -> None:
+    # 1 + slack is allowed (counters overshoot a little), 0 too
+    u = Utilisation(0.0, 1.0 + UTILISATION_SLACK, 1.0)
+    assert u.as_tuple() == (0.0, 1.0 + UTILISATION_SLACK, 1.0)

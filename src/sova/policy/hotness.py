@@ -47,6 +47,11 @@ class Utilisation:
     net: float
 
     def __post_init__(self) -> None:
+        # one chained comparison per field first: a manager's round makes one of these per
+        # VM of every hot host, and NaN fails it, so only a bad value pays for the check
+        top = 1.0 + UTILISATION_SLACK
+        if 0.0 <= self.cpu <= top and 0.0 <= self.mem <= top and 0.0 <= self.net <= top:
+            return
         for name, value in zip(RESOURCES, self.as_tuple(), strict=True):
             _check_utilisation(name, value)
 
