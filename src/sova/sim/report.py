@@ -18,7 +18,7 @@ import numpy as np
 from sova import writer
 from sova.agent.registry import vf_policy
 from sova.scenario import PolicySpec, Scenario
-from sova.sim.report_plots import draw
+from sova.sim.report_plots import Moves, draw, moves
 from sova.sim.world import PolicyRun
 from sova.writer import mark
 
@@ -42,14 +42,16 @@ def holder_verdict(spec: PolicySpec | None, match: bool) -> str:
     return "match" if match else "MISMATCH"
 
 
-def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
+def decisions_table(
+    scn: Scenario, runs: Sequence[PolicyRun], facts: Sequence[Moves] | None = None
+) -> list[str]:
     """What each policy's decisions were and what they bought: VF moves (per host-hour),
-    the useless ones (sova.sim.decisions), migrations and the moved-back ones."""
+    the useless ones (sova.sim.decisions), migrations and the moved-back ones. ``facts``:
+    each run's :func:`sova.sim.report_plots.moves`, if the plots read them."""
     from sova.sim import decisions as dq
 
     ceiling = dq.virtio_ceiling_bps(scn.profile)
     freed = dq.freed_cpu_saturation(scn.profile)
-    vms = [v.name for v in scn.vms]
     hours = max(scn.duration, 1e-9) / 3600.0
     lines = [
         "## Decisions",
@@ -64,15 +66,13 @@ def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
         "| policy | VF moves | per host-hour | useless | migrations | moved back |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for run in runs:
-        moves = dq.attaches(run.events)
-        useless = dq.useless_attaches(
-            moves, dq.demand_grid(run.timeline, vms), ceiling, cpu_saturation=freed
-        )
-        share = f" ({len(useless) / len(moves):.0%})" if moves else ""
+    for k, run in enumerate(runs):
+        m = facts[k] if facts is not None else moves(scn, run)
+        n, useless = len(m.attaches), m.useless
+        share = f" ({len(useless) / n:.0%})" if n else ""
         migrations = sum(1 for e in run.events if e.event == "migrate_end")
         lines.append(
-            f"| {run.policy} | {len(moves)} | {len(moves) / (len(scn.hosts) * hours):.1f} | "
+            f"| {run.policy} | {n} | {n / (len(scn.hosts) * hours):.1f} | "
             f"{len(useless)}{share} | {migrations} | {dq.moved_back(run.events)} |"
         )
     return lines
@@ -266,7 +266,7 @@ def write_report(
         lines += _what_it_bought(scn, runs, pol, rows, multi, drawn.has_holders)
     lines += _policies_side_by_side(scn, pol, by_name)
     lines += ["", *migrations_table(pol)]
-    lines += ["", *decisions_table(scn, runs)]
+    lines += ["", *decisions_table(scn, runs, drawn.moves)]
     if scn.paper.vf_holders:
         lines += _paper_vf_holders(scn, pol)
     lines += _classifications(scn, pol)
