@@ -248,9 +248,14 @@ def vf_hosts(run: PolicyRun) -> dict[str, list[str]]:
 
 
 def write_report(
-    out: Path, scn: Scenario, runs: Sequence[PolicyRun], summary: dict[str, Any]
+    out: Path,
+    scn: Scenario,
+    runs: Sequence[PolicyRun],
+    summary: dict[str, Any],
+    timeline_file: str = "timeline.csv",
 ) -> None:
-    """report.md and its plots (every plot drawn first, then the text top to bottom)."""
+    """report.md and its plots (every plot drawn first, then the text top to bottom);
+    ``timeline_file``: where the outputs hold the timeline (named in the text)."""
     drawn = draw(out, scn, runs)
     pol = summary["policies"]
     multi = len(scn.hosts) > 1
@@ -264,7 +269,7 @@ def write_report(
     rows = compare_rows(summary)
     if rows:
         lines += _what_it_bought(scn, runs, pol, rows, multi, drawn.has_holders)
-    lines += _policies_side_by_side(scn, pol, by_name)
+    lines += _policies_side_by_side(scn, pol, by_name, timeline_file)
     lines += ["", *migrations_table(pol)]
     lines += ["", *decisions_table(scn, runs, drawn.moves)]
     if scn.paper.vf_holders:
@@ -320,13 +325,19 @@ def _what_it_bought(
 
 
 def _policies_side_by_side(
-    scn: Scenario, pol: dict[str, Any], by_name: dict[str, PolicyRun]
+    scn: Scenario, pol: dict[str, Any], by_name: dict[str, PolicyRun], timeline_file: str
 ) -> list[str]:
+    timeline = (
+        "`timeline.csv` (one row per period and VM)"
+        if timeline_file == "timeline.csv"
+        else f"`{timeline_file}/` (one row per period and VM, a numpy `.npy` file per column; "
+        "`columns.json` names the text columns' codes)"
+    )
     lines = [
         f"Seed {scn.seed}, {scn.duration / 60:g} simulated minutes at {scn.tick:g} s ticks, "
         f"controller period {scn.controller.period:g} s, hardware profile `{scn.profile.name}`.",
         "",
-        "Files: `timeline.csv` (one row per period and VM), `events.csv` (VF attach/detach, "
+        f"Files: {timeline}, `events.csv` (VF attach/detach, "
         "tier changes, migrations, the manager's hotspot decisions, failures), `summary.json` "
         "(the figures below), `plots.json` (what each plot draws).",
         "",
