@@ -152,6 +152,7 @@ def test_demand_grid_read_a_chunk_at_a_time_is_the_rows_values(tmp_path: Path) -
             off = r.offered_mbps if r.offered_mbps is not None else 0.0
             want[:, i, j] = (off * 1e6, r.tx_mbps * 1e6, r.cpu_usage)
     assert np.array_equal(grid.offered, want[0])
-    assert np.array_equal(grid.delivered, want[1])
+    assert grid.delivered is not None and np.array_equal(grid.delivered, want[1])
+    assert dq.demand_grid(tl, names, delivered=False).delivered is None
     assert grid.cpu is not None and np.array_equal(grid.cpu, want[2])
     assert grid.offered[names.index("v4")].any()  # not a grid of zeros

@@ -57,24 +57,25 @@ class DemandGrid:
     times: np.ndarray  # (P,) sample times, ascending
     vms: list[str]
     offered: np.ndarray  # (V, P) bit/s; 0 where a VM has no sample
-    delivered: np.ndarray  # (V, P) bit/s sent
+    delivered: np.ndarray | None  # (V, P) bit/s sent (None: not read)
     cpu: np.ndarray | None = None  # (V, P) vCPU use 0..1 (the run's; None: not read)
 
     def index(self, vm: str) -> int:
         return self.vms.index(vm)
 
 
-def demand_grid(timeline: Timeline, vms: Sequence[str]) -> DemandGrid:
-    """The run's offered and delivered load per VM and sample, from its timeline a chunk at
-    a time: an hour of 1,000 x 3 read as whole columns (five of 8.6 MB, their int64 indices
-    and masks) was the peak of a ``sova simulate`` (+108 MiB over the run's)."""
+def demand_grid(timeline: Timeline, vms: Sequence[str], delivered: bool = True) -> DemandGrid:
+    """The run's offered and (``delivered``) delivered load per VM and sample, from its
+    timeline a chunk at a time: an hour of 1,000 x 3 read as whole columns (five of 8.6 MB,
+    their int64 indices and masks) was the peak of a ``sova simulate`` (+108 MiB over the
+    run's); the report reads no delivered load (its grid another 8.6 MB there)."""
     names = timeline.texts("vm")
     where = {v: i for i, v in enumerate(vms)}
     lut = np.array([where.get(str(n), -1) for n in names] + [-1], dtype=np.int64)
     per_chunk = [np.unique(c.columns["time_s"]) for c in timeline.chunks()]
     times = np.unique(np.concatenate(per_chunk)) if per_chunk else np.zeros(0)
     grid = np.zeros((len(vms), times.size))
-    sent = np.zeros((len(vms), times.size))
+    sent = np.zeros((len(vms), times.size)) if delivered else None
     cpu = np.zeros((len(vms), times.size))
     for c in timeline.chunks():  # in row order: a later row of a (VM, time) wins, as before
         cols = c.columns
@@ -83,7 +84,8 @@ def demand_grid(timeline: Timeline, vms: Sequence[str]) -> DemandGrid:
         row, col = row[ok], np.searchsorted(times, cols["time_s"][ok])
         offered, usage = cols["offered_mbps"][ok], cols["cpu_usage"][ok]
         grid[row, col] = np.where(np.isfinite(offered), offered, 0.0) * 1e6
-        sent[row, col] = cols["tx_mbps"][ok] * 1e6
+        if sent is not None:
+            sent[row, col] = cols["tx_mbps"][ok] * 1e6
         cpu[row, col] = np.where(np.isfinite(usage), usage, 0.0)
     return DemandGrid(times, list(vms), grid, sent, cpu)
 

@@ -36,7 +36,7 @@ def moves(scn: Scenario, run: PolicyRun) -> Moves:
     from sova.sim import decisions as dq
 
     vms = [v.name for v in scn.vms]
-    grid = dq.demand_grid(run.timeline, vms)
+    grid = dq.demand_grid(run.timeline, vms, delivered=False)
     attaches = dq.attaches(run.events)
     useless = dq.useless_attaches(
         attaches,
