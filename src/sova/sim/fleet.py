@@ -28,8 +28,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from sova.scenario import Scenario
-from sova.sim.report_plots import Moves
-from sova.sim.report_plots import moves as read_moves
+from sova.sim.decisions import Moves, run_moves
 from sova.sim.world import TICK_HOSTS, PolicyRun
 from sova.writer import PNG_META, Plotted
 
@@ -348,7 +347,11 @@ def plot_vf_holders_fleet(
         end = float(g.times[-1]) if g.times.size else 1.0
         share = holder_share(run, g)
         _heat(fig, ax, share, end, "holders' share of host traffic", 1.0, "magma")
-        m = facts[k] if facts is not None else read_moves(scn, run)
+        m = (
+            facts[k]
+            if facts is not None
+            else run_moves(run.timeline, run.events, g.vms, scn.profile)
+        )
         moves, useless = m.attaches, m.useless
         hours = max(end, 1e-9) / 3600.0
         per_host_h = len(moves) / (max(len(g.hosts), 1) * hours)

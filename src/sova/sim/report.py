@@ -18,7 +18,8 @@ import numpy as np
 from sova import writer
 from sova.agent.registry import vf_policy
 from sova.scenario import PolicySpec, Scenario
-from sova.sim.report_plots import Moves, draw, moves
+from sova.sim.decisions import Moves, run_moves
+from sova.sim.report_plots import draw
 from sova.sim.world import PolicyRun
 from sova.writer import mark
 
@@ -47,12 +48,13 @@ def decisions_table(
 ) -> list[str]:
     """What each policy's decisions were and what they bought: VF moves (per host-hour),
     the useless ones (sova.sim.decisions), migrations and the moved-back ones. ``facts``:
-    each run's :func:`sova.sim.report_plots.moves`, if the plots read them."""
+    each run's :func:`sova.sim.decisions.run_moves`, if the plots read them."""
     from sova.sim import decisions as dq
 
     ceiling = dq.virtio_ceiling_bps(scn.profile)
     freed = dq.freed_cpu_saturation(scn.profile)
     hours = max(scn.duration, 1e-9) / 3600.0
+    vms = [v.name for v in scn.vms]
     lines = [
         "## Decisions",
         "",
@@ -67,7 +69,7 @@ def decisions_table(
         "|---|---:|---:|---:|---:|---:|",
     ]
     for k, run in enumerate(runs):
-        m = facts[k] if facts is not None else moves(scn, run)
+        m = facts[k] if facts is not None else run_moves(run.timeline, run.events, vms, scn.profile)
         n, useless = len(m.attaches), m.useless
         share = f" ({len(useless) / n:.0%})" if n else ""
         migrations = sum(1 for e in run.events if e.event == "migrate_end")

@@ -13,39 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from sova import writer
-from sova.record import EventRow
 from sova.scenario import Scenario
+from sova.sim.decisions import Moves, run_moves
 from sova.sim.world import PolicyRun
 from sova.writer import PNG_META, HolderPanel, Plotted
-
-
-@dataclass(frozen=True)
-class Moves:
-    """A run's VF moves against the demand it faced (:mod:`sova.sim.decisions`), read from
-    its timeline once for the whole report: the holders' plot, the holding plot and the
-    decisions table each built the run's VM x period demand grids (three of 8.6 MB on an
-    hour of 3,000 VMs) for themselves."""
-
-    attaches: list[EventRow]
-    useless: list[EventRow]
-    mean_offered_bps: np.ndarray  # per VM of the scenario, over the timeline's samples
-    samples: int  # timeline samples (periods kept)
-
-
-def moves(scn: Scenario, run: PolicyRun) -> Moves:
-    from sova.sim import decisions as dq
-
-    vms = [v.name for v in scn.vms]
-    grid = dq.demand_grid(run.timeline, vms, delivered=False)
-    attaches = dq.attaches(run.events)
-    useless = dq.useless_attaches(
-        attaches,
-        grid,
-        dq.virtio_ceiling_bps(scn.profile),
-        cpu_saturation=dq.freed_cpu_saturation(scn.profile),
-    )
-    mean = grid.offered.mean(axis=1) if grid.times.size else np.zeros(len(vms))
-    return Moves(attaches, useless, mean, int(grid.times.size))
 
 
 @dataclass
@@ -71,7 +42,9 @@ def draw(out: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Drawn:
 
     drawn = Drawn()
     keep = drawn.keep
-    drawn.moves = [moves(scn, r) for r in runs]  # one run's demand grid at a time
+    # one run's demand grid at a time
+    vm_names = [v.name for v in scn.vms]
+    drawn.moves = [run_moves(r.timeline, r.events, vm_names, scn.profile) for r in runs]
     main = next((r for r in runs if r.policy in ("sova", "dsr-iov")), runs[-1])
     metrics = (
         ("throughput.png", "tx_mbps", "tx (Mbit/s)"),
@@ -251,13 +224,14 @@ def plot_vf_holding(
 ) -> Plotted | None:
     """Each VM's share of the run on a VF against its mean offered load, per policy: a VF
     policy that pays puts its VF time on the right (the VMs that send), past the virtio
-    ceiling where a VF buys throughput. ``facts``: each run's :func:`moves`, if read."""
+    ceiling where a VF buys throughput. ``facts``: each run's
+    :func:`sova.sim.decisions.run_moves`, if read."""
     from sova.sim import decisions as dq
 
     vms = [v.name for v in scn.vms]
     points = []
     for k, run in enumerate(runs):
-        m = facts[k] if facts is not None else moves(scn, run)
+        m = facts[k] if facts is not None else run_moves(run.timeline, run.events, vms, scn.profile)
         if not m.samples:
             continue
         on_vf = np.zeros(len(vms))
