@@ -812,6 +812,62 @@ hour, S = 1 s, interleaved, median of 3, load average 1-2; main 4085db9):
 (Sova's walls 12.1-13.0 s. CloudSim Plus's 29.7 s is twice the 11.6-14.0 s earlier sessions
 measured for the same run on this machine kind, so the 2.43x owes part of itself to its run,
 not to Sova; against those figures the ratio is 0.95-1.15x. Either way, 10x is far off.)
+
+Issue 36, branch out36 (2026-12-07 17:34-18:16, the 2-core machine shared with four other
+sessions' tests and benchmarks, load average 5.5-14, so walls swing 2x and CPU seconds are
+the figure): the command outside the simulation. What changed: each run's demand grid
+(``decisions.demand_grid``: the decisions table and both VF plots) is built once per report
+(``decisions.run_moves``), a chunk at a time and without the delivered load the report never
+reads -- built three times from whole columns (five of 8.6 MB, their int64 indices) it was
+the command's peak, +108 MiB over the run's; the busiest VMs' traffic is summed once for the
+three metric plots; past 200,000 rows the timeline is a ``timeline/`` folder of ``.npy``
+columns instead of timeline.csv (``--timeline-format auto|csv|columns``;
+docs/design.md#timeline-resolution). Every shipped scenario's files are unchanged (golden:
+17 runs, 3 differences, all demo/sova-tour, where main eb56be1 writes the same bytes as
+this branch: they predate it); the hour's report.md differs only in the sentence naming
+the timeline's file, its PNGs and plots.json are byte-identical.
+
+The whole command (``--sizes 1000x3 --duration 3600``), main eb56be1 (its own checkout and
+venv) and this branch alternating, one run each, 18:10-18:14, load average 5.8-8.3:
+
+    code                  CPU s (runs)            wall s (runs)          peak RSS
+    before (eb56be1)      17.9 (17.9, 19.6, 14.3)  31.0 (31.0, 53.4, 30.7)  248 MiB
+    after                 14.5 (16.4, 14.5, 13.2)  32.2 (32.5, 32.2, 30.3)  137 MiB
+    (the same, --reps 3 each, 17:34 and 18:07 at load 5-14: before 15.3 CPU-s / 41.9 s
+    wall / 248 MiB, after 14.9 / 49.5 / 137)
+
+The split, timers around the command's calls in one process (imports of ``sova.cli`` and
+the simulate path, ``load_sweep``, ``run_points``, ``write_outputs`` and its parts), CPU s,
+median of 3 alternating (17:57-18:05, load 10-14):
+
+    part                             before   after
+    imports                            0.55    0.62
+    scenario load                      0.36    0.36
+    simulation (run_points)           11.35   12.61   (not changed here: the load's spread)
+    outputs                            4.06    2.24
+      summary (+ summary.json)         0.10    0.10
+      timeline                         1.20    0.09   (timeline.csv -> the timeline/ folder)
+      report                           2.37    1.68   (matplotlib's import ~0.3-0.4 of it)
+
+Beside CloudSim Plus 8.5.7 (``--cloudsim /work/cloudsim``, S = 1 s, one run each, 18:14,
+load average 5.2-5.5):
+
+    Sova wall / CPU / peak       CS+ wall / CPU / peak       CS+/Sova: speed (wall)  memory
+    28.2 s / 12.6 s / 137 MiB    84.7 s / 42.2 s / 395 MiB             3.01x          2.89x
+
+(CloudSim Plus's CPU-s is 3.3x Sova's here; its 84.7 s wall is the load's.) So the outputs
+take ~1.8 CPU-s less and the command's peak is 137 MiB, not 248: 0.35 of CloudSim Plus's
+395 MiB in this run, 0.18-0.25 of the 544-776 MiB of earlier ones (the issue asks <= 1/4;
+its peak swings with the JVM's heap sizing). The
+timeline folder is 106 MB against timeline.csv's 100 MB; two of its columns read back
+memory-mapped in 0.006 s against 1.44 s through the csv module. At 1,000 x 20 x 300 s
+(600,000 rows, one run): scenario load 1.43 CPU-s, summary.json 0.13-0.38 (the standard
+library's indenting encoder; a C-encoder variant with the same bytes saved nothing, a call
+per VM), timeline folder 0.06, report 1.13. What is left outside the simulation is about
+2.9 CPU-s at 1,000 x 3 x 3600: imports ~0.6 (numpy, pydantic and the scenario models'
+schemas, typer/rich; lazily registering the other subcommands would save ~0.1), the
+scenario's parse ~0.35 (PyYAML's events in Python), the report ~1.7 (matplotlib: its import,
+text layout and ``tight_layout`` of four figures; fixed margins measured ~0.1-0.2 less).
 """
 
 from __future__ import annotations

@@ -129,3 +129,6 @@ _.rescan  # unused method (src/sova/plugins.py)
 # What the change-based view's last look did (full, changes, cached): read by the tier's and
 # the unit tests' request counts, and by an operator in a debugger
 _.last_look  # unused attribute (src/sova/orchestrator/openstack_view.py)
+# The reader of a timeline written as columns, for whoever analyses a fleet's run (README,
+# docs/design.md#timeline-resolution); tests/test_timeline_columns.py reads with it
+read_npy_columns  # unused function (src/sova/writer.py)

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
+from sova.record import Timeline
 from sova.scenario import PolicySpec, load_scenario
+from sova.sim import decisions as dq
 from sova.sim import fleet, report, report_plots
 from sova.sim.world import TICK_HOSTS, World
 from sova.writer import HOST_COLOURS
@@ -130,3 +132,27 @@ def test_report_counts_moves_and_draws_vf_time_against_demand(tmp_path: Path) ->
     plotted = report_plots.plot_vf_holding(tmp_path / "holding.png", scn, [run])
     assert plotted == {"static-sriov: VMs (mean demand, time on VF)": 3}
     assert (tmp_path / "holding.png").stat().st_size > 0
+
+
+def test_demand_grid_read_a_chunk_at_a_time_is_the_rows_values(tmp_path: Path) -> None:
+    vms = {f"v{i}": {"kind": "bulk", "rate": f"{100 * (i + 1)}Mbit"} for i in range(5)}
+    scn = load_scenario(_scenario(tmp_path / "s.yaml", 2, vms))
+    run = World(scn, PolicySpec(name="sova", vf="sova")).run_until(scn.duration)
+    rows = list(run.timeline)
+    # chunks of 7 rows, every one in the spill file: periods straddle chunks
+    tl = Timeline(rows, chunk_rows=7, spill_bytes=0)
+    names = ["v3", "v0", "absent", "v4"]  # a subset, out of order, one with no rows
+    grid = dq.demand_grid(tl, names)
+    times = sorted({r.time_s for r in rows})
+    assert grid.times.tolist() == times
+    want = np.zeros((3, len(names), len(times)))
+    for r in rows:  # the readable form: each row's cells where its VM and time say
+        if r.vm in names:
+            i, j = names.index(r.vm), times.index(r.time_s)
+            off = r.offered_mbps if r.offered_mbps is not None else 0.0
+            want[:, i, j] = (off * 1e6, r.tx_mbps * 1e6, r.cpu_usage)
+    assert np.array_equal(grid.offered, want[0])
+    assert grid.delivered is not None and np.array_equal(grid.delivered, want[1])
+    assert dq.demand_grid(tl, names, delivered=False).delivered is None
+    assert grid.cpu is not None and np.array_equal(grid.cpu, want[2])
+    assert grid.offered[names.index("v4")].any()  # not a grid of zeros

@@ -65,6 +65,15 @@ TimelineVMs = Annotated[
     list[str] | None,
     typer.Option(help="Keep only these VMs' timeline rows (repeatable) [default: all]."),
 ]
+TimelineFormat = Annotated[
+    str,
+    typer.Option(
+        help="The timeline's file: csv (timeline.csv), columns (a timeline/ folder, a numpy "
+        ".npy file per column) or auto (csv up to 200,000 rows, columns past that) "
+        "[default: auto].",
+        show_default=False,
+    ),
+]
 
 
 @app.command()
@@ -104,10 +113,12 @@ def simulate(
     ] = None,
     timeline_period: TimelinePeriod = None,
     timeline_vm: TimelineVMs = None,
+    timeline_format: TimelineFormat = "auto",
 ) -> None:
     """Run a scenario in the built-in simulated cluster and write its report.
 
-    Writes timeline.csv, events.csv, summary.json, report.md and PNG plots into --out.
+    Writes timeline.csv (or timeline/, see --timeline-format), events.csv, summary.json,
+    report.md and PNG plots into --out.
     A scenario with a bad value is refused before anything is written. A sweep's points
     run in parallel (local processes, or Dask with --dask) with the serial run's outputs.
     Ctrl-C writes the outputs of the policies (sweep points) already completed, then exits
@@ -119,16 +130,12 @@ def simulate(
     from sova.sim.output import write_outputs
     from sova.sim.runner import Interrupted, run_points
 
+    _check_format(timeline_format)
     points, known = _sim_points(resolve_scenario(scenario), policy, seed)
     points = _with_output(points, timeline_period, timeline_vm)
     out_dir = out or Path("out") / points[0].name
     if out_dir.exists() and not out_dir.is_dir():
-        err.print(
-            f"[red]error:[/red] --out: {escape(str(out_dir))} exists and is not a folder",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(2)
+        _option_error(f"--out: {out_dir} exists and is not a folder")
     chosen = [p for p in known if not policy or p in policy]
     # quiet when the output goes to a file or a pipe: a bar there is noise in a log
     show = progress and sys.stdout.isatty() and sys.stderr.isatty()
@@ -143,9 +150,9 @@ def simulate(
                 on_start=bar.start,
             )
     except Interrupted as stop:
-        _write_interrupted(out_dir, points, stop)
+        _write_interrupted(out_dir, points, stop, timeline_format)
         raise typer.Exit(130) from None
-    _print_summary(write_outputs(out_dir, results), points, chosen)
+    _print_summary(write_outputs(out_dir, results, timeline_format), points, chosen)
     typer.echo(f"report: {out_dir / 'report.md'}")
 
 
@@ -210,17 +217,28 @@ def _with_output(
     return out
 
 
+def _check_format(timeline_format: str) -> None:
+    from sova.sim.output import TIMELINE_FORMATS
+
+    if timeline_format not in TIMELINE_FORMATS:
+        _option_error(
+            f"--timeline-format: {timeline_format!r} is none of {', '.join(TIMELINE_FORMATS)}"
+        )
+
+
 def _option_error(line: str) -> NoReturn:
     err.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
-def _write_interrupted(out_dir: Path, points: list[Scenario], stop: Interrupted) -> None:
+def _write_interrupted(
+    out_dir: Path, points: list[Scenario], stop: Interrupted, timeline_format: str
+) -> None:
     """Ctrl-C: the outputs of what completed, and a line saying what that was."""
     from sova.sim.output import write_outputs
 
     if stop.completed:
-        write_outputs(out_dir, stop.completed)
+        write_outputs(out_dir, stop.completed, timeline_format)
         what = (
             f"{len(stop.completed)} completed sweep point(s)"
             if points[0].sweep is not None

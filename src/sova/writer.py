@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,6 +193,49 @@ def write_csv_columns(path: Path, header: Sequence[str], blocks: Iterable[Block]
             fh.write(flat[flat != 0].tobytes())
 
 
+ColumnBlock = Mapping[str, np.ndarray]  # a block of rows: one array per column
+
+
+def write_npy_columns(
+    folder: Path,
+    rows: int,
+    dtypes: Mapping[str, np.dtype[Any]],
+    texts: Mapping[str, Sequence[str | None]],
+    blocks: Iterable[ColumnBlock],
+) -> None:
+    """A table as a folder of numpy ``.npy`` files, one per column (``np.load`` reads one,
+    memory-mapped with ``mmap_mode="r"``), and ``columns.json``: the row count, the columns
+    in order and each text column's names (its ``.npy`` holds codes into them).
+
+    Written a block at a time to every column's file (the headers first: ``rows`` is
+    known), so no column is held whole (docs/design.md#timeline-resolution)."""
+    folder.mkdir()
+    with ExitStack() as stack:
+        files = {}
+        for name, dtype in dtypes.items():
+            fh = stack.enter_context((folder / f"{name}.npy").open("wb"))
+            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
+            np.lib.format.write_array_header_1_0(fh, {**header, "shape": (rows,)})
+            files[name] = fh
+        written = 0
+        for block in blocks:
+            for name, fh in files.items():
+                fh.write(np.ascontiguousarray(block[name], dtype=dtypes[name]).tobytes())
+            written += len(block[next(iter(files))]) if files else 0
+    if written != rows:
+        raise ValueError(f"rows: {rows} announced, {written} written")
+    meta = {"rows": rows, "columns": list(dtypes), "texts": {k: list(v) for k, v in texts.items()}}
+    (folder / "columns.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def read_npy_columns(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, list[str | None]]]:
+    """A folder :func:`write_npy_columns` wrote: every column memory-mapped (read only,
+    codes for a text column) and the text columns' names."""
+    meta = json.loads((folder / "columns.json").read_text())
+    cols = {c: np.load(folder / f"{c}.npy", mmap_mode="r") for c in meta["columns"]}
+    return cols, meta["texts"]
+
+
 def cells(record: Any, columns: Sequence[str]) -> list[Any]:
     """A record's values for ``columns`` (absent attributes are empty cells)."""
     return [getattr(record, c, None) for c in columns]
@@ -210,6 +253,8 @@ def staged_dir(final: Path) -> Iterator[Path]:
         yield tmp
         final.mkdir(exist_ok=True)
         for item in sorted(tmp.iterdir()):
+            if item.is_dir() and (final / item.name).is_dir():
+                shutil.rmtree(final / item.name)  # a folder is not replaced by a rename
             os.replace(item, final / item.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

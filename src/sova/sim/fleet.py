@@ -28,6 +28,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from sova.scenario import Scenario
+from sova.sim.decisions import Moves, run_moves
 from sova.sim.world import TICK_HOSTS, PolicyRun
 from sova.writer import PNG_META, Plotted
 
@@ -166,9 +167,16 @@ def holder_share(run: PolicyRun, g: Grid) -> np.ndarray:
 
 
 def plot_metric_fleet(
-    path: Path, scn: Scenario, run: PolicyRun, g: Grid, name: str, label: str
+    path: Path,
+    scn: Scenario,
+    run: PolicyRun,
+    g: Grid,
+    name: str,
+    label: str,
+    volume: np.ndarray | None = None,
 ) -> Plotted | None:
-    """Percentile bands over the VMs and the top :data:`TOP_N` VMs by volume."""
+    """Percentile bands over the VMs and the top :data:`TOP_N` VMs by volume (``volume``:
+    :func:`traffic_volume`, if the caller has it)."""
     a = metric(run, g, name)
     a[~np.isfinite(a)] = np.nan
     if not np.isfinite(a).any():
@@ -179,7 +187,8 @@ def plot_metric_fleet(
     _bands(ax, x, a, f"{len(g.vms)} VMs", plotted)
     # The VMs drawn are the busiest senders whatever the metric: ranked by the metric's
     # own volume, io_degree (high when idle) drew the idlest VMs.
-    volume = traffic_volume(run, g) if name != "tx_mbps" else _volume(a)
+    if volume is None:
+        volume = traffic_volume(run, g) if name != "tx_mbps" else _volume(a)
     top = [int(i) for i in np.argsort(-volume, kind="stable")[:TOP_N] if volume[i] > 0]
     colours = ("tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown")
     for k, i in enumerate(top):
@@ -321,26 +330,29 @@ def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Pl
 
 
 def plot_vf_holders_fleet(
-    path: Path, scn: Scenario, runs: Sequence[PolicyRun], grids: Sequence[Grid]
+    path: Path,
+    scn: Scenario,
+    runs: Sequence[PolicyRun],
+    grids: Sequence[Grid],
+    facts: Sequence[Moves] | None = None,
 ) -> Plotted | None:
     """Per policy: a host x time heat map of the share of each host's offered traffic its
     VF holders offer, and the VF moves per host-hour in the title (a count of holders per
     host was a flat "pool size" that showed no decision)."""
-    from sova.sim import decisions as dq
-
     if not any(g.vf.any() for g in grids):
         return None
-    ceiling = dq.virtio_ceiling_bps(scn.profile)
-    freed = dq.freed_cpu_saturation(scn.profile)
     plotted: Plotted = {}
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 3.4 * len(runs)), squeeze=False)
-    for ax, run, g in zip(axes[:, 0], runs, grids, strict=True):
+    for k, (ax, run, g) in enumerate(zip(axes[:, 0], runs, grids, strict=True)):
         end = float(g.times[-1]) if g.times.size else 1.0
         share = holder_share(run, g)
         _heat(fig, ax, share, end, "holders' share of host traffic", 1.0, "magma")
-        moves = dq.attaches(run.events)
-        demand = dq.demand_grid(run.timeline, g.vms)
-        useless = dq.useless_attaches(moves, demand, ceiling, cpu_saturation=freed)
+        m = (
+            facts[k]
+            if facts is not None
+            else run_moves(run.timeline, run.events, g.vms, scn.profile)
+        )
+        moves, useless = m.attaches, m.useless
         hours = max(end, 1e-9) / 3600.0
         per_host_h = len(moves) / (max(len(g.hosts), 1) * hours)
         mean = float(np.nanmean(share)) if np.isfinite(share).any() else 0.0

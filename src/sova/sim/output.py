@@ -7,6 +7,7 @@ every world; this module adds the simulator's summary (from per-tick statistics,
 
 from __future__ import annotations
 
+import shutil
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -258,10 +259,84 @@ def timeline_blocks(
                     yield block
 
 
+# Past this many timeline rows (~20 MB of CSV, ~100 bytes a row) ``auto`` writes the
+# timeline as columns (docs/design.md#timeline-resolution): the largest shipped scenario
+# has ~39,000 rows and a week of 100 chosen VMs at 10 min ~100,800, so both stay CSV.
+CSV_ROWS = 200_000
+TIMELINE_FORMATS = ("auto", "csv", "columns")
+
+
+def timeline_name(points: Sequence[tuple[Scenario, Sequence[PolicyRun]]], form: str) -> str:
+    """The timeline's file in the outputs: ``timeline.csv``, or the ``timeline`` folder of
+    columns (``form`` "columns", or "auto" past :data:`CSV_ROWS` rows)."""
+    if form not in TIMELINE_FORMATS:
+        raise ValueError(f"timeline format: {form!r} is none of {', '.join(TIMELINE_FORMATS)}")
+    if form == "auto":
+        rows = sum(len(run.timeline) for _, runs in points for run in runs)
+        form = "csv" if rows <= CSV_ROWS else "columns"
+    return "timeline.csv" if form == "csv" else "timeline"
+
+
+def _code_type(names: int) -> np.dtype[Any]:
+    return np.dtype(np.uint8 if names <= 1 << 8 else np.uint16 if names <= 1 << 16 else np.int32)
+
+
+def write_timeline_columns(
+    folder: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]], sweep: bool
+) -> None:
+    """Every run's timeline as a folder of columns (:func:`sova.writer.write_npy_columns`):
+    the numbers as the runs hold them (float64; an empty cell is a NaN with the bits
+    :data:`sova.record.NONE_BITS`), each text column as codes into one list of names for
+    all runs (a sweep's value as the CSV writes it)."""
+    text_cols = (["sweep_value"] if sweep else []) + [
+        c for c in TIMELINE_COLUMNS if c in TEXT_COLUMNS
+    ]
+    names: dict[str, dict[Any, int]] = {c: {} for c in text_cols}
+    luts: list[tuple[PolicyRun, dict[str, np.ndarray]]] = []
+    for scn, runs in points:
+        for run in runs:
+            lut = {
+                c: np.array(
+                    [names[c].setdefault(t, len(names[c])) for t in run.timeline.texts(c)],
+                    dtype=np.int64,
+                )
+                for c in TEXT_COLUMNS
+            }
+            if sweep:
+                lut["sweep_value"] = np.array(
+                    [
+                        names["sweep_value"].setdefault(
+                            writer.fmt(scn.sweep_value), len(names["sweep_value"])
+                        )
+                    ]
+                )
+            luts.append((run, lut))
+    columns = (["sweep_value"] if sweep else []) + TIMELINE_COLUMNS
+    dtypes = {c: _code_type(len(names[c])) if c in names else np.dtype(np.float64) for c in columns}
+
+    def blocks() -> Iterator[writer.ColumnBlock]:
+        for run, lut in luts:
+            for chunk in run.timeline.chunks():
+                block = {
+                    c: lut[c][chunk.columns[c]] if c in TEXT_COLUMNS else chunk.columns[c]
+                    for c in TIMELINE_COLUMNS
+                }
+                if sweep:
+                    block["sweep_value"] = np.repeat(lut["sweep_value"], chunk.n)
+                yield block
+
+    rows = sum(len(run.timeline) for run, _ in luts)
+    texts = {c: list(v) for c, v in names.items()}
+    writer.write_npy_columns(folder, rows, dtypes, texts, blocks())
+
+
 def write_outputs(
-    out: Path, points: Sequence[tuple[Scenario, Sequence[PolicyRun]]]
+    out: Path,
+    points: Sequence[tuple[Scenario, Sequence[PolicyRun]]],
+    timeline_format: str = "auto",
 ) -> dict[str, Any]:
-    """All files of a run (one point, or every point of a sweep) into ``out``, atomically.
+    """All files of a run (one point, or every point of a sweep) into ``out``, atomically;
+    the timeline as :func:`timeline_name` says for ``timeline_format``.
 
     The summary reads every run's timeline (sealing it) before the CSV files and the
     report read it (:func:`sova.writer.write_outputs`).
@@ -269,6 +344,7 @@ def write_outputs(
     sweep = points[0][0].sweep is not None
     summary = build_sweep_summary(points) if sweep else build_summary(*points[0])
     lead = ["sweep_value"] if sweep else []
+    name = timeline_name(points, timeline_format)
 
     def report(tmp: Path) -> None:
         # imported here: matplotlib (~0.4 CPU-s) loads in the process that draws
@@ -278,18 +354,27 @@ def write_outputs(
         if sweep:
             write_sweep_report(tmp, points, summary)
         else:
-            write_report(tmp, points[0][0], points[0][1], summary)
+            write_report(tmp, points[0][0], points[0][1], summary, timeline_file=name)
 
     def timeline(tmp: Path) -> None:
-        writer.write_csv_columns(tmp, lead + TIMELINE_COLUMNS, timeline_blocks(points, sweep))
+        if name == "timeline.csv":
+            writer.write_csv_columns(tmp, lead + TIMELINE_COLUMNS, timeline_blocks(points, sweep))
+        else:
+            write_timeline_columns(tmp, points, sweep)
 
     writer.write_outputs(
         out,
         {
-            "timeline.csv": timeline,
+            name: timeline,
             "events.csv": (lead + EVENT_COLUMNS, _rows(points, "events", EVENT_COLUMNS, sweep)),
         },
         summary,
         report,
     )
+    # the other form from an earlier run into the same folder would read as this run's
+    stale = out / ("timeline" if name == "timeline.csv" else "timeline.csv")
+    if stale.is_dir():
+        shutil.rmtree(stale)
+    elif stale.exists():
+        stale.unlink()
     return summary

@@ -18,6 +18,7 @@ import numpy as np
 from sova import writer
 from sova.agent.registry import vf_policy
 from sova.scenario import PolicySpec, Scenario
+from sova.sim.decisions import Moves, run_moves
 from sova.sim.report_plots import draw
 from sova.sim.world import PolicyRun
 from sova.writer import mark
@@ -42,15 +43,18 @@ def holder_verdict(spec: PolicySpec | None, match: bool) -> str:
     return "match" if match else "MISMATCH"
 
 
-def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
+def decisions_table(
+    scn: Scenario, runs: Sequence[PolicyRun], facts: Sequence[Moves] | None = None
+) -> list[str]:
     """What each policy's decisions were and what they bought: VF moves (per host-hour),
-    the useless ones (sova.sim.decisions), migrations and the moved-back ones."""
+    the useless ones (sova.sim.decisions), migrations and the moved-back ones. ``facts``:
+    each run's :func:`sova.sim.decisions.run_moves`, if the plots read them."""
     from sova.sim import decisions as dq
 
     ceiling = dq.virtio_ceiling_bps(scn.profile)
     freed = dq.freed_cpu_saturation(scn.profile)
-    vms = [v.name for v in scn.vms]
     hours = max(scn.duration, 1e-9) / 3600.0
+    vms = [v.name for v in scn.vms]
     lines = [
         "## Decisions",
         "",
@@ -64,15 +68,13 @@ def decisions_table(scn: Scenario, runs: Sequence[PolicyRun]) -> list[str]:
         "| policy | VF moves | per host-hour | useless | migrations | moved back |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for run in runs:
-        moves = dq.attaches(run.events)
-        useless = dq.useless_attaches(
-            moves, dq.demand_grid(run.timeline, vms), ceiling, cpu_saturation=freed
-        )
-        share = f" ({len(useless) / len(moves):.0%})" if moves else ""
+    for k, run in enumerate(runs):
+        m = facts[k] if facts is not None else run_moves(run.timeline, run.events, vms, scn.profile)
+        n, useless = len(m.attaches), m.useless
+        share = f" ({len(useless) / n:.0%})" if n else ""
         migrations = sum(1 for e in run.events if e.event == "migrate_end")
         lines.append(
-            f"| {run.policy} | {len(moves)} | {len(moves) / (len(scn.hosts) * hours):.1f} | "
+            f"| {run.policy} | {n} | {n / (len(scn.hosts) * hours):.1f} | "
             f"{len(useless)}{share} | {migrations} | {dq.moved_back(run.events)} |"
         )
     return lines
@@ -248,9 +250,14 @@ def vf_hosts(run: PolicyRun) -> dict[str, list[str]]:
 
 
 def write_report(
-    out: Path, scn: Scenario, runs: Sequence[PolicyRun], summary: dict[str, Any]
+    out: Path,
+    scn: Scenario,
+    runs: Sequence[PolicyRun],
+    summary: dict[str, Any],
+    timeline_file: str = "timeline.csv",
 ) -> None:
-    """report.md and its plots (every plot drawn first, then the text top to bottom)."""
+    """report.md and its plots (every plot drawn first, then the text top to bottom);
+    ``timeline_file``: where the outputs hold the timeline (named in the text)."""
     drawn = draw(out, scn, runs)
     pol = summary["policies"]
     multi = len(scn.hosts) > 1
@@ -264,9 +271,9 @@ def write_report(
     rows = compare_rows(summary)
     if rows:
         lines += _what_it_bought(scn, runs, pol, rows, multi, drawn.has_holders)
-    lines += _policies_side_by_side(scn, pol, by_name)
+    lines += _policies_side_by_side(scn, pol, by_name, timeline_file)
     lines += ["", *migrations_table(pol)]
-    lines += ["", *decisions_table(scn, runs)]
+    lines += ["", *decisions_table(scn, runs, drawn.moves)]
     if scn.paper.vf_holders:
         lines += _paper_vf_holders(scn, pol)
     lines += _classifications(scn, pol)
@@ -320,13 +327,19 @@ def _what_it_bought(
 
 
 def _policies_side_by_side(
-    scn: Scenario, pol: dict[str, Any], by_name: dict[str, PolicyRun]
+    scn: Scenario, pol: dict[str, Any], by_name: dict[str, PolicyRun], timeline_file: str
 ) -> list[str]:
+    timeline = (
+        "`timeline.csv` (one row per period and VM)"
+        if timeline_file == "timeline.csv"
+        else f"`{timeline_file}/` (one row per period and VM, a numpy `.npy` file per column; "
+        "`columns.json` names the text columns' codes)"
+    )
     lines = [
         f"Seed {scn.seed}, {scn.duration / 60:g} simulated minutes at {scn.tick:g} s ticks, "
         f"controller period {scn.controller.period:g} s, hardware profile `{scn.profile.name}`.",
         "",
-        "Files: `timeline.csv` (one row per period and VM), `events.csv` (VF attach/detach, "
+        f"Files: {timeline}, `events.csv` (VF attach/detach, "
         "tier changes, migrations, the manager's hotspot decisions, failures), `summary.json` "
         "(the figures below), `plots.json` (what each plot draws).",
         "",

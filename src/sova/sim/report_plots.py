@@ -14,6 +14,7 @@ import numpy as np
 
 from sova import writer
 from sova.scenario import Scenario
+from sova.sim.decisions import Moves, run_moves
 from sova.sim.world import PolicyRun
 from sova.writer import PNG_META, HolderPanel, Plotted
 
@@ -26,6 +27,7 @@ class Drawn:
     has_holders: bool = False
     has_holding: bool = False
     metric_pngs: list[tuple[str, str]] = field(default_factory=list)  # (file, label)
+    moves: list[Moves] = field(default_factory=list)  # per run, in the runs' order
 
     def keep(self, name: str, plotted: Plotted | None) -> bool:
         if plotted is None:
@@ -40,6 +42,9 @@ def draw(out: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Drawn:
 
     drawn = Drawn()
     keep = drawn.keep
+    # one run's demand grid at a time
+    vm_names = [v.name for v in scn.vms]
+    drawn.moves = [run_moves(r.timeline, r.events, vm_names, scn.profile) for r in runs]
     main = next((r for r in runs if r.policy in ("sova", "dsr-iov")), runs[-1])
     metrics = (
         ("throughput.png", "tx_mbps", "tx (Mbit/s)"),
@@ -51,14 +56,17 @@ def draw(out: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Drawn:
         # every run's VF holders are drawn; the metrics for the main run only, one at a time
         grids = [fleet.grid(r, vms, hosts) for r in runs]
         drawn.has_holders = keep(
-            "vf_holders.png", fleet.plot_vf_holders_fleet(out / "vf_holders.png", scn, runs, grids)
+            "vf_holders.png",
+            fleet.plot_vf_holders_fleet(out / "vf_holders.png", scn, runs, grids, drawn.moves),
         )
         g = next(gr for r, gr in zip(runs, grids, strict=True) if r is main)
         del grids  # the other runs' grids are not drawn again
+        # the busiest VMs, drawn in every metric's plot: its traffic summed once
+        volume = fleet.traffic_volume(main, g)
         drawn.metric_pngs = [
             (name, label)
             for name, metric, label in metrics
-            if keep(name, fleet.plot_metric_fleet(out / name, scn, main, g, metric, label))
+            if keep(name, fleet.plot_metric_fleet(out / name, scn, main, g, metric, label, volume))
         ]
     else:
         drawn.has_holders = keep(
@@ -73,7 +81,9 @@ def draw(out: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Drawn:
         keep("hosts.png", fleet.plot_hosts_fleet(out / "hosts.png", scn, runs))
     elif len(scn.hosts) > 1:
         keep("hosts.png", plot_hosts(out / "hosts.png", scn, runs))
-    drawn.has_holding = keep("vf_holding.png", plot_vf_holding(out / "vf_holding.png", scn, runs))
+    drawn.has_holding = keep(
+        "vf_holding.png", plot_vf_holding(out / "vf_holding.png", scn, runs, drawn.moves)
+    )
     return drawn
 
 
@@ -209,17 +219,20 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
     return plotted
 
 
-def plot_vf_holding(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted | None:
+def plot_vf_holding(
+    path: Path, scn: Scenario, runs: Sequence[PolicyRun], facts: Sequence[Moves] | None = None
+) -> Plotted | None:
     """Each VM's share of the run on a VF against its mean offered load, per policy: a VF
     policy that pays puts its VF time on the right (the VMs that send), past the virtio
-    ceiling where a VF buys throughput."""
+    ceiling where a VF buys throughput. ``facts``: each run's
+    :func:`sova.sim.decisions.run_moves`, if read."""
     from sova.sim import decisions as dq
 
     vms = [v.name for v in scn.vms]
     points = []
-    for run in runs:
-        grid = dq.demand_grid(run.timeline, vms)
-        if not grid.times.size:
+    for k, run in enumerate(runs):
+        m = facts[k] if facts is not None else run_moves(run.timeline, run.events, vms, scn.profile)
+        if not m.samples:
             continue
         on_vf = np.zeros(len(vms))
         texts = run.timeline.texts("vm")
@@ -231,9 +244,9 @@ def plot_vf_holding(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plo
             i = vm_of[c.columns["vm"]]
             ok = (i >= 0) & is_vf[c.columns["nic"]]
             on_vf += np.bincount(i[ok], minlength=len(vms))
-        share = on_vf / grid.times.size
+        share = on_vf / m.samples
         if share.any():
-            points.append((run.policy, grid.offered.mean(axis=1) / 1e6, share))
+            points.append((run.policy, m.mean_offered_bps / 1e6, share))
     if not points:
         return None
     plt = writer.pyplot()
