@@ -31,8 +31,9 @@ the agents read), not from their step reports.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import chain
 
 import numpy as np
@@ -148,21 +149,21 @@ class FleetControl:
         self.decided = _decided_rows(host, by_host, mine, mine_l, self.state[0], now)
         r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
         ranked_l = result.ranked.tolist()
-        decisions = Decisions(e.vm_names, rows, result, cfg)
+        # read into lists only when a host needs a decision or a new ranking (most
+        # periods of a large world none does)
+        decisions = cache(lambda: Decisions(e.vm_names, rows, result, cfg))
         if busy:
             m_cut = np.searchsorted(host[by_host], np.arange(e.H + 1)).tolist()
             pool = self.pool.tolist()
-            vfs = decisions.of_hosts(by_host.tolist(), m_cut, ranked_l, r_cut, pool, busy)
+            vfs = decisions().of_hosts(by_host.tolist(), m_cut, ranked_l, r_cut, pool, busy)
             for hi, vf in zip(busy, vfs, strict=True):
                 h = hosts[hi]
                 s = sensed[h]
                 sensed.decided(hi, Sensed(s.factors, s.measured, s.loads, vf, inventories[h]))
+        warm = _warm_up(e, [hi for hi in calm if not measured_l[hi]], by_host)
         self.settled = self._settled(
-            e, calm, inventories, result, decisions, ranked_l, r_cut, recorded
+            e, calm, warm, inventories, result, decisions, ranked_l, r_cut, recorded
         )
-        warm = [hi for hi in calm if not measured_l[hi]]
-        if warm:
-            self._warm_up(e, warm, by_host)
         return sensed
 
     def _who(
@@ -201,30 +202,14 @@ class FleetControl:
         calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
         return mine_l, busy, calm
 
-    def _warm_up(self, e: Engine, warm: list[int], by_host: np.ndarray) -> None:
-        """The settled hosts not measured yet (``warm``) keep the holders they have, in
-        name order, as their desired holders and ranking (``DsrIov.desired``'s warm-up:
-        the eligible holders among the candidates, by name); not kept for the next
-        period (a measured period's are the kernel's)."""
-        names, host = e.vm_names, e.host
-        held = by_host[e.on_vf[by_host]]
-        at = host[held]
-        cut = np.searchsorted(at, np.arange(e.H + 1)).tolist()
-        held_l = held.tolist()
-        for hi in warm:
-            self.kept.pop(hi, None)
-            h = e.host_names[hi]
-            keep = tuple([names[i] for i in held_l[cut[hi] : cut[hi + 1]]])
-            inventory, _, _, unrecorded = self.settled[h]
-            self.settled[h] = (inventory, dict.fromkeys(keep), keep, unrecorded)
-
     def _settled(
         self,
         e: Engine,
         calm: list[int],
+        warm: dict[int, tuple[str, ...]],
         inventories: dict[str, Inventory],
         result: VFSchedule,
-        decisions: Decisions,
+        decisions: Callable[[], Decisions],
         ranked: list[int],
         r_cut: list[int],
         recorded: np.ndarray,
@@ -254,11 +239,16 @@ class FleetControl:
         out: dict[str, Settled] = {}
         kept = self.kept
         for hi in calm:
-            q = prev.get(hi) if prev and not stale_l[hi] else None
-            if q is None:
-                pq_h, ranking = decisions.queue(ranked[r_cut[hi] : r_cut[hi + 1]])
-                q = (dict.fromkeys(pq_h), ranking)
-            kept[hi] = q
+            keep = warm.get(hi)
+            q: tuple[dict[str, float | None], tuple[str, ...]] | None
+            if keep is not None:  # not measured yet: not the kernel's, not kept
+                q = (dict.fromkeys(keep), keep)
+            else:
+                q = prev.get(hi) if prev and not stale_l[hi] else None
+                if q is None:
+                    pq_h, ranking = decisions().queue(ranked[r_cut[hi] : r_cut[hi + 1]])
+                    q = (dict.fromkeys(pq_h), ranking)
+                kept[hi] = q
             h = hosts[hi]
             out[h] = (inventories[h], q[0], q[1], fresh.get(hi, ()))
         return out
@@ -333,6 +323,19 @@ class HostVMs(LazyMapping[str, VMState]):
 
     def __len__(self) -> int:
         return len(self._members)
+
+
+def _warm_up(e: Engine, warm: list[int], by_host: np.ndarray) -> dict[int, tuple[str, ...]]:
+    """The holders of the settled hosts not measured yet (``warm``), in name order: their
+    desired holders and ranking (``DsrIov.desired``'s warm-up keeps the eligible holders
+    among the candidates, by name, and a settled one has no other)."""
+    if not warm:
+        return {}
+    names = e.vm_names
+    held = by_host[e.on_vf[by_host]]
+    cut = np.searchsorted(e.host[held], np.arange(e.H + 1)).tolist()
+    held_l = held.tolist()
+    return {hi: tuple([names[i] for i in held_l[cut[hi] : cut[hi + 1]]]) for hi in warm}
 
 
 def _free(agent_l: list[HostAgent]) -> np.ndarray:
