@@ -89,6 +89,8 @@ class FleetControl:
         self.decided: Rows | None = None
         # this period's settled hosts (see decide): what each one's agent takes
         self.settled: dict[str, Settled] = {}
+        # each VM's host and every VM by host, in name order within a host (_by_host)
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def applies(agents: dict[str, HostAgent]) -> bool:
@@ -144,8 +146,7 @@ class FleetControl:
         mine[mine_l] = True
         inventories = self._inventories(e, mine_l, set(busy))
         assert self.state is not None
-        # rows by host, each host's VMs in name order (the agent's candidates' order)
-        by_host = np.lexsort((self.name_rank, host))
+        by_host = self._by_host(host)
         self.decided = _decided_rows(host, by_host, mine, mine_l, self.state[0], now)
         r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
         ranked_l = result.ranked.tolist()
@@ -165,6 +166,15 @@ class FleetControl:
             e, calm, warm, inventories, result, decisions, ranked_l, r_cut, recorded
         )
         return sensed
+
+    def _by_host(self, host: np.ndarray) -> np.ndarray:
+        """Every VM by host, each host's VMs in name order (the agent's candidates'
+        order): sorted again only when a VM moved (the sort was the period's largest
+        array operation)."""
+        known = self._sorted
+        if known is None or not np.array_equal(known[0], host):
+            known = self._sorted = (host.copy(), np.lexsort((self.name_rank, host)))
+        return known[1]
 
     def _who(
         self,
@@ -264,7 +274,7 @@ class FleetControl:
         # every column Engine.inventory reads (the timeline's rows read them too)
         cols = np.stack(
             (e.on_vf, e.vf_index, e.vf_max, e.vf_min, e.guest_limit, e.ready, e.migrating)
-        ).astype(np.float64)
+        ).astype(np.float64, copy=False)
         host = e.host.copy()
         prev, self.state = self.state, (cols, host)
         if prev is None or bool((host != prev[1]).any()):
