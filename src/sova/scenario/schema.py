@@ -550,9 +550,12 @@ class Scenario(_Strict):
             # the types too: 1 == 1.0 as keys, and an SLA keeps what the scenario gave
             key = (*values, *map(type, values))
             sla = slas.get(key)
-            if sla is None:
-                sla = slas[key] = _model_sla(s)
-            out.append(model.VM(vm.name, vm.vcpus, vm.memory, sla, created_seq=seq))
+            if sla is None:  # the first VM with this SLA: model_vm's own
+                first = self.model_vm(vm, seq)
+                slas[key] = first.sla
+                out.append(first)
+            else:
+                out.append(model.VM(vm.name, vm.vcpus, vm.memory, sla, created_seq=seq))
         return out
 
 
