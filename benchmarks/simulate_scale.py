@@ -868,6 +868,42 @@ per VM), timeline folder 0.06, report 1.13. What is left outside the simulation 
 schemas, typer/rich; lazily registering the other subcommands would save ~0.1), the
 scenario's parse ~0.35 (PyYAML's events in Python), the report ~1.7 (matplotlib: its import,
 text layout and ``tight_layout`` of four figures; fixed margins measured ~0.1-0.2 less).
+
+Issue 36, branch ctl36 (2026-12-07; the 2-core machine shared with four other sessions,
+load average 6-13 during these runs, so CPU seconds are the figure). The control period's
+per-host work where nothing changes. Counted at 1,000 x 20 (sova policy): at 300 s every
+one of the 30,000 host-periods is now settled (before, the first period's 1,000 hosts
+stepped: a host not measured yet stepped whatever its holders, 1,000 step reports and
+20,000 timeline rows built row by row); at 1,800 s 179,681 of 180,000 are settled, and the
+319 others step because the manager signalled a migration (275) or a call is in flight
+(44); none steps because its VF holders change. What changed: a host not measured yet
+settles when its policy's warm-up keeps the holders it has (all eligible, none rated);
+the world's construction builds one SLA model per distinct SLA (20,000 pydantic-to-model
+conversions 0.20 -> 0.06 CPU-s); the run's final collection skips the objects made
+before the run (``gc.freeze``: 0.09 of its 0.12 CPU-s); the VF pass reads its decision
+lists only when a host needs a decision or a new ranking, sorts the VMs by host and name
+only when a VM moved. Golden outputs unchanged (17 runs, 0 differences);
+``benchmarks/decisions.py --quick`` prints the same table. ``--sim-only``, CPU seconds,
+before = main eb56be1 (its own tree and venv), median of 3:
+
+    run                        before: CPU s (runs)              after: CPU s (runs)            VM-steps per CPU-s
+    1,000 x 20 x 300 s, 1st    3.06 (3.15, 2.94, 3.06), load 7    2.69 (2.96, 2.69, 2.60), load 13  1.96 M -> 2.23 M
+    1,000 x 20 x 300 s, 2nd    3.32 (3.20, 3.87, 3.32), load 7    2.65 (2.90, 2.47, 2.65), load 6   1.81 M -> 2.27 M
+    1,000 x 20 x 1,800 s       19.84 (one run), load 6           18.92 (one run), load 8-12       1.81 M -> 1.90 M
+
+Per piece (process CPU of each phase, one run each): at 300 s the control periods 1.07-1.46
+-> 0.70 CPU-s and the construction 0.37-0.53 -> 0.18-0.21; at 1,800 s the control periods
+6.29 -> 6.12 CPU-s (34-35 ms a period). So the one-off costs went, and the steady state's
+per-period cost is about what it was: ~34 ms a period at 1,000 hosts, of which the VF
+pass ~12 ms (the scheduling core 1.8, each host's inventory view 2.6, the settled hosts'
+records 2.2), the manager's intake and round ~8 (its windows and plan ~3.4), sensing ~6
+(the core ~4), the timeline's columns ~6 and the settled agents' loads ~3. What is left per
+period is a few microseconds of Python per host (an inventory view, a load-share record and
+an agent's ``settle``, each a handful of objects), ~10 ms at 1,000 hosts: removing it
+means the agents' records held as the world's arrays and read from there (issue 36's
+"a fleet of one"), not a faster loop. The issue's 10 M VM-steps per CPU-second is still
+~4.4x away: the physics and the bandwidth loop (~1.55 of the 300 s run's ~2.3 CPU-s in
+``run_until``) are two thirds of what is left.
 """
 
 from __future__ import annotations

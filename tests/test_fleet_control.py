@@ -5,6 +5,7 @@ rows the world builds from arrays against the step report's rows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,16 @@ def _forget(world: World) -> None:
 
 
 def _run(
-    scn: Scenario, policy: str, fleet: bool, forget: float | None = None
+    scn: Scenario,
+    policy: str,
+    fleet: bool,
+    forget: float | None = None,
+    prepare: Callable[[World], None] | None = None,
 ) -> tuple[list[Any], ...]:
     spec = next(p for p in scn.policy_specs if p.name == policy)
     world = World(scn, spec)
+    if prepare is not None:
+        prepare(world)
     if not fleet:
         world._control = None  # every agent schedules its own host
     steps: list[tuple[str, StepReport | None]] = []
@@ -145,6 +152,40 @@ def test_holders_found_without_a_dwell_start_are_recorded_as_each_agent_alone() 
         HostAgent.settle = settle  # type: ignore[method-assign]
     slow = _run(scn, "sova", fleet=False, forget=150.0)
     assert unrecorded  # the case happened
+    for got_all, want_all in zip(fast[1:], slow[1:], strict=True):
+        assert got_all == want_all
+
+
+def _booted(world: World) -> None:
+    """VFs attached before the agents start (so their first, unmeasured period finds
+    holders): HM1's web and db, db without its failover backup (ineligible: the warm-up
+    detaches it); HM2's video, plain; HM3's replica with a max rate."""
+    e = world.engine
+    for vm, k in (("web", 0), ("db", 1), ("video", 0), ("replica", 0)):
+        i = e.vm_index[vm]
+        e.on_vf[i], e.vf_index[i] = True, k
+    e.ready[e.vm_index["db"]] = False
+    e.vf_max[e.vm_index["replica"]] = 2e9
+
+
+def test_hosts_not_measured_yet_settle_as_their_warm_up_would() -> None:
+    # the first period no host has measured: the policy's warm-up keeps the eligible
+    # holders. A host whose holders are all eligible and unrated plans nothing (HM2, and
+    # nothing held at all), so the world settles it as it settles a measured one; HM1
+    # (an ineligible holder to detach) and HM3 (a rated holder) step. Before, every host
+    # stepped its first period (1,000 step reports and their rows at 1,000 hosts).
+    scn = _scenario("sova-tour", 60.0)
+    fast = _run(scn, "sova", fleet=True, prepare=_booted)
+    slow = _run(scn, "sova", fleet=False, prepare=_booted)
+    first = {r[0]: r for r in fast[0][:3]}
+    assert first["HM2"][1] is None  # settled in its unmeasured period
+    assert first["HM1"][1] is not None and first["HM1"][5]  # stepped, detaching db
+    assert first["HM3"][1] is not None
+    for got, want in zip(fast[0], slow[0], strict=True):
+        if got[1] is None:
+            assert got[0] == want[0] and want[5] == [] and want[7] is None
+        else:
+            assert got == want
     for got_all, want_all in zip(fast[1:], slow[1:], strict=True):
         assert got_all == want_all
 

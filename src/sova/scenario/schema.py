@@ -536,13 +536,36 @@ class Scenario(_Strict):
         return model.Host(host.name, host.cores, host.memory, nic)
 
     def model_vm(self, vm: VMSpec, seq: int) -> model.VM:
-        sla = model.SLA(
-            bandwidth=model.ResourceTuple(vm.sla.min, vm.sla.default, vm.sla.max),
-            max_pps=vm.sla.max_pps,
-            priority=vm.sla.priority,
-            weight=vm.sla.weight,
-        )
-        return model.VM(vm.name, vm.vcpus, vm.memory, sla, created_seq=seq)
+        return model.VM(vm.name, vm.vcpus, vm.memory, _model_sla(vm.sla), created_seq=seq)
+
+    def model_vms(self) -> list[model.VM]:
+        """Every VM's :meth:`model_vm`, in order, VMs with equal SLAs sharing one SLA
+        object (frozen, so one serves them all): building an SLA per VM was most of a
+        20,000-VM world's construction, and fleets have a handful of distinct SLAs."""
+        slas: dict[tuple[object, ...], model.SLA] = {}
+        out = []
+        for seq, vm in enumerate(self.vms):
+            s = vm.sla
+            values = (s.min, s.default, s.max, s.max_pps, s.priority, s.weight)
+            # the types too: 1 == 1.0 as keys, and an SLA keeps what the scenario gave
+            key = (*values, *map(type, values))
+            sla = slas.get(key)
+            if sla is None:  # the first VM with this SLA: model_vm's own
+                first = self.model_vm(vm, seq)
+                slas[key] = first.sla
+                out.append(first)
+            else:
+                out.append(model.VM(vm.name, vm.vcpus, vm.memory, sla, created_seq=seq))
+        return out
+
+
+def _model_sla(sla: SLASpec) -> model.SLA:
+    return model.SLA(
+        bandwidth=model.ResourceTuple(sla.min, sla.default, sla.max),
+        max_pps=sla.max_pps,
+        priority=sla.priority,
+        weight=sla.weight,
+    )
 
 
 def _format_errors(err: ValidationError, source: str) -> str:

@@ -6,13 +6,16 @@ is :func:`~sova.policy.vfkernel.schedule_hosts` on one host. Here the world runs
 kernel once for every host, from the sensing pass's factor arrays
 (:class:`~sova.sim.fleet_sensing.FleetSensing`) and the engine's VM state, and hands each
 agent its host's decision (``Sensed.vf``). An agent whose decision could differ from the
-one the world computed decides for itself as before: a host not yet measured (the policy
-keeps its holders), with an operation in flight (its outcome may change the dwell times),
+one the world computed decides for itself as before: a host not yet measured whose
+policy's warm-up (it keeps the eligible holders) would change something, with an operation
+in flight (its outcome may change the dwell times),
 with the manager's migration signal (the chosen VM stops being a candidate) or with
 operator fences.
 
 A host whose decided holders are the ones it has, at the rates it has, with nothing in
-flight and nothing leaving, is *settled* (:attr:`FleetControl.settled`): its step would
+flight and nothing leaving, is *settled* (so is a host not measured yet whose holders are
+all eligible and unrated: its warm-up keeps them; at 1,000 hosts the first period was
+1,000 steps) (:attr:`FleetControl.settled`): its step would
 plan nothing, so its agent takes only the holders and ranking
 (:meth:`~sova.agent.loop.HostAgent.settle`: the records the step would leave, no
 ``VFDecision``, ``PeriodDecision`` or ``StepReport``). So the policy's objects, the executor,
@@ -28,8 +31,9 @@ the agents read), not from their step reports.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import chain
 
 import numpy as np
@@ -85,6 +89,8 @@ class FleetControl:
         self.decided: Rows | None = None
         # this period's settled hosts (see decide): what each one's agent takes
         self.settled: dict[str, Settled] = {}
+        # each VM's host and every VM by host, in name order within a host (_by_host)
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def applies(agents: dict[str, HostAgent]) -> bool:
@@ -110,11 +116,13 @@ class FleetControl:
         host = e.host
         hosts = e.host_names
         agent_l = list(map(agents.__getitem__, hosts))
-        # hosts whose agent decides as the kernel here would (see the module's docstring)
-        mine = _deciding(sensed, agent_l)
-        if not mine.any():
+        # hosts whose agent decides as the kernel here would (see the module's docstring),
+        # or, not measured yet, as the policy's warm-up would
+        free = _free(agent_l)
+        if not free.any():
             self.kept = {}  # every agent steps: none keeps a settled period's records
             return sensed
+        measured = np.array(sensed.measured_list(), dtype=bool)
         leaving, since, recorded = _dwell(e, agent_l, now)
         cfg = self.scheduler
         rows = VFRows(
@@ -129,45 +137,89 @@ class FleetControl:
             demand=factors.demand_est_bps,
         )
         result = schedule_hosts(rows, self.pool, now, cfg)
-        holder = rows.holder
-        changes = np.bincount(host, result.pq != holder, minlength=e.H) > 0
-        rated = holder & ((e.vf_max < INF) | (e.vf_min > 0))
-        settled = ~changes & ~self.tiered & (np.bincount(host, rated, minlength=e.H) == 0)
-        # a settled host's agent takes its holders and ranking (HostAgent.settle); the
-        # others their whole decision
-        mine_l = np.flatnonzero(mine).tolist()
-        settled_l = settled.tolist()
-        quiet = [settled_l[hi] and not agent_l[hi].migrating for hi in mine_l]
-        busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
-        calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
+        mine_l, busy, calm = self._who(e, rows, result, free, measured, agent_l)
+        if not mine_l:
+            self.kept = {}
+            return sensed
+        measured_l = measured.tolist()
+        mine = np.zeros(e.H, dtype=bool)
+        mine[mine_l] = True
         inventories = self._inventories(e, mine_l, set(busy))
         assert self.state is not None
-        # rows by host, each host's VMs in name order (the agent's candidates' order)
-        by_host = np.lexsort((self.name_rank, host))
+        by_host = self._by_host(host)
         self.decided = _decided_rows(host, by_host, mine, mine_l, self.state[0], now)
         r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
         ranked_l = result.ranked.tolist()
-        decisions = Decisions(e.vm_names, rows, result, cfg)
+        # read into lists only when a host needs a decision or a new ranking (most
+        # periods of a large world none does)
+        decisions = cache(lambda: Decisions(e.vm_names, rows, result, cfg))
         if busy:
             m_cut = np.searchsorted(host[by_host], np.arange(e.H + 1)).tolist()
             pool = self.pool.tolist()
-            vfs = decisions.of_hosts(by_host.tolist(), m_cut, ranked_l, r_cut, pool, busy)
+            vfs = decisions().of_hosts(by_host.tolist(), m_cut, ranked_l, r_cut, pool, busy)
             for hi, vf in zip(busy, vfs, strict=True):
                 h = hosts[hi]
                 s = sensed[h]
                 sensed.decided(hi, Sensed(s.factors, s.measured, s.loads, vf, inventories[h]))
+        warm = _warm_up(e, [hi for hi in calm if not measured_l[hi]], by_host)
         self.settled = self._settled(
-            e, calm, inventories, result, decisions, ranked_l, r_cut, recorded
+            e, calm, warm, inventories, result, decisions, ranked_l, r_cut, recorded
         )
         return sensed
+
+    def _by_host(self, host: np.ndarray) -> np.ndarray:
+        """Every VM by host, each host's VMs in name order (the agent's candidates'
+        order): sorted again only when a VM moved (the sort was the period's largest
+        array operation)."""
+        known = self._sorted
+        if known is None or not np.array_equal(known[0], host):
+            known = self._sorted = (host.copy(), np.lexsort((self.name_rank, host)))
+        return known[1]
+
+    def _who(
+        self,
+        e: Engine,
+        rows: VFRows,
+        result: VFSchedule,
+        free: np.ndarray,
+        measured: np.ndarray,
+        agent_l: list[HostAgent],
+    ) -> tuple[list[int], list[int], list[int]]:
+        """The hosts the world decides for, ascending, and of those the ones that act
+        (busy: handed their whole decision) and the settled ones (calm: holders and
+        ranking, see :meth:`HostAgent.settle`). A measured host is settled when the
+        kernel keeps its holders; one not measured yet when its policy's warm-up would
+        (``DsrIov.desired``: it keeps the eligible holders), i.e. it has no other, and an
+        unmeasured one that is not settled steps with that warm-up itself (the kernel's
+        decision is not its). Neither with tiers or a rated holder (rates to set)."""
+        host, holder = e.host, rows.holder
+        changes = np.bincount(host, result.pq != holder, minlength=e.H) > 0
+        drops = np.bincount(host, holder & ~rows.eligible, minlength=e.H) > 0
+        rated = holder & ((e.vf_max < INF) | (e.vf_min > 0))
+        settled = (
+            np.where(measured, ~changes, ~drops)
+            & ~self.tiered
+            & (np.bincount(host, rated, minlength=e.H) == 0)
+        )
+        settled_l, measured_l = settled.tolist(), measured.tolist()
+        mine_l = [
+            hi
+            for hi in np.flatnonzero(free & (measured | settled)).tolist()
+            if measured_l[hi] or not agent_l[hi].migrating
+        ]
+        quiet = [settled_l[hi] and not agent_l[hi].migrating for hi in mine_l]
+        busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
+        calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
+        return mine_l, busy, calm
 
     def _settled(
         self,
         e: Engine,
         calm: list[int],
+        warm: dict[int, tuple[str, ...]],
         inventories: dict[str, Inventory],
         result: VFSchedule,
-        decisions: Decisions,
+        decisions: Callable[[], Decisions],
         ranked: list[int],
         r_cut: list[int],
         recorded: np.ndarray,
@@ -197,11 +249,16 @@ class FleetControl:
         out: dict[str, Settled] = {}
         kept = self.kept
         for hi in calm:
-            q = prev.get(hi) if prev and not stale_l[hi] else None
-            if q is None:
-                pq_h, ranking = decisions.queue(ranked[r_cut[hi] : r_cut[hi + 1]])
-                q = (dict.fromkeys(pq_h), ranking)
-            kept[hi] = q
+            keep = warm.get(hi)
+            q: tuple[dict[str, float | None], tuple[str, ...]] | None
+            if keep is not None:  # not measured yet: not the kernel's, not kept
+                q = (dict.fromkeys(keep), keep)
+            else:
+                q = prev.get(hi) if prev and not stale_l[hi] else None
+                if q is None:
+                    pq_h, ranking = decisions().queue(ranked[r_cut[hi] : r_cut[hi + 1]])
+                    q = (dict.fromkeys(pq_h), ranking)
+                kept[hi] = q
             h = hosts[hi]
             out[h] = (inventories[h], q[0], q[1], fresh.get(hi, ()))
         return out
@@ -217,7 +274,7 @@ class FleetControl:
         # every column Engine.inventory reads (the timeline's rows read them too)
         cols = np.stack(
             (e.on_vf, e.vf_index, e.vf_max, e.vf_min, e.guest_limit, e.ready, e.migrating)
-        ).astype(np.float64)
+        ).astype(np.float64, copy=False)
         host = e.host.copy()
         prev, self.state = self.state, (cols, host)
         if prev is None or bool((host != prev[1]).any()):
@@ -278,17 +335,29 @@ class HostVMs(LazyMapping[str, VMState]):
         return len(self._members)
 
 
-def _deciding(sensed: FleetSensed, agent_l: list[HostAgent]) -> np.ndarray:
-    """The hosts whose agent decides as the kernel here would (see the module's
-    docstring): measured, with no call in flight, no signal and no VF freeze."""
+def _warm_up(e: Engine, warm: list[int], by_host: np.ndarray) -> dict[int, tuple[str, ...]]:
+    """The holders of the settled hosts not measured yet (``warm``), in name order: their
+    desired holders and ranking (``DsrIov.desired``'s warm-up keeps the eligible holders
+    among the candidates, by name, and a settled one has no other)."""
+    if not warm:
+        return {}
+    names = e.vm_names
+    held = by_host[e.on_vf[by_host]]
+    cut = np.searchsorted(e.host[held], np.arange(e.H + 1)).tolist()
+    held_l = held.tolist()
+    return {hi: tuple([names[i] for i in held_l[cut[hi] : cut[hi + 1]]]) for hi in warm}
+
+
+def _free(agent_l: list[HostAgent]) -> np.ndarray:
+    """The hosts whose agent decides as the world here would, once measured (see the
+    module's docstring): no call in flight, no signal and no VF freeze."""
     return np.array(
         [
-            m
-            and not a.executor.in_flight
+            not a.executor.in_flight
             and not a.signalled
             and not a.vf_freeze_host
             and not a.vf_freeze_vms
-            for m, a in zip(sensed.measured_list(), agent_l, strict=True)
+            for a in agent_l
         ],
         dtype=bool,
     )

@@ -100,7 +100,7 @@ class _PerHost(NamedTuple):
     """One period's sensing per host, as lists by host index (:meth:`FleetSensed._host_lists`);
     the load columns are empty in the first period (no loads yet)."""
 
-    members: list[list[int]]  # its VMs, index order
+    cut: list[int]  # host h's VMs are FleetSensed.members[cut[h] : cut[h + 1]]
     measured: list[bool]
     loaded: list[list[int]]  # its VMs with a load share, index order
     ok: list[bool]  # whether its host share was measured (a counter did not go back)
@@ -163,7 +163,8 @@ class FleetSensed(Mapping[str, Sensed]):
         s = self._built[hi]
         if s is None:
             p = self._host_lists()
-            f = HostFactors(self.factors, self._vm_names, p.members[hi])
+            members = self.members[p.cut[hi] : p.cut[hi + 1]].tolist()
+            f = HostFactors(self.factors, self._vm_names, members)
             s = self._built[hi] = Sensed(f, p.measured[hi], self.loads_at(hi))
         return s
 
@@ -193,7 +194,7 @@ class FleetSensed(Mapping[str, Sensed]):
     def _host_lists(self) -> _PerHost:
         """What a host's reading takes, as lists by host index, read once per period."""
         if self._lists is None:
-            members, cut = self.members.tolist(), self.cut.tolist()
+            cut = self.cut.tolist()
             loaded, lcut = self.loaded.tolist(), self.loaded_cut.tolist()
             n = len(cut) - 1
             a = self.loads
@@ -207,8 +208,9 @@ class FleetSensed(Mapping[str, Sensed]):
                     a.host_net.tolist(),
                 )
             )
+            # (a host's members are read when its Sensed is built: few hosts' are)
             self._lists = _PerHost(
-                [members[cut[h] : cut[h + 1]] for h in range(n)],
+                cut,
                 self.measured.tolist(),
                 [loaded[lcut[h] : lcut[h + 1]] for h in range(n)],
                 *columns,

@@ -100,7 +100,7 @@ class EngineState:
         self.hosts = [scn.model_host(h) for h in scn.hosts]
         self.vm_names = [v.name for v in scn.vms]
         self.vm_index = {n: i for i, n in enumerate(self.vm_names)}
-        self.vms = [scn.model_vm(v, i) for i, v in enumerate(scn.vms)]
+        self.vms = scn.model_vms()
         H, N = len(self.hosts), len(self.vms)
         self.H, self.N = H, N
         self.cores = np.array([h.cores for h in self.hosts], dtype=float)

@@ -583,16 +583,24 @@ def _no_cycle_scans() -> Iterator[None]:
     short-lived objects that reference counting frees; the collector's passes found almost
     no cycles (about a thousand objects in a 300 s run of 1,000 hosts) but rescanned the
     growing records over and over: about a fifth of the run's CPU time. One full pass at
-    the end collects whatever cycles the run made.
+    the end collects whatever cycles the run made. The objects that were there before
+    the run (the world's construction: a model per VM, the scenario) are set aside from
+    that pass (``gc.freeze``, undone after it) unless something else in the process froze
+    objects already: scanning them was most of the pass (0.09 of 0.12 CPU-s at 1,000 x 20).
     """
     was = gc.isenabled()
     gc.disable()
+    freeze = was and gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
     try:
         yield
     finally:
         if was:
             gc.enable()
             gc.collect()
+        if freeze:
+            gc.unfreeze()
 
 
 def p99_from_hist(hist: np.ndarray) -> float | None:
