@@ -10,8 +10,7 @@
 //! for operation (`np.maximum`/`np.minimum` propagate NaN, sums are `math.fsum`'s), so the
 //! caps are the floats of the array form kept as the oracle in tests/bandwidth_oracle.py.
 
-use crate::allocate::{self, Flows};
-use crate::sum::fsum;
+use crate::allocate::{self, Flows, fsum};
 use crate::waterfill::{InputError, Layout};
 
 /// Readings adding up to this share of a host's capacity make a full link.
@@ -90,7 +89,7 @@ fn np_min(a: f64, b: f64) -> f64 {
 }
 
 impl Fleet<'_> {
-    fn check(&self, v: &Vms<'_>, held: Option<&Held<'_>>) -> Result<Vec<usize>, InputError> {
+    fn check(&self, v: &Vms<'_>, held: Option<&Held<'_>>) -> Result<(), InputError> {
         let n = v.bps.len();
         let mut lens = vec![
             ("packet_bytes", v.packet_bytes.len()),
@@ -120,25 +119,32 @@ impl Fleet<'_> {
                 self.layout.links()
             )));
         }
-        vm_indices(self.flows, n)
+        check_vms(self.flows, n)
+    }
+
+    /// Flow `k`'s VM (checked in range by [`check_vms`]).
+    fn vm(&self, k: usize) -> usize {
+        self.flows[k] as usize
     }
 }
 
-/// Each flow's VM, checked to be one of the `n` VMs.
-pub fn vm_indices(flows: &[i64], n: usize) -> Result<Vec<usize>, InputError> {
-    flows
+/// Every flow's VM is one of the `n` VMs.
+pub fn check_vms(flows: &[i64], n: usize) -> Result<(), InputError> {
+    match flows
         .iter()
-        .enumerate()
-        .map(|(k, &i)| match usize::try_from(i) {
-            Ok(i) if i < n => Ok(i),
-            _ => Err(InputError(format!("flows[{k}]: VM {i} outside 0..{n}"))),
-        })
-        .collect()
+        .position(|&i| usize::try_from(i).map_or(true, |i| i >= n))
+    {
+        Some(k) => Err(InputError(format!(
+            "flows[{k}]: VM {} outside 0..{n}",
+            flows[k]
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Each flow's demand (into `demand`) and whether its cap is lifted (into `lifted`): the
 /// probe above a cap the VM is held at, the open link when `s.lift`, and, with `held`,
-/// each guarantee's reservation (advanced in place). Returns the flows' VM indices.
+/// each guarantee's reservation (advanced in place).
 pub fn demand(
     f: &Fleet<'_>,
     v: &Vms<'_>,
@@ -146,9 +152,10 @@ pub fn demand(
     mut held: Option<&mut Held<'_>>,
     demand: &mut [f64],
     lifted: &mut [bool],
-) -> Result<Vec<usize>, InputError> {
-    let vm = f.check(v, held.as_deref())?;
-    let n = vm.len();
+) -> Result<(), InputError> {
+    f.check(v, held.as_deref())?;
+    let n = f.flows.len();
+    let vm = |k: usize| f.vm(k);
     if demand.len() != n || lifted.len() != n {
         return Err(InputError(format!("demand, lifted: not {n} values")));
     }
@@ -156,7 +163,7 @@ pub fn demand(
     for h in 0..f.layout.links() {
         let cap = f.capacity[h];
         for k in f.layout.row(h) {
-            let i = vm[k];
+            let i = vm(k);
             let (bps, limit) = (v.bps[i], v.current[i]);
             let near = !limit.is_nan() && bps >= (1.0 - probe) * limit;
             let d = if near {
@@ -170,24 +177,24 @@ pub fn demand(
         if !s.lift && held.is_none() {
             continue;
         }
-        let total = fsum(f.layout.row(h).map(|k| v.bps[vm[k]]))
+        let total = fsum(|| f.layout.row(h).map(|k| v.bps[vm(k)]))
             .map_err(|e| InputError(format!("link {h}: {e}")))?;
         if s.lift {
-            let guarded = f.layout.row(h).any(|k| v.minimum[vm[k]] > 0.0);
+            let guarded = f.layout.row(h).any(|k| v.minimum[vm(k)] > 0.0);
             if !guarded && total <= FULL_LINK * cap {
                 for k in f.layout.row(h) {
-                    lifted[k] = v.maximum[vm[k]].is_infinite();
+                    lifted[k] = v.maximum[vm(k)].is_infinite();
                 }
             }
         }
         if let Some(r) = held.as_deref_mut() {
             let full = total >= FULL_LINK * cap;
             for k in f.layout.row(h) {
-                demand[k] = reserve(r, v, vm[k], full, cap, probe, demand[k]);
+                demand[k] = reserve(r, v, vm(k), full, cap, probe, demand[k]);
             }
         }
     }
-    Ok(vm)
+    Ok(())
 }
 
 /// VM `i`'s reservation advanced one period and its demand with it (reserved: at least
@@ -235,32 +242,29 @@ fn reserve(
     }
 }
 
-/// The caps to enforce (into `new`, NaN: no cap) from each flow's allocated `rate` and
-/// packet cap `pps` (NaN: none), and the positions of the flows whose cap differs from the
-/// one in force (`current`, per VM) by more than 1 %, in flow order.
-#[allow(clippy::too_many_arguments)] // the fleet, four columns in, one out
+/// The caps to enforce, in place of each flow's allocated rate in `rate` (NaN: no cap),
+/// from those rates and the packet caps `pps` (NaN: none), and the positions of the flows
+/// whose cap differs from the one in force (`current`, per VM) by more than 1 %, in flow
+/// order.
 pub fn limits(
     f: &Fleet<'_>,
     current: &[f64],
-    vm: &[usize],
     s: Settings,
-    rate: &[f64],
+    rate: &mut [f64],
     pps: &[f64],
     lifted: &[bool],
-    new: &mut [f64],
 ) -> Result<Vec<i64>, InputError> {
-    let n = vm.len();
-    if rate.len() != n || pps.len() != n || lifted.len() != n || new.len() != n {
-        return Err(InputError(format!(
-            "rate, pps, lifted, new: not {n} values"
-        )));
+    let n = f.flows.len();
+    if rate.len() != n || pps.len() != n || lifted.len() != n {
+        return Err(InputError(format!("rate, pps, lifted: not {n} values")));
     }
+    check_vms(f.flows, current.len())?;
     let probe = s.probe;
     for h in 0..f.layout.links() {
         let cap = f.capacity[h];
         let count = f.layout.row(h).count() as f64;
         let extra = if s.spread_spare {
-            let total = fsum(f.layout.row(h).map(|k| rate[k]))
+            let total = fsum(|| f.layout.row(h).map(|k| rate[k]))
                 .map_err(|e| InputError(format!("link {h}: {e}")))?;
             Some(np_max(0.0, cap - total) / count)
         } else {
@@ -278,12 +282,12 @@ pub fn limits(
             if at_line && pps[k].is_nan() {
                 r = f64::NAN;
             }
-            new[k] = r;
+            rate[k] = r;
         }
     }
     let mut changed = Vec::new();
-    for (k, (&r, &i)) in new.iter().zip(vm).enumerate() {
-        let c = current[i];
+    for (k, &r) in rate.iter().enumerate() {
+        let c = current[f.vm(k)];
         let same = if r.is_nan() || c.is_nan() {
             r.is_nan() && c.is_nan()
         } else {
@@ -308,53 +312,55 @@ pub fn period(
     pps: &mut [f64],
 ) -> Result<Vec<i64>, InputError> {
     let n = f.flows.len();
+    if new.len() != n || pps.len() != n {
+        return Err(InputError(format!("new, pps: not {n} values")));
+    }
     let mut want = vec![0.0; n];
     let mut lifted = vec![false; n];
-    let vm = demand(f, v, s, held, &mut want, &mut lifted)?;
-    let take = |col: &[f64]| -> Vec<f64> { vm.iter().map(|&i| col[i]).collect() };
-    let (minimum, maximum, packet_bytes, weight) = (
-        take(v.minimum),
-        take(v.maximum),
-        take(v.packet_bytes),
-        take(v.weight),
-    );
-    if pps.len() != n {
-        return Err(InputError(format!(
-            "pps: {} values for {n} flows",
-            pps.len()
-        )));
-    }
-    for (p, &i) in pps.iter_mut().zip(&vm) {
-        *p = v.max_pps[i];
+    demand(f, v, s, held, &mut want, &mut lifted)?;
+    for (k, p) in pps.iter_mut().enumerate() {
+        *p = v.max_pps[f.vm(k)];
     }
     let flows = Flows {
         demand: &want,
-        minimum: &minimum,
-        maximum: &maximum,
-        max_pps: pps,
-        packet_bytes: &packet_bytes,
-        weight: &weight,
+        vm: Some(f.flows),
+        minimum: v.minimum,
+        maximum: v.maximum,
+        max_pps: v.max_pps,
+        packet_bytes: v.packet_bytes,
+        weight: v.weight,
     };
     check_flows(&flows)?;
-    let mut rate = vec![0.0; n];
-    allocate::sova_allocate(f.capacity, &f.layout, &flows, &mut rate)?;
-    limits(f, v.current, &vm, s, &rate, pps, &lifted, new)
+    allocate::sova_allocate(f.capacity, &f.layout, &flows, new)?;
+    limits(f, v.current, s, new, pps, &lifted)
 }
 
-/// The allocator's input checks (`FlowDemand`'s): the first bad value, named by field, as
-/// Python prints it.
+/// The allocator's input checks (`FlowDemand`'s) over the flows, in one pass: the first
+/// bad value of the first field that has one, named, as Python prints it.
 fn check_flows(f: &Flows<'_>) -> Result<(), InputError> {
-    type Bad = fn(f64) -> bool;
-    let table: [(&str, &[f64], Bad); 4] = [
-        ("demand_bps", f.demand, |x| !x.is_finite() || x < 0.0),
-        ("packet_bytes", f.packet_bytes, |x| {
-            !(x.is_finite() && x > 0.0)
-        }),
-        ("sla.weight", f.weight, |x| !(x.is_finite() && x > 0.0)),
-        ("sla.max_pps", f.max_pps, |x| x.is_infinite() || x < 0.0),
+    let bad = [
+        |x: f64| !x.is_finite() || x < 0.0,
+        |x: f64| !(x.is_finite() && x > 0.0),
+        |x: f64| !(x.is_finite() && x > 0.0),
+        |x: f64| x.is_infinite() || x < 0.0,
     ];
-    for (name, col, bad) in table {
-        if let Some(&x) = col.iter().find(|&&x| bad(x)) {
+    let value = |field: usize, k: usize| {
+        let i = f.vm.map_or(k, |vm| vm[k] as usize);
+        match field {
+            0 => f.demand[k],
+            1 => f.packet_bytes[i],
+            2 => f.weight[i],
+            _ => f.max_pps[i],
+        }
+    };
+    let n = f.demand.len();
+    let any_bad = (0..n).any(|k| (0..4).any(|c| bad[c](value(c, k))));
+    if !any_bad {
+        return Ok(());
+    }
+    let names = ["demand_bps", "packet_bytes", "sla.weight", "sla.max_pps"];
+    for (c, name) in names.iter().enumerate() {
+        if let Some(x) = (0..n).map(|k| value(c, k)).find(|&x| bad[c](x)) {
             return Err(InputError(format!(
                 "{name} must be finite and > 0 (>= 0 for rates), got {}",
                 py_repr(x)

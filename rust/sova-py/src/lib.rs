@@ -727,6 +727,7 @@ fn sova_allocate<'py>(
     slices! { capacity, order, start, demand, minimum, maximum, max_pps, packet_bytes, weight }
     let flows = allocate::Flows {
         demand,
+        vm: None,
         minimum,
         maximum,
         max_pps,
@@ -1154,9 +1155,8 @@ fn bandwidth_limits<'py>(
             layout: Layout::new(order, start, flows.len())?,
             flows,
         };
-        let vm = bandwidth::vm_indices(flows, current.len())?;
-        let mut new = vec![0.0; flows.len()];
-        let changed = bandwidth::limits(&fleet, current, &vm, s, rate, pps, lifted, &mut new)?;
+        let mut new = rate.to_vec();
+        let changed = bandwidth::limits(&fleet, current, s, &mut new, pps, lifted)?;
         Ok((new, changed))
     })?;
     Ok(arrays!(py; new, changed))
