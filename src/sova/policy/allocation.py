@@ -133,12 +133,18 @@ class Held:
     fast: BoolArray
 
 
-def _columns(vms: VmColumns) -> tuple[FloatArray, ...]:
-    return tuple(
-        _f64(a)
-        for a in (vms.bps, vms.packet_bytes, vms.current, vms.minimum, vms.maximum)
-        + (vms.max_pps, vms.weight)
-    )
+_Columns = tuple[
+    FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, BoolArray
+]
+
+
+def _columns(vms: VmColumns) -> _Columns:
+    """The columns in the core's argument order, float64 and contiguous."""
+    return (
+        _f64(vms.bps), _f64(vms.packet_bytes), _f64(vms.current), _f64(vms.minimum),
+        _f64(vms.maximum), _f64(vms.max_pps), _f64(vms.weight),
+        np.ascontiguousarray(vms.fast, dtype=bool),
+    )  # fmt: skip
 
 
 def _held(held: Held | None) -> tuple[IntArray, FloatArray, BoolArray] | None:
@@ -163,7 +169,7 @@ def bandwidth_period(
     cap (nan: none), and the positions of the flows whose cap moved by more than 1 %.
     """
     return _core.bandwidth_period(
-        _f64(capacity), groups.order, groups.start, flows, *_columns(vms), vms.fast,
+        _f64(capacity), groups.order, groups.start, flows, *_columns(vms),
         float(probe), spread_spare, lift, _held(held),
     )  # fmt: skip
 
@@ -181,7 +187,7 @@ def bandwidth_demand(
     """:func:`bandwidth_period`'s demands for another allocator: each flow's demand and
     whether its cap is lifted."""
     return _core.bandwidth_demand(
-        _f64(capacity), groups.order, groups.start, flows, *_columns(vms), vms.fast,
+        _f64(capacity), groups.order, groups.start, flows, *_columns(vms),
         float(probe), spread_spare, lift, _held(held),
     )  # fmt: skip
 
