@@ -380,9 +380,19 @@ def spec_limits(
     slas: dict[str, FlowDemand],
     reservations: dict[str, tuple[int, float, bool]] | None = None,
     fast: dict[str, bool] | None = None,
+    lift: bool = False,
 ) -> dict[str, tuple[float | None, float | None]]:
     """The agent's bandwidth period for one host as it was written before the kernels
-    (HostAgent.bandwidth_step): the readable specification of sova.agent.bandwidth."""
+    (HostAgent.bandwidth_step): the readable specification of sova.agent.bandwidth.decide.
+    ``lift``: no cap on a calm link without guarantees (docs/design.md#open-link) for a VM
+    without an SLA maximum or packet cap."""
+    lifted: set[str] = set()
+    if (
+        lift
+        and not any(slas[vm].sla.bandwidth.minimum > 0 for vm in bps)
+        and math.fsum(bps.values()) <= bw.FULL_LINK * capacity
+    ):
+        lifted = {vm for vm in bps if slas[vm].sla.bandwidth.maximum is None}
     want: dict[str, float] = {}
     for vm, rate_bps in sorted(bps.items()):
         cap = limits.get(vm)
@@ -406,7 +416,8 @@ def spec_limits(
         rate: float | None = a.rate_bps + extra
         if rate is not None and probe > 0:
             rate = max(rate, probe * capacity / len(demands))
-        if rate is not None and rate >= capacity * (1 - 1e-9) and a.pps_cap is None:
+        at_line = rate is not None and rate >= capacity * (1 - 1e-9)
+        if (at_line or vm in lifted) and a.pps_cap is None:
             rate = None
         current = limits.get(vm)
         if (current is None or rate is None) and current is rate:
@@ -427,10 +438,15 @@ def spec_limits(
     st.data(),
     st.sampled_from([0.0, 0.05, 0.1]),
     st.booleans(),
+    st.booleans(),
 )
-def test_limits_kernel_equals_the_per_host_loop(
-    c: Cluster, data: st.DataObject, probe: float, spread: bool
+def test_the_period_equals_the_per_host_loop(
+    c: Cluster, data: st.DataObject, probe: float, spread: bool, sova: bool
 ) -> None:
+    # the compiled core's whole period (sova: one call; else the core's demands and caps
+    # around a plug-in allocator's per-host calls, here the readable Sova allocator) on a
+    # random cluster, the VMs' columns in another order than the flows, against the
+    # readable per-host loop, host by host
     groups, demands, capacity = flat(c)
     assume(all(cap > 0 for cap, fl in zip(c.capacity, c.hosts, strict=True) if fl))
     current: dict[str, float | None] = {
@@ -460,59 +476,88 @@ def test_limits_kernel_equals_the_per_host_loop(
     held = {d.vm: data.draw(states) for d in demands}
     on_vf = {d.vm: data.draw(st.booleans()) for d in demands}
     reservations = {vm: s for vm, s in held.items() if s is not None}
-    cur = np.array([math.nan if current[d.vm] is None else current[d.vm] for d in demands])
-    row_cap = capacity[groups.row]
-    reading = np.array([bps[d.vm] for d in demands])
-    demand = bw.probe_demand(reading, cur, row_cap, probe)
-    if spread:
-        demand, after = bw.reserve_guarantees(
-            groups,
-            capacity,
-            reading,
-            cur,
-            demand,
-            np.array([d.sla.bandwidth.minimum for d in demands]),
-            np.array([on_vf[d.vm] for d in demands]),
-            probe,
-            bw.Reservations.of([held[d.vm] for d in demands]),
-        )
-        got_reserved = {d.vm: e for k, d in enumerate(demands) if (e := after.entry(k)) is not None}
-    vms = [VM(d.vm, 1, 1, sla=d.sla) for d in demands]
-    rate, pps = bw.allocate(
-        [SovaAllocator()] * len(c.hosts),
-        groups,
-        capacity,
-        demand,
-        np.array([d.packet_bytes for d in demands]),
-        vms.__getitem__,
+    # flow k is VM where[k] of the columns; two more VMs, not flows, must stay untouched
+    n = len(demands)
+    where = np.array(data.draw(st.permutations(range(n + 2)))[:n], dtype=np.int64)
+    at = {d.vm: int(where[k]) for k, d in enumerate(demands)}
+
+    def column(value: dict[str, float], fill: float) -> np.ndarray:
+        out = np.full(n + 2, fill)
+        for vm, x in value.items():
+            out[at[vm]] = x
+        return out
+
+    sla = {d.vm: d.sla for d in demands}
+    before = bw.Reservations.of([None] * (n + 2))
+    before.quiet[:] = 3  # the two VMs that are not flows: reserved, and must stay so
+    for vm, st8 in held.items():
+        one = bw.Reservations.of([st8])
+        before.quiet[at[vm]], before.level[at[vm]] = one.quiet[0], one.level[0]
+        before.fast[at[vm]] = one.fast[0]
+    cols = bw.VmColumns(
+        column(bps, math.nan),
+        column({d.vm: d.packet_bytes for d in demands}, 1500.0),
+        column({vm: math.nan if x is None else x for vm, x in current.items()}, math.nan),
+        column({vm: s.bandwidth.minimum for vm, s in sla.items()}, 0.0),
+        column({vm: math.inf if s.bandwidth.maximum is None else s.bandwidth.maximum
+                for vm, s in sla.items()}, math.inf),  # fmt: skip
+        column({vm: math.nan if s.max_pps is None else s.max_pps for vm, s in sla.items()}, 1.0),
+        column({vm: s.weight for vm, s in sla.items()}, 1.0),
+        column({vm: float(f) for vm, f in on_vf.items()}, 0.0).astype(bool),
     )
-    new, changed = bw.limits(groups, capacity, rate, pps, cur, probe, spread)
+    vms = [VM(d.vm, 1, 1, sla=d.sla) for d in demands]
+    allocator = SovaAllocator() if sova else bandwidth_oracle.SovaAllocator()
+    d = bw.decide(
+        [allocator] * len(c.hosts), groups, capacity, where, cols, vms.__getitem__,
+        sova=sova, probe=probe, spread_spare=spread, held=before if spread else None,
+    )  # fmt: skip
     got = {
-        d.vm: (
-            None if math.isnan(new[k]) else float(new[k]),
-            None if math.isnan(pps[k]) else float(pps[k]),
+        e.vm: (
+            None if math.isnan(d.new[k]) else float(d.new[k]),
+            None if math.isnan(d.pps[k]) else float(d.pps[k]),
         )
-        for k, d in enumerate(demands)
-        if changed[k]
+        for k, e in enumerate(demands)
+        if k in set(d.changed.tolist())
     }
+    assert d.changed.tolist() == sorted(d.changed.tolist())
     want: dict[str, tuple[float | None, float | None]] = {}
     for h, fl in enumerate(c.hosts):
         if fl:
             want.update(
                 spec_limits(
                     c.capacity[h],
-                    {d.vm: bps[d.vm] for d in fl},
+                    {e.vm: bps[e.vm] for e in fl},
                     current,
                     probe,
                     spread,
-                    {d.vm: d for d in fl},
+                    {e.vm: e for e in fl},
                     reservations,
                     on_vf,
+                    lift=spread and sova,
                 )
             )
     assert got == want
     if spread:
+        got_reserved = {e.vm: x for e in demands if (x := before.entry(at[e.vm])) is not None}
         assert got_reserved == reservations
+        others = np.setdiff1d(np.arange(n + 2), where)
+        assert (before.quiet[others] == 3).all()
+
+
+def test_the_period_refuses_a_bad_column_by_name() -> None:
+    groups = Groups.of(np.zeros(1, dtype=np.int64), 1)
+    one = np.ones(1)
+    cols = bw.VmColumns(one, np.zeros(1), one, one, one, one, one, np.zeros(1, dtype=bool))
+    with pytest.raises(ValueError, match="packet_bytes must be finite and > 0.*got 0.0"):
+        bw.decide(
+            [SovaAllocator()], groups, np.array([1e9]), np.zeros(1, dtype=np.int64), cols,
+            lambda k: VM("a", 1, 1), sova=True, probe=0.1, spread_spare=True,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="flows\\[0\\]: VM 1 outside 0..1"):
+        bw.decide(
+            [SovaAllocator()], groups, np.array([1e9]), np.ones(1, dtype=np.int64), cols,
+            lambda k: VM("a", 1, 1), sova=True, probe=0.1, spread_spare=True,
+        )  # fmt: skip
 
 
 class ReadableRateMeter:

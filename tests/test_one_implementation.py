@@ -127,6 +127,19 @@ MOVED = (
         ("sova.policy.kernels:sova_allocate", "sova.policy.kernels:_sided_sums"),
     ),
     Piece(
+        "the bandwidth period",
+        "sova.policy.allocation",
+        ("bandwidth_period", "bandwidth_demand", "bandwidth_limits"),
+        (
+            ("sova.agent.bandwidth", "bandwidth_period"),  # decide: agents' and simulator's
+            ("sova.agent.bandwidth", "bandwidth_demand"),  # with a plug-in allocator
+            ("sova.agent.bandwidth", "bandwidth_limits"),
+        ),
+        ("sova.agent.bandwidth:probe_demand", "sova.agent.bandwidth:open_link",
+         "sova.agent.bandwidth:reserve_guarantees", "sova.agent.bandwidth:limits",
+         "sova.sim.fleet_bandwidth:FleetBandwidth._reserve"),
+    ),  # fmt: skip
+    Piece(
         "VF scheduling",
         "sova.policy.vfkernel",
         ("schedule_hosts", "schedule_one"),
@@ -340,3 +353,22 @@ def test_hotness_arithmetic_is_nowhere_else() -> None:
                 ]
                 assert not roots, f"{module}.{fn.name} takes {roots}: hotness again?"
 
+
+
+def test_the_agent_and_the_simulator_run_the_same_bandwidth_period() -> None:
+    # the agent's host is a fleet of one: its bandwidth step and the simulator's step for
+    # every host both decide through sova.agent.bandwidth.decide, and nothing else there
+    # computes a demand or a cap
+    for module, qualname in (
+        ("sova.agent.bandwidth_loop", "BandwidthLoop.bandwidth_step"),
+        ("sova.sim.fleet_bandwidth", "FleetBandwidth.step"),
+    ):
+        node = _defs(_tree(module))[qualname]
+        assert "decide" in _names_used(node), f"{module}.{qualname} does not call decide"
+        arithmetic = [
+            ast.unparse(n)
+            for n in ast.walk(node)
+            if isinstance(n, ast.BinOp | ast.AugAssign) and isinstance(n.op, ARITHMETIC)
+        ]
+        # the agent measures between two readings (their time apart) and nothing more
+        assert all("time_s" in a or "prev[3]" in a for a in arithmetic), arithmetic

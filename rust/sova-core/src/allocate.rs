@@ -10,8 +10,49 @@
 //! float the readable per-host form (`tests/bandwidth_oracle.py`) computes, and a sum
 //! `math.fsum` refuses (an intermediate overflow, `inf + -inf`) is refused here too.
 
-use crate::sum::fsum;
+use crate::sum;
 use crate::waterfill::{InputError, Layout};
+
+/// [`sum::fsum`]'s float, fast where it can be proven: a compensated sum (each addition's
+/// exact error by TwoSum, the errors summed) is returned when its error bound puts the
+/// exact sum strictly inside the rounding interval of the result, so it is the correctly
+/// rounded sum; otherwise (near a rounding tie, non-finite values or an overflow, a sum at
+/// or near zero or `f64::MAX`) [`sum::fsum`] itself decides, errors included. Shewchuk's
+/// partials cost about ten times as much per value, and the bandwidth period sums every
+/// host's flows several times a period.
+/// `values` gives the values, twice when the fast sum cannot decide.
+pub fn fsum<I, F>(values: F) -> Result<f64, InputError>
+where
+    I: Iterator<Item = f64>,
+    F: Fn() -> I,
+{
+    let (mut s, mut e, mut abs_e, mut n) = (0.0f64, 0.0f64, 0.0f64, 0usize);
+    for x in values() {
+        let t = s + x;
+        let bp = t - s;
+        let err = (s - (t - bp)) + (x - bp);
+        s = t;
+        e += err;
+        abs_e += err.abs();
+        n += 1;
+    }
+    let r = s + e;
+    let a = r.abs();
+    // inf and NaN absorb: a finite `r` means every value and every running sum was finite
+    if a.is_finite() && (f64::MIN_POSITIVE..=2f64.powi(1000)).contains(&a) {
+        let bp = r - s;
+        let err = (s - (r - bp)) + (e - bp); // exactly s + e - r
+        // the float sum of n error terms is within (n - 1)·u·Σ|errors| of theirs: doubled
+        // (and the computed Σ|errors| rounded) into 4·(n + 1)·u·Σ|errors|
+        let bound = 4.0 * (n as f64 + 1.0) * (f64::EPSILON / 2.0) * abs_e;
+        let bits = a.to_bits();
+        let gap = (a - f64::from_bits(bits - 1)).min(f64::from_bits(bits + 1) - a);
+        if err.abs() + bound < gap / 2.0 {
+            return Ok(r);
+        }
+    }
+    sum::fsum(values())
+}
 
 /// Python's `min(a, b)`: `b` only when it is smaller (ties and NaN keep `a`).
 fn py_min(a: f64, b: f64) -> f64 {
@@ -41,17 +82,17 @@ pub fn clamped_fill(
         return Ok(());
     }
     let named = |what: &str, e: InputError| InputError(format!("{what}: {}", e.0));
-    if target >= fsum(hi.iter().copied()).map_err(|e| named("hi", e))? {
+    if target >= fsum(|| hi.iter().copied()).map_err(|e| named("hi", e))? {
         out.copy_from_slice(hi);
         return Ok(());
     }
-    if target <= fsum(lo.iter().copied()).map_err(|e| named("lo", e))? {
+    if target <= fsum(|| lo.iter().copied()).map_err(|e| named("lo", e))? {
         out.copy_from_slice(lo);
         return Ok(());
     }
     let at = |lam: f64, i: usize| py_min(hi[i], py_max(lo[i], lam * w[i]));
     let filled = |lam: f64| {
-        fsum((0..n).map(|i| at(lam, i))).map_err(|e| named(&format!("the fill at λ = {lam}"), e))
+        fsum(|| (0..n).map(|i| at(lam, i))).map_err(|e| named(&format!("the fill at λ = {lam}"), e))
     };
     // the breakpoints, each value once (the first of equal ones, as a Python set keeps it)
     let mut points: Vec<f64> = Vec::with_capacity(2 * n);
@@ -85,9 +126,12 @@ pub fn clamped_fill(
     Ok(())
 }
 
-/// Each flow's SLA and what was measured of it, one value per flow.
+/// Each flow's SLA and what was measured of it: `demand` one value per flow, the other
+/// columns one per flow too, or, with `vm`, one per VM (flow `k`'s at `vm[k]`, checked by
+/// the caller to be in range).
 pub struct Flows<'a> {
     pub demand: &'a [f64],
+    pub vm: Option<&'a [i64]>,
     pub minimum: &'a [f64],
     /// inf: no SLA maximum
     pub maximum: &'a [f64],
@@ -106,18 +150,34 @@ pub fn sova_allocate(
     f: &Flows<'_>,
     out: &mut [f64],
 ) -> Result<(), InputError> {
-    let n = f.demand.len();
+    let n = match f.vm {
+        Some(vm) if vm.len() != f.demand.len() => {
+            return Err(InputError(format!(
+                "vm: {} values for {} flows",
+                vm.len(),
+                f.demand.len()
+            )));
+        }
+        Some(_) => f.minimum.len(),
+        None => f.demand.len(),
+    };
     for (name, len) in [
         ("minimum", f.minimum.len()),
         ("maximum", f.maximum.len()),
         ("max_pps", f.max_pps.len()),
         ("packet_bytes", f.packet_bytes.len()),
         ("weight", f.weight.len()),
-        ("out", out.len()),
     ] {
         if len != n {
             return Err(InputError(format!("{name}: {len} values for {n} flows")));
         }
+    }
+    if out.len() != f.demand.len() {
+        return Err(InputError(format!(
+            "out: {} values for {} flows",
+            out.len(),
+            f.demand.len()
+        )));
     }
     if capacity.len() != layout.links() {
         return Err(InputError(format!(
@@ -135,20 +195,21 @@ pub fn sova_allocate(
         hi.clear();
         w.clear();
         for &k in &flows {
-            let pps_limit = if f.max_pps[k].is_nan() {
+            let i = f.vm.map_or(k, |vm| vm[k] as usize);
+            let pps_limit = if f.max_pps[i].is_nan() {
                 f64::INFINITY
             } else {
-                f.max_pps[k] * f.packet_bytes[k] * 8.0
+                f.max_pps[i] * f.packet_bytes[i] * 8.0
             };
-            let ceiling = py_min(py_min(f.demand[k], f.maximum[k]), pps_limit);
+            let ceiling = py_min(py_min(f.demand[k], f.maximum[i]), pps_limit);
             hi.push(ceiling);
-            lo.push(py_min(f.minimum[k], ceiling));
-            w.push(f.weight[k]);
+            lo.push(py_min(f.minimum[i], ceiling));
+            w.push(f.weight[i]);
         }
         rates.clear();
         rates.resize(flows.len(), 0.0);
         let at_link = |e: InputError| InputError(format!("link {h}: {}", e.0));
-        let floor_total = fsum(lo.iter().copied()).map_err(at_link)?;
+        let floor_total = fsum(|| lo.iter().copied()).map_err(at_link)?;
         if floor_total > cap {
             // guarantees over-committed: every one loses the same fraction
             let scale = cap / floor_total;
@@ -168,6 +229,54 @@ pub fn sova_allocate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fast_sum_is_math_fsum() {
+        // random runs of 1-40 values at mixed scales and signs, ties a plain sum rounds
+        // wrongly, cancellations to zero and sums near a power of two: every one equals
+        // the exact partials' sum, to the bit
+        let mut d = crate::rng::Draws::new(7, 0, 0, 0, 0);
+        let u = f64::EPSILON;
+        let fixed: [&[f64]; 9] = [
+            &[],
+            &[0.1, 0.2, 0.3],
+            &[1e16, 1.0, -1e16],
+            &[1.0, u / 2.0, u / 4.0],
+            &[1.0, u / 2.0, -u / 4.0],
+            &[2f64.powi(33), 2f64.powi(-20), 2f64.powi(-20)],
+            &[1.0, -1.0, 0.0, -0.0],
+            // over a tie by less than the error terms' float sum keeps: the compensated
+            // sum alone rounds it down to 1.0, math.fsum up
+            &[1.0, u / 2.0, 2f64.powi(-110)],
+            &[1.0, u / 2.0, -(2f64.powi(-110))],
+        ];
+        let mut runs: Vec<Vec<f64>> = fixed.iter().map(|r| r.to_vec()).collect();
+        for k in 0..20_000 {
+            let n = 1 + (d.uniform() * 40.0) as usize;
+            let run = (0..n)
+                .map(|_| {
+                    let scale = match k % 4 {
+                        0 => 1e9,                                         // link rates
+                        1 => 2f64.powi((d.uniform() * 80.0) as i32 - 40), // mixed scales
+                        2 => 2f64.powi(33),                               // near one power of two
+                        _ => 1.0,
+                    };
+                    let x = (d.uniform() * 2.0 - if k % 3 == 0 { 1.0 } else { 0.0 }) * scale;
+                    if k % 5 == 0 {
+                        (x * 1024.0).round() / 1024.0
+                    } else {
+                        x
+                    } // ties
+                })
+                .collect();
+            runs.push(run);
+        }
+        for run in runs {
+            let want = sum::fsum(run.iter().copied()).unwrap();
+            let got = fsum(|| run.iter().copied()).unwrap();
+            assert_eq!(got.to_bits(), want.to_bits(), "{run:?}");
+        }
+    }
 
     #[test]
     fn clamped_fill_table() {
@@ -222,6 +331,7 @@ mod tests {
         let layout = Layout::new(&order, &start, 5).unwrap();
         let flows = Flows {
             demand: &[0.8 * g, 0.6 * g, g, g, g],
+            vm: None,
             minimum: &[0.0, 0.5 * g, 0.8 * g, 0.7 * g, 0.0],
             maximum: &[f64::INFINITY; 5],
             max_pps: &[f64::NAN, f64::NAN, f64::NAN, f64::NAN, 1000.0],

@@ -5,6 +5,7 @@
 //! period for every host (docs/design.md, "The compiled core").
 
 pub mod allocate;
+pub mod bandwidth;
 pub mod coldspots;
 pub mod hotness;
 pub mod loads;

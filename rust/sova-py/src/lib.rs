@@ -10,6 +10,7 @@ use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sova_core::allocate;
+use sova_core::bandwidth;
 use sova_core::coldspots::{self, Movers, Query, Ranked};
 use sova_core::hotness::{self, Metric};
 use sova_core::loads::{self, Hosts, Period};
@@ -726,6 +727,7 @@ fn sova_allocate<'py>(
     slices! { capacity, order, start, demand, minimum, maximum, max_pps, packet_bytes, weight }
     let flows = allocate::Flows {
         demand,
+        vm: None,
         minimum,
         maximum,
         max_pps,
@@ -955,6 +957,213 @@ impl Sensor {
     }
 }
 
+// ---- the bandwidth controller's period (sova_core::bandwidth), issue 36 -----------------
+
+/// Reservation columns advanced in place: (quiet, level, fast), one entry per VM.
+type HeldArrays<'py> = (
+    PyReadwriteArray1<'py, i64>,
+    PyReadwriteArray1<'py, f64>,
+    PyReadwriteArray1<'py, bool>,
+);
+
+fn writable<'a, T: numpy::Element>(
+    name: &str,
+    a: &'a mut PyReadwriteArray1<'_, T>,
+) -> PyResult<&'a mut [T]> {
+    a.as_slice_mut()
+        .map_err(|_| PyValueError::new_err(format!("{name}: not a C-contiguous array")))
+}
+
+/// The per-VM columns of a period, borrowed under their names.
+macro_rules! period_vms {
+    ($bps:ident, $packet_bytes:ident, $current:ident, $minimum:ident, $maximum:ident,
+     $max_pps:ident, $weight:ident, $fast:ident) => {{
+        slices! { $bps, $packet_bytes, $current, $minimum, $maximum, $max_pps, $weight, $fast }
+        bandwidth::Vms {
+            bps: $bps,
+            packet_bytes: $packet_bytes,
+            current: $current,
+            minimum: $minimum,
+            maximum: $maximum,
+            max_pps: $max_pps,
+            weight: $weight,
+            fast: $fast,
+        }
+    }};
+}
+
+/// One period of the bandwidth controller with the Sova allocator, every host at once:
+/// (each flow's cap, NaN none; its packet cap; the positions of the flows whose cap moved).
+/// Flow `k` is VM `flows[k]`; the columns are per VM; `held` advances in place.
+#[pyfunction]
+#[pyo3(signature = (
+    capacity, order, start, flows, bps, packet_bytes, current, minimum, maximum, max_pps,
+    weight, fast, probe, spread_spare, lift, held=None,
+))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
+fn bandwidth_period<'py>(
+    py: Python<'py>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    order: PyReadonlyArray1<'py, i64>,
+    start: PyReadonlyArray1<'py, i64>,
+    flows: PyReadonlyArray1<'py, i64>,
+    bps: PyReadonlyArray1<'py, f64>,
+    packet_bytes: PyReadonlyArray1<'py, f64>,
+    current: PyReadonlyArray1<'py, f64>,
+    minimum: PyReadonlyArray1<'py, f64>,
+    maximum: PyReadonlyArray1<'py, f64>,
+    max_pps: PyReadonlyArray1<'py, f64>,
+    weight: PyReadonlyArray1<'py, f64>,
+    fast: PyReadonlyArray1<'py, bool>,
+    probe: f64,
+    spread_spare: bool,
+    lift: bool,
+    held: Option<HeldArrays<'py>>,
+) -> PyResult<(F64Array<'py>, F64Array<'py>, Bound<'py, PyArray1<i64>>)> {
+    slices! { capacity, order, start, flows }
+    let v = period_vms!(
+        bps,
+        packet_bytes,
+        current,
+        minimum,
+        maximum,
+        max_pps,
+        weight,
+        fast
+    );
+    let s = bandwidth::Settings {
+        probe,
+        spread_spare,
+        lift,
+    };
+    let mut held = held;
+    let mut cols = match held.as_mut() {
+        Some((q, l, f)) => Some(bandwidth::Held {
+            quiet: writable("quiet", q)?,
+            level: writable("level", l)?,
+            fast: writable("held fast", f)?,
+        }),
+        None => None,
+    };
+    let (new, pps, changed) = detached(py, || {
+        let fleet = bandwidth::Fleet {
+            capacity,
+            layout: Layout::new(order, start, flows.len())?,
+            flows,
+        };
+        let (mut new, mut pps) = (vec![0.0; flows.len()], vec![0.0; flows.len()]);
+        let changed = bandwidth::period(&fleet, &v, s, cols.as_mut(), &mut new, &mut pps)?;
+        Ok((new, pps, changed))
+    })?;
+    Ok(arrays!(py; new, pps, changed))
+}
+
+/// A period's demands for an allocator other than Sova's (called host by host in Python):
+/// (each flow's demand, whether its cap is lifted). `held` advances in place.
+#[pyfunction]
+#[pyo3(signature = (
+    capacity, order, start, flows, bps, packet_bytes, current, minimum, maximum, max_pps,
+    weight, fast, probe, spread_spare, lift, held=None,
+))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
+fn bandwidth_demand<'py>(
+    py: Python<'py>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    order: PyReadonlyArray1<'py, i64>,
+    start: PyReadonlyArray1<'py, i64>,
+    flows: PyReadonlyArray1<'py, i64>,
+    bps: PyReadonlyArray1<'py, f64>,
+    packet_bytes: PyReadonlyArray1<'py, f64>,
+    current: PyReadonlyArray1<'py, f64>,
+    minimum: PyReadonlyArray1<'py, f64>,
+    maximum: PyReadonlyArray1<'py, f64>,
+    max_pps: PyReadonlyArray1<'py, f64>,
+    weight: PyReadonlyArray1<'py, f64>,
+    fast: PyReadonlyArray1<'py, bool>,
+    probe: f64,
+    spread_spare: bool,
+    lift: bool,
+    held: Option<HeldArrays<'py>>,
+) -> PyResult<(F64Array<'py>, BoolArray<'py>)> {
+    slices! { capacity, order, start, flows }
+    let v = period_vms!(
+        bps,
+        packet_bytes,
+        current,
+        minimum,
+        maximum,
+        max_pps,
+        weight,
+        fast
+    );
+    let s = bandwidth::Settings {
+        probe,
+        spread_spare,
+        lift,
+    };
+    let mut held = held;
+    let mut cols = match held.as_mut() {
+        Some((q, l, f)) => Some(bandwidth::Held {
+            quiet: writable("quiet", q)?,
+            level: writable("level", l)?,
+            fast: writable("held fast", f)?,
+        }),
+        None => None,
+    };
+    let (demand, lifted) = detached(py, || {
+        let fleet = bandwidth::Fleet {
+            capacity,
+            layout: Layout::new(order, start, flows.len())?,
+            flows,
+        };
+        let (mut demand, mut lifted) = (vec![0.0; flows.len()], vec![false; flows.len()]);
+        bandwidth::demand(&fleet, &v, s, cols.as_mut(), &mut demand, &mut lifted)?;
+        Ok((demand, lifted))
+    })?;
+    Ok(arrays!(py; demand, lifted))
+}
+
+/// A period's caps from another allocator's rates and packet caps: (each flow's cap, the
+/// positions of the flows whose cap moved).
+#[pyfunction]
+#[pyo3(signature = (
+    capacity, order, start, flows, current, rate, pps, lifted, probe, spread_spare,
+))]
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+fn bandwidth_limits<'py>(
+    py: Python<'py>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    order: PyReadonlyArray1<'py, i64>,
+    start: PyReadonlyArray1<'py, i64>,
+    flows: PyReadonlyArray1<'py, i64>,
+    current: PyReadonlyArray1<'py, f64>,
+    rate: PyReadonlyArray1<'py, f64>,
+    pps: PyReadonlyArray1<'py, f64>,
+    lifted: PyReadonlyArray1<'py, bool>,
+    probe: f64,
+    spread_spare: bool,
+) -> PyResult<(F64Array<'py>, Bound<'py, PyArray1<i64>>)> {
+    slices! { capacity, order, start, flows, current, rate, pps, lifted }
+    let s = bandwidth::Settings {
+        probe,
+        spread_spare,
+        lift: false,
+    };
+    let (new, changed) = detached(py, || {
+        let fleet = bandwidth::Fleet {
+            capacity,
+            layout: Layout::new(order, start, flows.len())?,
+            flows,
+        };
+        let mut new = rate.to_vec();
+        let changed = bandwidth::limits(&fleet, current, s, &mut new, pps, lifted)?;
+        Ok((new, changed))
+    })?;
+    Ok(arrays!(py; new, changed))
+}
+
+// ---- end of the bandwidth controller's period ---------------------------------------------
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
@@ -985,6 +1194,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sova_allocate, m)?)?;
     m.add_function(wrap_pyfunction!(clamped_fill, m)?)?;
     m.add_function(wrap_pyfunction!(vf_schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(bandwidth_period, m)?)?;
+    m.add_function(wrap_pyfunction!(bandwidth_demand, m)?)?;
+    m.add_function(wrap_pyfunction!(bandwidth_limits, m)?)?;
+    m.add("FULL_LINK", bandwidth::FULL_LINK)?;
+    m.add("HOLD_PERIODS", bandwidth::HOLD_PERIODS)?;
     m.add_class::<Sensor>()?;
     Ok(())
 }

@@ -1,12 +1,16 @@
-"""The bandwidth loop's decision as array kernels: one host (HostAgent) or all (World).
+"""The bandwidth loop's decision: one host (HostAgent, a fleet of one) or all (World).
 
 One period of the bandwidth controller (docs/design.md#bandwidth): per-VM egress rates
-measured between two readings -> demands (a VM held at its cap is probed upward) -> the
-configured allocator -> caps (the capacity nobody was allocated spread over the caps when
-the allocator declares it, a probing floor, no cap at line rate) -> a limit action only for
-a VM whose cap moved by more than 1 %. :meth:`HostAgent.bandwidth_step` runs these on its one
-host; ``World`` runs them on every host of a simulated cluster at once. Arrays hold one entry
-per flow (VM); a missing limit or packet cap is ``nan``.
+measured between two readings -> demands (a VM held at its cap is probed upward, a
+congested guarantee reserved its minimum) -> the configured allocator -> caps (the capacity
+nobody was allocated spread over the caps when the allocator declares it, a probing floor,
+no cap at line rate or on an open link) -> a limit action only for a VM whose cap moved by
+more than 1 %. :func:`decide` is that period: with the Sova allocator one call of the
+compiled core for every host (``sova.policy.allocation.bandwidth_period``); with another
+allocator the core's demands and caps around the allocator's own per-host calls.
+:meth:`HostAgent.bandwidth_step` calls it for its one host, the simulator
+(``sova.sim.fleet_bandwidth``) for every host at once. A missing limit or packet cap is
+``nan``. The readable per-host form it is held to is in tests/test_kernels.py.
 """
 
 from __future__ import annotations
@@ -17,66 +21,40 @@ from dataclasses import dataclass
 import numpy as np
 
 from sova.model import SLA, VM
-from sova.policy.allocation import sova_allocate
+from sova.policy.allocation import (
+    FULL_LINK,
+    HOLD_PERIODS,
+    Held,
+    VmColumns,
+    bandwidth_demand,
+    bandwidth_limits,
+    bandwidth_period,
+    sova_allocate,
+)
 from sova.policy.bandwidth import BandwidthAllocator, FlowDemand, SovaAllocator
 from sova.policy.kernels import BoolArray, FloatArray, Groups, IntArray
 
-
-def probe_demand(
-    bps: FloatArray, limit: FloatArray, capacity: FloatArray, probe: float
-) -> FloatArray:
-    """A VM sending at (nearly) its cap may want more than the cap lets through: ask for
-    ``probe`` more than the cap, never more than the link."""
-    near = ~np.isnan(limit) & (bps >= (1.0 - probe) * limit)
-    # (nan where there is no limit: not near, not taken)
-    demand = np.where(near, np.maximum(bps, limit) * (1.0 + probe), bps)
-    out: FloatArray = np.minimum(demand, capacity)
-    return out
-
-
-def open_link(
-    groups: Groups,
-    capacity: FloatArray,
-    bps: FloatArray,
-    minimum: FloatArray,
-    maximum: FloatArray,
-) -> BoolArray:
-    """The flows whose cap is lifted this period (docs/design.md#open-link): on a host with
-    no guarantee whose measured traffic is at most :data:`FULL_LINK` of its capacity, every
-    flow without an SLA maximum. A cap there only holds back a burst or a demand step (the
-    NIC shares a full link max-min by itself); the next period caps again from the true
-    demand if the link filled. ``capacity`` is per host, the rest per flow (``maximum``:
-    inf for none)."""
-    row = groups.row
-    guarded = np.bincount(row, minimum > 0, minlength=groups.n_hosts) > 0
-    calm = ~guarded & (groups.fsum(bps) <= FULL_LINK * capacity)
-    out: BoolArray = calm[row] & np.isinf(maximum)
-    return out
+__all__ = ["FULL_LINK", "HOLD_PERIODS", "Held", "VmColumns"]
 
 
 # A guaranteed VM under its minimum whose reading may be the link's congestion rather than
-# its demand (docs/design.md#guarantees): its reservation stands until it reads under its
-# minimum, not held by its cap, on a link with headroom, this many periods in a row.
-HOLD_PERIODS = 5
-# Readings adding up to this share of a host's capacity make a full link.
-FULL_LINK = 0.95
+# its demand (docs/design.md#guarantees) is reserved its minimum until it reads under it,
+# not held by its cap, on a link with headroom (under FULL_LINK of it), HOLD_PERIODS periods
+# in a row: both the core's, re-exported here for the agents' callers.
 _FREE = -1  # Reservations.quiet of a VM without a reservation (the default)
 
 
 @dataclass(frozen=True)
-class Reservations:
-    """Each guaranteed VM's reservation state, one entry per flow (docs/design.md#guarantees).
+class Reservations(Held):
+    """Each guaranteed VM's reservation state, one entry per VM (docs/design.md#guarantees).
 
     ``quiet`` is ``-1`` (no reservation: its reading is its demand), ``0 .. HOLD_PERIODS-1``
     (reserved: its demand is at least its minimum; the number of quiet periods so far) or
     ``HOLD_PERIODS`` (released: it showed it wants ``level``, what it read with room to send).
     ``level`` is the highest reading of the current quiet run (reserved) or the level it was
     released at; 0.0 when free. ``fast``: the VM was on a VF when its state was last decided.
+    A period (:func:`decide`) advances them in place.
     """
-
-    quiet: IntArray
-    level: FloatArray
-    fast: BoolArray
 
     @classmethod
     def free(cls, n: int) -> Reservations:
@@ -95,94 +73,6 @@ class Reservations:
         """Flow ``k``'s state for a record (``None``: free, nothing to keep)."""
         q = int(self.quiet[k])
         return None if q == _FREE else (q, float(self.level[k]), bool(self.fast[k]))
-
-
-def reserve_guarantees(
-    groups: Groups,
-    capacity: FloatArray,
-    bps: FloatArray,
-    limit: FloatArray,
-    demand: FloatArray,
-    minimum: FloatArray,
-    fast: BoolArray,
-    probe: float,
-    state: Reservations,
-) -> tuple[FloatArray, Reservations]:
-    """Demands with each congested guarantee restored to its minimum, and the next state.
-
-    A guaranteed VM reading under its minimum while the link is full (readings adding up to
-    ``FULL_LINK`` of the capacity) or while it is held at its cap may be sending what the
-    congestion leaves it: it is reserved at once (demand at least its minimum). It is
-    released after ``HOLD_PERIODS`` periods in a row under its minimum, below its cap, on a
-    link with headroom (its reading was then its demand), and stays released — no
-    reservation on a full link — until it reads more than ``1 + probe/2`` times the most it
-    read then (counted as at least ``probe · minimum``): one probing step up, with half a
-    step's margin for a steady VM's noise. A VM that gained or lost its VF (``fast``: on a
-    VF now) starts again from no reservation: what it read on its old path says nothing
-    about the new one. ``capacity`` is per host, the rest per flow.
-    """
-    under = (minimum > 0) & (bps < minimum)
-    if not under.any():
-        return demand, Reservations.free(len(demand))
-    cap = capacity[groups.row]
-    full = (groups.fsum(bps) >= FULL_LINK * capacity)[groups.row]
-    held = ~np.isnan(limit) & (bps >= (1.0 - probe) * limit)
-    busy = full | held
-    moved = state.fast != fast
-    q = np.where(moved, _FREE, state.quiet)
-    level = np.where(moved, 0.0, state.level)
-    released = q >= HOLD_PERIODS
-    rising = released & (bps > (1.0 + probe / 2) * np.maximum(level, probe * minimum))
-    reserved = (q >= 0) & ~released
-    start = (q == _FREE) & busy | reserved & busy | rising
-    quiet = reserved & ~busy
-    q_next = np.where(start, 0, np.where(quiet, q + 1, q))
-    level_next = np.where(start, 0.0, np.where(quiet, np.maximum(level, bps), level))
-    q_next = np.where(under, q_next, _FREE)
-    level_next = np.where(under, level_next, 0.0)
-    hold = (q_next >= 0) & (q_next < HOLD_PERIODS)
-    out: FloatArray = np.where(hold, np.minimum(np.maximum(demand, minimum), cap), demand)
-    kept = q_next != _FREE
-    return out, Reservations(q_next.astype(np.int64), level_next, kept & fast)
-
-
-def limits(
-    groups: Groups,
-    capacity: FloatArray,
-    rate: FloatArray,
-    pps_cap: FloatArray,
-    current: FloatArray,
-    probe: float,
-    spread_spare: bool,
-    lifted: BoolArray | None = None,
-) -> tuple[FloatArray, BoolArray]:
-    """The caps to enforce (``nan``: no cap) and which differ from ``current`` by > 1 %.
-
-    ``capacity`` is per host, the rest per flow; ``lifted``: flows whose cap is lifted
-    (:func:`open_link`), unless they have a packet cap.
-    """
-    row = groups.row
-    cap = capacity[row]
-    n = groups.count[row].astype(np.float64)
-    if spread_spare:
-        # Work conservation (AllocatorPlugin.spread_spare): an allocation is a VM's fair
-        # share of what was measured, and a cap at exactly that would hold a bursty VM at
-        # its mean rate while the link idles; capacity nobody got is spread over the caps.
-        spare = capacity - groups.fsum(rate)
-        rate = rate + (np.maximum(0.0, spare)[row] / n)
-    if probe > 0:
-        # An idle VM allocated ~0 would be capped at ~0 and could never show that it
-        # wants to send (a VM below its cap is not probed): keep a probing floor.
-        rate = np.maximum(rate, probe * cap / n)
-    at_line = rate >= cap * (1 - 1e-9)
-    if lifted is not None:
-        at_line |= lifted
-    rate = np.where(at_line & np.isnan(pps_cap), np.nan, rate)
-    both = ~np.isnan(rate) & ~np.isnan(current)
-    same = np.isnan(rate) & np.isnan(current)
-    diff = np.abs(current - rate)  # nan where either is: not ``both``, not taken
-    same |= both & (diff <= 0.01 * np.fmax(current, rate))
-    return rate, ~same
 
 
 @dataclass(frozen=True)
@@ -208,6 +98,15 @@ class SLAArrays:
 
     def take(self, idx: IntArray) -> SLAArrays:
         return SLAArrays(self.minimum[idx], self.maximum[idx], self.max_pps[idx], self.weight[idx])
+
+    def columns(
+        self, bps: FloatArray, packet_bytes: FloatArray, current: FloatArray, fast: BoolArray
+    ) -> VmColumns:
+        """A period's per-VM columns: these SLAs with what was measured and is in force."""
+        return VmColumns(
+            bps, packet_bytes, current, self.minimum, self.maximum, self.max_pps, self.weight,
+            np.ascontiguousarray(fast, dtype=bool),
+        )  # fmt: skip
 
 
 def all_sova(allocators: Sequence[BandwidthAllocator]) -> bool:
@@ -261,3 +160,46 @@ def allocate(
             rate[k] = a.rate_bps
             pps[k] = np.nan if a.pps_cap is None else a.pps_cap
     return rate, pps
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A period's caps, one entry per flow, and which moved."""
+
+    new: FloatArray  # the cap to enforce (nan: none)
+    pps: FloatArray  # the packet cap (nan: none)
+    changed: IntArray  # positions of the flows whose cap moved by more than 1 %, in order
+
+
+def decide(
+    allocators: Sequence[BandwidthAllocator],
+    groups: Groups,
+    capacity: FloatArray,
+    flows: IntArray,
+    vms: VmColumns,
+    vm: Callable[[int], VM],
+    *,
+    sova: bool,
+    probe: float,
+    spread_spare: bool,
+    held: Held | None = None,
+) -> Decided:
+    """One period for the flows ``flows`` (flow ``k`` is VM ``flows[k]`` of ``vms``'s
+    columns, on host ``groups.row[k]``). ``sova``: what :func:`all_sova` says of
+    ``allocators``; only the Sova allocator's caps are lifted on an open link.
+    ``held``: the reservations to keep for congested guarantees (advanced in place; None:
+    none kept). ``vm(k)``: flow ``k``'s VM, for another allocator's specification."""
+    lift = spread_spare and sova
+    if sova:
+        new, pps, changed = bandwidth_period(
+            groups, capacity, flows, vms, probe, spread_spare, lift, held
+        )
+        return Decided(new, pps, changed)
+    demand, lifted = bandwidth_demand(
+        groups, capacity, flows, vms, probe, spread_spare, lift, held
+    )
+    alloc = allocate(allocators, groups, capacity, demand, vms.packet_bytes[flows], vm, sova=False)
+    new, changed = bandwidth_limits(
+        groups, capacity, flows, vms.current, alloc, lifted, probe, spread_spare
+    )
+    return Decided(new, alloc[1], changed)

@@ -17,7 +17,7 @@ from sova.agent import bandwidth as bw
 from sova.agent.config import ControllerConfig
 from sova.agent.executor import Executor
 from sova.driver_protocol import Driver
-from sova.model import VM, Action, HostSample, Inventory, NicKind, SetGuestRateLimit
+from sova.model import Action, HostSample, Inventory, NicKind, SetGuestRateLimit
 from sova.policy import metering
 from sova.policy.bandwidth import BandwidthAllocator
 from sova.policy.kernels import Groups
@@ -64,61 +64,45 @@ class BandwidthLoop:
         flows = [vm for vm, ok in zip(names, keep.tolist(), strict=True) if ok]
         if not flows:
             return []
-        groups = Groups.of(np.zeros(len(flows), dtype=np.int64), 1)
+        n = len(flows)
+        groups = Groups.of(np.zeros(n, dtype=np.int64), 1)
         capacity = np.array([actual.host.nic.capacity_bps])
         current = np.array([_nan(self.limits.get(vm)) for vm in flows])
-        probe = self.config.probe
-        bps = m.bps[keep]
-        demand = bw.probe_demand(bps, current, capacity[groups.row], probe)
         vms = [actual.vms[vm].vm for vm in flows]
-        lifted = None
-        if self.spread_spare and bw.all_sova([self.allocator]):
-            # the Sova allocator's caps only (docs/design.md#open-link): a plug-in keeps its own
-            slas = bw.SLAArrays.of([v.sla for v in vms])
-            lifted = bw.open_link(groups, capacity, bps, slas.minimum, slas.maximum)
-            # an allocator sharing out measured demand needs a congested guarantee's true
-            # demand (docs/design.md#guarantees); the published baselines read raw rates
-            fast = np.array([actual.vms[vm].nic is NicKind.VF for vm in flows], dtype=bool)
-            demand = self._reserve(flows, vms, fast, groups, capacity, bps, current, demand)
-        rate, pps = bw.allocate(
-            [self.allocator], groups, capacity, demand, m.packet_bytes[keep], vms.__getitem__
+        sova = bw.all_sova([self.allocator])
+        fast = np.array([actual.vms[vm].nic is NicKind.VF for vm in flows], dtype=bool)
+        cols = bw.SLAArrays.of([v.sla for v in vms]).columns(
+            m.bps[keep], m.packet_bytes[keep], current, fast
         )
-        new, changed = bw.limits(
-            groups, capacity, rate, pps, current, probe, self.spread_spare, lifted
-        )
+        # an allocator sharing out measured demand needs a congested guarantee's true demand
+        # (docs/design.md#guarantees); the published baselines read raw rates
+        held = None
+        if self.spread_spare and sova and (self.reservations or (cols.minimum > 0).any()):
+            held = bw.Reservations.of([self.reservations.get(vm) for vm in flows])
+        d = bw.decide(
+            [self.allocator], groups, capacity, np.arange(n, dtype=np.int64), cols,
+            vms.__getitem__, sova=sova, probe=self.config.probe,
+            spread_spare=self.spread_spare, held=held,
+        )  # fmt: skip
+        if held is not None:
+            self._keep(flows, held)
+        new, pps = d.new, d.pps
         actions: list[Action] = [
             SetGuestRateLimit(flows[k], _none(new[k]), _none(pps[k]))
-            for k in np.flatnonzero(changed).tolist()
+            for k in d.changed.tolist()
         ]
         for act in actions:
             self.executor.apply(act, actual)
         return actions
 
-    def _reserve(
-        self,
-        flows: list[str],
-        vms: list[VM],
-        fast: np.ndarray,
-        groups: Groups,
-        capacity: np.ndarray,
-        bps: np.ndarray,
-        current: np.ndarray,
-        demand: np.ndarray,
-    ) -> np.ndarray:
-        minimum = np.array([v.sla.bandwidth.minimum for v in vms], dtype=np.float64)
-        if not self.reservations and not (minimum > 0).any():
-            return demand  # no guarantee here: nothing to reserve or release
-        state = bw.Reservations.of([self.reservations.get(vm) for vm in flows])
-        out, state = bw.reserve_guarantees(
-            groups, capacity, bps, current, demand, minimum, fast, self.config.probe, state
-        )
+    def _keep(self, flows: list[str], held: bw.Reservations) -> None:
+        """The period's reservations into the agent's record."""
         for k, vm in enumerate(flows):
-            entry = state.entry(k)
+            entry = held.entry(k)
             if entry is None:
                 self.reservations.pop(vm, None)
             else:
                 self.reservations[vm] = entry
-        return out
 
 
 def _nan(x: float | None) -> float:

@@ -281,3 +281,57 @@ STREAM_ARRIVALS: int
 STREAM_NET_CYCLE: int
 STREAM_CPU_CYCLE: int
 STREAM_RESET: int
+
+FULL_LINK: float
+HOLD_PERIODS: int
+
+def bandwidth_period(
+    capacity: npt.NDArray[np.float64],
+    order: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+    flows: npt.NDArray[np.int64],
+    bps: npt.NDArray[np.float64],
+    packet_bytes: npt.NDArray[np.float64],
+    current: npt.NDArray[np.float64],
+    minimum: npt.NDArray[np.float64],
+    maximum: npt.NDArray[np.float64],
+    max_pps: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.float64],
+    fast: npt.NDArray[np.bool_],
+    probe: float,
+    spread_spare: bool,
+    lift: bool,
+    held: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]
+    | None = None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]: ...
+def bandwidth_demand(
+    capacity: npt.NDArray[np.float64],
+    order: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+    flows: npt.NDArray[np.int64],
+    bps: npt.NDArray[np.float64],
+    packet_bytes: npt.NDArray[np.float64],
+    current: npt.NDArray[np.float64],
+    minimum: npt.NDArray[np.float64],
+    maximum: npt.NDArray[np.float64],
+    max_pps: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.float64],
+    fast: npt.NDArray[np.bool_],
+    probe: float,
+    spread_spare: bool,
+    lift: bool,
+    held: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]
+    | None = None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]: ...
+def bandwidth_limits(
+    capacity: npt.NDArray[np.float64],
+    order: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+    flows: npt.NDArray[np.int64],
+    current: npt.NDArray[np.float64],
+    rate: npt.NDArray[np.float64],
+    pps: npt.NDArray[np.float64],
+    lifted: npt.NDArray[np.bool_],
+    probe: float,
+    spread_spare: bool,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]: ...

@@ -7,11 +7,18 @@ for the registered allocator object (:class:`sova.policy.bandwidth.SovaAllocator
 :func:`clamped_fill` is one link's weighted max-min fill, which the other allocators of
 ``sova.policy.bandwidth`` use too. Every sum is ``math.fsum``'s correctly rounded one, so
 the rates are the floats of the readable per-host form kept in tests/bandwidth_oracle.py.
+
+:func:`bandwidth_period` is the bandwidth controller's whole period with this allocator
+(rust/sova-core/src/bandwidth.rs): demands, the allocation and the caps of every flow of
+every host in one call, for the simulator's fleet and for an agent's host alike (a fleet
+of one); :func:`bandwidth_demand` and :func:`bandwidth_limits` are its two ends for an
+allocator the core does not have (DAQS, the baselines, plug-ins: called host by host).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +27,13 @@ from sova.policy import _core
 from sova.policy.kernels import Groups
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+# Readings adding up to this share of a host's capacity make a full link.
+FULL_LINK: float = _core.FULL_LINK
+# A guaranteed VM's reservation is released after this many quiet periods in a row.
+HOLD_PERIODS: int = _core.HOLD_PERIODS
 
 
 def _f64(a: npt.ArrayLike) -> FloatArray:
@@ -93,3 +107,105 @@ def _check(
     ):
         if bad.any():
             raise ValueError(f"{name} must be finite and > 0 (>= 0 for rates), got {arr[bad][0]}")
+
+
+@dataclass(frozen=True)
+class VmColumns:
+    """What the bandwidth controller knows of each VM, one entry per VM."""
+
+    bps: FloatArray  # egress bit/s measured this period
+    packet_bytes: FloatArray  # mean egress packet size
+    current: FloatArray  # the cap in force (nan: none)
+    minimum: FloatArray  # SLA minimum
+    maximum: FloatArray  # SLA maximum (inf: none)
+    max_pps: FloatArray  # SLA packet rate (nan: none)
+    weight: FloatArray
+    fast: BoolArray  # on a VF now
+
+
+@dataclass(frozen=True)
+class Held:
+    """Each guaranteed VM's reservation, one entry per VM, advanced in place by a period
+    (docs/design.md#guarantees; ``sova.agent.bandwidth.Reservations`` says the states)."""
+
+    quiet: IntArray
+    level: FloatArray
+    fast: BoolArray
+
+
+_Columns = tuple[
+    FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, BoolArray
+]
+
+
+def _columns(vms: VmColumns) -> _Columns:
+    """The columns in the core's argument order, float64 and contiguous."""
+    return (
+        _f64(vms.bps), _f64(vms.packet_bytes), _f64(vms.current), _f64(vms.minimum),
+        _f64(vms.maximum), _f64(vms.max_pps), _f64(vms.weight),
+        np.ascontiguousarray(vms.fast, dtype=bool),
+    )  # fmt: skip
+
+
+def _held(held: Held | None) -> tuple[IntArray, FloatArray, BoolArray] | None:
+    return None if held is None else (held.quiet, held.level, held.fast)
+
+
+def bandwidth_period(
+    groups: Groups,
+    capacity: FloatArray,
+    flows: IntArray,
+    vms: VmColumns,
+    probe: float,
+    spread_spare: bool,
+    lift: bool,
+    held: Held | None = None,
+) -> tuple[FloatArray, FloatArray, IntArray]:
+    """One period of the bandwidth controller with the Sova allocator, every host at once.
+
+    Flow ``k`` is VM ``flows[k]``, on host ``groups.row[k]``; ``capacity`` per host.
+    ``lift``: lift the caps on a calm link (docs/design.md#open-link); ``held``: reserve the
+    congested guarantees (advanced in place). Returns each flow's cap (nan: none) and packet
+    cap (nan: none), and the positions of the flows whose cap moved by more than 1 %.
+    """
+    return _core.bandwidth_period(
+        _f64(capacity), groups.order, groups.start, flows, *_columns(vms),
+        float(probe), spread_spare, lift, _held(held),
+    )  # fmt: skip
+
+
+def bandwidth_demand(
+    groups: Groups,
+    capacity: FloatArray,
+    flows: IntArray,
+    vms: VmColumns,
+    probe: float,
+    spread_spare: bool,
+    lift: bool,
+    held: Held | None = None,
+) -> tuple[FloatArray, BoolArray]:
+    """:func:`bandwidth_period`'s demands for another allocator: each flow's demand and
+    whether its cap is lifted."""
+    return _core.bandwidth_demand(
+        _f64(capacity), groups.order, groups.start, flows, *_columns(vms),
+        float(probe), spread_spare, lift, _held(held),
+    )  # fmt: skip
+
+
+def bandwidth_limits(
+    groups: Groups,
+    capacity: FloatArray,
+    flows: IntArray,
+    current: FloatArray,
+    alloc: tuple[FloatArray, FloatArray],
+    lifted: BoolArray,
+    probe: float,
+    spread_spare: bool,
+) -> tuple[FloatArray, IntArray]:
+    """:func:`bandwidth_period`'s caps from another allocator's ``(rate, pps_cap)`` per
+    flow: each flow's cap and the positions of those that moved."""
+    rate, pps = alloc
+    return _core.bandwidth_limits(
+        _f64(capacity), groups.order, groups.start, flows, _f64(current), _f64(rate),
+        _f64(pps), lifted, float(probe), spread_spare,
+    )  # fmt: skip

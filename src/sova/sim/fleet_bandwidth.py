@@ -73,6 +73,7 @@ class FleetBandwidth:
         # the allocators are the agents' own, taken once above: which form decides is fixed
         self.sova = bw.all_sova(self.allocators)
         self.last_flows: _Flows | None = None
+        self.placed: _Flows | None = None  # the flows whose limits and reservations are placed
         # tracking[h]: host h's executor may track something (an operation in flight, a
         # failure, a back-off): it announced one (Executor.on_track) since it was last
         # found tracking nothing. Every other executor is idle and not failing, so the
@@ -112,6 +113,8 @@ class FleetBandwidth:
         self.saved[idx] = True
 
     def step(self, engine: Engine) -> None:
+        """One bandwidth period of every host: the counters measured, then one call of
+        the core for every flow (:func:`bw.decide`), then the changed limits submitted."""
         now = engine.env.now
         tx, pk, host = np.trunc(engine.tx_b), np.trunc(engine.tx_pk), engine.host.copy()
         prev, self.prev = self.prev, (tx, pk, host, now)
@@ -119,9 +122,28 @@ class FleetBandwidth:
             return
         m = metering.measure(prev[0], prev[1], tx, pk, now - prev[3])
         fl = self._flows(m.valid & (prev[2] == host), host, engine.H)
-        flows, fh, groups = fl.flows, fl.host, fl.groups
-        if not len(flows):
+        if not len(fl.flows):
             return
+        if fl is not self.placed:  # the flows changed: their limits and reservations may be
+            self._place(engine, fl)  # another host's agent's (in place from now on)
+        held = None
+        if self.spread_spare and self.guaranteed:
+            held = bw.Reservations(self.res_quiet, self.res_level, self.res_fast)
+        d = bw.decide(
+            self.allocators, fl.groups, engine.capacity, fl.flows,
+            self.sla.columns(m.bps, m.packet_bytes, self.limit, engine.on_vf),
+            lambda k: engine.vms[int(fl.flows[k])], sova=self.sova, probe=self.probe,
+            spread_spare=self.spread_spare, held=held,
+        )  # fmt: skip
+        if d.changed.size:
+            self._submit(engine, fl.flows, fl.host, d.changed, d.new, d.pps)
+
+    def _place(self, engine: Engine, fl: _Flows) -> None:
+        """Each flow's limit in force and reservation, as its host's agent holds them:
+        those another host's agent applied or kept are read from this host's agent's
+        record (the VM moved since). Needed only when the flows changed: a flow's host is
+        its limit's and its reservation's after this."""
+        flows, fh = fl.flows, fl.host
         stale = np.flatnonzero(self.limit_host[flows] != fh)
         if stale.size:
             self.save(engine, flows[stale])
@@ -130,42 +152,30 @@ class FleetBandwidth:
             cur = self.agents[fh[k]].limits.get(engine.vm_names[i])
             self.limit[i] = math.nan if cur is None else cur
             self.limit_host[i] = fh[k]
-        current = self.limit[flows]
-        bps = m.bps[flows]
-        demand = bw.probe_demand(bps, current, engine.capacity[fh], self.probe)
-        lifted = None
-        if self.spread_spare and self.sova:  # the Sova allocator's caps only (HostAgent's)
-            lifted = bw.open_link(groups, engine.capacity, bps, fl.sla.minimum, fl.sla.maximum)
         if self.spread_spare and self.guaranteed:
-            demand = self._reserve(engine, flows, fh, groups, bps, current, demand)
-        rate, pps = bw.allocate(
-            self.allocators,
-            groups,
-            engine.capacity,
-            demand,
-            m.packet_bytes[flows],
-            lambda k: engine.vms[int(flows[k])],
-            fl.sla,
-            sova=self.sova,
-        )
-        new, changed = bw.limits(
-            groups, engine.capacity, rate, pps, current, self.probe, self.spread_spare, lifted
-        )
-        self._submit(engine, flows, fh, changed, new, pps)
+            for k in np.flatnonzero(self.res_host[flows] != fh).tolist():
+                i, h = int(flows[k]), int(fh[k])
+                if self.res_host[i] >= 0:
+                    self._keep_reservation(engine, i)
+                back = bw.Reservations.of([self.agents[h].reservations.get(engine.vm_names[i])])
+                self.res_quiet[i], self.res_level[i] = back.quiet[0], back.level[0]
+                self.res_fast[i] = back.fast[0]
+                self.res_host[i] = h
+        self.placed = fl
 
     def _submit(
         self,
         engine: Engine,
         flows: np.ndarray,
         fh: np.ndarray,
-        changed: np.ndarray,
+        ks: np.ndarray,
         new: np.ndarray,
         pps: np.ndarray,
     ) -> None:
-        """The changed limits to the hosts' executors: one round of calls for those that
-        can go straight in, the executor's own path for the others."""
+        """The changed limits (flows ``ks``, in flow order) to the hosts' executors: one
+        round of calls for those that can go straight in, the executor's own path for the
+        others."""
         now = engine.env.now
-        ks = np.flatnonzero(changed)
         # A flow with no call in flight, not migrating, on a host whose executor tracks
         # nothing (no call in flight, no back-off) goes straight into the round; the
         # others take the per-flow rules below, which would let those through too.
@@ -221,45 +231,9 @@ class FleetBandwidth:
         fh = host[flows]
         order = np.lexsort((self.rank[flows], fh))
         flows, fh = flows[order], fh[order]
-        fl = _Flows(measured, host, flows, fh, Groups.of(fh, n_hosts), self.sla.take(flows))
+        fl = _Flows(measured, host, flows, fh, Groups.of(fh, n_hosts))
         self.last_flows = fl
         return fl
-
-    def _reserve(
-        self,
-        engine: Engine,
-        flows: np.ndarray,
-        fh: np.ndarray,
-        groups: Groups,
-        bps: np.ndarray,
-        current: np.ndarray,
-        demand: np.ndarray,
-    ) -> np.ndarray:
-        """:meth:`HostAgent._reserve` for every host: each agent's own reservations."""
-        moved = np.flatnonzero(self.res_host[flows] != fh)
-        for k in moved.tolist():
-            i, h = int(flows[k]), int(fh[k])
-            if self.res_host[i] >= 0:
-                self._keep_reservation(engine, i)
-            back = bw.Reservations.of([self.agents[h].reservations.get(engine.vm_names[i])])
-            self.res_quiet[i], self.res_level[i] = back.quiet[0], back.level[0]
-            self.res_fast[i] = back.fast[0]
-            self.res_host[i] = h
-        state = bw.Reservations(self.res_quiet[flows], self.res_level[flows], self.res_fast[flows])
-        out, state = bw.reserve_guarantees(
-            groups,
-            engine.capacity,
-            bps,
-            current,
-            demand,
-            self.sla.minimum[flows],
-            engine.on_vf[flows],
-            self.probe,
-            state,
-        )
-        self.res_quiet[flows], self.res_level[flows] = state.quiet, state.level
-        self.res_fast[flows] = state.fast
-        return out
 
     def _keep_reservation(self, engine: Engine, i: int) -> None:
         """VM ``i``'s reservation into the record of the agent it was held for."""
@@ -333,7 +307,6 @@ class _Flows:
     flows: np.ndarray  # the measured VMs, by host, each host's in VM-name order
     host: np.ndarray  # each flow's host
     groups: Groups
-    sla: bw.SLAArrays
 
 
 @dataclass
