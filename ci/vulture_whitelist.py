@@ -20,6 +20,7 @@ _.reset  # unused method (src/sova/policy/bandwidth.py:497)
 algorithm1  # unused function (src/sova/policy/operation.py:65)
 tier_rates  # unused function (src/sova/policy/tiers.py:39)
 fit_tiers  # unused function (src/sova/policy/tiers.py:87)
+grouped_waterfill  # unused function (src/sova/policy/waterfill.py): its tests and the tick's readable form; the tick's fills run in the core's sharing
 ar1_coefficient  # unused function (src/sova/policy/hotspot.py): the AR(1) of docs/design.md#ar1, tests
 ar1_forecast  # unused function (src/sova/policy/hotspot.py): the detector calls the core directly
 DutyWorkload  # unused variable (src/sova/scenario/schema.py)

@@ -38,13 +38,17 @@ MOVED = (
         "water-filling",
         "sova.policy.waterfill",
         ("grouped_waterfill", "links_waterfill", "floored_waterfill"),
-        (
-            ("sova.sim.network", "grouped_waterfill"),
-            ("sova.sim.network", "links_waterfill"),
-            ("sova.sim.network", "floored_waterfill"),
-        ),
+        (),  # the simulator's fills run inside the core's sharing (below); tests call these
         (),
     ),
+    Piece(
+        "the world's sharing",
+        "sova.policy.sharing",
+        ("share_tick",),
+        (("sova.sim.network", "share_tick"),),  # the simulator's tick, every VM
+        ("sova.sim.network:_guest_need", "sova.sim.network:_host_cpu", "sova.sim.network:_paths",
+         "sova.sim.network:_egress", "sova.sim.network:_scale_to", "sova.sim.engine:Engine._latency"),
+    ),  # fmt: skip
     Piece(
         "exact per-host sums",
         "sova.policy.kernels",

@@ -12,6 +12,7 @@ pub mod loads;
 pub mod metering;
 pub mod rng;
 pub mod sensing;
+pub mod share;
 pub mod sum;
 pub mod tick;
 pub mod verdicts;

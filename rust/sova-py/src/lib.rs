@@ -9,6 +9,7 @@
 use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use sova_core::allocate;
 use sova_core::bandwidth;
 use sova_core::coldspots::{self, Movers, Query, Ranked};
@@ -17,6 +18,9 @@ use sova_core::loads::{self, Hosts, Period};
 use sova_core::metering;
 use sova_core::rng;
 use sova_core::sensing::{self, Params};
+use sova_core::share::{
+    self, Copying, Latencies, LatencyParams, Requests, ShareHosts, ShareParams, ShareVms,
+};
 use sova_core::sum;
 use sova_core::tick::{self, CountParams, Counters, HostTick, VmTick};
 use sova_core::verdicts::{self, Windows};
@@ -1164,6 +1168,193 @@ fn bandwidth_limits<'py>(
 
 // ---- end of the bandwidth controller's period ---------------------------------------------
 
+
+// ---------------------------------------------------------------- the tick's sharing
+
+/// One tick's sharing of the guests' vCPUs, the hosts' cores, the paths and the PF among
+/// every VM (sova_core::share::share), then the request VMs' latency written into
+/// `resp_s`, `served_req`, `backlog_bits` (sova_core::share::latency): `((want, tx, rx,
+/// ns_pkt, cpu_busy, need, host_scale_vm, vcpu_load), (tx_host, tx_by_host, rx_host,
+/// backend_pps, pps_limit, host_need, host_scale, backend_vm_frac), mig_rate)`;
+/// `vcpu_load` is empty unless asked for. `order`/`start`: every VM laid out by host.
+#[pyfunction]
+#[pyo3(signature = (
+    host, want, pkts_per_bit, pkt_bits, on_vf, ns_per_byte, arrival_cost, cpu_frac, cj, vcpus,
+    paused, weights, link_clocked, vf_max, vf_min, is_file, file_left, rx_share, arrivals,
+    req_bytes, capacity, cores, backend_cores, order, start, mig_src, mig_dst, mig_cap,
+    offered, req_idx, req_resp_bits, resp_s, served_req, backlog_bits,
+    dt, guest_ns_per_packet, virtio_guest_ns_per_packet, virtio_host_ns_per_packet,
+    virtio_backend_ns_per_vm, virtio_pps_limit, virtio_flow_limit, tcp_link_clocked,
+    dedicated_backend, vcpu_load, weights_whole, any_asks,
+    vf_latency, virtio_latency, sched_quantum, request_round_trips, request_fixed_latency,
+    guest_ns_per_request,
+))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
+fn tick_share<'py>(
+    py: Python<'py>,
+    host: PyReadonlyArray1<'py, i64>,
+    want: PyReadonlyArray1<'py, f64>,
+    pkts_per_bit: PyReadonlyArray1<'py, f64>,
+    pkt_bits: PyReadonlyArray1<'py, f64>,
+    on_vf: PyReadonlyArray1<'py, bool>,
+    ns_per_byte: PyReadonlyArray1<'py, f64>,
+    arrival_cost: PyReadonlyArray1<'py, f64>,
+    cpu_frac: PyReadonlyArray1<'py, f64>,
+    cj: PyReadonlyArray1<'py, f64>,
+    vcpus: PyReadonlyArray1<'py, f64>,
+    paused: Option<PyReadonlyArray1<'py, bool>>,
+    weights: PyReadonlyArray1<'py, f64>,
+    link_clocked: PyReadonlyArray1<'py, bool>,
+    vf_max: PyReadonlyArray1<'py, f64>,
+    vf_min: PyReadonlyArray1<'py, f64>,
+    is_file: Option<PyReadonlyArray1<'py, bool>>,
+    file_left: PyReadonlyArray1<'py, f64>,
+    rx_share: PyReadonlyArray1<'py, f64>,
+    arrivals: PyReadonlyArray1<'py, f64>,
+    req_bytes: PyReadonlyArray1<'py, f64>,
+    capacity: PyReadonlyArray1<'py, f64>,
+    cores: PyReadonlyArray1<'py, f64>,
+    backend_cores: PyReadonlyArray1<'py, f64>,
+    order: PyReadonlyArray1<'py, i64>,
+    start: PyReadonlyArray1<'py, i64>,
+    mig_src: PyReadonlyArray1<'py, i64>,
+    mig_dst: PyReadonlyArray1<'py, i64>,
+    mig_cap: PyReadonlyArray1<'py, f64>,
+    offered: PyReadonlyArray1<'py, f64>,
+    req_idx: PyReadonlyArray1<'py, i64>,
+    req_resp_bits: PyReadonlyArray1<'py, f64>,
+    mut resp_s: PyReadwriteArray1<'py, f64>,
+    mut served_req: PyReadwriteArray1<'py, f64>,
+    mut backlog_bits: PyReadwriteArray1<'py, f64>,
+    dt: f64,
+    guest_ns_per_packet: f64,
+    virtio_guest_ns_per_packet: f64,
+    virtio_host_ns_per_packet: f64,
+    virtio_backend_ns_per_vm: f64,
+    virtio_pps_limit: f64,
+    virtio_flow_limit: f64,
+    tcp_link_clocked: bool,
+    dedicated_backend: bool,
+    vcpu_load: bool,
+    weights_whole: bool,
+    any_asks: bool,
+    vf_latency: f64,
+    virtio_latency: f64,
+    sched_quantum: f64,
+    request_round_trips: f64,
+    request_fixed_latency: f64,
+    guest_ns_per_request: f64,
+) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>, F64Array<'py>)> {
+    slices! {
+        host, want, pkts_per_bit, pkt_bits, on_vf, ns_per_byte, arrival_cost, cpu_frac, cj,
+        vcpus, weights, link_clocked, vf_max, vf_min, file_left, rx_share, arrivals, req_bytes,
+        capacity, cores, backend_cores, order, start, mig_src, mig_dst, mig_cap,
+        offered, req_idx, req_resp_bits,
+    }
+    optional_slices! { paused, is_file }
+    slices_mut! { resp_s, served_req, backlog_bits }
+    let vm = ShareVms {
+        host,
+        want,
+        pkts_per_bit,
+        pkt_bits,
+        on_vf,
+        ns_per_byte,
+        arrival_cost,
+        cpu_frac,
+        cj,
+        vcpus,
+        paused,
+        weights,
+        link_clocked,
+        vf_max,
+        vf_min,
+        is_file,
+        file_left,
+        rx_share,
+        arrivals,
+        req_bytes,
+    };
+    let hosts = ShareHosts {
+        capacity,
+        cores,
+        backend_cores,
+    };
+    let mig = Copying {
+        src: mig_src,
+        dst: mig_dst,
+        cap: mig_cap,
+    };
+    let p = ShareParams {
+        dt,
+        guest_ns_per_packet,
+        virtio_guest_ns_per_packet,
+        virtio_host_ns_per_packet,
+        virtio_backend_ns_per_vm,
+        virtio_pps_limit,
+        virtio_flow_limit,
+        tcp_link_clocked,
+        dedicated_backend,
+        vcpu_load,
+        weights_whole,
+        any_asks,
+    };
+    let req = Requests {
+        idx: req_idx,
+        resp_bits: req_resp_bits,
+        offered,
+    };
+    let lp = LatencyParams {
+        vf_latency,
+        virtio_latency,
+        sched_quantum,
+        request_round_trips,
+        request_fixed_latency,
+        guest_ns_per_request,
+        request_service_latency: vcpu_load,
+    };
+    let mut out = Latencies {
+        resp_s,
+        served_req,
+        backlog_bits,
+    };
+    let s = detached(py, || {
+        let layout = Layout::new(order, start, want.len())?;
+        let s = share::share(&vm, &hosts, &mig, &layout, p)?;
+        share::latency(&req, &vm, &hosts, &s, p, lp, &mut out)?;
+        Ok(s)
+    })?;
+    let vms = PyTuple::new(
+        py,
+        [
+            s.want,
+            s.tx,
+            s.rx,
+            s.ns_pkt,
+            s.cpu_busy,
+            s.need,
+            s.host_scale_vm,
+            s.vcpu_load,
+        ]
+        .map(|v| PyArray1::from_vec(py, v)),
+    )?;
+    let per_host = PyTuple::new(
+        py,
+        [
+            s.tx_host,
+            s.tx_by_host,
+            s.rx_host,
+            s.backend_pps,
+            s.pps_limit,
+            s.host_need,
+            s.host_scale,
+            s.backend_vm_frac,
+        ]
+        .map(|v| PyArray1::from_vec(py, v)),
+    )?;
+    Ok((vms, per_host, PyArray1::from_vec(py, s.mig_rate)))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(links_waterfill, m)?)?;
@@ -1199,6 +1390,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bandwidth_limits, m)?)?;
     m.add("FULL_LINK", bandwidth::FULL_LINK)?;
     m.add("HOLD_PERIODS", bandwidth::HOLD_PERIODS)?;
+
+    m.add_function(wrap_pyfunction!(tick_share, m)?)?;
     m.add_class::<Sensor>()?;
     Ok(())
 }

@@ -32,8 +32,8 @@ Operations (VF hot-plug, rate changes, migration) complete on the event clock af
 delay from the hardware profile and can fail, like the real thing.
 
 The state (arrays, operations) is :mod:`sova.sim.state`'s; the engine composes the tick
-and the driver views from it, and the tick's parts are split by concern: offered load in :mod:`sova.sim.workload` (1-2), CPU, paths and the PF
-in :mod:`sova.sim.network` (3-5), pre-copy in :mod:`sova.sim.migration`.
+and the driver views from it, and the tick's parts are split by concern: offered load in :mod:`sova.sim.workload` (1-2), CPU, paths, the PF
+and latency in :mod:`sova.sim.network` (3-6), pre-copy in :mod:`sova.sim.migration`.
 """
 
 from __future__ import annotations
@@ -78,20 +78,9 @@ class Engine(EngineState):
     # ------------------------------------------------------------------ physics
 
     def tick(self, t0: float, t1: float) -> None:
-        """One tick ``(t0, t1]``: offered load, then its service, latency, counters."""
+        """One tick ``(t0, t1]``: offered load, then its service and latency, counters."""
         o = workload.offer(self, t0, t1)
         s = network.share(self, o, t0)
-        self._latency(
-            s.tx,
-            s.want,
-            o.offered,
-            o.req_bits,
-            s.tx_host,
-            s.backend_pps,
-            s.pps_limit,
-            s.host_need,
-            o.dt,
-        )
         self._count(o, s)
         if o.is_file.any():
             self._files(o, s, t1)
@@ -158,65 +147,6 @@ class Engine(EngineState):
                     int(self.file_size[i]),
                 )
             )
-
-    def _latency(
-        self,
-        tx: np.ndarray,
-        want: np.ndarray,
-        offered: np.ndarray,
-        req_bits: np.ndarray,
-        tx_host: np.ndarray,
-        backend_pps: np.ndarray,
-        pps_limit: np.ndarray,
-        host_need: np.ndarray,
-        dt: float,
-    ) -> None:
-        p = self.profile
-        st = workload.load_static(self)
-        self.resp_s[:] = 0.0
-        self.served_req[:] = 0.0
-        if not st.any_req:
-            return
-        h = self.host
-        idx = st.req_idx
-        resp_bits = st.req_resp_bits  # resp_bytes[idx] * 8.0
-        hh = h[idx]
-        # the rate this VM could get right now: what the others leave of the link
-        residual = np.maximum(self.capacity[hh] - (tx_host[hh] - tx[idx]), 1e3)
-        path_cap = np.where(self.on_vf[idx], self.vf_max[idx], p.virtio_flow_limit)
-        service = np.minimum(residual, path_cap)
-        rho_link = np.minimum(0.99, tx_host[hh] / self.capacity[hh])
-        rho_b = np.minimum(0.99, backend_pps[hh] / np.maximum(pps_limit[hh], 1.0))
-        rho_c = np.minimum(0.99, host_need[hh] / self.cores[hh])
-        sched = p.sched_quantum * rho_c / (1.0 - rho_c)
-        path = np.where(
-            self.on_vf[idx],
-            p.vf_latency + sched,
-            p.virtio_latency / (1.0 - rho_b) + 2.0 * sched,
-        )
-        transfer = resp_bits / service / (1.0 - rho_link)
-        # httperf opens a connection per request: handshake and request/response each
-        # cross the host's path and wake the vCPU (and on virtio the backend) again.
-        path = path * p.request_round_trips + p.request_fixed_latency
-        if p.request_service_latency:
-            # The server's own work on the request (Apache + the packets' guest cost) at a
-            # vCPU that gets only host_scale of a core, queued M/M/1 behind its other work.
-            ns_pkt = p.guest_ns_per_packet + p.virtio_guest_ns_per_packet * ~self.on_vf[idx]
-            pkts = resp_bits * self._pkts_per_bit[idx]
-            s_req = (p.guest_ns_per_request + pkts * ns_pkt) / 1e9
-            s_req = s_req / np.maximum(self._host_scale_vm[idx], 1e-3)
-            rho_v = np.minimum(0.99, self._vcpu_load[idx])
-            path = path + s_req / (1.0 - rho_v)
-        # what could not be sent this tick waits; its delay is how long it takes to drain
-        sent = tx[idx]
-        total_bits = offered[idx] * dt
-        backlog = np.maximum(0.0, total_bits - sent * dt)
-        self.backlog_bits[idx] = backlog
-        wait = backlog / np.maximum(sent, 1e3) / 2.0
-        self.resp_s[idx] = path + transfer + wait
-        self.served_req[idx] = np.where(
-            resp_bits > 0, np.minimum(total_bits, sent * dt) / resp_bits, 0.0
-        )
 
     # ------------------------------------------------------------------ operations
 

@@ -197,7 +197,7 @@ class EngineState:
         self.resp_s, self.served_req = f(N), f(N)
         self.backlog_bits = f(N)
         self.host_cpu_util, self.host_net_util = f(H), f(H)
-        self._pkts_per_bit, self._host_scale_vm, self._vcpu_load = f(N), np.ones(N), f(N)
+        self._host_scale_vm = np.ones(N)
 
     def _complete(self, op: Op, state: str, detail: str) -> None:
         op.state, op.detail = state, detail
