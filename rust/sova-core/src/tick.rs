@@ -8,7 +8,7 @@
 //! (tests/test_tick_forms.py compares the engine's state byte for byte after every tick).
 
 use crate::parallel;
-use crate::rng::{self, Draws, TickKeys};
+use crate::rng::{self, BATCH, Draws, TickKeys};
 use crate::waterfill::InputError;
 
 /// `np.minimum`: NaN if either is NaN (the NaN operand itself), else the smaller; on a
@@ -636,11 +636,18 @@ impl VmOffer<'_> {
     /// The draws and offer of each VM of `r`.
     fn run(&self, r: Runs<'_>) {
         let (l, dt) = (self.load, self.dt);
+        let zero = Draws::at(0, 0);
+        let (mut jd, mut cd) = ([zero; BATCH], [zero; BATCH]);
         for k in 0..r.offered.len() {
             let i = r.base + k;
-            let jit = self.keys.jit(i as u64);
+            let b = k % BATCH;
+            if b == 0 {
+                // the next batch's keys, hashed together (past the run's end: unused)
+                (jd, cd) = (self.keys.jit_batch(i as u64), self.keys.cj_batch(i as u64));
+            }
+            let jit = self.keys.jit_of(jd[b]);
             r.jit[k] = jit;
-            r.cj[k] = self.keys.cj(i as u64);
+            r.cj[k] = self.keys.cj_of(cd[b]);
             let m = self.mean[i];
             let mut arrivals = if m >= 0.0 {
                 self.keys.arrivals(i as u64, m)
