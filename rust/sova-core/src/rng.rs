@@ -22,6 +22,7 @@ const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// SplitMix64's finalizer (Stafford's "Mix13"): a bijection of `u64` whose output bits
 /// each depend on every input bit.
+#[inline(always)]
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -45,12 +46,56 @@ pub mod stream {
 }
 
 /// A key's `(seed, stream)` part folded through the finalizer, as [`Draws::new`] starts.
+#[inline(always)]
 pub fn prefix(seed: u64, stream: u64) -> u64 {
     mix(mix(seed.wrapping_add(GAMMA)) ^ stream.wrapping_add(GAMMA))
 }
 
+/// A key's `(seed, stream, vm, counter)` part from its folded [`prefix`], as
+/// [`Draws::after`] folds it before the draw's number.
+#[inline(always)]
+pub fn key(prefix: u64, vm: u64, counter: u64) -> u64 {
+    let h = mix(prefix ^ vm.wrapping_add(GAMMA));
+    mix(h ^ counter.wrapping_add(GAMMA))
+}
+
+/// VMs whose keys [`draws_each`] hashes at a time.
+pub const BATCH: usize = 16;
+
+/// `Draws::after(prefix, first + k, counter, 0)` for each k below [`BATCH`]. A key's
+/// hashing is a chain of 64-bit multiplications; independent keys side by side let the
+/// compiler put eight in one vector register where the processor multiplies 64-bit lanes
+/// (AVX-512 DQ, detected at run time: the wheel is built for any x86-64). Integer
+/// arithmetic: the same words whichever instructions compute them.
+pub fn draws_each(prefix: u64, first: u64, counter: u64) -> [Draws; BATCH] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+    {
+        // SAFETY: the processor has both features the function is compiled for (checked
+        // just above); it reads and writes nothing but its arguments and its result
+        return unsafe { draws_each_avx512(prefix, first, counter) };
+    }
+    draws_each_plain(prefix, first, counter)
+}
+
+#[inline(always)]
+fn draws_each_plain(prefix: u64, first: u64, counter: u64) -> [Draws; BATCH] {
+    let mut out = [Draws { state: 0 }; BATCH];
+    for (k, d) in out.iter_mut().enumerate() {
+        *d = Draws::after(prefix, first.wrapping_add(k as u64), counter, 0);
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn draws_each_avx512(prefix: u64, first: u64, counter: u64) -> [Draws; BATCH] {
+    draws_each_plain(prefix, first, counter)
+}
+
 /// One draw's own sequence of uniform 64-bit words.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Draws {
     state: u64,
 }
@@ -66,12 +111,18 @@ impl Draws {
 
     /// [`Draws::new`] from the key's `(seed, stream)` part folded once ([`prefix`]): the
     /// same sequence, two finalizer rounds fewer per VM in a batch.
+    #[inline(always)]
     pub fn after(prefix: u64, vm: u64, counter: u64, draw: u64) -> Self {
-        let mut h = prefix;
-        for part in [vm, counter, draw] {
-            h = mix(h ^ part.wrapping_add(GAMMA));
+        Self::at(key(prefix, vm, counter), draw)
+    }
+
+    /// [`Draws::after`] from the key's `(seed, stream, vm, counter)` part folded once
+    /// ([`key`]): a VM's several draws of one tick fold their common part once.
+    #[inline(always)]
+    pub fn at(key: u64, draw: u64) -> Self {
+        Draws {
+            state: mix(key ^ draw.wrapping_add(GAMMA)),
         }
-        Draws { state: h }
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -160,7 +211,6 @@ impl Draws {
 
     fn poisson_ptrs(&mut self, lam: f64) -> f64 {
         let slam = lam.sqrt();
-        let loglam = lam.ln();
         let b = 0.931 + 2.53 * slam;
         let a = -0.059 + 0.02483 * b;
         let inv_alpha = 1.1239 + 1.1328 / (b - 3.4);
@@ -176,8 +226,10 @@ impl Draws {
             if k < 0.0 || (us < 0.013 && v > us) {
                 continue;
             }
+            // ln λ only here: most draws end at the squeeze above (the same value when
+            // taken, so the same draws)
             if v.ln() + inv_alpha.ln() - (a / (us * us) + b).ln()
-                <= -lam + k * loglam - ln_gamma(k + 1.0)
+                <= -lam + k * lam.ln() - ln_gamma(k + 1.0)
             {
                 return k;
             }
@@ -264,6 +316,114 @@ pub struct TickDraws {
     pub arrivals: Vec<f64>,
 }
 
+/// The keys of one tick's per-VM draws, their `(seed, stream)` parts folded once: what
+/// [`tick_draws`] and `tick::offer` draw for VM `i`.
+#[derive(Debug, Clone, Copy)]
+pub struct TickKeys {
+    rate: u64,
+    cpu: u64,
+    arrivals: u64,
+    tick: u64,
+    rate_jitter: f64,
+    cpu_jitter: f64,
+}
+
+impl TickKeys {
+    pub fn new(seed: u64, tick: u64, rate_jitter: f64, cpu_jitter: f64) -> Self {
+        TickKeys {
+            rate: prefix(seed, stream::RATE_JITTER),
+            cpu: prefix(seed, stream::CPU_JITTER),
+            arrivals: prefix(seed, stream::ARRIVALS),
+            tick,
+            rate_jitter,
+            cpu_jitter,
+        }
+    }
+
+    /// VM `i`'s rate jitter: see [`TickDraws::jit`].
+    #[inline]
+    pub fn jit(&self, i: u64) -> f64 {
+        self.jit_of(self.jit_draws(i))
+    }
+
+    /// VM `i`'s CPU jitter factor: see [`TickDraws::cj`].
+    #[inline]
+    pub fn cj(&self, i: u64) -> f64 {
+        self.cj_of(self.cj_draws(i))
+    }
+
+    /// [`TickKeys::jit`] in two steps, the key's hashing ([`TickKeys::jit_draws`]) apart
+    /// from the value: a batch hashes its VMs' keys in a loop of independent steps the
+    /// processor overlaps, then draws from them.
+    #[inline]
+    pub fn jit_draws(&self, i: u64) -> Draws {
+        Draws::after(self.rate, i, self.tick, 0)
+    }
+
+    /// [`TickKeys::jit_draws`] of VMs `first..first + BATCH`, hashed together.
+    #[inline]
+    pub fn jit_batch(&self, first: u64) -> [Draws; BATCH] {
+        draws_each(self.rate, first, self.tick)
+    }
+
+    /// [`TickKeys::cj_draws`] of VMs `first..first + BATCH`, hashed together.
+    #[inline]
+    pub fn cj_batch(&self, first: u64) -> [Draws; BATCH] {
+        draws_each(self.cpu, first, self.tick)
+    }
+
+    #[inline]
+    pub fn jit_of(&self, mut d: Draws) -> f64 {
+        if self.rate_jitter == 0.0 {
+            return 1.0;
+        }
+        d.lognormal(0.0, self.rate_jitter)
+    }
+
+    /// [`TickKeys::cj`] in two steps, as [`TickKeys::jit_draws`].
+    #[inline]
+    pub fn cj_draws(&self, i: u64) -> Draws {
+        Draws::after(self.cpu, i, self.tick, 0)
+    }
+
+    #[inline]
+    pub fn cj_of(&self, mut d: Draws) -> f64 {
+        if self.cpu_jitter == 0.0 {
+            return 1.0;
+        }
+        self.cpu_jitter * d.normal() + 1.0
+    }
+
+    /// VM `i`'s arrivals at mean `mean` (checked by [`check_asks`]).
+    #[inline]
+    pub fn arrivals(&self, i: u64, mean: f64) -> f64 {
+        Draws::after(self.arrivals, i, self.tick, 0).poisson(mean)
+    }
+}
+
+/// The requesting VMs `asks` (below `n`) and their means (finite, >= 0), or the first
+/// value that is not, named.
+pub fn check_asks(asks: &[i64], means: &[f64], n: usize) -> Result<(), InputError> {
+    if means.len() != asks.len() {
+        return Err(InputError(format!(
+            "means: {} values for {} requesting VMs",
+            means.len(),
+            asks.len()
+        )));
+    }
+    check_indices("asks", asks, n)?;
+    if let Some((j, m)) = means
+        .iter()
+        .enumerate()
+        .find(|(_, m)| !(m.is_finite() && **m >= 0.0))
+    {
+        return Err(InputError(format!(
+            "means[{j}]: {m} is not a finite mean >= 0"
+        )));
+    }
+    Ok(())
+}
+
 /// The draws of tick `tick` for `n` VMs: see [`TickDraws`].
 pub fn tick_draws(
     seed: u64,
@@ -274,43 +434,14 @@ pub fn tick_draws(
     asks: &[i64],
     means: &[f64],
 ) -> Result<TickDraws, InputError> {
-    if means.len() != asks.len() {
-        return Err(InputError(format!(
-            "means: {} values for {} requesting VMs",
-            means.len(),
-            asks.len()
-        )));
-    }
-    let asks = vm_indices("asks", asks, n)?;
-    if let Some((j, m)) = means
-        .iter()
-        .enumerate()
-        .find(|(_, m)| !(m.is_finite() && **m >= 0.0))
-    {
-        return Err(InputError(format!(
-            "means[{j}]: {m} is not a finite mean >= 0"
-        )));
-    }
-    let per_vm = |s: u64, f: &dyn Fn(&mut Draws) -> f64| -> Vec<f64> {
-        let pre = prefix(seed, s);
-        (0..n as u64)
-            .map(|i| f(&mut Draws::after(pre, i, tick, 0)))
-            .collect()
-    };
-    let jit = if rate_jitter != 0.0 {
-        per_vm(stream::RATE_JITTER, &|d| d.lognormal(0.0, rate_jitter))
-    } else {
-        vec![1.0; n]
-    };
-    let cj = if cpu_jitter != 0.0 {
-        per_vm(stream::CPU_JITTER, &|d| cpu_jitter * d.normal() + 1.0)
-    } else {
-        vec![1.0; n]
-    };
+    check_asks(asks, means, n)?;
+    let keys = TickKeys::new(seed, tick, rate_jitter, cpu_jitter);
+    let jit = (0..n as u64).map(|i| keys.jit(i)).collect();
+    let cj = (0..n as u64).map(|i| keys.cj(i)).collect();
     let mut arrivals = vec![0.0; n];
-    let pre = prefix(seed, stream::ARRIVALS);
     for (&i, &m) in asks.iter().zip(means) {
-        arrivals[i] = Draws::after(pre, i as u64, tick, 0).poisson(m);
+        // (in range: checked above)
+        arrivals[i as usize] = keys.arrivals(i as u64, m);
     }
     Ok(TickDraws { jit, cj, arrivals })
 }
@@ -337,6 +468,21 @@ pub fn uniforms(
         .zip(counters)
         .map(|(&i, c)| Draws::new(seed, stream, i as u64, c as u64, draw).uniform())
         .collect())
+}
+
+/// Whether every index of `idx` is below `n` (else the first that is not, named), without
+/// collecting them: the kernels index with `i as usize` after this.
+pub(crate) fn check_indices(name: &str, idx: &[i64], n: usize) -> Result<(), InputError> {
+    match idx
+        .iter()
+        .position(|&i| usize::try_from(i).map_or(true, |i| i >= n))
+    {
+        Some(j) => Err(InputError(format!(
+            "{name}[{j}]: {} outside 0..{n}",
+            idx[j]
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `idx` as indices below `n`, or the first that is not, named.
@@ -404,6 +550,21 @@ mod tests {
         assert_eq!(e.0, "means[0]: NaN is not a finite mean >= 0");
         let e = tick_draws(9, 4, 2, 0.0, 0.0, &[2], &[1.0]).unwrap_err();
         assert_eq!(e.0, "asks[0]: 2 outside 0..2");
+    }
+
+    #[test]
+    fn batched_keys_are_the_keys_one_by_one() {
+        // the vector path (on a processor with AVX-512 DQ) and the plain one give each
+        // VM's own sequence, its first words included, at VMs near the top of u64 too
+        for first in [0u64, 7, u64::MAX - 3] {
+            let one = |k: u64| Draws::after(99, first.wrapping_add(k), 5, 0);
+            for batch in [draws_each(99, first, 5), draws_each_plain(99, first, 5)] {
+                for (k, d) in batch.into_iter().enumerate() {
+                    let (mut a, mut b) = (d, one(k as u64));
+                    assert_eq!((a.next_u64(), a.next_u64()), (b.next_u64(), b.next_u64()));
+                }
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! `bincount` is a running sum in index order. The readable numpy form is the oracle
 //! (tests/test_tick_forms.py compares the engine's state byte for byte after every tick).
 
-use crate::rng::{self, Draws, vm_indices};
+use crate::parallel;
+use crate::rng::{self, BATCH, Draws, TickKeys};
 use crate::waterfill::InputError;
 
 /// `np.minimum`: NaN if either is NaN (the NaN operand itself), else the smaller; on a
@@ -249,36 +250,92 @@ pub fn on_fraction(
     t1: f64,
     r: Renewals,
 ) -> Result<(), InputError> {
-    let n = start.len();
-    if duty.len() != live.len() {
+    let mut c = Cycles {
+        start,
+        length,
+        live,
+        duty,
+        frac,
+    };
+    check_cycles(&c)?;
+    Renewal::new(t0, t1, r).run(0, &mut c);
+    Ok(())
+}
+
+/// The lengths of a process kind's arrays, and its live VMs in range.
+fn check_cycles(c: &Cycles<'_>) -> Result<(), InputError> {
+    let n = c.start.len();
+    if c.duty.len() != c.live.len() {
         return Err(InputError(format!(
             "duty: {} values for {} live processes",
-            duty.len(),
-            live.len()
+            c.duty.len(),
+            c.live.len()
         )));
     }
-    for (name, len) in [("length", length.len()), ("frac", frac.len())] {
+    for (name, len) in [("length", c.length.len()), ("frac", c.frac.len())] {
         if len != n {
             return Err(InputError(format!("{name}: {len} values for {n} VMs")));
         }
     }
-    let live = vm_indices("live", live, n)?;
-    let span = r.cycle_max - r.cycle_min;
-    let dt = t1 - t0;
-    let pre = rng::prefix(r.seed, r.stream);
-    for (&i, &d) in live.iter().zip(duty) {
-        let (s, ln) = (start[i], length[i]);
+    rng::check_indices("live", c.live, n)
+}
+
+/// One tick's renewal arithmetic for one process kind, its key's `(seed, stream)` folded.
+#[derive(Debug, Clone, Copy)]
+struct Renewal {
+    t0: f64,
+    t1: f64,
+    dt: f64,
+    cycle_min: f64,
+    span: f64,
+    prefix: u64,
+    tick: u64,
+}
+
+impl Renewal {
+    fn new(t0: f64, t1: f64, r: Renewals) -> Self {
+        Renewal {
+            t0,
+            t1,
+            dt: t1 - t0,
+            cycle_min: r.cycle_min,
+            span: r.cycle_max - r.cycle_min,
+            prefix: rng::prefix(r.seed, r.stream),
+            tick: r.tick,
+        }
+    }
+
+    /// The processes of `c` in order; `c`'s VM arrays start at VM `base` (a run of them
+    /// for one thread, see [`split_cycles`]). Indices checked by [`check_cycles`].
+    fn run(&self, base: usize, c: &mut Cycles<'_>) {
+        for (&i, &d) in c.live.iter().zip(c.duty) {
+            let k = i as usize - base;
+            let (s, ln, f) = self.process(i as u64, c.start[k], c.length[k], d);
+            c.start[k] = s;
+            c.length[k] = ln;
+            c.frac[k] = f;
+        }
+    }
+
+    /// VM `vm`'s process from its cycle `(s, ln)` at duty `d`: its cycle after the tick
+    /// and its on-time share of the tick.
+    #[inline]
+    fn process(&self, vm: u64, s: f64, ln: f64, d: f64) -> (f64, f64, f64) {
+        let (t0, t1) = (self.t0, self.t1);
         let end = s + ln;
         let mut x = d * ln;
         x += s;
         let mut on = np_max(np_min(np_min(t1, end), x) - t0, 0.0);
+        let (mut s, mut ln) = (s, ln);
         if end <= t1 {
+            // the (vm, tick) part of the renewals' keys, folded once for all passes
+            let key = rng::key(self.prefix, vm, self.tick);
             let mut cur = end; // where the next cycle starts
             for pass in 0..PASSES {
-                start[i] = cur;
-                let u = Draws::after(pre, i as u64, r.tick, pass).uniform();
-                let ln_k = r.cycle_min + span * u;
-                length[i] = ln_k;
+                s = cur;
+                let u = Draws::at(key, pass).uniform();
+                let ln_k = self.cycle_min + self.span * u;
+                ln = ln_k;
                 if pass == PASSES - 1 {
                     break;
                 }
@@ -294,9 +351,8 @@ pub fn on_fraction(
                 cur = end_k;
             }
         }
-        frac[i] = on / dt;
+        (s, ln, on / self.dt)
     }
-    Ok(())
 }
 
 /// One on/off process kind's state for [`offer`]: see [`on_fraction`].
@@ -342,6 +398,10 @@ pub struct OfferParams {
     pub any_req: bool,
     /// guest CPU ns per arriving request
     pub guest_ns_per_request: f64,
+    /// threads to share the VMs among (1: this thread alone); the outputs are the same
+    /// bits for any number (every draw is a function of its key, every VM's arithmetic
+    /// its own)
+    pub threads: usize,
 }
 
 /// What each VM offers this tick, before the host and the network have their say.
@@ -355,26 +415,78 @@ pub struct Offered {
     pub arrival_cost: Vec<f64>,
 }
 
-/// [`on_fraction`] of one process kind, when it has live processes.
-fn cycles(c: &mut Cycles<'_>, t0: f64, t1: f64, r: Renewals) -> Result<(), InputError> {
-    if c.live.is_empty() {
-        return Ok(());
-    }
-    on_fraction(c.start, c.length, c.live, c.duty, c.frac, t0, t1, r)
-}
-
 /// One tick's offered load in one pass: the duty cycles' on-time (net and CPU, renewed
 /// where they end, [`on_fraction`]), the tick's draws ([`crate::rng::tick_draws`]),
 /// requests above a VM's ingress limit dropped, then each VM's offer: its streams'
 /// `frac · rate · streams · jitter`, plus its responses and backlog over the tick for a
 /// request VM, or its full rate for a file with bytes left; and each VM's guest CPU for
-/// its arrivals. The numpy form's expressions in its order, one VM at a time.
+/// its arrivals. The numpy form's expressions in its order, one VM at a time, in runs of
+/// VMs shared among `p.threads` threads.
 pub fn offer(
     mut net: Cycles<'_>,
     mut cpu: Cycles<'_>,
     load: &Load<'_>,
     p: OfferParams,
 ) -> Result<Offered, InputError> {
+    let n = load.rate.len();
+    if p.threads == 0 {
+        return Err(InputError("threads: 0, not a count of threads >= 1".into()));
+    }
+    check_load(load, &net, &cpu)?;
+    check_cycles(&net)?;
+    check_cycles(&cpu)?;
+    rng::check_asks(load.asks, load.ask_means, n)?;
+    let renew = |stream| {
+        Renewal::new(
+            p.t0,
+            p.t1,
+            Renewals {
+                seed: p.seed,
+                stream,
+                tick: p.tick,
+                cycle_min: p.cycle_min,
+                cycle_max: p.cycle_max,
+            },
+        )
+    };
+    let (net_r, cpu_r) = (renew(rng::stream::NET_CYCLE), renew(rng::stream::CPU_CYCLE));
+    // each VM's mean arrivals, -1 where it asks none (a VM listed twice: the later mean,
+    // as tick_draws has it)
+    let mut mean = vec![-1.0; n];
+    for (&i, &m) in load.asks.iter().zip(load.ask_means) {
+        mean[i as usize] = m; // (in range: checked above)
+    }
+    let mut out = Offered {
+        offered: vec![0.0; n],
+        jit: vec![0.0; n],
+        cj: vec![0.0; n],
+        arrivals: vec![0.0; n],
+        req_bits: vec![0.0; n],
+        arrival_cost: vec![0.0; n],
+    };
+    let vms = VmOffer {
+        load,
+        mean: &mean,
+        keys: TickKeys::new(p.seed, p.tick, p.rate_jitter, p.cpu_jitter),
+        dt: p.t1 - p.t0,
+        any_req: p.any_req,
+        guest_ns_per_request: p.guest_ns_per_request,
+    };
+    parallel::with_threads(p.threads, |threads| {
+        threads.for_each(split_cycles(&mut cpu), |(base, mut c)| {
+            cpu_r.run(base, &mut c)
+        });
+        threads.for_each(split_cycles(&mut net), |(base, mut c)| {
+            net_r.run(base, &mut c)
+        });
+        let runs = Runs::new(&mut out).split(&net.frac[..]);
+        threads.for_each(runs, |run| vms.run(run));
+    });
+    Ok(out)
+}
+
+/// The per-VM arrays of [`offer`], each `n` long (n: `rate`'s).
+fn check_load(load: &Load<'_>, net: &Cycles<'_>, cpu: &Cycles<'_>) -> Result<(), InputError> {
     let n = load.rate.len();
     let per_vm = [
         ("streams", load.streams.len()),
@@ -393,68 +505,184 @@ pub fn offer(
             return Err(InputError(format!("{name}: {len} values for {n} VMs")));
         }
     }
-    let renew = |stream| Renewals {
-        seed: p.seed,
-        stream,
-        tick: p.tick,
-        cycle_min: p.cycle_min,
-        cycle_max: p.cycle_max,
+    Ok(())
+}
+
+/// VMs per run a thread takes at a time: ~100-200 µs of work, so a run's hand-over is
+/// small beside it, and enough runs at a thousand hosts to even out two threads.
+const RUN: usize = 2048;
+
+/// The live processes of `c` cut into runs of about [`RUN`], each with the VMs' arrays it
+/// alone writes (from its first VM, `base`, to the next run's): the whole of `c` in one
+/// run unless `live` is strictly increasing (a VM listed twice renews in list order).
+fn split_cycles<'a>(c: &'a mut Cycles<'_>) -> Vec<(usize, Cycles<'a>)> {
+    let whole = |c: &'a mut Cycles<'_>| Cycles {
+        start: &mut *c.start,
+        length: &mut *c.length,
+        live: c.live,
+        duty: c.duty,
+        frac: &mut *c.frac,
     };
-    let (t0, t1) = (p.t0, p.t1);
-    cycles(&mut net, t0, t1, renew(rng::stream::NET_CYCLE))?;
-    cycles(&mut cpu, t0, t1, renew(rng::stream::CPU_CYCLE))?;
-    let got = rng::tick_draws(
-        p.seed,
-        p.tick,
-        n,
-        p.rate_jitter,
-        p.cpu_jitter,
-        load.asks,
-        load.ask_means,
-    )?;
-    let dt = t1 - t0;
-    let mut arrivals = got.arrivals;
-    if let Some((limit, div)) = load.ingress {
-        for i in 0..n {
-            arrivals[i] = np_min(arrivals[i], limit[i] * dt / div[i]);
+    if c.live.len() <= RUN || !c.live.windows(2).all(|w| w[0] < w[1]) {
+        return vec![(0, whole(c))];
+    }
+    let (live, duty) = (c.live, c.duty);
+    let mut rest = whole(c);
+    let mut base = 0;
+    let mut runs = Vec::new();
+    for j in (RUN..live.len()).step_by(RUN) {
+        let cut = live[j] as usize - base; // the next run's first VM
+        let (start, s_rest) = std::mem::take(&mut rest.start).split_at_mut(cut);
+        let (length, l_rest) = std::mem::take(&mut rest.length).split_at_mut(cut);
+        let (frac, f_rest) = std::mem::take(&mut rest.frac).split_at_mut(cut);
+        let first = j - RUN;
+        let run = Cycles {
+            start,
+            length,
+            live: &live[first..j],
+            duty: &duty[first..j],
+            frac,
+        };
+        runs.push((base, run));
+        rest = Cycles {
+            start: s_rest,
+            length: l_rest,
+            live: &live[j..],
+            duty: &duty[j..],
+            frac: f_rest,
+        };
+        base += cut;
+    }
+    runs.push((base, rest));
+    runs
+}
+
+/// The per-VM outputs of a run of VMs from `base`, with its VMs' network on-time shares.
+struct Runs<'a> {
+    base: usize,
+    net_frac: &'a [f64],
+    offered: &'a mut [f64],
+    jit: &'a mut [f64],
+    cj: &'a mut [f64],
+    arrivals: &'a mut [f64],
+    req_bits: &'a mut [f64],
+    arrival_cost: &'a mut [f64],
+}
+
+impl<'a> Runs<'a> {
+    fn new(o: &'a mut Offered) -> Self {
+        Runs {
+            base: 0,
+            net_frac: &[],
+            offered: &mut o.offered,
+            jit: &mut o.jit,
+            cj: &mut o.cj,
+            arrivals: &mut o.arrivals,
+            req_bits: &mut o.req_bits,
+            arrival_cost: &mut o.arrival_cost,
         }
     }
-    let mut offered = vec![0.0; n];
-    let mut req_bits = vec![0.0; n];
-    let mut arrival_cost = vec![0.0; n];
-    for i in 0..n {
-        let mut f = net.frac[i] * load.rate[i];
-        f *= load.streams[i];
-        f *= got.jit[i];
-        let mut o = if load.streamy[i] { f } else { 0.0 };
-        let mut rb = arrivals[i] * load.resp_bytes[i];
-        rb *= 8.0;
-        req_bits[i] = rb;
-        if p.any_req {
-            let mut r = rb + load.backlog_bits[i];
-            r /= dt;
-            r *= if load.is_req[i] { 1.0 } else { 0.0 };
-            o += r;
+
+    /// All VMs cut into runs of [`RUN`].
+    fn split(self, net_frac: &'a [f64]) -> Vec<Runs<'a>> {
+        let mut rest = Runs { net_frac, ..self };
+        let mut runs = Vec::new();
+        while rest.offered.len() > RUN {
+            let cut = |s: &'a mut [f64]| s.split_at_mut(RUN);
+            let (offered, o) = cut(rest.offered);
+            let (jit, j) = cut(rest.jit);
+            let (cj, c) = cut(rest.cj);
+            let (arrivals, a) = cut(rest.arrivals);
+            let (req_bits, r) = cut(rest.req_bits);
+            let (arrival_cost, ac) = cut(rest.arrival_cost);
+            let (net_frac, nf) = rest.net_frac.split_at(RUN);
+            runs.push(Runs {
+                base: rest.base,
+                net_frac,
+                offered,
+                jit,
+                cj,
+                arrivals,
+                req_bits,
+                arrival_cost,
+            });
+            rest = Runs {
+                base: rest.base + RUN,
+                net_frac: nf,
+                offered: o,
+                jit: j,
+                cj: c,
+                arrivals: a,
+                req_bits: r,
+                arrival_cost: ac,
+            };
         }
-        if load.is_file.is_some_and(|file| file[i]) {
-            o = load.rate[i];
-        }
-        offered[i] = o;
-        if p.guest_ns_per_request != 0.0 {
-            let mut a = arrivals[i] / dt;
-            a *= p.guest_ns_per_request;
-            a /= 1e9;
-            arrival_cost[i] = a;
+        runs.push(rest);
+        runs
+    }
+}
+
+/// What every VM's offer reads besides its run's outputs.
+struct VmOffer<'a> {
+    load: &'a Load<'a>,
+    mean: &'a [f64],
+    keys: TickKeys,
+    dt: f64,
+    any_req: bool,
+    guest_ns_per_request: f64,
+}
+
+impl VmOffer<'_> {
+    /// The draws and offer of each VM of `r`.
+    fn run(&self, r: Runs<'_>) {
+        let (l, dt) = (self.load, self.dt);
+        let zero = Draws::at(0, 0);
+        let (mut jd, mut cd) = ([zero; BATCH], [zero; BATCH]);
+        for k in 0..r.offered.len() {
+            let i = r.base + k;
+            let b = k % BATCH;
+            if b == 0 {
+                // the next batch's keys, hashed together (past the run's end: unused)
+                (jd, cd) = (self.keys.jit_batch(i as u64), self.keys.cj_batch(i as u64));
+            }
+            let jit = self.keys.jit_of(jd[b]);
+            r.jit[k] = jit;
+            r.cj[k] = self.keys.cj_of(cd[b]);
+            let m = self.mean[i];
+            let mut arrivals = if m >= 0.0 {
+                self.keys.arrivals(i as u64, m)
+            } else {
+                0.0
+            };
+            if let Some((limit, div)) = l.ingress {
+                arrivals = np_min(arrivals, limit[i] * dt / div[i]);
+            }
+            r.arrivals[k] = arrivals;
+            let mut f = r.net_frac[k] * l.rate[i];
+            f *= l.streams[i];
+            f *= jit;
+            let mut o = if l.streamy[i] { f } else { 0.0 };
+            let mut rb = arrivals * l.resp_bytes[i];
+            rb *= 8.0;
+            r.req_bits[k] = rb;
+            if self.any_req {
+                let mut q = rb + l.backlog_bits[i];
+                q /= dt;
+                q *= if l.is_req[i] { 1.0 } else { 0.0 };
+                o += q;
+            }
+            if l.is_file.is_some_and(|file| file[i]) {
+                o = l.rate[i];
+            }
+            r.offered[k] = o;
+            if self.guest_ns_per_request != 0.0 {
+                let mut a = arrivals / dt;
+                a *= self.guest_ns_per_request;
+                a /= 1e9;
+                r.arrival_cost[k] = a;
+            }
         }
     }
-    Ok(Offered {
-        offered,
-        jit: got.jit,
-        cj: got.cj,
-        arrivals,
-        req_bits,
-        arrival_cost,
-    })
 }
 
 #[cfg(test)]
@@ -758,6 +986,7 @@ mod tests {
             cpu_jitter: 0.0,
             any_req: true,
             guest_ns_per_request: 5e4,
+            threads: 1,
         };
         let got = offer(net, cpu, &load, p).unwrap();
         let k = Draws::new(5, rng::stream::ARRIVALS, 3, 2, 0).poisson(100.0);
@@ -768,6 +997,150 @@ mod tests {
         assert_eq!(got.arrival_cost, [0.0, 0.0, 0.0, k / 0.5 * 5e4 / 1e9]);
         assert_eq!((got.jit, got.cj), (vec![1.0; 4], vec![1.0; 4]));
         assert_eq!(cpu_frac, [0.0; 4]);
+    }
+
+    /// [`offer`] of a world of `n` VMs (every kind, duty cycles renewed, requests behind
+    /// limits) on `threads` threads, `live` in the order given: every output and the
+    /// advanced cycles, as bits (the draws and the cycles checked against the kernels of
+    /// each part, [`on_fraction`] and [`rng::tick_draws`], on the way).
+    fn offer_bits(n: usize, threads: usize, reversed: bool) -> Vec<Vec<u64>> {
+        let x = |i: usize, a: f64| (i as f64 * a).fract();
+        let mut net_start: Vec<f64> = (0..n).map(|i| 9.0 - 2.0 * x(i, 0.37)).collect();
+        let mut net_len: Vec<f64> = (0..n).map(|i| 0.5 + 1.5 * x(i, 0.61)).collect();
+        let mut cpu_start = net_start.clone();
+        let mut cpu_len: Vec<f64> = (0..n).map(|i| 0.5 + 1.5 * x(i, 0.29)).collect();
+        // a third of the VMs without a live net process, a fifth without a CPU one
+        let mut net_live: Vec<i64> = (0..n as i64).filter(|i| i % 3 != 1).collect();
+        let mut cpu_live: Vec<i64> = (0..n as i64).filter(|i| i % 5 != 2).collect();
+        if reversed {
+            net_live.reverse();
+            cpu_live.reverse();
+        }
+        let net_duty: Vec<f64> = net_live.iter().map(|&i| x(i as usize, 0.13)).collect();
+        let cpu_duty: Vec<f64> = cpu_live.iter().map(|&i| x(i as usize, 0.17)).collect();
+        let mut net_frac: Vec<f64> = (0..n).map(|i| (i % 2) as f64).collect();
+        let mut cpu_frac = vec![0.0; n];
+        let rate: Vec<f64> = (0..n).map(|i| 1e8 + 5e8 * x(i, 0.23)).collect();
+        let streams = vec![2.0; n];
+        let streamy: Vec<bool> = (0..n).map(|i| i % 4 != 0).collect();
+        let resp: Vec<f64> = (0..n).map(|i| 1000.0 * (i % 7) as f64).collect();
+        let backlog: Vec<f64> = (0..n).map(|i| 100.0 * (i % 3) as f64).collect();
+        let is_req: Vec<bool> = (0..n).map(|i| i % 4 == 0).collect();
+        let is_file: Vec<bool> = (0..n).map(|i| i % 11 == 5).collect();
+        let limit: Vec<f64> = (0..n).map(|i| 1e6 * (i % 13) as f64).collect();
+        let div = vec![8000.0; n];
+        let asks: Vec<i64> = (0..n as i64).step_by(4).collect();
+        // means on both sides of the Poisson's switch at 10
+        let means: Vec<f64> = asks.iter().map(|&i| 30.0 * x(i as usize, 0.41)).collect();
+        // the parts' own kernels, for the runs' bookkeeping: each cycle's renewal, each
+        // VM's draws
+        let renewals = |stream| Renewals {
+            seed: 11,
+            stream,
+            tick: 9,
+            cycle_min: 0.5,
+            cycle_max: 2.0,
+        };
+        let (mut ns, mut nl, mut nf) = (net_start.clone(), net_len.clone(), net_frac.clone());
+        let r = renewals(rng::stream::NET_CYCLE);
+        on_fraction(
+            &mut ns, &mut nl, &net_live, &net_duty, &mut nf, 9.0, 10.0, r,
+        )
+        .unwrap();
+        let (mut cs, mut cl, mut cf) = (cpu_start.clone(), cpu_len.clone(), cpu_frac.clone());
+        let r = renewals(rng::stream::CPU_CYCLE);
+        on_fraction(
+            &mut cs, &mut cl, &cpu_live, &cpu_duty, &mut cf, 9.0, 10.0, r,
+        )
+        .unwrap();
+        let d = rng::tick_draws(11, 9, n, 0.05, 0.03, &asks, &means).unwrap();
+        let net = Cycles {
+            start: &mut net_start,
+            length: &mut net_len,
+            live: &net_live,
+            duty: &net_duty,
+            frac: &mut net_frac,
+        };
+        let cpu = Cycles {
+            start: &mut cpu_start,
+            length: &mut cpu_len,
+            live: &cpu_live,
+            duty: &cpu_duty,
+            frac: &mut cpu_frac,
+        };
+        let load = Load {
+            rate: &rate,
+            streams: &streams,
+            streamy: &streamy,
+            resp_bytes: &resp,
+            backlog_bits: &backlog,
+            is_req: &is_req,
+            is_file: Some(&is_file),
+            ingress: Some((&limit, &div)),
+            asks: &asks,
+            ask_means: &means,
+        };
+        let p = OfferParams {
+            seed: 11,
+            tick: 9,
+            t0: 9.0,
+            t1: 10.0,
+            cycle_min: 0.5,
+            cycle_max: 2.0,
+            rate_jitter: 0.05,
+            cpu_jitter: 0.03,
+            any_req: true,
+            guest_ns_per_request: 2e4,
+            threads,
+        };
+        let o = offer(net, cpu, &load, p).unwrap();
+        let admitted: Vec<f64> = (0..n)
+            .map(|i| np_min(d.arrivals[i], limit[i] * 1.0 / div[i]))
+            .collect();
+        assert_eq!((&o.jit, &o.cj, &o.arrivals), (&d.jit, &d.cj, &admitted));
+        let parts = [&ns, &nl, &nf, &cs, &cl, &cf];
+        let state = [
+            &net_start, &net_len, &net_frac, &cpu_start, &cpu_len, &cpu_frac,
+        ];
+        assert!(parts == state);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let outs = [
+            &o.offered,
+            &o.jit,
+            &o.cj,
+            &o.arrivals,
+            &o.req_bits,
+            &o.arrival_cost,
+        ];
+        outs.iter().chain(&state).map(|v| bits(v)).collect()
+    }
+
+    #[test]
+    fn offer_is_the_same_bits_on_one_thread_or_several() {
+        // 10,000 VMs: five runs of RUN VMs (the last shorter), 6,667 live net processes
+        // in four runs; the threads take the runs in whatever order they get them
+        let one = offer_bits(10_000, 1, false);
+        for threads in [2, 3] {
+            assert!(
+                one == offer_bits(10_000, threads, false),
+                "{threads} threads"
+            );
+        }
+        // live in reverse: one run of processes, whatever the threads (a VM listed twice
+        // would renew in list order), the same bits again
+        assert!(one == offer_bits(10_000, 2, true));
+        let e = std::panic::catch_unwind(|| offer_bits(10, 0, false)).unwrap_err();
+        let e = e.downcast_ref::<String>().unwrap();
+        assert!(e.contains("threads: 0, not a count of threads >= 1"), "{e}");
+        // the world did something: renewals, arrivals, offers of every kind
+        let renewed = |k: usize| one[k].iter().filter(|&&s| f64::from_bits(s) > 9.0).count();
+        assert!(
+            renewed(6) > 1000 && renewed(9) > 1000,
+            "{} {}",
+            renewed(6),
+            renewed(9)
+        );
+        assert!(one[3].iter().filter(|&&a| f64::from_bits(a) > 0.0).count() > 1000);
     }
 
     #[test]

@@ -244,8 +244,17 @@ fn tick_count<'py>(
 }
 
 /// One tick's offered load: the duty cycles (renewed in place), the draws, each VM's
-/// offer; see sova_core::tick::offer.
+/// offer; see sova_core::tick::offer. `threads`: how many share the VMs (the same bits
+/// for any number).
 #[pyfunction]
+#[pyo3(signature = (
+    net_start, net_len, net_live, net_duty, net_frac,
+    cpu_start, cpu_len, cpu_live, cpu_duty, cpu_frac,
+    rate, streams, streamy, resp_bytes, backlog_bits, is_req, is_file, ingress_limit,
+    ingress_div, asks, ask_means,
+    seed, tick, t0, t1, cycle_min, cycle_max, rate_jitter, cpu_jitter, any_req,
+    guest_ns_per_request, threads=1,
+))]
 #[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
 #[allow(clippy::type_complexity)] // six arrays, as Python unpacks them
 fn tick_offer<'py>(
@@ -281,6 +290,7 @@ fn tick_offer<'py>(
     cpu_jitter: f64,
     any_req: bool,
     guest_ns_per_request: f64,
+    threads: usize,
 ) -> PyResult<(
     F64Array<'py>,
     F64Array<'py>,
@@ -330,6 +340,7 @@ fn tick_offer<'py>(
         cpu_jitter,
         any_req,
         guest_ns_per_request,
+        threads,
     };
     let got = detached(py, || tick::offer(net, cpu, &load, p))?;
     Ok(arrays!(py; got.offered, got.jit, got.cj, got.arrivals, got.req_bits, got.arrival_cost))

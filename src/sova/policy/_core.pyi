@@ -250,6 +250,7 @@ def tick_offer(
     cpu_jitter: float,
     any_req: bool,
     guest_ns_per_request: float,
+    threads: int = 1,
 ) -> tuple[
     npt.NDArray[np.float64],
     npt.NDArray[np.float64],

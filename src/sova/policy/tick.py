@@ -85,6 +85,11 @@ class OfferParams:
     cpu_jitter: float
     any_req: bool  # some VM serves requests
     guest_ns_per_request: float
+    # threads sharing the VMs: the same bits for any number (each draw is a function of
+    # its key, each VM's arithmetic its own). One by default: the call is ~1 ms at 20,000
+    # VMs, a second thread halves its wall but adds CPU, and the simulator's acceptance
+    # is VM-steps per CPU-second (benchmarks/simulate_scale.py has the figures)
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,7 @@ def offer_load(net: Cycles, cpu: Cycles, load: Load, p: OfferParams) -> Offered:
         i(load.asks), f(load.ask_means),
         int(p.seed), int(p.tick), float(p.t0), float(p.t1), float(p.cycle_min),
         float(p.cycle_max), float(p.rate_jitter), float(p.cpu_jitter), bool(p.any_req),
-        float(p.guest_ns_per_request),
+        float(p.guest_ns_per_request), int(p.threads),
     )  # fmt: skip
     return Offered(*got)
 
