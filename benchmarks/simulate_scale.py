@@ -823,9 +823,10 @@ the command's peak, +108 MiB over the run's; the busiest VMs' traffic is summed 
 three metric plots; past 200,000 rows the timeline is a ``timeline/`` folder of ``.npy``
 columns instead of timeline.csv (``--timeline-format auto|csv|columns``;
 docs/design.md#timeline-resolution). Every shipped scenario's files are unchanged (golden:
-17 runs, 3 differences, all demo/sova-tour, where main eb56be1 writes the same bytes as
-this branch: they predate it); the hour's report.md differs only in the sentence naming
-the timeline's file, its PNGs and plots.json are byte-identical.
+17 runs, 0 differences on the final tree; an earlier check at load 13 saw demo/sova-tour's
+three files move, and main eb56be1's demo wrote the same bytes as this branch's in that
+minute: the demo under that load, not this change); the hour's report.md differs only in
+the sentence naming the timeline's file, its PNGs and plots.json are byte-identical.
 
 The whole command (``--sizes 1000x3 --duration 3600``), main eb56be1 (its own checkout and
 venv) and this branch alternating, one run each, 18:10-18:14, load average 5.8-8.3:
