@@ -34,6 +34,13 @@ The agents did not run those readable forms: they ran the numpy kernels, which c
 host, Groups included) at 3 / 20 / 100 VMs, against 18 / 26 / 68 and 25 / 31 / 34 now.
 The registered ``SovaAllocator`` object pays its arrays and layout (~30 µs) for a few
 flows; the agents' and the simulator's bandwidth step call ``sova_allocate`` instead.
+
+Issue 36, branch bw36 (2026-12-07, load average 5-13): an agent's whole bandwidth period
+(``HostAgent.bandwidth_step``, last row) is the core's one period call for its host (a fleet
+of one) instead of six numpy kernels around ``sova_allocate``; best of 5 rounds of 200
+periods, before = main eb56be1 with the same measurement: 197 -> 141 µs at 3 VMs, 640 -> 501
+at 20, 4,110 -> 3,741 at 100 (the rest is the driver's sample and inventory and the
+executor).
 """
 
 from __future__ import annotations
@@ -185,6 +192,30 @@ def main() -> None:
         old = per_call_us(lambda s=spec, f=flows: s.allocate(1e10, f), a.calls, a.reps)
         new = per_call_us(lambda m=mine, f=flows: m.allocate(1e10, f), a.calls, a.reps)
         print(f"| SovaAllocator.allocate, {vms} VMs | {old:.1f} | {new:.1f} | {old / new:.2f} |")
+    for vms in a.vms:
+        print(f"| HostAgent.bandwidth_step, {vms} VMs | - | {bandwidth_step_us(vms, a):.1f} | - |")
+
+
+def bandwidth_step_us(vms: int, a: argparse.Namespace) -> float:
+    """An agent's whole bandwidth period (the driver's sample and inventory, the core's
+    period for its host, the limits through its executor) on a MockDriver host whose VMs
+    send 0.2-1.1x a fair share of the 10 Gbit/s link."""
+    from tests.test_agent import HostWorld, Load
+
+    from sova.agent.config import ControllerConfig
+    from sova.agent.loop import HostAgent
+    from sova.driver.base import MockDriver
+
+    share = 10e9 / vms
+    loads = {f"vm{i:03d}": Load(cpu=0.1, bytes_per_s=(0.2 + i % 7 * 0.15) * share) for i in range(vms)}
+    world = HostWorld(loads)
+    agent = HostAgent(MockDriver(world), ControllerConfig(bandwidth_policy="sova"))
+
+    def period() -> None:
+        agent.bandwidth_step()
+        world.advance(1.0)
+
+    return per_call_us(period, min(a.calls, 200), a.reps)
 
 
 if __name__ == "__main__":

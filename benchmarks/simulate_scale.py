@@ -905,6 +905,37 @@ means the agents' records held as the world's arrays and read from there (issue 
 "a fleet of one"), not a faster loop. The issue's 10 M VM-steps per CPU-second is still
 ~4.4x away: the physics and the bandwidth loop (~1.55 of the 300 s run's ~2.3 CPU-s in
 ``run_until``) are two thirds of what is left.
+
+Issue 36, branch bw36 (2026-12-07; the 2-core machine shared with four other sessions, load
+average 4-13 during these runs, so CPU seconds moved by up to 0.5 between runs of the same
+code). The bandwidth loop's period is one core call for every flow of every host
+(rust/sova-core/src/bandwidth.rs through ``sova.agent.bandwidth.decide``: the probe, the
+open link, the guarantees' reservations, the Sova allocation, the spare spread, the probing
+floor and the 1 % change test), reading the simulator's per-VM columns by VM index (no
+gathers), with ``math.fsum``'s sums by a compensated sum where its error bound proves the
+rounding (the exact partials otherwise); an agent's host is the same call for a fleet of
+one. Golden outputs unchanged. ``FleetBandwidth.step`` per simulated second at 1,000 x 20 x
+300 s (process CPU around each call, run_policy in one process, before = main eb56be1,
+interleaved, load 5-9):
+
+    FleetBandwidth.step           before               after
+    per call (20,000 VMs)         1.57, 1.53 ms        0.83, 0.90 ms
+    per VM-step                   77-79 ns             41-45 ns
+    the core's period alone                            0.56-0.80 ms (0.15 ms of it the
+                                                       fsums, 3 passes; the rest the Sova
+                                                       fill's per-host vectors and checks)
+
+``--sim-only --reps 3`` (whole run_policy): before 3.06 CPU-s (3.00-3.08; /work/main, load
+3.7-6), 3.84 (3.63-4.16; ``--sova-src`` main, load 7-11); after 3.24 (3.07-3.30; load
+7-13); the step's 0.2 CPU-s saved is inside the load's noise here. So 1.9-2.1 M VM-steps per
+CPU-s either way: the issue's 10 M needs the whole tick at ~100 ns per VM-step, and this
+step alone is still ~45 ns (of that, ~13 ns is Python around the core: the counters'
+truncation and copies, the measure, the flows' reuse check, the submission). What is left
+in it: the Sova fill builds three vectors per host and sums them (uncongested hosts could
+skip to the demand when Σhi fits), and the counters could be measured inside the same call.
+The agent's bandwidth step (``HostAgent.bandwidth_step`` on a MockDriver host, best of 5
+rounds of 200 periods, same load) costs less than before: 197 -> 141 µs at 3 VMs, 640 ->
+501 µs at 20, 4,110 -> 3,741 µs at 100 (most of it the driver's sample and inventory).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class Reservations(Held):
 
 @dataclass(frozen=True)
 class SLAArrays:
-    """The SLA fields the Sova allocator reads, one entry per flow."""
+    """The SLA fields the Sova allocator reads, one entry per VM (or flow)."""
 
     minimum: FloatArray
     maximum: FloatArray  # inf: no maximum
@@ -95,9 +95,6 @@ class SLAArrays:
             np.array([np.nan if s.max_pps is None else s.max_pps for s in slas], dtype=np.float64),
             np.array([s.weight for s in slas], dtype=np.float64),
         )
-
-    def take(self, idx: IntArray) -> SLAArrays:
-        return SLAArrays(self.minimum[idx], self.maximum[idx], self.max_pps[idx], self.weight[idx])
 
     def columns(
         self, bps: FloatArray, packet_bytes: FloatArray, current: FloatArray, fast: BoolArray
