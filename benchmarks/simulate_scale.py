@@ -936,6 +936,52 @@ skip to the demand when Σhi fits), and the counters could be measured inside th
 The agent's bandwidth step (``HostAgent.bandwidth_step`` on a MockDriver host, best of 5
 rounds of 200 periods, same load) costs less than before: 197 -> 141 µs at 3 VMs, 640 ->
 501 µs at 20, 4,110 -> 3,741 µs at 100 (most of it the driver's sample and inventory).
+
+Issue 36, branch offer36 (2026-12-07, the 2-core machine shared with four other sessions
+and the lead's runs, load average 5-13 during these runs): the core's offer
+(``tick::offer``) validates once without collecting indices, folds each renewal's
+(VM, tick) key part once, draws and offers each VM in one loop over runs of 2,048 VMs,
+takes ln λ only on PTRS's slow path and hashes the jitters' and the renewals' keys
+sixteen at a time (AVX-512 DQ's 64-bit lanes where present); the same bits (golden 0
+differences). A
+``threads`` knob shares the runs among a rayon pool, the same bits on any count.
+The offer call alone on a captured tick (tick 150 of 1,000 x 20, 20,000 VMs; the fastest
+of 150 calls, main's module and this one alternating in one process):
+
+    tick_offer, ns a VM (wall)     main eb56be1   after, 1 thread   after, 2 threads
+    through Python, load 6-13        57.5-58.9        51.0-52.7 (***)   48.8-53.0 (***)
+    through Python, load 3.5         53.8-55.4        45.0-45.3         32.4
+    in Rust, allocator quiet (*)     43-46 (**)        40                25 (***)
+
+(*) ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` raised: in a bare Rust loop the
+six fresh 160 KB outputs a call cost ~17 ns a VM of page faults, which glibc's trimming
+brings back every call; the simulator's Python heap keeps them mapped. (**) this
+branch's first commit, the same Python timing as main. (***) before the renewals' keys
+were batched (~3 ns a VM in the Rust timing). What is left at 40 ns is the
+arithmetic the seed's contract fixes: per VM two keyed normals (~2.5 ns each past their
+hashing), one ``exp`` (libm, ~4.7 ns), ~0.2 Poisson draws (~6 ns a VM on average), ~0.6
+renewals (~10 ns each), about three key hashes of four multiplications each (4.7 ns a key
+in series). 15-20 ns needs fewer keyed draws per VM or a cheaper ``exp`` than libm's, both
+output-changing. Simulation only (CPU s, median of 3):
+
+    1,000 x 20 x 300 s, load    --sim-only                  --physics-only
+    before (main eb56be1), 3-8  3.18 (3.04-3.19)            1.58 (1.57-1.70)
+                         5-10  3.01 (2.90-3.05)            1.68 (1.68-1.77)
+                            2  3.61 (2.95-3.71)            1.40 (1.32-1.44)
+    after, 5-10                 3.26 (3.02-3.67)            1.37 (1.32-1.45)
+           2-3.5                3.25 (3.00-3.27)            1.34 (1.31-1.40)
+
+Run by run the load moves these more than the change does: at the same load (2-3.5, the
+last rows) the world alone is 1.34 against 1.40 CPU-s (4.5 M VM-steps per CPU-s against
+4.3 M), about the ~0.06 s the offer's ~10 ns a VM saves over 6 M VM-steps, and the whole
+simulation is 1.8-2.0 M either way. The offer is now ~0.3 s of its ~3 s: the rest of the
+tick and the control period are what stand between it and 10 M. Two threads (the same runs with
+OfferParams(threads=2), one run each, alternating): run_policy CPU 3.07, 3.65 s / wall
+6.1, 8.8 s against one thread's 4.00, 3.21 s / 10.1, 7.8 s; the world alone CPU 1.49,
+1.44 / wall 4.5, 4.4 s against 1.39, 1.36 / 3.9, 4.1 s. Under this load a second thread
+buys no wall and costs CPU (the pool's threads spin before they sleep), and the offer is
+a tenth of the tick, so the default is one thread; the knob is for a quiet many-core
+machine, where the Rust timing above halves.
 """
 
 from __future__ import annotations

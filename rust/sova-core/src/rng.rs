@@ -94,6 +94,31 @@ fn draws_each_avx512(prefix: u64, first: u64, counter: u64) -> [Draws; BATCH] {
     draws_each_plain(prefix, first, counter)
 }
 
+/// For each `vms[k]`: its [`key`] at `counter` and the first uniform of its draw 0 (a
+/// renewal's first pass), hashed together as [`draws_each`] does.
+pub fn keys_each(prefix: u64, vms: &[u64; BATCH], counter: u64) -> ([u64; BATCH], [f64; BATCH]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+    {
+        // SAFETY: as in draws_each
+        return unsafe { keys_each_avx512(prefix, vms, counter) };
+    }
+    keys_each_plain(prefix, vms, counter)
+}
+
+#[inline(always)]
+fn keys_each_plain(prefix: u64, vms: &[u64; BATCH], counter: u64) -> ([u64; BATCH], [f64; BATCH]) {
+    let keys = vms.map(|vm| key(prefix, vm, counter));
+    (keys, keys.map(|k| Draws::at(k, 0).uniform()))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn keys_each_avx512(prefix: u64, vms: &[u64; BATCH], counter: u64) -> ([u64; BATCH], [f64; BATCH]) {
+    keys_each_plain(prefix, vms, counter)
+}
+
 /// One draw's own sequence of uniform 64-bit words.
 #[derive(Debug, Clone, Copy)]
 pub struct Draws {
@@ -125,12 +150,14 @@ impl Draws {
         }
     }
 
+    #[inline(always)]
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(GAMMA);
         mix(self.state)
     }
 
     /// Uniform on [0, 1): the top 53 bits as a multiple of 2^-53 (every value exact).
+    #[inline(always)]
     pub fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
@@ -563,6 +590,20 @@ mod tests {
                     let (mut a, mut b) = (d, one(k as u64));
                     assert_eq!((a.next_u64(), a.next_u64()), (b.next_u64(), b.next_u64()));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn batched_renewal_keys_are_the_keys_one_by_one() {
+        let vms: [u64; BATCH] = std::array::from_fn(|k| (k as u64 * 7919) ^ (k as u64) << 40);
+        for (keys, u) in [keys_each(3, &vms, 8), keys_each_plain(3, &vms, 8)] {
+            for (k, &vm) in vms.iter().enumerate() {
+                assert_eq!(keys[k], key(3, vm, 8));
+                assert_eq!(
+                    u[k].to_bits(),
+                    Draws::after(3, vm, 8, 0).uniform().to_bits()
+                );
             }
         }
     }

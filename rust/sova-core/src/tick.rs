@@ -308,19 +308,28 @@ impl Renewal {
     /// The processes of `c` in order; `c`'s VM arrays start at VM `base` (a run of them
     /// for one thread, see [`split_cycles`]). Indices checked by [`check_cycles`].
     fn run(&self, base: usize, c: &mut Cycles<'_>) {
-        for (&i, &d) in c.live.iter().zip(c.duty) {
-            let k = i as usize - base;
-            let (s, ln, f) = self.process(i as u64, c.start[k], c.length[k], d);
-            c.start[k] = s;
-            c.length[k] = ln;
-            c.frac[k] = f;
+        for (live, duty) in c.live.chunks(BATCH).zip(c.duty.chunks(BATCH)) {
+            // the batch's keys and first draws, hashed together (most processes renew
+            // once a tick; the others' are unused)
+            let mut vms = [0; BATCH];
+            for (v, &i) in vms.iter_mut().zip(live) {
+                *v = i as u64;
+            }
+            let (keys, first) = rng::keys_each(self.prefix, &vms, self.tick);
+            for (j, (&i, &d)) in live.iter().zip(duty).enumerate() {
+                let k = i as usize - base;
+                let (s, ln, f) = self.process((keys[j], first[j]), c.start[k], c.length[k], d);
+                c.start[k] = s;
+                c.length[k] = ln;
+                c.frac[k] = f;
+            }
         }
     }
 
-    /// VM `vm`'s process from its cycle `(s, ln)` at duty `d`: its cycle after the tick
-    /// and its on-time share of the tick.
+    /// A process from its cycle `(s, ln)` at duty `d`, its renewals' key and their first
+    /// draw (`drawn`: [`rng::keys_each`]): its cycle after the tick and its on-time share.
     #[inline]
-    fn process(&self, vm: u64, s: f64, ln: f64, d: f64) -> (f64, f64, f64) {
+    fn process(&self, drawn: (u64, f64), s: f64, ln: f64, d: f64) -> (f64, f64, f64) {
         let (t0, t1) = (self.t0, self.t1);
         let end = s + ln;
         let mut x = d * ln;
@@ -328,12 +337,15 @@ impl Renewal {
         let mut on = np_max(np_min(np_min(t1, end), x) - t0, 0.0);
         let (mut s, mut ln) = (s, ln);
         if end <= t1 {
-            // the (vm, tick) part of the renewals' keys, folded once for all passes
-            let key = rng::key(self.prefix, vm, self.tick);
+            let (key, first) = drawn;
             let mut cur = end; // where the next cycle starts
             for pass in 0..PASSES {
                 s = cur;
-                let u = Draws::at(key, pass).uniform();
+                let u = if pass == 0 {
+                    first
+                } else {
+                    Draws::at(key, pass).uniform()
+                };
                 let ln_k = self.cycle_min + self.span * u;
                 ln = ln_k;
                 if pass == PASSES - 1 {
