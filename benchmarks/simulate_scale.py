@@ -982,6 +982,30 @@ OfferParams(threads=2), one run each, alternating): run_policy CPU 3.07, 3.65 s 
 buys no wall and costs CPU (the pool's threads spin before they sleep), and the offer is
 a tenth of the tick, so the default is one thread; the knob is for a quiet many-core
 machine, where the Rust timing above halves.
+
+2026-12-07, issue 36 build point 4 (branch share36): the tick's sharing (guest vCPUs, host
+cores, paths, the PF with migration streams) and the requests' latency in one core call
+(``tick_share``, rust/sova-core/src/share.rs; the numpy form's float operations in its order,
+golden check 0 differences). 1,000 x 20 x 300 s, CPU s, median of 3, main eb56be1 and this
+branch run back to back from their own trees (load average in brackets, 3.5 to 17 as other
+sessions came and went on the 2 cores):
+
+    --physics-only   main 1.43 (3.5-6.7), 1.42 (4.9)  /  share36 1.38 (14-17), 1.39 (4.6-7.9)
+    --sim-only       main 3.15 (3.5-6.7), 3.25 (7.9-11) /  share36 3.45 (14-17), 3.40 (11-14)
+
+That is 4.2-4.3 M VM-steps per CPU-s for the world and 1.7-1.9 M for the simulation both
+ways: no gain beyond the noise, and the 10 M acceptance is not met. cProfile of the world
+alone (300 ticks): main's sharing 0.84 s + latency 0.15 s, of which the two water-fills are
+0.23 s (0.39 ms a fill: the hosts' links are busy enough that the no-sort shortcut rarely
+holds, so every link's 20 flows are sorted); the one core call 0.90-1.08 s for both. Its
+scalar loop is ~40 ns a VM of CPU, fills included, on this loaded machine: about what numpy's
+vectorised passes cost, and the fills are the same code as before. What stands in the way now:
+the offer (``tick_offer``, 1.2-1.6 s of the world's ~3.5 s under cProfile, the draws), the
+fills' sorts (exact only in the numpy order: a per-link shortcut would change the running
+sums' rounding of later links, i.e. the golden outputs), and the counters (0.23-0.34 s).
+With the file transfers' countdown in the same call too (beeec8e), on a quieter machine
+(load 1.9-2.8), main then the branch: --physics-only 1.51 / 1.45 CPU s (3.98 / 4.13 M
+VM-steps per CPU-s), --sim-only 3.02 / 2.96 (1.99 / 2.03 M): the same picture.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The engine's tick against its readable form, kept here as the specification.
 
-The tick (sova.sim.workload.offer, sova.sim.network.share and the latency, Engine._count)
-derives the workload's static arrays once per change (``LoadStatic``), works in place and
-skips masks that are all false; these functions are the tick as it was written before,
-one expression per quantity. On random heterogeneous clusters (duty, bulk, request and file
+The tick (sova.sim.workload.offer, sova.sim.network.share with the latency and the files,
+Engine._count) derives the workload's static arrays once per change (``LoadStatic``), works
+in place and skips masks that are all false; these functions are the tick as it was written
+before, one expression per quantity. On random heterogeneous clusters (duty, bulk, request and file
 VMs; VFs with caps and floors, guest limits, paused VMs, driver domains, ingress limits,
 the profile's optional mechanisms) both forms run from the same seed and every state
 array must be the same bytes after every tick. The readable form takes its random draws
@@ -28,7 +28,7 @@ from sova.scenario import Workload, parse_scenario
 from sova.sim import network, workload
 from sova.sim.engine import Engine
 from sova.sim.network import INF
-from sova.sim.state import MigrationState, Op
+from sova.sim.state import FileDone, MigrationState, Op
 from sova.sim.workload import ACK_BYTES
 
 # ---------------------------------------------------------------- the readable form
@@ -305,13 +305,29 @@ def ref_latency(eng: Engine, o: SimpleNamespace, s: SimpleNamespace) -> None:
     )
 
 
+def ref_files(eng: Engine, o: SimpleNamespace, s: SimpleNamespace, t1: float) -> None:
+    """The file transfers' bytes left after the tick, and those that finished."""
+    h, dt, is_file, tx = eng.host, o.dt, o.is_file, s.tx
+    eng.file_left = np.where(is_file, np.maximum(0.0, eng.file_left - tx * dt / 8.0), eng.file_left)
+    for i in np.flatnonzero(is_file & (eng.file_left <= 0)):
+        eng.files_done.append(
+            FileDone(
+                eng.vm_names[i],
+                eng.host_names[h[i]],
+                float(eng.file_start[i]),
+                t1,
+                int(eng.file_size[i]),
+            )
+        )
+
+
 def ref_tick(eng: Engine, t0: float, t1: float) -> None:
     o = ref_offer(eng, t0, t1)
     s = ref_share(eng, o, t0)
     ref_latency(eng, o, s)
     ref_count(eng, o, s)
     if o.is_file.any():
-        eng._files(o, s, t1)  # type: ignore[arg-type]
+        ref_files(eng, o, s, t1)
     eng.ticks += 1
 
 

@@ -650,6 +650,30 @@ pub fn latency(
     Ok(())
 }
 
+/// Each file transfer's bytes left after sending `tx` for `dt`, in place
+/// (`max(0, left − tx·dt/8)` where `is_file`); returns the transfers that finished.
+pub fn files(
+    is_file: &[bool],
+    tx: &[f64],
+    dt: f64,
+    file_left: &mut [f64],
+) -> Result<Vec<i64>, InputError> {
+    let n = file_left.len();
+    for (name, len) in [("is_file", is_file.len()), ("tx", tx.len())] {
+        if len != n {
+            return Err(InputError(format!("{name}: {len} values for {n} VMs")));
+        }
+    }
+    let mut done = Vec::new();
+    for (i, _) in is_file.iter().enumerate().filter(|(_, f)| **f) {
+        file_left[i] = np_max(0.0, file_left[i] - tx[i] * dt / 8.0);
+        if file_left[i] <= 0.0 {
+            done.push(i as i64);
+        }
+    }
+    Ok(done)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -796,5 +820,14 @@ mod tests {
         };
         let e = share(&w.vms(), &hosts, &NONE, &layout, params()).unwrap_err();
         assert_eq!(e.0, "host[1]: 3 outside 0..1");
+    }
+
+    #[test]
+    fn file_transfers_count_down_and_finish() {
+        // 8 bit/s for 2 s is 2 bytes: 5 -> 3 left, 1 -> 0 (finished); not a file: untouched
+        let mut left = [5.0, 1.0, 7.0];
+        let done = files(&[true, true, false], &[8.0, 8.0, 8.0], 2.0, &mut left).unwrap();
+        assert_eq!(left, [3.0, 0.0, 7.0]);
+        assert_eq!(done, [1]);
     }
 }

@@ -1188,6 +1188,8 @@ fn bandwidth_limits<'py>(
 /// ns_pkt, cpu_busy, need, host_scale_vm, vcpu_load), (tx_host, tx_by_host, rx_host,
 /// backend_pps, pps_limit, host_need, host_scale, backend_vm_frac), mig_rate)`;
 /// `vcpu_load` is empty unless asked for. `order`/`start`: every VM laid out by host.
+/// Then the file transfers' bytes left, in `file_left`; the last value is the transfers
+/// that finished.
 #[pyfunction]
 #[pyo3(signature = (
     host, want, pkts_per_bit, pkt_bits, on_vf, ns_per_byte, arrival_cost, cpu_frac, cj, vcpus,
@@ -1219,7 +1221,7 @@ fn tick_share<'py>(
     vf_max: PyReadonlyArray1<'py, f64>,
     vf_min: PyReadonlyArray1<'py, f64>,
     is_file: Option<PyReadonlyArray1<'py, bool>>,
-    file_left: PyReadonlyArray1<'py, f64>,
+    mut file_left: PyReadwriteArray1<'py, f64>,
     rx_share: PyReadonlyArray1<'py, f64>,
     arrivals: PyReadonlyArray1<'py, f64>,
     req_bytes: PyReadonlyArray1<'py, f64>,
@@ -1255,37 +1257,20 @@ fn tick_share<'py>(
     request_round_trips: f64,
     request_fixed_latency: f64,
     guest_ns_per_request: f64,
-) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>, F64Array<'py>)> {
+) -> PyResult<(
+    Bound<'py, PyTuple>,
+    Bound<'py, PyTuple>,
+    F64Array<'py>,
+    Bound<'py, PyArray1<i64>>,
+)> {
     slices! {
         host, want, pkts_per_bit, pkt_bits, on_vf, ns_per_byte, arrival_cost, cpu_frac, cj,
-        vcpus, weights, link_clocked, vf_max, vf_min, file_left, rx_share, arrivals, req_bytes,
+        vcpus, weights, link_clocked, vf_max, vf_min, rx_share, arrivals, req_bytes,
         capacity, cores, backend_cores, order, start, mig_src, mig_dst, mig_cap,
         offered, req_idx, req_resp_bits,
     }
     optional_slices! { paused, is_file }
-    slices_mut! { resp_s, served_req, backlog_bits }
-    let vm = ShareVms {
-        host,
-        want,
-        pkts_per_bit,
-        pkt_bits,
-        on_vf,
-        ns_per_byte,
-        arrival_cost,
-        cpu_frac,
-        cj,
-        vcpus,
-        paused,
-        weights,
-        link_clocked,
-        vf_max,
-        vf_min,
-        is_file,
-        file_left,
-        rx_share,
-        arrivals,
-        req_bytes,
-    };
+    slices_mut! { resp_s, served_req, backlog_bits, file_left }
     let hosts = ShareHosts {
         capacity,
         cores,
@@ -1329,11 +1314,40 @@ fn tick_share<'py>(
         served_req,
         backlog_bits,
     };
-    let s = detached(py, || {
+    let (s, done) = detached(py, || {
         let layout = Layout::new(order, start, want.len())?;
-        let s = share::share(&vm, &hosts, &mig, &layout, p)?;
-        share::latency(&req, &vm, &hosts, &s, p, lp, &mut out)?;
-        Ok(s)
+        let s = {
+            let vm = ShareVms {
+                host,
+                want,
+                pkts_per_bit,
+                pkt_bits,
+                on_vf,
+                ns_per_byte,
+                arrival_cost,
+                cpu_frac,
+                cj,
+                vcpus,
+                paused,
+                weights,
+                link_clocked,
+                vf_max,
+                vf_min,
+                is_file,
+                file_left: &*file_left,
+                rx_share,
+                arrivals,
+                req_bytes,
+            };
+            let s = share::share(&vm, &hosts, &mig, &layout, p)?;
+            share::latency(&req, &vm, &hosts, &s, p, lp, &mut out)?;
+            s
+        };
+        let done = match is_file {
+            Some(is_file) => share::files(is_file, &s.tx, dt, file_left)?,
+            None => Vec::new(),
+        };
+        Ok((s, done))
     })?;
     let vms = PyTuple::new(
         py,
@@ -1363,7 +1377,12 @@ fn tick_share<'py>(
         ]
         .map(|v| PyArray1::from_vec(py, v)),
     )?;
-    Ok((vms, per_host, PyArray1::from_vec(py, s.mig_rate)))
+    Ok((
+        vms,
+        per_host,
+        PyArray1::from_vec(py, s.mig_rate),
+        PyArray1::from_vec(py, done),
+    ))
 }
 
 #[pymodule]

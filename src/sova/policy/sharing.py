@@ -1,5 +1,5 @@
-"""The simulated world's sharing of one tick: guest vCPUs, host cores, paths, the PF, and
-the latency requests see through them.
+"""The simulated world's sharing of one tick: guest vCPUs, host cores, paths, the PF, the
+latency requests see through them, and the file transfers' progress.
 
 The simulator (:mod:`sova.sim.network`) calls :func:`share_tick` once per tick for every
 VM of every host; the core (rust/sova-core/src/share.rs) evaluates the numpy form's
@@ -43,7 +43,7 @@ class ShareVms:
     vf_max: FloatArray
     vf_min: FloatArray
     is_file: BoolArray | None  # None: no file transfer has bytes left
-    file_left: FloatArray
+    file_left: FloatArray  # bytes left; advanced in place (float64, C-contiguous)
     rx_share: FloatArray
     arrivals: FloatArray
     req_bytes: FloatArray
@@ -118,6 +118,7 @@ class Shared:
     host_scale: FloatArray
     backend_vm_frac: FloatArray
     mig_rate: FloatArray
+    files_done: IntArray  # the file transfers that finished this tick
 
 
 def share_tick(
@@ -132,7 +133,8 @@ def share_tick(
     """One tick's contention, in the order the resources bind: the guests' vCPUs, the
     hosts' cores (and driver domains'), the paths' ceilings, then the PF's egress shared
     with the migration streams ``mig_*`` (source, target, cap), which also compete for
-    the target's ingress. Then each request's latency through them, into ``req``."""
+    the target's ingress. Then each request's latency through them, into ``req``, and
+    the file transfers' bytes left, into ``vm.file_left``."""
 
     def f(a: npt.ArrayLike) -> FloatArray:
         return np.ascontiguousarray(a, dtype=np.float64)
@@ -143,12 +145,12 @@ def share_tick(
     def i(a: npt.ArrayLike) -> IntArray:
         return np.ascontiguousarray(a, dtype=np.int64)
 
-    per_vm, per_host, mig_rate = _core.tick_share(
+    per_vm, per_host, mig_rate, files_done = _core.tick_share(
         i(vm.host), f(vm.want), f(vm.pkts_per_bit), f(vm.pkt_bits), b(vm.on_vf),
         f(vm.ns_per_byte), f(vm.arrival_cost), f(vm.cpu_frac), f(vm.cj), f(vm.vcpus),
         None if vm.paused is None else b(vm.paused), f(vm.weights), b(vm.link_clocked),
         f(vm.vf_max), f(vm.vf_min), None if vm.is_file is None else b(vm.is_file),
-        f(vm.file_left), f(vm.rx_share), f(vm.arrivals), f(vm.req_bytes),
+        vm.file_left, f(vm.rx_share), f(vm.arrivals), f(vm.req_bytes),
         f(hosts.capacity), f(hosts.cores), f(hosts.backend_cores),
         hosts.links.order, hosts.links.start, i(mig_src), i(mig_dst), f(mig_cap),
         f(req.offered), i(req.idx), f(req.resp_bits), req.resp_s, req.served_req,
@@ -158,4 +160,4 @@ def share_tick(
         p.weights_whole, p.any_asks, p.vf_latency, p.virtio_latency, p.sched_quantum,
         p.request_round_trips, p.request_fixed_latency, p.guest_ns_per_request,
     )  # fmt: skip
-    return Shared(*per_vm, *per_host, mig_rate)
+    return Shared(*per_vm, *per_host, mig_rate, files_done)

@@ -82,8 +82,8 @@ class Engine(EngineState):
         o = workload.offer(self, t0, t1)
         s = network.share(self, o, t0)
         self._count(o, s)
-        if o.is_file.any():
-            self._files(o, s, t1)
+        if s.files_done.size:
+            self._files(s, t1)
         for k, m in enumerate(s.mig_active):
             migration.advance(self, m, s.mig_rate[k], o.dt, t1)
         self.ticks += 1
@@ -132,12 +132,11 @@ class Engine(EngineState):
         self.offered, self.tx, self.rx = o.offered, s.tx, s.rx
         self.cpu_use = got.cpu_use
 
-    def _files(self, o: workload.Offer, s: network.Shares, t1: float) -> None:
-        h, dt, is_file, tx = self.host, o.dt, o.is_file, s.tx
-        self.file_left = np.where(
-            is_file, np.maximum(0.0, self.file_left - tx * dt / 8.0), self.file_left
-        )
-        for i in np.flatnonzero(is_file & (self.file_left <= 0)):
+    def _files(self, s: network.Shares, t1: float) -> None:
+        """The file transfers that finished this tick (their bytes were counted down in
+        network.share), as ``files_done`` records."""
+        h = self.host
+        for i in s.files_done.tolist():
             self.files_done.append(
                 FileDone(
                     self.vm_names[i],

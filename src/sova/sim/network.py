@@ -52,13 +52,14 @@ class Shares:
     cpu_busy: np.ndarray
     need: np.ndarray
     virt: np.ndarray
+    files_done: np.ndarray  # the file transfers that finished (``eng.file_left`` is 0)
 
 
 def share(eng: EngineState, o: Offer, t0: float) -> Shares:
-    """One tick's contention for every VM, and the request VMs' latency through it
-    (``eng.resp_s``, ``served_req``, ``backlog_bits``), in the compiled core
-    (sova.policy.sharing; the readable form: tests/test_tick_forms.py ``ref_share``,
-    ``ref_latency``)."""
+    """One tick's contention for every VM, the request VMs' latency through it
+    (``eng.resp_s``, ``served_req``, ``backlog_bits``) and the file transfers' bytes left
+    (``eng.file_left``), in the compiled core (sova.policy.sharing; the readable form:
+    tests/test_tick_forms.py ``ref_share``, ``ref_latency``, ``ref_files``)."""
     p = eng.profile
     st = load_static(eng)
     arrival_cost = o.arrival_cost
@@ -116,4 +117,5 @@ def share(eng: EngineState, o: Offer, t0: float) -> Shares:
         s.cpu_busy,
         s.need,
         ~eng.on_vf,
+        s.files_done,
     )
