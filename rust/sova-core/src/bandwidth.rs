@@ -11,6 +11,7 @@
 //! caps are the floats of the array form kept as the oracle in tests/bandwidth_oracle.py.
 
 use crate::allocate::{self, Flows, fsum};
+use crate::npf::{np_max, np_min};
 use crate::waterfill::{InputError, Layout};
 
 /// Readings adding up to this share of a host's capacity make a full link.
@@ -64,28 +65,6 @@ pub struct Fleet<'a> {
     pub capacity: &'a [f64],
     pub layout: Layout<'a>,
     pub flows: &'a [i64],
-}
-
-/// Python's `max(a, b)` over arrays as numpy's `maximum`: NaN if either is.
-fn np_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if b > a {
-        b
-    } else {
-        a
-    }
-}
-
-/// numpy's `minimum`: NaN if either is.
-fn np_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if b < a {
-        b
-    } else {
-        a
-    }
 }
 
 impl Fleet<'_> {

@@ -10,6 +10,7 @@ pub mod coldspots;
 pub mod hotness;
 pub mod loads;
 pub mod metering;
+mod npf;
 pub mod parallel;
 pub mod rng;
 pub mod sensing;

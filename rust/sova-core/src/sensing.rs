@@ -8,6 +8,7 @@
 //! Every float operation below is the one, in the order, the numpy form the simulator ran
 //! did (`tests/sensing_oracle.py` keeps the per-VM readable form these are held equal to).
 
+use crate::npf::{np_max, np_min};
 use crate::waterfill::InputError;
 
 /// Nanoseconds per second: CPU counters are in ns.
@@ -17,16 +18,6 @@ const NS: f64 = 1e9;
 pub const GOTTEN_FLOOR_FRACTION: f64 = 1e-3;
 /// Counters per VM reading: cpu ns, steal ns, rx bytes, tx bytes, rx packets, tx packets.
 pub const COUNTERS: usize = 6;
-
-/// numpy's `minimum(a, b)`: NaN if `a` is, else the smaller (`b` on a NaN `b`).
-fn np_min(a: f64, b: f64) -> f64 {
-    if a <= b || a.is_nan() { a } else { b }
-}
-
-/// numpy's `maximum(a, b)`: NaN if `a` is, else the larger (`b` on a NaN `b`).
-fn np_max(a: f64, b: f64) -> f64 {
-    if a >= b || a.is_nan() { a } else { b }
-}
 
 /// The sensor's settings, as `ControllerConfig.sensing` gives them.
 #[derive(Clone, Copy, Debug, PartialEq)]

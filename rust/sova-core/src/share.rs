@@ -9,26 +9,8 @@
 //! fills are [`crate::waterfill`]'s. The readable numpy form is the oracle
 //! (tests/test_tick_forms.py `ref_share`, held to the engine byte for byte).
 
+use crate::npf::{np_max, np_min};
 use crate::waterfill::{self, Flows, InputError, Layout};
-
-/// `np.minimum`: NaN if either is NaN (the NaN operand itself), else the smaller; on a
-/// tie the first (as crate::tick's).
-fn np_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || (!b.is_nan() && a <= b) {
-        a
-    } else {
-        b
-    }
-}
-
-/// `np.maximum`, likewise.
-fn np_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || (!b.is_nan() && a >= b) {
-        a
-    } else {
-        b
-    }
-}
 
 /// 1.0 for true, 0.0 for false: a boolean array in numpy arithmetic.
 fn one_if(b: bool) -> f64 {

@@ -7,28 +7,10 @@
 //! `bincount` is a running sum in index order. The readable numpy form is the oracle
 //! (tests/test_tick_forms.py compares the engine's state byte for byte after every tick).
 
+use crate::npf::{np_max, np_min};
 use crate::parallel;
 use crate::rng::{self, BATCH, Draws, TickKeys};
 use crate::waterfill::InputError;
-
-/// `np.minimum`: NaN if either is NaN (the NaN operand itself), else the smaller; on a
-/// tie the first.
-fn np_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || (!b.is_nan() && a <= b) {
-        a
-    } else {
-        b
-    }
-}
-
-/// `np.maximum`, likewise.
-fn np_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || (!b.is_nan() && a >= b) {
-        a
-    } else {
-        b
-    }
-}
 
 /// What each VM sent and what it cost this tick (one value per VM).
 pub struct VmTick<'a> {

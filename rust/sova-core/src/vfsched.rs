@@ -14,6 +14,7 @@
 
 use std::cmp::Ordering;
 
+use crate::npf::np_max;
 use crate::waterfill::InputError;
 
 /// The scheduler's settings (`VFSchedulerConfig`).
@@ -79,11 +80,6 @@ fn np_cmp(a: f64, b: f64) -> Ordering {
         (false, true) => Ordering::Less,
         _ => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
     }
-}
-
-/// numpy's `maximum(a, b)`.
-fn np_max(a: f64, b: f64) -> f64 {
-    if a >= b || a.is_nan() { a } else { b }
 }
 
 /// `rows` sorted by host, then `key` ascending, then name rank, then row (a stable lexsort).

@@ -13,6 +13,7 @@
 //! in link order, from which each link subtracts its start, as numpy's `cumsum` over the
 //! whole layout did; see [`crate::sum`].
 
+use crate::npf::np_min;
 use crate::sum::numpy_reduceat_segment;
 use std::cmp::Ordering;
 use std::fmt;
@@ -124,15 +125,6 @@ pub fn layout_of(group: &[i64], n_links: usize) -> Result<(Vec<i64>, Vec<i64>), 
 /// Whether every weight is a whole number (their sums are then exact in any order).
 pub fn whole_weights(weights: Option<&[f64]>) -> bool {
     weights.is_none_or(|w| w.iter().all(|x| *x == x.trunc()))
-}
-
-/// numpy's `minimum`: NaN if either is NaN.
-fn np_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.min(b)
-    }
 }
 
 /// numpy's sort order for floats: NaN after every number, ties (and NaNs) as they stand.

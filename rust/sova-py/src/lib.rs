@@ -1179,7 +1179,6 @@ fn bandwidth_limits<'py>(
 
 // ---- end of the bandwidth controller's period ---------------------------------------------
 
-
 // ---------------------------------------------------------------- the tick's sharing
 
 /// One tick's sharing of the guests' vCPUs, the hosts' cores, the paths and the PF among
