@@ -989,6 +989,18 @@ fn writable<'a, T: numpy::Element>(
         .map_err(|_| PyValueError::new_err(format!("{name}: not a C-contiguous array")))
 }
 
+/// The reservation columns, when given, as the core's mutable view.
+fn held_columns<'a>(held: &'a mut Option<HeldArrays<'_>>) -> PyResult<Option<bandwidth::Held<'a>>> {
+    Ok(match held.as_mut() {
+        Some((q, l, f)) => Some(bandwidth::Held {
+            quiet: writable("quiet", q)?,
+            level: writable("level", l)?,
+            fast: writable("held fast", f)?,
+        }),
+        None => None,
+    })
+}
+
 /// The per-VM columns of a period, borrowed under their names.
 macro_rules! period_vms {
     ($bps:ident, $packet_bytes:ident, $current:ident, $minimum:ident, $maximum:ident,
@@ -1052,14 +1064,7 @@ fn bandwidth_period<'py>(
         lift,
     };
     let mut held = held;
-    let mut cols = match held.as_mut() {
-        Some((q, l, f)) => Some(bandwidth::Held {
-            quiet: writable("quiet", q)?,
-            level: writable("level", l)?,
-            fast: writable("held fast", f)?,
-        }),
-        None => None,
-    };
+    let mut cols = held_columns(&mut held)?;
     let (new, pps, changed) = detached(py, || {
         let fleet = bandwidth::Fleet {
             capacity,
@@ -1117,14 +1122,7 @@ fn bandwidth_demand<'py>(
         lift,
     };
     let mut held = held;
-    let mut cols = match held.as_mut() {
-        Some((q, l, f)) => Some(bandwidth::Held {
-            quiet: writable("quiet", q)?,
-            level: writable("level", l)?,
-            fast: writable("held fast", f)?,
-        }),
-        None => None,
-    };
+    let mut cols = held_columns(&mut held)?;
     let (demand, lifted) = detached(py, || {
         let fleet = bandwidth::Fleet {
             capacity,
