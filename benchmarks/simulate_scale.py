@@ -1006,6 +1006,26 @@ sums' rounding of later links, i.e. the golden outputs), and the counters (0.23-
 With the file transfers' countdown in the same call too (beeec8e), on a quieter machine
 (load 1.9-2.8), main then the branch: --physics-only 1.51 / 1.45 CPU s (3.98 / 4.13 M
 VM-steps per CPU-s), --sim-only 3.02 / 2.96 (1.99 / 2.03 M): the same picture.
+
+Issue 36, sixteenth session, all five branches merged (offer36, share36, bw36, ctl36, out36;
+lead's branch at 5cacca3), on a quiet machine (load average 1.0-1.3), main eb56be1 and the
+merge alternating:
+
+    measure (1,000 x 20 x 300 s unless said)     main eb56be1        merged             ratio
+    --sim-only, CPU s (4 runs each)              2.97-3.24 (~3.1)    1.99-2.40 (~2.2)   1.45x
+      VM-steps per CPU-s                         1.9 M               2.8 M
+    --physics-only, CPU s (median of 3)          1.38                1.04               1.33x
+    100 x 20 / 10,000 x 20 --sim-only, CPU s     -                   0.27 / 20.9 (31.2-32.9 before)
+    whole command, 1,000 x 3, one hour           13.7 s, 248 MiB     11.1 s, 136 MiB
+      CloudSim Plus 8.5.7 beside it (median 3)                       32.5 s, 573 MiB    2.93x, 4.20x less memory
+
+10,000 x 20 costs 9.6x 1,000 x 20 (ten times the VMs). The hot fleet (``--hot 0.17``: 170 of
+1,000 hosts at 0.9 of their link all hour, every other host at 0.50-0.63, so no VM of a hot
+host fits anywhere under alpha 0.75), 1,000 x 3, one hour, whole command, one run each:
+Sova 19.4 s wall / 19.5 CPU-s / 280 MiB, CloudSim Plus 24.7 s / 28.8 / 455 MiB (1.27x, 1.62x
+less memory); its events.csv is 170 ``hotspot`` and 170 ``hotspot_end`` rows (124 kB), one
+state per hot host. The issue measured 178 s against CloudSim Plus's 51 s (3.5x slower) and a
+195 MB events file on its hot fleet. Still short of every 10x and the 10 M VM-steps.
 """
 
 from __future__ import annotations
