@@ -92,6 +92,20 @@ def _run(
     return reports, kept, list(run.timeline), list(run.events), list(run.decisions), [state]
 
 
+def _assert_as_each_agent_alone(fast: tuple[list[Any], ...], slow: tuple[list[Any], ...]) -> None:
+    """The world's run (``fast``) against each agent stepping alone (``slow``): a settled
+    host's agent made no report (HostAgent.settle), so its own step planned nothing and
+    chose no migration; the others' reports are the agents' own; and every agent's records
+    after every period, settled or not, are its own step's."""
+    for got, want in zip(fast[0], slow[0], strict=True):
+        if got[1] is None:
+            assert got[0] == want[0] and want[5] == [] and want[7] is None
+        else:
+            assert got == want
+    for got_all, want_all in zip(fast[1:], slow[1:], strict=True):
+        assert got_all == want_all
+
+
 def _scenario(name: str, duration: float, **scheduler: Any) -> Scenario:
     scn = load_sweep(ROOT / "scenarios" / f"{name}.yaml")[0]
     ctl = scn.controller
@@ -122,14 +136,7 @@ def test_world_schedules_as_each_agent_alone(
     # a settled host's agent made no report (HostAgent.settle): its own step planned
     # nothing and chose no migration; the others' reports are the agents' own
     assert any(r[1] is None for r in fast[0])
-    for got, want in zip(fast[0], slow[0], strict=True):
-        if got[1] is None:
-            assert got[0] == want[0] and want[5] == [] and want[7] is None
-        else:
-            assert got == want
-    # every agent's records after every period, settled or not, are its own step's
-    for got_all, want_all in zip(fast[1:], slow[1:], strict=True):
-        assert got_all == want_all
+    _assert_as_each_agent_alone(fast, slow)
 
 
 def test_holders_found_without_a_dwell_start_are_recorded_as_each_agent_alone() -> None:
@@ -181,13 +188,7 @@ def test_hosts_not_measured_yet_settle_as_their_warm_up_would() -> None:
     assert first["HM2"][1] is None  # settled in its unmeasured period
     assert first["HM1"][1] is not None and first["HM1"][5]  # stepped, detaching db
     assert first["HM3"][1] is not None
-    for got, want in zip(fast[0], slow[0], strict=True):
-        if got[1] is None:
-            assert got[0] == want[0] and want[5] == [] and want[7] is None
-        else:
-            assert got == want
-    for got_all, want_all in zip(fast[1:], slow[1:], strict=True):
-        assert got_all == want_all
+    _assert_as_each_agent_alone(fast, slow)
 
 
 def test_settled_hosts_get_no_sensed_built() -> None:
