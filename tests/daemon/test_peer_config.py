@@ -15,10 +15,12 @@ Both managers are their real apps on loopback uvicorn servers over one PostgreSQ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -29,7 +31,8 @@ from sova.manager.daemons.security import TokenBook
 from sova.manager.daemons.service.app import create_app
 from sova.manager.daemons.service.leadership import Leadership
 from sova.manager.daemons.service.peers import book_from_json, book_json, differing, settings_digest
-from sova.manager.daemons.service.standby import Standby, standby_app
+from sova.manager.daemons.service.standby import Standby, _Watch, standby_app
+from sova.manager.daemons.service.standby_reads import StandbyAuth
 from sova.manager.daemons.service.store import Store
 
 from .conftest import ADMIN, free_port, manager_settings, uvicorn_thread, wait_until
@@ -44,9 +47,7 @@ ADMIN_H = {"authorization": f"Bearer {ADMIN}"}
 
 def ops_file(path: Path, *names: str) -> Path:
     secrets = {"alice": ALICE, "bob": BOB}
-    path.write_text(
-        "".join(f'[{n}]\nrole = "viewer"\ntokens = ["{secrets[n]}"]\n' for n in names)
-    )
+    path.write_text("".join(f'[{n}]\nrole = "viewer"\ntokens = ["{secrets[n]}"]\n' for n in names))
     return path
 
 
@@ -146,15 +147,17 @@ def test_a_standby_configured_unlike_the_leader_is_named_by_status_and_a_metric(
         code, out, _ = run_status(leader, standby)
         assert code == 0, out
         text = httpx.get(standby + "/metrics", headers=ADMIN_H, timeout=5).text
-        assert 'sova_manager_config_differs{' not in text
+        assert "sova_manager_config_differs{" not in text
 
 
 @pytest.mark.parametrize(
     ("change", "named"),
     [
         ({"mode": "recommend"}, ["mode"]),
-        ({"planner": {"alpha": 0.75, "k": 3, "n": 5, "max_concurrent_migrations": 0}},
-         ["planner.max_concurrent_migrations"]),
+        (
+            {"planner": {"alpha": 0.75, "k": 3, "n": 5, "max_concurrent_migrations": 0}},
+            ["planner.max_concurrent_migrations"],
+        ),
         ({"leader_lease_s": 20.0}, ["leader_lease_s"]),
         ({"admin_token": "another-admin-token-0123"}, ["operators"]),
         ({"hosts": {}}, ["host_tokens"]),
@@ -166,9 +169,10 @@ def test_the_digest_names_each_differing_setting(change: dict[str, Any], named: 
     base = {"admin_token": ADMIN}
     a = manager_settings(**base)
     b = manager_settings(**{**base, **change})
-    assert differing(
-        settings_digest(a, TokenBook.load(a)), settings_digest(b, TokenBook.load(b))
-    ) == named
+    assert (
+        differing(settings_digest(a, TokenBook.load(a)), settings_digest(b, TokenBook.load(b)))
+        == named
+    )
 
 
 def test_the_published_book_holds_digests_only_and_reads_back() -> None:
@@ -178,4 +182,47 @@ def test_the_published_book_holds_digests_only_and_reads_back() -> None:
     assert ADMIN not in repr(stored)  # never a secret
     assert book_from_json(stored) == book
     # A malformed entry in the store is left out rather than trusted.
-    assert book_from_json({"x": ["root", ["00" * 32]], "y": ["viewer", ["zz"]]}) == OperatorCredentials({})
+    assert book_from_json(
+        {"x": ["root", ["00" * 32]], "y": ["viewer", ["zz"]]}
+    ) == OperatorCredentials({})
+
+
+@dataclasses.dataclass
+class _SeenAtGeneration(Standby):
+    """A standby whose ``differs`` is recorded at each write of ``generation``."""
+
+    seen: list[list[str]] = dataclasses.field(default_factory=list)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "generation" and "seen" in self.__dict__:
+            self.seen.append(list(self.differs))
+        super().__setattr__(name, value)
+
+
+class _Published:
+    """The two reads :meth:`_Watch.follow` makes of the store: one published generation."""
+
+    def __init__(self, digest: dict[str, str]) -> None:
+        self.digest = digest
+
+    def peer_generation(self) -> int:
+        return 1
+
+    def peer_config(self) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return 1, {}, self.digest
+
+
+def test_a_reader_that_sees_the_leaders_generation_sees_its_comparison_too() -> None:
+    """The status route and ``/readyz`` run on other threads than the standby's follow;
+    one that reads the new generation must read the settings compared against it.
+    Before, ``generation`` was written first and ``differs`` a digest computation later:
+    CI on 2026-12-07 read ``[]`` between the two (the test above, under load)."""
+    leader = manager_settings(admin_token=ADMIN, insecure=False)
+    odd = manager_settings(admin_token=ADMIN, insecure=False, mode="recommend")
+    sb = _SeenAtGeneration()
+    published = _Published(settings_digest(leader, TokenBook.load(leader)))
+    watch = _Watch(sb, cast(Store, published), cast(Leadership, None), lambda: None, odd, time.time)
+    app = SimpleNamespace(state=SimpleNamespace(standby_auth=StandbyAuth(odd, TokenBook.load(odd))))
+    watch.follow(cast(Any, app))
+    assert (sb.generation, sb.differs) == (1, ["mode"])
+    assert sb.seen == [["mode"]]  # the comparison was in place when the generation changed

@@ -252,8 +252,10 @@ class _Watch:
                 gen,
                 len(guard.published),
             )
-            sb.generation = gen
         self._compare(differing(settings_digest(settings, guard.own), digest))
+        # Last: the routes run on other threads, and one that reads this generation must
+        # read the comparison made against it.
+        sb.generation = gen
 
     def _compare(self, diff: list[str]) -> None:
         """Log and export the settings that differ from the leader's, when they change."""
