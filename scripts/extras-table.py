@@ -32,10 +32,10 @@ END = "<!-- extras-table: end -->"
 # The table's rows, in order: the extra and what it is for (the figures come from SIZES).
 ROWS = {
     "agent": "a hypervisor: `sova agent` / `sova-agent` (argparse), httpx, prometheus-client, "
-    "libvirt-python, pyroute2, numpy (the policy's bandwidth kernels, 72 MB of it); no typer "
-    "or rich",
+    "libvirt-python, pyroute2, numpy (the policy's bandwidth kernels, 72 MB of it); no typer, "
+    "rich or PyYAML",
     "cli": "the full `sova` command line (plans, fence, mode, audit, ...) for an operator's "
-    "workstation: typer, rich, httpx",
+    "workstation: typer, rich, httpx, PyYAML (scenario files)",
     "manager": "the cluster manager: `cli` + FastAPI, uvicorn[standard] (with watchfiles, "
     "websockets), SQLAlchemy, Alembic, psycopg, numpy (the vectorised planning round)",
     "sim": "`sova simulate`, `sova demo`'s world, reports and plots: `cli` + numpy, matplotlib",

@@ -28,6 +28,7 @@ EXTRA_OF_MODULE = {
     "dask": "distributed",
     "typer": "cli",
     "rich": "cli",
+    "yaml": "cli",
     "distributed": "distributed",
 }
 

@@ -26,6 +26,7 @@ NOT_ON_AGENTS = [
     "sqlalchemy",
     "alembic",
     "psycopg",
+    "yaml",  # PyYAML is the cli extra's: scenario files, not the agent's TOML
 ]
 
 RUN = """
