@@ -39,7 +39,10 @@ def _only_when_selected(request: pytest.FixtureRequest) -> None:
 ROOT = Path(__file__).resolve().parents[2]
 # numpy is about 72 MB of it: the policy's bandwidth sensing and allocation are array
 # kernels, one implementation for the agent's one host and the simulator's all hosts.
-AGENT_BUDGET_MB = 110
+# Issue 36: with the compiled core in the wheel, [agent] installs no larger than before it
+# (99.0 MB, docs/extras-sizes.json before the core; 102.4 MB with it, unstripped and with
+# PyYAML, measured on this tier's platform).
+AGENT_BUDGET_MB = 99.0
 # The full CLI's dependencies, which a hypervisor's install must not carry (issue 24), and
 # PyYAML, the scenario files' parser (3.1 MB; the agent reads TOML; issue 36's size budget).
 NOT_ON_AGENTS = ("typer", "rich", "click", "pygments", "markdown-it-py", "shellingham", "pyyaml")
@@ -190,7 +193,10 @@ def test_agent_extra_is_small_and_starts_without_the_simulator(tmp_path: Path, w
             "libvirt-python needs libvirt-dev and pkg-config to build (ci-setup-libvirt.sh)"
         )
     bin_, added = _fresh(tmp_path, wheel, "agent")
-    assert added < AGENT_BUDGET_MB, f"[agent] adds {added:.1f} MB"
+    assert added <= AGENT_BUDGET_MB, f"[agent] adds {added:.1f} MB (budget {AGENT_BUDGET_MB} MB)"
+    # The wheel carries the compiled policy core, and the agent's install imports it.
+    r = _run([bin_ / "python", "-c", "import sova.policy._core as c; print(c.__file__)"], tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("_core.abi3.so"), r.stderr
     carried = _installed(bin_) & set(NOT_ON_AGENTS)
     assert not carried, f"[agent] installs the full CLI's {sorted(carried)}"
     for cmd in ([bin_ / "sova", "agent", "--help"], [bin_ / "sova-agent", "--help"]):
