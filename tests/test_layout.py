@@ -10,6 +10,7 @@ That is how ``tests/libvirt`` broke ``./test.sh`` on every machine without libvi
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 import sys
@@ -41,13 +42,15 @@ def _top_level_imports(paths: list[Path]) -> set[str]:
     return names
 
 
-def _code_imports() -> set[str]:
+# Scanned once for the module's three checks (the tree does not change during a run).
+@functools.cache
+def _code_imports() -> frozenset[str]:
     """Every top-level module the package imports, plus every module a test importorskips."""
     src = sorted((ROOT / "src" / "sova").rglob("*.py"))
     names = _top_level_imports(src)
     for path in TESTS.rglob("*.py"):
         names.update(m.split(".")[0] for m in _IMPORTORSKIP.findall(path.read_text()))
-    return names - {"sova", "__future__"} - set(sys.builtin_module_names)
+    return frozenset(names - {"sova", "__future__"} - set(sys.builtin_module_names))
 
 
 def _test_folders() -> dict[str, Path]:
