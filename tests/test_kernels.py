@@ -432,6 +432,23 @@ def spec_limits(
     return out
 
 
+# The per-VM draws' strategies, built once rather than at every draw of every example
+# (each new one was validated and labelled again, its lambda's source compiled). The same
+# strategies: a seed gives the same examples as before.
+_CURRENT_LIMIT = st.one_of(
+    st.none(), st.floats(0, 12_000, allow_subnormal=False).map(lambda x: x * MBIT)
+)
+_NEAR_CURRENT = st.sampled_from([0.5, 0.97, 1.0, 1.3])
+_RESERVATION = st.one_of(
+    st.none(),
+    st.tuples(
+        st.integers(0, bw.HOLD_PERIODS),
+        st.floats(0, 2_500, allow_subnormal=False).map(lambda x: x * MBIT),
+        st.booleans(),
+    ),
+)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     clusters(),
@@ -449,31 +466,16 @@ def test_the_period_equals_the_per_host_loop(
     # readable per-host loop, host by host
     groups, demands, capacity = flat(c)
     assume(all(cap > 0 for cap, fl in zip(c.capacity, c.hosts, strict=True) if fl))
-    current: dict[str, float | None] = {
-        d.vm: data.draw(
-            st.one_of(
-                st.none(), st.floats(0, 12_000, allow_subnormal=False).map(lambda x: x * MBIT)
-            )
-        )
-        for d in demands
-    }
+    current: dict[str, float | None] = {d.vm: data.draw(_CURRENT_LIMIT) for d in demands}
     # the same measured rates, with the current limits nearby half the time
     bps = {
-        d.vm: (current[d.vm] or 1e9) * data.draw(st.sampled_from([0.5, 0.97, 1.0, 1.3]))
+        d.vm: (current[d.vm] or 1e9) * data.draw(_NEAR_CURRENT)
         if data.draw(st.booleans())
         else d.demand_bps
         for d in demands
     }
     # each guaranteed VM's reservation: free, reserved after some quiet periods, or released
-    states = st.one_of(
-        st.none(),
-        st.tuples(
-            st.integers(0, bw.HOLD_PERIODS),
-            st.floats(0, 2_500, allow_subnormal=False).map(lambda x: x * MBIT),
-            st.booleans(),
-        ),
-    )
-    held = {d.vm: data.draw(states) for d in demands}
+    held = {d.vm: data.draw(_RESERVATION) for d in demands}
     on_vf = {d.vm: data.draw(st.booleans()) for d in demands}
     reservations = {vm: s for vm, s in held.items() if s is not None}
     # flow k is VM where[k] of the columns; two more VMs, not flows, must stay untouched
