@@ -1026,6 +1026,42 @@ Sova 19.4 s wall / 19.5 CPU-s / 280 MiB, CloudSim Plus 24.7 s / 28.8 / 455 MiB (
 less memory); its events.csv is 170 ``hotspot`` and 170 ``hotspot_end`` rows (124 kB), one
 state per hot host. The issue measured 178 s against CloudSim Plus's 51 s (3.5x slower) and a
 195 MB events file on its hot fleet. Still short of every 10x and the 10 M VM-steps.
+
+Issue 36, branch setup37 (2026-12-07 21:33-21:52, the 2-core machine shared with other
+sessions, load average 4-9; before = main 91948f1 through ``--sova-src``, runs alternating,
+CPU s; medians of 3 unless said): the simulator's fixed and per-tick Python around the core.
+``World.__init__`` runs without the collector's automatic passes and writes the first
+workloads a parameter column at a time; the share call's host columns and parameters and
+the counters' view are built once (again only after a move, a workload change or another
+tick length); the statistics reuse a scratch array and keep the live view's tick arrays in
+bit/s; summary.json, plots.json and columns.json are written by ``writer.json_text`` (the
+standard encoder's text, tested equal); the report reads the throughput grid once. Golden
+outputs: 17 runs, 0 differences; the hour's outputs (report.md, plots.json, PNGs,
+summary.json, timeline columns) byte-identical.
+
+    measure                                   before                    after
+    first World of 1,000 x 20 (3 pairs)       0.197, 0.201, 0.198       0.125, 0.125, 0.125
+    --physics-only 100 x 3 x 3600             0.48, 0.45                0.42, 0.43
+    --physics-only 1,000 x 20 x 300           0.77, 0.76                0.75, 0.74
+    --sim-only 1,000 x 20 x 300 (4 pairs)     1.62, 1.78, 1.85, 1.77    1.66, 1.72, 1.74, 1.63
+    whole command 1,000 x 3 x 3600, CPU s     8.2, 8.5, 7.6             8.0, 7.9, 8.0
+      peak RSS                                137-139 MiB               137 MiB
+    write_outputs of that hour (one run)      1.31                      1.15
+    summary.json of 1,000 x 20 x 300 (2.9 MB) 0.11                      0.07
+
+So ~0.07 CPU-s off the construction and ~8 % off a small fleet's tick (what a week at 100
+hosts pays per tick); at 1,000 x 20 the gain is inside this load's spread. What was looked
+at and left: ``matplotlib.pyplot`` costs no more to import than ``matplotlib.figure`` with
+the Agg canvas (0.38 CPU-s either way here), and ``sova.sim.fleet`` is imported only when
+the report draws, so a lazy pyplot saves nothing; a figure made at the saving dpi (90)
+draws no faster and changes the PNGs' bytes; ``tight_layout`` is ~0.04 s a figure and PNG
+encoding ~0.03 (fixed margins or a lower zlib level would change the files); the row-wise
+``nanpercentile`` of the bands beside a split into NaN-free rows 0.044 -> 0.035 s a grid.
+Left outside this branch's files: ``sova.cli`` imports ``cli_operator`` (its client, ~0.1-0.3
+s under load) and ``sova.demo`` for every command; ``sova.policy.sharing.share_tick`` and
+``tick.count`` call ``np.ascontiguousarray`` per field (37 calls a tick, ~7 % of a 100-host
+tick under cProfile); ``sim.decisions.run_moves`` and the fleet report's other timeline passes
+(each ~0.04 CPU-s at the hour) read every chunk of the spilled timeline again.
 """
 
 from __future__ import annotations

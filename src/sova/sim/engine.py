@@ -66,6 +66,18 @@ class Engine(EngineState):
         workload.set_workloads(self, first, 0.0)
         idle = (self.kind == 0) & (self.net_duty == 0) & (self.cpu_duty == 0)
         workload.reset_each(self, np.flatnonzero(idle).tolist(), 0.0)
+        # the counters the core advances in place (never replaced): one view for the run
+        self._counters = Counters(
+            self.cpu_ns,
+            self.steal_ns,
+            self.tx_b,
+            self.rx_b,
+            self.tx_pk,
+            self.rx_pk,
+            self.h_cpu_ns,
+            self.h_tx_b,
+            self.h_rx_b,
+        )
 
     # ------------------------------------------------------------------ workloads
 
@@ -111,17 +123,7 @@ class Engine(EngineState):
             HostTick(
                 s.backend_vm_frac, s.tx_host, s.rx_host, s.host_need, self.cores, self.capacity
             ),
-            Counters(
-                self.cpu_ns,
-                self.steal_ns,
-                self.tx_b,
-                self.rx_b,
-                self.tx_pk,
-                self.rx_pk,
-                self.h_cpu_ns,
-                self.h_tx_b,
-                self.h_rx_b,
-            ),
+            self._counters,
             o.dt,
             self.profile.virtio_host_ns_per_packet,
             8.0 * ACK_BYTES,

@@ -143,9 +143,10 @@ def _volume(a: np.ndarray) -> np.ndarray:
     )
 
 
-def traffic_volume(run: PolicyRun, g: Grid) -> np.ndarray:
-    """Each VM's traffic over the run (sum of its tx samples), the order of "busiest"."""
-    return _volume(metric(run, g, "tx_mbps"))
+def traffic_volume(run: PolicyRun, g: Grid, tx: np.ndarray | None = None) -> np.ndarray:
+    """Each VM's traffic over the run (sum of its tx samples), the order of "busiest";
+    ``tx``: the run's :func:`metric` ``tx_mbps``, if the caller read it already."""
+    return _volume(metric(run, g, "tx_mbps") if tx is None else tx)
 
 
 def holder_share(run: PolicyRun, g: Grid) -> np.ndarray:
@@ -174,10 +175,12 @@ def plot_metric_fleet(
     name: str,
     label: str,
     volume: np.ndarray | None = None,
+    values: np.ndarray | None = None,
 ) -> Plotted | None:
     """Percentile bands over the VMs and the top :data:`TOP_N` VMs by volume (``volume``:
-    :func:`traffic_volume`, if the caller has it)."""
-    a = metric(run, g, name)
+    :func:`traffic_volume`, if the caller has it); ``values``: the :func:`metric` ``name``
+    of ``run``, if the caller read it already (written into)."""
+    a = metric(run, g, name) if values is None else values
     a[~np.isfinite(a)] = np.nan
     if not np.isfinite(a).any():
         return None

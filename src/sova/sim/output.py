@@ -167,7 +167,7 @@ def live_figures(run: PolicyRun, eng: Any, scn: Scenario | None) -> dict[str, An
         k = max(1, int(round(scn.controller.period / scn.tick)))
     net = list(st.host_net.last)[-k:]
     link = {h: float(sum(row[j] for row in net)) / len(net) for j, h in enumerate(eng.host_names)}
-    tx = list(st.series_vm_tx)[-k:]
+    tx = [row / 1e6 for row in list(st.series_vm_tx_bps)[-k:]]  # Mbit/s, as accumulated
     guarantees = {}
     for i, vm in enumerate(eng.vm_names):
         g = float(eng.vms[i].sla.bandwidth.minimum)

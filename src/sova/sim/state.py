@@ -16,6 +16,7 @@ import numpy as np
 
 from sova import model
 from sova.clock import Environment
+from sova.policy.sharing import ShareHosts, ShareParams
 from sova.policy.waterfill import Links
 from sova.scenario import Scenario
 
@@ -148,6 +149,9 @@ class EngineState:
         self._links: Links | None = None
         self._trace_cache: dict[str, dict[str, np.ndarray]] = {}
         self._load_static: LoadStatic | None = None  # rebuilt after set_workload
+        # the tick's host columns and parameters, with what they were built from
+        # (sova.sim.network._fixed)
+        self._share_fixed: tuple[Links, LoadStatic, float, ShareHosts, ShareParams] | None = None
 
     def _init_workload(self, N: int) -> None:
         """Each VM's workload parameters and duty-cycle state (set by set_workload)."""

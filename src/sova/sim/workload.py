@@ -127,12 +127,45 @@ def reset_each(eng: EngineState, idx: Sequence[int], t: float) -> None:
 
 def set_workloads(eng: EngineState, items: Iterable[tuple[int, Workload]], t: float) -> None:
     """:func:`set_workload` of each ``(VM, workload)`` in turn: the same state and the
-    same draws, the cycles' drawn in one call."""
-    idx = []
+    same draws, the parameters written a column at a time (a VM listed twice keeps the
+    last of its workloads) and the cycles drawn in one call. A world's first workloads
+    are every VM's: one numpy write per VM and parameter was most of their cost."""
+    items = list(items)
+    if not items:
+        return
+    eng._load_static = None  # the only writer of the workload parameters
+    last = dict(items)  # VM -> its last workload, in the order VMs were first listed
+    idx = np.fromiter(last, dtype=np.int64, count=len(last))
+    ws = list(last.values())
+    kinds = [w.kind for w in ws]
+
+    def col(values: list[float]) -> np.ndarray:
+        return np.array(values, dtype=float)
+
+    eng.kind[idx] = [KIND[k] for k in kinds]
+    eng.net_duty[idx] = col([w.net_duty for w in ws])
+    eng.cpu_duty[idx] = col([w.cpu for w in ws])
+    eng.rate[idx] = col([w.rate for w in ws])
+    eng.streams[idx] = col([w.streams for w in ws])
+    eng.pkt_bytes[idx] = col([w.packet_bytes for w in ws])
+    eng.rx_share[idx] = col([w.rx_share for w in ws])
+    eng.req_rate[idx] = col(
+        [w.requests_per_s if k == "requests" else 0.0 for w, k in zip(ws, kinds, strict=True)]
+    )
+    eng.resp_bytes[idx] = col([w.response for w in ws])
+    eng.req_bytes[idx] = col([w.request for w in ws])
+    eng.ns_per_byte[idx] = col([w.ns_per_byte for w in ws])
+    eng.file_left[idx] = col(
+        [float(w.size) if k == "file" else 0.0 for w, k in zip(ws, kinds, strict=True)]
+    )
+    eng.file_size[idx] = eng.file_left[idx]
+    eng.file_start[idx] = t
+    eng.backlog_bits[idx] = 0.0
+    # a trace's columns (and its errors) as set_workload has them, in the items' order
     for i, w in items:
-        _set_parameters(eng, i, w, t)
-        idx.append(i)
-    reset_each(eng, idx, t)
+        if w.kind == "trace":
+            _set_trace(eng, i, w)
+    reset_each(eng, [i for i, _ in items], t)
 
 
 def set_workload(eng: EngineState, i: int, w: Workload, t: float) -> None:
@@ -158,17 +191,22 @@ def _set_parameters(eng: EngineState, i: int, w: Workload, t: float) -> None:
     eng.file_start[i] = t
     eng.backlog_bits[i] = 0.0
     if w.kind == "trace":
-        assert w.trace is not None and w.column is not None
-        cols = load_trace(eng, w.trace)
-        if w.column not in cols:
-            raise ValueError(f"trace {w.trace}: no column {w.column!r}")
-        eng.trace_t[i], eng.trace_col[i] = cols["time_s"], cols[w.column] * 1e6
-        if w.cpu_column is not None:
-            if w.cpu_column not in cols:
-                raise ValueError(f"trace {w.trace}: no column {w.cpu_column!r}")
-            eng.trace_cpu[i] = np.clip(cols[w.cpu_column], 0.0, 1.0)
-        else:
-            eng.trace_cpu[i] = None
+        _set_trace(eng, i, w)
+
+
+def _set_trace(eng: EngineState, i: int, w: Workload) -> None:
+    """VM ``i``'s trace columns from its workload's CSV (``w.kind`` is ``"trace"``)."""
+    assert w.trace is not None and w.column is not None
+    cols = load_trace(eng, w.trace)
+    if w.column not in cols:
+        raise ValueError(f"trace {w.trace}: no column {w.column!r}")
+    eng.trace_t[i], eng.trace_col[i] = cols["time_s"], cols[w.column] * 1e6
+    if w.cpu_column is not None:
+        if w.cpu_column not in cols:
+            raise ValueError(f"trace {w.trace}: no column {w.cpu_column!r}")
+        eng.trace_cpu[i] = np.clip(cols[w.cpu_column], 0.0, 1.0)
+    else:
+        eng.trace_cpu[i] = None
 
 
 def load_trace(eng: EngineState, path: str) -> dict[str, np.ndarray]:
@@ -209,8 +247,16 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
             st.ask_rate * (t1 - t0),
         ),
         OfferParams(
-            eng.seed, eng.ticks, t0, t1, p.cycle_min, p.cycle_max, p.rate_jitter,
-            p.cpu_jitter, st.any_req, p.guest_ns_per_request,
+            eng.seed,
+            eng.ticks,
+            t0,
+            t1,
+            p.cycle_min,
+            p.cycle_max,
+            p.rate_jitter,
+            p.cpu_jitter,
+            st.any_req,
+            p.guest_ns_per_request,
         ),  # fmt: skip
     )
     offered = got.offered
