@@ -536,9 +536,9 @@ class World:
             host=np.repeat(np.asarray(rows.hosts, dtype=np.int64), np.diff(cut)),
             vm_names=eng.vm_names,
             vm=m,
-            on_vf=rows.state[0],
-            vf_max_bps=rows.state[2],
-            guest_limit_bps=rows.state[4],
+            on_vf=rows.on_vf,
+            vf_max_bps=rows.vf_max,
+            guest_limit_bps=rows.guest_limit,
             factors=[
                 a[m]
                 for a in (
