@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -129,7 +130,9 @@ class FleetControl:
             self.kept = {}  # every agent steps: none keeps a settled period's records
             return sensed
         measured = np.array(sensed.measured_list(), dtype=bool)
-        leaving, since, recorded = _dwell(e, agent_l, now)
+        # each agent's VMs it migrates away (read once: _dwell and _who read them)
+        migrating = list(map(_MIGRATING, agent_l))
+        leaving, since, recorded = _dwell(e, agent_l, migrating, now)
         cfg = self.scheduler
         rows = VFRows(
             host=host,
@@ -143,7 +146,7 @@ class FleetControl:
             demand=factors.demand_est_bps,
         )
         result = schedule_hosts(rows, self.pool, now, cfg)
-        mine_l, busy, calm = self._who(e, rows, result, free, measured, agent_l)
+        mine_l, busy, calm = self._who(e, rows, result, free, measured, migrating)
         if not mine_l:
             self.kept = {}
             return sensed
@@ -189,7 +192,7 @@ class FleetControl:
         result: VFSchedule,
         free: np.ndarray,
         measured: np.ndarray,
-        agent_l: list[HostAgent],
+        migrating: list[dict[str, str]],
     ) -> tuple[list[int], list[int], list[int]]:
         """The hosts the world decides for, ascending, and of those the ones that act
         (busy: handed their whole decision) and the settled ones (calm: holders and
@@ -211,9 +214,9 @@ class FleetControl:
         mine_l = [
             hi
             for hi in np.flatnonzero(free & (measured | settled)).tolist()
-            if measured_l[hi] or not agent_l[hi].migrating
+            if measured_l[hi] or not migrating[hi]
         ]
-        quiet = [settled_l[hi] and not agent_l[hi].migrating for hi in mine_l]
+        quiet = [settled_l[hi] and not migrating[hi] for hi in mine_l]
         busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
         calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
         return mine_l, busy, calm
@@ -384,46 +387,44 @@ def _warm_up(e: Engine, warm: list[int], by_host: np.ndarray) -> dict[int, tuple
     return {hi: tuple([names[i] for i in held_l[cut[hi] : cut[hi + 1]]]) for hi in warm}
 
 
+# what _free and _dwell read of each agent (through C-level maps over all agents, not a
+# Python loop per host: a few attribute reads per host were most of their cost)
+_ACTS_ALONE = attrgetter("executor.in_flight", "signalled", "vf_freeze_host", "vf_freeze_vms")
+_MIGRATING = attrgetter("migrating")
+_VF_SINCE = attrgetter("vf_since")
+
+
 def _free(agent_l: list[HostAgent]) -> np.ndarray:
     """The hosts whose agent decides as the world here would, once measured (see the
     module's docstring): no call in flight, no signal and no VF freeze."""
-    return np.array(
-        [
-            not a.executor.in_flight
-            and not a.signalled
-            and not a.vf_freeze_host
-            and not a.vf_freeze_vms
-            for a in agent_l
-        ],
-        dtype=bool,
-    )
+    return ~np.array(list(map(any, map(_ACTS_ALONE, agent_l))), dtype=bool)
 
 
 def _dwell(
-    e: Engine, agent_l: list[HostAgent], now: float
+    e: Engine, agent_l: list[HostAgent], migrating: list[dict[str, str]], now: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per VM: leaving (its agent migrates it away), since when it holds its VF by its
-    agent's records (``now`` where they have none), and whether they have one."""
+    """Per VM: leaving (its agent migrates it away: ``migrating``, each agent's), since
+    when it holds its VF by its agent's records (``now`` where they have none), and
+    whether they have one."""
     host = e.host
     index = e.vm_index
     # an agent's own records count for the VMs on its host only (a VM that left is
     # the target's now)
     gone: list[int] = []
-    for hi in [hi for hi, a in enumerate(agent_l) if a.migrating]:
-        gone += [i for i in map(index.__getitem__, agent_l[hi].migrating) if host[i] == hi]
+    for hi in [hi for hi, m in enumerate(migrating) if m]:
+        gone += [i for i in map(index.__getitem__, migrating[hi]) if host[i] == hi]
     leaving = np.zeros(e.N, dtype=bool)
     leaving[gone] = True
     # every agent's dwell starts at once (~2 per host, every period): read through
     # chained iterators into arrays, not a Python loop per holder
-    counts = [len(a.vf_since) for a in agent_l]
+    since_l = list(map(_VF_SINCE, agent_l))
+    counts = list(map(len, since_l))
     n = sum(counts)
     held = np.fromiter(
-        map(index.__getitem__, chain.from_iterable(a.vf_since for a in agent_l)),
-        dtype=np.int64,
-        count=n,
+        map(index.__getitem__, chain.from_iterable(since_l)), dtype=np.int64, count=n
     )
     held_since = np.fromiter(
-        chain.from_iterable(a.vf_since.values() for a in agent_l), dtype=np.float64, count=n
+        chain.from_iterable(map(dict.values, since_l)), dtype=np.float64, count=n
     )
     own = host[held] == np.repeat(np.arange(e.H), counts)
     held, held_since = held[own], held_since[own]

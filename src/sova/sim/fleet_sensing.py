@@ -210,13 +210,12 @@ class FleetSensed(Mapping[str, Sensed]):
             return [Loads(False, None, {}) for _ in self._names]
         p = self._host_lists()
         names, loaded, lcut = self._vm_names, self.loaded, p.loaded_cut
+        cols = zip(p.ok, p.cpu, p.mem, p.net, lcut[:-1], lcut[1:], strict=True)
         return [
             Loads(
-                True,
-                LoadShares(cpu, mem, net) if ok else None,
-                HostLoads(a, names, loaded, lcut[hi], lcut[hi + 1]),
+                True, LoadShares(cpu, mem, net) if ok else None, HostLoads(a, names, loaded, i, j)
             )
-            for hi, (ok, cpu, mem, net) in enumerate(zip(p.ok, p.cpu, p.mem, p.net, strict=True))
+            for ok, cpu, mem, net, i, j in cols
         ]
 
     def _host_lists(self) -> _PerHost:
