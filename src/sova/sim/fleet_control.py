@@ -210,16 +210,14 @@ class FleetControl:
             & ~self.tiered
             & (np.bincount(host, rated, minlength=e.H) == 0)
         )
-        settled_l, measured_l = settled.tolist(), measured.tolist()
-        mine_l = [
-            hi
-            for hi in np.flatnonzero(free & (measured | settled)).tolist()
-            if measured_l[hi] or not migrating[hi]
-        ]
-        quiet = [settled_l[hi] and not migrating[hi] for hi in mine_l]
-        busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
-        calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
-        return mine_l, busy, calm
+        leaves = np.fromiter(map(bool, migrating), dtype=bool, count=e.H)
+        mine = free & (measured | settled) & (measured | ~leaves)
+        quiet = settled & ~leaves
+        return (
+            np.flatnonzero(mine).tolist(),
+            np.flatnonzero(mine & ~quiet).tolist(),
+            np.flatnonzero(mine & quiet).tolist(),
+        )
 
     def _settled(
         self,
