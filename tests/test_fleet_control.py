@@ -284,6 +284,41 @@ def test_inventories_read_when_first_read_equal_the_reads_of_their_moment(
     assert lazy > 0
 
 
+def test_a_settled_host_whose_vms_did_not_change_keeps_its_last_inventory() -> None:
+    # a host settled in two periods running whose VMs' columns did not change gets the
+    # same inventory object (equal to a new read); one whose VM changed gets a new read
+    scn = _scenario("sova-tour", 600.0)
+    world = World(scn, next(p for p in scn.policy_specs if p.name == "sova"))
+    control = world._control
+    assert control is not None
+    read = control._inventories
+    kept = renewed = 0
+
+    def check(e: Any, hosts: list[int], busy: set[int]) -> Any:
+        nonlocal kept, renewed
+        assert control is not None
+        before = dict(control.calm_read)
+        changed = -1
+        if before and e.env.now >= 300.0 and renewed == 0:
+            changed = next(iter(before))  # a guest limit lands on one of its VMs
+            e.guest_limit[control.members[changed][0]] = 123e6
+        out = read(e, hosts, busy)
+        for hi, inv in control.calm_read.items():
+            h = e.host_names[hi]
+            assert out[h] is inv and inv == e.inventory(h)
+            old = before.get(hi)
+            if hi == changed:
+                assert inv is not old and inv != old
+                renewed += 1
+            elif old is not None:
+                kept += inv is old  # (else read again: a VM's column changed)
+        return out
+
+    control._inventories = check  # type: ignore[method-assign]
+    world.run_until(scn.duration)
+    assert kept > 0 and renewed == 1
+
+
 def test_polling_only_the_hosts_with_operations_submitted_changes_nothing() -> None:
     # the world polls the agents of the hosts an operation was submitted from (until their
     # executors have nothing in flight); polling every agent each tick gives the same run

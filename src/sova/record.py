@@ -277,7 +277,8 @@ class Timeline(Sequence[TimelineRow]):
                 f.seek(0, os.SEEK_END)
                 offset = f.tell()
                 for name in TIMELINE_COLUMNS:
-                    f.write(np.ascontiguousarray(c.columns[name], DTYPES[name]).tobytes())
+                    # the array's own buffer (tobytes() copied every column first)
+                    f.write(np.ascontiguousarray(c.columns[name], DTYPES[name]).data)
                 self._chunks[k] = _Spilled(offset, c.n)
         f.flush()  # read back with os.pread, beneath the file object's buffer
         self._held = 0

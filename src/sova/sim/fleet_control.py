@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -57,7 +58,10 @@ class Rows:
     hosts: list[int]  # host indices, ascending
     cut: list[int]  # host k's rows are members[cut[k] : cut[k + 1]]
     members: np.ndarray  # VM indices
-    state: np.ndarray  # the inventory columns (_inventories' cols) of those VMs
+    # the inventory columns the rows read, of those VMs (the period's _Frame)
+    on_vf: np.ndarray
+    vf_max: np.ndarray
+    guest_limit: np.ndarray
     time_s: float
 
 
@@ -77,8 +81,11 @@ class FleetControl:
         self.pool = np.array([h.nic.vf_pool for h in engine.hosts], dtype=np.int64)
         # tiers give holders rates from their demand: such a host is never settled here
         self.tiered = np.array([bool(h.nic.tiers_bps) for h in engine.hosts], dtype=bool)
-        # the inventory columns of the last reading and each VM's host (see _inventories)
-        self.state: tuple[np.ndarray, np.ndarray] | None = None
+        # the last reading's inventory columns and each VM's host (see _inventories)
+        self.frame: _Frame | None = None
+        self.read_host: np.ndarray | None = None
+        # the last reading's settled hosts' inventories, by host index (see _inventories)
+        self.calm_read: dict[int, Inventory] = {}
         # each host's VMs in index order
         self.members: list[list[int]] = []
         # last period's settled hosts' desired holders and ranking as their agents took
@@ -123,7 +130,9 @@ class FleetControl:
             self.kept = {}  # every agent steps: none keeps a settled period's records
             return sensed
         measured = np.array(sensed.measured_list(), dtype=bool)
-        leaving, since, recorded = _dwell(e, agent_l, now)
+        # each agent's VMs it migrates away (read once: _dwell and _who read them)
+        migrating = list(map(_MIGRATING, agent_l))
+        leaving, since, recorded = _dwell(e, agent_l, migrating, now)
         cfg = self.scheduler
         rows = VFRows(
             host=host,
@@ -137,7 +146,7 @@ class FleetControl:
             demand=factors.demand_est_bps,
         )
         result = schedule_hosts(rows, self.pool, now, cfg)
-        mine_l, busy, calm = self._who(e, rows, result, free, measured, agent_l)
+        mine_l, busy, calm = self._who(e, rows, result, free, measured, migrating)
         if not mine_l:
             self.kept = {}
             return sensed
@@ -145,9 +154,9 @@ class FleetControl:
         mine = np.zeros(e.H, dtype=bool)
         mine[mine_l] = True
         inventories = self._inventories(e, mine_l, set(busy))
-        assert self.state is not None
+        assert self.frame is not None
         by_host = self._by_host(host)
-        self.decided = _decided_rows(host, by_host, mine, mine_l, self.state[0], now)
+        self.decided = _decided_rows(host, by_host, mine, mine_l, self.frame, now)
         r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
         ranked_l = result.ranked.tolist()
         # read into lists only when a host needs a decision or a new ranking (most
@@ -183,7 +192,7 @@ class FleetControl:
         result: VFSchedule,
         free: np.ndarray,
         measured: np.ndarray,
-        agent_l: list[HostAgent],
+        migrating: list[dict[str, str]],
     ) -> tuple[list[int], list[int], list[int]]:
         """The hosts the world decides for, ascending, and of those the ones that act
         (busy: handed their whole decision) and the settled ones (calm: holders and
@@ -201,16 +210,14 @@ class FleetControl:
             & ~self.tiered
             & (np.bincount(host, rated, minlength=e.H) == 0)
         )
-        settled_l, measured_l = settled.tolist(), measured.tolist()
-        mine_l = [
-            hi
-            for hi in np.flatnonzero(free & (measured | settled)).tolist()
-            if measured_l[hi] or not agent_l[hi].migrating
-        ]
-        quiet = [settled_l[hi] and not agent_l[hi].migrating for hi in mine_l]
-        busy = [hi for hi, q in zip(mine_l, quiet, strict=True) if not q]
-        calm = [hi for hi, q in zip(mine_l, quiet, strict=True) if q]
-        return mine_l, busy, calm
+        leaves = np.fromiter(map(bool, migrating), dtype=bool, count=e.H)
+        mine = free & (measured | settled) & (measured | ~leaves)
+        quiet = settled & ~leaves
+        return (
+            np.flatnonzero(mine).tolist(),
+            np.flatnonzero(mine & ~quiet).tolist(),
+            np.flatnonzero(mine & quiet).tolist(),
+        )
 
     def _settled(
         self,
@@ -270,26 +277,42 @@ class FleetControl:
         each would read at its own step. A settled host's VMs (:class:`HostVMs`) are built
         only when something reads them (the manager reads the few hosts it may move a VM
         off or onto): the bandwidth loop moves a guest limit on most VMs every period, and
-        a VM's state costs more to build than its host's whole settled period."""
-        # every column Engine.inventory reads (the timeline's rows read them too)
-        cols = np.stack(
-            (e.on_vf, e.vf_index, e.vf_max, e.vf_min, e.guest_limit, e.ready, e.migrating)
-        ).astype(np.float64, copy=False)
+        a VM's state costs more to build than its host's whole settled period.
+
+        A settled host whose VMs and every column read are as at the last reading, where
+        it was settled too, gets that reading's inventory again (what it would build is
+        equal: ``Engine.inventory`` reads nothing else): in benchmarks/simulate_scale.py
+        no host's columns change between most periods."""
         host = e.host.copy()
-        prev, self.state = self.state, (cols, host)
-        if prev is None or bool((host != prev[1]).any()):
+        prev, self.read_host = self.read_host, host
+        before, frame = self.frame, _Frame(e)
+        # every column Engine.inventory reads (the timeline's rows read them too)
+        self.frame = frame
+        kept, self.calm_read = self.calm_read, {}
+        if prev is None or not np.array_equal(host, prev):
             # each host's VMs in index order (Engine.inventory's), again when VMs moved
             order = np.argsort(host, kind="stable")
             cut = np.searchsorted(host[order], np.arange(e.H + 1)).tolist()
             order_l = order.tolist()
             self.members = [order_l[cut[h] : cut[h + 1]] for h in range(e.H)]
-        frame = _Frame(e)
+            kept = {}
+        elif kept:
+            assert before is not None
+            # (NaN != NaN: a column holding one counts as changed, and is built again)
+            changed = np.bincount(host, before.differs(frame), minlength=e.H) > 0
+            kept = {hi: inv for hi, inv in kept.items() if not changed[hi]}
         host_names, objs, members = e.host_names, e.hosts, self.members
         read: dict[str, Inventory] = {}
+        calm_read = self.calm_read
         for hi in hosts:
-            vms = HostVMs(frame, members[hi])
-            # a host that steps reads its VMs at once, and often: a plain dict
-            read[host_names[hi]] = Inventory(objs[hi], vms.built() if hi in busy else vms)
+            if hi in busy:
+                # a host that steps reads its VMs at once, and often: a plain dict
+                read[host_names[hi]] = Inventory(objs[hi], HostVMs(frame, members[hi]).built())
+                continue
+            inv = kept.get(hi)
+            if inv is None or inv.host is not objs[hi]:
+                inv = Inventory(objs[hi], HostVMs(frame, members[hi]))
+            read[host_names[hi]] = calm_read[hi] = inv
         return read
 
 
@@ -315,6 +338,20 @@ class _Frame:
         self.vf_max, self.vf_min = e.vf_max.copy(), e.vf_min.copy()
         self.guest_limit, self.ready = e.guest_limit.copy(), e.ready.copy()
         self.migrating = e.migrating.copy()
+
+    def differs(self, other: _Frame) -> np.ndarray:
+        """Per VM: whether any column differs between this reading and ``other``."""
+        out: np.ndarray = self.on_vf != other.on_vf
+        for a, b in (
+            (self.vf_index, other.vf_index),
+            (self.vf_max, other.vf_max),
+            (self.vf_min, other.vf_min),
+            (self.guest_limit, other.guest_limit),
+            (self.ready, other.ready),
+            (self.migrating, other.migrating),
+        ):
+            out |= a != b
+        return out
 
 
 class HostVMs(LazyMapping[str, VMState]):
@@ -348,46 +385,44 @@ def _warm_up(e: Engine, warm: list[int], by_host: np.ndarray) -> dict[int, tuple
     return {hi: tuple([names[i] for i in held_l[cut[hi] : cut[hi + 1]]]) for hi in warm}
 
 
+# what _free and _dwell read of each agent (through C-level maps over all agents, not a
+# Python loop per host: a few attribute reads per host were most of their cost)
+_ACTS_ALONE = attrgetter("executor.in_flight", "signalled", "vf_freeze_host", "vf_freeze_vms")
+_MIGRATING = attrgetter("migrating")
+_VF_SINCE = attrgetter("vf_since")
+
+
 def _free(agent_l: list[HostAgent]) -> np.ndarray:
     """The hosts whose agent decides as the world here would, once measured (see the
     module's docstring): no call in flight, no signal and no VF freeze."""
-    return np.array(
-        [
-            not a.executor.in_flight
-            and not a.signalled
-            and not a.vf_freeze_host
-            and not a.vf_freeze_vms
-            for a in agent_l
-        ],
-        dtype=bool,
-    )
+    return ~np.array(list(map(any, map(_ACTS_ALONE, agent_l))), dtype=bool)
 
 
 def _dwell(
-    e: Engine, agent_l: list[HostAgent], now: float
+    e: Engine, agent_l: list[HostAgent], migrating: list[dict[str, str]], now: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per VM: leaving (its agent migrates it away), since when it holds its VF by its
-    agent's records (``now`` where they have none), and whether they have one."""
+    """Per VM: leaving (its agent migrates it away: ``migrating``, each agent's), since
+    when it holds its VF by its agent's records (``now`` where they have none), and
+    whether they have one."""
     host = e.host
     index = e.vm_index
     # an agent's own records count for the VMs on its host only (a VM that left is
     # the target's now)
     gone: list[int] = []
-    for hi in [hi for hi, a in enumerate(agent_l) if a.migrating]:
-        gone += [i for i in map(index.__getitem__, agent_l[hi].migrating) if host[i] == hi]
+    for hi in [hi for hi, m in enumerate(migrating) if m]:
+        gone += [i for i in map(index.__getitem__, migrating[hi]) if host[i] == hi]
     leaving = np.zeros(e.N, dtype=bool)
     leaving[gone] = True
     # every agent's dwell starts at once (~2 per host, every period): read through
     # chained iterators into arrays, not a Python loop per holder
-    counts = [len(a.vf_since) for a in agent_l]
+    since_l = list(map(_VF_SINCE, agent_l))
+    counts = list(map(len, since_l))
     n = sum(counts)
     held = np.fromiter(
-        map(index.__getitem__, chain.from_iterable(a.vf_since for a in agent_l)),
-        dtype=np.int64,
-        count=n,
+        map(index.__getitem__, chain.from_iterable(since_l)), dtype=np.int64, count=n
     )
     held_since = np.fromiter(
-        chain.from_iterable(a.vf_since.values() for a in agent_l), dtype=np.float64, count=n
+        chain.from_iterable(map(dict.values, since_l)), dtype=np.float64, count=n
     )
     own = host[held] == np.repeat(np.arange(e.H), counts)
     held, held_since = held[own], held_since[own]
@@ -403,13 +438,24 @@ def _decided_rows(
     by_host: np.ndarray,
     mine: np.ndarray,
     mine_l: list[int],
-    state: np.ndarray,
+    frame: _Frame,
     now: float,
 ) -> Rows:
     """The deciding hosts' rows, each host's VMs in name order (the agent's candidates'
-    order)."""
-    members = by_host[mine[host[by_host]]]
-    counts = np.bincount(host[members], minlength=mine.size)[mine]
+    order); when the world decides for every host (most periods) every VM's row, in
+    ``by_host``'s order, without selecting."""
+    every = len(mine_l) == mine.size
+    members = by_host if every else by_host[mine[host[by_host]]]
+    counts = np.bincount(host[members], minlength=mine.size)
+    if not every:
+        counts = counts[mine]
+    cut = np.concatenate(([0], np.cumsum(counts))).tolist()
     return Rows(
-        mine_l, np.concatenate(([0], np.cumsum(counts))).tolist(), members, state[:, members], now
+        mine_l,
+        cut,
+        members,
+        frame.on_vf[members],
+        frame.vf_max[members],
+        frame.guest_limit[members],
+        now,
     )

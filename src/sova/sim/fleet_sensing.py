@@ -76,24 +76,31 @@ class HostFactors(LazyMapping[str, VMFactors]):
 class HostLoads(LazyMapping[str, LoadShares]):
     """One host's :func:`~sova.policy.sensing.vm_loads` (``Loads.vms``) from the period's
     load arrays, built when first read (the manager reads the VMs of the few hosts it may
-    move a VM off or onto)."""
+    move a VM off or onto): its VMs are ``loaded[start:stop]`` (``FleetSensed.loaded``,
+    which nothing changes after the period), sliced only then, not for every host."""
 
     __slots__ = ("_args",)
 
-    def __init__(self, loads: LoadArrays, names: Sequence[str], rows: list[int]) -> None:
+    def __init__(
+        self, loads: LoadArrays, names: Sequence[str], loaded: np.ndarray, start: int, stop: int
+    ) -> None:
         self._built = None
-        self._args = (loads, names, rows)
+        self._args = (loads, names, loaded, start, stop)
 
     def _build(self) -> dict[str, LoadShares]:
-        a, names, rows = self._args
-        m = np.array(rows, dtype=np.int64)
+        a, names, loaded, start, stop = self._args
+        m = loaded[start:stop]
         cols = zip(
-            rows, a.vm_cpu[m].tolist(), a.vm_mem[m].tolist(), a.vm_net[m].tolist(), strict=True
+            m.tolist(),
+            a.vm_cpu[m].tolist(),
+            a.vm_mem[m].tolist(),
+            a.vm_net[m].tolist(),
+            strict=True,
         )
         return {names[i]: LoadShares(c, mem, net) for i, c, mem, net in cols}
 
     def __len__(self) -> int:
-        return len(self._args[2])
+        return self._args[4] - self._args[3]
 
 
 class _PerHost(NamedTuple):
@@ -102,7 +109,7 @@ class _PerHost(NamedTuple):
 
     cut: list[int]  # host h's VMs are FleetSensed.members[cut[h] : cut[h + 1]]
     measured: list[bool]
-    loaded: list[list[int]]  # its VMs with a load share, index order
+    loaded_cut: list[int]  # its VMs with a load share: FleetSensed.loaded[lcut[h] : lcut[h + 1]]
     ok: list[bool]  # whether its host share was measured (a counter did not go back)
     cpu: list[float]
     mem: list[float]
@@ -134,6 +141,7 @@ class FleetSensed(Mapping[str, Sensed]):
         "_index",
         "_vm_names",
         "_lists",
+        "_loads",
         "_built",
     )
 
@@ -156,6 +164,7 @@ class FleetSensed(Mapping[str, Sensed]):
             engine.vm_names,
         )
         self._lists: _PerHost | None = None
+        self._loads: list[Loads] | None = None
         self._built: list[Sensed | None] = [None] * len(engine.host_names)
 
     def __getitem__(self, host: str) -> Sensed:
@@ -184,19 +193,35 @@ class FleetSensed(Mapping[str, Sensed]):
         s = self._built[hi]
         if s is not None and s.loads is not None:
             return s.loads
+        return self.loads_list()[hi]
+
+    def loads_list(self) -> list[Loads]:
+        """Every host's :meth:`loads_at` by host index, built in one pass when first read
+        (a world's settled hosts take theirs every period: one method call and list reads
+        per host were as much as the objects themselves)."""
+        out = self._loads
+        if out is None:
+            out = self._loads = self._all_loads()
+        return out
+
+    def _all_loads(self) -> list[Loads]:
         a = self.loads
         if a is None:
-            return Loads(False, None, {})
+            return [Loads(False, None, {}) for _ in self._names]
         p = self._host_lists()
-        shares = LoadShares(p.cpu[hi], p.mem[hi], p.net[hi]) if p.ok[hi] else None
-        return Loads(True, shares, HostLoads(a, self._vm_names, p.loaded[hi]))
+        names, loaded, lcut = self._vm_names, self.loaded, p.loaded_cut
+        cols = zip(p.ok, p.cpu, p.mem, p.net, lcut[:-1], lcut[1:], strict=True)
+        return [
+            Loads(
+                True, LoadShares(cpu, mem, net) if ok else None, HostLoads(a, names, loaded, i, j)
+            )
+            for ok, cpu, mem, net, i, j in cols
+        ]
 
     def _host_lists(self) -> _PerHost:
         """What a host's reading takes, as lists by host index, read once per period."""
         if self._lists is None:
             cut = self.cut.tolist()
-            loaded, lcut = self.loaded.tolist(), self.loaded_cut.tolist()
-            n = len(cut) - 1
             a = self.loads
             columns: tuple[list[Any], ...] = (
                 ([],) * 4
@@ -208,13 +233,9 @@ class FleetSensed(Mapping[str, Sensed]):
                     a.host_net.tolist(),
                 )
             )
-            # (a host's members are read when its Sensed is built: few hosts' are)
-            self._lists = _PerHost(
-                cut,
-                self.measured.tolist(),
-                [loaded[lcut[h] : lcut[h + 1]] for h in range(n)],
-                *columns,
-            )
+            # (a host's members and loaded VMs are read when its Sensed or its VM loads
+            # are built: few hosts' are)
+            self._lists = _PerHost(cut, self.measured.tolist(), self.loaded_cut.tolist(), *columns)
         return self._lists
 
     def __contains__(self, host: object) -> bool:

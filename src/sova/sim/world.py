@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -485,11 +486,13 @@ class World:
         if self._record_ticks and self.k % self._record_ticks:
             return
         eng = self.engine
-        # the engine's arrays read once per period, not once per row
-        offered, resp_s, kind = eng.offered.tolist(), eng.resp_s.tolist(), eng.kind.tolist()
         index = eng.vm_index
+        # the engine's arrays read once per period, not once per row, and only when a
+        # host's rows come from its report (most periods of a large world none does)
+        read = cache(lambda: (eng.offered.tolist(), eng.resp_s.tolist(), eng.kind.tolist()))
 
         def world(vm: str) -> tuple[float | None, float | None]:
+            offered, resp_s, kind = read()
             i = index[vm]
             return _world_columns(offered[i], resp_s[i], kind[i])
 
@@ -523,6 +526,9 @@ class World:
                 {k: (vocab, index[part]) for k, (vocab, index) in texts.items()},
             )
 
+        if len(at) == len(reports) and list(at) == list(reports):
+            put(0, len(at) - 1)  # the world decided for every host: one block
+            return
         run: list[int] = []  # the decided hosts met in a row: one block
         for host, report in reports.items():
             k = at.get(host)
@@ -561,9 +567,9 @@ class World:
             host=np.repeat(np.asarray(rows.hosts, dtype=np.int64), np.diff(cut)),
             vm_names=eng.vm_names,
             vm=m,
-            on_vf=rows.state[0],
-            vf_max_bps=rows.state[2],
-            guest_limit_bps=rows.state[4],
+            on_vf=rows.on_vf,
+            vf_max_bps=rows.vf_max,
+            guest_limit_bps=rows.guest_limit,
             factors=[
                 a[m]
                 for a in (

@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING
+from itertools import compress, repeat
+from operator import is_, is_not
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -23,6 +25,8 @@ from sova.policy.hotness import _check_utilisation
 from sova.policy.hotspot import RESOURCES, UTILISATION_SLACK, HostCapacity, Utilisation, VMLoad
 
 _NONE = object()  # no window (not None: history.get gives None for an unknown host)
+_NONES = repeat(None)
+_ARRAY_WINDOWS = repeat(ArrayWindow)
 
 # A host's detector window: the core's own view of its window arrays, or a deque put in
 # from outside (a restore replays the stored reports into one).
@@ -172,18 +176,19 @@ class ReportIntake:
             loads = [Utilisation(*r) for r in util.tolist()]
             return self.ingest_many(zip(hosts, loads, vms, capacity, strict=True), at=at)
         history, arrays, caps, skip = self.history, self.windows(), self.capacity, self._skip
-        for h, cap in zip(hosts, capacity, strict=True):
-            if cap is not None:
-                caps[h] = cap
+        # (every host's reads below through C-level maps, not a Python loop per host: a
+        # simulated world hands every host each period)
+        given = compress(zip(hosts, capacity, strict=True), map(is_not, capacity, _NONES))
+        caps.update(cast(Iterable[tuple[str, HostCapacity]], given))
         if at is not None:
             self._seen_at(hosts, at)
-        owner = arrays.owner
         # the hosts whose window is the core's own view: their loads land in one assignment
-        take = [
-            i
-            for i, h in enumerate(hosts)
-            if (w := history.get(h)) is owner.get(h, _NONE) and type(w) is ArrayWindow
-        ]
+        windows = list(map(history.get, hosts))
+        own = np.fromiter(
+            map(is_, windows, map(arrays.owner.get, hosts, repeat(_NONE))), dtype=bool, count=m
+        )
+        own &= np.fromiter(map(is_, map(type, windows), _ARRAY_WINDOWS), dtype=bool, count=m)
+        take = np.flatnonzero(own).tolist()
         if len(take) < m:  # a host new to the core, or whose window was put in from outside
             for i in sorted(set(range(m)).difference(take)):
                 h = hosts[i]
@@ -203,7 +208,8 @@ class ReportIntake:
                 skip[hosts[i]] -= 1  # it spans the migration's copy: not the new placement
             take = [i for i in take if i not in dropped]
         row = arrays.row
-        at_rows = np.fromiter((row[hosts[i]] for i in take), dtype=np.intp, count=len(take))
+        taken = hosts if len(take) == m else [hosts[i] for i in take]
+        at_rows = np.fromiter(map(row.__getitem__, taken), dtype=np.intp, count=len(take))
         arrays.extend(at_rows, util[take] if len(take) < m else util)
         self.vms.update(zip(hosts, vms, strict=True))
         if self.placement.members:
