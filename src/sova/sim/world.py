@@ -176,7 +176,10 @@ def _recording(scn: Scenario, vm_names: list[str]) -> tuple[int, np.ndarray | No
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """The cyclic collector's automatic passes off, restored after (no pass of its own:
-    what was made is collected with the run's, :func:`_no_cycle_scans`)."""
+    what was made is collected with the run's, :func:`_no_cycle_scans`). A world's
+    construction makes a model per VM, an agent per host and their records; the passes
+    over them (and over the scenario before them) freed nothing and were a third of a
+    1,000 x 20 world's construction."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -187,9 +190,6 @@ def _collector_paused() -> Iterator[None]:
 
 
 class World:
-    # A world's construction makes a model per VM, an agent per host and their records;
-    # the collector's automatic passes over them (and over the scenario before them) found
-    # nothing to free and were a third of a 1,000 x 20 world's construction.
     @_collector_paused()
     def __init__(self, scn: Scenario, policy: PolicySpec, with_agents: bool = True) -> None:
         self.scn = scn
@@ -250,11 +250,8 @@ class World:
         st.host_net, st.host_cpu = HostSeries(self.engine.H, k), HostSeries(self.engine.H, k)
         self._guarantee = np.array([v.sla.bandwidth.minimum for v in self.engine.vms])
         self._tolerance = float(scn.metrics.get("guarantee_tolerance", 0.05))
-        # what the guarantee statistics compare against, fixed for the run: worked out once
-        # (the same arrays the per-tick expressions made)
-        self._guaranteed = bool(self._guarantee.any())
-        self._g_pos = self._guarantee > 0
-        self._g_held = (1.0 - self._tolerance) * self._guarantee
+        g, self._guaranteed = self._guarantee, bool(self._guarantee.any())  # once a run
+        self._g_pos, self._g_held = g > 0, (1.0 - self._tolerance) * g
         self._scratch = np.empty(n)  # a tick's bits per VM, before they are added up
         # Response times count only after this time (default 0: the whole run). A sweep point
         # that replays the history of a gradually raised load (Sova Fig. 7) measures the
@@ -454,9 +451,8 @@ class World:
         eng, st = self.engine, self.run.stats
         dt = self.tick_s
         st.ticks += 1
-        bits = self._scratch
-        st.tx_bits += np.multiply(eng.tx, dt, out=bits)
-        st.rx_bits += np.multiply(eng.rx, dt, out=bits)
+        st.tx_bits += np.multiply(eng.tx, dt, out=self._scratch)
+        st.rx_bits += np.multiply(eng.rx, dt, out=self._scratch)
         by_host = eng.tx_by_host  # the tick's own sum, unless a VM moved since
         if by_host is None:
             by_host = np.bincount(eng.host, eng.tx, minlength=eng.H)
@@ -476,9 +472,7 @@ class World:
         st.series_t.append(t)
         st.host_net.add(eng.host_net_util)
         st.host_cpu.add(eng.host_cpu_util)
-        # the tick's own array (each tick's is new, never written after it): in Mbit/s
-        # when a live view reads it, not 20,000 divisions a tick for one read in many
-        st.series_vm_tx_bps.append(eng.tx)
+        st.series_vm_tx_bps.append(eng.tx)  # each tick's is new; Mbit/s when a view reads
 
     def _record(self, t: float, reports: Mapping[str, StepReport | None]) -> None:
         """The period's timeline rows; a host without a report (settled: ``None``) is one
