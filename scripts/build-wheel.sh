@@ -3,8 +3,9 @@
 # in an earlier in-tree build/ (e.g. a module since deleted) can end up in the wheel.
 #   scripts/build-wheel.sh DIR [PYTHON]
 # PYTHON (default .venv/bin/python, the venv ./run.sh and ./test.sh make) needs only pip:
-# the build runs in pip's isolated build environment (setuptools, setuptools-scm and wheel
-# from PyPI, or $PIP_FIND_LINKS offline), and the checkout's version is read by
+# the build runs in pip's isolated build environment (setuptools, setuptools-scm,
+# setuptools-rust and wheel from PyPI, or $PIP_FIND_LINKS offline; the compiled core with
+# the machine's cargo, rust/Cargo.toml's release profile, stripped), and the version is read by
 # setuptools-scm from a build-only venv (.venv-build, made on first use) when PYTHON lacks it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

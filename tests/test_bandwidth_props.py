@@ -32,23 +32,36 @@ class Instance:
     demands: list[FlowDemand]
 
 
+# A flow's field strategies, built once: ``flows`` is drawn for every VM of every example
+# (up to 56 a cluster in tests/test_kernels.py), and each strategy built inside it was
+# validated and labelled again at each draw, most of those tests' time. The same
+# strategies in the same order: a seed gives the same examples as before.
+_DEMAND = st.floats(0, 5_000, allow_subnormal=False)
+_MINIMUM = st.one_of(st.just(0.0), st.floats(0, 2_000, allow_subnormal=False))
+_EXTRA = st.one_of(st.none(), st.floats(0, 3_000, allow_subnormal=False))
+_MAX_PPS = st.one_of(st.none(), st.floats(100, 1e6, allow_subnormal=False))
+_PRIORITY = st.integers(0, 2)
+_WEIGHT = st.floats(0.1, 10, allow_subnormal=False)
+_PACKET_BYTES = st.sampled_from([64.0, 512.0, 1500.0, 9000.0])
+
+
 @st.composite
 def flows(draw: st.DrawFn, vm: str, seq: int) -> FlowDemand:
-    demand = draw(st.floats(0, 5_000, allow_subnormal=False)) * MBIT
-    minimum = draw(st.one_of(st.just(0.0), st.floats(0, 2_000, allow_subnormal=False))) * MBIT
-    extra = draw(st.one_of(st.none(), st.floats(0, 3_000, allow_subnormal=False)))
+    demand = draw(_DEMAND) * MBIT
+    minimum = draw(_MINIMUM) * MBIT
+    extra = draw(_EXTRA)
     maximum = None if extra is None else minimum + extra * MBIT
-    max_pps = draw(st.one_of(st.none(), st.floats(100, 1e6, allow_subnormal=False)))
+    max_pps = draw(_MAX_PPS)
     return FlowDemand(
         vm=vm,
         demand_bps=demand,
         sla=SLA(
             bandwidth=ResourceTuple(minimum=minimum, maximum=maximum),
             max_pps=max_pps,
-            priority=draw(st.integers(0, 2)),
-            weight=draw(st.floats(0.1, 10, allow_subnormal=False)),
+            priority=draw(_PRIORITY),
+            weight=draw(_WEIGHT),
         ),
-        packet_bytes=draw(st.sampled_from([64.0, 512.0, 1500.0, 9000.0])),
+        packet_bytes=draw(_PACKET_BYTES),
         created_seq=seq,
     )
 
