@@ -1062,6 +1062,44 @@ s under load) and ``sova.demo`` for every command; ``sova.policy.sharing.share_t
 ``tick.count`` call ``np.ascontiguousarray`` per field (37 calls a tick, ~7 % of a 100-host
 tick under cProfile); ``sim.decisions.run_moves`` and the fleet report's other timeline passes
 (each ~0.04 CPU-s at the hour) read every chunk of the spilled timeline again.
+Issue 36, branch control37 (2026-12-07): the simulator's control period (every 10 simulated
+s, every host) in Python. A settled host whose VMs and inventory columns are as at the last
+reading gets that reading's ``Inventory`` again (at 1,000 x 20 no host's columns change
+between periods: 1,000 ``Inventory`` + ``HostVMs`` a period went); the decided hosts'
+timeline rows read the period's frame (no float64 stack of seven columns), go in as one
+block when the world decided for every host, and the engine's per-VM columns are listed
+only when a host's rows come from its report (3 x 20,000 ``tolist`` a period went); a
+host's VM loads are sliced when read (1,000 lists a period went) and every host's
+``Loads`` built in one pass; the agents' records (in flight, signal, fences, migrating,
+dwell starts) and the manager's batch intake (own windows, rows, capacities) are read
+through C-level maps, who the world decides for is array masks; the timeline's spill
+writes each column's buffer without a copy. Golden outputs unchanged. 1,000 x 20 x 300 s,
+``process_time`` around each part (world.py/fleet_*.py), alternating before (91948f1) and
+after, two runs each, load 6.6-8.6:
+
+    part (CPU s)                 before          after
+    the 30 control periods       0.66, 0.69      0.54, 0.50
+      FleetControl.decide        0.20, 0.21      0.16, 0.15
+      World._record              0.115, 0.122    0.077, 0.072
+      World._plan                0.087, 0.090    0.072, 0.064
+      FleetSensing.sense         0.15, 0.15      0.16, 0.15   (the core's observe/factors)
+
+``--sim-only --reps 3`` (medians; before with ``--sova-src`` of 91948f1), alternating, load
+5-8.6:
+
+    1,000 x 20 x 300 s           1.73, 1.77, 1.77, 1.74    1.58, 1.69, 1.71, 1.68   (-4 %)
+    --hot 0.17, 1,000 x 3        1.01, 1.08                0.97, 1.00               (-6 %)
+
+``benchmarks/per_host_core.py`` (no agent code changed): ``HostAgent.bandwidth_step`` at 20
+VMs 320 / 321 µs before, 330 / 316 after; every other row within 0.6 µs. What is left per
+settled host and period is making the agent's records (``Loads``, ``LoadShares``,
+``HostLoads``, ``VMLoadReports``, the ``settle`` call, ~5 µs): it goes only if a settled
+agent reads its period from the fleet's arrays instead of being handed objects. The
+registry look-ups (2,020 ``Registry.__contains__`` in cProfile, 0.09 s) cost 0.7 ms timed
+around ``vf_policy``/``allocator_plugin`` in 1,000 ``HostAgent`` constructions (the entry
+points are read once, at the scenario's validation): the profiler's figure is its own. The
+hot fleet's 30 rounds are 0.45 of its 1.0 CPU-s, in ``policy/hotspot.plan_hot`` (170 hot
+hosts each round, ``rank_movers``) and ``policy/cold_spots``.
 """
 
 from __future__ import annotations
