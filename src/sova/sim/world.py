@@ -189,6 +189,19 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def boot_vfs(eng: Engine) -> None:
+    """VFs in the domain XML: the VMs static-sriov would pick start on them at t = 0.
+
+    Same choice as the agent's static-sriov (creation order, failover-ready VMs, up to
+    the pool), so the agent's first period finds nothing to change. It acts on the engine
+    alone, so it lives outside :class:`World`.
+    """
+    for host in eng.hosts:
+        vms = [i for i in eng.vms_on(host.name) if eng.ready[i]]
+        for k, i in enumerate(vms[: host.nic.vf_pool]):
+            eng.on_vf[i], eng.vf_index[i] = True, k
+
+
 class World:
     @_collector_paused()
     def __init__(self, scn: Scenario, policy: PolicySpec, with_agents: bool = True) -> None:
@@ -196,7 +209,7 @@ class World:
         self.policy = policy
         self.engine = Engine(scn)
         if scn.controller.boot_vfs and policy.vf == "static-sriov":
-            self._boot_vfs()
+            boot_vfs(self.engine)
         self.run = PolicyRun(policy.name, engine=self.engine)
         self._states = HotspotStates(policy.name)  # hot hosts left as they are, as states
         self.drivers = {h: SimDriver(self.engine, h) for h in self.engine.host_names}
@@ -257,18 +270,6 @@ class World:
         # that replays the history of a gradually raised load (Sova Fig. 7) measures the
         # point's own rate, not the warm-up that led to its placement.
         self._measure_from = float(scn.metrics.get("response_from_s", 0.0))
-
-    def _boot_vfs(self) -> None:
-        """VFs in the domain XML: the VMs static-sriov would pick start on them at t = 0.
-
-        Same choice as the agent's static-sriov (creation order, failover-ready VMs, up to
-        the pool), so the agent's first period finds nothing to change.
-        """
-        eng = self.engine
-        for host in eng.hosts:
-            vms = [i for i in eng.vms_on(host.name) if eng.ready[i]]
-            for k, i in enumerate(vms[: host.nic.vf_pool]):
-                eng.on_vf[i], eng.vf_index[i] = True, k
 
     @property
     def now(self) -> float:
