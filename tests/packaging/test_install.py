@@ -39,10 +39,11 @@ def _only_when_selected(request: pytest.FixtureRequest) -> None:
 ROOT = Path(__file__).resolve().parents[2]
 # numpy is about 72 MB of it: the policy's bandwidth sensing and allocation are array
 # kernels, one implementation for the agent's one host and the simulator's all hosts.
-# Issue 36: with the compiled core in the wheel, [agent] installs no larger than before it
-# (99.0 MB, docs/extras-sizes.json before the core; 102.4 MB with it, unstripped and with
-# PyYAML, measured on this tier's platform).
-AGENT_BUDGET_MB = 99.0
+# Issue 36: with the compiled core in the wheel, [agent] installs no larger than on the day
+# the issue was filed (99.56 MB at 4b98a3b, this tier's method and wheelhouse; 99.0 MB in
+# docs/extras-sizes.json before the core; 102.4 MB unstripped and with PyYAML; 98.8 MB
+# stripped, LTO, without PyYAML). Python source installs about 2.7x its size with bytecode.
+AGENT_BUDGET_MB = 99.5
 # The full CLI's dependencies, which a hypervisor's install must not carry (issue 24), and
 # PyYAML, the scenario files' parser (3.1 MB; the agent reads TOML; issue 36's size budget).
 NOT_ON_AGENTS = ("typer", "rich", "click", "pygments", "markdown-it-py", "shellingham", "pyyaml")
