@@ -1100,6 +1100,39 @@ around ``vf_policy``/``allocator_plugin`` in 1,000 ``HostAgent`` constructions (
 points are read once, at the scenario's validation): the profiler's figure is its own. The
 hot fleet's 30 rounds are 0.45 of its 1.0 CPU-s, in ``policy/hotspot.plan_hot`` (170 hot
 hosts each round, ``rank_movers``) and ``policy/cold_spots``.
+2026-12-07, issue 36, branch coretick37: the compiled tick's four calls made cheaper, the same
+bits (golden: 17 runs, 0 differences). Each kernel's per-VM arrays are cut to the VMs' count
+before its loops (no bounds check per value), the sharing's passes fused (one pass for each
+VM's packet cost, busy vCPUs, need at the offered rate and each host's sum of it; one for
+the hosts' needs and active virtio VMs; one for the paths' caps and packet rates; one for
+the files, what each VM receives and both per-host sums: each sum still in VM index order),
+the normals' ziggurat tables looked up once a tick instead of once a draw, and
+``allocate::fsum`` returns a sum whose every addition was exact without the exact partials
+(each host's all-zero floors took ``sum::fsum``'s slow path every bandwidth period).
+Instructions per call (callgrind, ``run_policy`` at 200 x 20 x 300 s, 4,000 VMs, the four
+calls only; valgrind hides AVX-512, so the draws' hashing runs its plain path there; memset
+is counted apart because valgrind counts ``rep stosb`` once per byte, ~30x its cost on the
+processor, and the fused passes zero their buffers instead of a capacity check per push):
+
+    call (Ir per call; per VM)   before (91948f1)           after                 without memset
+    tick_offer                   2,684,722  (671)           2,521,972  (630)      2,490,904 -> 2,328,084  -6.5 %
+    tick_share                   1,954,951  (489)           1,682,784  (421)      1,694,702 -> 1,257,051  -25.8 %
+    bandwidth_period             1,782,588  (446)           1,712,477  (428)      1,676,210 -> 1,606,038  -4.2 %
+    tick_count                     572,139  (143)             448,225  (112)        538,025 ->   414,187  -23.0 %
+    the four                     6,994,400                  6,365,457  (-9.0 %)   6,399,840 -> 5,605,360  -12.4 %
+
+``--physics-only --sizes 1000x20 --duration 300 --reps 3`` (CPU s, median of 3; before =
+main's module, after = this branch's, through ``--sova-src``, alternating, load average 4.9-8.8
+on the 2 cores): before 0.87, 0.80, 0.74, 0.72; after 0.86, 0.73, 0.68, 0.70 (pairs in that
+order; 6.9-8.3 M VM-steps per CPU-s before, 7.0-8.8 M after). About 0.05 CPU-s of the world's
+~0.75 in three pairs of four, within this machine's noise in the other; the bandwidth period
+is outside ``--physics-only``. What is left is mostly fixed by the outputs' bits: the draws
+(two keyed normals and an ``exp`` per VM, ~0.2 Poisson), the bandwidth period's per-flow
+checks and gathers through ``flows`` (``check_flows`` alone ~75 Ir a flow), and the fills'
+sorts. Tried and dropped (the same results, no fewer instructions or CPU seconds):
+``np_min``/``np_max`` with one comparison on the common path; ``check_flows``'s tests as
+plain comparisons (the same machine code) or with ``vm`` matched once outside its loop
+(0.5 % more instructions a bandwidth period).
 """
 
 from __future__ import annotations

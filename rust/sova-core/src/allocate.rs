@@ -36,6 +36,12 @@ where
         abs_e += err.abs();
         n += 1;
     }
+    if abs_e == 0.0 && s.is_finite() {
+        // every addition was exact (and nothing overflowed: inf and NaN absorb), so `s`
+        // is the exact sum, which `sum::fsum` returns as is (+0.0 for a zero sum): the
+        // common case of a host's floors all zero, which the bound below cannot decide
+        return Ok(if s == 0.0 { 0.0 } else { s });
+    }
     let r = s + e;
     let a = r.abs();
     // inf and NaN absorb: a finite `r` means every value and every running sum was finite
@@ -229,6 +235,36 @@ pub fn sova_allocate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exact_sums_take_the_short_cut_with_math_fsum_bits() {
+        // sums whose every addition is exact (a host's floors all zero, whole numbers,
+        // subnormals): the same bits as the exact partials, +0.0 for a zero sum whatever
+        // the zeros' signs; an overflow or an infinity still goes to the partials' verdict
+        let tiny = f64::from_bits(1);
+        let runs: [&[f64]; 8] = [
+            &[],
+            &[0.0; 20],
+            &[-0.0],
+            &[-0.0, -0.0, 0.0],
+            &[1.0, 2.0, -3.0],
+            &[tiny, tiny, -tiny],
+            &[3e9, 1e9, 2.5e9],
+            &[-5e8, 0.0, -2.5e8],
+        ];
+        for run in runs {
+            let got = fsum(|| run.iter().copied()).unwrap();
+            let want = sum::fsum(run.iter().copied()).unwrap();
+            assert_eq!(got.to_bits(), want.to_bits(), "{run:?}");
+        }
+        assert!(fsum(|| [f64::MAX, f64::MAX].into_iter()).is_err());
+        assert!(
+            fsum(|| [f64::INFINITY, 1.0].into_iter())
+                .unwrap()
+                .is_infinite()
+        );
+        assert!(fsum(|| [f64::INFINITY, f64::NEG_INFINITY].into_iter()).is_err());
+    }
 
     #[test]
     fn the_fast_sum_is_math_fsum() {

@@ -168,7 +168,13 @@ impl Draws {
     /// beyond R by Marsaglia's exponential method). About 98.8 % of draws are one word
     /// and one multiplication; Box–Muller's logarithm, root and cosine cost ~4× more.
     pub fn normal(&mut self) -> f64 {
-        let z = ziggurat();
+        self.normal_in(ziggurat())
+    }
+
+    /// [`Draws::normal`] with the tables in hand: a caller drawing many normals looks
+    /// them up once, not once a draw.
+    #[inline]
+    fn normal_in(&mut self, z: &Ziggurat) -> f64 {
         loop {
             let w = self.next_u64();
             let u = 2.0 * ((w >> 11) as f64 * (1.0 / (1u64 << 53) as f64)) - 1.0;
@@ -202,7 +208,13 @@ impl Draws {
 
     /// `exp(mu + sigma·Z)`, Z standard normal.
     pub fn lognormal(&mut self, mu: f64, sigma: f64) -> f64 {
-        (mu + sigma * self.normal()).exp()
+        self.lognormal_in(ziggurat(), mu, sigma)
+    }
+
+    /// [`Draws::lognormal`] with the normal's tables in hand.
+    #[inline]
+    fn lognormal_in(&mut self, z: &Ziggurat, mu: f64, sigma: f64) -> f64 {
+        (mu + sigma * self.normal_in(z)).exp()
     }
 
     /// Poisson of mean `lam` (finite, >= 0; callers check), as a float. Below 10 by
@@ -272,6 +284,7 @@ const ZIG_V: f64 = 9.912_563_035_262_17e-3;
 /// Layer edges `x[0..=128]` (x[0] = V/f(R), the base's width as a rectangle; x[1] = R;
 /// x[128] = 0) and `ratio[i] = x[i+1]/x[i]`, the share of layer i that is inside the
 /// density for sure.
+#[derive(Debug)]
 struct Ziggurat {
     x: [f64; 129],
     ratio: [f64; 128],
@@ -353,6 +366,8 @@ pub struct TickKeys {
     tick: u64,
     rate_jitter: f64,
     cpu_jitter: f64,
+    /// the normals' tables, looked up once for the tick's draws
+    zig: &'static Ziggurat,
 }
 
 impl TickKeys {
@@ -364,6 +379,7 @@ impl TickKeys {
             tick,
             rate_jitter,
             cpu_jitter,
+            zig: ziggurat(),
         }
     }
 
@@ -404,7 +420,7 @@ impl TickKeys {
         if self.rate_jitter == 0.0 {
             return 1.0;
         }
-        d.lognormal(0.0, self.rate_jitter)
+        d.lognormal_in(self.zig, 0.0, self.rate_jitter)
     }
 
     /// [`TickKeys::cj`] in two steps, as [`TickKeys::jit_draws`].
@@ -418,7 +434,7 @@ impl TickKeys {
         if self.cpu_jitter == 0.0 {
             return 1.0;
         }
-        self.cpu_jitter * d.normal() + 1.0
+        self.cpu_jitter * d.normal_in(self.zig) + 1.0
     }
 
     /// VM `i`'s arrivals at mean `mean` (checked by [`check_asks`]).

@@ -234,18 +234,33 @@ fn guest_need(
     s: &mut Shared,
 ) -> Result<Vec<f64>, InputError> {
     let n = vm.want.len();
-    s.ns_pkt = (0..n)
-        .map(|i| p.virtio_guest_ns_per_packet * one_if(!vm.on_vf[i]) + p.guest_ns_per_packet)
-        .collect();
-    s.cpu_busy = (0..n)
-        .map(|i| np_min(np_max(0.0, vm.cpu_frac[i] * vm.cj[i]), 1.0) * vm.vcpus[i])
-        .collect();
+    // the per-VM arrays cut to the VMs' count (checked in `share`): no bounds check per
+    // value in the passes below
+    let (on_vf, cpu_frac, cj) = (&vm.on_vf[..n], &vm.cpu_frac[..n], &vm.cj[..n]);
+    let (vcpus, host) = (&vm.vcpus[..n], &host[..n]);
+    let clocked = p.tcp_link_clocked;
+    // one pass: each VM's packet cost and busy vCPUs, and for TCP senders its need at the
+    // offered rate with each host's sum of it (in VM index order, as `per_host`)
+    // (zeroed buffers written by index: cheaper than a push's capacity check per value)
+    let mut ns_pkt = vec![0.0; n];
+    let mut cpu_busy = vec![0.0; n];
+    let mut need0 = vec![0.0; if clocked { n } else { 0 }];
+    let mut busy0 = vec![0.0; if clocked { hosts.cores.len() } else { 0 }];
+    for i in 0..n {
+        let ns = p.virtio_guest_ns_per_packet * one_if(!on_vf[i]) + p.guest_ns_per_packet;
+        let busy = np_min(np_max(0.0, cpu_frac[i] * cj[i]), 1.0) * vcpus[i];
+        ns_pkt[i] = ns;
+        cpu_busy[i] = busy;
+        if clocked {
+            let need = busy + net_cost(vm, ns, vm.want[i], i);
+            need0[i] = need;
+            busy0[host[i]] += np_min(need, vcpus[i]);
+        }
+    }
+    s.ns_pkt = ns_pkt;
+    s.cpu_busy = cpu_busy;
     s.want = vm.want.to_vec();
-    if p.tcp_link_clocked {
-        let need0: Vec<f64> = (0..n)
-            .map(|i| s.cpu_busy[i] + net_cost(vm, s.ns_pkt[i], vm.want[i], i))
-            .collect();
-        let busy0 = per_host(host, hosts.cores.len(), |i| np_min(need0[i], vm.vcpus[i]));
+    if clocked {
         let fit: Vec<f64> = (0..busy0.len())
             .map(|h| np_min(1.0, hosts.cores[h] / np_max(busy0[h], 1e-12)))
             .collect();
@@ -271,20 +286,22 @@ fn guest_need(
             }
         }
     }
-    s.need = vec![0.0; n];
+    let mut needs = vec![0.0; n];
     let mut need_scaled = vec![0.0; n];
+    let (ns_pkt, cpu_busy, want) = (&s.ns_pkt[..n], &s.cpu_busy[..n], &mut s.want[..n]);
+    let paused = vm.paused.map(|pz| &pz[..n]);
     for i in 0..n {
-        let need = s.cpu_busy[i] + net_cost(vm, s.ns_pkt[i], s.want[i], i);
-        s.need[i] = need;
-        let paused = vm.paused.is_some_and(|pz| pz[i]);
-        let vm_scale = if paused {
+        let need = cpu_busy[i] + net_cost(vm, ns_pkt[i], want[i], i);
+        needs[i] = need;
+        let vm_scale = if paused.is_some_and(|pz| pz[i]) {
             0.0
         } else {
-            scale_to(need, vm.vcpus[i])
+            scale_to(need, vcpus[i])
         };
-        s.want[i] *= vm_scale;
+        want[i] *= vm_scale;
         need_scaled[i] = need * vm_scale;
     }
+    s.need = needs;
     Ok(need_scaled)
 }
 
@@ -303,19 +320,33 @@ fn host_cpu(
     let n = vm.want.len();
     let n_hosts = hosts.cores.len();
     let ded = |h: usize| p.dedicated_backend && hosts.backend_cores[h] > 0.0;
-    let backend_ns: Vec<f64> = (0..n)
-        .map(|i| {
-            s.want[i] * vm.pkts_per_bit[i] * p.virtio_host_ns_per_packet * one_if(!vm.on_vf[i])
-        })
-        .collect();
-    s.host_need = per_host(host, n_hosts, |i| {
-        let shared_ns = if ded(host[i]) { 0.0 } else { backend_ns[i] };
-        need_scaled[i] + shared_ns / 1e9
-    });
-    s.backend_vm_frac = vec![0.0; n_hosts];
+    let (on_vf, ppb, host) = (&vm.on_vf[..n], &vm.pkts_per_bit[..n], &host[..n]);
+    let need_scaled = &need_scaled[..n];
     // (Python's truth: NaN counts as set)
-    if p.virtio_backend_ns_per_vm != 0.0 {
-        let n_virt = per_host(host, n_hosts, |i| one_if(!vm.on_vf[i] && s.want[i] > 0.0));
+    let per_vm_cost = p.virtio_backend_ns_per_vm != 0.0;
+    // one pass: each host's need (in VM index order, as `per_host`), its active virtio
+    // VMs, and the backend's per-VM work where a driver domain runs it
+    let mut backend_ns = vec![0.0; if p.dedicated_backend { n } else { 0 }];
+    let mut host_need = vec![0.0; n_hosts];
+    let mut n_virt = vec![0.0; if per_vm_cost { n_hosts } else { 0 }];
+    {
+        let want = &s.want[..n];
+        for i in 0..n {
+            let b = want[i] * ppb[i] * p.virtio_host_ns_per_packet * one_if(!on_vf[i]);
+            let h = host[i];
+            let shared_ns = if ded(h) { 0.0 } else { b };
+            host_need[h] += need_scaled[i] + shared_ns / 1e9;
+            if per_vm_cost {
+                n_virt[h] += one_if(!on_vf[i] && want[i] > 0.0);
+            }
+            if p.dedicated_backend {
+                backend_ns[i] = b;
+            }
+        }
+    }
+    s.host_need = host_need;
+    s.backend_vm_frac = vec![0.0; n_hosts];
+    if per_vm_cost {
         for (h, &count) in n_virt.iter().enumerate() {
             s.backend_vm_frac[h] = count * p.virtio_backend_ns_per_vm / 1e9;
             s.host_need[h] += s.backend_vm_frac[h];
@@ -324,10 +355,16 @@ fn host_cpu(
     s.host_scale = (0..n_hosts)
         .map(|h| np_min(1.0, hosts.cores[h] / np_max(s.host_need[h], 1e-12)))
         .collect();
-    s.host_scale_vm = host.iter().map(|&h| s.host_scale[h]).collect();
-    for i in 0..n {
-        s.want[i] *= s.host_scale_vm[i];
+    let mut host_scale_vm = vec![0.0; n];
+    {
+        let want = &mut s.want[..n];
+        for i in 0..n {
+            let x = s.host_scale[host[i]];
+            host_scale_vm[i] = x;
+            want[i] *= x;
+        }
     }
+    s.host_scale_vm = host_scale_vm;
     // how fast the backend runs: slowed by vCPU contention unless it has its own cores;
     // then it saturates on its own, every virtio VM getting a proportional share of them
     s.pps_limit = s.host_scale.clone();
@@ -374,23 +411,33 @@ fn paths(
     s: &mut Shared,
 ) -> Result<(), InputError> {
     let n = vm.want.len();
-    for i in 0..n {
-        let cap = if vm.on_vf[i] {
-            vm.vf_max[i]
-        } else {
-            p.virtio_flow_limit
-        };
-        s.want[i] = np_min(s.want[i], cap);
+    let (on_vf, vf_max, pkt_bits) = (&vm.on_vf[..n], &vm.vf_max[..n], &vm.pkt_bits[..n]);
+    // one pass: each path's cap, who is on virtio and sends, its packet rate
+    let mut vi = vec![false; n];
+    let mut demands = vec![0.0; n];
+    let mut any_vi = false;
+    {
+        let want = &mut s.want[..n];
+        for i in 0..n {
+            let cap = if on_vf[i] {
+                vf_max[i]
+            } else {
+                p.virtio_flow_limit
+            };
+            let w = np_min(want[i], cap);
+            want[i] = w;
+            let v = !on_vf[i] && w > 0.0;
+            vi[i] = v;
+            any_vi |= v;
+            demands[i] = w / pkt_bits[i];
+        }
     }
-    let vi: Vec<bool> = (0..n).map(|i| !vm.on_vf[i] && s.want[i] > 0.0).collect();
-    let any_vi = vi.iter().any(|&v| v);
     for h in 0..s.pps_limit.len() {
         let room = np_max(0.01, 1.0 - s.backend_vm_frac[h]);
         s.pps_limit[h] = p.virtio_pps_limit * s.pps_limit[h] * room;
     }
     s.backend_pps = vec![0.0; s.pps_limit.len()];
     if any_vi {
-        let demands: Vec<f64> = (0..n).map(|i| s.want[i] / vm.pkt_bits[i]).collect();
         let mut got = vec![0.0; n];
         let flows = Flows {
             demands: &demands,
@@ -398,13 +445,14 @@ fn paths(
             member: Some(&vi),
         };
         waterfill::links_waterfill(&s.pps_limit, layout, flows, true, n, &mut got)?;
+        // the others got 0.0, which leaves each host's sum the same
+        let (want, host, vi) = (&mut s.want[..n], &host[..n], &vi[..n]);
         for i in 0..n {
             if vi[i] {
-                s.want[i] = got[i] * vm.pkt_bits[i];
+                want[i] = got[i] * pkt_bits[i];
             }
+            s.backend_pps[host[i]] += got[i];
         }
-        // the others got 0.0, which leaves each host's sum the same
-        s.backend_pps = per_host(host, s.pps_limit.len(), |i| got[i]);
     }
     Ok(())
 }
@@ -472,32 +520,45 @@ fn egress(
         };
         waterfill::links_waterfill(hosts.capacity, layout, flows, p.weights_whole, n, &mut got)?;
     }
-    s.tx = got[..n].to_vec();
-    if let Some(is_file) = vm.is_file {
-        for (i, _) in is_file.iter().enumerate().filter(|(_, f)| **f) {
-            s.tx[i] = np_min(s.tx[i], vm.file_left[i] * 8.0 / p.dt);
+    let mig_got = got[n..].to_vec();
+    let mut tx = got;
+    tx.truncate(n);
+    // one pass: the files' caps, what each VM receives, each host's sums of both (in VM
+    // index order, as `per_host`)
+    let (rx_share, arrivals, req_bytes) =
+        (&vm.rx_share[..n], &vm.arrivals[..n], &vm.req_bytes[..n]);
+    let (file_left, is_file, host) = (&vm.file_left[..n], vm.is_file.map(|f| &f[..n]), &host[..n]);
+    let mut rx = vec![0.0; n];
+    let mut rx_host = vec![0.0; n_hosts];
+    let mut tx_host = vec![0.0; n_hosts];
+    for i in 0..n {
+        if is_file.is_some_and(|f| f[i]) {
+            tx[i] = np_min(tx[i], file_left[i] * 8.0 / p.dt);
         }
-    }
-    s.rx = (0..n).map(|i| s.tx[i] * vm.rx_share[i]).collect();
-    if p.any_asks {
-        // (without requests the term is 0.0 everywhere and rx is never -0.0)
-        for i in 0..n {
-            s.rx[i] += vm.arrivals[i] * vm.req_bytes[i] * 8.0 / p.dt;
+        let mut r = tx[i] * rx_share[i];
+        if p.any_asks {
+            // (without requests the term is 0.0 everywhere and rx is never -0.0)
+            r += arrivals[i] * req_bytes[i] * 8.0 / p.dt;
         }
+        rx[i] = r;
+        rx_host[host[i]] += r;
+        tx_host[host[i]] += tx[i];
     }
-    s.rx_host = per_host(host, n_hosts, |i| s.rx[i]);
-    s.mig_rate = vec![0.0; m];
-    for k in 0..m {
-        let dst = mig.dst[k] as usize;
+    s.rx = rx;
+    s.tx = tx;
+    s.rx_host = rx_host;
+    s.mig_rate = Vec::with_capacity(m);
+    for (&dst, &got) in mig.dst.iter().zip(&mig_got) {
+        let dst = dst as usize;
         // Python's max(0.0, x) and min(a, b): the first unless the second is strictly
         // beyond it (NaN never is)
         let r = hosts.capacity[dst] - s.rx_host[dst];
         let room = if r > 0.0 { r } else { 0.0 };
-        let rate = if room < got[n + k] { room } else { got[n + k] };
-        s.mig_rate[k] = rate;
+        let rate = if room < got { room } else { got };
+        s.mig_rate.push(rate);
         s.rx_host[dst] += rate;
     }
-    s.tx_host = per_host(host, n_hosts, |i| s.tx[i]);
+    s.tx_host = tx_host;
     s.tx_by_host = s.tx_host.clone();
     for k in 0..m {
         s.tx_host[mig.src[k] as usize] += s.mig_rate[k];

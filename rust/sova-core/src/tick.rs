@@ -142,43 +142,60 @@ pub fn count(
 ) -> Result<Figures, InputError> {
     check(vm, hosts, c)?;
     let n_hosts = hosts.tx_host.len();
+    let n = vm.tx.len();
     let dt = p.dt;
     let mut backend_used = vec![0.0; n_hosts];
     let mut host_cpu = vec![0.0; n_hosts];
-    let mut cpu_use = vec![0.0; vm.tx.len()];
-    for i in 0..vm.tx.len() {
-        let tx = vm.tx[i];
-        let tx_ppb = tx * vm.pkts_per_bit[i];
-        let mut cpu_used = tx_ppb * vm.ns_pkt[i];
-        cpu_used += tx / 8.0 * vm.ns_per_byte[i];
+    let mut cpu_use = vec![0.0; n];
+    // each array cut to the VMs' count (checked above), so the loop indexes without a
+    // bounds check per value
+    let (tx, rx, ppb, ns_pkt) = (
+        &vm.tx[..n],
+        &vm.rx[..n],
+        &vm.pkts_per_bit[..n],
+        &vm.ns_pkt[..n],
+    );
+    let (ns_per_byte, cpu_busy) = (&vm.ns_per_byte[..n], &vm.cpu_busy[..n]);
+    let (arrival_cost, scale) = (&vm.arrival_cost[..n], &vm.host_scale_vm[..n]);
+    let (vcpus, need, virt) = (&vm.vcpus[..n], &vm.need[..n], &vm.virt[..n]);
+    let (pkt_bits, host) = (&vm.pkt_bits[..n], &vm.host[..n]);
+    let paused = vm.paused.map(|pz| &pz[..n]);
+    let (cpu_ns, steal_ns) = (&mut c.cpu_ns[..n], &mut c.steal_ns[..n]);
+    let (tx_b, rx_b) = (&mut c.tx_b[..n], &mut c.rx_b[..n]);
+    let (tx_pk, rx_pk) = (&mut c.tx_pk[..n], &mut c.rx_pk[..n]);
+    for i in 0..n {
+        let tx_i = tx[i];
+        let tx_ppb = tx_i * ppb[i];
+        let mut cpu_used = tx_ppb * ns_pkt[i];
+        cpu_used += tx_i / 8.0 * ns_per_byte[i];
         cpu_used /= 1e9;
-        cpu_used += vm.cpu_busy[i];
-        cpu_used += vm.arrival_cost[i];
-        cpu_used *= vm.host_scale_vm[i];
-        cpu_used = np_min(cpu_used, vm.vcpus[i]);
-        if vm.paused.is_some_and(|paused| paused[i]) {
+        cpu_used += cpu_busy[i];
+        cpu_used += arrival_cost[i];
+        cpu_used *= scale[i];
+        cpu_used = np_min(cpu_used, vcpus[i]);
+        if paused.is_some_and(|paused| paused[i]) {
             cpu_used = 0.0;
         }
         if p.steal {
-            let mut wanted = np_min(vm.need[i], vm.vcpus[i]);
+            let mut wanted = np_min(need[i], vcpus[i]);
             wanted -= cpu_used;
             wanted = np_max(0.0, wanted);
             wanted *= dt;
             wanted *= 1e9;
-            wanted *= if vm.host_scale_vm[i] < 1.0 { 1.0 } else { 0.0 };
-            c.steal_ns[i] += wanted;
+            wanted *= if scale[i] < 1.0 { 1.0 } else { 0.0 };
+            steal_ns[i] += wanted;
         }
-        c.cpu_ns[i] += cpu_used * dt * 1e9;
-        c.tx_b[i] += tx * dt / 8.0;
-        c.rx_b[i] += vm.rx[i] * dt / 8.0;
-        c.tx_pk[i] += tx / vm.pkt_bits[i] * dt;
-        c.rx_pk[i] += vm.rx[i] / p.ack_bits * dt;
-        let virt = if vm.virt[i] { 1.0 } else { 0.0 };
+        cpu_ns[i] += cpu_used * dt * 1e9;
+        tx_b[i] += tx_i * dt / 8.0;
+        rx_b[i] += rx[i] * dt / 8.0;
+        tx_pk[i] += tx_i / pkt_bits[i] * dt;
+        rx_pk[i] += rx[i] / p.ack_bits * dt;
+        let v = if virt[i] { 1.0 } else { 0.0 };
         // (in range: checked above)
-        let h = vm.host[i] as usize;
-        backend_used[h] += tx_ppb * p.virtio_host_ns_per_packet * virt;
+        let h = host[i] as usize;
+        backend_used[h] += tx_ppb * p.virtio_host_ns_per_packet * v;
         host_cpu[h] += cpu_used;
-        cpu_use[i] = cpu_used / vm.vcpus[i];
+        cpu_use[i] = cpu_used / vcpus[i];
     }
     let mut host_cpu_util = vec![0.0; n_hosts];
     let mut host_net_util = vec![0.0; n_hosts];
@@ -626,13 +643,27 @@ struct VmOffer<'a> {
     guest_ns_per_request: f64,
 }
 
-impl VmOffer<'_> {
+impl<'a> VmOffer<'a> {
     /// The draws and offer of each VM of `r`.
     fn run(&self, r: Runs<'_>) {
         let (l, dt) = (self.load, self.dt);
         let zero = Draws::at(0, 0);
         let (mut jd, mut cd) = ([zero; BATCH], [zero; BATCH]);
-        for k in 0..r.offered.len() {
+        // the run's part of every per-VM array, each cut to the run's length, so the loop
+        // indexes without a bounds check per value
+        let len = r.offered.len();
+        let span = r.base..r.base + len;
+        let cut = |a: &'a [f64]| &a[span.clone()];
+        let (mean, rate, streams) = (cut(self.mean), cut(l.rate), cut(l.streams));
+        let (resp_bytes, backlog_bits) = (cut(l.resp_bytes), cut(l.backlog_bits));
+        let (streamy, is_req) = (&l.streamy[span.clone()], &l.is_req[span.clone()]);
+        let is_file = l.is_file.map(|f| &f[span.clone()]);
+        let ingress = l.ingress.map(|(limit, div)| (cut(limit), cut(div)));
+        let net_frac = &r.net_frac[..len];
+        let (jit_out, cj_out) = (&mut r.jit[..len], &mut r.cj[..len]);
+        let (arrivals_out, req_bits) = (&mut r.arrivals[..len], &mut r.req_bits[..len]);
+        let (offered, arrival_cost) = (&mut r.offered[..len], &mut r.arrival_cost[..len]);
+        for k in 0..len {
             let i = r.base + k;
             let b = k % BATCH;
             if b == 0 {
@@ -640,40 +671,40 @@ impl VmOffer<'_> {
                 (jd, cd) = (self.keys.jit_batch(i as u64), self.keys.cj_batch(i as u64));
             }
             let jit = self.keys.jit_of(jd[b]);
-            r.jit[k] = jit;
-            r.cj[k] = self.keys.cj_of(cd[b]);
-            let m = self.mean[i];
+            jit_out[k] = jit;
+            cj_out[k] = self.keys.cj_of(cd[b]);
+            let m = mean[k];
             let mut arrivals = if m >= 0.0 {
                 self.keys.arrivals(i as u64, m)
             } else {
                 0.0
             };
-            if let Some((limit, div)) = l.ingress {
-                arrivals = np_min(arrivals, limit[i] * dt / div[i]);
+            if let Some((limit, div)) = ingress {
+                arrivals = np_min(arrivals, limit[k] * dt / div[k]);
             }
-            r.arrivals[k] = arrivals;
-            let mut f = r.net_frac[k] * l.rate[i];
-            f *= l.streams[i];
+            arrivals_out[k] = arrivals;
+            let mut f = net_frac[k] * rate[k];
+            f *= streams[k];
             f *= jit;
-            let mut o = if l.streamy[i] { f } else { 0.0 };
-            let mut rb = arrivals * l.resp_bytes[i];
+            let mut o = if streamy[k] { f } else { 0.0 };
+            let mut rb = arrivals * resp_bytes[k];
             rb *= 8.0;
-            r.req_bits[k] = rb;
+            req_bits[k] = rb;
             if self.any_req {
-                let mut q = rb + l.backlog_bits[i];
+                let mut q = rb + backlog_bits[k];
                 q /= dt;
-                q *= if l.is_req[i] { 1.0 } else { 0.0 };
+                q *= if is_req[k] { 1.0 } else { 0.0 };
                 o += q;
             }
-            if l.is_file.is_some_and(|file| file[i]) {
-                o = l.rate[i];
+            if is_file.is_some_and(|file| file[k]) {
+                o = rate[k];
             }
-            r.offered[k] = o;
+            offered[k] = o;
             if self.guest_ns_per_request != 0.0 {
                 let mut a = arrivals / dt;
                 a *= self.guest_ns_per_request;
                 a /= 1e9;
-                r.arrival_cost[k] = a;
+                arrival_cost[k] = a;
             }
         }
     }
