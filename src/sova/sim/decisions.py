@@ -66,7 +66,7 @@ def sample_times(timeline: Timeline) -> np.ndarray:
         return held[2]
     per_chunk = [np.unique(c.columns["time_s"]) for c in timeline.chunks()]
     times = np.unique(np.concatenate(per_chunk)) if per_chunk else np.zeros(0)
-    times.flags.writeable = False
+    times.setflags(write=False)
     for k in [k for k, v in _TIMES.items() if v[0]() is None]:  # freed timelines
         del _TIMES[k]
     _TIMES[id(timeline)] = (weakref.ref(timeline), len(timeline), times)
