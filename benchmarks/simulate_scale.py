@@ -1133,6 +1133,34 @@ sorts. Tried and dropped (the same results, no fewer instructions or CPU seconds
 ``np_min``/``np_max`` with one comparison on the common path; ``check_flows``'s tests as
 plain comparisons (the same machine code) or with ``vm`` matched once outside its loop
 (0.5 % more instructions a bandwidth period).
+
+setup37, second part (2026-12-07 22:00-22:20, same machine, load 4.6-10; before = 5669954
+through ``--sova-src``): what ``sova simulate`` pays besides the simulation. ``sova
+simulate``, ``validate`` and ``scenarios`` run without registering the other modules'
+commands (the operator client, the daemons, the demo); ``from sova.cli import app`` still
+gets the whole command line (help, man page, tests unchanged). The distinct sample times of
+a timeline are read once for the summary, the decisions and the fleet grid (12 walks of the
+hour's spilled timeline -> 10, ~0.025 CPU-s a walk). Golden 17 runs, 0 differences; the
+hour's outputs byte-identical to 5669954's (diff -r of report.md, plots.json, PNGs,
+summary.json, events.csv, timeline/).
+
+    measure                                   before                    after
+    sova simulate --help, CPU s (5 pairs)     0.36-0.40                 0.15-0.18
+    whole command 1,000 x 3 x 3600, CPU s     8.7, 8.1, 8.2             8.3, 8.4, 8.3
+      peak RSS                                137 MiB                   135 MiB
+
+So ~0.2 CPU-s of imports and ~0.05 of timeline reads off a run: inside this load's spread
+of the whole command (8.1-8.7 s), which is ~6 s of simulation. The rest that is not
+simulation, from a cProfile of the CLI's main in-process: matplotlib's import (0.37 CPU-s
+however imported) and drawing (~0.9 s of the report's ~1.1 s, looked at above), the
+scenario's loading (``load_sweep`` 0.26-0.28 CPU-s for the hour's 0.8 MB scenario, 0.82 under
+cProfile; ``scenario/load.py`` builds it from PyYAML's events already; not this branch's file), the cyclic collector 0.17-0.19 s
+(4 full passes, each freeing 8,000-32,000 objects, so not pointless). Left: the remaining
+10 walks of the spilled timeline cost ~0.02 s each in ``Timeline._load`` reading every
+column back (``record.py``, not this branch's: an mmap'd or per-column read would make a
+pass that needs 3 columns read 3); drawing the three metric plots from one walk would hold
+three period x VM grids at once (4.3 MB each at the hour, but 0.7 GB each for a week of
+3,000 VMs at 10 s), so they stay one at a time.
 """
 
 from __future__ import annotations

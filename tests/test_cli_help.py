@@ -73,3 +73,47 @@ def test_root_help_documents_exit_codes() -> None:
 def test_shell_completion_is_offered() -> None:
     res = CliRunner().invoke(app, ["--help"], terminal_width=200)
     assert "--show-completion" in res.output
+
+
+SIMULATE_ALONE = """
+import sys
+sys.argv = ["sova", *sys.argv[1:]]
+from sova.console import main
+try:
+    main()
+except SystemExit:
+    pass
+print(sorted(m for m in ("sova.cli_operator", "sova.cli_client", "sova.demo") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("command", ["simulate", "validate", "scenarios"])
+def test_the_simulator_commands_do_not_load_the_operator_client_or_the_demo(command: str) -> None:
+    # They cost 0.1-0.3 s of imports on every `sova simulate`; the command's own help
+    # (and run) is the same without them (tests above walk the whole CLI).
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", SIMULATE_ALONE, command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert r.stdout.splitlines()[-1] == "[]", r.stdout[-500:]
+    assert "Usage: sova " + command in r.stdout
+
+
+def test_the_other_commands_still_have_the_whole_command_line() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", SIMULATE_ALONE, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "plans" in r.stdout and "demo" in r.stdout

@@ -156,3 +156,36 @@ def test_demand_grid_read_a_chunk_at_a_time_is_the_rows_values(tmp_path: Path) -
     assert dq.demand_grid(tl, names, delivered=False).delivered is None
     assert grid.cpu is not None and np.array_equal(grid.cpu, want[2])
     assert grid.offered[names.index("v4")].any()  # not a grid of zeros
+
+
+def test_sample_times_are_read_once_while_the_timeline_keeps_its_rows(tmp_path: Path) -> None:
+    vms = {f"v{i}": {"kind": "bulk", "rate": f"{100 * (i + 1)}Mbit"} for i in range(3)}
+    scn = load_scenario(_scenario(tmp_path / "s.yaml", 2, vms))
+    run = World(scn, PolicySpec(name="sova", vf="sova")).run_until(scn.duration)
+    rows = list(run.timeline)
+    tl = Timeline(rows[:-4], chunk_rows=5, spill_bytes=0)
+    walks = 0
+    chunks = tl.chunks
+
+    def counted() -> Any:
+        nonlocal walks
+        walks += 1
+        return chunks()
+
+    tl.chunks = counted  # type: ignore[method-assign]
+    first = dq.sample_times(tl)
+    assert first.tolist() == sorted({r.time_s for r in rows[:-4]})
+    assert dq.demand_grid(tl, ["v0"]).times is first
+    assert fleet.grid(run_with(run, tl), ["v0"], ["h1"]).times is first
+    assert walks == 3  # sample_times once, then the two grids' own fills
+    with pytest.raises(ValueError):
+        first[0] = -1.0  # shared by every reader: read-only
+    tl.extend(rows[-4:])  # more rows: read again
+    assert dq.sample_times(tl).tolist() == sorted({r.time_s for r in rows})
+    assert walks == 4
+
+
+def run_with(run: Any, timeline: Timeline) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(run, timeline=timeline)

@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from sova.scenario import Scenario
     from sova.sim.runner import Interrupted
 
-app = typer.Typer(
+# The commands of this module (simulate, validate, scenarios). The other modules' commands
+# join when the whole command line is asked for (`app`, full_app()): `sova simulate` does
+# not import the operator client, the daemons or the demo (0.1-0.3 s each run).
+_core = typer.Typer(
     name="sova",
     help=(
         "Sova: autonomic SR-IOV VF and bandwidth allocation for KVM clusters. "
@@ -42,7 +45,7 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@_core.callback()
 def _root(
     version: Annotated[
         bool | None,
@@ -76,7 +79,7 @@ TimelineFormat = Annotated[
 ]
 
 
-@app.command()
+@_core.command()
 def simulate(
     scenario: Annotated[
         Path, typer.Argument(help="Scenario YAML file or shipped name (see `sova scenarios`).")
@@ -367,7 +370,7 @@ class _SimProgress:
         )
 
 
-@app.command()
+@_core.command()
 def validate(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file or shipped name.")],
 ) -> None:
@@ -388,7 +391,7 @@ def validate(
     )
 
 
-@app.command()
+@_core.command()
 def scenarios() -> None:
     """List the scenarios shipped with Sova (pass the name to simulate, demo or testbed)."""
     from sova.shipped import list_shipped, shipped_root
@@ -403,9 +406,29 @@ def scenarios() -> None:
     typer.echo(f"({shipped_root()})")
 
 
+CORE_COMMANDS = ("simulate", "validate", "scenarios")
+_registered = False
+
+
+def full_app() -> typer.Typer:
+    """The whole ``sova`` command line: this module's commands and every other module's."""
+    global _registered
+    if not _registered:
+        _registered = True
+        _register_subcommands()
+    return _core
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # `from sova.cli import app` (the tests, scripts/manpages.py) gets the whole CLI.
+    if name == "app":
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _register_subcommands() -> None:
     # The daemon and testbed commands import their heavy dependencies lazily, inside the
-    # commands, so `sova --help` and `sova simulate` stay fast.
+    # commands, so `sova --help` stays fast.
     from sova.cli_daemons import register as register_daemons
     from sova.cli_lab import register as register_lab
     from sova.cli_operator import register as register_operator
@@ -414,27 +437,31 @@ def _register_subcommands() -> None:
     from sova.cli_store import register as register_store
     from sova.cli_testbed import register as register_testbed
 
-    register_daemons(app)
-    register_testbed(app)
-    register_lab(app)
-    register_operator(app)
-    register_status(app)
-    register_store(app)
-    register_scenario(app)
-
-
-_register_subcommands()
+    register_daemons(_core)
+    register_testbed(_core)
+    register_lab(_core)
+    register_operator(_core)
+    register_status(_core)
+    register_store(_core)
+    register_scenario(_core)
 
 
 def main() -> None:
     import typer.main
 
-    from sova.cli_operator import hoist_group_options
-
+    argv = sys.argv[1:]
     try:
+        if argv[:1] and argv[0] in CORE_COMMANDS:
+            # this module's command alone: its help, options and errors are the same
+            # with or without the other commands beside it
+            _core(args=argv, prog_name="sova")
+            return
+        from sova.cli_operator import hoist_group_options
+
+        app = full_app()
         # Operators type --token-file and the other connection options after the
         # subcommand too (sova plans list --token-file F).
-        argv = hoist_group_options(sys.argv[1:], typer.main.get_command(app))
+        argv = hoist_group_options(argv, typer.main.get_command(app))
         app(args=argv, prog_name="sova")
     except ModuleNotFoundError as exc:
         # A role's extra is not installed (e.g. `sova simulate` on an agent-only host):

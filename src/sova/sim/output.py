@@ -74,10 +74,10 @@ def vm_means(timeline: Timeline, vms: Sequence[str]) -> tuple[np.ndarray, np.nda
 
 
 def periods(timeline: Timeline) -> int:
-    """Distinct period times, a chunk at a time (an hour's column is 8.6 MB, and
-    ``np.unique`` sorts a copy of it)."""
-    per_chunk = [np.unique(c.columns["time_s"]) for c in timeline.chunks()]
-    return int(np.unique(np.concatenate(per_chunk)).size) if per_chunk else 0
+    """Distinct period times (read once for the summary and the report's plots)."""
+    from sova.sim.decisions import sample_times
+
+    return int(sample_times(timeline).size)
 
 
 def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
