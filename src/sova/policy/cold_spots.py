@@ -58,8 +58,9 @@ class RankedHosts:
         self.caps = (
             None
             if capacities is None
-            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64)
-            .reshape(-1, 3)
+            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
+                -1, 3
+            )
         )
         self.taken = np.zeros(len(self.names), dtype=bool)
 
@@ -162,7 +163,9 @@ def screen_round(
         ints(barred),
     )
     ranked.taken[target[target >= 0]] = True
-    return _screened(ranked, queries, first, end, limit, target, mover, kept, tried, listed, after, why)
+    return _screened(
+        ranked, queries, first, end, limit, target, mover, kept, tried, listed, after, why
+    )
 
 
 def _screened(
@@ -176,36 +179,56 @@ def _screened(
     """What :func:`screen_round`'s queries got, from the core's arrays."""
     target, mover, kept, tried, listed, after, why = core
     names, alpha = ranked.names, ranked.alpha
-    listed = listed.reshape(-1, REFUSALS_LISTED)
-    after = after.reshape(-1, REFUSALS_LISTED, 3)
-    why = why.reshape(-1, REFUSALS_LISTED)
+    # Each array read into Python once for the round, not once per VM tried (a hot fleet
+    # refuses most of its hot hosts every round).
+    target_l, mover_l, kept_l, tried_l = (
+        target.tolist(),
+        mover.tolist(),
+        kept.tolist(),
+        tried.tolist(),
+    )
+    listed_l = listed.reshape(-1, REFUSALS_LISTED).tolist()
+    after_l = after.reshape(-1, REFUSALS_LISTED, 3).tolist()
+    why_l = why.reshape(-1, REFUSALS_LISTED).tolist()
+    now_l: list[list[float]] | None = None
     out = []
     # The coldest hosts head every refusal of a round, most often for alike VMs: each
     # reason is formatted once (a fleet with no fit formats 8, not 8 per hot host).
     said: dict[tuple[int, int, tuple[float, ...]], str] = {}
     for qi, q in enumerate(queries):
-        t, m = int(target[qi]), int(mover[qi])
+        m = mover_l[qi]
         if m >= 0:
-            out.append(Screened(q.vms[m - first[qi]][0], names[t], bool(kept[qi]), {}))
+            out.append(Screened(q.vms[m - first[qi]][0], names[target_l[qi]], bool(kept_l[qi]), {}))
             continue
+        if now_l is None:
+            now_l = ranked.now.tolist()
         refused = {}
         for (vm, _, _), row in zip(q.vms, range(first[qi], end[qi]), strict=True):
             reasons = []
-            rows = zip(listed[row].tolist(), after[row].tolist(), why[row].tolist(), strict=True)
-            for i, a, w in rows:
+            for i, a, w in zip(listed_l[row], after_l[row], why_l[row], strict=True):
                 if i < 0:
                     break
                 key = (i, w, tuple(a))
                 text = said.get(key)
                 if text is None:
-                    now = ranked.now[i].tolist()
-                    text = said[key] = _unfit(names[i], now, a, w, alpha, limit)
+                    text = said[key] = _unfit(names[i], now_l[i], a, w, alpha, limit)
                 reasons.append(text)
-            if tried[row] > REFUSALS_LISTED:
-                reasons.append(f"{int(tried[row]) - REFUSALS_LISTED} more host(s) refused")
+            if tried_l[row] > REFUSALS_LISTED:
+                reasons.append(f"{tried_l[row] - REFUSALS_LISTED} more host(s) refused")
             refused[vm] = reasons
         out.append(Screened(None, None, False, refused))
     return out
+
+
+# For each value of the core's refusal bits, the resources already busy (bits 0-2) and the
+# indices of those that would be full (bits 3-5): read, not recomputed, for every refusal.
+_BUSY: Final = tuple(
+    ", ".join(r for i, r in enumerate(RESOURCES) if why & (1 << i)) for why in range(1 << 6)
+)
+_FULL: Final = tuple(
+    tuple(i for i in range(len(RESOURCES)) if why & (1 << (len(RESOURCES) + i)))
+    for why in range(1 << 6)
+)
 
 
 def _unfit(
@@ -214,15 +237,12 @@ def _unfit(
     """Why ``name`` could not take a VM, as the core found it: ``why``'s bit ``r`` says
     resource ``r`` is at or over ``alpha`` now, bit ``3 + r`` that it would reach
     ``limit`` (``after`` its loads with the VM)."""
-    busy = [r for i, r in enumerate(RESOURCES) if why & (1 << i)]
+    bits = why & ((1 << 6) - 1)
+    busy = _BUSY[bits]
     if busy:
-        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
-    full = [
-        f"{r} {now[i]:.3f}->{after[i]:.3f}"
-        for i, r in enumerate(RESOURCES)
-        if why & (1 << (len(RESOURCES) + i))
-    ]
-    return f"{name}: would reach {', '.join(full)} >= {limit:g}"
+        return f"{name}: {busy} already at/over {alpha:g}"
+    full = ", ".join([f"{RESOURCES[i]} {now[i]:.3f}->{after[i]:.3f}" for i in _FULL[bits]])
+    return f"{name}: would reach {full} >= {limit:g}"
 
 
 def screen_targets(
