@@ -180,17 +180,12 @@ def _screened(
     target, mover, kept, tried, listed, after, why = core
     names, alpha = ranked.names, ranked.alpha
     # Each array read into Python once for the round, not once per VM tried (a hot fleet
-    # refuses most of its hot hosts every round).
-    target_l, mover_l, kept_l, tried_l = (
-        target.tolist(),
-        mover.tolist(),
-        kept.tolist(),
-        tried.tolist(),
-    )
-    listed_l = listed.reshape(-1, REFUSALS_LISTED).tolist()
-    after_l = after.reshape(-1, REFUSALS_LISTED, 3).tolist()
-    why_l = why.reshape(-1, REFUSALS_LISTED).tolist()
-    now_l: list[list[float]] | None = None
+    # refuses most of its hot hosts every round), and flat: numbers, not a list per row,
+    # which the collector would count and walk (the daemon's heap is not all frozen).
+    target_l, mover_l, kept_l = target.tolist(), mover.tolist(), kept.tolist()
+    tried_l = tried.tolist()
+    listed_f, why_f, after_f = listed.ravel().tolist(), why.ravel().tolist(), after.ravel().tolist()
+    nows: dict[int, list[float]] = {}  # the listed hosts' loads (a few of the fleet)
     out = []
     # The coldest hosts head every refusal of a round, most often for alike VMs: each
     # reason is formatted once (a fleet with no fit formats 8, not 8 per hot host).
@@ -200,18 +195,22 @@ def _screened(
         if m >= 0:
             out.append(Screened(q.vms[m - first[qi]][0], names[target_l[qi]], bool(kept_l[qi]), {}))
             continue
-        if now_l is None:
-            now_l = ranked.now.tolist()
         refused = {}
         for (vm, _, _), row in zip(q.vms, range(first[qi], end[qi]), strict=True):
             reasons = []
-            for i, a, w in zip(listed_l[row], after_l[row], why_l[row], strict=True):
+            b, e = row * REFUSALS_LISTED, (row + 1) * REFUSALS_LISTED
+            it = iter(after_f[3 * b : 3 * e])
+            triples = zip(it, it, it, strict=False)
+            for i, w, a in zip(listed_f[b:e], why_f[b:e], triples, strict=True):
                 if i < 0:
                     break
-                key = (i, w, tuple(a))
+                key = (i, w, a)
                 text = said.get(key)
                 if text is None:
-                    text = said[key] = _unfit(names[i], now_l[i], a, w, alpha, limit)
+                    now = nows.get(i)
+                    if now is None:
+                        now = nows[i] = ranked.now[i].tolist()
+                    text = said[key] = _unfit(names[i], now, a, w, alpha, limit)
                 reasons.append(text)
             if tried_l[row] > REFUSALS_LISTED:
                 reasons.append(f"{tried_l[row] - REFUSALS_LISTED} more host(s) refused")
@@ -232,7 +231,7 @@ _FULL: Final = tuple(
 
 
 def _unfit(
-    name: str, now: list[float], after: list[float], why: int, alpha: float, limit: float
+    name: str, now: Sequence[float], after: Sequence[float], why: int, alpha: float, limit: float
 ) -> str:
     """Why ``name`` could not take a VM, as the core found it: ``why``'s bit ``r`` says
     resource ``r`` is at or over ``alpha`` now, bit ``3 + r`` that it would reach
