@@ -1161,6 +1161,31 @@ column back (``record.py``, not this branch's: an mmap'd or per-column read woul
 pass that needs 3 columns read 3); drawing the three metric plots from one walk would hold
 three period x VM grids at once (4.3 MB each at the hour, but 0.7 GB each for a week of
 3,000 VMs at 10 s), so they stay one at a time.
+
+Control37, second part (2026-12-07): the hot fleet's rounds. No hot host's inputs repeat
+between rounds here (probed: 4,590 ``rank_movers`` calls, 4,590 distinct inputs; 36,720
+refusal reasons, all distinct: the loads move every period), so nothing is kept across
+rounds; the per-hot-host Python is cut instead. The core's refusal arrays are read into
+Python once a round as flat lists (a list per row would be counted by the collector: a
+first try made ``hot_round.py``'s unfrozen 10,000-host round 0.09 -> 0.13 s), a refusal's
+resource names come from a table of its 6 bits, ``rank_movers`` finds a host's overloaded
+columns once instead of per VM, and the agent's ``VMLoadReports`` (with ``HostLoads`` and
+``HostVMs`` under it) iterate as their dict (``Mapping``'s mixin looked every key up
+through ``__getitem__``). Same strings, golden 0 differences. ``--sim-only --reps 3``
+medians, alternating before (e4b3750, ``--sova-src``) and after, load 1.0-3.7:
+
+    --hot 0.17, 1,000 x 3        0.84, 0.82, 0.78          0.78, 0.77, 0.76         (-5 %)
+    1,000 x 20 x 300 s           1.49, 1.56, 1.57          1.57, 1.56, 1.48         (same)
+
+``hot_round.py`` (15 rounds, load 1.2): the daemon's round at 10,000 hosts 0.090 / 0.092 s
+before, 0.092 / 0.088 after; 2,000 hosts 0.014 both. ``per_host_core.py``: every row within
+its noise (``bandwidth_step`` 20 VMs 314.7 -> 320.4 µs, 100 VMs 2468 -> 2409). What is
+left in the round, cProfile at 1,000 x 3 hot: ``rank_movers`` ~45 % of ``plan_hot`` (half
+of it building each hot host's ``VMLoad`` objects from the agent's loads), the screening's
+Python around the core ~25 % (the 8 listed refusals of each of 170 hosts formatted each
+round), each hot host's report (its window read as ``Utilisation`` objects for the
+decision record) ~15 %: going further means the round taking VM loads as arrays rather
+than a ``Mapping`` of ``VMLoad`` per host.
 """
 
 from __future__ import annotations

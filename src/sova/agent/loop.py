@@ -24,7 +24,7 @@ Two more loops share the executor:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, ItemsView, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sova.agent.bandwidth_loop import BandwidthLoop
@@ -232,15 +232,21 @@ class VMLoadReports(LazyMapping[str, VMLoad]):
 
     def _build(self) -> dict[str, VMLoad]:
         loads, actual, migrating = self._args
+        held = actual.vms
         return {
             vm: VMLoad(
                 Utilisation(s.cpu, s.mem, s.net),
-                actual.vms[vm].vm.memory_bytes,
+                held[vm].vm.memory_bytes,
                 migrating=vm in migrating,
             )
             for vm, s in loads.items()
-            if vm in actual.vms
+            if vm in held
         }
+
+    # the dict's own view: Mapping's looks every key up through __getitem__, and a
+    # manager's round walks the VMs of every hot host
+    def items(self) -> ItemsView[str, VMLoad]:
+        return self.built().items()
 
 
 class HostAgent(BandwidthLoop):
@@ -601,4 +607,3 @@ class HostAgent(BandwidthLoop):
 
 
 _NOT_MIGRATING: frozenset[str] = frozenset()
-

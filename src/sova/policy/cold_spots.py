@@ -58,8 +58,9 @@ class RankedHosts:
         self.caps = (
             None
             if capacities is None
-            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64)
-            .reshape(-1, 3)
+            else np.array([capacities[n].as_tuple() for n in self.names], dtype=np.float64).reshape(
+                -1, 3
+            )
         )
         self.taken = np.zeros(len(self.names), dtype=bool)
 
@@ -162,7 +163,9 @@ def screen_round(
         ints(barred),
     )
     ranked.taken[target[target >= 0]] = True
-    return _screened(ranked, queries, first, end, limit, target, mover, kept, tried, listed, after, why)
+    return _screened(
+        ranked, queries, first, end, limit, target, mover, kept, tried, listed, after, why
+    )
 
 
 def _screened(
@@ -176,53 +179,69 @@ def _screened(
     """What :func:`screen_round`'s queries got, from the core's arrays."""
     target, mover, kept, tried, listed, after, why = core
     names, alpha = ranked.names, ranked.alpha
-    listed = listed.reshape(-1, REFUSALS_LISTED)
-    after = after.reshape(-1, REFUSALS_LISTED, 3)
-    why = why.reshape(-1, REFUSALS_LISTED)
+    # Each array read into Python once for the round, not once per VM tried (a hot fleet
+    # refuses most of its hot hosts every round), and flat: numbers, not a list per row,
+    # which the collector would count and walk (the daemon's heap is not all frozen).
+    target_l, mover_l, kept_l = target.tolist(), mover.tolist(), kept.tolist()
+    tried_l = tried.tolist()
+    listed_f, why_f, after_f = listed.ravel().tolist(), why.ravel().tolist(), after.ravel().tolist()
+    nows: dict[int, list[float]] = {}  # the listed hosts' loads (a few of the fleet)
     out = []
     # The coldest hosts head every refusal of a round, most often for alike VMs: each
     # reason is formatted once (a fleet with no fit formats 8, not 8 per hot host).
     said: dict[tuple[int, int, tuple[float, ...]], str] = {}
     for qi, q in enumerate(queries):
-        t, m = int(target[qi]), int(mover[qi])
+        m = mover_l[qi]
         if m >= 0:
-            out.append(Screened(q.vms[m - first[qi]][0], names[t], bool(kept[qi]), {}))
+            out.append(Screened(q.vms[m - first[qi]][0], names[target_l[qi]], bool(kept_l[qi]), {}))
             continue
         refused = {}
         for (vm, _, _), row in zip(q.vms, range(first[qi], end[qi]), strict=True):
             reasons = []
-            rows = zip(listed[row].tolist(), after[row].tolist(), why[row].tolist(), strict=True)
-            for i, a, w in rows:
+            b, e = row * REFUSALS_LISTED, (row + 1) * REFUSALS_LISTED
+            it = iter(after_f[3 * b : 3 * e])
+            triples = zip(it, it, it, strict=False)
+            for i, w, a in zip(listed_f[b:e], why_f[b:e], triples, strict=True):
                 if i < 0:
                     break
-                key = (i, w, tuple(a))
+                key = (i, w, a)
                 text = said.get(key)
                 if text is None:
-                    now = ranked.now[i].tolist()
+                    now = nows.get(i)
+                    if now is None:
+                        now = nows[i] = ranked.now[i].tolist()
                     text = said[key] = _unfit(names[i], now, a, w, alpha, limit)
                 reasons.append(text)
-            if tried[row] > REFUSALS_LISTED:
-                reasons.append(f"{int(tried[row]) - REFUSALS_LISTED} more host(s) refused")
+            if tried_l[row] > REFUSALS_LISTED:
+                reasons.append(f"{tried_l[row] - REFUSALS_LISTED} more host(s) refused")
             refused[vm] = reasons
         out.append(Screened(None, None, False, refused))
     return out
 
 
+# For each value of the core's refusal bits, the resources already busy (bits 0-2) and the
+# indices of those that would be full (bits 3-5): read, not recomputed, for every refusal.
+_BUSY: Final = tuple(
+    ", ".join(r for i, r in enumerate(RESOURCES) if why & (1 << i)) for why in range(1 << 6)
+)
+_FULL: Final = tuple(
+    tuple(i for i in range(len(RESOURCES)) if why & (1 << (len(RESOURCES) + i)))
+    for why in range(1 << 6)
+)
+
+
 def _unfit(
-    name: str, now: list[float], after: list[float], why: int, alpha: float, limit: float
+    name: str, now: Sequence[float], after: Sequence[float], why: int, alpha: float, limit: float
 ) -> str:
     """Why ``name`` could not take a VM, as the core found it: ``why``'s bit ``r`` says
     resource ``r`` is at or over ``alpha`` now, bit ``3 + r`` that it would reach
     ``limit`` (``after`` its loads with the VM)."""
-    busy = [r for i, r in enumerate(RESOURCES) if why & (1 << i)]
+    bits = why & ((1 << 6) - 1)
+    busy = _BUSY[bits]
     if busy:
-        return f"{name}: {', '.join(busy)} already at/over {alpha:g}"
-    full = [
-        f"{r} {now[i]:.3f}->{after[i]:.3f}"
-        for i, r in enumerate(RESOURCES)
-        if why & (1 << (len(RESOURCES) + i))
-    ]
-    return f"{name}: would reach {', '.join(full)} >= {limit:g}"
+        return f"{name}: {busy} already at/over {alpha:g}"
+    full = ", ".join([f"{RESOURCES[i]} {now[i]:.3f}->{after[i]:.3f}" for i in _FULL[bits]])
+    return f"{name}: would reach {full} >= {limit:g}"
 
 
 def screen_targets(

@@ -300,6 +300,10 @@ class MoveCost:
 PAPERS_MOVE: Final = MoveCost(min_relief=0.0, horizon_s=0.0)
 
 
+# each resource's column in a utilisation tuple
+_INDEX: Final = {r: i for i, r in enumerate(RESOURCES)}
+
+
 @dataclass(frozen=True)
 class Mover:
     """A VM whose move relieves a hot host, and what it buys."""
@@ -326,16 +330,18 @@ def rank_movers(
     papers' migration factor; ties by name, so the choice never flips between equal VMs.
     """
     hot = {r.resource: r for r in verdict.resources if r.hot}
-    index = {r: i for i, r in enumerate(RESOURCES)}
+    index = _INDEX
     current = now.as_tuple()
     excess = {r: max(current[index[r]], v.forecast) - verdict.alpha for r, v in hot.items()}
+    # the hot resources with an overload, with their column: the same for every VM
+    over = [(r, index[r], e) for r, e in excess.items() if e > 0.0]
     keyed: list[tuple[tuple[bool, float, float, str], Mover]] = []
     refused: list[str] = []
     for name, vm in vms.items():
         if vm.migrating:
             continue
         share = vm.util.as_tuple()
-        relief_of = {r: min(1.0, share[index[r]] / e) for r, e in excess.items() if e > 0.0}
+        relief_of = {r: min(1.0, share[i] / e) for r, i, e in over}
         relief = max(relief_of.values(), default=0.0)
         if relief <= 0.0 or relief < cost.min_relief:
             worst = max(hot, key=lambda r: (relief_of.get(r, 0.0), r), default="")
@@ -530,5 +536,3 @@ def _capacities(reports: Mapping[str, HostReport]) -> dict[str, HostCapacity] | 
         missing = sorted(set(reports) - set(capacities))
         raise ValueError(f"capacity given for some hosts but not for {missing}")
     return capacities or None
-
-
