@@ -173,7 +173,7 @@ def test_sample_times_are_read_once_while_the_timeline_keeps_its_rows(tmp_path: 
         return chunks()
 
     tl.chunks = counted  # type: ignore[method-assign]
-    first = dq.sample_times(tl)
+    first = tl.sample_times()
     assert first.tolist() == sorted({r.time_s for r in rows[:-4]})
     assert dq.demand_grid(tl, ["v0"]).times is first
     assert fleet.grid(run_with(run, tl), ["v0"], ["h1"]).times is first
@@ -181,7 +181,7 @@ def test_sample_times_are_read_once_while_the_timeline_keeps_its_rows(tmp_path: 
     with pytest.raises(ValueError):
         first[0] = -1.0  # shared by every reader: read-only
     tl.extend(rows[-4:])  # more rows: read again
-    assert dq.sample_times(tl).tolist() == sorted({r.time_s for r in rows})
+    assert tl.sample_times().tolist() == sorted({r.time_s for r in rows})
     assert walks == 4
 
 

@@ -20,7 +20,6 @@ nested tier: ping gaps of 1.95-2.4 s at a plug, 1.3 s at an unplug).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -51,28 +50,6 @@ def freed_cpu_saturation(profile: ProfileSpec) -> float | None:
     return CPU_SATURATION if profile.virtio_guest_ns_per_packet > 0 else None
 
 
-# id(timeline) -> (the timeline, weakly; its rows when read; its sample times): the
-# summary, the decisions and the fleet plots each walked a spilled hour's timeline (~0.025
-# CPU-s a walk) for these alone. By id: a Timeline compares by value, so is unhashable.
-_TIMES: dict[int, tuple[weakref.ref[Timeline], int, np.ndarray]] = {}
-
-
-def sample_times(timeline: Timeline) -> np.ndarray:
-    """The timeline's distinct sample times, ascending, from its chunks (an hour's
-    ``time_s`` column is 8.6 MB, and ``np.unique`` sorts a copy); read once while the
-    timeline has the same rows (the array is read-only: every reader shares it)."""
-    held = _TIMES.get(id(timeline))
-    if held is not None and held[0]() is timeline and held[1] == len(timeline):
-        return held[2]
-    per_chunk = [np.unique(c.columns["time_s"]) for c in timeline.chunks()]
-    times = np.unique(np.concatenate(per_chunk)) if per_chunk else np.zeros(0)
-    times.setflags(write=False)
-    for k in [k for k, v in _TIMES.items() if v[0]() is None]:  # freed timelines
-        del _TIMES[k]
-    _TIMES[id(timeline)] = (weakref.ref(timeline), len(timeline), times)
-    return times
-
-
 @dataclass(frozen=True)
 class DemandGrid:
     """Each VM's offered load (bit/s) at each timeline sample of a run."""
@@ -95,7 +72,7 @@ def demand_grid(timeline: Timeline, vms: Sequence[str], delivered: bool = True) 
     names = timeline.texts("vm")
     where = {v: i for i, v in enumerate(vms)}
     lut = np.array([where.get(str(n), -1) for n in names] + [-1], dtype=np.int64)
-    times = sample_times(timeline)
+    times = timeline.sample_times()
     grid = np.zeros((len(vms), times.size))
     sent = np.zeros((len(vms), times.size)) if delivered else None
     cpu = np.zeros((len(vms), times.size))

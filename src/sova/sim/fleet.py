@@ -28,7 +28,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from sova.scenario import Scenario
-from sova.sim.decisions import Moves, run_moves, sample_times
+from sova.sim.decisions import Moves, run_moves
 from sova.sim.world import TICK_HOSTS, PolicyRun
 from sova.writer import PNG_META, Plotted
 
@@ -74,7 +74,7 @@ def grid(run: PolicyRun, vms: Sequence[str], hosts: Sequence[str]) -> Grid:
     vcode = _codes(run, "vm", vms)
     hcode = _codes(run, "host", hosts)
     is_vf = np.array([t == "vf" for t in tl.texts("nic")] + [False])
-    times = sample_times(tl)
+    times = tl.sample_times()
     shape = (times.size, len(vms))
     host = np.full(shape, -1, dtype=np.int32)
     vf = np.zeros(shape, dtype=bool)

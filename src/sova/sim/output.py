@@ -75,9 +75,7 @@ def vm_means(timeline: Timeline, vms: Sequence[str]) -> tuple[np.ndarray, np.nda
 
 def periods(timeline: Timeline) -> int:
     """Distinct period times (read once for the summary and the report's plots)."""
-    from sova.sim.decisions import sample_times
-
-    return int(sample_times(timeline).size)
+    return int(timeline.sample_times().size)
 
 
 def summarize(scn: Scenario, run: PolicyRun) -> dict[str, Any]:
