@@ -169,29 +169,7 @@ def set_workloads(eng: EngineState, items: Iterable[tuple[int, Workload]], t: fl
 
 
 def set_workload(eng: EngineState, i: int, w: Workload, t: float) -> None:
-    _set_parameters(eng, i, w, t)
-    reset_each(eng, [i], t)
-
-
-def _set_parameters(eng: EngineState, i: int, w: Workload, t: float) -> None:
-    eng._load_static = None  # the only writer of the workload parameters
-    eng.kind[i] = KIND[w.kind]
-    eng.net_duty[i] = w.net_duty
-    eng.cpu_duty[i] = w.cpu
-    eng.rate[i] = w.rate
-    eng.streams[i] = w.streams
-    eng.pkt_bytes[i] = w.packet_bytes
-    eng.rx_share[i] = w.rx_share
-    eng.req_rate[i] = w.requests_per_s if w.kind == "requests" else 0.0
-    eng.resp_bytes[i] = w.response
-    eng.req_bytes[i] = w.request
-    eng.ns_per_byte[i] = w.ns_per_byte
-    eng.file_left[i] = float(w.size) if w.kind == "file" else 0.0
-    eng.file_size[i] = eng.file_left[i]
-    eng.file_start[i] = t
-    eng.backlog_bits[i] = 0.0
-    if w.kind == "trace":
-        _set_trace(eng, i, w)
+    set_workloads(eng, ((i, w),), t)
 
 
 def _set_trace(eng: EngineState, i: int, w: Workload) -> None:
