@@ -10,7 +10,7 @@ for (a finished run travels between processes as plain data).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, TypeVar
 
 K = TypeVar("K")
@@ -47,6 +47,20 @@ class LazyMapping(Mapping[K, V]):
 
     def __len__(self) -> int:
         return len(self.built())
+
+    # The dict's own views and membership: Mapping's look every key up through
+    # __getitem__, and a manager's round walks the VMs of every hot host each period.
+    def __contains__(self, key: object) -> bool:
+        return key in self.built()
+
+    def keys(self) -> KeysView[K]:
+        return self.built().keys()
+
+    def items(self) -> ItemsView[K, V]:
+        return self.built().items()
+
+    def values(self) -> ValuesView[V]:
+        return self.built().values()
 
     def __eq__(self, other: object) -> bool:
         # the dict's own comparison: Mapping's would copy both sides into new dicts

@@ -24,7 +24,7 @@ Two more loops share the executor:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, ItemsView, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sova.agent.bandwidth_loop import BandwidthLoop
@@ -242,11 +242,6 @@ class VMLoadReports(LazyMapping[str, VMLoad]):
             for vm, s in loads.items()
             if vm in held
         }
-
-    # the dict's own view: Mapping's looks every key up through __getitem__, and a
-    # manager's round walks the VMs of every hot host
-    def items(self) -> ItemsView[str, VMLoad]:
-        return self.built().items()
 
 
 class HostAgent(BandwidthLoop):

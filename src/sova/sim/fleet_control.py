@@ -31,7 +31,7 @@ the agents read), not from their step reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, ItemsView, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import chain
@@ -370,14 +370,6 @@ class HostVMs(LazyMapping[str, VMState]):
 
     def __len__(self) -> int:
         return len(self._members)
-
-    # the dict's own views: Mapping's look every key up through __getitem__, and the
-    # manager's round reads the VMs of every hot host each period
-    def items(self) -> ItemsView[str, VMState]:
-        return self.built().items()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.built()
 
 
 def _warm_up(e: Engine, warm: list[int], by_host: np.ndarray) -> dict[int, tuple[str, ...]]:

@@ -22,7 +22,7 @@ fleet's factors equal to the readable per-host form's, tests/sensing_oracle.py;
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -101,14 +101,6 @@ class HostLoads(LazyMapping[str, LoadShares]):
 
     def __len__(self) -> int:
         return self._args[4] - self._args[3]
-
-    # the dict's own views: Mapping's look every key up through __getitem__, and the
-    # manager's round reads the VMs of every hot host each period
-    def items(self) -> ItemsView[str, LoadShares]:
-        return self.built().items()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.built()
 
 
 class _PerHost(NamedTuple):
