@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -407,15 +408,12 @@ def scenarios() -> None:
 
 
 CORE_COMMANDS = ("simulate", "validate", "scenarios")
-_registered = False
 
 
+@functools.cache  # the other modules' commands are registered once
 def full_app() -> typer.Typer:
     """The whole ``sova`` command line: this module's commands and every other module's."""
-    global _registered
-    if not _registered:
-        _registered = True
-        _register_subcommands()
+    _register_subcommands()
     return _core
 
 
