@@ -1362,11 +1362,15 @@ def _w(w: Any) -> dict[str, Any]:
     return out
 
 
-def run_sova(scenario: Path, out: Path, src: Path | None = None) -> tuple[float, float, float]:
+def run_sova(
+    scenario: Path, out: Path, src: Path | None = None, threads: int = 1
+) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MiB) of one ``sova simulate`` in a child process; ``src``
-    runs another tree's code (a checkout of the old version, for before/after)."""
+    runs another tree's code (a checkout of the old version, for before/after);
+    ``threads``: its ``--threads`` (left out at 1, which an older tree may not know)."""
     cmd = [str(ROOT / ".venv/bin/python"), "-m", "sova", "simulate", str(scenario)]
     cmd += ["--out", str(out), "--no-progress"]
+    cmd += ["--threads", str(threads)] if threads != 1 else []
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = str(src)
@@ -1424,11 +1428,19 @@ def profile(
 
 
 def simulate_only(
-    hosts: int, per_host: int, duration: float, seed: int, work: Path, physics: bool, hot: float
-) -> float:
-    """CPU seconds of the simulation alone in this process: ``run_policy`` (``physics``
-    False) or the world without agents, i.e. the engine's ticks and the world's per-tick
-    statistics (``physics`` True)."""
+    hosts: int,
+    per_host: int,
+    duration: float,
+    seed: int,
+    work: Path,
+    physics: bool,
+    hot: float,
+    threads: int = 1,
+) -> tuple[float, float]:
+    """(CPU s of every thread, wall s) of the simulation alone in this process:
+    ``run_policy`` (``physics`` False) or the world without agents, i.e. the engine's ticks
+    and the world's per-tick statistics (``physics`` True); ``threads``: the core's
+    (passed only when not 1, which an older tree's code may not take)."""
     from sova.scenario import load_sweep
     from sova.sim.runner import run_policy
     from sova.sim.world import World
@@ -1437,29 +1449,30 @@ def simulate_only(
     path.write_text(yaml.safe_dump(scenario_data(hosts, per_host, duration, seed, hot)))
     scn = load_sweep(path)[0]
     spec = scn.policy_specs[0]
-    t = time.process_time()
+    kw: dict[str, Any] = {} if threads == 1 else {"threads": threads}
+    t, w = time.process_time(), time.perf_counter()
     if physics:
-        World(scn, spec, with_agents=False).run_until(scn.duration)
+        World(scn, spec, with_agents=False, **kw).run_until(scn.duration)
     else:
-        run_policy(scn, spec.name)
-    return time.process_time() - t
+        run_policy(scn, spec.name, **kw)
+    return time.process_time() - t, time.perf_counter() - w
 
 
 def run_simulate_only(
     size: tuple[int, int], args: argparse.Namespace, physics: bool
-) -> tuple[float, float]:
-    """(CPU s, peak RSS MiB) of :func:`simulate_only` in a child process (``--sova-src``
-    runs another tree's code there)."""
+) -> tuple[float, float, float]:
+    """(CPU s, peak RSS MiB, wall s) of :func:`simulate_only` in a child process
+    (``--sova-src`` runs another tree's code there)."""
     cmd = [str(ROOT / ".venv/bin/python"), __file__, "--child", f"{size[0]}x{size[1]}"]
     cmd += ["--duration", str(args.duration), "--seed", str(args.seed)]
     cmd += ["--physics-only"] if physics else []
-    cmd += ["--hot", str(args.hot)]
+    cmd += ["--hot", str(args.hot), "--threads", str(args.threads)]
     env = dict(os.environ)
     if args.sova_src is not None:
         env["PYTHONPATH"] = str(args.sova_src)
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    cpu, rss = out.split()
-    return float(cpu), float(rss)
+    cpu, rss, wall = out.split()
+    return float(cpu), float(rss), float(wall)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1486,6 +1499,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="the hot fleet instead: this fraction of hosts hot all run, none with a target",
     )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="the core's threads (sova simulate --threads; run_policy's with --sim-only)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -1493,10 +1512,17 @@ def main(argv: list[str] | None = None) -> int:
 
         h, v = (int(x) for x in args.child.split("x"))
         with tempfile.TemporaryDirectory() as tmp:
-            cpu = simulate_only(
-                h, v, args.duration, args.seed, Path(tmp), args.physics_only, args.hot
+            cpu, wall = simulate_only(
+                h,
+                v,
+                args.duration,
+                args.seed,
+                Path(tmp),
+                args.physics_only,
+                args.hot,
+                args.threads,
             )
-        print(cpu, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        print(cpu, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, wall)
         return 0
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="sova-simscale-")) if args.keep is None else args.keep
@@ -1508,15 +1534,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.sim_only or args.physics_only:
             what = "world without agents" if args.physics_only else "run_policy"
-            print(f"{'hosts':>6} {'VMs':>6} {'CPU s':>7} {'VM-steps/CPU-s':>15} {'peak MiB':>9}")
+            print(
+                f"{'hosts':>6} {'VMs':>6} {'CPU s':>7} {'wall s':>7} {'VM-steps/CPU-s':>15} "
+                f"{'peak MiB':>9}"
+            )
             for size in sizes:
                 runs = [run_simulate_only(size, args, args.physics_only) for _ in range(args.reps)]
-                cpu, peak = (statistics.median(x) for x in zip(*runs, strict=True))
+                cpu, peak, wall = (statistics.median(x) for x in zip(*runs, strict=True))
                 steps = size[0] * size[1] * int(round(args.duration))
-                line = f"{size[0]:>6} {size[0] * size[1]:>6} {cpu:>7.2f} {steps / cpu:>15,.0f}"
+                line = f"{size[0]:>6} {size[0] * size[1]:>6} {cpu:>7.2f} {wall:>7.2f}"
                 print(
-                    f"{line} {peak:>9,.0f}   ({what}; CPU s of each run: "
-                    + ", ".join(f"{c:.2f}" for c, _ in runs)
+                    f"{line} {steps / cpu:>15,.0f} {peak:>9,.0f}   ({what}, {args.threads} "
+                    "thread(s); CPU/wall s of each run: "
+                    + ", ".join(f"{c:.2f}/{w:.2f}" for c, _, w in runs)
                     + ")",
                     flush=True,
                 )
@@ -1534,7 +1564,7 @@ def main(argv: list[str] | None = None) -> int:
             ours: list[tuple[float, float, float]] = []
             theirs: list[tuple[float, float, float]] = []
             for _ in range(args.reps):  # interleaved: both see the same load
-                ours.append(run_sova(scn_path, work / f"out-{h}x{v}", args.sova_src))
+                ours.append(run_sova(scn_path, work / f"out-{h}x{v}", args.sova_src, args.threads))
                 if args.cloudsim:
                     theirs.append(run_cloudsim(args.cloudsim, h, h * v, args.duration, args.seed))
             wall, cpu, peak = (statistics.median(x) for x in zip(*ours, strict=True))

@@ -118,6 +118,15 @@ def simulate(
     timeline_period: TimelinePeriod = None,
     timeline_vm: TimelineVMs = None,
     timeline_format: TimelineFormat = "auto",
+    threads: Annotated[
+        str,
+        typer.Option(
+            help="Threads each run's compiled core shares a tick's VMs and hosts among (a "
+            "count >= 1, or auto: the CPU count); the outputs are the same for any number "
+            "[default: 1].",
+            show_default=False,
+        ),
+    ] = "1",
 ) -> None:
     """Run a scenario in the built-in simulated cluster and write its report.
 
@@ -135,6 +144,7 @@ def simulate(
     from sova.sim.runner import Interrupted, run_points
 
     _check_format(timeline_format)
+    n_threads = _threads(threads)
     points, known = _sim_points(resolve_scenario(scenario), policy, seed)
     points = _with_output(points, timeline_period, timeline_vm)
     out_dir = out or Path("out") / points[0].name
@@ -152,6 +162,7 @@ def simulate(
                 dask=dask,
                 on_tick=bar.advance,
                 on_start=bar.start,
+                threads=n_threads,
             )
     except Interrupted as stop:
         _write_interrupted(out_dir, points, stop, timeline_format)
@@ -228,6 +239,21 @@ def _check_format(timeline_format: str) -> None:
         _option_error(
             f"--timeline-format: {timeline_format!r} is none of {', '.join(TIMELINE_FORMATS)}"
         )
+
+
+def _threads(value: str) -> int:
+    """--threads: a count >= 1, or auto (the CPU count); else one line, exit 2."""
+    import os
+
+    if value.strip().lower() == "auto":
+        return os.cpu_count() or 1
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        _option_error(f"--threads: {value!r} is not a count of threads >= 1 or auto")
+    return n
 
 
 def _option_error(line: str) -> NoReturn:

@@ -156,6 +156,17 @@ pub fn sova_allocate(
     f: &Flows<'_>,
     out: &mut [f64],
 ) -> Result<(), InputError> {
+    check_allocation(capacity, layout, f, out)?;
+    sova_allocate_links(capacity, layout, f, 0..capacity.len(), |k, r| out[k] = r)
+}
+
+/// [`sova_allocate`]'s arrays: the flows' and the links' lengths.
+fn check_allocation(
+    capacity: &[f64],
+    layout: &Layout<'_>,
+    f: &Flows<'_>,
+    out: &[f64],
+) -> Result<(), InputError> {
     let n = match f.vm {
         Some(vm) if vm.len() != f.demand.len() => {
             return Err(InputError(format!(
@@ -192,9 +203,68 @@ pub fn sova_allocate(
             layout.links()
         )));
     }
+    Ok(())
+}
+
+/// [`sova_allocate`] with the links shared among `threads` threads in runs of whole links
+/// (each link's allocation is its own: the same rates, the same first error, whatever
+/// the threads). Small layouts stay on this thread.
+pub fn sova_allocate_threads(
+    capacity: &[f64],
+    layout: &Layout<'_>,
+    f: &Flows<'_>,
+    out: &mut [f64],
+    threads: usize,
+) -> Result<(), InputError> {
+    crate::tick::check_threads(threads)?;
+    if threads == 1 || f.demand.len() <= crate::tick::RUN {
+        return sova_allocate(capacity, layout, f, out);
+    }
+    check_allocation(capacity, layout, f, out)?;
+    // runs of consecutive links of about RUN flows each
+    let mut runs = Vec::new();
+    let (mut first, mut flows) = (0, 0);
+    for h in 0..capacity.len() {
+        flows += layout.row_len(h);
+        if flows >= crate::tick::RUN {
+            runs.push(first..h + 1);
+            (first, flows) = (h + 1, 0);
+        }
+    }
+    if first < capacity.len() {
+        runs.push(first..capacity.len());
+    }
+    // each run's rates (or its first error), written back in link order below
+    type Rates = Result<Vec<(usize, f64)>, InputError>;
+    let mut got: Vec<Option<Rates>> = runs.iter().map(|_| None).collect();
+    crate::parallel::with_threads(threads, |pool| {
+        let work: Vec<_> = runs.into_iter().zip(got.iter_mut()).collect();
+        pool.for_each(work, |(links, slot)| {
+            let mut rates = Vec::new();
+            let r = sova_allocate_links(capacity, layout, f, links, |k, x| rates.push((k, x)));
+            *slot = Some(r.map(|()| rates));
+        });
+    });
+    for run in got.into_iter().flatten() {
+        for (k, r) in run? {
+            out[k] = r;
+        }
+    }
+    Ok(())
+}
+
+/// The links `links` of [`sova_allocate`] in order, each flow's rate to `emit`.
+fn sova_allocate_links(
+    capacity: &[f64],
+    layout: &Layout<'_>,
+    f: &Flows<'_>,
+    links: std::ops::Range<usize>,
+    mut emit: impl FnMut(usize, f64),
+) -> Result<(), InputError> {
     let (mut lo, mut hi, mut w, mut rates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut flows: Vec<usize> = Vec::new();
-    for (h, &cap) in capacity.iter().enumerate() {
+    for h in links {
+        let cap = capacity[h];
         flows.clear();
         flows.extend(layout.row(h));
         lo.clear();
@@ -226,7 +296,7 @@ pub fn sova_allocate(
             clamped_fill(cap, &lo, &hi, &w, &mut rates).map_err(at_link)?;
         }
         for (&k, &r) in flows.iter().zip(&rates) {
-            out[k] = r;
+            emit(k, r);
         }
     }
     Ok(())

@@ -281,7 +281,9 @@ pub fn limits(
 
 /// One whole period with the Sova allocator: [`demand`], the allocation, [`limits`].
 /// Writes each flow's cap into `new` and packet cap into `pps` (the SLA's); returns the
-/// positions of the flows whose cap moved.
+/// positions of the flows whose cap moved. The allocation, most of the work, runs in runs
+/// of whole hosts shared among `threads` threads (each host's allocation is its own: the
+/// same caps whatever the threads).
 pub fn period(
     f: &Fleet<'_>,
     v: &Vms<'_>,
@@ -289,7 +291,9 @@ pub fn period(
     held: Option<&mut Held<'_>>,
     new: &mut [f64],
     pps: &mut [f64],
+    threads: usize,
 ) -> Result<Vec<i64>, InputError> {
+    crate::tick::check_threads(threads)?;
     let n = f.flows.len();
     if new.len() != n || pps.len() != n {
         return Err(InputError(format!("new, pps: not {n} values")));
@@ -310,7 +314,7 @@ pub fn period(
         weight: v.weight,
     };
     check_flows(&flows)?;
-    allocate::sova_allocate(f.capacity, &f.layout, &flows, new)?;
+    allocate::sova_allocate_threads(f.capacity, &f.layout, &flows, new, threads)?;
     limits(f, v.current, s, new, pps, &lifted)
 }
 
@@ -391,6 +395,104 @@ mod tests {
         }
     }
 
+    /// A period of 300 hosts of 1-40 flows (6,130 in all, in a layout that is not index
+    /// order; floors over-committed on some hosts, packet caps and SLA maxima on some VMs,
+    /// reservations held) on `threads` threads: caps, packet caps, moved flows and the
+    /// reservations after two periods, as bits.
+    fn period_bits(threads: usize) -> Result<Vec<Vec<u64>>, InputError> {
+        let x = |i: usize, a: f64| (i as f64 * a).fract();
+        let hosts = 300;
+        let sizes: Vec<usize> = (0..hosts).map(|h| 1 + (h * 7) % 40).collect();
+        let n: usize = sizes.iter().sum();
+        let mut start = vec![0i64];
+        for s in &sizes {
+            start.push(start.last().unwrap() + *s as i64);
+        }
+        // flow k at position (k * 7919) % n: every host's flows scattered over the VMs
+        let order: Vec<i64> = (0..n).map(|k| ((k * 7919) % n) as i64).collect();
+        let flows: Vec<i64> = (0..n).map(|k| ((k * 13) % n) as i64).collect();
+        let capacity: Vec<f64> = (0..hosts).map(|h| (10 + h % 3 * 15) as f64 * G).collect();
+        let bps: Vec<f64> = (0..n).map(|i| 2.0 * G * x(i, 0.37)).collect();
+        let pkt: Vec<f64> = (0..n).map(|i| 64.0 + 1436.0 * x(i, 0.11)).collect();
+        let current: Vec<f64> = (0..n)
+            .map(|i| {
+                if i % 4 == 0 {
+                    f64::NAN
+                } else {
+                    2.0 * G * x(i, 0.53)
+                }
+            })
+            .collect();
+        let minimum: Vec<f64> = (0..n)
+            .map(|i| {
+                if i % 5 == 0 {
+                    3.0 * G * x(i, 0.29)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let maximum: Vec<f64> = (0..n)
+            .map(|i| if i % 7 == 0 { G } else { f64::INFINITY })
+            .collect();
+        let max_pps: Vec<f64> = (0..n)
+            .map(|i| if i % 11 == 0 { 1e5 } else { f64::NAN })
+            .collect();
+        let weight: Vec<f64> = (0..n).map(|i| 1.0 + (i % 3) as f64).collect();
+        let fast: Vec<bool> = (0..n).map(|i| i % 6 == 1).collect();
+        let v = Vms {
+            bps: &bps,
+            packet_bytes: &pkt,
+            current: &current,
+            minimum: &minimum,
+            maximum: &maximum,
+            max_pps: &max_pps,
+            weight: &weight,
+            fast: &fast,
+        };
+        let f = Fleet {
+            capacity: &capacity,
+            layout: Layout::new(&order, &start, n)?,
+            flows: &flows,
+        };
+        let s = Settings {
+            probe: 0.1,
+            spread_spare: true,
+            lift: true,
+        };
+        let (mut quiet, mut level, mut hfast) = (vec![FREE; n], vec![0.0; n], vec![false; n]);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let mut held = Held {
+                quiet: &mut quiet,
+                level: &mut level,
+                fast: &mut hfast,
+            };
+            let (mut new, mut pps) = (vec![0.0; n], vec![0.0; n]);
+            let changed = period(&f, &v, s, Some(&mut held), &mut new, &mut pps, threads)?;
+            out.extend([bits(&new), bits(&pps)]);
+            out.push(changed.iter().map(|&k| k as u64).collect());
+        }
+        out.push(quiet.iter().map(|&q| q as u64).collect());
+        out.extend([bits(&level), hfast.iter().map(|&b| u64::from(b)).collect()]);
+        Ok(out)
+    }
+
+    #[test]
+    fn a_period_is_the_same_bits_on_one_thread_or_several() {
+        let one = period_bits(1).unwrap();
+        for threads in [2, 3] {
+            assert!(one == period_bits(threads).unwrap(), "{threads} threads");
+        }
+        // caps set and lifted, flows moved, reservations held
+        let caps = |k: usize| f64::from_bits(one[0][k]);
+        assert!((0..6130).any(|k| caps(k).is_nan()) && (0..6130).any(|k| caps(k) > 0.0));
+        assert!(one[2].len() > 100 && one[6].contains(&0));
+        let e = period_bits(0).unwrap_err();
+        assert_eq!(e.0, "threads: 0, not a count of threads >= 1");
+    }
+
     #[test]
     fn a_period_on_two_hosts() {
         // host 0 (10 Gbit/s): VMs 2 and 0, reading 6 and 5 Gbit/s (full: 11 >= 9.5), no caps:
@@ -417,7 +519,7 @@ mod tests {
             lift: true,
         };
         let (mut new, mut pps) = ([0.0; 3], [0.0; 3]);
-        let changed = period(&f, &v, s, None, &mut new, &mut pps).unwrap();
+        let changed = period(&f, &v, s, None, &mut new, &mut pps, 1).unwrap();
         assert_eq!(changed, [0, 1, 2]);
         assert_eq!(new[..2], [5.0 * G, 5.0 * G]);
         assert!(new[2].is_nan() && pps.iter().all(|p| p.is_nan()));
@@ -435,7 +537,7 @@ mod tests {
         };
         let (mut new, mut pps) = ([0.0; 2], [0.0; 2]);
         assert_eq!(
-            period(&f1, &v, s, None, &mut new, &mut pps).unwrap(),
+            period(&f1, &v, s, None, &mut new, &mut pps, 1).unwrap(),
             Vec::<i64>::new()
         );
     }
@@ -509,7 +611,7 @@ mod tests {
             lift: false,
         };
         let (mut new, mut pps) = ([0.0; 1], [0.0; 1]);
-        let e = period(&f, &v, s, None, &mut new, &mut pps).unwrap_err();
+        let e = period(&f, &v, s, None, &mut new, &mut pps, 1).unwrap_err();
         assert_eq!(e.0, "flows[0]: VM 3 outside 0..3");
         // a VM that sent bytes in no packets of its own has no packet size
         let f = Fleet { flows: &[1], ..f };
@@ -517,7 +619,7 @@ mod tests {
             packet_bytes: &[1500.0, 0.0, 1500.0],
             ..v
         };
-        let e = period(&f, &v, s, None, &mut new, &mut pps).unwrap_err();
+        let e = period(&f, &v, s, None, &mut new, &mut pps, 1).unwrap_err();
         assert_eq!(
             e.0,
             "packet_bytes must be finite and > 0 (>= 0 for rates), got 0.0"

@@ -64,6 +64,10 @@ pub struct CountParams {
     pub ack_bits: f64,
     /// some host's CPU is oversubscribed (`host_scale.min() < 1`): steal is counted
     pub steal: bool,
+    /// threads to share the VMs among (1: this thread alone); the outputs are the same
+    /// bits for any number (each VM's arithmetic is its own, each host's sums run on one
+    /// thread in VM index order)
+    pub threads: usize,
 }
 
 /// The last tick's figures: each VM's CPU use (share of its vCPUs), each host's CPU and
@@ -133,37 +137,133 @@ fn check(vm: &VmTick<'_>, hosts: &HostTick<'_>, c: &Counters<'_>) -> Result<(), 
 /// One tick's counters (all a driver reads) and figures: each VM's CPU time (guest work
 /// per packet and per byte, its benchmark, its requests, slowed by its host's share of
 /// the cores and capped by its vCPUs), the steal it waited, bytes and packets each way;
-/// each host's CPU (the vCPUs' and the virtio backend's) and bytes.
+/// each host's CPU (the vCPUs' and the virtio backend's) and bytes. The VMs' own
+/// arithmetic in runs of [`RUN`] shared among `p.threads` threads, then each host's sums
+/// in VM index order on this thread (the same additions whatever the threads).
 pub fn count(
     vm: &VmTick<'_>,
     hosts: &HostTick<'_>,
     c: &mut Counters<'_>,
     p: CountParams,
 ) -> Result<Figures, InputError> {
+    check_threads(p.threads)?;
     check(vm, hosts, c)?;
     let n_hosts = hosts.tx_host.len();
     let n = vm.tx.len();
     let dt = p.dt;
+    let mut cpu_use = vec![0.0; n];
+    // each VM's backend work and CPU, for the hosts' sums below
+    let mut backend_vm = vec![0.0; n];
+    let mut cpu_vm = vec![0.0; n];
+    let mut runs = Vec::with_capacity(n.div_ceil(RUN));
+    {
+        let mut cols = [
+            &mut c.cpu_ns[..n],
+            &mut c.steal_ns[..n],
+            &mut c.tx_b[..n],
+            &mut c.rx_b[..n],
+            &mut c.tx_pk[..n],
+            &mut c.rx_pk[..n],
+            &mut cpu_use[..],
+            &mut backend_vm[..],
+            &mut cpu_vm[..],
+        ]
+        .map(|col| col.chunks_mut(RUN));
+        for k in 0..n.div_ceil(RUN) {
+            // (every column is n long: a run of each)
+            let cols = cols.each_mut().map(|col| col.next().unwrap_or_default());
+            runs.push(CountRun {
+                base: k * RUN,
+                cols,
+            });
+        }
+    }
+    parallel::with_threads(if n > RUN { p.threads } else { 1 }, |threads| {
+        threads.for_each(runs, |r| count_run(vm, p, r));
+    });
     let mut backend_used = vec![0.0; n_hosts];
     let mut host_cpu = vec![0.0; n_hosts];
-    let mut cpu_use = vec![0.0; n];
-    // each array cut to the VMs' count (checked above), so the loop indexes without a
+    for ((&h, &b), &u) in vm.host[..n].iter().zip(&backend_vm).zip(&cpu_vm) {
+        // (in range: checked above)
+        let h = h as usize;
+        backend_used[h] += b;
+        host_cpu[h] += u;
+    }
+    let mut host_cpu_util = vec![0.0; n_hosts];
+    let mut host_net_util = vec![0.0; n_hosts];
+    for h in 0..n_hosts {
+        let backend = backend_used[h] + hosts.backend_vm_frac[h] * 1e9;
+        let mut cpu = host_cpu[h] * 1e9;
+        cpu += backend;
+        cpu *= dt;
+        c.h_cpu_ns[h] += cpu;
+        c.h_tx_b[h] += hosts.tx_host[h] * dt / 8.0;
+        c.h_rx_b[h] += hosts.rx_host[h] * dt / 8.0;
+        host_cpu_util[h] = np_min(1.0, hosts.host_need[h] / hosts.cores[h]);
+        host_net_util[h] = np_max(hosts.tx_host[h], hosts.rx_host[h]) / hosts.capacity[h];
+    }
+    Ok(Figures {
+        cpu_use,
+        host_cpu_util,
+        host_net_util,
+    })
+}
+
+/// A count of threads: at least one.
+pub fn check_threads(threads: usize) -> Result<(), InputError> {
+    if threads == 0 {
+        return Err(InputError("threads: 0, not a count of threads >= 1".into()));
+    }
+    Ok(())
+}
+
+/// A run of VMs from `base`: its counters (`cpu_ns`, `steal_ns`, `tx_b`, `rx_b`, `tx_pk`,
+/// `rx_pk`) and outputs (`cpu_use`, backend work, CPU), in that order.
+struct CountRun<'a> {
+    base: usize,
+    cols: [&'a mut [f64]; 9],
+}
+
+/// The VMs of a run: their counters advanced, their CPU use, backend work and CPU.
+fn count_run(vm: &VmTick<'_>, p: CountParams, r: CountRun<'_>) {
+    let dt = p.dt;
+    let [
+        cpu_ns,
+        steal_ns,
+        tx_b,
+        rx_b,
+        tx_pk,
+        rx_pk,
+        cpu_use,
+        backend_vm,
+        cpu_vm,
+    ] = r.cols;
+    let len = cpu_ns.len();
+    let span = r.base..r.base + len;
+    // each array cut to the run (checked in `count`), so the loop indexes without a
     // bounds check per value
     let (tx, rx, ppb, ns_pkt) = (
-        &vm.tx[..n],
-        &vm.rx[..n],
-        &vm.pkts_per_bit[..n],
-        &vm.ns_pkt[..n],
+        &vm.tx[span.clone()],
+        &vm.rx[span.clone()],
+        &vm.pkts_per_bit[span.clone()],
+        &vm.ns_pkt[span.clone()],
     );
-    let (ns_per_byte, cpu_busy) = (&vm.ns_per_byte[..n], &vm.cpu_busy[..n]);
-    let (arrival_cost, scale) = (&vm.arrival_cost[..n], &vm.host_scale_vm[..n]);
-    let (vcpus, need, virt) = (&vm.vcpus[..n], &vm.need[..n], &vm.virt[..n]);
-    let (pkt_bits, host) = (&vm.pkt_bits[..n], &vm.host[..n]);
-    let paused = vm.paused.map(|pz| &pz[..n]);
-    let (cpu_ns, steal_ns) = (&mut c.cpu_ns[..n], &mut c.steal_ns[..n]);
-    let (tx_b, rx_b) = (&mut c.tx_b[..n], &mut c.rx_b[..n]);
-    let (tx_pk, rx_pk) = (&mut c.tx_pk[..n], &mut c.rx_pk[..n]);
-    for i in 0..n {
+    let (ns_per_byte, cpu_busy) = (&vm.ns_per_byte[span.clone()], &vm.cpu_busy[span.clone()]);
+    let (arrival_cost, scale) = (
+        &vm.arrival_cost[span.clone()],
+        &vm.host_scale_vm[span.clone()],
+    );
+    let (vcpus, need, virt) = (
+        &vm.vcpus[span.clone()],
+        &vm.need[span.clone()],
+        &vm.virt[span.clone()],
+    );
+    let pkt_bits = &vm.pkt_bits[span.clone()];
+    let paused = vm.paused.map(|pz| &pz[span.clone()]);
+    let (steal_ns, tx_b, rx_b) = (&mut steal_ns[..len], &mut tx_b[..len], &mut rx_b[..len]);
+    let (tx_pk, rx_pk, cpu_use) = (&mut tx_pk[..len], &mut rx_pk[..len], &mut cpu_use[..len]);
+    let (backend_vm, cpu_vm) = (&mut backend_vm[..len], &mut cpu_vm[..len]);
+    for i in 0..len {
         let tx_i = tx[i];
         let tx_ppb = tx_i * ppb[i];
         let mut cpu_used = tx_ppb * ns_pkt[i];
@@ -191,30 +291,10 @@ pub fn count(
         tx_pk[i] += tx_i / pkt_bits[i] * dt;
         rx_pk[i] += rx[i] / p.ack_bits * dt;
         let v = if virt[i] { 1.0 } else { 0.0 };
-        // (in range: checked above)
-        let h = host[i] as usize;
-        backend_used[h] += tx_ppb * p.virtio_host_ns_per_packet * v;
-        host_cpu[h] += cpu_used;
+        backend_vm[i] = tx_ppb * p.virtio_host_ns_per_packet * v;
+        cpu_vm[i] = cpu_used;
         cpu_use[i] = cpu_used / vcpus[i];
     }
-    let mut host_cpu_util = vec![0.0; n_hosts];
-    let mut host_net_util = vec![0.0; n_hosts];
-    for h in 0..n_hosts {
-        let backend = backend_used[h] + hosts.backend_vm_frac[h] * 1e9;
-        let mut cpu = host_cpu[h] * 1e9;
-        cpu += backend;
-        cpu *= dt;
-        c.h_cpu_ns[h] += cpu;
-        c.h_tx_b[h] += hosts.tx_host[h] * dt / 8.0;
-        c.h_rx_b[h] += hosts.rx_host[h] * dt / 8.0;
-        host_cpu_util[h] = np_min(1.0, hosts.host_need[h] / hosts.cores[h]);
-        host_net_util[h] = np_max(hosts.tx_host[h], hosts.rx_host[h]) / hosts.capacity[h];
-    }
-    Ok(Figures {
-        cpu_use,
-        host_cpu_util,
-        host_net_util,
-    })
 }
 
 /// Where the renewed cycles' lengths come from: uniform on `[cycle_min, cycle_max]`, draw
@@ -440,9 +520,7 @@ pub fn offer(
     p: OfferParams,
 ) -> Result<Offered, InputError> {
     let n = load.rate.len();
-    if p.threads == 0 {
-        return Err(InputError("threads: 0, not a count of threads >= 1".into()));
-    }
+    check_threads(p.threads)?;
     check_load(load, &net, &cpu)?;
     check_cycles(&net)?;
     check_cycles(&cpu)?;
@@ -521,7 +599,7 @@ fn check_load(load: &Load<'_>, net: &Cycles<'_>, cpu: &Cycles<'_>) -> Result<(),
 
 /// VMs per run a thread takes at a time: ~100-200 µs of work, so a run's hand-over is
 /// small beside it, and enough runs at a thousand hosts to even out two threads.
-const RUN: usize = 2048;
+pub(crate) const RUN: usize = 2048;
 
 /// The live processes of `c` cut into runs of about [`RUN`], each with the VMs' arrays it
 /// alone writes (from its first VM, `base`, to the next run's): the whole of `c` in one
@@ -741,6 +819,112 @@ mod tests {
         (f, cols, hcols)
     }
 
+    /// [`count`] of `n` VMs over 97 hosts (VMs interleaved across hosts, so every host's
+    /// sums cross runs; some paused, some on a VF, some short of CPU) on `threads` threads:
+    /// figures and counters after two ticks, as bits.
+    fn count_bits(n: usize, threads: usize) -> Result<Vec<Vec<u64>>, InputError> {
+        let x = |i: usize, a: f64| (i as f64 * a).fract();
+        let h = 97;
+        let host: Vec<i64> = (0..n).map(|i| ((i * 31) % h) as i64).collect();
+        let tx: Vec<f64> = (0..n).map(|i| 1e9 * x(i, 0.37)).collect();
+        let rx: Vec<f64> = (0..n).map(|i| 1e8 * x(i, 0.71)).collect();
+        let ppb: Vec<f64> = (0..n).map(|i| 1e-5 + 1e-4 * x(i, 0.13)).collect();
+        let ns_pkt: Vec<f64> = (0..n).map(|i| 500.0 + 3000.0 * x(i, 0.29)).collect();
+        let nspb: Vec<f64> = (0..n).map(|i| x(i, 0.53)).collect();
+        let busy: Vec<f64> = (0..n).map(|i| 2.0 * x(i, 0.19)).collect();
+        let ac: Vec<f64> = (0..n).map(|i| 0.1 * x(i, 0.43)).collect();
+        let scale: Vec<f64> = (0..n).map(|i| 0.5 + x(i, 0.61)).collect();
+        let vcpus: Vec<f64> = (0..n).map(|i| (1 + i % 4) as f64).collect();
+        let need: Vec<f64> = (0..n).map(|i| 3.0 * x(i, 0.23)).collect();
+        let virt: Vec<bool> = (0..n).map(|i| i % 3 != 0).collect();
+        let pkt_bits: Vec<f64> = (0..n).map(|i| 800.0 + 11200.0 * x(i, 0.47)).collect();
+        let paused: Vec<bool> = (0..n).map(|i| i % 17 == 5).collect();
+        let per_host = |a: f64| (0..h).map(|k| 1e8 + 1e9 * x(k, a)).collect::<Vec<_>>();
+        let (bvf, txh, rxh, hn) = (
+            per_host(0.11),
+            per_host(0.31),
+            per_host(0.41),
+            per_host(0.59),
+        );
+        let cores = vec![8.0; h];
+        let cap = vec![1e10; h];
+        let vm = VmTick {
+            host: &host,
+            tx: &tx,
+            rx: &rx,
+            pkts_per_bit: &ppb,
+            ns_pkt: &ns_pkt,
+            ns_per_byte: &nspb,
+            cpu_busy: &busy,
+            arrival_cost: &ac,
+            host_scale_vm: &scale,
+            vcpus: &vcpus,
+            need: &need,
+            virt: &virt,
+            pkt_bits: &pkt_bits,
+            paused: Some(&paused),
+        };
+        let hosts = HostTick {
+            backend_vm_frac: &bvf,
+            tx_host: &txh,
+            rx_host: &rxh,
+            host_need: &hn,
+            cores: &cores,
+            capacity: &cap,
+        };
+        let mut cols: Vec<Vec<f64>> = (0..6).map(|k| vec![k as f64; n]).collect();
+        let mut hcols: Vec<Vec<f64>> = (0..3).map(|k| vec![k as f64; h]).collect();
+        let p = CountParams {
+            dt: 0.5,
+            virtio_host_ns_per_packet: 3000.0,
+            ack_bits: 528.0,
+            steal: true,
+            threads,
+        };
+        let mut figs = Vec::new();
+        for _ in 0..2 {
+            let [cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk] = &mut cols[..] else {
+                unreachable!()
+            };
+            let [h_cpu_ns, h_tx_b, h_rx_b] = &mut hcols[..] else {
+                unreachable!()
+            };
+            let mut c = Counters {
+                cpu_ns,
+                steal_ns,
+                tx_b,
+                rx_b,
+                tx_pk,
+                rx_pk,
+                h_cpu_ns,
+                h_tx_b,
+                h_rx_b,
+            };
+            let f = count(&vm, &hosts, &mut c, p)?;
+            figs.extend([f.cpu_use, f.host_cpu_util, f.host_net_util]);
+        }
+        let bits = |v: &Vec<f64>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        Ok(figs.iter().chain(&cols).chain(&hcols).map(bits).collect())
+    }
+
+    #[test]
+    fn count_is_the_same_bits_on_one_thread_or_several() {
+        // 10,000 VMs: five runs of RUN (the last shorter), each host's VMs in all of them
+        let one = count_bits(10_000, 1).unwrap();
+        for threads in [2, 3] {
+            assert!(
+                one == count_bits(10_000, threads).unwrap(),
+                "{threads} threads"
+            );
+        }
+        // the counts moved: steal somewhere, some VM's CPU capped, a paused VM idle
+        let cpu_use = |i: usize| f64::from_bits(one[0][i]);
+        assert!((0..10_000).any(|i| cpu_use(i) == 1.0) && cpu_use(5) == 0.0);
+        assert!(one[7].iter().any(|&s| f64::from_bits(s) > 1.0));
+        let e = count_bits(10, 0).unwrap_err();
+        assert_eq!(e.0, "threads: 0, not a count of threads >= 1");
+    }
+
     #[test]
     fn one_host_two_vms() {
         // vm0: 8 Gbit/s on a VF at 1e-5 packets per bit (80 kpps), 1,000 ns a packet and
@@ -778,6 +962,7 @@ mod tests {
             virtio_host_ns_per_packet: 3000.0,
             ack_bits: 528.0,
             steal: false,
+            threads: 1,
         };
         let (f, cols, hcols) = count_from_zero::<2, 1>(&vm, &hosts, p);
         let vm0 = (8e9 * 1e-5 * 1000.0 + 8e9 / 8.0 * 0.5) / 1e9 + 0.2;
@@ -829,6 +1014,7 @@ mod tests {
             virtio_host_ns_per_packet: 0.0,
             ack_bits: 528.0,
             steal: true,
+            threads: 1,
         };
         let (f, cols, _) = count_from_zero::<2, 1>(&vm, &hosts, p);
         assert_eq!(f.cpu_use, [0.5, 0.0]);

@@ -93,6 +93,11 @@ impl<'a> Layout<'a> {
         let (a, b) = (self.start[h] as usize, self.start[h + 1] as usize);
         self.order[a..b].iter().map(|&f| f as usize)
     }
+
+    /// How many flows link `h` has.
+    pub fn row_len(&self, h: usize) -> usize {
+        (self.start[h + 1] - self.start[h]) as usize
+    }
 }
 
 /// The layout of `group` (flow `i` crosses link `group[i]`) over `n_links` links, as owned
@@ -189,7 +194,6 @@ impl Flows<'_> {
 #[derive(Default)]
 struct Row {
     keyed: Vec<(f64, usize)>, // (saturation level, flow)
-    flows: Vec<usize>,
     weights: Vec<f64>,
 }
 
@@ -224,87 +228,271 @@ pub fn links_waterfill(
         }
         return Ok(());
     }
+    let mut row = Row::default();
+    // numpy's cumsum over the whole layout: inclusive running sums across links
+    let mut cum = Cum::default();
+    for (h, &cap_h) in capacity.iter().enumerate() {
+        sort_row(layout, &flows, h, &mut row.keyed, &mut row.weights);
+        if !row.keyed.is_empty() {
+            fill_row(
+                &row.keyed,
+                &row.weights,
+                cap_h,
+                &flows,
+                whole,
+                &mut cum,
+                |f, x| {
+                    out[f] = x;
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The running sums of demands and weights across links, as numpy's `cumsum` over the
+/// whole layout formed them (`started`: some flow was summed; the first sum is the flow's
+/// own value, not `0.0 +` it).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cum {
+    d: f64,
+    w: f64,
+    started: bool,
+}
+
+impl Cum {
+    /// The sums with one more flow of demand `d` and weight `w`.
+    #[inline]
+    fn add(&mut self, d: f64, w: f64) {
+        self.d = if self.started { self.d + d } else { d };
+        self.w = if self.started { self.w + w } else { w };
+        self.started = true;
+    }
+}
+
+/// Link `h`'s taking part flows by saturation level (stable: equal levels keep index
+/// order; NaN last) into `keyed`, their weights into `weights`.
+fn sort_row(
+    layout: &Layout<'_>,
+    flows: &Flows<'_>,
+    h: usize,
+    keyed: &mut Vec<(f64, usize)>,
+    weights: &mut Vec<f64>,
+) {
     let sat = |f: usize| match flows.weights {
         None => flows.demands[f],
         Some(w) => flows.demands[f] / w[f],
     };
-    let weight = |f: usize| flows.weights.map_or(1.0, |w| w[f]);
-    let mut row = Row::default();
-    // numpy's cumsum over the whole layout: inclusive running sums across links
-    let mut cum_d = 0.0;
-    let mut cum_w = 0.0;
-    let mut started = false;
-    for (h, &cap_h) in capacity.iter().enumerate() {
-        row.keyed.clear();
-        row.keyed.extend(
-            layout
-                .row(h)
-                .filter(|&f| flows.takes_part(f))
-                .map(|f| (sat(f), f)),
-        );
-        if row.keyed.is_empty() {
+    keyed.clear();
+    keyed.extend(
+        layout
+            .row(h)
+            .filter(|&f| flows.takes_part(f))
+            .map(|f| (sat(f), f)),
+    );
+    keyed.sort_by(|a, b| nan_last(a.0, b.0));
+    weights.clear();
+    weights.extend(
+        keyed
+            .iter()
+            .map(|&(_, f)| flows.weights.map_or(1.0, |w| w[f])),
+    );
+}
+
+/// One link's fill of capacity `cap_h` over its sorted flows (`keyed`, `weights`: see
+/// [`sort_row`], not empty), each flow's share to `emit`; `cum` the running sums from
+/// the links before, advanced over this one.
+fn fill_row(
+    keyed: &[(f64, usize)],
+    weights: &[f64],
+    cap_h: f64,
+    flows: &Flows<'_>,
+    whole: bool,
+    cum: &mut Cum,
+    mut emit: impl FnMut(usize, f64),
+) {
+    let k = keyed.len();
+    // the total weight the row starts with, summed as the numpy form did
+    let total_w = match flows.weights {
+        None => k as f64,
+        Some(_) if whole => weights.iter().sum(),
+        Some(_) => numpy_reduceat_segment(weights),
+    };
+    let mut first_ex_d = 0.0;
+    let mut first_ex_w = 0.0;
+    let mut before_w_row = 0.0; // whole weights: the row's own running sum
+    let mut stop: Option<f64> = None;
+    for (j, &(sat_f, f)) in keyed.iter().enumerate() {
+        let d = flows.demands[f];
+        let w = weights[j];
+        // exclusive sums as numpy formed them: (running sum including this flow) − it
+        cum.add(d, w);
+        let ex_d = cum.d - d;
+        let ex_w = cum.w - w;
+        if j == 0 {
+            first_ex_d = ex_d;
+            first_ex_w = ex_w;
+        }
+        if let Some(level) = stop {
+            let fill = if flows.weights.is_none() {
+                level
+            } else {
+                level * w
+            };
+            emit(f, np_min(d, fill));
             continue;
         }
-        // stable: equal levels keep index order
-        row.keyed.sort_by(|a, b| nan_last(a.0, b.0));
-        row.flows.clear();
-        row.flows.extend(row.keyed.iter().map(|&(_, f)| f));
-        row.weights.clear();
-        row.weights.extend(row.flows.iter().map(|&f| weight(f)));
-        let k = row.flows.len();
-        // the total weight the row starts with, summed as the numpy form did
-        let total_w = match flows.weights {
-            None => k as f64,
-            Some(_) if whole => row.weights.iter().sum(),
-            Some(_) => numpy_reduceat_segment(&row.weights),
+        let remaining_w = match flows.weights {
+            None => (k - j) as f64,
+            Some(_) if whole => total_w - before_w_row,
+            Some(_) => total_w - (ex_w - first_ex_w),
         };
-        let mut first_ex_d = 0.0;
-        let mut first_ex_w = 0.0;
-        let mut before_w_row = 0.0; // whole weights: the row's own running sum
-        let mut stop: Option<f64> = None;
-        for (j, (&f, &(sat_f, _))) in row.flows.iter().zip(&row.keyed).enumerate() {
-            let d = flows.demands[f];
-            let w = row.weights[j];
-            // exclusive sums as numpy formed them: (running sum including this flow) − it
-            cum_d = if started { cum_d + d } else { d };
-            cum_w = if started { cum_w + w } else { w };
-            started = true;
-            let ex_d = cum_d - d;
-            let ex_w = cum_w - w;
-            if j == 0 {
-                first_ex_d = ex_d;
-                first_ex_w = ex_w;
-            }
-            if let Some(level) = stop {
-                let fill = if flows.weights.is_none() {
-                    level
-                } else {
-                    level * w
-                };
-                out[f] = np_min(d, fill);
-                continue;
-            }
-            let remaining_w = match flows.weights {
-                None => (k - j) as f64,
-                Some(_) if whole => total_w - before_w_row,
-                Some(_) => total_w - (ex_w - first_ex_w),
-            };
-            before_w_row += w;
-            let level = (cap_h - (ex_d - first_ex_d)) / remaining_w;
-            if sat_f > level {
-                stop = Some(level);
-                let fill = if flows.weights.is_none() {
-                    level
-                } else {
-                    level * w
-                };
-                out[f] = np_min(d, fill);
+        before_w_row += w;
+        let level = (cap_h - (ex_d - first_ex_d)) / remaining_w;
+        if sat_f > level {
+            stop = Some(level);
+            let fill = if flows.weights.is_none() {
+                level
             } else {
-                out[f] = d;
+                level * w
+            };
+            emit(f, np_min(d, fill));
+        } else {
+            emit(f, d);
+        }
+    }
+}
+
+/// [`links_waterfill`] with the links shared among `threads` threads in runs of whole
+/// links of about [`crate::tick::RUN`] flows, the same floats for any number: the links
+/// are sorted in runs, the running sums across links (the only thing a link takes from
+/// the ones before it) are formed on this thread in link order, the very additions of the
+/// one-thread fill, and each run then fills its links from the sums at its links' starts.
+/// Small layouts, and one thread, run [`links_waterfill`] itself.
+pub fn links_waterfill_threads(
+    capacity: &[f64],
+    layout: &Layout<'_>,
+    flows: Flows<'_>,
+    whole: bool,
+    n_bound: usize,
+    out: &mut [f64],
+    threads: usize,
+) -> Result<(), InputError> {
+    crate::tick::check_threads(threads)?;
+    let n = flows.demands.len();
+    if threads == 1 || n <= crate::tick::RUN {
+        return links_waterfill(capacity, layout, flows, whole, n_bound, out);
+    }
+    flows.check(capacity.len(), layout)?;
+    if out.len() != n {
+        return Err(InputError(format!(
+            "out: {} values for {n} demands",
+            out.len()
+        )));
+    }
+    out.fill(0.0);
+    if whole && all_fit(capacity, layout, &flows, n_bound) {
+        for h in 0..layout.links() {
+            for f in layout.row(h) {
+                out[f] = flows.demand(f);
             }
+        }
+        return Ok(());
+    }
+    // runs of consecutive links of about RUN flows each
+    let mut runs = Vec::new();
+    let (mut first, mut count) = (0, 0);
+    for h in 0..capacity.len() {
+        count += layout.row_len(h);
+        if count >= crate::tick::RUN {
+            runs.push(SortedRun::new(first..h + 1));
+            (first, count) = (h + 1, 0);
+        }
+    }
+    if first < capacity.len() {
+        runs.push(SortedRun::new(first..capacity.len()));
+    }
+    crate::parallel::with_threads(threads, |pool| {
+        pool.for_each(runs.iter_mut().collect(), |r| r.sort(layout, &flows));
+        // the running sums at each link's start, in link order on this thread
+        let mut cum = Cum::default();
+        for r in &mut runs {
+            for j in 0..r.links.len() {
+                r.starts.push(cum);
+                let (a, b) = (r.offsets[j], r.offsets[j + 1]);
+                for (&(_, f), &w) in r.keyed[a..b].iter().zip(&r.weights[a..b]) {
+                    cum.add(flows.demands[f], w);
+                }
+            }
+        }
+        pool.for_each(runs.iter_mut().collect(), |r| {
+            r.fill(capacity, &flows, whole);
+        });
+    });
+    for r in &runs {
+        for &(f, x) in &r.got {
+            out[f] = x;
         }
     }
     Ok(())
+}
+
+/// A run of links for [`links_waterfill_threads`]: their sorted flows, back to back
+/// (link `links.start + j`'s at `offsets[j]..offsets[j + 1]`), the running sums at each
+/// link's start, and the shares filled.
+struct SortedRun {
+    links: std::ops::Range<usize>,
+    keyed: Vec<(f64, usize)>,
+    weights: Vec<f64>,
+    offsets: Vec<usize>,
+    starts: Vec<Cum>,
+    got: Vec<(usize, f64)>,
+}
+
+impl SortedRun {
+    fn new(links: std::ops::Range<usize>) -> Self {
+        SortedRun {
+            links,
+            keyed: Vec::new(),
+            weights: Vec::new(),
+            offsets: vec![0],
+            starts: Vec::new(),
+            got: Vec::new(),
+        }
+    }
+
+    fn sort(&mut self, layout: &Layout<'_>, flows: &Flows<'_>) {
+        let (mut keyed, mut weights) = (Vec::new(), Vec::new());
+        for h in self.links.clone() {
+            sort_row(layout, flows, h, &mut keyed, &mut weights);
+            self.keyed.extend_from_slice(&keyed);
+            self.weights.extend_from_slice(&weights);
+            self.offsets.push(self.keyed.len());
+        }
+    }
+
+    fn fill(&mut self, capacity: &[f64], flows: &Flows<'_>, whole: bool) {
+        let got = &mut self.got;
+        for (j, h) in self.links.clone().enumerate() {
+            let (a, b) = (self.offsets[j], self.offsets[j + 1]);
+            if a == b {
+                continue;
+            }
+            let mut cum = self.starts[j];
+            let (keyed, weights) = (&self.keyed[a..b], &self.weights[a..b]);
+            fill_row(
+                keyed,
+                weights,
+                capacity[h],
+                flows,
+                whole,
+                &mut cum,
+                |f, x| {
+                    got.push((f, x));
+                },
+            );
+        }
+    }
 }
 
 /// Every link's flows fit with a margin the fill's rounding cannot cross, so the fill
@@ -446,6 +634,67 @@ mod tests {
         };
         links_waterfill(cap, &layout, flows, whole_weights(w), d.len(), &mut out).unwrap();
         out
+    }
+
+    /// [`links_waterfill_threads`] of 7,000 flows over 400 links of 0-40 flows each (some
+    /// links empty, most congested, flows in an order that is not by link), with
+    /// fractional, whole or no weights and some flows not members, on `threads` threads.
+    fn fill_bits(threads: usize, weights: usize, members: bool) -> Vec<u64> {
+        let x = |i: usize, a: f64| (i as f64 * a).fract();
+        let n = 7000;
+        let links = 400;
+        // link of flow i: scattered, and links 0 mod 17 left empty
+        let group: Vec<i64> = (0..n)
+            .map(|i| {
+                let g = (i * 7919) % links;
+                (if g % 17 == 0 { g + 1 } else { g }) as i64
+            })
+            .collect();
+        let cap: Vec<f64> = (0..links).map(|h| 1e9 + 9e9 * x(h, 0.31)).collect();
+        let d: Vec<f64> = (0..n).map(|i| 2e9 * x(i, 0.37) * x(i, 0.71)).collect();
+        let w: Vec<f64> = match weights {
+            0 => (0..n).map(|i| 0.5 + 3.0 * x(i, 0.13)).collect(),
+            _ => (0..n).map(|i| (1 + i % 4) as f64).collect(),
+        };
+        let member: Vec<bool> = (0..n).map(|i| i % 5 != 2).collect();
+        let (order, start) = layout_of(&group, links).unwrap();
+        let layout = Layout::new(&order, &start, n).unwrap();
+        let flows = Flows {
+            demands: &d,
+            weights: (weights < 2).then_some(&w[..]),
+            member: members.then_some(&member[..]),
+        };
+        let whole = whole_weights(flows.weights);
+        let mut out = vec![7.0; n];
+        links_waterfill_threads(&cap, &layout, flows, whole, n, &mut out, threads).unwrap();
+        // congested links: the fill ran, not the all-fit shortcut
+        assert!((0..n).filter(|&i| out[i] < 0.99 * d[i]).count() > 1000);
+        out.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn a_fill_is_the_same_bits_on_one_thread_or_several() {
+        for weights in 0..3 {
+            for members in [false, true] {
+                let one = fill_bits(1, weights, members);
+                for threads in [2, 3] {
+                    let got = fill_bits(threads, weights, members);
+                    assert!(one == got, "{threads} threads, {weights} {members}");
+                }
+                // every flow written (none kept the 7.0 left in `out`)
+                let got: Vec<f64> = one.iter().map(|&b| f64::from_bits(b)).collect();
+                assert!(got.iter().all(|&v| v != 7.0));
+                assert!(got.iter().filter(|&&v| v > 0.0).count() > 3000);
+            }
+        }
+        let layout = Layout::new(&[], &[0], 0).unwrap();
+        let flows = Flows {
+            demands: &[],
+            weights: None,
+            member: None,
+        };
+        let e = links_waterfill_threads(&[], &layout, flows, true, 0, &mut [], 0).unwrap_err();
+        assert_eq!(e.0, "threads: 0, not a count of threads >= 1");
     }
 
     #[test]

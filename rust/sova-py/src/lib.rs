@@ -152,7 +152,7 @@ fn links_fsum<'py>(
     vcpus, need, virt, pkt_bits, paused,
     backend_vm_frac, tx_host, rx_host, host_need, cores, capacity,
     cpu_ns, steal_ns, tx_b, rx_b, tx_pk, rx_pk, h_cpu_ns, h_tx_b, h_rx_b,
-    dt, virtio_host_ns_per_packet, ack_bits, steal,
+    dt, virtio_host_ns_per_packet, ack_bits, steal, threads=1,
 ))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
 fn tick_count<'py>(
@@ -190,6 +190,7 @@ fn tick_count<'py>(
     virtio_host_ns_per_packet: f64,
     ack_bits: f64,
     steal: bool,
+    threads: usize,
 ) -> PyResult<(F64Array<'py>, F64Array<'py>, F64Array<'py>)> {
     slices! {
         host, tx, rx, pkts_per_bit, ns_pkt, ns_per_byte, cpu_busy, arrival_cost, host_scale_vm,
@@ -238,6 +239,7 @@ fn tick_count<'py>(
         virtio_host_ns_per_packet,
         ack_bits,
         steal,
+        threads,
     };
     let f = detached(py, || tick::count(&vm, &hosts, &mut c, p))?;
     Ok(arrays!(py; f.cpu_use, f.host_cpu_util, f.host_net_util))
@@ -1022,10 +1024,11 @@ macro_rules! period_vms {
 /// One period of the bandwidth controller with the Sova allocator, every host at once:
 /// (each flow's cap, NaN none; its packet cap; the positions of the flows whose cap moved).
 /// Flow `k` is VM `flows[k]`; the columns are per VM; `held` advances in place.
+/// `threads`: how many share the hosts' allocations (the same bits for any number).
 #[pyfunction]
 #[pyo3(signature = (
     capacity, order, start, flows, bps, packet_bytes, current, minimum, maximum, max_pps,
-    weight, fast, probe, spread_spare, lift, held=None,
+    weight, fast, probe, spread_spare, lift, held=None, threads=1,
 ))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
 fn bandwidth_period<'py>(
@@ -1046,6 +1049,7 @@ fn bandwidth_period<'py>(
     spread_spare: bool,
     lift: bool,
     held: Option<HeldArrays<'py>>,
+    threads: usize,
 ) -> PyResult<(F64Array<'py>, F64Array<'py>, Bound<'py, PyArray1<i64>>)> {
     slices! { capacity, order, start, flows }
     let v = period_vms!(
@@ -1072,7 +1076,7 @@ fn bandwidth_period<'py>(
             flows,
         };
         let (mut new, mut pps) = (vec![0.0; flows.len()], vec![0.0; flows.len()]);
-        let changed = bandwidth::period(&fleet, &v, s, cols.as_mut(), &mut new, &mut pps)?;
+        let changed = bandwidth::period(&fleet, &v, s, cols.as_mut(), &mut new, &mut pps, threads)?;
         Ok((new, pps, changed))
     })?;
     Ok(arrays!(py; new, pps, changed))
@@ -1197,7 +1201,7 @@ fn bandwidth_limits<'py>(
     virtio_backend_ns_per_vm, virtio_pps_limit, virtio_flow_limit, tcp_link_clocked,
     dedicated_backend, vcpu_load, weights_whole, any_asks,
     vf_latency, virtio_latency, sched_quantum, request_round_trips, request_fixed_latency,
-    guest_ns_per_request,
+    guest_ns_per_request, threads=1,
 ))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)] // the Python signature, one array per argument
 fn tick_share<'py>(
@@ -1254,6 +1258,7 @@ fn tick_share<'py>(
     request_round_trips: f64,
     request_fixed_latency: f64,
     guest_ns_per_request: f64,
+    threads: usize,
 ) -> PyResult<(
     Bound<'py, PyTuple>,
     Bound<'py, PyTuple>,
@@ -1291,6 +1296,7 @@ fn tick_share<'py>(
         vcpu_load,
         weights_whole,
         any_asks,
+        threads,
     };
     let req = Requests {
         idx: req_idx,

@@ -180,16 +180,18 @@ def decide(
     probe: float,
     spread_spare: bool,
     held: Held | None = None,
+    threads: int = 1,
 ) -> Decided:
     """One period for the flows ``flows`` (flow ``k`` is VM ``flows[k]`` of ``vms``'s
     columns, on host ``groups.row[k]``). ``sova``: what :func:`all_sova` says of
     ``allocators``; only the Sova allocator's caps are lifted on an open link.
     ``held``: the reservations to keep for congested guarantees (advanced in place; None:
-    none kept). ``vm(k)``: flow ``k``'s VM, for another allocator's specification."""
+    none kept). ``vm(k)``: flow ``k``'s VM, for another allocator's specification.
+    ``threads``: how many share the Sova allocator's hosts (the same caps for any number)."""
     lift = spread_spare and sova
     if sova:
         new, pps, changed = bandwidth_period(
-            groups, capacity, flows, vms, probe, spread_spare, lift, held
+            groups, capacity, flows, vms, probe, spread_spare, lift, held, threads
         )
         return Decided(new, pps, changed)
     demand, lifted = bandwidth_demand(

@@ -217,6 +217,7 @@ def tick_count(
     virtio_host_ns_per_packet: float,
     ack_bits: float,
     steal: bool,
+    threads: int = 1,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
 def tick_offer(
     net_start: npt.NDArray[np.float64],
@@ -304,6 +305,7 @@ def bandwidth_period(
     lift: bool,
     held: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]
     | None = None,
+    threads: int = 1,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]: ...
 def bandwidth_demand(
     capacity: npt.NDArray[np.float64],
@@ -401,4 +403,5 @@ def tick_share(
     request_round_trips: float,
     request_fixed_latency: float,
     guest_ns_per_request: float,
+    threads: int = 1,
 ) -> tuple[_Eight, _Eight, npt.NDArray[np.float64], npt.NDArray[np.int64]]: ...

@@ -160,6 +160,7 @@ def bandwidth_period(
     spread_spare: bool,
     lift: bool,
     held: Held | None = None,
+    threads: int = 1,
 ) -> tuple[FloatArray, FloatArray, IntArray]:
     """One period of the bandwidth controller with the Sova allocator, every host at once.
 
@@ -167,10 +168,11 @@ def bandwidth_period(
     ``lift``: lift the caps on a calm link (docs/design.md#open-link); ``held``: reserve the
     congested guarantees (advanced in place). Returns each flow's cap (nan: none) and packet
     cap (nan: none), and the positions of the flows whose cap moved by more than 1 %.
+    ``threads``: how many share the hosts' allocations (the same caps for any number).
     """
     return _core.bandwidth_period(
         _f64(capacity), groups.order, groups.start, flows, *_columns(vms),
-        float(probe), spread_spare, lift, _held(held),
+        float(probe), spread_spare, lift, _held(held), int(threads),
     )  # fmt: skip
 
 

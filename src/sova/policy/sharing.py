@@ -81,6 +81,9 @@ class ShareParams:
     request_round_trips: float
     request_fixed_latency: float
     guest_ns_per_request: float
+    # threads the caller offers (>= 1); the sharing itself runs on one: its fills keep
+    # numpy's running sums across hosts, so hosts cannot be split off without new bits
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -159,5 +162,6 @@ def share_tick(
         p.virtio_flow_limit, p.tcp_link_clocked, p.dedicated_backend, p.vcpu_load,
         p.weights_whole, p.any_asks, p.vf_latency, p.virtio_latency, p.sched_quantum,
         p.request_round_trips, p.request_fixed_latency, p.guest_ns_per_request,
+        int(p.threads),
     )  # fmt: skip
     return Shared(*per_vm, *per_host, mig_rate, files_done)

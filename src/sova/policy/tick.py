@@ -235,11 +235,13 @@ def count(
     virtio_host_ns_per_packet: float,
     ack_bits: float,
     steal: bool,
+    threads: int = 1,
 ) -> Counted:
     """Advance the counters by one tick of ``dt`` seconds and return its figures: each
     VM's CPU time, steal (counted only when ``steal``: some host's cores are
     oversubscribed), bytes and packets each way; each host's CPU (vCPUs and the virtio
-    backend at ``virtio_host_ns_per_packet``) and bytes. ``ack_bits``: bits per ACK."""
+    backend at ``virtio_host_ns_per_packet``) and bytes. ``ack_bits``: bits per ACK.
+    ``threads``: how many share the VMs (the same bits for any number)."""
 
     def f(a: npt.ArrayLike) -> FloatArray:
         return np.ascontiguousarray(a, dtype=np.float64)
@@ -282,5 +284,6 @@ def count(
         float(virtio_host_ns_per_packet),
         float(ack_bits),
         bool(steal),
+        int(threads),
     )
     return Counted(cpu_use, host_cpu_util, host_net_util)

@@ -129,6 +129,7 @@ class Engine(EngineState):
             8.0 * ACK_BYTES,
             # else every factor (host_scale < 1) is 0: each steal term is 0.0
             bool(s.host_scale.min() < 1),
+            self.threads,
         )
         self.host_cpu_util, self.host_net_util = got.host_cpu_util, got.host_net_util
         self.offered, self.tx, self.rx = o.offered, s.tx, s.rx

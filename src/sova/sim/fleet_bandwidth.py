@@ -133,7 +133,7 @@ class FleetBandwidth:
             self.allocators, fl.groups, engine.capacity, fl.flows,
             self.sla.columns(m.bps, m.packet_bytes, self.limit, engine.on_vf),
             lambda k: engine.vms[int(fl.flows[k])], sova=self.sova, probe=self.probe,
-            spread_spare=self.spread_spare, held=held,
+            spread_spare=self.spread_spare, held=held, threads=engine.threads,
         )  # fmt: skip
         if d.changed.size:
             self._submit(engine, fl.flows, fl.host, d.changed, d.new, d.pps)

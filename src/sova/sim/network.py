@@ -71,7 +71,7 @@ def _fixed(eng: EngineState, st: LoadStatic, dt: float) -> tuple[ShareHosts, Sha
         p.virtio_flow_limit, p.tcp_link_clocked, eng._dedicated_backend,
         p.request_service_latency, st.weights_whole, bool(st.asks.size), p.vf_latency,
         p.virtio_latency, p.sched_quantum, p.request_round_trips, p.request_fixed_latency,
-        p.guest_ns_per_request,
+        p.guest_ns_per_request, eng.threads,
     )  # fmt: skip
     eng._share_fixed = (links, st, dt, hosts, params)
     return hosts, params

@@ -41,10 +41,15 @@ Point = tuple[Scenario, list[PolicyRun]]
 
 
 def run_policy(
-    scn: Scenario, policy: str, progress: Callable[[int], None] | None = None
+    scn: Scenario,
+    policy: str,
+    progress: Callable[[int], None] | None = None,
+    threads: int = 1,
 ) -> PolicyRun:
+    """One policy's run; ``threads``: how many the compiled core shares each tick's VMs
+    and hosts among (the same outputs for any number)."""
     spec = next(p for p in scn.policy_specs if p.name == policy)
-    return World(scn, spec).run_until(scn.duration, progress)
+    return World(scn, spec, threads=threads).run_until(scn.duration, progress)
 
 
 def run_scenario(scn: Scenario, progress: Callable[[int], None] | None = None) -> list[PolicyRun]:
@@ -71,8 +76,8 @@ def portable(run: PolicyRun) -> PolicyRun:
     return run
 
 
-def _task(scn: Scenario, policy: str) -> PolicyRun:
-    return portable(run_policy(scn, policy))
+def _task(scn: Scenario, policy: str, threads: int = 1) -> PolicyRun:
+    return portable(run_policy(scn, policy, threads=threads))
 
 
 class Interrupted(KeyboardInterrupt):
@@ -92,22 +97,24 @@ def run_points(
     dask: str | None = None,
     on_tick: Callable[[int], None] | None = None,
     on_start: Callable[[Scenario, str], None] | None = None,
+    threads: int = 1,
 ) -> list[Point]:
     """Every (point, policy) run, in the serial order.
 
     ``workers`` > 1 runs a sweep's runs in that many local processes; ``dask`` (a
     scheduler address, or ``"local"`` for a local cluster of ``workers`` processes) runs
     them on Dask distributed. A single point always runs here, ticking ``on_tick``.
+    ``threads``: each run's compiled-core threads (:func:`run_policy`).
     """
     tasks = [(k, p) for k in range(len(points)) for p in policies]
     if dask is None and (workers <= 1 or len(points) <= 1):
-        return _serial(points, policies, on_tick, on_start)
+        return _serial(points, policies, on_tick, on_start, threads)
     done: dict[tuple[int, str], PolicyRun] = {}
     try:
         if dask is not None:
-            _on_dask(dask, workers, points, tasks, done, on_tick)
+            _on_dask(dask, workers, points, tasks, done, on_tick, threads)
         else:
-            _on_processes(workers, points, tasks, done, on_tick)
+            _on_processes(workers, points, tasks, done, on_tick, threads)
     except KeyboardInterrupt:
         complete = [k for k in range(len(points)) if all((k, p) in done for p in policies)]
         raise Interrupted(
@@ -121,6 +128,7 @@ def _serial(
     policies: Sequence[str],
     on_tick: Callable[[int], None] | None,
     on_start: Callable[[Scenario, str], None] | None,
+    threads: int = 1,
 ) -> list[Point]:
     results: list[Point] = []
     for scn in points:
@@ -129,7 +137,7 @@ def _serial(
             for p in policies:
                 if on_start is not None:
                     on_start(scn, p)
-                runs.append(portable(run_policy(scn, p, on_tick)))
+                runs.append(portable(run_policy(scn, p, on_tick, threads)))
                 # the finished world's agents and listeners refer to each other: free them
                 # now rather than at a later full pass, before the next run or the report
                 gc.collect()
@@ -148,13 +156,14 @@ def _on_processes(
     tasks: list[tuple[int, str]],
     done: dict[tuple[int, str], PolicyRun],
     on_tick: Callable[[int], None] | None,
+    threads: int = 1,
 ) -> None:
     # spawn, not fork: the parent may run threads (the progress bar's refresh thread)
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx)
     try:
         futures: dict[Future[PolicyRun], tuple[int, str]] = {
-            pool.submit(_task, points[k], p): (k, p) for k, p in tasks
+            pool.submit(_task, points[k], p, threads): (k, p) for k, p in tasks
         }
         pending = set(futures)
         while pending:
@@ -175,6 +184,7 @@ def _on_dask(
     tasks: list[tuple[int, str]],
     done: dict[tuple[int, str], PolicyRun],
     on_tick: Callable[[int], None] | None,
+    threads: int = 1,
 ) -> None:
     import importlib
 
@@ -189,7 +199,9 @@ def _on_dask(
     else:
         client = dd.Client(address)
     try:
-        futures = {client.submit(_task, points[k], p, pure=False): (k, p) for k, p in tasks}
+        futures = {
+            client.submit(_task, points[k], p, threads, pure=False): (k, p) for k, p in tasks
+        }
         for f in dd.as_completed(list(futures)):
             key = futures[f]
             done[key] = f.result()

@@ -95,6 +95,9 @@ class EngineState:
     def __init__(self, scn: Scenario) -> None:
         self.scn = scn
         self.profile = scn.profile
+        # threads the compiled core shares each tick's VMs and hosts among (`sova simulate
+        # --threads`): the same outputs for any number, set before the first tick
+        self.threads = 1
         self.env = Environment()
         self.host_names = [h.name for h in scn.hosts]
         self.host_index = {n: i for i, n in enumerate(self.host_names)}

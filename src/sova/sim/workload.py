@@ -235,6 +235,7 @@ def offer(eng: EngineState, t0: float, t1: float) -> Offer:
             p.cpu_jitter,
             st.any_req,
             p.guest_ns_per_request,
+            eng.threads,
         ),  # fmt: skip
     )
     offered = got.offered

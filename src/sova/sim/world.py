@@ -204,10 +204,13 @@ def boot_vfs(eng: Engine) -> None:
 
 class World:
     @_collector_paused()
-    def __init__(self, scn: Scenario, policy: PolicySpec, with_agents: bool = True) -> None:
+    def __init__(
+        self, scn: Scenario, policy: PolicySpec, with_agents: bool = True, threads: int = 1
+    ) -> None:
         self.scn = scn
         self.policy = policy
         self.engine = Engine(scn)
+        self.engine.threads = threads
         if scn.controller.boot_vfs and policy.vf == "static-sriov":
             boot_vfs(self.engine)
         self.run = PolicyRun(policy.name, engine=self.engine)
