@@ -1207,7 +1207,7 @@ differences.
     (* ran beside a test run)
 
 Where the physics-only hour's time goes (the core calls timed by a wrapper, one run each):
-core 0.98 CPU-s both, Python around it 0.79 -> 0.55 (the statistics' core call 0.07 of
+core 1.03 -> 1.01 CPU-s, Python around it 0.79 -> 0.55 (the statistics' core call 0.07 of
 the after). Left: ~50 us a tick of Python in ``workload.offer`` (guest caps and ``want``,
 the file mask, the cycles' copies, four frozen dataclasses and the facade's conversions),
 ~30 in ``network.share``, ~20 in ``Engine._count``, ~40 in ``FleetBandwidth.step`` beside
