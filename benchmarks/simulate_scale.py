@@ -1210,6 +1210,34 @@ thread. The default stays 1. One thread against main 447c76f (``--physics-only``
 x 300, ``--sova-src``, alternating, load 3.1-3.6): CPU 0.85, 0.87, 0.86 s before, 0.80,
 0.83, 0.79 after: the one-thread path is not slower for its runs (count's per-host sums
 are now a second pass over the VMs).
+Issue 36, branch tick38 (2026-12-08 01:20-01:30, the 2-core machine shared with other
+helpers, load average 3.1-6.5; before = main 447c76f through ``--sova-src``, runs
+alternating, CPU s, median of 3 per run, two rounds): the per-tick Python around the core.
+``World._accumulate``'s ~15 numpy calls per tick (bits per VM and host, the request VMs'
+requests, time and response-time bins by ``searchsorted``/``np.add.at``, the guarantees)
+are one core call, ``sova_core::stats::accumulate`` through ``sova.policy.tick.tally``, in
+the numpy form's operations and order (kept as tests/test_tick_forms.py ``ref_accumulate``
+and held to it byte for byte: random figures, and a 120 s sova-tour world with requests, a
+guarantee and its controllers); ``FleetBandwidth.step`` copies and compares the VMs' hosts
+only after a move (the engine's links are rebuilt exactly then). Golden: 17 runs, 0
+differences.
+
+    measure                                  before           after            change
+    --sim-only 1,000 x 3 x 3600              6.64, 5.58       5.98, 5.15       -8 to -10 %
+    --sim-only 1,000 x 20 x 300              1.77, 1.60       1.66, 1.58       -1 to -6 %
+    --physics-only 1,000 x 3 x 3600          1.78, 1.83       1.56, 1.63       -11 %
+    --physics-only 1,000 x 20 x 300          0.81, 0.81       0.73, 0.78*      -4 to -10 %
+    (* ran beside a test run)
+
+Where the physics-only hour's time goes (the core calls timed by a wrapper, one run each):
+core 1.03 -> 1.01 CPU-s, Python around it 0.79 -> 0.55 (the statistics' core call 0.07 of
+the after). Left: ~50 us a tick of Python in ``workload.offer`` (guest caps and ``want``,
+the file mask, the cycles' copies, four frozen dataclasses and the facade's conversions),
+~30 in ``network.share``, ~20 in ``Engine._count``, ~40 in ``FleetBandwidth.step`` beside
+its core calls; each is a few numpy passes or object builds of 1-5 us, so more needs the
+offer, share and count facades to take the engine's arrays once (a handle the core keeps)
+rather than ~60 arrays per tick, which touches the ``threads`` signatures of another
+branch.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ rust/sova-core/src/rng.rs and against numpy's distributions in tests/test_draw_s
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -22,14 +23,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sova.policy.tick import draws, uniforms
+from sova.policy.tick import Guarantees, Sums, draws, tally, uniforms
 from sova.policy.waterfill import floored_waterfill, grouped_waterfill, links_waterfill
-from sova.scenario import Workload, parse_scenario
+from sova.scenario import Workload, load_sweep, parse_scenario
 from sova.sim import network, workload
 from sova.sim.engine import Engine
 from sova.sim.network import INF
 from sova.sim.state import FileDone, MigrationState, Op
 from sova.sim.workload import ACK_BYTES
+from sova.sim.world import RESP_BINS, World
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------- the readable form
 
@@ -559,3 +563,118 @@ def test_reset_each_draws_what_resetting_vm_by_vm_drew(
             start[[i]] = t - uniforms(spec.seed, "reset", np.array([i]), nth, 2 * col + 1) * ln
     for name in ("net_start", "net_len", "cpu_start", "cpu_len", "resets"):
         assert getattr(fast, name).tobytes() == getattr(spec, name).tobytes(), name
+
+
+# ---------------------------------------------------------------- the run's statistics
+
+
+def ref_accumulate(
+    st: SimpleNamespace,
+    eng: Any,
+    dt: float,
+    guarantee: np.ndarray,
+    tolerance: float,
+    measure: bool,
+) -> None:
+    """One tick into the run's statistics ``st``, as World._accumulate wrote it in numpy
+    (``eng``: the tick's tx, rx, tx_by_host, served_req, resp_s, offered)."""
+    st.tx_bits += eng.tx * dt
+    st.rx_bits += eng.rx * dt
+    st.host_tx_bits += eng.tx_by_host * dt
+    w = eng.served_req
+    if w.any() and measure:
+        st.req_weight += w
+        st.req_time += w * eng.resp_s
+        idx = np.flatnonzero(w > 0)
+        bins = np.clip(np.searchsorted(RESP_BINS, eng.resp_s[idx]) - 1, 0, 239)
+        np.add.at(st.resp_hist, bins, w[idx])
+    if guarantee.any():
+        offering = (guarantee > 0) & (eng.offered >= guarantee)
+        st.guar_intervals += offering
+        st.guar_met += offering & (eng.tx >= (1.0 - tolerance) * guarantee)
+
+
+SUMS = [
+    "tx_bits", "rx_bits", "host_tx_bits", "req_weight", "req_time", "resp_hist",
+    "guar_intervals", "guar_met",
+]  # fmt: skip
+
+
+def zero_sums(n: int, hosts: int) -> SimpleNamespace:
+    sums = {k: np.zeros(n) for k in SUMS}
+    sums["host_tx_bits"], sums["resp_hist"] = np.zeros(hosts), np.zeros(240)
+    return SimpleNamespace(**sums)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same bytes, but for NaN's sign and payload: IEEE leaves those of an operation on
+    two NaNs to the hardware and the operands' order, which the compiler may swap in a sum
+    (no output tells one NaN from another)."""
+    nan = np.isnan(a)
+    return bool((nan == np.isnan(b)).all()) and a[~nan].tobytes() == b[~nan].tobytes()
+
+
+# rates, including none, tiny and huge, and response times below, inside and above the
+# histogram's edges (1 us .. 1000 s), on an edge, infinite and NaN
+RATES = st.sampled_from([0.0, 0.0, 1.0, 3e-7, 2.5e6, 9.9e9, 1e300])
+TIMES = st.sampled_from([0.0, 1e-7, 1e-6, 3.7e-4, 0.01, 1.0, 999.0, 1e3, 5e4, INF, np.nan])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 12), st.integers(1, 4), st.data())
+def test_tally_matches_its_readable_form(n: int, hosts: int, data: st.DataObject) -> None:
+    """Several ticks of random figures (served requests at any response time, VMs offering
+    around their guarantee, some ticks before the response times count) into the sums:
+    every sum the same bytes as the numpy form's."""
+
+    def col(values: st.SearchStrategy[float], size: int) -> np.ndarray:
+        return np.array(data.draw(st.lists(values, min_size=size, max_size=size)), dtype=float)
+
+    guarantee = col(st.sampled_from([0.0, 0.0, 1e6, 2.5e6]), n)
+    tolerance = data.draw(st.sampled_from([0.0, 0.05]))
+    g = None
+    if guarantee.any():
+        g = Guarantees(guarantee > 0, guarantee, (1.0 - tolerance) * guarantee)
+    fast, spec = zero_sums(n, hosts), zero_sums(n, hosts)
+    sums = Sums(*(getattr(fast, k) for k in SUMS))
+    for _ in range(data.draw(st.integers(1, 4))):
+        eng = SimpleNamespace(
+            tx=col(RATES, n),
+            rx=col(RATES, n),
+            tx_by_host=col(RATES, hosts),
+            served_req=col(st.sampled_from([0.0, 0.0, 1.0, 2.5, 40.0]), n),
+            resp_s=col(TIMES, n),
+            offered=col(RATES, n),
+        )
+        dt, measure = data.draw(st.sampled_from([0.1, 1.0])), data.draw(st.booleans())
+        tally(
+            eng.tx, eng.rx, eng.tx_by_host, eng.served_req, eng.resp_s, eng.offered, g,
+            RESP_BINS, sums, dt, measure,
+        )  # fmt: skip
+        ref_accumulate(spec, eng, dt, guarantee, tolerance, measure)
+        for name in SUMS:
+            assert same(getattr(fast, name), getattr(spec, name)), name
+
+
+def test_world_statistics_match_the_readable_form() -> None:
+    """A world with request VMs and a guaranteed VM, its controllers acting (VFs, limits,
+    migrations) and the response times counted from a later tick: after every tick the
+    run's statistics are the same bytes as the numpy form's of the engine's figures."""
+    scn = load_sweep(ROOT / "scenarios" / "sova-tour.yaml")[0]
+    metrics = {**scn.metrics, "response_from_s": 40.0}
+    scn = scn.model_copy(update={"duration": 120.0, "metrics": metrics})
+    world = World(scn, scn.policy_specs[0])
+    eng = world.engine
+    spec = zero_sums(eng.N, eng.H)
+    guarantee = np.array([v.sla.bandwidth.minimum for v in eng.vms], dtype=float)
+    assert guarantee.any() and (eng.kind == 2).any()  # what the test is about
+    tolerance = float(metrics.get("guarantee_tolerance", 0.05))
+    while world.k < 120:
+        world.advance()
+        if eng.tx_by_host is None:  # a VM moved since the tick
+            eng.tx_by_host = np.bincount(eng.host, eng.tx, minlength=eng.H)
+        ref_accumulate(spec, eng, world.tick_s, guarantee, tolerance, world.now > 40.0)
+        for name in SUMS:
+            a, b = getattr(world.run.stats, name), getattr(spec, name)
+            assert a.tobytes() == b.tobytes(), (name, world.k)  # (no NaN here)
+    assert spec.resp_hist.sum() > 0 and spec.guar_intervals.sum() > 0

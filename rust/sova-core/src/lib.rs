@@ -15,6 +15,7 @@ pub mod parallel;
 pub mod rng;
 pub mod sensing;
 pub mod share;
+pub mod stats;
 pub mod sum;
 pub mod tick;
 pub mod verdicts;

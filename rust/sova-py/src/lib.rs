@@ -21,6 +21,7 @@ use sova_core::sensing::{self, Params};
 use sova_core::share::{
     self, Copying, Latencies, LatencyParams, Requests, ShareHosts, ShareParams, ShareVms,
 };
+use sova_core::stats::{self, Guarantees, Sums};
 use sova_core::sum;
 use sova_core::tick::{self, CountParams, Counters, HostTick, VmTick};
 use sova_core::verdicts::{self, Windows};
@@ -243,6 +244,78 @@ fn tick_count<'py>(
     };
     let f = detached(py, || tick::count(&vm, &hosts, &mut c, p))?;
     Ok(arrays!(py; f.cpu_use, f.host_cpu_util, f.host_net_util))
+}
+
+/// One tick added to the world's run statistics in place; see sova_core::stats::accumulate.
+/// `pos`, `guarantee`, `held`: all three or none (no VM has a guarantee).
+#[pyfunction]
+#[pyo3(signature = (
+    tx, rx, tx_by_host, served_req, resp_s, offered, pos, guarantee, held, edges,
+    tx_bits, rx_bits, host_tx_bits, req_weight, req_time, resp_hist, guar_intervals, guar_met,
+    dt, measure,
+))]
+#[allow(clippy::too_many_arguments)] // the Python signature, one array per argument
+fn tick_stats(
+    tx: PyReadonlyArray1<'_, f64>,
+    rx: PyReadonlyArray1<'_, f64>,
+    tx_by_host: PyReadonlyArray1<'_, f64>,
+    served_req: PyReadonlyArray1<'_, f64>,
+    resp_s: PyReadonlyArray1<'_, f64>,
+    offered: PyReadonlyArray1<'_, f64>,
+    pos: Option<PyReadonlyArray1<'_, bool>>,
+    guarantee: Option<PyReadonlyArray1<'_, f64>>,
+    held: Option<PyReadonlyArray1<'_, f64>>,
+    edges: PyReadonlyArray1<'_, f64>,
+    mut tx_bits: PyReadwriteArray1<'_, f64>,
+    mut rx_bits: PyReadwriteArray1<'_, f64>,
+    mut host_tx_bits: PyReadwriteArray1<'_, f64>,
+    mut req_weight: PyReadwriteArray1<'_, f64>,
+    mut req_time: PyReadwriteArray1<'_, f64>,
+    mut resp_hist: PyReadwriteArray1<'_, f64>,
+    mut guar_intervals: PyReadwriteArray1<'_, f64>,
+    mut guar_met: PyReadwriteArray1<'_, f64>,
+    dt: f64,
+    measure: bool,
+) -> PyResult<()> {
+    slices! { tx, rx, tx_by_host, served_req, resp_s, offered, edges }
+    optional_slices! { pos, guarantee, held }
+    slices_mut! {
+        tx_bits, rx_bits, host_tx_bits, req_weight, req_time, resp_hist, guar_intervals,
+        guar_met,
+    }
+    let g = match (pos, guarantee, held) {
+        (Some(pos), Some(guarantee), Some(held)) => Some(Guarantees {
+            pos,
+            guarantee,
+            held,
+        }),
+        (None, None, None) => None,
+        _ => {
+            return Err(PyValueError::new_err(
+                "pos, guarantee, held: all three or none",
+            ));
+        }
+    };
+    let t = stats::Tick {
+        tx,
+        rx,
+        tx_by_host,
+        served_req,
+        resp_s,
+        offered,
+    };
+    let mut s = Sums {
+        tx_bits,
+        rx_bits,
+        host_tx_bits,
+        req_weight,
+        req_time,
+        resp_hist,
+        guar_intervals,
+        guar_met,
+    };
+    // a few microseconds of work: not worth releasing the GIL for
+    stats::accumulate(&t, g.as_ref(), edges, dt, measure, &mut s).map_err(value_error)
 }
 
 /// One tick's offered load: the duty cycles (renewed in place), the draws, each VM's
@@ -1396,6 +1469,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tick_count, m)?)?;
     m.add_function(wrap_pyfunction!(tick_draws, m)?)?;
     m.add_function(wrap_pyfunction!(tick_offer, m)?)?;
+    m.add_function(wrap_pyfunction!(tick_stats, m)?)?;
     m.add_function(wrap_pyfunction!(uniforms, m)?)?;
     for (name, value) in [
         ("STREAM_RATE_JITTER", rng::stream::RATE_JITTER),

@@ -219,6 +219,28 @@ def tick_count(
     steal: bool,
     threads: int = 1,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+def tick_stats(
+    tx: npt.NDArray[np.float64],
+    rx: npt.NDArray[np.float64],
+    tx_by_host: npt.NDArray[np.float64],
+    served_req: npt.NDArray[np.float64],
+    resp_s: npt.NDArray[np.float64],
+    offered: npt.NDArray[np.float64],
+    pos: npt.NDArray[np.bool_] | None,
+    guarantee: npt.NDArray[np.float64] | None,
+    held: npt.NDArray[np.float64] | None,
+    edges: npt.NDArray[np.float64],
+    tx_bits: npt.NDArray[np.float64],
+    rx_bits: npt.NDArray[np.float64],
+    host_tx_bits: npt.NDArray[np.float64],
+    req_weight: npt.NDArray[np.float64],
+    req_time: npt.NDArray[np.float64],
+    resp_hist: npt.NDArray[np.float64],
+    guar_intervals: npt.NDArray[np.float64],
+    guar_met: npt.NDArray[np.float64],
+    dt: float,
+    measure: bool,
+) -> None: ...
 def tick_offer(
     net_start: npt.NDArray[np.float64],
     net_len: npt.NDArray[np.float64],

@@ -287,3 +287,64 @@ def count(
         int(threads),
     )
     return Counted(cpu_use, host_cpu_util, host_net_util)
+
+
+@dataclass(frozen=True)
+class Sums:
+    """A run's per-tick statistics (float64 arrays, C-contiguous, advanced in place): per
+    VM the bits each way, the requests served and their total response time, the ticks a
+    guaranteed VM offered its guarantee and those it was served it; per host the bits
+    sent; and the requests by response-time bin."""
+
+    tx_bits: FloatArray
+    rx_bits: FloatArray
+    host_tx_bits: FloatArray
+    req_weight: FloatArray
+    req_time: FloatArray
+    resp_hist: FloatArray
+    guar_intervals: FloatArray
+    guar_met: FloatArray
+
+
+@dataclass(frozen=True)
+class Guarantees:
+    """The VMs with a bandwidth guarantee (``pos``), the guarantee (bit/s) and what counts
+    as served it (the guarantee less its tolerance)."""
+
+    pos: BoolArray
+    guarantee: FloatArray
+    held: FloatArray
+
+
+def tally(
+    tx: FloatArray,
+    rx: FloatArray,
+    tx_by_host: FloatArray,
+    served_req: FloatArray,
+    resp_s: FloatArray,
+    offered: FloatArray,
+    g: Guarantees | None,
+    edges: FloatArray,
+    sums: Sums,
+    dt: float,
+    measure: bool,
+) -> None:
+    """Add one tick of ``dt`` seconds to ``sums`` in one core call: every VM's bits
+    (``tx``, ``rx``: bit/s) and each host's (``tx_by_host``); when ``measure`` (the
+    response times count from this tick) and some VM served requests, the requests
+    ``served_req``, their time at ``resp_s`` each and their bins (``searchsorted(edges,
+    resp_s) - 1``, clipped to the histogram); the guarantees ``g`` (None: no VM has one)
+    offered (``offered >= guarantee``) and served (``tx >= held``). The readable form:
+    tests/test_tick_forms.py ``ref_accumulate``."""
+
+    def f(a: FloatArray) -> FloatArray:
+        return np.ascontiguousarray(a, dtype=np.float64)
+
+    s = sums
+    _core.tick_stats(
+        f(tx), f(rx), f(tx_by_host), f(served_req), f(resp_s), f(offered),
+        None if g is None else np.ascontiguousarray(g.pos, dtype=np.bool_),
+        None if g is None else f(g.guarantee), None if g is None else f(g.held), f(edges),
+        s.tx_bits, s.rx_bits, s.host_tx_bits, s.req_weight, s.req_time, s.resp_hist,
+        s.guar_intervals, s.guar_met, float(dt), bool(measure),
+    )  # fmt: skip

@@ -46,6 +46,8 @@ class FleetBandwidth:
         self.rank = np.argsort(np.argsort(self.names))
         self.sla = bw.SLAArrays.of([v.sla for v in engine.vms])
         self.prev: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None
+        # (the engine's links when the hosts were read, a copy of every VM's host then)
+        self.placement: tuple[object, np.ndarray] = (None, engine.host.copy())
         # limit[i]: what the agent of host limit_host[i] last applied to VM i (nan: none)
         self.limit = np.full(engine.N, np.nan)
         self.limit_host = np.full(engine.N, -1, dtype=np.int64)
@@ -116,12 +118,20 @@ class FleetBandwidth:
         """One bandwidth period of every host: the counters measured, then one call of
         the core for every flow (:func:`bw.decide`), then the changed limits submitted."""
         now = engine.env.now
-        tx, pk, host = np.trunc(engine.tx_b), np.trunc(engine.tx_pk), engine.host.copy()
+        # the VMs' hosts, copied only after a move (the engine's links are rebuilt then,
+        # EngineState.move): a copy and two comparisons of every VM's host per second
+        links = engine.links()
+        if links is not self.placement[0]:
+            self.placement = (links, engine.host.copy())
+        host = self.placement[1]
+        tx, pk = np.trunc(engine.tx_b), np.trunc(engine.tx_pk)
         prev, self.prev = self.prev, (tx, pk, host, now)
         if prev is None or now - prev[3] <= 0:
             return
         m = metering.measure(prev[0], prev[1], tx, pk, now - prev[3])
-        fl = self._flows(m.valid & (prev[2] == host), host, engine.H)
+        # measured where the VM is still on the host of the previous reading
+        measured = m.valid if prev[2] is host else m.valid & (prev[2] == host)
+        fl = self._flows(measured, host, engine.H)
         if not len(fl.flows):
             return
         if fl is not self.placed:  # the flows changed: their limits and reservations may be
@@ -224,7 +234,7 @@ class FleetBandwidth:
         if (
             last is not None
             and np.array_equal(last.measured, measured)
-            and np.array_equal(last.on, host)
+            and (last.on is host or np.array_equal(last.on, host))
         ):
             return last
         flows = np.flatnonzero(measured)

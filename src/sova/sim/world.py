@@ -32,6 +32,7 @@ from sova.hotspot_events import HotspotStates
 from sova.manager.decisions.core import ManagerCore
 from sova.model import Migrate, SetGuestRateLimit
 from sova.policy.hotspot import HostCapacity
+from sova.policy.tick import Guarantees, Sums, tally
 from sova.record import (
     NONE,
     VM_COLUMN,
@@ -264,11 +265,21 @@ class World:
         k = max(1, int(round(scn.controller.period / scn.tick)))
         st.series_vm_tx_bps = deque(maxlen=k)
         st.host_net, st.host_cpu = HostSeries(self.engine.H, k), HostSeries(self.engine.H, k)
-        self._guarantee = np.array([v.sla.bandwidth.minimum for v in self.engine.vms])
-        self._tolerance = float(scn.metrics.get("guarantee_tolerance", 0.05))
-        g, self._guaranteed = self._guarantee, bool(self._guarantee.any())  # once a run
-        self._g_pos, self._g_held = g > 0, (1.0 - self._tolerance) * g
-        self._scratch = np.empty(n)  # a tick's bits per VM, before they are added up
+        g = np.array([v.sla.bandwidth.minimum for v in self.engine.vms], dtype=np.float64)
+        tolerance = float(scn.metrics.get("guarantee_tolerance", 0.05))
+        # the guaranteed VMs, found once a run (None: no VM has a guarantee)
+        self._guarantees = Guarantees(g > 0, g, (1.0 - tolerance) * g) if g.any() else None
+        # the statistics the core advances in place each tick (never replaced): one view
+        self._sums = Sums(
+            st.tx_bits,
+            st.rx_bits,
+            st.host_tx_bits,
+            st.req_weight,
+            st.req_time,
+            st.resp_hist,
+            st.guar_intervals,
+            st.guar_met,
+        )
         # Response times count only after this time (default 0: the whole run). A sweep point
         # that replays the history of a gradually raised load (Sova Fig. 7) measures the
         # point's own rate, not the warm-up that led to its placement.
@@ -452,27 +463,26 @@ class World:
     # ----------------------------------------------------------------- records
 
     def _accumulate(self, t: float) -> None:
+        """The tick's statistics (one core call: :func:`sova.policy.tick.tally`; the
+        readable form: tests/test_tick_forms.py ``ref_accumulate``) and the series."""
         eng, st = self.engine, self.run.stats
-        dt = self.tick_s
         st.ticks += 1
-        st.tx_bits += np.multiply(eng.tx, dt, out=self._scratch)
-        st.rx_bits += np.multiply(eng.rx, dt, out=self._scratch)
         by_host = eng.tx_by_host  # the tick's own sum, unless a VM moved since
-        if by_host is None:
-            by_host = np.bincount(eng.host, eng.tx, minlength=eng.H)
-        st.host_tx_bits += by_host * dt
-        w = eng.served_req
-        if w.any() and t > self._measure_from:
-            st.req_weight += w
-            st.req_time += w * eng.resp_s
-            idx = np.flatnonzero(w > 0)
-            bins = np.searchsorted(RESP_BINS, eng.resp_s[idx]) - 1
-            np.minimum(np.maximum(bins, 0, out=bins), 239, out=bins)  # (np.clip, cheaper)
-            np.add.at(st.resp_hist, bins, w[idx])
-        if self._guaranteed:
-            offering = self._g_pos & (eng.offered >= self._guarantee)
-            st.guar_intervals += offering
-            st.guar_met += offering & (eng.tx >= self._g_held)
+        if by_host is None:  # (a weighted bincount is float64)
+            by_host = np.bincount(eng.host, eng.tx, minlength=eng.H).astype(np.float64)
+        tally(
+            eng.tx,
+            eng.rx,
+            by_host,
+            eng.served_req,
+            eng.resp_s,
+            eng.offered,
+            self._guarantees,
+            RESP_BINS,
+            self._sums,
+            self.tick_s,
+            t > self._measure_from,
+        )
         st.series_t.append(t)
         st.host_net.add(eng.host_net_util)
         st.host_cpu.add(eng.host_cpu_util)
