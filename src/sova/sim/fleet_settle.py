@@ -101,13 +101,10 @@ class SettledHosts:
         p = self.last
         if p is None or p.sensed.loads is None:  # (no loads yet: their own)
             return [a.report_vms() for a in agents]
-        current = self.at == self.period
-        out: list[Mapping[str, VMLoad] | None] = [None] * len(agents)
-        for hi in np.flatnonzero(~current).tolist():
-            out[hi] = agents[hi].report_vms()
-        lazy = np.flatnonzero(current).tolist()
-        for hi, r in zip(lazy, map(SettledVMReports, repeat(p), lazy), strict=True):
-            out[hi] = r
+        out: list[Mapping[str, VMLoad] | None]
+        out = list(map(SettledVMReports, repeat(p, len(agents)), range(len(agents))))
+        for hi in np.flatnonzero(self.at != self.period).tolist():
+            out[hi] = agents[hi].report_vms()  # (not settled in it: its own)
         return out
 
 
