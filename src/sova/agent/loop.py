@@ -373,7 +373,8 @@ class HostAgent(BandwidthLoop):
     def _sync(self) -> None:
         """Apply the last period the fleet settled this host in, if not applied yet: the
         records :meth:`settle` leaves (its ``unrecorded`` holders aside: a world calls
-        :meth:`settle` itself for a host that has any)."""
+        :meth:`settle` itself for a host that has any; and the signal it clears: a host is
+        settled only without one, and one the manager sent since must stay)."""
         fleet = self._fleet
         assert fleet is not None
         at = int(fleet.at[self._fleet_at])
