@@ -1238,6 +1238,31 @@ its core calls; each is a few numpy passes or object builds of 1-5 us, so more n
 offer, share and count facades to take the engine's arrays once (a handle the core keeps)
 rather than ~60 arrays per tick, which touches the ``threads`` signatures of another
 branch.
+settle38 (2026-12-08): a settled host costs no Python call per control period. The world
+publishes the period once (``sim/fleet_settle.py``: its sensing, the settled hosts'
+inventories and queues, each host's last load; one array assignment marks the settled
+hosts); an agent's period records are descriptors that apply it when next read or written
+(it steps, polls or reports), so no ``settle`` call, ``Loads``/``LoadShares``/``HostLoads``
+or ``report_vms`` per settled host; ``FleetControl.settled`` builds a host's desired
+holders and ranking only when read; the manager takes the settled hosts' VM loads as
+``SettledVMReports`` over the period's arrays; ``fastplan`` reads window ownership through
+C-level maps. Golden 0 differences. ``--sim-only --reps 3`` medians, before (main 447c76f,
+``--sova-src``) and after alternating, two pairs each, load 2.6-5.2:
+
+    1,000 x 3 x 3600 s            5.96, 5.59                4.78, 4.70       (-16 to -20 %)
+    1,000 x 20 x 300 s            1.59, 1.79                1.54, 1.72       (-3 %)
+    --hot 0.17, 1,000 x 3 x 600   2.12, 2.10                2.06, 1.88       (-3 to -10 %)
+
+Peak RSS 103 -> 107 MiB at the hour (the manager holds the last period's arrays through
+its reports). ``hot_round.py``: the daemon's round at 10,000 hosts 0.122 / 0.127 s before,
+0.132 / 0.122 after (its ``observed`` 1.95 -> 1.71 ms, ``windows`` 5.98 -> 4.57 ms);
+2,000 hosts 0.020 both. ``per_host_core.py`` within its noise (``HostSensor`` 20 VMs core
+70.3 / 61.5 -> 67.1 / 60.7 µs, ``bandwidth_step`` 20 VMs 423 / 376 -> 397 / 367). An agent
+stepping alone (sova-tour, the world's fleet passes off, as a daemon's; best of 5) 188.5 /
+173.9 -> 185.3 / 181.9 µs a step: the records' descriptors cost nothing measurable. Left per
+host per period on the control side: ``FleetControl._free``'s reads of each agent (in flight,
+signal, fences; ~0.4 ms a period at 1,000 hosts), ``_inventories``' loop, a
+``SettledVMReports`` per host and the intake's dict updates.
 """
 
 from __future__ import annotations

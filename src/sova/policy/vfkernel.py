@@ -106,6 +106,14 @@ def schedule_hosts(
     )
 
 
+def queue(
+    names: Sequence[str], pq: Sequence[bool] | np.ndarray, ranking: Sequence[int]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:meth:`Decisions.queue` from the ``pq`` column alone (a list, or the result's array:
+    a settled host's queue read in a later period, without the period's lists)."""
+    return tuple([names[i] for i in ranking if pq[i]]), tuple([names[i] for i in ranking])
+
+
 class Decisions:
     """Hosts' :class:`~sova.policy.vfsched.VFDecision` from one :func:`schedule_hosts`
     result (the arrays are read into lists once for all hosts)."""
@@ -164,8 +172,7 @@ class Decisions:
         """A host's ``(pq, ranking)`` as :meth:`of` would decide them (``ranking``: its
         ranked rows best first), without the rest of a
         :class:`~sova.policy.vfsched.VFDecision`: what a settled host's agent keeps."""
-        names, pq = self.names, self.pq
-        return tuple([names[i] for i in ranking if pq[i]]), tuple([names[i] for i in ranking])
+        return queue(self.names, self.pq, ranking)
 
     def reasons(
         self, members: Sequence[int], ranking: Sequence[int], vf_count: int

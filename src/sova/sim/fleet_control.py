@@ -18,11 +18,12 @@ all eligible and unrated: its warm-up keeps them; at 1,000 hosts the first perio
 1,000 steps) (:attr:`FleetControl.settled`): its step would
 plan nothing, so its agent takes only the holders and ranking
 (:meth:`~sova.agent.loop.HostAgent.settle`: the records the step would leave, no
-``VFDecision``, ``PeriodDecision`` or ``StepReport``). So the policy's objects, the executor,
-the planner and the operations run only on hosts where something happens (about 8 % of
-the host-periods of benchmarks/simulate_scale.py). A settled host's inventory builds its
-VMs only when something reads them (:class:`HostVMs`), and most settled hosts keep last
-period's desired holders and ranking objects (their kernel ranks and PQ did not change).
+``VFDecision``, ``PeriodDecision`` or ``StepReport``; the world hands them as arrays,
+sim/fleet_settle.py). So the policy's objects, the executor, the planner and the
+operations run only on hosts where something happens (about 8 % of the host-periods of
+benchmarks/simulate_scale.py). A settled host's inventory builds its VMs only when
+something reads them (:class:`HostVMs`), and its desired holders and ranking are built
+only when its agent reads them (:class:`SettledMap`).
 
 The timeline rows of the hosts the world decided for come from the same arrays
 (:class:`Rows`, ``World._decided_values``: the sensing's factors and the inventory columns
@@ -31,11 +32,11 @@ the agents read), not from their step reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from itertools import chain
 from operator import attrgetter
+from typing import ClassVar
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from sova.agent.loop import HostAgent, Sensed
 from sova.lazymap import LazyMapping
 from sova.model import Inventory, VMState
 from sova.policy.sensing import SensedFactors
-from sova.policy.vfkernel import Decisions, VFRows, VFSchedule, schedule_hosts
+from sova.policy.vfkernel import Decisions, VFRows, VFSchedule, queue, schedule_hosts
 from sova.sim.engine import Engine, vm_states
 from sova.sim.fleet_sensing import FleetSensed
 from sova.sim.state import INF
@@ -88,14 +89,10 @@ class FleetControl:
         self.calm_read: dict[int, Inventory] = {}
         # each host's VMs in index order
         self.members: list[list[int]] = []
-        # last period's settled hosts' desired holders and ranking as their agents took
-        # them, and every VM's rank, PQ and host they were decided from (see _settled)
-        self.kept: dict[int, tuple[dict[str, float | None], tuple[str, ...]]] = {}
-        self.last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         # this period's hosts the world decided for, as timeline rows (see rows())
         self.decided: Rows | None = None
         # this period's settled hosts (see decide): what each one's agent takes
-        self.settled: dict[str, Settled] = {}
+        self.settled = SettledMap.NONE
         # each VM's host and every VM by host, in name order within a host (_by_host)
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -118,7 +115,7 @@ class FleetControl:
         :meth:`~sova.agent.loop.HostAgent.settle`, and no ``Sensed`` is built for them)."""
         e = engine
         self.decided = None
-        self.settled = {}
+        self.settled = SettledMap.NONE
         now = e.env.now
         host = e.host
         hosts = e.host_names
@@ -127,7 +124,6 @@ class FleetControl:
         # or, not measured yet, as the policy's warm-up would
         free = _free(agent_l)
         if not free.any():
-            self.kept = {}  # every agent steps: none keeps a settled period's records
             return sensed
         measured = np.array(sensed.measured_list(), dtype=bool)
         # each agent's VMs it migrates away (read once: _dwell and _who read them)
@@ -148,7 +144,6 @@ class FleetControl:
         result = schedule_hosts(rows, self.pool, now, cfg)
         mine_l, busy, calm = self._who(e, rows, result, free, measured, migrating)
         if not mine_l:
-            self.kept = {}
             return sensed
         measured_l = measured.tolist()
         mine = np.zeros(e.H, dtype=bool)
@@ -159,21 +154,19 @@ class FleetControl:
         self.decided = _decided_rows(host, by_host, mine, mine_l, self.frame, now)
         r_cut = np.searchsorted(host[result.ranked], np.arange(e.H + 1)).tolist()
         ranked_l = result.ranked.tolist()
-        # read into lists only when a host needs a decision or a new ranking (most
-        # periods of a large world none does)
-        decisions = cache(lambda: Decisions(e.vm_names, rows, result, cfg))
+        # read into lists only when a host needs a decision (most periods of a large
+        # world none does)
         if busy:
+            decisions = Decisions(e.vm_names, rows, result, cfg)
             m_cut = np.searchsorted(host[by_host], np.arange(e.H + 1)).tolist()
             pool = self.pool.tolist()
-            vfs = decisions().of_hosts(by_host.tolist(), m_cut, ranked_l, r_cut, pool, busy)
+            vfs = decisions.of_hosts(by_host.tolist(), m_cut, ranked_l, r_cut, pool, busy)
             for hi, vf in zip(busy, vfs, strict=True):
                 h = hosts[hi]
                 s = sensed[h]
                 sensed.decided(hi, Sensed(s.factors, s.measured, s.loads, vf, inventories[h]))
         warm = _warm_up(e, [hi for hi in calm if not measured_l[hi]], by_host)
-        self.settled = self._settled(
-            e, calm, warm, inventories, result, decisions, ranked_l, r_cut, recorded
-        )
+        self.settled = self._settled(e, calm, warm, inventories, result, ranked_l, r_cut, recorded)
         return sensed
 
     def _by_host(self, host: np.ndarray) -> np.ndarray:
@@ -226,49 +219,22 @@ class FleetControl:
         warm: dict[int, tuple[str, ...]],
         inventories: dict[str, Inventory],
         result: VFSchedule,
-        decisions: Callable[[], Decisions],
         ranked: list[int],
         r_cut: list[int],
         recorded: np.ndarray,
-    ) -> dict[str, Settled]:
-        """What each settled host's agent takes (:meth:`HostAgent.settle`). Most hosts
-        are settled period after period with the same holders in the same ranking: their
-        desired holders and ranking are last period's objects (the agent still has them),
-        built again only for hosts whose VMs' ranks or PQ changed, or that stepped."""
-        rank, pq, host = result.rank, result.pq, e.host
-        prev, self.kept = self.kept, {}
-        stale_l: list[bool] = []
-        if prev and self.last is not None:
-            p_rank, p_pq, p_host = self.last
-            moved = (rank != p_rank) | (pq != p_pq) | (host != p_host)
-            stale = (np.bincount(host[moved], minlength=e.H) > 0) | (
-                np.bincount(p_host[moved], minlength=e.H) > 0
-            )
-            stale_l = stale.tolist()
-        self.last = (rank, pq, host.copy())
+    ) -> SettledMap:
+        """What each settled host's agent takes (:meth:`HostAgent.settle`), built per host
+        when read (:class:`SettledMap`): a host settled period after period is read only
+        when its agent next steps or reports, from the period it was settled in."""
         # the holders whose dwell start the agent has not recorded (attached before it ran),
         # by host in index order, as the policy's step records them (note_holders)
         fresh: dict[int, list[str]] = {}
-        names = e.vm_names
+        names, host = e.vm_names, e.host
         for i in np.flatnonzero(e.on_vf & ~recorded).tolist():
             fresh.setdefault(int(host[i]), []).append(names[i])
-        hosts = e.host_names
-        out: dict[str, Settled] = {}
-        kept = self.kept
-        for hi in calm:
-            keep = warm.get(hi)
-            q: tuple[dict[str, float | None], tuple[str, ...]] | None
-            if keep is not None:  # not measured yet: not the kernel's, not kept
-                q = (dict.fromkeys(keep), keep)
-            else:
-                q = prev.get(hi) if prev and not stale_l[hi] else None
-                if q is None:
-                    pq_h, ranking = decisions().queue(ranked[r_cut[hi] : r_cut[hi + 1]])
-                    q = (dict.fromkeys(pq_h), ranking)
-                kept[hi] = q
-            h = hosts[hi]
-            out[h] = (inventories[h], q[0], q[1], fresh.get(hi, ()))
-        return out
+        return SettledMap(
+            e.host_names, calm, warm, inventories, names, result.pq, ranked, r_cut, fresh
+        )
 
     def _inventories(self, e: Engine, hosts: list[int], busy: set[int]) -> dict[str, Inventory]:
         """Each host's inventory (the driver's view, ``Engine.inventory``) as it is now.
@@ -314,6 +280,57 @@ class FleetControl:
                 inv = Inventory(objs[hi], HostVMs(frame, members[hi]))
             read[host_names[hi]] = calm_read[hi] = inv
         return read
+
+
+class SettledMap(Mapping[str, Settled]):
+    """A period's settled hosts (host name -> what its agent takes, :data:`Settled`), each
+    host's built when read from the period's own arrays and lists (nothing changes them
+    after the period): the desired holders and ranking of the kernel's queue (or the
+    warm-up's holders of a host not measured yet), its inventory, and its holders without
+    a dwell start (:attr:`unrecorded`: the hosts that have any)."""
+
+    NONE: ClassVar[SettledMap]
+
+    __slots__ = ("hosts", "unrecorded", "_index", "_args")
+
+    def __init__(
+        self,
+        host_names: Sequence[str],
+        calm: list[int],
+        warm: dict[int, tuple[str, ...]],
+        inventories: Mapping[str, Inventory],
+        vm_names: Sequence[str],
+        pq: np.ndarray,
+        ranked: list[int],
+        r_cut: list[int],
+        fresh: dict[int, list[str]],
+    ) -> None:
+        self.hosts = calm  # host indices, ascending
+        self._index = dict(zip(map(host_names.__getitem__, calm), calm, strict=True))
+        self.unrecorded = [host_names[hi] for hi in calm if hi in fresh]
+        self._args = (warm, inventories, vm_names, pq, ranked, r_cut, fresh)
+
+    def __getitem__(self, host: str) -> Settled:
+        hi = self._index[host]
+        warm, inventories, vm_names, pq, ranked, r_cut, fresh = self._args
+        keep = warm.get(hi)
+        if keep is not None:  # not measured yet: its warm-up's, not the kernel's
+            desired, ranking = keep, keep
+        else:
+            desired, ranking = queue(vm_names, pq, ranked[r_cut[hi] : r_cut[hi + 1]])
+        return inventories[host], dict.fromkeys(desired), ranking, fresh.get(hi, ())
+
+    def __contains__(self, host: object) -> bool:
+        return host in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+SettledMap.NONE = SettledMap((), [], {}, {}, (), np.zeros(0, dtype=bool), [], [0], {})
 
 
 class _Frame:

@@ -141,7 +141,6 @@ class FleetSensed(Mapping[str, Sensed]):
         "_index",
         "_vm_names",
         "_lists",
-        "_loads",
         "_built",
     )
 
@@ -164,7 +163,6 @@ class FleetSensed(Mapping[str, Sensed]):
             engine.vm_names,
         )
         self._lists: _PerHost | None = None
-        self._loads: list[Loads] | None = None
         self._built: list[Sensed | None] = [None] * len(engine.host_names)
 
     def __getitem__(self, host: str) -> Sensed:
@@ -187,36 +185,25 @@ class FleetSensed(Mapping[str, Sensed]):
         return self._host_lists().measured
 
     def loads_at(self, hi: int) -> Loads:
-        """Host ``hi``'s ``Sensed.loads`` without its factors: a settled host's agent takes
-        only its loads (:meth:`~sova.agent.loop.HostAgent.settle`), and the factors'
-        mapping was a third of a host's ``Sensed``."""
+        """Host ``hi``'s ``Sensed.loads`` without its factors: the agents that step or are
+        settled one by one take theirs (most of a world's settled hosts take none: their
+        agents read :meth:`vm_loads_at` if anything reads their loads,
+        sim/fleet_settle.py)."""
         s = self._built[hi]
         if s is not None and s.loads is not None:
             return s.loads
-        return self.loads_list()[hi]
-
-    def loads_list(self) -> list[Loads]:
-        """Every host's :meth:`loads_at` by host index, built in one pass when first read
-        (a world's settled hosts take theirs every period: one method call and list reads
-        per host were as much as the objects themselves)."""
-        out = self._loads
-        if out is None:
-            out = self._loads = self._all_loads()
-        return out
-
-    def _all_loads(self) -> list[Loads]:
-        a = self.loads
-        if a is None:
-            return [Loads(False, None, {}) for _ in self._names]
+        if self.loads is None:
+            return Loads(False, None, {})
         p = self._host_lists()
-        names, loaded, lcut = self._vm_names, self.loaded, p.loaded_cut
-        cols = zip(p.ok, p.cpu, p.mem, p.net, lcut[:-1], lcut[1:], strict=True)
-        return [
-            Loads(
-                True, LoadShares(cpu, mem, net) if ok else None, HostLoads(a, names, loaded, i, j)
-            )
-            for ok, cpu, mem, net, i, j in cols
-        ]
+        host = LoadShares(p.cpu[hi], p.mem[hi], p.net[hi]) if p.ok[hi] else None
+        return Loads(True, host, self.vm_loads_at(hi))
+
+    def vm_loads_at(self, hi: int) -> HostLoads:
+        """Host ``hi``'s VM loads (``Loads.vms``); only in a period with loads."""
+        a = self.loads
+        assert a is not None
+        cut = self._host_lists().loaded_cut
+        return HostLoads(a, self._vm_names, self.loaded, cut[hi], cut[hi + 1])
 
     def _host_lists(self) -> _PerHost:
         """What a host's reading takes, as lists by host index, read once per period."""

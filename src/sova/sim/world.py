@@ -52,8 +52,9 @@ from sova.sim.decisions import virtio_ceiling_bps
 from sova.sim.driver import SimDriver
 from sova.sim.engine import Engine
 from sova.sim.fleet_bandwidth import FleetBandwidth
-from sova.sim.fleet_control import FleetControl, Settled
+from sova.sim.fleet_control import FleetControl, SettledMap
 from sova.sim.fleet_sensing import FleetSensing
+from sova.sim.fleet_settle import SettledHosts
 from sova.sim.state import Op
 
 TICK_HOSTS = 10  # up to this many hosts the report draws a line per host per tick
@@ -365,20 +366,27 @@ class World:
         if phase == STEP and self._sensing is not None:
             sensed = self._sensing.sense(self.engine)
             factors = self._sensing.factors
-            settled: dict[str, Settled] = {}
+            settled = SettledMap.NONE
             if self._control is not None and factors is not None:
                 sensed = self._control.decide(self.engine, self.agents, sensed, factors)
                 settled = self._control.settled
-            # a settled host's rows come from the world's arrays (_decided_block): no report
-            reports: dict[str, StepReport | None] = {}
-            measured = sensed.measured_list()
-            for hi, (h, a) in enumerate(self.agents.items()):
-                q = settled.get(h)
-                if q is None:
-                    reports[h] = a.step(sensed[h])
-                else:
-                    a.settle(measured[hi], sensed.loads_at(hi), *q)
-                    reports[h] = None
+            # a settled host's rows come from the world's arrays (_decided_block): no
+            # report; its agent takes the period as arrays when it next reads its records
+            # (sim/fleet_settle.py), or by HostAgent.settle if its policy notes holders
+            reports: dict[str, StepReport | None] = dict.fromkeys(self._host_tuple)
+            if len(settled) < len(reports):
+                agents = self._agent_list
+                for hi, h in enumerate(self._host_tuple):
+                    if h not in settled:
+                        reports[h] = agents[hi].step(sensed[h])
+            self._settling().publish(
+                settled.hosts, sensed, settled, self._sensing.last_load, self._sensing.has_load
+            )
+            for h in settled.unrecorded:
+                hi = self._order[h]
+                self._agent_list[hi].settle(
+                    sensed.measured_list()[hi], sensed.loads_at(hi), *settled[h]
+                )
             self._record(t, reports)
             self._plan(t)
             return
@@ -443,12 +451,20 @@ class World:
             sig = result.signals[h]
             self.agents[h].signal(True, sig.target, sig.vm)
 
+    def _settling(self) -> SettledHosts:
+        """The periods this world settled its hosts in (made at the first)."""
+        known: SettledHosts | None = getattr(self, "_settled_hosts", None)
+        if known is None:
+            known = self._settled_hosts = SettledHosts(self._host_tuple, self._agent_list)
+        return known
+
     def _ingest(self, sensing: FleetSensing) -> None:
         """What ``ingest_many`` of every agent's ``report_parts`` does (in the agents'
         order, the hosts' index order), through the manager's batch intake."""
         assert self.manager is not None
         agents = self._agent_list
-        vms = [a.report_vms() for a in agents]
+        # the settled hosts' from the period's arrays, without touching their agents
+        vms = self._settling().report_vms(agents)
         has = sensing.has_load
         if has.all() and not any(v is None for v in vms):
             hosts, caps, util = self._host_tuple, self._caps, sensing.last_load

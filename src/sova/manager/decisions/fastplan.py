@@ -34,7 +34,8 @@ from collections.abc import (
     Sequence,
     Sized,
 )
-from itertools import chain
+from itertools import chain, compress, repeat
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -247,11 +248,21 @@ class WindowArrays:
     def observed(self, history: Mapping[str, Sized]) -> list[str]:
         """The hosts of ``history`` whose window is not empty, in its order (a view's length
         read from the counts, not per host through its methods)."""
-        count, row, owner = self.count.tolist(), self.row, self.owner
+        count, row, owner = self.count, self.row, self.owner
+        names, windows = list(history), list(history.values())
+        n = len(names)
+        # (every host's checks through C-level maps: a simulated world's manager reads
+        # every host's window each period, and all are views of these arrays)
+        own = np.fromiter(map(is_, map(owner.get, names), windows), dtype=bool, count=n)
+        own &= np.fromiter(map(is_, map(type, windows), repeat(ArrayWindow)), dtype=bool, count=n)
+        if own.all():
+            rows = np.fromiter(map(row.__getitem__, names), dtype=np.intp, count=n)
+            return list(compress(names, (count[rows] > 0).tolist()))
+        counts = count.tolist()
         return [
             h
-            for h, w in history.items()
-            if (count[row[h]] if type(w) is ArrayWindow and owner.get(h) is w else len(w))
+            for h, w, mine in zip(names, windows, own.tolist(), strict=True)
+            if (counts[row[h]] if mine else len(w))
         ]
 
     def read(self, host: str, window: Sized) -> list[list[float]]:
@@ -338,11 +349,12 @@ class WindowArrays:
         in names, windows (m, observations, 3))`` and every host's latest row (hosts, 3)."""
         owner = self.owner
         self._flush()
-        for h in names:
-            w = history[h]
-            if owner.get(h) is not w:
-                self.sync(h, w)
-        rows = np.fromiter((self.row[h] for h in names), dtype=np.intp, count=len(names))
+        windows = list(map(history.__getitem__, names))
+        if not all(map(is_, map(owner.get, names), windows)):  # (C-level, every host)
+            for h, w in zip(names, windows, strict=True):
+                if owner.get(h) is not w:
+                    self.sync(h, w)
+        rows = np.fromiter(map(self.row.__getitem__, names), dtype=np.intp, count=len(names))
         count = self.count[rows]
         head = self.head[rows]
         last = self.values[rows, (head + count - 1) % self.n]
@@ -463,10 +475,7 @@ def fast_coordinate(
             continue
         # one flat list of floats: a nested list per host and observation costs twice
         flat = [
-            x
-            for j in at
-            for u in reports[names[j]].history[-n:]
-            for x in (u.cpu, u.mem, u.net)
+            x for j in at for u in reports[names[j]].history[-n:] for x in (u.cpu, u.mem, u.net)
         ]
         windows = np.array(flat, dtype=np.float64).reshape(len(at), n_obs, 3)
         last[sel] = windows[:, -1]
