@@ -355,7 +355,6 @@ class _Ranking:
         metric: HotnessMetric | str,
     ) -> None:
         self.cost = cost
-        self.verdicts = verdicts
         # the VMs not migrating, in each host's report order, and their host
         self.vms = [[(n, v) for n, v in host if not v.migrating] for host in vms]
         counts = [len(h) for h in self.vms]
@@ -403,7 +402,7 @@ class _Ranking:
             else []
         )
         self.order = order
-        self.shares, self.per, self.weak = shares, per, weak.tolist()
+        self.per, self.weak = per, weak.tolist()
         self.ok = ok.tolist()
         self.relief_l, self.cost_l, self.link_l = (
             relief.tolist(),
