@@ -1263,6 +1263,21 @@ stepping alone (sova-tour, the world's fleet passes off, as a daemon's; best of 
 host per period on the control side: ``FleetControl._free``'s reads of each agent (in flight,
 signal, fences; ~0.4 ms a period at 1,000 hosts), ``_inventories``' loop, a
 ``SettledVMReports`` per host and the intake's dict updates.
+
+threads38, second task (the hot fleet, ``--hot 0.17``): the movers of all the round's hot
+hosts ranked at once over arrays (hotspot._Ranking: relief, cost, benefit and MF for every
+VM in a few array operations, one lexsort; ``rank_movers`` is it for one host, its readable
+form now the oracle in tests/coordinate_oracle.py), refusals formatted only for a host
+without a mover, the cold ranking one lexsort, each listed host's text once a round.
+``--sim-only --hot 0.17 --sizes 1000x3 --duration 600 --reps 3``, alternating with
+``--sova-src`` HEAD before (0500e8f), CPU s medians, load 1.4-1.8: 1.75, 1.82, 1.84 before,
+1.74, 1.62, 1.72 after. Inside it (process time of the calls, one run each): plan_hot
+0.70-0.76 -> 0.53-0.58 s, the manager's round (coordinate_windows) 0.83-0.90 -> 0.64-0.71.
+What is left of plan_hot: the screening 0.17 (its refusal text 0.14), the agents' VM loads
+built as VMLoad objects when first read 0.14 (agent/loop.py VMLoadReports, outside this
+task), signals 0.06, the ranking 0.04. benchmarks/hot_round.py, daemon round at 10,000
+hosts / 1,700 hot, median of 5-7 rounds, alternating: 0.140, 0.118, 0.122, 0.122 s before,
+0.092, 0.113, 0.100, 0.097 after. Golden 0 differences.
 """
 
 from __future__ import annotations

@@ -32,8 +32,71 @@ from sova.policy.hotspot import (
     Mover,
     Utilisation,
     VMLoad,
-    rank_movers,
+    migration_factor,
 )
+
+
+def rank_movers(
+    vms: Mapping[str, VMLoad],
+    verdict: HotspotVerdict,
+    now: Utilisation,
+    cost: MoveCost = PAPERS_MOVE,
+    metric: HotnessMetric | str = HotnessMetric.VOLUME,
+) -> tuple[list[Mover], list[str]]:
+    """The VMs whose move relieves the hot host's overload, best first, and why the others
+    were not candidates (docs/design.md#relief).
+
+    Best first: a VM that carries some of the net heat before one whose copy would load a
+    hot link while relieving only another resource (that one only if nothing else helps);
+    then the largest net benefit (relief counted over the horizon minus the cost); then the
+    papers' migration factor; ties by name, so the choice never flips between equal VMs.
+
+    The readable form, a VM at a time, that ``sova.policy.hotspot._Ranking`` (every hot
+    host's VMs at once, over arrays) must equal mover for mover and refusal for refusal.
+    """
+    hot = {r.resource: r for r in verdict.resources if r.hot}
+    index = {r: i for i, r in enumerate(RESOURCES)}
+    current = now.as_tuple()
+    excess = {r: max(current[index[r]], v.forecast) - verdict.alpha for r, v in hot.items()}
+    # the hot resources with an overload, with their column: the same for every VM
+    over = [(r, index[r], e) for r, e in excess.items() if e > 0.0]
+    keyed: list[tuple[tuple[bool, float, float, str], Mover]] = []
+    refused: list[str] = []
+    for name, vm in vms.items():
+        if vm.migrating:
+            continue
+        share = vm.util.as_tuple()
+        relief_of = {r: min(1.0, share[i] / e) for r, i, e in over}
+        relief = max(relief_of.values(), default=0.0)
+        if relief <= 0.0 or relief < cost.min_relief:
+            worst = max(hot, key=lambda r: (relief_of.get(r, 0.0), r), default="")
+            refused.append(
+                f"{name}: carries {share[index[worst]] if worst else 0.0:.4f} of "
+                f"{worst or 'no hot resource'} (removes {relief:.0%} of the overload, "
+                f"< {cost.min_relief:.0%})"
+            )
+            continue
+        cost_s = cost.seconds(vm)
+        gain = relief * cost.horizon_s - cost_s
+        if cost.horizon_s > 0.0 and gain < 0.0:
+            refused.append(
+                f"{name}: relief {relief:.0%} x {cost.horizon_s:g}s < cost {cost_s:.1f}s"
+            )
+            continue
+        # The papers' rule (min_relief 0) has no such preference: MF alone orders.
+        hot_link = (
+            cost.min_relief > 0.0 and "net" in hot and relief_of.get("net", 0.0) < cost.min_relief
+        )
+        mover = Mover(name, relief, cost_s, hot_link)
+        key = (
+            hot_link,
+            -gain if cost.horizon_s > 0.0 else 0.0,
+            -migration_factor(vm, metric),
+            name,
+        )
+        keyed.append((key, mover))
+    keyed.sort(key=lambda km: km[0])
+    return [m for _, m in keyed], refused
 
 
 def _share_on(
@@ -54,7 +117,6 @@ def _share_on(
         share[1] * src_cap[1] / dst_cap[1],
         share[2] * src_cap[2] / dst_cap[2],
     )
-
 
 
 def why_unfit(
@@ -78,7 +140,6 @@ def why_unfit(
     if full:
         return f"{name}: would reach {', '.join(full)} >= {limit:g}"
     return None
-
 
 
 def _refusal(verdict: HotspotVerdict, why: str, vm: str | None = None) -> MigrationSignal:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from tests import coordinate_oracle
 
 from sova.manager.decisions.core import ManagerCore
 from sova.model import MIB
@@ -15,9 +16,12 @@ from sova.policy.hotspot import (
     HostCapacity,
     HostReport,
     HotspotDetector,
+    HotspotVerdict,
     MoveCost,
+    ResourceVerdict,
     Utilisation,
     VMLoad,
+    _Ranking,
     coordinate,
     hotness,
     rank_movers,
@@ -282,3 +286,49 @@ def test_the_array_screening_chooses_what_the_walk_chooses(seed: int) -> None:
         limit = rng.choice((0.75, 0.9))
         got = choose_target(hosts, src, load, 0.75, taken, ceiling=limit, capacities=caps)
         assert got == _walk(hosts, src, load, taken, limit, caps)
+
+
+def _random_host(rng: random.Random, h: int) -> tuple[list[tuple[str, VMLoad]], HotspotVerdict]:
+    alpha = rng.choice((0.6, 0.75, 0.9))
+    resources = tuple(
+        ResourceVerdict(r, 3, 5, rng.uniform(0.3, 1.0), rng.random() < 0.5)
+        for r in ("cpu", "mem", "net")
+    )
+    verdict = HotspotVerdict(any(r.hot for r in resources), alpha, 3, 5, resources)
+    # some VMs alike (same load and size under another name: ties go by name)
+    alike = VMLoad(Utilisation(0.1, 0.1, 0.2), 2**30)
+    vms = []
+    for i in range(rng.choice((0, 1, 3, 8))):
+        load = (
+            alike
+            if rng.random() < 0.2
+            else VMLoad(
+                Utilisation(*(rng.choice((0.0, rng.uniform(0, 0.6))) for _ in range(3))),
+                rng.choice((2**28, 2**30, 2**33)),
+                migrating=rng.random() < 0.1,
+            )
+        )
+        vms.append((f"h{h}vm{rng.randint(0, 99):02d}x{i}", load))
+    return vms, verdict
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_hot_hosts_ranked_at_once_rank_as_each_alone(seed: int) -> None:
+    # A round ranks the movers of all its hot hosts in one pass over arrays (_Ranking); the
+    # readable form, a VM at a time and a host at a time, is the oracle: the same movers in
+    # the same order and the same refusals, for every host of the batch.
+    rng = random.Random(seed)
+    hosts = [_random_host(rng, h) for h in range(rng.randint(1, 30))]
+    nows = [tuple(rng.uniform(0.2, 1.0) for _ in range(3)) for _ in hosts]
+    cost = rng.choice((PAPERS_MOVE, MoveCost(), MoveCost(min_relief=0.1, horizon_s=60.0, tries=2)))
+    metric = rng.choice(("volume", "skewness"))
+    ranking = _Ranking([v for v, _ in hosts], [v for _, v in hosts], nows, cost, metric)
+    for j, ((vms, verdict), now) in enumerate(zip(hosts, nows, strict=True)):
+        want, why = coordinate_oracle.rank_movers(
+            dict(vms), verdict, Utilisation(*now), cost, metric
+        )
+        assert ranking.movers(j) == want
+        assert ranking.movers(j, cost.tries) == want[: cost.tries]
+        assert ranking.has_movers(j) == bool(want)
+        assert ranking.refusals(j) == why
+        assert ranking.refusals(j, 4) == why[:4]

@@ -47,8 +47,10 @@ class RankedHosts:
         capacities: Mapping[str, HostCapacity] | None,
     ) -> None:
         rows = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
-        heat = hotness_rows(rows, metric).tolist()
-        order = sorted(range(len(names)), key=lambda i: (heat[i], names[i]))
+        heat_a = hotness_rows(rows, metric)
+        # by (hotness, name): one sort of arrays, not a key tuple per host
+        order = np.lexsort((np.array(names, dtype=str), heat_a)).tolist() if len(names) else []
+        heat = heat_a.tolist()
         self.names = [names[i] for i in order]
         self.heat = {names[i]: heat[i] for i in order}  # for the order of the hot hosts
         self.pos = {name: i for i, name in enumerate(self.names)}
@@ -185,10 +187,12 @@ def _screened(
     target_l, mover_l, kept_l = target.tolist(), mover.tolist(), kept.tolist()
     tried_l = tried.tolist()
     listed_f, why_f, after_f = listed.ravel().tolist(), why.ravel().tolist(), after.ravel().tolist()
-    nows: dict[int, list[float]] = {}  # the listed hosts' loads (a few of the fleet)
+    # The listed hosts (a few of the fleet, the coldest heading every refusal) with their
+    # text that does not depend on the VM, formatted once a round: a hot fleet with no fit
+    # refuses most of its hot hosts every round, 8 hosts listed for each.
+    heads: dict[int, tuple[str, list[str]]] = {}
     out = []
-    # The coldest hosts head every refusal of a round, most often for alike VMs: each
-    # reason is formatted once (a fleet with no fit formats 8, not 8 per hot host).
+    # Alike VMs get the same reason from the same host: each formatted once a round.
     said: dict[tuple[int, int, tuple[float, ...]], str] = {}
     for qi, q in enumerate(queries):
         m = mover_l[qi]
@@ -207,10 +211,10 @@ def _screened(
                 key = (i, w, a)
                 text = said.get(key)
                 if text is None:
-                    now = nows.get(i)
-                    if now is None:
-                        now = nows[i] = ranked.now[i].tolist()
-                    text = said[key] = _unfit(names[i], now, a, w, alpha, limit)
+                    head = heads.get(i)
+                    if head is None:
+                        head = heads[i] = _unfit_head(names[i], ranked.now[i].tolist())
+                    text = said[key] = _unfit(head, a, w, alpha, limit)
                 reasons.append(text)
             if tried_l[row] > REFUSALS_LISTED:
                 reasons.append(f"{tried_l[row] - REFUSALS_LISTED} more host(s) refused")
@@ -230,17 +234,24 @@ _FULL: Final = tuple(
 )
 
 
+def _unfit_head(name: str, now: Sequence[float]) -> tuple[str, list[str]]:
+    """What :func:`_unfit` says of host ``name`` whatever the VM: its name and, per
+    resource, its load now."""
+    return name, [f"{r} {now[i]:.3f}->" for i, r in enumerate(RESOURCES)]
+
+
 def _unfit(
-    name: str, now: Sequence[float], after: Sequence[float], why: int, alpha: float, limit: float
+    head: tuple[str, list[str]], after: Sequence[float], why: int, alpha: float, limit: float
 ) -> str:
-    """Why ``name`` could not take a VM, as the core found it: ``why``'s bit ``r`` says
-    resource ``r`` is at or over ``alpha`` now, bit ``3 + r`` that it would reach
-    ``limit`` (``after`` its loads with the VM)."""
+    """Why a host (``head``: :func:`_unfit_head`) could not take a VM, as the core found
+    it: ``why``'s bit ``r`` says resource ``r`` is at or over ``alpha`` now, bit ``3 + r``
+    that it would reach ``limit`` (``after`` its loads with the VM)."""
+    name, now = head
     bits = why & ((1 << 6) - 1)
     busy = _BUSY[bits]
     if busy:
         return f"{name}: {busy} already at/over {alpha:g}"
-    full = ", ".join([f"{RESOURCES[i]} {now[i]:.3f}->{after[i]:.3f}" for i in _FULL[bits]])
+    full = ", ".join([f"{now[i]}{after[i]:.3f}" for i in _FULL[bits]])
     return f"{name}: would reach {full} >= {limit:g}"
 
 

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from sova.policy.cold_spots import RankedHosts, Screened, ScreenQuery, screen_round
 from sova.policy.hotness import (
@@ -68,6 +69,7 @@ from sova.policy.hotness import (
     Utilisation,
     VMLoad,
     hotness,
+    hotness_rows,
     skewness,
     volume,
 )
@@ -328,50 +330,138 @@ def rank_movers(
     hot link while relieving only another resource (that one only if nothing else helps);
     then the largest net benefit (relief counted over the horizon minus the cost); then the
     papers' migration factor; ties by name, so the choice never flips between equal VMs.
+    One host of :class:`_Ranking`, the form a round uses for all its hot hosts at once.
     """
-    hot = {r.resource: r for r in verdict.resources if r.hot}
-    index = _INDEX
-    current = now.as_tuple()
-    excess = {r: max(current[index[r]], v.forecast) - verdict.alpha for r, v in hot.items()}
-    # the hot resources with an overload, with their column: the same for every VM
-    over = [(r, index[r], e) for r, e in excess.items() if e > 0.0]
-    keyed: list[tuple[tuple[bool, float, float, str], Mover]] = []
-    refused: list[str] = []
-    for name, vm in vms.items():
-        if vm.migrating:
-            continue
-        share = vm.util.as_tuple()
-        relief_of = {r: min(1.0, share[i] / e) for r, i, e in over}
-        relief = max(relief_of.values(), default=0.0)
-        if relief <= 0.0 or relief < cost.min_relief:
-            worst = max(hot, key=lambda r: (relief_of.get(r, 0.0), r), default="")
-            refused.append(
-                f"{name}: carries {share[index[worst]] if worst else 0.0:.4f} of "
-                f"{worst or 'no hot resource'} (removes {relief:.0%} of the overload, "
-                f"< {cost.min_relief:.0%})"
-            )
-            continue
-        cost_s = cost.seconds(vm)
+    ranking = _Ranking([list(vms.items())], [verdict], [now.as_tuple()], cost, metric)
+    return ranking.movers(0), ranking.refusals(0)
+
+
+_NET: Final = _INDEX["net"]
+
+
+class _Ranking:
+    """:func:`rank_movers` of several hot hosts at once: their VMs' loads as arrays, each
+    VM's relief, cost, net benefit and migration factor computed for all of them in a few
+    array operations, ordered per host by one sort. A round (:func:`plan_hot`) asks only
+    each host's first ``cost.tries`` movers, and the refusals' text only of a host with none.
+    """
+
+    def __init__(
+        self,
+        vms: Sequence[Sequence[tuple[str, VMLoad]]],
+        verdicts: Sequence[HotspotVerdict],
+        nows: npt.ArrayLike,
+        cost: MoveCost,
+        metric: HotnessMetric | str,
+    ) -> None:
+        self.cost = cost
+        # the VMs not migrating, in each host's report order, and their host
+        self.vms = [[(n, v) for n, v in host if not v.migrating] for host in vms]
+        counts = [len(h) for h in self.vms]
+        self.start = np.concatenate(([0], np.cumsum(counts))).tolist()
+        flat = [v for host in self.vms for _, v in host]
+        m = len(flat)
+        shares = np.array(
+            [x for v in flat for x in (v.util.cpu, v.util.mem, v.util.net)], dtype=np.float64
+        ).reshape(m, 3)
+        memory = np.array([v.memory_bytes for v in flat], dtype=np.float64)
+        owner = np.repeat(np.arange(len(counts)), counts)
+        hot = np.zeros((len(verdicts), 3), dtype=bool)
+        forecast = np.zeros((len(verdicts), 3), dtype=np.float64)
+        for j, verdict in enumerate(verdicts):
+            for r in verdict.resources:
+                if r.hot:
+                    hot[j, _INDEX[r.resource]] = True
+                    forecast[j, _INDEX[r.resource]] = r.forecast
+        alpha = np.array([v.alpha for v in verdicts], dtype=np.float64)[:, None]
+        excess = np.maximum(np.asarray(nows, dtype=np.float64).reshape(-1, 3), forecast) - alpha
+        # the hot resources with an overload: each VM's relief of them, 0 of the others
+        over_h = hot & (excess > 0.0)
+        over = over_h[owner]
+        e = np.where(over_h, excess, 1.0)[owner]
+        per = np.where(over, np.minimum(1.0, shares / e), 0.0)
+        relief = np.where(
+            over.any(axis=1), np.where(over, per, -np.inf).max(axis=1, initial=-np.inf), 0.0
+        )
+        cost_s = memory * 8.0 / cost.copy_rate_bps + cost.downtime_s
         gain = relief * cost.horizon_s - cost_s
-        if cost.horizon_s > 0.0 and gain < 0.0:
-            refused.append(
-                f"{name}: relief {relief:.0%} x {cost.horizon_s:g}s < cost {cost_s:.1f}s"
-            )
-            continue
+        weak = (relief <= 0.0) | (relief < cost.min_relief)
+        dear = ~weak & (cost.horizon_s > 0.0) & (gain < 0.0)
         # The papers' rule (min_relief 0) has no such preference: MF alone orders.
-        hot_link = (
-            cost.min_relief > 0.0 and "net" in hot and relief_of.get("net", 0.0) < cost.min_relief
+        hot_link = (cost.min_relief > 0.0) & hot[owner, _NET] & (per[:, _NET] < cost.min_relief)
+        mf = hotness_rows(shares, metric) / memory if m else np.zeros(0)
+        ok = ~(weak | dear)
+        names = np.array([n for host in self.vms for n, _ in host], dtype=str)
+        keyed = np.flatnonzero(ok)
+        by = -gain[keyed] if cost.horizon_s > 0.0 else np.zeros(len(keyed))
+        order = (
+            keyed[
+                np.lexsort((names[keyed], -mf[keyed], by, hot_link[keyed], owner[keyed]))
+            ].tolist()
+            if m
+            else []
         )
-        mover = Mover(name, relief, cost_s, hot_link)
-        key = (
-            hot_link,
-            -gain if cost.horizon_s > 0.0 else 0.0,
-            -migration_factor(vm, metric),
-            name,
+        self.order = order
+        self.per, self.weak = per, weak.tolist()
+        self.ok = ok.tolist()
+        self.relief_l, self.cost_l, self.link_l = (
+            relief.tolist(),
+            cost_s.tolist(),
+            hot_link.tolist(),
         )
-        keyed.append((key, mover))
-    keyed.sort(key=lambda km: km[0])
-    return [m for _, m in keyed], refused
+        self.hot = hot
+        # each host's movers' span of ``order`` (sorted by host first)
+        by_host = owner[order] if order else np.zeros(0, dtype=np.int64)
+        hosts = np.arange(len(counts))
+        self.span = list(
+            zip(
+                np.searchsorted(by_host, hosts, "left").tolist(),
+                np.searchsorted(by_host, hosts, "right").tolist(),
+                strict=True,
+            )
+        )
+
+    def movers(self, host: int, limit: int | None = None) -> list[Mover]:
+        """Host ``host``'s movers, best first (the first ``limit`` of them)."""
+        a, b = self.span[host]
+        if limit is not None:
+            b = min(b, a + limit)
+        out = []
+        for at in self.order[a:b]:
+            name = self.vms[host][at - self.start[host]][0]
+            out.append(Mover(name, self.relief_l[at], self.cost_l[at], self.link_l[at]))
+        return out
+
+    def has_movers(self, host: int) -> bool:
+        a, b = self.span[host]
+        return bool(b > a)
+
+    def refusals(self, host: int, limit: int | None = None) -> list[str]:
+        """Why host ``host``'s other VMs were not candidates, in its report order."""
+        cost, out = self.cost, list[str]()
+        hot = [r for i, r in enumerate(RESOURCES) if self.hot[host, i]]
+        for k, (name, vm) in enumerate(self.vms[host]):
+            if limit is not None and len(out) >= limit:
+                break
+            at = self.start[host] + k
+            if self.ok[at]:
+                continue
+            relief = self.relief_l[at]
+            if self.weak[at]:
+                per = self.per[at].tolist()
+                worst = max(hot, key=lambda r: (per[_INDEX[r]], r), default="")
+                share = vm.util.as_tuple()
+                out.append(
+                    f"{name}: carries {share[_INDEX[worst]] if worst else 0.0:.4f} of "
+                    f"{worst or 'no hot resource'} (removes {relief:.0%} of the overload, "
+                    f"< {cost.min_relief:.0%})"
+                )
+            else:
+                out.append(
+                    f"{name}: relief {relief:.0%} x {cost.horizon_s:g}s < cost "
+                    f"{self.cost_l[at]:.1f}s"
+                )
+        return out
 
 
 # --------------------------------------------------------------------------- Algorithm 2
@@ -479,24 +569,34 @@ def plan_hot(
     signals: dict[str, MigrationSignal] = {}
     queries: list[ScreenQuery] = []
     plans: list[tuple[str, HotspotVerdict, list[Mover]]] = []
+    # the hot hosts that may send, hottest first, and their VMs: ranked all at once
+    sending: list[str] = []
     for name in sorted(hot, key=lambda h: (-ranked.heat[h], h)):
-        verdict = hot[name]
         if name in fenced:
-            signals[name] = _refusal(verdict, f"skipped: {fenced[name]}")
-            continue
-        if name in leased:
-            signals[name] = _refusal(verdict, "skipped: a migration of this host is in progress")
-            continue
-        vms = vms_of(name)
-        movers, unhelpful = rank_movers(vms, verdict, ranked.utilisation(name), cost, metric)
-        if not movers:
+            signals[name] = _refusal(hot[name], f"skipped: {fenced[name]}")
+        elif name in leased:
+            signals[name] = _refusal(hot[name], "skipped: a migration of this host is in progress")
+        else:
+            sending.append(name)
+    vms = [vms_of(name) for name in sending]
+    verdicts = [hot[name] for name in sending]
+    now = ranked.now
+    pos = ranked.pos
+    nows = now[[pos[name] for name in sending]] if sending else np.zeros((0, 3))
+    ranking = _Ranking([list(v.items()) for v in vms], verdicts, nows, cost, metric)
+    for j, name in enumerate(sending):
+        verdict = verdicts[j]
+        if not ranking.has_movers(j):
             why = "no VM to move (none reported with load on a hot resource)"
-            if unhelpful and cost != PAPERS_MOVE:
-                why = "no VM whose move relieves the overload (" + "; ".join(unhelpful[:4]) + ")"
+            if cost != PAPERS_MOVE:
+                unhelpful = ranking.refusals(j, 4)
+                if unhelpful:
+                    why = "no VM whose move relieves the overload (" + "; ".join(unhelpful) + ")"
             signals[name] = _refusal(verdict, why)
             continue
-        tries = movers[: cost.tries]
-        moves = [(m.vm, vms[m.vm], barred.get(m.vm, ())) for m in tries]
+        tries = ranking.movers(j, cost.tries)
+        host_vms = vms[j]
+        moves = [(m.vm, host_vms[m.vm], barred.get(m.vm, ())) for m in tries]
         queries.append(ScreenQuery(name, moves, prefer.get(name)))
         plans.append((name, verdict, tries))
     screened = screen_round(ranked, queries, ceiling)
