@@ -104,6 +104,40 @@ def metric(run: PolicyRun, g: Grid, name: str) -> np.ndarray:
     return values
 
 
+def row_percentiles(a: np.ndarray, qs: Sequence[float]) -> np.ndarray:
+    """``np.nanpercentile(a, qs, axis=1)`` (its default "linear" method), the same numbers
+    bit for bit and the same dtype, for a 2-D ``a`` whose rows each hold a number.
+
+    ``nanpercentile`` walks a row at a time in Python (``apply_along_axis``) as soon as one
+    NaN is in the array, which every VM without a row in a period puts there: ~0.04 CPU-s
+    for each of an hour's 360 x 3,000 grids. One sort of the block instead (NaN sorts
+    last), then numpy's own arithmetic: the virtual index ``(n - 1) * q`` and its ``_lerp``
+    (``a + (b - a) * t``, or ``b - (b - a) * (1 - t)`` from ``t >= 0.5``) in float64."""
+    q = np.asarray(qs, dtype=np.float64) / 100.0
+    s = np.sort(a, axis=1)
+    n = a.shape[1] - np.isnan(a).sum(axis=1)
+    rows = np.arange(a.shape[0])
+    out = np.empty((q.size, a.shape[0]), dtype=np.result_type(a.dtype, np.float64))
+    for k in range(q.size):
+        with np.errstate(invalid="ignore"):  # inf - inf, and rows of NaN: NaN, as numpy's
+            out[k] = _lerp_at(s, rows, n, (n - 1) * q[k])
+    return out
+
+
+def _lerp_at(s: np.ndarray, rows: np.ndarray, n: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Each sorted row of ``s`` read at its virtual index ``at`` (numpy's ``_lerp``)."""
+    lo = np.floor(at)
+    below = np.maximum(lo.astype(np.intp), 0)
+    above = np.minimum(below + 1, np.maximum(n - 1, 0))
+    t = at - lo
+    first, second = s[rows, below], s[rows, above]
+    diff = second - first
+    r: np.ndarray = first + diff * t
+    np.subtract(second, diff * (1 - t), out=r, where=t >= 0.5, casting="unsafe")
+    r[n == 0] = np.nan
+    return r
+
+
 def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) -> None:
     """Percentile bands and the median of ``a`` (rows: times, columns: members)."""
     ok = np.isfinite(a).any(axis=1)
@@ -112,10 +146,10 @@ def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) 
     if a.size == 0:
         return
     # a block of rows at a time: the same numbers (each row's percentiles are its own),
-    # without nanpercentile's float copies of an hour's period x VM grid at once
+    # without sorted copies of an hour's period x VM grid at once
     pct = np.concatenate(
         [
-            np.nanpercentile(a[i : i + BLOCK], [10, 25, 50, 75, 90], axis=1)
+            row_percentiles(a[i : i + BLOCK], [10, 25, 50, 75, 90])
             for i in range(0, a.shape[0], BLOCK)
         ],
         axis=1,
