@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from sova.scenario import Scenario
 from sova.sim.decisions import Moves, run_moves
 from sova.sim.world import TICK_HOSTS, PolicyRun
-from sova.writer import PNG_META, Plotted
+from sova.writer import PNG_DPI, PNG_META, Plotted
 
 AGGREGATE_VMS = 20  # more VMs than this: per-VM plots aggregate
 AGGREGATE_HOSTS = TICK_HOSTS  # more hosts than this: per-host plots become heat maps
@@ -218,7 +218,7 @@ def plot_metric_fleet(
         return None
     x = g.times / 60.0
     plotted: Plotted = {}
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(10, 4), dpi=PNG_DPI)
     _bands(ax, x, a, f"{len(g.vms)} VMs", plotted)
     # The VMs drawn are the busiest senders whatever the metric: ranked by the metric's
     # own volume, io_degree (high when idle) drew the idlest VMs.
@@ -246,7 +246,7 @@ def plot_metric_fleet(
     ax.legend(fontsize=8, ncol=2, loc="upper right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
 
@@ -318,6 +318,7 @@ def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Pl
         1,
         figsize=(10, 5.6 * len(runs)),
         squeeze=False,
+        dpi=PNG_DPI,
         gridspec_kw={"height_ratios": [1.0, 1.6] * len(runs)},
     )
     for n, run in enumerate(runs):
@@ -359,7 +360,7 @@ def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Pl
             plotted[f"{run.policy}: {key}"] = plotted.pop(key)
     axes[-1, 0].set_xlabel("time (min)")
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
 
@@ -377,7 +378,9 @@ def plot_vf_holders_fleet(
     if not any(g.vf.any() for g in grids):
         return None
     plotted: Plotted = {}
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 3.4 * len(runs)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(runs), 1, figsize=(10, 3.4 * len(runs)), squeeze=False, dpi=PNG_DPI
+    )
     for k, (ax, run, g) in enumerate(zip(axes[:, 0], runs, grids, strict=True)):
         end = float(g.times[-1]) if g.times.size else 1.0
         share = holder_share(run, g)
@@ -407,6 +410,6 @@ def plot_vf_holders_fleet(
         fontsize=10,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
