@@ -94,7 +94,7 @@ def metric(run: PolicyRun, g: Grid, name: str) -> np.ndarray:
     not written, and drawn one metric at a time (an hour of 3,000 VMs is 4 MB, not 9)."""
     vcode = _codes(run, "vm", g.vms)
     values = np.full((g.times.size, len(g.vms)), np.nan, dtype=np.float32)
-    for c in run.timeline.chunks():
+    for c in run.timeline.chunks(("vm", "time_s", name)):
         cols = c.columns
         vi = vcode[cols["vm"]]
         ok = vi >= 0

@@ -243,7 +243,7 @@ def plot_vf_holding(
         where = {v: i for i, v in enumerate(vms)}
         vm_of = np.array([where.get(str(t), -1) for t in texts] + [-1], dtype=np.int64)
         is_vf = np.array([t == "vf" for t in nic] + [False])
-        for c in run.timeline.chunks():
+        for c in run.timeline.chunks(("vm", "nic")):
             i = vm_of[c.columns["vm"]]
             ok = (i >= 0) & is_vf[c.columns["nic"]]
             on_vf += np.bincount(i[ok], minlength=len(vms))
