@@ -1278,6 +1278,39 @@ built as VMLoad objects when first read 0.14 (agent/loop.py VMLoadReports, outsi
 task), signals 0.06, the ranking 0.04. benchmarks/hot_round.py, daemon round at 10,000
 hosts / 1,700 hot, median of 5-7 rounds, alternating: 0.140, 0.118, 0.122, 0.122 s before,
 0.092, 0.113, 0.100, 0.097 after. Golden 0 differences.
+report38 (2026-12-08 01:00-01:50, load 2-8 on the 2 cores; before = main 447c76f through
+``--sova-src``, runs alternating): what ``sova simulate`` pays outside the simulation.
+Scenario loading: the event builder builds a scalar once per (tag, text, quoting) and
+reuses it (most repeat), dispatches events on their class, and skips the depth walk of the
+built document unless an alias could reach past the builder's own bound; parse_size's
+table is built once. The fleet plots' percentile bands come from one sort per block
+(``fleet.row_percentiles``, nanpercentile's numbers bit for bit) instead of nanpercentile's
+row-at-a-time walk, figures are made at the 90 dpi they are saved at (text measured
+once, not at 100 then 90), and a walk of the spilled timeline that needs a few columns
+reads only those (``Timeline.chunks(columns)``: the metric grids, vm_means, vf_hosts and
+the holding plot; ~120 MB a walk of the hour before). Golden 17 runs, 0 differences; the
+hour's PNGs byte-identical but for the dpi change, which moves margins by a pixel (looked
+at side by side). Median (range) of 3:
+
+    in one process (CPU s)            before                 after
+    load 1,000 x 3 (0.8 MB)           0.33 (0.32-0.35)       0.24 (0.22-0.24)
+    load 1,000 x 20 (2.9 MB)          1.25 (1.18-1.27)       0.90 (0.86-0.92)
+    write_outputs 1,000 x 3 x 3600    1.74 (1.71-1.81)       1.40 (1.28-1.47)
+    write_outputs 1,000 x 20 x 300    1.43 (1.36-1.44)       1.38 (1.33-1.47) (no chunks(columns))
+    whole command (load 2.1-2.3), wall / CPU / peak RSS
+    1,000 x 20 x 300                  5.3 / 5.3 / 196 MiB    4.7 / 4.6 / 194 MiB
+    1,000 x 3 x 3600                  8.4 / 8.3 / 138 MiB    8.0 / 7.9 / 136 MiB
+
+(ranges: 1,000 x 20 CPU 5.1-5.3 -> 4.6-4.7, wall 5.1-5.4 -> 4.7-5.0; the hour CPU 8.1-8.5
+-> 7.8-8.1, wall 8.3-8.4 -> 7.9-8.2). Tried and dropped:
+matplotlib imported in a background thread while the simulation runs (the core's kernels
+release the GIL): the whole hour went 7.3-8.2 -> 7.9-10.4 s wall, CPU 6.9-7.3 -> 7.4-7.8 s,
+peak RSS 141 -> 152 MiB (each return from a kernel waits for the importing thread to
+give the GIL back; and the import's memory now sits under the simulation's peak). Left:
+matplotlib's import (~0.3 CPU-s) and savefig/tight_layout (~0.6 CPU-s for the hour's four
+PNGs) are most of the report; hiding them needs a separate process drawing from arrays it
+is sent (a fork after the simulation cost ~60 MiB of PSS in issue 23), and the timeline
+walks for the grids (~0.15 s) could share one walk at the cost of holding three grids.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ and bandwidth allocator); the legends are counted on the figures matplotlib draw
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,30 @@ def test_heat_maps_draw_the_pixels_imshow_drew(hosts: int, figsize: tuple[float,
         near = [want[r + dr, c + dc] for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))]
         assert any((got[r, c] == n).all() for n in near), (r, c)
     assert len(np.unique(got.reshape(-1, 4), axis=0)) > 100  # a map was drawn, not a blank
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(8))
+def test_band_percentiles_are_nanpercentiles_numbers(dtype: type, seed: int) -> None:
+    """The bands' percentiles (``fleet.row_percentiles``: one sort of a block instead of
+    ``nanpercentile``'s walk a row at a time) are ``np.nanpercentile``'s, bit for bit and
+    in its dtype: rows of any length, NaN anywhere (a VM without a row in a period), a
+    row of NaN (the bands drop those first), repeated values and infinities."""
+    rng = np.random.default_rng(seed)
+    rows, cols = int(rng.integers(1, 40)), int(rng.integers(1, 200))
+    a = (rng.standard_normal((rows, cols)) * 10.0 ** int(rng.integers(-3, 5))).astype(dtype)
+    a[rng.random((rows, cols)) < rng.random()] = np.nan
+    if seed % 2:
+        a[rng.random((rows, cols)) < 0.3] = a.flat[0]  # ties
+        a[rows // 2, :] = np.nan
+        a[-1, 0], a[-1, -1] = np.inf, -np.inf
+    # a number in the first row: nanpercentile's dtype follows its first row's result (float32
+    # for a float32 row of NaN), and the bands never pass a row without one
+    a[0, 0] = 1.0
+    qs = [10, 25, 50, 75, 90]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # nanpercentile of an all-NaN row
+        want = np.nanpercentile(a, qs, axis=1)
+    got = fleet.row_percentiles(a, qs)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -330,3 +331,27 @@ def test_a_spilled_timeline_reads_right_while_another_process_moves_the_file_pos
     tl._file = Shared()  # type: ignore[assignment]
     for c in TIMELINE_COLUMNS:
         assert np.array_equal(tl.column(c), want[c]), c
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=_rows_strategy(),
+    chunk=st.integers(1, 7),
+    spill=st.booleans(),
+    pick=st.lists(st.sampled_from(TIMELINE_COLUMNS), unique=True, max_size=5),
+)
+def test_a_walk_of_some_columns_reads_those_columns_values(
+    rows: list[Any], chunk: int, spill: bool, pick: list[str]
+) -> None:
+    """``chunks(columns)`` (a chunk read back from the file holds only those columns, each
+    read at its own offset) gives every asked column's values as the whole walk does."""
+    from sova.record import SPILL_BYTES, Timeline
+
+    tl = Timeline(rows, chunk_rows=chunk, spill_bytes=0 if spill else SPILL_BYTES)
+    whole = list(tl.chunks())
+    some = list(tl.chunks(pick))
+    assert [c.n for c in some] == [c.n for c in whole]
+    for a, b in zip(some, whole, strict=True):
+        assert set(pick) <= set(a.columns)
+        for name in pick:
+            np.testing.assert_array_equal(a.columns[name], b.columns[name])

@@ -119,6 +119,18 @@ def test_5000_deep_nesting_is_a_clear_error(tmp_path: Path) -> None:
     refused(path, "metrics", "nested deeper than 64")
 
 
+def test_nesting_reached_through_an_alias_is_refused(tmp_path: Path) -> None:
+    """The event builder opens no collection past 64 levels, so the loader skips the walk
+    that measures the depth of what it built; an alias can still put a 40-deep list inside
+    another 40-deep one (80 levels, no collection opened past 41): walked and refused."""
+    path = tmp_path / "s.yaml"
+    deep = "[" * 40 + "1" + "]" * 40
+    path.write_text(
+        f"name: deep\nduration: 10\nx: &d {deep}\nmetrics: " + "[" * 40 + "*d" + "]" * 40 + "\n"
+    )
+    refused(path, "metrics", "nested deeper than 64")
+
+
 @pytest.mark.parametrize(
     ("where", "value", "needles"),
     [
@@ -225,6 +237,11 @@ def test_the_event_builder_loads_every_shipped_file_as_pyyaml_does() -> None:
     for text in texts:
         built = scenario._events_to_data(text)
         assert built == yaml.safe_load(text) and repr(built) == repr(yaml.safe_load(text))
+    # one text in several tags and quotings: each its own value (the builder reuses a
+    # scalar's value by tag, text and quoting)
+    mixed = 'a: 1\nb: "1"\nc: 1\nd: !!str 1\ne: [yes, "yes", yes, 1.0, "1.0", 1.0, ~, "~", ~]\n'
+    built = scenario._events_to_data(mixed)
+    assert built == yaml.safe_load(mixed) and repr(built) == repr(yaml.safe_load(mixed))
     # anchors share the object, as PyYAML's do
     shared = scenario._events_to_data("a: &x [1, {i: 2}]\nb: *x\n")
     assert shared["a"] is shared["b"]

@@ -33,6 +33,7 @@ _SIZE = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
+_SIZE_FLOAT = {k: float(v) for k, v in _SIZE.items()}  # the table _parse reads, built once
 _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0, "m": 60.0, "h": 3600.0}
 _NUM = re.compile(r"^\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)(?:/s)?\s*$")
 
@@ -77,7 +78,7 @@ def parse_rate(value: object) -> float:
 
 def parse_size(value: object) -> int:
     """bytes"""
-    return int(_parse(value, {k: float(v) for k, v in _SIZE.items()}, "size"))
+    return int(_parse(value, _SIZE_FLOAT, "size"))
 
 
 def parse_duration(value: object) -> float:

@@ -29,6 +29,11 @@ import numpy as np
 from sova.record import none_mask
 
 PNG_META = {"Software": None}
+# The plots' resolution, given to the figure when it is made as well as to savefig: laid out
+# (tight_layout) at the dpi it is saved at, every text's extent measured for the layout is
+# the one the saved drawing reuses (matplotlib caches a text's layout per dpi); laid out at
+# the default 100 and saved at 90, each was measured twice (~0.1 CPU-s of a fleet report)
+PNG_DPI = 90
 
 
 def fmt(value: Any) -> str:
@@ -481,6 +486,7 @@ def plot_vf_holders(
         1,
         figsize=(10, 1.0 + 0.32 * len(vms) * len(panels)),
         squeeze=False,
+        dpi=PNG_DPI,
         sharex=True,
     )
     for ax, panel in zip(axes[:, 0], panels, strict=True):
@@ -521,7 +527,7 @@ def plot_vf_holders(
         )
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
 

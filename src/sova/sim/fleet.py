@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from sova.scenario import Scenario
 from sova.sim.decisions import Moves, run_moves
 from sova.sim.world import TICK_HOSTS, PolicyRun
-from sova.writer import PNG_META, Plotted
+from sova.writer import PNG_DPI, PNG_META, Plotted
 
 AGGREGATE_VMS = 20  # more VMs than this: per-VM plots aggregate
 AGGREGATE_HOSTS = TICK_HOSTS  # more hosts than this: per-host plots become heat maps
@@ -94,7 +94,7 @@ def metric(run: PolicyRun, g: Grid, name: str) -> np.ndarray:
     not written, and drawn one metric at a time (an hour of 3,000 VMs is 4 MB, not 9)."""
     vcode = _codes(run, "vm", g.vms)
     values = np.full((g.times.size, len(g.vms)), np.nan, dtype=np.float32)
-    for c in run.timeline.chunks():
+    for c in run.timeline.chunks(("vm", "time_s", name)):
         cols = c.columns
         vi = vcode[cols["vm"]]
         ok = vi >= 0
@@ -102,6 +102,40 @@ def metric(run: PolicyRun, g: Grid, name: str) -> np.ndarray:
         # an empty cell (None, stored as a NaN) is NaN here too
         values[ti, vi[ok]] = cols[name][ok]
     return values
+
+
+def row_percentiles(a: np.ndarray, qs: Sequence[float]) -> np.ndarray:
+    """``np.nanpercentile(a, qs, axis=1)`` (its default "linear" method), the same numbers
+    bit for bit and the same dtype, for a 2-D ``a`` whose rows each hold a number.
+
+    ``nanpercentile`` walks a row at a time in Python (``apply_along_axis``) as soon as one
+    NaN is in the array, which every VM without a row in a period puts there: ~0.04 CPU-s
+    for each of an hour's 360 x 3,000 grids. One sort of the block instead (NaN sorts
+    last), then numpy's own arithmetic: the virtual index ``(n - 1) * q`` and its ``_lerp``
+    (``a + (b - a) * t``, or ``b - (b - a) * (1 - t)`` from ``t >= 0.5``) in float64."""
+    q = np.asarray(qs, dtype=np.float64) / 100.0
+    s = np.sort(a, axis=1)
+    n = a.shape[1] - np.isnan(a).sum(axis=1)
+    rows = np.arange(a.shape[0])
+    out = np.empty((q.size, a.shape[0]), dtype=np.result_type(a.dtype, np.float64))
+    for k in range(q.size):
+        with np.errstate(invalid="ignore"):  # inf - inf, and rows of NaN: NaN, as numpy's
+            out[k] = _lerp_at(s, rows, n, (n - 1) * q[k])
+    return out
+
+
+def _lerp_at(s: np.ndarray, rows: np.ndarray, n: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Each sorted row of ``s`` read at its virtual index ``at`` (numpy's ``_lerp``)."""
+    lo = np.floor(at)
+    below = np.maximum(lo.astype(np.intp), 0)
+    above = np.minimum(below + 1, np.maximum(n - 1, 0))
+    t = at - lo
+    first, second = s[rows, below], s[rows, above]
+    diff = second - first
+    r: np.ndarray = first + diff * t
+    np.subtract(second, diff * (1 - t), out=r, where=t >= 0.5, casting="unsafe")
+    r[n == 0] = np.nan
+    return r
 
 
 def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) -> None:
@@ -112,10 +146,10 @@ def _bands(ax: Axes, x: np.ndarray, a: np.ndarray, what: str, plotted: Plotted) 
     if a.size == 0:
         return
     # a block of rows at a time: the same numbers (each row's percentiles are its own),
-    # without nanpercentile's float copies of an hour's period x VM grid at once
+    # without sorted copies of an hour's period x VM grid at once
     pct = np.concatenate(
         [
-            np.nanpercentile(a[i : i + BLOCK], [10, 25, 50, 75, 90], axis=1)
+            row_percentiles(a[i : i + BLOCK], [10, 25, 50, 75, 90])
             for i in range(0, a.shape[0], BLOCK)
         ],
         axis=1,
@@ -184,7 +218,7 @@ def plot_metric_fleet(
         return None
     x = g.times / 60.0
     plotted: Plotted = {}
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(10, 4), dpi=PNG_DPI)
     _bands(ax, x, a, f"{len(g.vms)} VMs", plotted)
     # The VMs drawn are the busiest senders whatever the metric: ranked by the metric's
     # own volume, io_degree (high when idle) drew the idlest VMs.
@@ -212,7 +246,7 @@ def plot_metric_fleet(
     ax.legend(fontsize=8, ncol=2, loc="upper right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
 
@@ -284,6 +318,7 @@ def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Pl
         1,
         figsize=(10, 5.6 * len(runs)),
         squeeze=False,
+        dpi=PNG_DPI,
         gridspec_kw={"height_ratios": [1.0, 1.6] * len(runs)},
     )
     for n, run in enumerate(runs):
@@ -325,7 +360,7 @@ def plot_hosts_fleet(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Pl
             plotted[f"{run.policy}: {key}"] = plotted.pop(key)
     axes[-1, 0].set_xlabel("time (min)")
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
 
@@ -343,7 +378,9 @@ def plot_vf_holders_fleet(
     if not any(g.vf.any() for g in grids):
         return None
     plotted: Plotted = {}
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 3.4 * len(runs)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(runs), 1, figsize=(10, 3.4 * len(runs)), squeeze=False, dpi=PNG_DPI
+    )
     for k, (ax, run, g) in enumerate(zip(axes[:, 0], runs, grids, strict=True)):
         end = float(g.times[-1]) if g.times.size else 1.0
         share = holder_share(run, g)
@@ -373,6 +410,6 @@ def plot_vf_holders_fleet(
         fontsize=10,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted

@@ -63,7 +63,7 @@ def vm_means(timeline: Timeline, vms: Sequence[str]) -> tuple[np.ndarray, np.nda
     where = {v: i for i, v in enumerate(vms)}
     index = np.array([where.get(str(v), -1) for v in timeline.texts("vm")] + [-1], dtype=np.int64)
     vf = np.array([t == "vf" for t in timeline.texts("nic")] + [False])
-    for chunk in timeline.chunks():
+    for chunk in timeline.chunks(("vm", "nic", "cpu_usage")):
         i = index[chunk.columns["vm"]]
         known = i >= 0
         i = i[known]

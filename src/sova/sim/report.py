@@ -237,7 +237,7 @@ def vf_hosts(run: PolicyRun) -> dict[str, list[str]]:
     vms, hosts = tl.texts("vm"), tl.texts("host")
     vf = np.array([t == "vf" for t in tl.texts("nic")] + [False])
     seen: dict[tuple[int, int], None] = {}
-    for chunk in tl.chunks():
+    for chunk in tl.chunks(("nic", "vm", "host")):
         on = vf[chunk.columns["nic"]]
         pairs = zip(
             chunk.columns["vm"][on].tolist(), chunk.columns["host"][on].tolist(), strict=True

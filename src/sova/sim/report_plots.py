@@ -16,7 +16,7 @@ from sova import writer
 from sova.scenario import Scenario
 from sova.sim.decisions import Moves, run_moves
 from sova.sim.world import PolicyRun
-from sova.writer import PNG_META, HolderPanel, Plotted
+from sova.writer import PNG_DPI, PNG_META, HolderPanel, Plotted
 
 
 @dataclass
@@ -137,7 +137,7 @@ def plot_metric(
         return None
     plotted: Plotted = {}
     plt = writer.pyplot()
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(10, 4), dpi=PNG_DPI)
     for vm in [v.name for v in scn.vms]:
         pts = series.get(vm, [])
         if pts:
@@ -152,7 +152,7 @@ def plot_metric(
     ax.legend(ncol=min(8, len(series)), fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
 
@@ -162,7 +162,7 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
     plotted: Plotted = {}
     plt = writer.pyplot()
     fig, axes = plt.subplots(
-        len(runs), 1, figsize=(11, 2.6 * len(runs)), squeeze=False, sharex=True
+        len(runs), 1, figsize=(11, 2.6 * len(runs)), squeeze=False, sharex=True, dpi=PNG_DPI
     )
     for ax, run in zip(axes[:, 0], runs, strict=True):
         st = run.stats
@@ -217,7 +217,7 @@ def plot_hosts(path: Path, scn: Scenario, runs: Sequence[PolicyRun]) -> Plotted:
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("time (min)")
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
 
@@ -243,7 +243,7 @@ def plot_vf_holding(
         where = {v: i for i, v in enumerate(vms)}
         vm_of = np.array([where.get(str(t), -1) for t in texts] + [-1], dtype=np.int64)
         is_vf = np.array([t == "vf" for t in nic] + [False])
-        for c in run.timeline.chunks():
+        for c in run.timeline.chunks(("vm", "nic")):
             i = vm_of[c.columns["vm"]]
             ok = (i >= 0) & is_vf[c.columns["nic"]]
             on_vf += np.bincount(i[ok], minlength=len(vms))
@@ -253,7 +253,7 @@ def plot_vf_holding(
     if not points:
         return None
     plt = writer.pyplot()
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(10, 4), dpi=PNG_DPI)
     plotted: Plotted = {}
     markers = "o^sDv<>"
     for k, (policy, demand, share) in enumerate(points):
@@ -274,6 +274,6 @@ def plot_vf_holding(
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted

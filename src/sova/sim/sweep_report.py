@@ -16,7 +16,7 @@ from sova import writer
 from sova.scenario import Scenario
 from sova.sim.report import EQUAL, fmt_num, host_cpu, metric_value, paper_values_table
 from sova.sim.world import PolicyRun
-from sova.writer import PNG_META, Plotted
+from sova.writer import PNG_DPI, PNG_META, Plotted
 
 
 def categorical(values: Sequence[Any]) -> bool:
@@ -54,7 +54,7 @@ def plot_sweep(
         }
     plotted: Plotted = {}
     plt = writer.pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=PNG_DPI)
     bars = categorical(xs)
     width = 0.8 / max(1, len(values) + len(scn.paper.series))
     for k, (name, ys) in enumerate(values.items()):
@@ -90,7 +90,7 @@ def plot_sweep(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata=PNG_META)
+    fig.savefig(path, dpi=PNG_DPI, metadata=PNG_META)
     plt.close(fig)
     return plotted
 
