@@ -78,6 +78,22 @@ TimelineFormat = Annotated[
         show_default=False,
     ),
 ]
+Workers = Annotated[
+    int | None,
+    typer.Option(
+        min=1, help="Local processes for a sweep's runs [default: the CPU count; 1 = serial]."
+    ),
+]
+# the compiled core's threads (docs/design.md#threads)
+Threads = Annotated[
+    str,
+    typer.Option(
+        help="Threads each run's compiled core shares a tick's VMs and hosts among (a "
+        "count >= 1, or auto: the CPU count); the outputs are the same for any number "
+        "[default: 1].",
+        show_default=False,
+    ),
+]
 
 
 @_core.command()
@@ -101,13 +117,7 @@ def simulate(
         bool,
         typer.Option(help="Show a progress bar (simulated time, rate, ETA) on a terminal."),
     ] = True,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Local processes for a sweep's runs [default: the CPU count; 1 = serial].",
-        ),
-    ] = None,
+    workers: Workers = None,
     dask: Annotated[
         str | None,
         typer.Option(
@@ -118,15 +128,7 @@ def simulate(
     timeline_period: TimelinePeriod = None,
     timeline_vm: TimelineVMs = None,
     timeline_format: TimelineFormat = "auto",
-    threads: Annotated[
-        str,
-        typer.Option(
-            help="Threads each run's compiled core shares a tick's VMs and hosts among (a "
-            "count >= 1, or auto: the CPU count); the outputs are the same for any number "
-            "[default: 1].",
-            show_default=False,
-        ),
-    ] = "1",
+    threads: Threads = "1",
 ) -> None:
     """Run a scenario in the built-in simulated cluster and write its report.
 
