@@ -1311,6 +1311,29 @@ matplotlib's import (~0.3 CPU-s) and savefig/tight_layout (~0.6 CPU-s for the ho
 PNGs) are most of the report; hiding them needs a separate process drawing from arrays it
 is sent (a fork after the simulation cost ~60 MiB of PSS in issue 23), and the timeline
 walks for the grids (~0.15 s) could share one walk at the cost of holding three grids.
+tick38, second part (2026-12-08 01:42-01:51, on ``lead`` = main + threads38 + tick38;
+before = that tree's 5c78cc2 through ``--sova-src``, same core; alternating, CPU s, median
+of 3, load average 1.7-3.5): the ten facade dataclasses built every tick (offer's Cycles x2,
+Load, OfferParams, Offered; count's VmTick, HostTick, Counted; share's ShareVms, Requests,
+Shared: ~100 fields) are plain, not frozen. A frozen dataclass sets each field through
+``object.__setattr__``: 4.0 us for 20 fields against 0.73 plain (timeit, this machine), so
+~17 us of every tick went to building them. Golden: 17 runs, 0 differences.
+
+    measure                                  before           after            change
+    --physics-only 1,000 x 3 x 3600          1.61, 1.56       1.47, 1.48       -5 to -9 %
+    --sim-only 1,000 x 3 x 3600              5.43, 5.40       5.47, 5.26       in the noise
+    --sim-only 1,000 x 20 x 300              1.61, 1.58       1.68*, 1.54      in the noise
+    (* two of its three runs waited on the CPU: wall 2.41, 2.75 s)
+
+Not done, and why: a handle the core keeps (or arguments prepared once per run) would save
+at most the facades' conversions (~60 ``np.ascontiguousarray`` no-ops, ~75 ns each: ~5 us a
+tick) beyond the dataclasses, and most of the arguments cannot be held: the offer's cycle
+fractions are fresh copies the core writes, and share's and count's inputs are the tick's
+own results (tx, rx, need, ...). The guest caps (``guest_pps``, ``guest_limit``) are written
+by the engine's actions, FleetBandwidth and tests, with no version to invalidate a cached
+cap on; the rest of offer's Python is ~4 numpy passes of 1-2 us. What remains of the
+per-tick Python (~130 us) is numpy passes, not call overhead: it moves only by taking those
+passes (guest caps, ``want``, the paused mask, the file mask) into the core calls.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ VM of every host; the core (rust/sova-core/src/share.rs) evaluates the numpy for
 expressions in its order, one VM at a time, and fills with the same water-fill as
 :mod:`sova.policy.waterfill`, so every value is the same float (tests/test_tick_forms.py
 holds the engine to the readable numpy form byte for byte).
+
+ShareVms, Requests and Shared are built every tick and are not frozen (a frozen
+dataclass's fields cost ~5x a plain one's to set; theirs were ~7 us of every tick); the
+ones cached for a run (ShareHosts, ShareParams) stay frozen.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: built every tick (module docstring)
 class ShareVms:
     """Each VM's offer and state this tick (one value per VM)."""
 
@@ -86,7 +90,7 @@ class ShareParams:
     threads: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: built every tick (module docstring)
 class Requests:
     """The request VMs (``idx``, their responses' bits) and each VM's offer; the latency
     is written into ``resp_s`` and ``served_req`` (every VM's, zeroed first) and
@@ -100,7 +104,7 @@ class Requests:
     backlog_bits: FloatArray
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: built every tick (module docstring)
 class Shared:
     """What each VM got this tick, and the contention figures latency and counters need."""
 
