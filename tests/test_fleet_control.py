@@ -444,3 +444,45 @@ def test_world_hands_its_manager_the_reports_as_arrays(name: str) -> None:
     assert got == want
     # the cases happened: a migration ran, so a lease closed in an intake
     assert any(ev.event.startswith("migrat") for ev in got[1])
+
+
+@pytest.mark.parametrize("name", ["sova-tour", "sova-fig6"])
+def test_the_agents_keep_which_act_alone_in_the_worlds_array(name: str) -> None:
+    # the world reads which hosts' agents act alone (an operation in flight, the manager's
+    # signal, a VF fence) from one array the agents keep as those change, not from every
+    # agent each period: after every period it must equal each agent's own state, through
+    # operations submitted and finished, signals given and taken, and fences set and lifted
+    scn = _scenario(name, 600.0)
+    world = World(scn, next(p for p in scn.policy_specs if p.name == "sova"))
+    control = world._control
+    assert control is not None
+    agents = [world.agents[h] for h in world.engine.host_names]
+    fenced = agents[len(agents) // 2]
+    decide = control.decide
+    calls: list[int] = []
+    seen = set()
+
+    def spy(*args: Any) -> Any:
+        alone = args[4]
+        own = [
+            bool(a.executor.in_flight or a.signalled or a.vf_freeze_host or a.vf_freeze_vms)
+            for a in agents
+        ]
+        assert alone.tolist() == own, len(calls)
+        seen.update((hi, b) for hi, b in enumerate(own))
+        calls.append(len(calls))
+        # a fence set and lifted between periods, as the manager's directive does
+        if len(calls) == 5:
+            assert fenced.set_vf_freeze(False, ["no-such-vm"])
+        elif len(calls) == 10:
+            assert fenced.set_vf_freeze(True, [])
+        elif len(calls) == 15:
+            assert fenced.set_vf_freeze(False, [])
+        return decide(*args)
+
+    control.decide = spy  # type: ignore[method-assign]
+    world.run_until(scn.duration)
+    assert len(calls) > 15
+    # some agent acted alone, every host was free at some point
+    assert any(b for _, b in seen)
+    assert {hi for hi, b in seen if not b} == set(range(len(agents)))

@@ -96,6 +96,10 @@ class Executor:
     # failure): a caller watching many executors (the simulated world, one per host) asks
     # only those that called it since they last tracked nothing (tracks_nothing).
     on_track: Callable[[], None] | None = None
+    # Called whenever :attr:`in_flight` changes (an operation submitted or finished): a
+    # simulated world keeps which hosts' agents have one in flight in an array this way
+    # (HostAgent.join_fleet) instead of reading every executor each period.
+    on_flight: Callable[[], None] | None = None
     in_flight: dict[Key, _InFlight] = field(default_factory=dict)
     _failures: dict[Key, int] = field(default_factory=dict)
     _blocked_until: dict[Key, float] = field(default_factory=dict)
@@ -158,6 +162,8 @@ class Executor:
             self._record_failure(key, now)
             return self._emit(Outcome(now, action, Result.FAILED, f"submit refused: {exc}"))
         self.in_flight[key] = _InFlight(op_id, action, now)
+        if self.on_flight is not None:
+            self.on_flight()
         if self.on_track is not None:
             self.on_track()
         return None
@@ -186,6 +192,8 @@ class Executor:
                 self._record_failure(key, now)
                 detail = f"no completion after {self.timeout_for(f.action):.0f} s"
                 done.append(self._emit(Outcome(now, f.action, Result.TIMEOUT, detail)))
+        if done and self.on_flight is not None:  # (each outcome left in_flight)
+            self.on_flight()
         return done
 
     def settle(self, outcome: Outcome) -> Outcome:

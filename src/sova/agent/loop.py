@@ -71,6 +71,9 @@ class SettledPeriods(Protocol):
     None: none measured yet)."""
 
     at: Any  # an integer array by host index
+    # by host index: whether its agent acts alone this period (HostAgent.acts_alone),
+    # kept by the agents as that changes (HostAgent._mark)
+    alone: Any
 
     def take(
         self, host: int
@@ -369,6 +372,26 @@ class HostAgent(BandwidthLoop):
         there): a period it records in ``fleet.at`` is what :meth:`settle` with its
         :meth:`~SettledPeriods.take` would have done, applied when a record is next read."""
         self._fleet, self._fleet_at, self._synced = fleet, host, -1
+        self.executor.on_flight = self._mark
+        self._mark()
+
+    @property
+    def acts_alone(self) -> bool:
+        """Something the world's arrays do not decide for: an operation in flight, the
+        manager's signal or a VF fence."""
+        return bool(
+            self.executor.in_flight
+            or self._signal is not None
+            or self.vf_freeze_host
+            or self.vf_freeze_vms
+        )
+
+    def _mark(self) -> None:
+        """Tell the fleet (if any) whether this agent acts alone, where that may have
+        changed: the world reads one array, not every agent's state each period."""
+        fleet = self._fleet
+        if fleet is not None:
+            fleet.alone[self._fleet_at] = self.acts_alone
 
     def _sync(self) -> None:
         """Apply the last period the fleet settled this host in, if not applied yet: the
@@ -417,6 +440,7 @@ class HostAgent(BandwidthLoop):
         if new == (self.vf_freeze_host, self.vf_freeze_vms):
             return False
         self.vf_freeze_host, self.vf_freeze_vms = new
+        self._mark()
         return True
 
     @property
@@ -427,6 +451,7 @@ class HostAgent(BandwidthLoop):
     def signal(self, flag: bool, target: str | None = None, vm: str | None = None) -> None:
         """The manager's migration signal for this host (Alg. 2 line 13)."""
         self._signal = Migration(flag, target, vm) if flag and target else None
+        self._mark()
 
     # ----------------------------------------------------------------- decide
 
@@ -470,6 +495,8 @@ class HostAgent(BandwidthLoop):
         fences)."""
         policy = self.vf_policy
         signal, self._signal = self._signal, None
+        if signal is not None:
+            self._mark()
         chosen = None
         if signal is not None and policy.uses_manager and not self.migrating:
             loads = self._vm_load_reports(actual)
@@ -613,7 +640,9 @@ class HostAgent(BandwidthLoop):
         else:
             self._observe(self.driver.sample(), actual, True)
         self._measured = measured
-        self._signal = None
+        if self._signal is not None:
+            self._signal = None
+            self._mark()
         if unrecorded:
             note_holders(unrecorded, self.vf_since, self.driver.now())  # as the policy does
         self._last_desired = desired

@@ -108,11 +108,14 @@ class FleetControl:
         agents: dict[str, HostAgent],
         sensed: FleetSensed,
         factors: SensedFactors,
+        alone: np.ndarray | None = None,
     ) -> FleetSensed:
         """Each host's sensing with its VF decision where the world can make it (``sensed``
         itself, each deciding host's reading replaced); the settled hosts' holders and
         ranking go to :attr:`settled` instead (their agents take them with
-        :meth:`~sova.agent.loop.HostAgent.settle`, and no ``Sensed`` is built for them)."""
+        :meth:`~sova.agent.loop.HostAgent.settle`, and no ``Sensed`` is built for them).
+        ``alone``: each host's ``HostAgent.acts_alone`` as its agent keeps it in the
+        world's array (sim/fleet_settle.py; None: read from each agent)."""
         e = engine
         self.decided = None
         self.settled = SettledMap.NONE
@@ -122,7 +125,7 @@ class FleetControl:
         agent_l = list(map(agents.__getitem__, hosts))
         # hosts whose agent decides as the kernel here would (see the module's docstring),
         # or, not measured yet, as the policy's warm-up would
-        free = _free(agent_l)
+        free = _free(agent_l) if alone is None else ~alone
         if not free.any():
             return sensed
         measured = np.array(sensed.measured_list(), dtype=bool)
@@ -411,7 +414,9 @@ _VF_SINCE = attrgetter("vf_since")
 
 def _free(agent_l: list[HostAgent]) -> np.ndarray:
     """The hosts whose agent decides as the world here would, once measured (see the
-    module's docstring): no call in flight, no signal and no VF freeze."""
+    module's docstring): no call in flight, no signal and no VF freeze. Read from each
+    agent only when no ``alone`` array is given: a world's agents keep theirs in
+    ``SettledHosts.alone`` as it changes (HostAgent._mark)."""
     return ~np.array(list(map(any, map(_ACTS_ALONE, agent_l))), dtype=bool)
 
 

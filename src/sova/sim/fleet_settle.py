@@ -54,6 +54,8 @@ class SettledHosts:
     def __init__(self, host_names: Sequence[str], agents: Sequence[HostAgent]) -> None:
         self.names = host_names
         self.at = np.full(len(host_names), -1, dtype=np.int64)
+        # each agent's HostAgent.acts_alone, kept by the agents (join_fleet sets it)
+        self.alone = np.zeros(len(host_names), dtype=bool)
         self.period = -1
         self.last: _Period | None = None
         for hi, agent in enumerate(agents):

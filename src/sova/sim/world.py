@@ -368,7 +368,9 @@ class World:
             factors = self._sensing.factors
             settled = SettledMap.NONE
             if self._control is not None and factors is not None:
-                sensed = self._control.decide(self.engine, self.agents, sensed, factors)
+                # (the agents keep which of them act alone in the settling's array)
+                alone = self._settling().alone
+                sensed = self._control.decide(self.engine, self.agents, sensed, factors, alone)
                 settled = self._control.settled
             # a settled host's rows come from the world's arrays (_decided_block): no
             # report; its agent takes the period as arrays when it next reads its records
