@@ -1210,6 +1210,7 @@ thread. The default stays 1. One thread against main 447c76f (``--physics-only``
 x 300, ``--sova-src``, alternating, load 3.1-3.6): CPU 0.85, 0.87, 0.86 s before, 0.80,
 0.83, 0.79 after: the one-thread path is not slower for its runs (count's per-host sums
 are now a second pass over the VMs).
+
 Issue 36, branch tick38 (2026-12-08 01:20-01:30, the 2-core machine shared with other
 helpers, load average 3.1-6.5; before = main 447c76f through ``--sova-src``, runs
 alternating, CPU s, median of 3 per run, two rounds): the per-tick Python around the core.
@@ -1238,6 +1239,7 @@ its core calls; each is a few numpy passes or object builds of 1-5 us, so more n
 offer, share and count facades to take the engine's arrays once (a handle the core keeps)
 rather than ~60 arrays per tick, which touches the ``threads`` signatures of another
 branch.
+
 settle38 (2026-12-08): a settled host costs no Python call per control period. The world
 publishes the period once (``sim/fleet_settle.py``: its sensing, the settled hosts'
 inventories and queues, each host's last load; one array assignment marks the settled
@@ -1278,6 +1280,7 @@ built as VMLoad objects when first read 0.14 (agent/loop.py VMLoadReports, outsi
 task), signals 0.06, the ranking 0.04. benchmarks/hot_round.py, daemon round at 10,000
 hosts / 1,700 hot, median of 5-7 rounds, alternating: 0.140, 0.118, 0.122, 0.122 s before,
 0.092, 0.113, 0.100, 0.097 after. Golden 0 differences.
+
 report38 (2026-12-08 01:00-01:50, load 2-8 on the 2 cores; before = main 447c76f through
 ``--sova-src``, runs alternating): what ``sova simulate`` pays outside the simulation.
 Scenario loading: the event builder builds a scalar once per (tag, text, quoting) and
@@ -1311,6 +1314,7 @@ matplotlib's import (~0.3 CPU-s) and savefig/tight_layout (~0.6 CPU-s for the ho
 PNGs) are most of the report; hiding them needs a separate process drawing from arrays it
 is sent (a fork after the simulation cost ~60 MiB of PSS in issue 23), and the timeline
 walks for the grids (~0.15 s) could share one walk at the cost of holding three grids.
+
 tick38, second part (2026-12-08 01:42-01:51, on ``lead`` = main + threads38 + tick38;
 before = that tree's 5c78cc2 through ``--sova-src``, same core; alternating, CPU s, median
 of 3, load average 1.7-3.5): the ten facade dataclasses built every tick (offer's Cycles x2,
@@ -1334,6 +1338,7 @@ by the engine's actions, FleetBandwidth and tests, with no version to invalidate
 cap on; the rest of offer's Python is ~4 numpy passes of 1-2 us. What remains of the
 per-tick Python (~130 us) is numpy passes, not call overhead: it moves only by taking those
 passes (guest caps, ``want``, the paused mask, the file mask) into the core calls.
+
 settle38, second part: the agents keep which of them act alone (in flight, signal, fences)
 in ``SettledHosts.alone`` as it changes (``HostAgent._mark``: the executor's ``on_flight``,
 ``signal``/``decide``/``settle``, ``set_vf_freeze``), so ``FleetControl`` reads one array:
