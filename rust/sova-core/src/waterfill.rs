@@ -197,6 +197,37 @@ struct Row {
     weights: Vec<f64>,
 }
 
+/// The opening both fills share: the inputs checked, `out` zeroed, and, where every link's
+/// whole-weighted demands fit ([`all_fit`]), each flow given its demand: true when that
+/// shortcut filled `out` (nothing left to fill).
+fn filled_whole(
+    capacity: &[f64],
+    layout: &Layout<'_>,
+    flows: &Flows<'_>,
+    whole: bool,
+    n_bound: usize,
+    out: &mut [f64],
+) -> Result<bool, InputError> {
+    flows.check(capacity.len(), layout)?;
+    if out.len() != flows.demands.len() {
+        return Err(InputError(format!(
+            "out: {} values for {} demands",
+            out.len(),
+            flows.demands.len()
+        )));
+    }
+    out.fill(0.0);
+    if !(whole && all_fit(capacity, layout, flows, n_bound)) {
+        return Ok(false);
+    }
+    for h in 0..layout.links() {
+        for f in layout.row(h) {
+            out[f] = flows.demand(f);
+        }
+    }
+    Ok(true)
+}
+
 /// Water-fill every link of `layout` at once into `out` (flows outside the layout, or not
 /// members, get 0).
 ///
@@ -211,21 +242,7 @@ pub fn links_waterfill(
     n_bound: usize,
     out: &mut [f64],
 ) -> Result<(), InputError> {
-    flows.check(capacity.len(), layout)?;
-    if out.len() != flows.demands.len() {
-        return Err(InputError(format!(
-            "out: {} values for {} demands",
-            out.len(),
-            flows.demands.len()
-        )));
-    }
-    out.fill(0.0);
-    if whole && all_fit(capacity, layout, &flows, n_bound) {
-        for h in 0..layout.links() {
-            for f in layout.row(h) {
-                out[f] = flows.demand(f);
-            }
-        }
+    if filled_whole(capacity, layout, &flows, whole, n_bound, out)? {
         return Ok(());
     }
     let mut row = Row::default();
@@ -383,20 +400,7 @@ pub fn links_waterfill_threads(
     if threads == 1 || n <= crate::tick::RUN {
         return links_waterfill(capacity, layout, flows, whole, n_bound, out);
     }
-    flows.check(capacity.len(), layout)?;
-    if out.len() != n {
-        return Err(InputError(format!(
-            "out: {} values for {n} demands",
-            out.len()
-        )));
-    }
-    out.fill(0.0);
-    if whole && all_fit(capacity, layout, &flows, n_bound) {
-        for h in 0..layout.links() {
-            for f in layout.row(h) {
-                out[f] = flows.demand(f);
-            }
-        }
+    if filled_whole(capacity, layout, &flows, whole, n_bound, out)? {
         return Ok(());
     }
     // runs of consecutive links of about RUN flows each
