@@ -62,6 +62,18 @@ from sova.policy.vfsched import Candidate, VFDecision
 T = TypeVar("T")
 
 
+# what a host's settled period leaves its agent (SettledPeriods.take): measured, vm_loads,
+# last_load, actual, desired, ranking
+SettledPeriod = tuple[
+    bool,
+    Mapping[str, LoadShares] | None,
+    LoadShares | None,
+    Inventory,
+    dict[str, float | None],
+    tuple[str, ...],
+]
+
+
 class SettledPeriods(Protocol):
     """A world's record of the period it settled a host's agent in without calling
     :meth:`HostAgent.settle` (sim/fleet_settle.py): ``at[host]`` the last such period
@@ -75,16 +87,7 @@ class SettledPeriods(Protocol):
     # kept by the agents as that changes (HostAgent._mark)
     alone: Any
 
-    def take(
-        self, host: int
-    ) -> tuple[
-        bool,
-        Mapping[str, LoadShares] | None,
-        LoadShares | None,
-        Inventory,
-        dict[str, float | None],
-        tuple[str, ...],
-    ]: ...
+    def take(self, host: int) -> SettledPeriod: ...
 
 
 class _Settleable(Generic[T]):

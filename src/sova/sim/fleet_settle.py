@@ -27,8 +27,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from sova.agent.loop import HostAgent, VMLoadReports
-from sova.model import Inventory
+from sova.agent.loop import HostAgent, SettledPeriod, VMLoadReports
 from sova.policy.hotspot import VMLoad
 from sova.policy.sensing import LoadShares
 from sova.sim.fleet_control import Settled
@@ -78,16 +77,7 @@ class SettledHosts:
         )
         self.at[hosts] = self.period
 
-    def take(
-        self, host: int
-    ) -> tuple[
-        bool,
-        Mapping[str, LoadShares] | None,
-        LoadShares | None,
-        Inventory,
-        dict[str, float | None],
-        tuple[str, ...],
-    ]:
+    def take(self, host: int) -> SettledPeriod:
         p = self.last
         assert p is not None and self.at[host] == self.period
         actual, desired, ranking, _ = p.settled[p.names[host]]
