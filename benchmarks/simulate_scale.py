@@ -1346,6 +1346,19 @@ in ``SettledHosts.alone`` as it changes (``HostAgent._mark``: the executor's ``o
 hour's 360 periods. ``--sim-only --reps 3`` medians at 1,000 x 3 x 3600 s, alternating
 (before = 1560b10), load 0.9-1.6: before 4.26, 3.99, 3.81; after 3.88, 3.48, 3.98 (median
 3.99 -> 3.88; the gain is below the machine's noise). Golden 0 differences.
+
+threads38, third task (2026-12-08 02:12-02:15, on ``lead`` 9046591; before = it through
+``--sova-src``; alternating, load 0.8-1.0): a round ranks an agent's VM-load report from its
+loads as columns (``VMLoadReports.mover_columns``: names, flat shares, memory; a settled
+host's straight from the period's arrays, ``HostLoads.columns``), not from VMLoad objects;
+only the movers screened get one (``vm_load``); any other mapping (the daemon's reports)
+ranks from its VMLoads as before. ``--sim-only --hot 0.17 --duration 600``, CPU s, 5 and
+3 runs: 1,000 x 3: 1.14, 1.15, 1.11, 1.17, 1.18 before, 1.16, 1.12, 1.13, 1.13, 1.25 after
+(median 1.15 -> 1.13, in the noise: 3 VMs a host); 1,000 x 20: 4.15, 4.16, 4.30 before,
+3.99, 3.97, 4.05 after (median 4.16 -> 3.99, -4 %). benchmarks/hot_round.py at 10,000 hosts,
+two runs each: daemon round median 0.087, 0.088 -> 0.085, 0.085 s (not slower);
+fast_coordinate 0.11, 0.12 -> 0.07, 0.07 s (its plain reports ranked without the pair lists).
+Golden 0 differences.
 """
 
 from __future__ import annotations

@@ -47,7 +47,13 @@ from sova.model import (
     SetGuestRateLimit,
     SetVFRate,
 )
-from sova.policy.hotspot import HostCapacity, HostReport, Utilisation, VMLoad
+from sova.policy.hotspot import (
+    UTILISATION_SLACK,
+    HostCapacity,
+    HostReport,
+    Utilisation,
+    VMLoad,
+)
 from sova.policy.operation import Migration, Operation, choose_migration
 from sova.policy.sensing import (
     HostSensor,
@@ -303,6 +309,52 @@ class VMLoadReports(LazyMapping[str, VMLoad]):
             for vm, s in loads.items()
             if vm in held
         }
+
+    def mover_columns(self) -> tuple[list[str], list[float], list[int]] | None:
+        """The VMs not migrating as a round's ranking reads them (names, flat cpu/mem/net
+        shares, memory; sova.policy.hotspot._mover_columns), without building the VMLoads;
+        None where the VMLoads are built already or a value would fail their checks (then
+        the ranking builds them, and they raise as they would)."""
+        if self._built is not None:
+            return None
+        loads, actual, migrating = self._args
+        held = actual.vms
+        columns = getattr(loads, "columns", None)
+        if columns is not None:
+            vms, cpu, mem, net = columns()
+        else:
+            vms = list(loads)
+            got = list(loads.values())
+            cpu, mem, net = [s.cpu for s in got], [s.mem for s in got], [s.net for s in got]
+        top = 1.0 + UTILISATION_SLACK
+        names: list[str] = []
+        shares: list[float] = []
+        memory: list[int] = []
+        for vm, c, m, n in zip(vms, cpu, mem, net, strict=True):
+            state = held.get(vm)
+            if state is None:
+                continue
+            size = state.vm.memory_bytes
+            if not (0.0 <= c <= top and 0.0 <= m <= top and 0.0 <= n <= top) or size <= 0:
+                return None
+            if vm in migrating:
+                continue
+            names.append(vm)
+            shares += (c, m, n)
+            memory.append(size)
+        return names, shares, memory
+
+    def vm_load(self, vm: str) -> VMLoad:
+        """``self[vm]``, building only that VM's VMLoad if the others are not built."""
+        if self._built is not None:
+            return self._built[vm]
+        loads, actual, migrating = self._args
+        s = loads[vm]
+        return VMLoad(
+            Utilisation(s.cpu, s.mem, s.net),
+            actual.vms[vm].vm.memory_bytes,
+            migrating=vm in migrating,
+        )
 
 
 class HostAgent(BandwidthLoop):

@@ -332,11 +332,35 @@ def rank_movers(
     papers' migration factor; ties by name, so the choice never flips between equal VMs.
     One host of :class:`_Ranking`, the form a round uses for all its hot hosts at once.
     """
-    ranking = _Ranking([list(vms.items())], [verdict], [now.as_tuple()], cost, metric)
+    ranking = _Ranking([vms], [verdict], [now.as_tuple()], cost, metric)
     return ranking.movers(0), ranking.refusals(0)
 
 
 _NET: Final = _INDEX["net"]
+
+
+def _mover_columns(
+    vms: Mapping[str, VMLoad] | Sequence[tuple[str, VMLoad]],
+) -> tuple[list[str], list[float], list[int]]:
+    """A host's VMs not migrating, in report order, as :class:`_Ranking` reads them: their
+    names, their shares (cpu, mem, net of each, flat) and their memory. A report that
+    keeps its loads as columns (an agent's, ``mover_columns``) gives them without its
+    VMLoad objects; any other mapping, or (name, VMLoad) pairs, from its VMLoads."""
+    columns = getattr(vms, "mover_columns", None)
+    if columns is not None:
+        got: tuple[list[str], list[float], list[int]] | None = columns()
+        if got is not None:
+            return got
+    names: list[str] = []
+    shares: list[float] = []
+    memory: list[int] = []
+    for n, v in vms.items() if isinstance(vms, Mapping) else vms:
+        if not v.migrating:
+            names.append(n)
+            u = v.util
+            shares += (u.cpu, u.mem, u.net)
+            memory.append(v.memory_bytes)
+    return names, shares, memory
 
 
 class _Ranking:
@@ -348,23 +372,30 @@ class _Ranking:
 
     def __init__(
         self,
-        vms: Sequence[Sequence[tuple[str, VMLoad]]],
+        vms: Sequence[Mapping[str, VMLoad] | Sequence[tuple[str, VMLoad]]],
         verdicts: Sequence[HotspotVerdict],
         nows: npt.ArrayLike,
         cost: MoveCost,
         metric: HotnessMetric | str,
     ) -> None:
         self.cost = cost
-        # the VMs not migrating, in each host's report order, and their host
-        self.vms = [[(n, v) for n, v in host if not v.migrating] for host in vms]
-        counts = [len(h) for h in self.vms]
+        # the VMs not migrating, in each host's report order: their names, shares (cpu, mem,
+        # net flat) and memory; an agent's report gives them as columns (mover_columns)
+        # without the VMLoad objects, ~1.5 us a VM of every hot host each round
+        self.names: list[list[str]] = []
+        flat_shares: list[float] = []
+        flat_memory: list[int] = []
+        for host in vms:
+            cols = _mover_columns(host)
+            self.names.append(cols[0])
+            flat_shares += cols[1]
+            flat_memory += cols[2]
+        counts = [len(h) for h in self.names]
         self.start = np.concatenate(([0], np.cumsum(counts))).tolist()
-        flat = [v for host in self.vms for _, v in host]
-        m = len(flat)
-        shares = np.array(
-            [x for v in flat for x in (v.util.cpu, v.util.mem, v.util.net)], dtype=np.float64
-        ).reshape(m, 3)
-        memory = np.array([v.memory_bytes for v in flat], dtype=np.float64)
+        m = len(flat_memory)
+        shares = np.array(flat_shares, dtype=np.float64).reshape(m, 3)
+        self.shares = flat_shares
+        memory = np.array(flat_memory, dtype=np.float64)
         owner = np.repeat(np.arange(len(counts)), counts)
         hot = np.zeros((len(verdicts), 3), dtype=bool)
         forecast = np.zeros((len(verdicts), 3), dtype=np.float64)
@@ -391,7 +422,7 @@ class _Ranking:
         hot_link = (cost.min_relief > 0.0) & hot[owner, _NET] & (per[:, _NET] < cost.min_relief)
         mf = hotness_rows(shares, metric) / memory if m else np.zeros(0)
         ok = ~(weak | dear)
-        names = np.array([n for host in self.vms for n, _ in host], dtype=str)
+        names = np.array([n for host in self.names for n in host], dtype=str)
         keyed = np.flatnonzero(ok)
         by = -gain[keyed] if cost.horizon_s > 0.0 else np.zeros(len(keyed))
         order = (
@@ -428,7 +459,7 @@ class _Ranking:
             b = min(b, a + limit)
         out = []
         for at in self.order[a:b]:
-            name = self.vms[host][at - self.start[host]][0]
+            name = self.names[host][at - self.start[host]]
             out.append(Mover(name, self.relief_l[at], self.cost_l[at], self.link_l[at]))
         return out
 
@@ -440,7 +471,7 @@ class _Ranking:
         """Why host ``host``'s other VMs were not candidates, in its report order."""
         cost, out = self.cost, list[str]()
         hot = [r for i, r in enumerate(RESOURCES) if self.hot[host, i]]
-        for k, (name, vm) in enumerate(self.vms[host]):
+        for k, name in enumerate(self.names[host]):
             if limit is not None and len(out) >= limit:
                 break
             at = self.start[host] + k
@@ -450,7 +481,7 @@ class _Ranking:
             if self.weak[at]:
                 per = self.per[at].tolist()
                 worst = max(hot, key=lambda r: (per[_INDEX[r]], r), default="")
-                share = vm.util.as_tuple()
+                share = self.shares[3 * at : 3 * at + 3]
                 out.append(
                     f"{name}: carries {share[_INDEX[worst]] if worst else 0.0:.4f} of "
                     f"{worst or 'no hot resource'} (removes {relief:.0%} of the overload, "
@@ -583,7 +614,7 @@ def plan_hot(
     now = ranked.now
     pos = ranked.pos
     nows = now[[pos[name] for name in sending]] if sending else np.zeros((0, 3))
-    ranking = _Ranking([list(v.items()) for v in vms], verdicts, nows, cost, metric)
+    ranking = _Ranking(vms, verdicts, nows, cost, metric)
     for j, name in enumerate(sending):
         verdict = verdicts[j]
         if not ranking.has_movers(j):
@@ -596,7 +627,9 @@ def plan_hot(
             continue
         tries = ranking.movers(j, cost.tries)
         host_vms = vms[j]
-        moves = [(m.vm, host_vms[m.vm], barred.get(m.vm, ())) for m in tries]
+        # (an agent's report builds only its movers' VMLoads: vm_load)
+        load_of = getattr(host_vms, "vm_load", host_vms.__getitem__)
+        moves = [(m.vm, load_of(m.vm), barred.get(m.vm, ())) for m in tries]
         queries.append(ScreenQuery(name, moves, prefer.get(name)))
         plans.append((name, verdict, tries))
     screened = screen_round(ranked, queries, ceiling)

@@ -99,6 +99,18 @@ class HostLoads(LazyMapping[str, LoadShares]):
         )
         return {names[i]: LoadShares(c, mem, net) for i, c, mem, net in cols}
 
+    def columns(self) -> tuple[list[str], list[float], list[float], list[float]]:
+        """The VMs' names and cpu, mem, net shares as lists, in the mapping's order,
+        without its LoadShares (what a round's ranking reads: VMLoadReports.mover_columns)."""
+        a, names, loaded, start, stop = self._args
+        m = loaded[start:stop]
+        return (
+            [names[i] for i in m.tolist()],
+            a.vm_cpu[m].tolist(),
+            a.vm_mem[m].tolist(),
+            a.vm_net[m].tolist(),
+        )
+
     def __len__(self) -> int:
         return self._args[4] - self._args[3]
 

@@ -112,6 +112,15 @@ class SettledVMReports(VMLoadReports):
         self._args = (period, host)  # type: ignore[assignment]
 
     def _build(self) -> dict[str, VMLoad]:
+        return self._own()._build()
+
+    def _own(self) -> VMLoadReports:
         p, hi = cast(tuple[_Period, int], self._args)
         actual = p.settled[p.names[hi]][0]
-        return VMLoadReports(p.sensed.vm_loads_at(hi), actual, _NOT_MIGRATING)._build()
+        return VMLoadReports(p.sensed.vm_loads_at(hi), actual, _NOT_MIGRATING)
+
+    def mover_columns(self) -> tuple[list[str], list[float], list[int]] | None:
+        return None if self._built is not None else self._own().mover_columns()
+
+    def vm_load(self, vm: str) -> VMLoad:
+        return self[vm] if self._built is not None else self._own().vm_load(vm)
