@@ -363,6 +363,23 @@ def _mover_columns(
     return names, shares, memory
 
 
+def _hot_excess(
+    verdicts: Sequence[HotspotVerdict], nows: npt.ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each host's hot resources (cpu, mem, net) and how far each stands over its alpha:
+    the larger of its load now and the verdict's forecast, less alpha."""
+    hot = np.zeros((len(verdicts), 3), dtype=bool)
+    forecast = np.zeros((len(verdicts), 3), dtype=np.float64)
+    for j, verdict in enumerate(verdicts):
+        for r in verdict.resources:
+            if r.hot:
+                hot[j, _INDEX[r.resource]] = True
+                forecast[j, _INDEX[r.resource]] = r.forecast
+    alpha = np.array([v.alpha for v in verdicts], dtype=np.float64)[:, None]
+    excess = np.maximum(np.asarray(nows, dtype=np.float64).reshape(-1, 3), forecast) - alpha
+    return hot, excess
+
+
 class _Ranking:
     """:func:`rank_movers` of several hot hosts at once: their VMs' loads as arrays, each
     VM's relief, cost, net benefit and migration factor computed for all of them in a few
@@ -397,15 +414,7 @@ class _Ranking:
         self.shares = flat_shares
         memory = np.array(flat_memory, dtype=np.float64)
         owner = np.repeat(np.arange(len(counts)), counts)
-        hot = np.zeros((len(verdicts), 3), dtype=bool)
-        forecast = np.zeros((len(verdicts), 3), dtype=np.float64)
-        for j, verdict in enumerate(verdicts):
-            for r in verdict.resources:
-                if r.hot:
-                    hot[j, _INDEX[r.resource]] = True
-                    forecast[j, _INDEX[r.resource]] = r.forecast
-        alpha = np.array([v.alpha for v in verdicts], dtype=np.float64)[:, None]
-        excess = np.maximum(np.asarray(nows, dtype=np.float64).reshape(-1, 3), forecast) - alpha
+        hot, excess = _hot_excess(verdicts, nows)
         # the hot resources with an overload: each VM's relief of them, 0 of the others
         over_h = hot & (excess > 0.0)
         over = over_h[owner]

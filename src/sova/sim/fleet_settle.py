@@ -27,7 +27,8 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from sova.agent.loop import HostAgent, SettledPeriod, VMLoadReports
+from sova.agent.fleet_member import SettledPeriod
+from sova.agent.loop import HostAgent, VMLoadReports
 from sova.policy.hotspot import VMLoad
 from sova.policy.sensing import LoadShares
 from sova.sim.fleet_control import Settled
@@ -48,7 +49,7 @@ class _Period(NamedTuple):
 
 
 class SettledHosts:
-    """The periods a world settled its hosts in (:class:`~sova.agent.loop.SettledPeriods`)."""
+    """The periods a world settled its hosts in (:class:`~sova.agent.fleet_member.SettledPeriods`)."""
 
     def __init__(self, host_names: Sequence[str], agents: Sequence[HostAgent]) -> None:
         self.names = host_names

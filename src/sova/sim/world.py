@@ -29,7 +29,7 @@ from sova.agent.loop import HostAgent, StepReport
 from sova.agent.registry import vf_policy
 from sova.agent.schedule import BANDWIDTH, POLL, STEP, Phase, PhaseSchedule, act
 from sova.hotspot_events import HotspotStates
-from sova.manager.decisions.core import ManagerCore
+from sova.manager.decisions.core import ManagerCore, MigrationDecision
 from sova.model import Migrate, SetGuestRateLimit
 from sova.policy.hotspot import HostCapacity
 from sova.policy.tick import Guarantees, Sums, tally
@@ -424,31 +424,7 @@ class World:
             self.manager.ingest_many((h, *p) for h, p in parts if p is not None)
         before = len(self.manager.log)
         result = self.manager.plan(t)
-        new = self.manager.log[before:]
-        if new or self._states.open:
-            self.run.events.extend(
-                self._states.events(
-                    t,
-                    [
-                        {
-                            "host": d.host,
-                            "flag": d.signal.flag,
-                            "vm": d.signal.vm,
-                            "target": d.signal.target,
-                            "reason": d.signal.reason,
-                            "inputs": d.inputs,
-                        }
-                        for d in new
-                    ],
-                )
-            )
-        for d in new:
-            sig = d.signal
-            self.run.decisions.append(
-                decision_record(
-                    t, d.host, flag=sig.flag, target=sig.target, vm=sig.vm, reason=sig.reason
-                )
-            )
+        _log_round(self.run, self._states, self.manager.log[before:], t)
         for h in result.flagged:  # read without building every quiet host's signal
             sig = result.signals[h]
             self.agents[h].signal(True, sig.target, sig.vm)
@@ -623,6 +599,38 @@ class World:
         )
         return complete_row(
             row, policy=self.policy.name, host=host, offered_mbps=offered, response_ms=response
+        )
+
+
+def _log_round(
+    run: PolicyRun, states: HotspotStates, new: list[MigrationDecision], t: float
+) -> None:
+    """A manager round's new decisions (``ManagerCore.log`` entries) into the run: as the
+    hotspot states' events (a repeated "still hot" is one state, not an event a round)
+    and as decision records."""
+    if new or states.open:
+        run.events.extend(
+            states.events(
+                t,
+                [
+                    {
+                        "host": d.host,
+                        "flag": d.signal.flag,
+                        "vm": d.signal.vm,
+                        "target": d.signal.target,
+                        "reason": d.signal.reason,
+                        "inputs": d.inputs,
+                    }
+                    for d in new
+                ],
+            )
+        )
+    for d in new:
+        sig = d.signal
+        run.decisions.append(
+            decision_record(
+                t, d.host, flag=sig.flag, target=sig.target, vm=sig.vm, reason=sig.reason
+            )
         )
 
 
