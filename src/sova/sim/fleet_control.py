@@ -108,14 +108,14 @@ class FleetControl:
         agents: dict[str, HostAgent],
         sensed: FleetSensed,
         factors: SensedFactors,
-        alone: np.ndarray | None = None,
+        alone: np.ndarray,
     ) -> FleetSensed:
         """Each host's sensing with its VF decision where the world can make it (``sensed``
         itself, each deciding host's reading replaced); the settled hosts' holders and
         ranking go to :attr:`settled` instead (their agents take them with
         :meth:`~sova.agent.loop.HostAgent.settle`, and no ``Sensed`` is built for them).
         ``alone``: each host's ``HostAgent.acts_alone`` as its agent keeps it in the
-        world's array (sim/fleet_settle.py; None: read from each agent)."""
+        world's array (sim/fleet_settle.py)."""
         e = engine
         self.decided = None
         self.settled = SettledMap.NONE
@@ -125,7 +125,7 @@ class FleetControl:
         agent_l = list(map(agents.__getitem__, hosts))
         # hosts whose agent decides as the kernel here would (see the module's docstring),
         # or, not measured yet, as the policy's warm-up would
-        free = _free(agent_l) if alone is None else ~alone
+        free = ~alone
         if not free.any():
             return sensed
         measured = np.array(sensed.measured_list(), dtype=bool)
@@ -405,19 +405,10 @@ def _warm_up(e: Engine, warm: list[int], by_host: np.ndarray) -> dict[int, tuple
     return {hi: tuple([names[i] for i in held_l[cut[hi] : cut[hi + 1]]]) for hi in warm}
 
 
-# what _free and _dwell read of each agent (through C-level maps over all agents, not a
-# Python loop per host: a few attribute reads per host were most of their cost)
-_ACTS_ALONE = attrgetter("executor.in_flight", "signalled", "vf_freeze_host", "vf_freeze_vms")
+# what _dwell reads of each agent (through C-level maps over all agents, not a Python
+# loop per host: a few attribute reads per host were most of its cost)
 _MIGRATING = attrgetter("migrating")
 _VF_SINCE = attrgetter("vf_since")
-
-
-def _free(agent_l: list[HostAgent]) -> np.ndarray:
-    """The hosts whose agent decides as the world here would, once measured (see the
-    module's docstring): no call in flight, no signal and no VF freeze. Read from each
-    agent only when no ``alone`` array is given: a world's agents keep theirs in
-    ``SettledHosts.alone`` as it changes (HostAgent._mark)."""
-    return ~np.array(list(map(any, map(_ACTS_ALONE, agent_l))), dtype=bool)
 
 
 def _dwell(

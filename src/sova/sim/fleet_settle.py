@@ -14,7 +14,7 @@ it), and the manager's intake takes those hosts' VM loads straight from the peri
 
 A host's record is its agent's own settle of that period exactly (tests/test_fleet_control.py
 holds every agent's records after every period equal to its own steps'): a settled host
-has no signal (it is free, :func:`~sova.sim.fleet_control._free`) and nothing it migrates
+has no signal (it does not act alone, :attr:`SettledHosts.alone`) and nothing it migrates
 away, and a host with holders missing a dwell start is still settled by the call, its
 policy's note of them being the agent's own (``World._phase``).
 """
